@@ -1,0 +1,3 @@
+from iipub.cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""The `iipub` command line. Commands parse, call and format; this module alone turns
+errors into one stderr line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import sqlalchemy as sa
+
+from .. import __version__
+from ..db import describe_error
+from ..errors import IipubError
+from .common import App, setup_logging
+from .db_cmd import db_group
+from .jobs_cmd import jobs_group, schedule_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="iipub")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Minimum level of the JSON log lines written to stderr.")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str) -> None:
+    """iipub: run paid background AI generation jobs from cron, safely.
+
+    Configuration: IIPUB_DATABASE_URL (default: SQLite file iipub.sqlite3 in the working
+    directory), IIPUB_CONFIG (TOML file), OPENAI_API_KEY, OPENAI_BASE_URL.
+    """
+    setup_logging(log_level)
+    app = ctx.ensure_object(App)
+    ctx.call_on_close(app.close)
+
+
+cli.add_command(db_group)
+cli.add_command(schedule_command)
+cli.add_command(jobs_group)
+
+
+def _register_optional() -> None:
+    """Commands from modules that may be absent in a partial build are added if present."""
+    import importlib
+
+    for module, attr in (
+        ("iipub.cli.simulator_cmd", "simulator_command"),
+        ("iipub.cli.run_cmd", "reconcile_command"),
+        ("iipub.cli.run_cmd", "relay_command"),
+        ("iipub.cli.operator_cmd", "COMMANDS"),
+        ("iipub.cli.status_cmd", "status_command"),
+        ("iipub.cli.demo_cmd", "demo_command"),
+    ):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        found = getattr(mod, attr)
+        for command in found if isinstance(found, (list, tuple)) else [found]:
+            cli.add_command(command)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("iipub: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except IipubError as exc:
+        click.echo(f"iipub: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except sa.exc.OperationalError as exc:
+        click.echo(f"iipub: error: database unavailable: {describe_error(exc)}", err=True)
+        sys.exit(69)
+    except KeyboardInterrupt:
+        click.echo("iipub: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

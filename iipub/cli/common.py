@@ -1,0 +1,105 @@
+"""What every command shares: the lazily opened app context, reusable options, output."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.engine import Engine
+
+from .. import db, logs
+from ..config import Settings, load_settings
+from ..store import Store, new_worker_id
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class App:
+    """Settings, engine and store, opened only when a command needs them."""
+
+    def __init__(self) -> None:
+        self._engines: list[Engine] = []
+
+    @cached_property
+    def settings(self) -> Settings:
+        return load_settings()
+
+    def engine(self, *, check_schema: bool = True) -> Engine:
+        pool = self.settings.reconcile.concurrency + 4
+        engine = db.make_engine(self.settings.database_url, pool_size=pool)
+        self._engines.append(engine)
+        if check_schema:
+            db.ping(engine)
+        return engine
+
+    def store(self, role: str = "cli", lease_seconds: float | None = None) -> Store:
+        lease = lease_seconds if lease_seconds is not None else self.settings.reconcile.lease_seconds
+        return Store(self.engine(), new_worker_id(role), lease)
+
+    def close(self) -> None:
+        for e in self._engines:
+            e.dispose()
+
+
+pass_app = click.make_pass_decorator(App, ensure=True)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")(f)
+
+
+def by_option(f: F) -> F:
+    return click.option(
+        "--by", default=lambda: os.environ.get("USER") or getpass.getuser(), show_default="$USER",
+        help="Who is acting (journaled).",
+    )(f)
+
+
+def reason_option(f: F) -> F:
+    return click.option("--reason", required=True, help="Why (journaled with the action).")(f)
+
+
+class DateType(click.ParamType):
+    name = "YYYY-MM-DD"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> dt.date:
+        if isinstance(value, dt.date):
+            return value
+        try:
+            if len(str(value)) != 10:
+                raise ValueError
+            return dt.date.fromisoformat(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a date in YYYY-MM-DD form", param, ctx)
+
+
+DATE = DateType()
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, default=str))
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def setup_logging(level: str) -> None:
+    logs.configure(level)
+
+
+def stderr(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,78 @@
+"""`iipub schedule` and `iipub jobs list|show`."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import click
+
+from .. import db, scheduling
+from .common import DATE, App, emit_json, json_option, pass_app, table
+
+
+@click.command("schedule")
+@click.option("--date", "day", type=DATE, help="Edition date (default: today, UTC by the database clock).")
+@click.option("--product", help="Only this product (default: every configured product).")
+@pass_app
+def schedule_command(app: App, day: dt.date | None, product: str | None) -> None:
+    """Create the publication slots (state NO_JOB) for a date. Idempotent."""
+    store = app.store("schedule")
+    if day is None:
+        with store.engine.connect() as conn:
+            day = db.read_now(conn).date()
+    products = [app.settings.product(product)] if product else list(app.settings.products.values())
+    report = scheduling.schedule_day(store, products, day)
+    for name, created in report.items():
+        click.echo(f"{name} {day}: {'created' if created else 'already present'}")
+    click.echo(f"created {sum(report.values())}, already present {len(report) - sum(report.values())}")
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Inspect jobs."""
+
+
+@jobs_group.command("list")
+@click.option("--state", help="Only jobs in this state.")
+@click.option("--product", help="Only this product.")
+@click.option("--date", "day", type=DATE, help="Only this edition date.")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000))
+@json_option
+@pass_app
+def list_command(app: App, state: str | None, product: str | None, day: dt.date | None, limit: int,
+                 as_json: bool) -> None:
+    """One line per job, newest edition first."""
+    from ..states import State
+
+    if state and state not in State.__members__:
+        raise click.BadParameter(f"unknown state {state!r}", param_hint="--state")
+    jobs = app.store().list_jobs(state=state, product=product, day=day, limit=limit)
+    if as_json:
+        emit_json([j.public() for j in jobs])
+        return
+    click.echo(table(
+        [(j.id, j.product, j.edition_date, j.state.value, j.version, j.generation_attempts, j.poll_count,
+          j.response_id or "-", j.quarantine_reason or "") for j in jobs],
+        ["ID", "PRODUCT", "DATE", "STATE", "VER", "GEN", "POLLS", "RESPONSE", "QUARANTINE"],
+    ))
+
+
+@jobs_group.command("show")
+@click.argument("job_id")
+@json_option
+@pass_app
+def show_command(app: App, job_id: str, as_json: bool) -> None:
+    """One job: its columns and full event history (oldest first). ID may be a unique prefix."""
+    store = app.store()
+    job = store.get(job_id)
+    events = store.events(job.id)
+    if as_json:
+        emit_json({**job.public(), "events": [e.public() for e in events]})
+        return
+    for key, value in job.public().items():
+        click.echo(f"{key:<20} {'' if value is None else value}")
+    click.echo("")
+    click.echo(table(
+        [(e.at, e.version, e.from_state or "-", e.to_state, e.reason, e.worker) for e in events],
+        ["AT", "VER", "FROM", "TO", "REASON", "WORKER"],
+    ))

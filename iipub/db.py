@@ -1,0 +1,275 @@
+"""Engines, table definitions and the database clock.
+
+The DDL lives in `sql/migrations/<dialect>/`; the tables below describe the same schema
+for SQLAlchemy Core (a test proves the two agree). All times come from the database:
+`now(delay)` is a SQL expression, never a host-clock value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection, Engine
+
+from .errors import DatabaseUnavailable, SchemaNotReady
+
+metadata = sa.MetaData()
+
+# DATETIME(6) on MySQL; six-digit text on SQLite (SQLAlchemy's own format).
+Time = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+LongText = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("product", sa.String(64), nullable=False),
+    sa.Column("edition_date", sa.Date, nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("is_backfill", sa.Boolean, nullable=False),
+    sa.Column("opens_at", Time, nullable=False),
+    sa.Column("next_attempt_at", Time, nullable=False),
+    sa.Column("lease_owner", sa.String(128)),
+    sa.Column("lease_expiry", Time),
+    sa.Column("generation_attempts", sa.Integer, nullable=False),
+    sa.Column("poll_count", sa.Integer, nullable=False),
+    sa.Column("response_id", sa.String(128)),
+    sa.Column("config_fingerprint", sa.String(64)),
+    sa.Column("payload", LongText),
+    sa.Column("payload_sha256", sa.String(64)),
+    sa.Column("composed", LongText),
+    sa.Column("composed_sha256", sa.String(64)),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, nullable=False),
+    sa.Column("total_tokens", sa.BigInteger, nullable=False),
+    sa.Column("quarantine_reason", sa.String(64)),
+    sa.Column("last_error", sa.Text),
+    sa.Column("suspended_from", sa.String(32)),
+    sa.Column("kill_requested", sa.Boolean, nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+    sa.Column("state_entered_at", Time, nullable=False),
+    sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
+    sa.Index("ix_jobs_due", "state", "next_attempt_at"),
+    sa.Index("ix_jobs_response", "response_id"),
+)
+
+job_events = sa.Table(
+    "job_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("from_state", sa.String(32)),
+    sa.Column("to_state", sa.String(32), nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("detail", sa.Text),
+    sa.Column("at", Time, nullable=False),
+    sa.Index("ix_job_events_job", "job_id", "id"),
+    sa.Index("ix_job_events_at", "at"),
+)
+
+editions = sa.Table(
+    "editions",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("product", sa.String(64), nullable=False),
+    sa.Column("edition_date", sa.Date, nullable=False),
+    sa.Column("lang", sa.String(8), nullable=False),
+    sa.Column("title", sa.String(400), nullable=False),
+    sa.Column("content", LongText, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.UniqueConstraint("product", "edition_date", "lang", name="uq_editions_slot_lang"),
+    sa.Index("ix_editions_job", "job_id"),
+)
+
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(36), nullable=False),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("edition_id", sa.BigInteger, nullable=False),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("payload", LongText, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("lease_owner", sa.String(128)),
+    sa.Column("lease_expiry", Time),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_attempt_at", Time, nullable=False),
+    sa.Column("first_failed_at", Time),
+    sa.Column("published_at", Time),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", Time, nullable=False),
+    sa.UniqueConstraint("event_id", name="uq_outbox_event"),
+    sa.Index("ix_outbox_due", "published_at", "next_attempt_at"),
+    sa.Index("ix_outbox_job", "job_id"),
+)
+
+outbox_deliveries = sa.Table(
+    "outbox_deliveries",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(36), nullable=False),
+    sa.Column("sink", sa.String(32), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("delivered_at", Time),
+    sa.Column("parked_at", Time),
+    sa.Column("last_error", sa.Text),
+    sa.Column("updated_at", Time, nullable=False),
+    sa.UniqueConstraint("event_id", "sink", name="uq_deliveries_event_sink"),
+)
+
+clock = sa.Table(
+    "clock",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("offset_us", sa.BigInteger, nullable=False),
+)
+
+schema_migrations = sa.Table(
+    "schema_migrations",
+    metadata,
+    sa.Column("version", sa.String(16), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("checksum", sa.String(64), nullable=False),
+    sa.Column("applied_at", Time, nullable=False),
+)
+
+# MySQL error codes that mean "rolled back by contention", not "broken".
+MYSQL_CONTENTION = {1205, 1213, 1020}
+
+
+def dialect_family(engine_or_conn: Engine | Connection) -> str:
+    name = engine_or_conn.dialect.name
+    return "mysql" if name in ("mysql", "mariadb") else name
+
+
+def make_engine(url: str, pool_size: int = 8) -> Engine:
+    """An engine for `url`: SQLite in WAL mode with a busy timeout and IMMEDIATE
+    transactions (an overlapping tick waits instead of failing), or MySQL/MariaDB
+    with READ COMMITTED (the fence is the version check, not the isolation level)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise DatabaseUnavailable(f"invalid database URL {url!r}") from None
+    if parsed.get_backend_name() == "sqlite":
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        _sqlite_setup(engine)
+        return engine
+    if parsed.get_backend_name() in ("mysql", "mariadb"):
+        return sa.create_engine(
+            url,
+            isolation_level="READ COMMITTED",
+            pool_pre_ping=True,
+            pool_recycle=3600,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            connect_args={"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
+        )
+    raise DatabaseUnavailable(f"unsupported database {parsed.get_backend_name()!r} (use mysql+pymysql:// or sqlite:///)")
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 30000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Take the write lock up front: a deferred transaction that reads and then
+        # writes can fail with SQLITE_BUSY instead of waiting.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def now(
+    conn_or_engine: Engine | Connection, delay_seconds: float = 0.0, *, drill_offset: bool = True
+) -> sa.ColumnElement[Any]:
+    """The database clock (plus `delay_seconds`) as a SQL expression, usable in any
+    statement. Includes the drill offset from the `clock` table unless told not to."""
+    delay_us = int(round(delay_seconds * 1_000_000))
+    offset = f"(SELECT offset_us FROM clock WHERE id = 1) + {delay_us}" if drill_offset else str(delay_us)
+    if dialect_family(conn_or_engine) == "mysql":
+        return sa.literal_column(f"DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ({offset}) MICROSECOND)", Time)
+    mod = f"printf('%.6f seconds', ({offset}) / 1000000.0)"
+    # Six fractional digits, the format SQLAlchemy writes, so text comparison is time order.
+    expr = (
+        f"(strftime('%Y-%m-%d %H:%M:%S', 'now', {mod}) || "
+        f"substr(strftime('%f', 'now', {mod}), 3, 4) || '000')"
+    )
+    return sa.literal_column(expr, Time)
+
+
+def read_now(conn: Connection) -> dt.datetime:
+    """The database clock, read once (for display and age computations)."""
+    value = conn.execute(sa.select(now(conn))).scalar_one()
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value)
+    return value  # type: ignore[no-any-return]
+
+
+def advance_clock(engine: Engine, seconds: float) -> None:
+    """Move the database clock forward (drills and tests: expire leases without sleeping)."""
+    with engine.begin() as conn:
+        conn.execute(
+            clock.update().where(clock.c.id == 1).values(offset_us=clock.c.offset_us + int(seconds * 1_000_000))
+        )
+
+
+def ping(engine: Engine) -> None:
+    """Fail with one clear error if the database is unreachable or not migrated."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+            conn.execute(sa.select(clock.c.offset_us).where(clock.c.id == 1)).one()
+    except sa.exc.OperationalError as exc:
+        if _is_missing_table(exc):
+            raise SchemaNotReady() from None
+        raise DatabaseUnavailable(f"database unreachable: {describe_error(exc)}") from None
+    except sa.exc.NoResultFound:
+        raise SchemaNotReady() from None
+    except sa.exc.ProgrammingError as exc:
+        if _is_missing_table(exc):
+            raise SchemaNotReady() from None
+        raise
+
+
+def _is_missing_table(exc: sa.exc.DBAPIError) -> bool:
+    text = str(exc.orig).lower()
+    return "no such table" in text or "1146" in text or "doesn't exist" in text
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a driver error, without the SQL or parameters."""
+    orig = getattr(exc, "orig", exc)
+    return " ".join(str(orig).split())[:300]
+
+
+def mysql_error_code(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", None)
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def is_contention(exc: BaseException) -> bool:
+    """Deadlock, lock-wait timeout or snapshot conflict (MySQL), or SQLite busy/locked."""
+    if mysql_error_code(exc) in MYSQL_CONTENTION:
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database is busy" in text

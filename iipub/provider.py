@@ -1,0 +1,348 @@
+"""The only code that talks to the provider: the official `openai` SDK, retries off.
+
+Every call returns one value from a closed set of outcomes instead of raising, so the
+per-state decisions can be pure functions of (job, outcome). The create mapping decides
+whether money may have been spent; it is written out as a table in `_create_outcome`.
+Nothing here retries: iipub owns every retry decision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, NoReturn
+
+import httpx
+import openai
+from openai.types.responses import Response
+
+from . import backoff, output
+from .config import Product, ProviderSettings
+from .errors import InvariantViolation, MissingApiKey
+
+# Responses API metadata limits.
+METADATA_MAX_KEYS = 16
+METADATA_MAX_KEY_CHARS = 64
+METADATA_MAX_VALUE_CHARS = 512
+_WHY_MAX = 300  # provider error text is untrusted and can be long
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    job_id: str
+    product: Product
+    edition_date: dt.date
+    attempt: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The provider took the job (2xx with a `resp_` id): it will be charged."""
+
+    response_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A readable response: its status and, once finished, its output."""
+
+    response_id: str
+    status: str
+    output_text: str | None
+    usage: Usage | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    incomplete_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Deleted:
+    response_id: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The provider definitively did not process the create; nothing was charged."""
+
+    retry_after: float | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Ambiguous:
+    """The create may or may not have been processed (and charged). Never retry blindly."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A 4xx the provider will keep giving: a bug or a configuration problem."""
+
+    status: int
+    why: str
+
+
+@dataclass(frozen=True)
+class NotFound:
+    why: str
+
+
+@dataclass(frozen=True)
+class Transient:
+    """A read or cleanup call failed in a way that is safe to repeat later."""
+
+    retry_after: float | None
+    why: str
+
+
+CreateOutcome = Accepted | Refused | Ambiguous | Rejected
+ReadOutcome = Observed | NotFound | Transient | Rejected
+DeleteOutcome = Deleted | NotFound | Transient | Rejected
+
+
+def create_input(product: Product, edition_date: dt.date) -> str:
+    return (
+        f"Product: {product.name}. Edition date: {edition_date.isoformat()}. "
+        f"Languages: {', '.join(product.languages)}. Items per language: {product.items}."
+    )
+
+
+def create_metadata(req: CreateRequest) -> dict[str, str]:
+    """The metadata that ties a paid response back to its job, within the API's limits."""
+    meta = {
+        "iipub_job_id": req.job_id,
+        "iipub_slot": f"{req.product.name}/{req.edition_date.isoformat()}",
+        "iipub_attempt": str(req.attempt),
+        "iipub_fingerprint": req.fingerprint,
+    }
+    assert len(meta) <= METADATA_MAX_KEYS
+    assert all(len(k) <= METADATA_MAX_KEY_CHARS for k in meta)
+    return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
+
+
+class Provider:
+    """The Responses API, reduced to the four calls iipub makes."""
+
+    def __init__(self, settings: ProviderSettings, api_key: str, http_client: httpx.Client | None = None) -> None:
+        if not api_key:
+            raise MissingApiKey()
+        timeout = httpx.Timeout(settings.timeout_seconds, connect=settings.connect_timeout_seconds)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=settings.max_connections),
+        )
+        # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx with
+        # no idempotency key, creating duplicate paid jobs. It still sends x-stainless-retry-count
+        # (always "0" here), which lets the simulator prove no retry happened.
+        self._client = openai.OpenAI(
+            api_key=api_key,
+            base_url=settings.base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=self._http,
+        )
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Provider:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- create: the money path -------------------------------------------------------------
+
+    def create(self, req: CreateRequest) -> CreateOutcome:
+        p = req.product
+        kwargs: dict[str, Any] = {
+            "model": p.model,
+            "instructions": p.prompt,
+            "input": create_input(p, req.edition_date),
+            "temperature": p.temperature,
+            "background": True,
+            "store": True,
+            "text": {"format": output.text_format(p.languages, p.items)},
+            "metadata": create_metadata(req),
+        }
+        try:
+            resp: Any = self._client.responses.create(**kwargs)
+        except Exception as exc:
+            return _create_outcome(exc)
+        return _accepted_or_ambiguous(resp)
+
+    # -- reads and cleanup (safe to repeat) ---------------------------------------------------
+
+    def retrieve(self, response_id: str) -> ReadOutcome:
+        try:
+            resp: Any = self._client.responses.retrieve(response_id)
+        except Exception as exc:
+            return _read_outcome(exc)
+        return _observed(resp)
+
+    def cancel(self, response_id: str) -> ReadOutcome:
+        """Cancel a background response. Cancelling a finished one answers Rejected(400):
+        retrieve it instead."""
+        try:
+            resp: Any = self._client.responses.cancel(response_id)
+        except Exception as exc:
+            return _read_outcome(exc)
+        return _observed(resp)
+
+    def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
+        # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
+        # so it may only go earlier if an operator killed the job.
+        if not (has_custody or kill_requested):
+            _refuse_delete(response_id)
+        try:
+            self._client.responses.delete(response_id)
+        except Exception as exc:
+            outcome = _read_outcome(exc)
+            assert not isinstance(outcome, Observed)
+            return outcome
+        return Deleted(response_id)
+
+
+def _refuse_delete(response_id: str) -> NoReturn:
+    raise InvariantViolation(
+        f"refusing to delete {response_id}: its output is not in local custody and no kill was requested",
+        response_id=response_id,
+    )
+
+
+def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
+    """THE MONEY MAPPING for a create that did not return a 2xx body.
+
+    | what happened                                          | outcome    | why                      |
+    |--------------------------------------------------------|------------|--------------------------|
+    | 2xx with an id starting `resp_`  (see _accepted_...)   | Accepted   | job exists, will charge  |
+    | 2xx, no usable id / body unparsable (_accepted_...)    | Ambiguous  | may exist, id unknown    |
+    | 429                                                    | Refused    | rate-limited: not run    |
+    | connect error / connect timeout / pool timeout         | Refused    | no request byte was sent |
+    | read / write timeout, reset, protocol error, other I/O | Ambiguous  | request may have arrived |
+    | 408, 409                                               | Ambiguous  | may have been processed  |
+    | 5xx (500, 502, 503, ...)                               | Ambiguous  | may have been processed  |
+    | other 4xx (400, 401, 403, 404, 422, ...)               | Rejected   | not processed; fix first |
+    | anything else (3xx, unexpected exception)              | Ambiguous  | cannot prove no charge   |
+    """
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        why = _status_why(exc)
+        if status == 429:
+            return Refused(backoff.delay_from_headers(exc.response.headers), why)
+        if status in (408, 409) or status >= 500:
+            return Ambiguous(why)
+        if 400 <= status < 500:
+            return Rejected(status, why)
+        return Ambiguous(why)
+    if isinstance(exc, openai.APIConnectionError):
+        if _never_sent(exc):
+            return Refused(None, f"connection not established: {_cause_name(exc)}")
+        return Ambiguous(f"transport failure after the request may have been sent: {_cause_name(exc)}")
+    return Ambiguous(f"unexpected error during create: {type(exc).__name__}: {_clip(str(exc))}")
+
+
+def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
+    # With non-strict parsing the SDK hands back whatever it could: a model missing fields,
+    # or plain text when the body is not JSON. Only a real `resp_` id proves acceptance.
+    if not isinstance(resp, Response):
+        return Ambiguous(f"2xx with an unparsable body ({type(resp).__name__})")
+    response_id = getattr(resp, "id", None)
+    if not isinstance(response_id, str) or not response_id.startswith("resp_"):
+        return Ambiguous(f"2xx without a usable response id: {_clip(repr(response_id))}")
+    status = getattr(resp, "status", None)
+    return Accepted(response_id, status if isinstance(status, str) else "unknown")
+
+
+def _never_sent(exc: openai.APIConnectionError) -> bool:
+    # httpx raises these only while obtaining a connection, before any request byte is written.
+    return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+
+
+def _read_outcome(exc: Exception) -> NotFound | Transient | Rejected:
+    """Reads, cancels and deletes can be repeated, so only 'gone' and 'never works' are final."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        why = _status_why(exc)
+        if status == 404:
+            return NotFound(why)
+        if status in (408, 409, 425, 429) or status >= 500:
+            return Transient(backoff.delay_from_headers(exc.response.headers), why)
+        if 400 <= status < 500:
+            return Rejected(status, why)
+        return Transient(None, why)
+    if isinstance(exc, openai.APIConnectionError):
+        return Transient(None, f"transport failure: {_cause_name(exc)}")
+    # JSON decode errors and the like: the body could not be read; asking again is harmless.
+    return Transient(None, f"unreadable answer: {type(exc).__name__}: {_clip(str(exc))}")
+
+
+def _observed(resp: Any) -> Observed | Transient:
+    try:
+        return _to_observed(resp)
+    except Exception as exc:  # a 2xx whose shape the SDK could not make sense of
+        return Transient(None, f"unreadable 2xx body: {type(exc).__name__}: {_clip(str(exc))}")
+
+
+def _to_observed(resp: Any) -> Observed | Transient:
+    if not isinstance(resp, Response):
+        return Transient(None, f"2xx with an unparsable body ({type(resp).__name__})")
+    response_id = getattr(resp, "id", None)
+    status = getattr(resp, "status", None)
+    if not isinstance(response_id, str) or not isinstance(status, str):
+        return Transient(None, "2xx without an id or status")
+    items = getattr(resp, "output", None) or []
+    has_message = any(getattr(item, "type", None) == "message" for item in items)
+    usage = None
+    if resp.usage is not None:
+        u = resp.usage
+        usage = Usage(int(u.input_tokens), int(u.output_tokens), int(u.total_tokens))
+    incomplete = getattr(resp, "incomplete_details", None)
+    error = getattr(resp, "error", None)
+    return Observed(
+        response_id=response_id,
+        status=status,
+        output_text=resp.output_text if has_message else None,
+        usage=usage,
+        metadata={str(k): str(v) for k, v in (getattr(resp, "metadata", None) or {}).items()},
+        incomplete_reason=getattr(incomplete, "reason", None) if incomplete is not None else None,
+        error=getattr(error, "message", None) if error is not None else None,
+    )
+
+
+def _status_why(exc: openai.APIStatusError) -> str:
+    message = exc.message
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        message = body["message"]
+    request_id = exc.request_id
+    suffix = f" (request {request_id})" if request_id else ""
+    return f"HTTP {exc.status_code}: {_clip(message)}{suffix}"
+
+
+def _cause_name(exc: BaseException) -> str:
+    cause = exc.__cause__
+    if cause is None:
+        return type(exc).__name__
+    detail = _clip(str(cause), 120)
+    return f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+
+
+def _clip(text: str, limit: int = _WHY_MAX) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,335 @@
+"""The job store: the only code that writes `jobs` rows.
+
+Every write is fenced on the primary key and the version the writer last saw, bumps
+the version, and appends its `job_events` row in the same transaction. A write that
+matches no row raises `LeaseLost`; contention (deadlock, lock wait) raises
+`Contention` after the transaction was rolled back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from sqlalchemy.engine import Connection, Engine
+
+from . import db, states
+from .config import Product
+from .errors import Contention, DatabaseUnavailable, IllegalTransition, LeaseLost, NotFound
+from .states import State
+
+log = structlog.get_logger("iipub.store")
+J = db.jobs
+E = db.job_events
+
+# Every column the operator-facing JSON shows, in the documented order.
+PUBLIC_FIELDS = (
+    "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
+    "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
+    "config_fingerprint", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
+    "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
+    "last_error", "created_at", "updated_at", "state_entered_at",
+)
+
+
+def new_worker_id(role: str = "reconcile") -> str:
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    product: str
+    edition_date: dt.date
+    state: State
+    version: int
+    priority: int
+    is_backfill: bool
+    opens_at: dt.datetime
+    next_attempt_at: dt.datetime
+    lease_owner: str | None
+    lease_expiry: dt.datetime | None
+    generation_attempts: int
+    poll_count: int
+    response_id: str | None
+    config_fingerprint: str | None
+    payload: str | None
+    payload_sha256: str | None
+    composed: str | None
+    composed_sha256: str | None
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    quarantine_reason: str | None
+    last_error: str | None
+    suspended_from: str | None
+    kill_requested: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    state_entered_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        values["state"] = State(values["state"])
+        values["is_backfill"] = bool(values["is_backfill"])
+        values["kill_requested"] = bool(values["kill_requested"])
+        return cls(**values)
+
+    def public(self) -> dict[str, Any]:
+        """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""
+        return {name: _jsonable(getattr(self, name)) for name in PUBLIC_FIELDS}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, State):
+        return value.value
+    return value
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    job_id: str
+    from_state: str | None
+    to_state: str
+    version: int
+    worker: str
+    reason: str
+    detail: dict[str, Any]
+    at: dt.datetime
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "from_state": self.from_state, "to_state": self.to_state, "version": self.version,
+            "reason": self.reason, "worker": self.worker, "at": _jsonable(self.at), "detail": self.detail,
+        }
+
+
+class Store:
+    def __init__(self, engine: Engine, worker: str, lease_seconds: float = 60.0) -> None:
+        self.engine = engine
+        self.worker = worker
+        self.lease_seconds = lease_seconds
+
+    # -- transactions -------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            if db.is_contention(exc):
+                raise Contention(f"database contention: {db.describe_error(exc)}") from exc
+            if isinstance(exc, sa.exc.OperationalError) and exc.connection_invalidated:
+                raise DatabaseUnavailable(f"database connection lost: {db.describe_error(exc)}") from exc
+            raise
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(J).where(J.c.id == job_id)).mappings().first()
+            if row is None and 4 <= len(job_id) < 36:
+                rows = conn.execute(sa.select(J).where(J.c.id.like(job_id + "%")).limit(2)).mappings().all()
+                row = rows[0] if len(rows) == 1 else None
+        if row is None:
+            raise NotFound(f"no job with id {job_id!r}")
+        return Job.from_row(row)
+
+    def list_jobs(
+        self, *, state: str | None = None, product: str | None = None, day: dt.date | None = None,
+        limit: int = 1000,
+    ) -> list[Job]:
+        q = sa.select(J).order_by(J.c.edition_date.desc(), J.c.product).limit(limit)
+        if state:
+            q = q.where(J.c.state == state)
+        if product:
+            q = q.where(J.c.product == product)
+        if day:
+            q = q.where(J.c.edition_date == day)
+        with self.engine.connect() as conn:
+            return [Job.from_row(r) for r in conn.execute(q).mappings()]
+
+    def events(self, job_id: str) -> list[Event]:
+        q = sa.select(E).where(E.c.job_id == job_id).order_by(E.c.id)
+        with self.engine.connect() as conn:
+            return [
+                Event(
+                    id=r.id, job_id=r.job_id, from_state=r.from_state, to_state=r.to_state,
+                    version=r.version, worker=r.worker, reason=r.reason,
+                    detail=json.loads(r.detail) if r.detail else {}, at=r.at,
+                )
+                for r in conn.execute(q)
+            ]
+
+    def due_candidates(self, limit: int, exclude: Sequence[str] = ()) -> list[tuple[str, int, State]]:
+        """Due, unleased (or lease-expired) jobs in the states `reconcile` works on, best
+        first: accepted (paid) work before new creates, today's slots before backfill."""
+        with self.engine.connect() as conn:
+            now = db.now(conn)
+            phase = sa.case(
+                (J.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
+                (J.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
+                else_=0,
+            )
+            q = (
+                sa.select(J.c.id, J.c.version, J.c.state)
+                .where(
+                    J.c.state.in_([s.value for s in states.ACTIVE]),
+                    J.c.next_attempt_at <= now,
+                    sa.or_(J.c.lease_expiry.is_(None), J.c.lease_expiry < now),
+                )
+                .order_by(phase, J.c.is_backfill, J.c.priority, J.c.next_attempt_at, J.c.id)
+                .limit(limit)
+            )
+            if exclude:
+                q = q.where(J.c.id.not_in(list(exclude)))
+            return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
+
+    def count_in_flight(self) -> int:
+        """Accepted-but-unfinished provider jobs (admission control for new creates)."""
+        live = [State.CREATE_IN_FLIGHT, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).where(J.c.state.in_(live))).scalar_one())
+
+    # -- writes ---------------------------------------------------------------------
+
+    def schedule(self, product: Product, day: dt.date, *, backfill: bool = False) -> bool:
+        """Create the slot (state NO_JOB) if missing. True if this call created it."""
+        job_id = str(uuid.uuid4())
+        opens = product.opens_on(day)
+        try:
+            with self._tx() as conn:
+                now = db.now(conn)
+                conn.execute(
+                    J.insert().values(
+                        id=job_id, product=product.name, edition_date=day, state=State.NO_JOB.value,
+                        version=1, priority=product.priority + (1000 if backfill else 0),
+                        is_backfill=backfill, opens_at=opens, next_attempt_at=opens,
+                        generation_attempts=0, poll_count=0, input_tokens=0, output_tokens=0,
+                        total_tokens=0, kill_requested=False, created_at=now, updated_at=now,
+                        state_entered_at=now,
+                    )
+                )
+                self._journal(conn, job_id, None, State.NO_JOB, 1, "scheduled", {"backfill": backfill})
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def acquire_lease(self, job_id: str, seen_version: int, *, operator: bool = False) -> Job | None:
+        """Fenced claim: succeeds only if nobody wrote since `seen_version` and the lease
+        is free or expired (by the database clock). Returns the leased job, or None."""
+        with self._tx() as conn:
+            now = db.now(conn)
+            q = (
+                J.update()
+                .where(
+                    J.c.id == job_id,
+                    J.c.version == seen_version,
+                    sa.or_(J.c.lease_expiry.is_(None), J.c.lease_expiry < now),
+                )
+                .values(
+                    lease_owner=self.worker,
+                    lease_expiry=db.now(conn, self.lease_seconds),
+                    version=J.c.version + 1,
+                )
+            )
+            if not operator:
+                q = q.where(J.c.state != State.MANUALLY_SUSPENDED.value)
+            if conn.execute(q).rowcount != 1:
+                return None
+            row = conn.execute(sa.select(J).where(J.c.id == job_id)).mappings().one()
+        return Job.from_row(row)
+
+    def transition(
+        self,
+        job: Job,
+        to_state: State,
+        *,
+        reason: str,
+        changes: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        delay: float | None = None,
+        keep_lease: bool = False,
+        operator: bool = False,
+        extra: Callable[[Connection], None] | None = None,
+    ) -> Job:
+        """The one write path for job state. Checks the edge, runs the fenced update on
+        the primary key, journals it, and runs `extra` (editions, outbox) in the same
+        transaction. `delay` sets `next_attempt_at` to database time + delay."""
+        to_state = State(to_state)
+        if not states.allowed(job.state, to_state, operator=operator):
+            raise IllegalTransition(f"{job.state} -> {to_state} is not an allowed transition", job_id=job.id)
+        values: dict[str, Any] = dict(changes or {})
+        bad = set(values) - {c.name for c in J.columns} | ({"id", "version", "state"} & set(values))
+        if bad:
+            raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
+        with self._tx() as conn:
+            now = db.now(conn)
+            values.update(state=to_state.value, version=J.c.version + 1, updated_at=now)
+            if to_state != job.state:
+                values["state_entered_at"] = now
+            if delay is not None:
+                values["next_attempt_at"] = db.now(conn, delay)
+            if keep_lease:
+                values.update(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds))
+            else:
+                values.update(lease_owner=None, lease_expiry=None)
+            res = conn.execute(J.update().where(J.c.id == job.id, J.c.version == job.version).values(**values))
+            if res.rowcount != 1:
+                raise LeaseLost(
+                    f"job {job.id} changed since version {job.version}; {job.state} -> {to_state} rejected",
+                    job_id=job.id,
+                )
+            self._journal(conn, job.id, job.state, to_state, job.version + 1, reason, detail)
+            if extra is not None:
+                extra(conn)
+        log.info(
+            "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),
+            from_state=job.state.value, to_state=to_state.value, version=job.version + 1, reason=reason,
+            worker=self.worker,
+        )
+        kept = {k: v for k, v in (changes or {}).items()}
+        return dataclasses.replace(
+            job, state=to_state, version=job.version + 1,
+            lease_owner=self.worker if keep_lease else None, **kept,
+        )
+
+    def release(self, job: Job) -> bool:
+        """Give the lease back early (fenced). False if the job moved on without us."""
+        with self._tx() as conn:
+            res = conn.execute(
+                J.update()
+                .where(J.c.id == job.id, J.c.version == job.version, J.c.lease_owner == self.worker)
+                .values(lease_owner=None, lease_expiry=None, version=J.c.version + 1)
+            )
+            return res.rowcount == 1
+
+    def _journal(
+        self, conn: Connection, job_id: str, from_state: State | None, to_state: State, version: int,
+        reason: str, detail: Mapping[str, Any] | None,
+    ) -> None:
+        conn.execute(
+            E.insert().values(
+                job_id=job_id, from_state=from_state.value if from_state else None, to_state=to_state.value,
+                version=version, worker=self.worker, reason=reason[:64],
+                detail=json.dumps(dict(detail), sort_keys=True, default=str) if detail else None,
+                at=db.now(conn),
+            )
+        )
