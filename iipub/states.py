@@ -94,7 +94,7 @@ EDGES: tuple[Edge, ...] = tuple(
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     + [Edge(S.MANUALLY_SUSPENDED, s, operator=True) for s in sorted(SUSPENDABLE)]
     + [Edge(s, S.CLEANUP_PENDING, operator=True) for s in sorted(KILLABLE)
-       if s not in (S.VALIDATION_FAILED_RETAINED,)]
+       if s not in (S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED)]
 )
 
 TERMINAL = frozenset({S.DELETED})

@@ -1,0 +1,427 @@
+"""The simulated provider's state and rules, without any I/O.
+
+Each API operation takes the parsed request and returns a `Reply`: the status, the JSON body,
+the headers, and how the HTTP layer must deliver it (normally, late, or not at all). Time is
+the simulator's own clock, so lifecycle and expiry can be tested by advancing it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import content
+from . import faults as f
+from .faults import FaultBook, FaultRule
+
+FINISHED = ("completed", "failed", "incomplete", "cancelled")
+_METADATA_MAX_KEYS = 16
+_METADATA_MAX_KEY = 64
+_METADATA_MAX_VALUE = 512
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    delivery: str = "normal"  # "normal" | "slow" | "drop"
+
+
+class Clock:
+    """Simulated seconds: real monotonic time scaled, plus whatever tests have advanced."""
+
+    def __init__(self, time_scale: float = 1.0) -> None:
+        self._scale = time_scale
+        self._mono0 = time.monotonic()
+        self._wall0 = time.time()
+        self._offset = 0.0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return (time.monotonic() - self._mono0) * self._scale + self._offset
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self._offset += seconds
+        return self.now()
+
+    def epoch(self, t: float) -> float:
+        """Unix time of simulated instant `t` (for `created_at`)."""
+        return self._wall0 + t
+
+
+@dataclass
+class Stored:
+    id: str
+    job_id: str | None
+    created: float
+    request: dict[str, Any]
+    faults: frozenset[str]
+    queued_s: float
+    in_progress_s: float
+    message_id: str = field(default_factory=lambda: "msg_" + secrets.token_hex(24))
+    forced: tuple[str, float] | None = None  # (status, when) set by cancel
+    _text: str | None = None
+
+    @property
+    def natural_end(self) -> str:
+        if f.FAIL in self.faults:
+            return "failed"
+        if f.INCOMPLETE in self.faults:
+            return "incomplete"
+        return "completed"
+
+    def status_at(self, now: float) -> tuple[str, float | None]:
+        """(status, finished_at) at simulated time `now`."""
+        if self.forced is not None:
+            return self.forced
+        if not self.request.get("background"):
+            return self.natural_end, self.created
+        elapsed = now - self.created
+        if elapsed < self.queued_s:
+            return "queued", None
+        if elapsed < self.queued_s + self.in_progress_s:
+            return "in_progress", None
+        return self.natural_end, self.created + self.queued_s + self.in_progress_s
+
+    def full_text(self, seed: int | None) -> str:
+        if self._text is None:
+            fmt = (self.request.get("text") or {}).get("format") or {}
+            self._text = content.generate(
+                fmt.get("schema") if isinstance(fmt, dict) else None,
+                model=str(self.request.get("model")),
+                slot=(self.request.get("metadata") or {}).get("iipub_slot"),
+                seed=seed,
+                faults=self.faults,
+            )
+        return self._text
+
+
+@dataclass
+class Stats:
+    creates_total: int = 0
+    creates_by_job: Counter[str] = field(default_factory=Counter)
+    requests: Counter[str] = field(default_factory=Counter)
+    retrieves_by_response: Counter[str] = field(default_factory=Counter)
+    deletes: int = 0
+    cancels: int = 0
+    deleted_ids: list[str] = field(default_factory=list)
+    max_retry_count_seen: int = 0
+    create_metadata: list[dict[str, str]] = field(default_factory=list)
+    faults_fired: Counter[str] = field(default_factory=Counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "creates_total": self.creates_total,
+            "creates_by_job": dict(self.creates_by_job),
+            "requests": {op: self.requests.get(op, 0) for op in f.OPS} | dict(self.requests),
+            "retrieves_by_response": dict(self.retrieves_by_response),
+            "deletes": self.deletes,
+            "cancels": self.cancels,
+            "deleted_ids": list(self.deleted_ids),
+            "max_retry_count_seen": self.max_retry_count_seen,
+            "create_metadata": [dict(m) for m in self.create_metadata],
+            "faults_fired": dict(self.faults_fired),
+        }
+
+
+class Backend:
+    def __init__(
+        self,
+        *,
+        queued_seconds: float,
+        in_progress_seconds: float,
+        retention_seconds: float,
+        time_scale: float,
+        seed: int | None,
+        run_faults: tuple[FaultRule, ...],
+    ) -> None:
+        self.queued_seconds = queued_seconds
+        self.in_progress_seconds = in_progress_seconds
+        self.retention_seconds = retention_seconds
+        self.seed = seed
+        self.clock = Clock(time_scale)
+        self.faults = FaultBook(run_faults, seed)
+        self._run_faults = run_faults
+        self._lock = threading.RLock()
+        self._responses: dict[str, Stored] = {}
+        self._stats = Stats()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def record_request(self, op: str, retry_count: str | None) -> None:
+        with self._lock:
+            self._stats.requests[op] += 1
+            if retry_count is not None and retry_count.strip().isdigit():
+                self._stats.max_retry_count_seen = max(self._stats.max_retry_count_seen, int(retry_count))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            self._sweep()
+            return self._stats.to_dict() | {"responses_live": len(self._responses)}
+
+    def reset(self) -> None:
+        """Forget responses, counters and per-request faults; per-run faults are restored."""
+        with self._lock:
+            self._responses.clear()
+            self._stats = Stats()
+            self.faults.replace(self._run_faults)
+
+    # -- operations -------------------------------------------------------------------------
+
+    def create(self, raw: bytes) -> Reply:
+        try:
+            req = json.loads(raw or b"null")
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+        problem = _invalid_create(req)
+        if problem:
+            return _error(400, problem, "invalid_request_error")
+        metadata = req.get("metadata") or {}
+        job_id = metadata.get("iipub_job_id")
+        with self._lock:
+            self._sweep()
+            refused = self._fire("create", job_id, (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED))
+            if refused:
+                return refused
+            content_faults = frozenset(self.faults.take("create", job_id, f.CONTENT_FAULTS))
+            self._stats.faults_fired.update(content_faults)
+            delivery = self._delivery("create", job_id)
+            now = self.clock.now()
+            stored = Stored(
+                id="resp_" + secrets.token_hex(24),
+                job_id=job_id,
+                created=now,
+                request=req,
+                faults=content_faults,
+                queued_s=self.queued_seconds,
+                in_progress_s=self.in_progress_seconds,
+            )
+            self._responses[stored.id] = stored
+            self._stats.creates_total += 1
+            if job_id is not None:
+                self._stats.creates_by_job[job_id] += 1
+            self._stats.create_metadata.append({str(k): str(v) for k, v in metadata.items()})
+            return Reply(200, self._render(stored, now), _ok_headers(), delivery)
+
+    def retrieve(self, response_id: str) -> Reply:
+        with self._lock:
+            stored = self._get(response_id)
+            job_id = stored.job_id if stored else None
+            refused = self._fire("retrieve", job_id, f.REFUSING_FAULTS, response_id)
+            if refused:
+                return refused
+            if stored is None:
+                return _not_found(response_id)
+            self._stats.retrieves_by_response[response_id] += 1
+            delivery = self._delivery("retrieve", job_id)
+            return Reply(200, self._render(stored, self.clock.now()), _ok_headers(), delivery)
+
+    def cancel(self, response_id: str) -> Reply:
+        with self._lock:
+            stored = self._get(response_id)
+            job_id = stored.job_id if stored else None
+            refused = self._fire("cancel", job_id, f.REFUSING_FAULTS, response_id)
+            if refused:
+                return refused
+            if stored is None:
+                return _not_found(response_id)
+            if not stored.request.get("background"):
+                return _error(400, "Only background responses can be cancelled.", "invalid_request_error")
+            now = self.clock.now()
+            status, _ = stored.status_at(now)
+            if status in ("queued", "in_progress"):
+                if self.faults.take_first("cancel", job_id, (f.CANCEL_RACE,)):
+                    self._stats.faults_fired[f.CANCEL_RACE] += 1
+                    stored.forced = (stored.natural_end, now)  # generation finished first
+                else:
+                    stored.forced = ("cancelled", now)
+                    self._stats.cancels += 1
+            elif status != "cancelled":
+                return _error(400, f"Cannot cancel a response with status '{status}'.", "invalid_request_error")
+            delivery = self._delivery("cancel", job_id)
+            return Reply(200, self._render(stored, now), _ok_headers(), delivery)
+
+    def delete(self, response_id: str) -> Reply:
+        with self._lock:
+            stored = self._get(response_id)
+            job_id = stored.job_id if stored else None
+            refused = self._fire("delete", job_id, f.REFUSING_FAULTS, response_id)
+            if refused:
+                return refused
+            if stored is None:
+                return _not_found(response_id)
+            del self._responses[response_id]
+            self._stats.deletes += 1
+            self._stats.deleted_ids.append(response_id)
+            delivery = self._delivery("delete", job_id)
+            return Reply(200, {"id": response_id, "object": "response", "deleted": True}, _ok_headers(), delivery)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _get(self, response_id: str) -> Stored | None:
+        """The live response, purging it if its retention has run out."""
+        stored = self._responses.get(response_id)
+        if stored is None:
+            return None
+        _, finished = stored.status_at(self.clock.now())
+        if finished is not None and self.clock.now() >= finished + self.retention_seconds:
+            del self._responses[response_id]
+            return None
+        return stored
+
+    def _sweep(self) -> None:
+        for response_id in list(self._responses):
+            self._get(response_id)
+
+    def _fire(self, op: str, job_id: str | None, names: tuple[str, ...], response_id: str = "") -> Reply | None:
+        fault = self.faults.take_first(op, job_id, names)
+        if fault is None:
+            return None
+        self._stats.faults_fired[fault] += 1
+        if fault == f.RATE_LIMIT:
+            return _error(
+                429,
+                "Rate limit reached for requests. Please try again in 2s.",
+                "requests",
+                code="rate_limit_exceeded",
+                headers={"retry-after": "2", "x-ratelimit-reset-requests": "2s", "x-ratelimit-remaining-requests": "0"},
+            )
+        if fault == f.SERVER_ERROR:
+            return _error(500, "The server had an error while processing your request.", "server_error")
+        if fault == f.UNAUTHORIZED:
+            return _error(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+        return _not_found(response_id)
+
+    def _delivery(self, op: str, job_id: str | None) -> str:
+        fault = self.faults.take_first(op, job_id, (f.DROP_AFTER_ACCEPT, f.SLOW))
+        if fault is None:
+            return "normal"
+        self._stats.faults_fired[fault] += 1
+        return "drop" if fault == f.DROP_AFTER_ACCEPT else "slow"
+
+    def _render(self, s: Stored, now: float) -> dict[str, Any]:
+        status, finished = s.status_at(now)
+        req = s.request
+        output: list[dict[str, Any]] = []
+        usage = None
+        input_tokens = max(1, (len(str(req.get("instructions") or "")) + len(json.dumps(req.get("input")))) // 4)
+        if status in ("completed", "incomplete"):
+            text = s.full_text(self.seed)
+            if status == "incomplete":
+                text = content.truncate(text)
+            output = [
+                {
+                    "type": "message",
+                    "id": s.message_id,
+                    "status": status,
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ]
+            out_tokens = max(1, len(text) // 4)
+            usage = _usage(input_tokens, out_tokens)
+        elif status == "failed":
+            usage = _usage(input_tokens, 0)
+        return {
+            "id": s.id,
+            "object": "response",
+            "created_at": int(self.clock.epoch(s.created)),
+            "status": status,
+            "background": bool(req.get("background")),
+            "completed_at": int(self.clock.epoch(finished)) if status == "completed" and finished else None,
+            "error": {"code": "server_error", "message": "The model failed to generate a response."}
+            if status == "failed"
+            else None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": req.get("instructions"),
+            "max_output_tokens": req.get("max_output_tokens"),
+            "model": req.get("model"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": req.get("store", True) is not False,
+            "temperature": req.get("temperature", 1.0),
+            "text": req.get("text") or {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": req.get("top_p", 1.0),
+            "truncation": "disabled",
+            "usage": usage,
+            "user": None,
+            "metadata": req.get("metadata") or {},
+        }
+
+
+def _invalid_create(req: Any) -> str | None:
+    if not isinstance(req, dict):
+        return "The request body must be a JSON object."
+    if not isinstance(req.get("model"), str) or not req["model"]:
+        return "Missing required parameter: 'model'."
+    if req.get("background") and req.get("store") is False:
+        return "Background mode requires store=true."
+    metadata = req.get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        return "Invalid type for 'metadata': expected an object."
+    if len(metadata) > _METADATA_MAX_KEYS:
+        return f"Invalid 'metadata': too many keys ({len(metadata)} > {_METADATA_MAX_KEYS})."
+    for key, value in metadata.items():
+        if len(key) > _METADATA_MAX_KEY:
+            return f"Invalid 'metadata': key longer than {_METADATA_MAX_KEY} characters."
+        if not isinstance(value, str) or len(value) > _METADATA_MAX_VALUE:
+            return f"Invalid 'metadata.{key}': values must be strings of at most {_METADATA_MAX_VALUE} characters."
+    return None
+
+
+def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": output_tokens // 5},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def _ok_headers() -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": "10000",
+        "x-ratelimit-remaining-requests": "9999",
+        "x-ratelimit-reset-requests": "6ms",
+        "x-ratelimit-limit-tokens": "10000000",
+        "x-ratelimit-remaining-tokens": "9990000",
+        "x-ratelimit-reset-tokens": "0s",
+    }
+
+
+def _not_found(response_id: str) -> Reply:
+    return _error(404, f"Response with id '{response_id}' not found.", "invalid_request_error")
+
+
+def _error(
+    status: int,
+    message: str,
+    type_: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return Reply(status, body, dict(headers or {}))
+
+
+def error_reply(status: int, message: str, type_: str = "invalid_request_error", code: str | None = None) -> Reply:
+    """An error in the API's envelope, for the HTTP layer (auth, routing, body size)."""
+    return _error(status, message, type_, code=code)

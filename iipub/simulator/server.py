@@ -1,0 +1,350 @@
+"""The simulator's HTTP side: a threaded stdlib server speaking the Responses API subset.
+
+Routes:
+  POST   /v1/responses                 create
+  GET    /v1/responses/{id}            retrieve
+  POST   /v1/responses/{id}/cancel     cancel
+  DELETE /v1/responses/{id}            delete
+  /_sim/...                            control (faults, clock, stats, reset) for tests and demos
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import secrets
+import socket
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+from .backend import Backend, Reply, error_reply
+from .faults import FaultRule, rule_from_dict
+
+_RESPONSE_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_\-]{1,200})(/cancel)?$")
+
+
+@dataclass(frozen=True)
+class SimulatorOptions:
+    queued_seconds: float = 2.0
+    in_progress_seconds: float = 5.0
+    retention_seconds: float = 600.0  # finished background responses then answer 404
+    time_scale: float = 1.0  # simulated seconds per real second
+    slow_seconds: float = 35.0  # real seconds; longer than a client's read timeout
+    seed: int | None = None
+    faults: tuple[FaultRule, ...] = ()  # per-run rules
+    log_requests: bool = False  # one line per API request on stderr
+    max_body_bytes: int = 8 * 1024 * 1024
+    idle_timeout_seconds: float = 60.0  # keep-alive connections idle longer are closed
+
+
+class Simulator:
+    """The simulator in a background thread. Binds loopback only unless told otherwise."""
+
+    def __init__(
+        self,
+        options: SimulatorOptions | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        allow_non_loopback: bool = False,
+    ) -> None:
+        self.options = options or SimulatorOptions()
+        if not allow_non_loopback and not is_loopback(host):
+            raise ConfigError(
+                f"refusing to bind the simulator to {host!r}: not a loopback address "
+                "(pass allow_non_loopback / --allow-non-loopback to override)"
+            )
+        o = self.options
+        if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds) < 0 or o.time_scale <= 0:
+            raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
+        self.host = host
+        self.port = port
+        self.backend = Backend(
+            queued_seconds=o.queued_seconds,
+            in_progress_seconds=o.in_progress_seconds,
+            retention_seconds=o.retention_seconds,
+            time_scale=o.time_scale,
+            seed=o.seed,
+            run_faults=tuple(o.faults),
+        )
+        self.stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> Simulator:
+        if self._server is not None:
+            return self
+        self._server = _Server((self.host, self.port), self)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="iipub-simulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.stopping.set()  # wakes handlers sleeping on a `slow` fault
+        server.shutdown()
+        server.close_connections()
+        server.server_close()  # joins the handler threads
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> Simulator:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def origin(self) -> str:
+        if self._server is None:
+            raise RuntimeError("simulator is not running")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use (OPENAI_BASE_URL)."""
+        return self.origin + "/v1"
+
+    # -- control ----------------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("the simulator clock only moves forward")
+        return self.backend.clock.advance(seconds)
+
+    def add_faults(self, rules: Iterable[FaultRule | Mapping[str, Any]]) -> None:
+        """Per-request rules: each fires once unless it says `times`."""
+        parsed = [r if isinstance(r, FaultRule) else rule_from_dict(r, default_times=1) for r in rules]
+        self.backend.faults.add(parsed)
+
+    def clear_faults(self) -> None:
+        self.backend.faults.clear()
+
+    def stats(self) -> dict[str, Any]:
+        return self.backend.stats()
+
+    def reset(self) -> None:
+        self.backend.reset()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = True  # server_close() joins handler threads
+
+    def __init__(self, address: tuple[str, int], sim: Simulator) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.sim = sim
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, conn: socket.socket, alive: bool) -> None:
+        with self._conns_lock:
+            (self._conns.add if alive else self._conns.discard)(conn)
+
+    def close_connections(self) -> None:
+        """Unblock handlers waiting on idle keep-alive connections so shutdown is prompt."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # clients hanging up is part of the job
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    server_version = "iipub-simulator"
+    sys_version = ""
+
+    def setup(self) -> None:
+        self.timeout = self.server.sim.options.idle_timeout_seconds
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # requests are logged in _dispatch when asked to
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        body = self._read_body()
+        if body is None:
+            return
+        if path.startswith("/_sim/"):
+            self._send(self._control(method, path, body))
+            return
+        op, response_id = _route(method, path)
+        if op is None:
+            known = path == "/v1/responses" or _RESPONSE_PATH.match(path)
+            status = 405 if known else 404
+            self._send(error_reply(status, f"Unknown request URL: {method} {path}."))
+            return
+        backend = self.server.sim.backend
+        backend.record_request(op, self.headers.get("x-stainless-retry-count"))
+        auth = self.headers.get("authorization", "")
+        if not auth.startswith("Bearer ") or not auth[len("Bearer ") :].strip():
+            reply = error_reply(401, "You didn't provide an API key.", code="invalid_api_key")
+        elif op == "create":
+            reply = backend.create(body)
+        elif op == "retrieve":
+            reply = backend.retrieve(response_id)
+        elif op == "cancel":
+            reply = backend.cancel(response_id)
+        else:
+            reply = backend.delete(response_id)
+        if self.server.sim.options.log_requests:
+            extra = "" if reply.delivery == "normal" else f" ({reply.delivery})"
+            print(f"{method} {path} -> {reply.status}{extra}", file=sys.stderr, flush=True)
+        self._deliver(reply)
+
+    def _deliver(self, reply: Reply) -> None:
+        if reply.delivery == "drop":
+            # The work is done, but the client never hears about it: its view is a
+            # connection closed mid-request, exactly the ambiguous case.
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        if reply.delivery == "slow":
+            if self.server.sim.stopping.wait(self.server.sim.options.slow_seconds):
+                self.close_connection = True
+                return
+        self._send(reply)
+
+    def _control(self, method: str, path: str, body: bytes) -> Reply:
+        sim = self.server.sim
+        try:
+            data = json.loads(body) if body else None
+        except ValueError:
+            return error_reply(400, "control body is not JSON")
+        try:
+            if path == "/_sim/faults" and method == "POST":
+                rules = data if isinstance(data, list) else [data]
+                parsed = [rule_from_dict(r, default_times=1) for r in rules]
+                sim.add_faults(parsed)
+                return Reply(200, {"added": len(parsed), "faults": sim.backend.faults.snapshot()})
+            if path == "/_sim/faults" and method == "GET":
+                return Reply(200, {"faults": sim.backend.faults.snapshot()})
+            if path == "/_sim/faults" and method == "DELETE":
+                sim.clear_faults()
+                return Reply(200, {"cleared": True})
+            if path == "/_sim/advance" and method == "POST":
+                seconds = (data or {}).get("seconds") if isinstance(data, dict) else None
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+                    return error_reply(400, '"seconds" must be a non-negative number')
+                return Reply(200, {"now": sim.advance(float(seconds))})
+            if path == "/_sim/stats" and method == "GET":
+                return Reply(200, sim.stats())
+            if path == "/_sim/reset" and method == "POST":
+                sim.reset()
+                return Reply(200, {"reset": True})
+            if path == "/_sim/health" and method == "GET":
+                return Reply(200, {"ok": True, "now": sim.backend.clock.now()})
+        except ConfigError as exc:
+            return error_reply(400, str(exc))
+        return error_reply(404, f"unknown control endpoint {method} {path}")
+
+    def _read_body(self) -> bytes | None:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            self.close_connection = True
+            self._send(error_reply(411, "Chunked request bodies are not supported."))
+            return None
+        try:
+            length = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.server.sim.options.max_body_bytes:
+            self.close_connection = True  # do not read what we refuse
+            self._send(error_reply(413, "Request body too large or malformed length."))
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, reply: Reply) -> None:
+        payload = json.dumps(reply.body, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("x-request-id", "req_" + _hex())
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            if self.close_connection:
+                self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(payload)
+        except OSError:
+            self.close_connection = True  # the client left; nothing to tell it
+
+
+def _route(method: str, path: str) -> tuple[str | None, str]:
+    if path == "/v1/responses":
+        return ("create", "") if method == "POST" else (None, "")
+    m = _RESPONSE_PATH.match(path)
+    if not m:
+        return None, ""
+    response_id, cancel = m.group(1), m.group(2)
+    if cancel:
+        return ("cancel", response_id) if method == "POST" else (None, "")
+    if method == "GET":
+        return "retrieve", response_id
+    if method == "DELETE":
+        return "delete", response_id
+    return None, ""
+
+
+def _hex() -> str:
+    return secrets.token_hex(12)

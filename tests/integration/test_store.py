@@ -1,0 +1,218 @@
+"""The fenced write path against a real database (SQLite, or MariaDB with IIPUB_TEST_MYSQL_URL)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+import sqlalchemy as sa
+from freezegun import freeze_time
+from sqlalchemy import event
+
+from iipub import db
+from iipub.config import settings_from_dict
+from iipub.errors import IllegalTransition, LeaseLost
+from iipub.states import State
+from iipub.store import Store
+
+DAY = dt.date(2026, 11, 29)
+PRODUCT = settings_from_dict({}).products["daily-brief"]
+
+
+def _rows(engine: sa.Engine, table: sa.Table) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(table)).mappings()]
+
+
+def _scheduled(engine: sa.Engine, worker: str = "w1", lease: float = 60) -> tuple[Store, str]:
+    store = Store(engine, worker, lease)
+    assert store.schedule(PRODUCT, DAY)
+    return store, _rows(engine, db.jobs)[0]["id"]
+
+
+def test_01_schedule_creates_uuid_job_in_no_job(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.get(job_id)
+    assert job.state == State.NO_JOB and job.version == 1 and len(job.id) == 36
+    assert [e.to_state for e in store.events(job_id)] == ["NO_JOB"]
+
+
+def test_11_scheduling_the_same_slot_twice_concurrently_yields_one_job(engine: sa.Engine) -> None:
+    stores = [Store(engine, f"w{i}") for i in range(6)]
+    barrier = threading.Barrier(len(stores))
+    results: list[bool] = []
+
+    def go(s: Store) -> None:
+        barrier.wait()
+        results.append(s.schedule(PRODUCT, DAY))
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 5 + [True]
+    assert len(_rows(engine, db.jobs)) == 1
+    assert len(_rows(engine, db.job_events)) == 1
+    assert stores[0].schedule(PRODUCT, DAY) is False
+
+
+def test_two_connections_race_to_lease_exactly_one_wins(db_url: str, engine: sa.Engine) -> None:
+    _, job_id = _scheduled(engine)
+    engines = [db.make_engine(db_url) for _ in range(2)]
+    try:
+        stores = [Store(e, f"racer{i}") for i, e in enumerate(engines)]
+        barrier = threading.Barrier(2)
+        won: dict[str, object] = {}
+
+        def go(s: Store) -> None:
+            barrier.wait()
+            won[s.worker] = s.acquire_lease(job_id, 1)
+
+        threads = [threading.Thread(target=go, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [w for w, j in won.items() if j is not None]
+        assert len(winners) == 1
+        row = _rows(engine, db.jobs)[0]
+        assert row["lease_owner"] == winners[0] and row["version"] == 2
+    finally:
+        for e in engines:
+            e.dispose()
+
+
+def test_12_stale_version_write_is_rejected_and_changes_nothing(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    moved = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open")
+    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+    with pytest.raises(LeaseLost):
+        store.transition(job, State.CREATE_ELIGIBLE, reason="stale")  # job.version is stale
+    assert _rows(engine, db.jobs) == before_rows
+    assert _rows(engine, db.job_events) == before_events
+    assert moved.version == before_rows[0]["version"] == 3
+
+
+def test_failure_after_update_before_commit_leaves_nothing(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+
+    def boom(conn: sa.Connection) -> None:
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.transition(job, State.CREATE_ELIGIBLE, reason="window_open", extra=boom)
+    assert _rows(engine, db.jobs) == before_rows
+    assert _rows(engine, db.job_events) == before_events
+
+
+def test_illegal_edge_raises_before_any_sql(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        with pytest.raises(IllegalTransition):
+            store.transition(job, State.PUBLISHED, reason="skip ahead")
+        with pytest.raises(IllegalTransition):  # operator-only edge, taken by a worker
+            store.transition(job, State.MANUALLY_SUSPENDED, reason="not an operator")
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert statements == []
+
+
+def test_15_lease_expiry_follows_database_time(engine: sa.Engine) -> None:
+    a, job_id = _scheduled(engine, "A", lease=60)
+    b = Store(engine, "B", 60)
+    job_a = a.acquire_lease(job_id, 1)
+    assert job_a is not None
+    # 14: a live lease is never taken, whatever version B saw.
+    assert b.acquire_lease(job_id, job_a.version) is None
+    db.advance_clock(engine, 30)
+    assert b.acquire_lease(job_id, job_a.version) is None
+    db.advance_clock(engine, 31)
+    job_b = b.acquire_lease(job_id, job_a.version)
+    assert job_b is not None and job_b.lease_owner == "B"
+    # A wakes up after its lease expired: its write is fenced out.
+    with pytest.raises(LeaseLost):
+        a.transition(job_a, State.CREATE_ELIGIBLE, reason="late")
+    b.transition(job_b, State.CREATE_ELIGIBLE, reason="window_open")
+    events = a.events(job_id)
+    assert [(e.to_state, e.worker) for e in events] == [("NO_JOB", "A"), ("CREATE_ELIGIBLE", "B")]
+
+
+@pytest.mark.parametrize("skew", [dt.timedelta(hours=-5), dt.timedelta(hours=7)])
+def test_48_host_clock_skew_changes_no_lease_decision(engine: sa.Engine, skew: dt.timedelta) -> None:
+    a, job_id = _scheduled(engine, "A")
+    b = Store(engine, "B")
+    with freeze_time(dt.datetime.now(dt.UTC) + skew):
+        job = a.acquire_lease(job_id, 1)
+        assert job is not None
+        assert b.acquire_lease(job_id, job.version) is None
+        with engine.connect() as conn:
+            db_now = db.read_now(conn)
+    assert abs((db_now - dt.datetime.now(dt.UTC).replace(tzinfo=None)).total_seconds()) < 60
+
+
+def test_version_increases_on_every_write_and_journal_follows(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    job = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open", keep_lease=True)
+    job = store.transition(job, State.CREATE_IN_FLIGHT, reason="dispatch",
+                           changes={"generation_attempts": 1}, keep_lease=True)
+    row = _rows(engine, db.jobs)[0]
+    assert row["version"] == job.version == 4
+    assert row["lease_owner"] == store.worker and row["generation_attempts"] == 1
+    versions = [e.version for e in store.events(job_id)]
+    assert versions == sorted(versions) and versions[-1] == 4
+
+
+def test_release_gives_the_lease_back(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None and store.release(job)
+    assert _rows(engine, db.jobs)[0]["lease_owner"] is None
+    assert Store(engine, "other").acquire_lease(job_id, job.version + 1) is not None
+
+
+def test_suspended_job_is_never_leased_by_a_worker(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    op = Store(engine, "operator:alice")
+    job = op.acquire_lease(job_id, 1, operator=True)
+    assert job is not None
+    job = op.transition(job, State.MANUALLY_SUSPENDED, reason="suspend", operator=True,
+                        changes={"suspended_from": "NO_JOB"})
+    db.advance_clock(engine, 3600 * 24)
+    assert store.due_candidates(10) == []
+    assert store.acquire_lease(job_id, job.version) is None
+
+
+@pytest.mark.mysql
+def test_mysql_rowcount_counts_matched_rows(engine: sa.Engine) -> None:
+    """The fence relies on rowcount == matched rows (CLIENT_FOUND_ROWS), even when an
+    UPDATE changes nothing."""
+    store, job_id = _scheduled(engine)
+    with engine.begin() as conn:
+        res = conn.execute(db.jobs.update().where(db.jobs.c.id == job_id).values(product=PRODUCT.name))
+        assert res.rowcount == 1
+        res = conn.execute(db.jobs.update().where(db.jobs.c.id == "nope").values(product="x"))
+        assert res.rowcount == 0
+
+
+@pytest.mark.mysql
+def test_mysql_session_is_read_committed(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        level = conn.exec_driver_sql("SELECT @@tx_isolation").scalar()
+    assert level == "READ-COMMITTED"

@@ -1,0 +1,80 @@
+"""Properties of the transition table, checked the way a state-machine library checks
+its definition when it is built."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from iipub import states
+from iipub.states import EDGES, State
+
+
+def _reachable(start: State, *, operator: bool = True) -> set[State]:
+    seen, todo = {start}, deque([start])
+    while todo:
+        for nxt in states.successors(todo.popleft(), operator=operator):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_there_are_exactly_18_states() -> None:
+    assert len(State) == 18
+
+
+def test_no_exits_from_terminal_states() -> None:
+    for e in EDGES:
+        assert e.src not in states.TERMINAL, e
+
+
+def test_every_state_reachable_from_no_job() -> None:
+    assert _reachable(State.NO_JOB) == set(State)
+
+
+def test_happy_path_needs_no_operator() -> None:
+    assert State.DELETED in _reachable(State.NO_JOB, operator=False)
+
+
+def test_every_non_terminal_state_can_reach_terminal_or_quarantine() -> None:
+    for s in State:
+        if s in states.TERMINAL:
+            continue
+        reach = _reachable(s) - {s}
+        assert reach & (states.TERMINAL | {State.QUARANTINED}), s
+
+
+def test_operator_only_edges_are_marked() -> None:
+    ops = {(e.src, e.dst) for e in EDGES if e.operator}
+    # Every way out of quarantine and out of suspension needs an operator.
+    assert all(e.operator for e in EDGES if e.src in (State.QUARANTINED, State.MANUALLY_SUSPENDED))
+    assert (State.QUARANTINED, State.CREATE_ELIGIBLE) in ops
+    assert not states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE)
+    assert states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE, operator=True)
+    # Suspension is only ever an operator action.
+    assert all(e.operator for e in EDGES if e.dst == State.MANUALLY_SUSPENDED)
+
+
+def test_edges_are_declared_once() -> None:
+    pairs = [(e.src, e.dst) for e in EDGES]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_money_edges() -> None:
+    # The only way into CREATE_IN_FLIGHT is from CREATE_ELIGIBLE (where the budget is charged).
+    assert {e.src for e in EDGES if e.dst == State.CREATE_IN_FLIGHT} == {State.CREATE_ELIGIBLE}
+    # An in-flight create never goes straight to a second create attempt except via refusal.
+    assert states.successors(State.CREATE_IN_FLIGHT, operator=False) == {
+        State.ACCEPTED, State.CREATE_ELIGIBLE, State.QUARANTINED,
+    }
+    # Publication needs custody: no edge reaches SAVED_NOT_PUBLIC except from a composed payload.
+    # (resuming a suspended job returns it to where it was, which may be SAVED_NOT_PUBLIC.)
+    assert {e.src for e in EDGES if e.dst == State.SAVED_NOT_PUBLIC and not e.operator} == {
+        State.COMPOSED_NOT_SAVED
+    }
+
+
+def test_suspended_and_parked_never_worked_by_reconcile() -> None:
+    assert State.MANUALLY_SUSPENDED not in states.ACTIVE
+    assert State.QUARANTINED not in states.ACTIVE
+    assert State.SAVED_NOT_PUBLIC not in states.ACTIVE  # the relay's
