@@ -28,8 +28,8 @@ _HINT_HEADERS = (
 
 # Go's time.Duration text form as OpenAI sends it: "1s", "6m0s", "20ms", "1m30.5s", "1h2m3s".
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DECIMAL = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+_GO_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
 
 
 def delay_from_headers(headers: Mapping[str, str], now: dt.datetime | None = None) -> float | None:

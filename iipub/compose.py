@@ -100,7 +100,11 @@ def artifact_from_document(doc: Any) -> Artifact:
             raise ValueError(f"artifact items[{i}] needs headline, summary and sources")
         srcs = []
         for j, src in enumerate(sources):
-            if not isinstance(src, Mapping) or not isinstance(src.get("title"), str) or not isinstance(src.get("url"), str):
+            if (
+                not isinstance(src, Mapping)
+                or not isinstance(src.get("title"), str)
+                or not isinstance(src.get("url"), str)
+            ):
                 raise ValueError(f"artifact items[{i}].sources[{j}] needs title and url strings")
             srcs.append({"title": src["title"], "url": src["url"]})
         clean.append({"headline": headline, "summary": summary, "sources": srcs})

@@ -39,6 +39,7 @@ jobs = sa.Table(
     sa.Column("lease_expiry", Time),
     sa.Column("generation_attempts", sa.Integer, nullable=False),
     sa.Column("poll_count", sa.Integer, nullable=False),
+    sa.Column("retry_count", sa.Integer, nullable=False),
     sa.Column("response_id", sa.String(128)),
     sa.Column("config_fingerprint", sa.String(64)),
     sa.Column("payload", LongText),

@@ -12,3 +12,10 @@ from .store import Store
 def schedule_day(store: Store, products: Iterable[Product], day: dt.date, *, backfill: bool = False) -> dict[str, bool]:
     """Create each product's slot for `day`; returns product -> created (False: already present)."""
     return {p.name: store.schedule(p, day, backfill=backfill) for p in products}
+
+
+def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date) -> int:
+    """Schedule `day`'s missing slots (a cheap read first, so a steady tick writes nothing)."""
+    wanted = [p for p in products]
+    present = {j.product for j in store.list_jobs(day=day, limit=len(wanted) * 4 + 10)}
+    return sum(store.schedule(p, day) for p in wanted if p.name not in present)

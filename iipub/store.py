@@ -36,7 +36,7 @@ E = db.job_events
 PUBLIC_FIELDS = (
     "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
     "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
-    "config_fingerprint", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
+    "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
     "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
     "last_error", "created_at", "updated_at", "state_entered_at",
 )
@@ -61,6 +61,7 @@ class Job:
     lease_expiry: dt.datetime | None
     generation_attempts: int
     poll_count: int
+    retry_count: int
     response_id: str | None
     config_fingerprint: str | None
     payload: str | None
@@ -222,7 +223,7 @@ class Store:
                         id=job_id, product=product.name, edition_date=day, state=State.NO_JOB.value,
                         version=1, priority=product.priority + (1000 if backfill else 0),
                         is_backfill=backfill, opens_at=opens, next_attempt_at=opens,
-                        generation_attempts=0, poll_count=0, input_tokens=0, output_tokens=0,
+                        generation_attempts=0, poll_count=0, retry_count=0, input_tokens=0, output_tokens=0,
                         total_tokens=0, kill_requested=False, created_at=now, updated_at=now,
                         state_entered_at=now,
                     )

@@ -30,8 +30,19 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Names that never resolve on the public internet (RFC 6761, 6762, 7686, 8375, 9476 and
 # common private conventions).
 _PRIVATE_SUFFIXES = (
-    "localhost", "local", "internal", "lan", "home", "test", "invalid", "example", "onion",
-    "localdomain", "arpa", "corp", "alt",
+    "localhost",
+    "local",
+    "internal",
+    "lan",
+    "home",
+    "test",
+    "invalid",
+    "example",
+    "onion",
+    "localdomain",
+    "arpa",
+    "corp",
+    "alt",
 )
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _TLD = re.compile(r"^(?:[a-z]{2,63}|xn--[a-z0-9-]{1,59})$")

@@ -387,7 +387,7 @@ def _invalid_create(req: Any) -> str | None:
 def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": output_tokens // 5},
         "total_tokens": input_tokens + output_tokens,

@@ -85,7 +85,9 @@ class Simulator:
             return self
         self._server = _Server((self.host, self.port), self)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="iipub-simulator", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="iipub-simulator", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -39,10 +39,13 @@ class Event:
             if f.name not in payload:
                 raise ValueError(f"event payload lacks {f.name!r}")
             value = payload[f.name]
-            expected = dict if f.name == "artifact" else str
-            if not isinstance(value, Mapping if expected is dict else str):
-                raise ValueError(f"event payload field {f.name!r} must be a {expected.__name__}")
-            values[f.name] = dict(value) if expected is dict else value
+            if f.name == "artifact":
+                if not isinstance(value, Mapping):
+                    raise ValueError("event payload field 'artifact' must be an object")
+                value = dict(value)
+            elif not isinstance(value, str):
+                raise ValueError(f"event payload field {f.name!r} must be a string")
+            values[f.name] = value
         return cls(**values)
 
     def to_payload(self) -> dict[str, Any]:

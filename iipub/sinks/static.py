@@ -199,8 +199,10 @@ def render_feed(editions: list[Artifact], product: str, lang: str, site_title: s
     prefix = f"{base_url}/{product}/{lang}/" if base_url else ""  # relative links resolve against the feed
     entries = []
     for art in editions[:FEED_ENTRIES]:
-        href = f"{base_url}/{product}/{art.edition_date}/{lang}.html" if base_url else f"../{art.edition_date}/{lang}.html"
-        content = f'<p>{_h(art.summary)}</p><ol>{_items_html(art)}</ol>'
+        href = (
+            f"{base_url}/{product}/{art.edition_date}/{lang}.html" if base_url else f"../{art.edition_date}/{lang}.html"
+        )
+        content = f"<p>{_h(art.summary)}</p><ol>{_items_html(art)}</ol>"
         entries.append(
             "  <entry>\n"
             f"    <id>{_x(f'urn:iipub:{product}:{lang}:{art.edition_date}')}</id>\n"
@@ -272,11 +274,9 @@ def _ensure_dir(path: Path) -> None:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so readers see the old or the new file, never a mix."""
-    try:
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
         if path.read_bytes() == data:
             return  # already published: leave the file (and its mtime) alone
-    except FileNotFoundError:
-        pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -125,32 +125,50 @@ CASES: list[Any] = [
         "schema: en.items: List should have at most 3 items",
         id="too-many",
     ),
-    pytest.param(lambda d: d["en"]["items"][0].update(image="x"), "schema: en.items[0].image: Extra inputs", id="extra-key"),
+    pytest.param(
+        lambda d: d["en"]["items"][0].update(image="x"), "schema: en.items[0].image: Extra inputs", id="extra-key"
+    ),
     pytest.param(lambda d: d["en"].update(title=""), "schema: en.title:", id="empty-title"),
     pytest.param(lambda d: d["en"].update(title=7), "schema: en.title:", id="title-not-string"),
+    pytest.param(lambda d: d["en"]["items"][0].update(sources=[]), "schema: en.items[0].sources:", id="no-sources"),
     pytest.param(
-        lambda d: d["en"]["items"][0].update(sources=[]), "schema: en.items[0].sources:", id="no-sources"
+        set_url("javascript:alert(1)"), "bad_url: en.items[1].sources[0]: scheme 'javascript'", id="javascript"
     ),
-    pytest.param(set_url("javascript:alert(1)"), "bad_url: en.items[1].sources[0]: scheme 'javascript'", id="javascript"),
-    pytest.param(set_url("data:text/html,<script>x</script>"), "bad_url: en.items[1].sources[0]: scheme 'data'", id="data"),
+    pytest.param(
+        set_url("data:text/html,<script>x</script>"), "bad_url: en.items[1].sources[0]: scheme 'data'", id="data"
+    ),
     pytest.param(set_url("ftp://ftp.reuters.com/x"), "bad_url:", id="ftp"),
     pytest.param(set_url("//www.reuters.com/x"), "bad_url:", id="scheme-relative"),
-    pytest.param(set_url("http://localhost/admin"), "bad_url: en.items[1].sources[0]: host 'localhost' is not public", id="localhost"),
+    pytest.param(
+        set_url("http://localhost/admin"),
+        "bad_url: en.items[1].sources[0]: host 'localhost' is not public",
+        id="localhost",
+    ),
     pytest.param(set_url("http://api.localhost/"), "bad_url:", id="dot-localhost"),
     pytest.param(set_url("http://printer.local/"), "bad_url:", id="mdns"),
     pytest.param(set_url("http://db.internal/"), "bad_url:", id="internal"),
     pytest.param(set_url("http://a.onion/"), "bad_url:", id="onion"),
-    pytest.param(set_url("http://127.0.0.1/"), "bad_url: en.items[1].sources[0]: host '127.0.0.1' is an IP address", id="ipv4"),
+    pytest.param(
+        set_url("http://127.0.0.1/"), "bad_url: en.items[1].sources[0]: host '127.0.0.1' is an IP address", id="ipv4"
+    ),
     pytest.param(set_url("http://[::1]/"), "bad_url: en.items[1].sources[0]: host '[::1]' is an IP address", id="ipv6"),
-    pytest.param(set_url("http://2130706433/"), "bad_url: en.items[1].sources[0]: host '2130706433' is an IP", id="decimal-ip"),
+    pytest.param(
+        set_url("http://2130706433/"), "bad_url: en.items[1].sources[0]: host '2130706433' is an IP", id="decimal-ip"
+    ),
     pytest.param(set_url("http://0x7f000001/"), "bad_url:", id="hex-ip"),
     pytest.param(set_url("http://127.1/"), "bad_url:", id="short-ip"),
     pytest.param(set_url("http://0177.0.0.1/"), "bad_url:", id="octal-ip"),
-    pytest.param(set_url("https://example.com/a"), "bad_url: en.items[1].sources[0]: host 'example.com'", id="example-com"),
+    pytest.param(
+        set_url("https://example.com/a"), "bad_url: en.items[1].sources[0]: host 'example.com'", id="example-com"
+    ),
     pytest.param(set_url("https://foo.example.org/a"), "bad_url:", id="sub-example-org"),
     pytest.param(set_url("https://example.co.uk/a"), "bad_url:", id="example-cctld"),
-    pytest.param(set_url("http://intranet/"), "bad_url: en.items[1].sources[0]: host 'intranet' is not public", id="no-dot"),
-    pytest.param(set_url("https://user:pw@www.reuters.com/"), "bad_url: en.items[1].sources[0]: userinfo", id="userinfo"),
+    pytest.param(
+        set_url("http://intranet/"), "bad_url: en.items[1].sources[0]: host 'intranet' is not public", id="no-dot"
+    ),
+    pytest.param(
+        set_url("https://user:pw@www.reuters.com/"), "bad_url: en.items[1].sources[0]: userinfo", id="userinfo"
+    ),
     pytest.param(set_url("https://www.reuters.com@evil.com/"), "bad_url:", id="userinfo-lookalike"),
     pytest.param(set_url("https://evil.com\\@www.reuters.com/"), "bad_url:", id="backslash"),
     pytest.param(set_url("https://www.reu ters.com/"), "bad_url:", id="space"),
@@ -171,8 +189,12 @@ CASES: list[Any] = [
         id="bidi-override",
     ),
     pytest.param(lambda d: d["es"].update(summary="a\u2066b"), "control_chars: es.summary (U+2066)", id="bidi-isolate"),
-    pytest.param(lambda d: d["es"].update(title="a\ud83db"), "control_chars: es.title (U+D83D)", id="escaped-surrogate"),
-    pytest.param(lambda d: d["es"].update(title=d["en"]["title"]), "same_text: en and es titles are identical", id="same-title"),
+    pytest.param(
+        lambda d: d["es"].update(title="a\ud83db"), "control_chars: es.title (U+D83D)", id="escaped-surrogate"
+    ),
+    pytest.param(
+        lambda d: d["es"].update(title=d["en"]["title"]), "same_text: en and es titles are identical", id="same-title"
+    ),
     pytest.param(
         lambda d: d["es"].update(summary="  " + d["en"]["summary"].upper() + " "),
         "same_text: en and es summaries are identical",

@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_expiry        DATETIME(6)  NULL,
     generation_attempts INT          NOT NULL,       -- paid creates (money)
     poll_count          INT          NOT NULL,       -- observations of the current response
+    retry_count         INT          NOT NULL,       -- consecutive transient failures of the current step (backoff)
     response_id         VARCHAR(128) NULL,
     config_fingerprint  CHAR(64)     NULL,
     payload             LONGTEXT     NULL,           -- the provider output, once in custody

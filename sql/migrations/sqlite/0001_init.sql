@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_expiry        DATETIME     NULL,
     generation_attempts INTEGER      NOT NULL,
     poll_count          INTEGER      NOT NULL,
+    retry_count         INTEGER      NOT NULL,
     response_id         VARCHAR(128) NULL,
     config_fingerprint  VARCHAR(64)  NULL,
     payload             TEXT         NULL,

@@ -1,0 +1,47 @@
+"""The two cron commands: `iipub reconcile` and `iipub relay`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import reconcile, relay
+from .common import App, pass_app
+
+
+@click.command("reconcile")
+@click.option("--tick-seconds", type=click.FloatRange(1, 3600), help="Override reconcile.tick_seconds.")
+@pass_app
+def reconcile_command(app: App, tick_seconds: float | None) -> None:
+    """The cron command: one bounded sweep that advances every due job as far as is safe.
+
+    Checks the configuration (including OPENAI_API_KEY) before any lease is taken, then
+    exits. Prints a one-line JSON summary to stdout; transitions are logged to stderr.
+    """
+    settings = app.settings
+    settings.require_api_key()
+    if tick_seconds is not None:
+        from dataclasses import replace
+
+        settings = replace(settings, reconcile=replace(settings.reconcile, tick_seconds=tick_seconds))
+    report = reconcile.run(settings, app.engine())
+    click.echo(json.dumps(report.summary(), sort_keys=True))
+
+
+@click.command("relay")
+@click.option("--prune", is_flag=True, help="Instead of delivering, delete published outbox rows older than "
+              "relay.prune_after_days (in primary-key batches).")
+@pass_app
+def relay_command(app: App, prune: bool) -> None:
+    """The second cron command: deliver due outbox events to every configured sink, then exit."""
+    settings = app.settings
+    engine = app.engine()
+    if prune:
+        from ..outbox import Outbox
+
+        n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
+        click.echo(json.dumps({"pruned": n}))
+        return
+    report = relay.run(settings, engine)
+    click.echo(json.dumps(report.__dict__, sort_keys=True))

@@ -1,0 +1,127 @@
+"""`iipub simulator`: run the local Responses API simulator until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from ..errors import ConfigError
+from ..simulator import Simulator, SimulatorOptions
+from ..simulator.faults import ALLOWED_OPS, DESCRIPTIONS, FAULTS, FaultRule, parse_fault_spec
+
+_FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
+
+
+def _parse_faults(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[FaultRule, ...]:
+    try:
+        return tuple(parse_fault_spec(v) for v in values)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+@click.command(
+    "simulator",
+    epilog="\b\nFaults [ops they apply to; the first is the default]:\n" + _FAULT_HELP,
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback only by default).")
+@click.option("--port", default=8089, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option(
+    "--allow-non-loopback",
+    is_flag=True,
+    help="Allow binding a non-loopback address. The simulator has no real authentication.",
+)
+@click.option("--queued-seconds", default=2.0, show_default=True, type=click.FloatRange(min=0),
+              help="Simulated seconds a new response stays 'queued'.")
+@click.option("--in-progress-seconds", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="Simulated seconds it then stays 'in_progress' before finishing.")
+@click.option("--retention-seconds", default=600.0, show_default=True, type=click.FloatRange(min=0),
+              help="Simulated seconds a finished response stays retrievable before answering 404.")
+@click.option("--time-scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Simulated seconds per real second (e.g. 60 makes a minute pass every second).")
+@click.option("--slow-seconds", default=35.0, show_default=True, type=click.FloatRange(min=0),
+              help="Real seconds the 'slow' fault holds an answer back.")
+@click.option("--seed", type=int, default=None, help="Seed for fault probabilities and generated text.")
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    callback=_parse_faults,
+    metavar="NAME[@OP][:PROBABILITY]",
+    help="Inject a fault into every matching request for the whole run (repeatable). "
+    "OP is create, retrieve, cancel or delete; PROBABILITY defaults to 1.",
+)
+@click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the bound port to this file once listening.")
+@click.option("--log-requests/--no-log-requests", default=True, show_default=True,
+              help="Log one line per API request to stderr.")
+def simulator_command(
+    host: str,
+    port: int,
+    allow_non_loopback: bool,
+    queued_seconds: float,
+    in_progress_seconds: float,
+    retention_seconds: float,
+    time_scale: float,
+    slow_seconds: float,
+    seed: int | None,
+    faults: tuple[FaultRule, ...],
+    port_file: Path | None,
+    log_requests: bool,
+) -> None:
+    """Serve a local imitation of the OpenAI Responses API for tests and demos.
+
+    It speaks POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel and
+    DELETE /v1/responses/{id} with the official SDK's wire shapes, moves each response through
+    queued -> in_progress -> completed, forgets it after the retention period, and counts every
+    request. Point OPENAI_BASE_URL at the printed URL. Control endpoints under /_sim/ add faults
+    (POST/DELETE /_sim/faults), move the clock (POST /_sim/advance), report counts
+    (GET /_sim/stats) and start over (POST /_sim/reset).
+    """
+    options = SimulatorOptions(
+        queued_seconds=queued_seconds,
+        in_progress_seconds=in_progress_seconds,
+        retention_seconds=retention_seconds,
+        time_scale=time_scale,
+        slow_seconds=slow_seconds,
+        seed=seed,
+        faults=faults,
+        log_requests=log_requests,
+    )
+    try:
+        sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)
+        sim.start()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+    done = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if port_file is not None:
+            tmp = port_file.with_name(port_file.name + ".tmp")
+            tmp.write_text(f"{sim.port}\n", encoding="utf-8")
+            os.replace(tmp, port_file)  # readers never see a half-written file
+        click.echo(f"iipub simulator listening on {sim.url}")
+        sys.stdout.flush()
+        while not done.wait(1.0):
+            pass
+    finally:
+        sim.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo("iipub simulator stopped", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m iipub.cli.simulator_cmd`
+    simulator_command()

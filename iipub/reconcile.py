@@ -1,0 +1,366 @@
+"""`iipub reconcile`: one bounded sweep that moves every due job as far as is safe.
+
+Select due jobs (best first), lease each by primary key, run its steps with a bounded
+pool of threads (provider calls for different jobs overlap; each job's writes stay
+fenced), and stop taking new work at the tick deadline. Every step's decision comes
+from `handlers`; this module only does the I/O around them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+import structlog
+
+from . import compose, db, handlers, outbox, scheduling, validate
+from .config import Product, Settings
+from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
+from .handlers import Decision
+from .provider import CreateRequest, Observed, Provider
+from .states import POLLING, State
+from .store import Job, Store, new_worker_id
+
+log = structlog.get_logger("iipub.reconcile")
+
+
+@dataclass
+class TickReport:
+    worker: str
+    leased: int = 0
+    taken: int = 0
+    contention: int = 0
+    lease_lost: int = 0
+    errors: int = 0
+    creates: int = 0
+    held_back: int = 0
+    transitions: Counter[str] = field(default_factory=Counter)
+    stopped_at_deadline: bool = False
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, object]:
+        d = dataclasses.asdict(self)
+        d["transitions"] = dict(self.transitions)
+        return d
+
+
+class Tick:
+    """State shared by the threads of one sweep."""
+
+    def __init__(self, settings: Settings, store: Store, provider: Provider, deadline: float,
+                 rng: random.Random) -> None:
+        self.settings = settings
+        self.store = store
+        self.provider = provider
+        self.deadline = deadline
+        self.rng = rng
+        self.report = TickReport(worker=store.worker)
+        self._lock = threading.Lock()
+        self._cooldown_until = 0.0
+        self._in_flight = store.count_in_flight()
+
+    def past_deadline(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def cooling(self) -> bool:
+        return time.monotonic() < self._cooldown_until
+
+    def cool_down(self, seconds: float) -> None:
+        # One 429 stops provider calls for the rest of the tick: no stampede.
+        with self._lock:
+            self._cooldown_until = max(self._cooldown_until, self.deadline, time.monotonic() + seconds)
+
+    def admit_create(self) -> bool:
+        with self._lock:
+            if self._in_flight >= self.settings.reconcile.max_in_flight:
+                self.report.held_back += 1
+                return False
+            self._in_flight += 1
+            self.report.creates += 1
+            return True
+
+    def count(self, attr: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self.report, attr, getattr(self.report, attr) + n)
+
+    def counted(self, to: State) -> None:
+        with self._lock:
+            self.report.transitions[to.value] += 1
+
+
+def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
+        worker: str | None = None, rng: random.Random | None = None) -> TickReport:
+    """One sweep. Refuses to touch any job without an API key."""
+    api_key = settings.require_api_key()
+    started = time.monotonic()
+    store = Store(engine, worker or new_worker_id("reconcile"), settings.reconcile.lease_seconds)
+    own_provider = provider is None
+    provider = provider or Provider(settings.provider, api_key)
+    try:
+        tick = Tick(settings, store, provider, started + settings.reconcile.tick_seconds, rng or random.Random())
+        _ensure_today(settings, store)
+        _sweep(tick)
+    finally:
+        if own_provider:
+            provider.close()
+    tick.report.seconds = round(time.monotonic() - started, 3)
+    log.info("tick_done", **tick.report.summary())
+    return tick.report
+
+
+def _ensure_today(settings: Settings, store: Store) -> None:
+    with store.engine.connect() as conn:
+        today = db.read_now(conn).date()
+    scheduling.ensure_scheduled(store, settings.products.values(), today)
+
+
+def _sweep(tick: Tick) -> None:
+    s = tick.settings.reconcile
+    handled: set[str] = set()
+    with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
+        while not tick.past_deadline():
+            batch = [c for c in tick.store.due_candidates(s.batch_size + len(handled)) if c[0] not in handled]
+            if not batch:
+                break
+            futures = []
+            for job_id, version, _state in batch:
+                if tick.past_deadline():
+                    tick.report.stopped_at_deadline = True
+                    break
+                handled.add(job_id)
+                futures.append(pool.submit(_handle, tick, job_id, version))
+                # Keep the queue short so the deadline check stays meaningful.
+                while sum(not f.done() for f in futures) >= s.concurrency * 2:
+                    wait(futures, timeout=0.05, return_when="FIRST_COMPLETED")
+            wait(futures)
+
+
+def _handle(tick: Tick, job_id: str, version: int) -> None:
+    store = tick.store
+    try:
+        job = store.acquire_lease(job_id, version)
+    except Contention:
+        tick.count("contention")
+        return
+    if job is None:
+        tick.count("taken")
+        return
+    tick.count("leased")
+    bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
+    try:
+        _drive(tick, job)
+    except LeaseLost as exc:
+        tick.count("lease_lost")
+        bound.warning("lease_lost", error=str(exc))
+    except Contention as exc:
+        tick.count("contention")
+        bound.warning("contention", error=str(exc))
+        _release_quietly(store, job_id)
+    except DatabaseUnavailable as exc:
+        tick.count("errors")
+        bound.error("database_unavailable", error=str(exc))
+    except Exception as exc:  # a bug in one job must not stop the sweep
+        tick.count("errors")
+        bound.exception("job_failed", error=str(exc))
+        _release_quietly(store, job_id)
+
+
+def _release_quietly(store: Store, job_id: str) -> None:
+    try:
+        job = store.get(job_id)
+        if job.lease_owner == store.worker:
+            store.release(job)
+    except Exception:  # best effort: the lease expires on its own anyway
+        log.warning("release_failed", job_id=job_id)
+
+
+def _apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], None] | None = None) -> Job:
+    # A dispatch always keeps its lease: the POST follows, deadline or not, and a free
+    # CREATE_IN_FLIGHT row would look like a crashed worker to the next tick.
+    go_on = d.to == State.CREATE_IN_FLIGHT or (d.go_on and not tick.past_deadline())
+    new = tick.store.transition(
+        job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay,
+        keep_lease=go_on, extra=extra,
+    )
+    tick.counted(d.to)
+    if d.cooldown is not None:
+        tick.cool_down(d.cooldown)
+    return new
+
+
+def _drive(tick: Tick, job: Job) -> None:
+    """Take as many safe steps as this tick allows; the last write releases the lease."""
+    while True:
+        step = STEPS.get(job.state)
+        if step is None:
+            tick.store.release(job)
+            return
+        result = step(tick, job)
+        if result is None:  # the step gave the lease back without a transition
+            return
+        job = result
+        if job.lease_owner != tick.store.worker:
+            return
+
+
+def _product(tick: Tick, job: Job) -> Product:
+    return tick.settings.product(job.product)
+
+
+def _hold(tick: Tick, job: Job) -> None:
+    """Nothing to do now (cool-down, admission control, deadline): hand the lease back."""
+    tick.store.release(job)
+
+
+# -- steps, one per state -----------------------------------------------------------
+
+
+def step_no_job(tick: Tick, job: Job) -> Job:
+    return _apply(tick, job, handlers.on_window_open(job, _product(tick, job).fingerprint()))
+
+
+def step_create_eligible(tick: Tick, job: Job) -> Job | None:
+    product = _product(tick, job)
+    fingerprint = product.fingerprint()
+    d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
+    if d.to == State.QUARANTINED:
+        return _apply(tick, job, d)
+    if tick.cooling() or tick.past_deadline() or not tick.admit_create():
+        _hold(tick, job)
+        return None
+    in_flight = _apply(tick, job, d)  # committed before any byte goes out
+    outcome = tick.provider.create(CreateRequest(
+        job_id=job.id, product=product, edition_date=job.edition_date,
+        attempt=in_flight.generation_attempts, fingerprint=fingerprint,
+    ))
+    return _apply(tick, in_flight, dataclasses.replace(
+        handlers.after_create(in_flight, outcome, tick.settings.reconcile, tick.rng), go_on=False))
+
+
+def step_create_in_flight(tick: Tick, job: Job) -> Job:
+    # We only ever lease this state when the previous owner's lease expired mid-POST.
+    return _apply(tick, job, handlers.crashed_in_flight(job))
+
+
+def step_poll(tick: Tick, job: Job) -> Job | None:
+    product = _product(tick, job)
+    pre = handlers.before_poll(job, product.fingerprint(), tick.settings.budgets)
+    if pre is not None:
+        return _apply(tick, job, pre)
+    if tick.cooling() or tick.past_deadline():
+        _hold(tick, job)
+        return None
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng)
+    new = _apply(tick, job, d)
+    if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
+        # The poll already carried the output: take custody in the same tick.
+        return _apply(tick, new, handlers.on_output(new, outcome))
+    return new
+
+
+def step_completed(tick: Tick, job: Job) -> Job | None:
+    """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): fetch the output now."""
+    if tick.cooling():
+        _hold(tick, job)
+        return None
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    if isinstance(outcome, Observed) and outcome.status in ("completed", "incomplete"):
+        return _apply(tick, job, handlers.on_output(job, outcome))
+    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng)
+    if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
+        d = dataclasses.replace(d, to=State.COMPLETED_NOT_RETRIEVED)
+    return _apply(tick, job, d)
+
+
+def step_validate(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    result = validate.validate(job.payload, product)
+    if result.ok:
+        return _apply(tick, job, Decision(State.READY_TO_COMPOSE, "validated", go_on=True))
+    reasons = list(result.reasons)
+    return _apply(tick, job, Decision(
+        State.VALIDATION_FAILED_RETAINED, "validation_failed",
+        changes={"last_error": "; ".join(reasons)[:2000]},
+        detail={"reasons": reasons, "payload_sha256": job.payload_sha256},
+    ))
+
+
+def step_compose(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    result = validate.validate(job.payload, product)
+    if not result.ok or result.edition is None:
+        raise InvariantViolation(f"job {job.id}: payload in READY_TO_COMPOSE no longer validates")
+    artifacts = compose.compose(result.edition, product, job.edition_date)
+    doc = {lang: a.document() for lang, a in sorted(artifacts.items())}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _apply(tick, job, Decision(
+        State.COMPOSED_NOT_SAVED, "composed",
+        changes={"composed": text, "composed_sha256": hashlib.sha256(text.encode()).hexdigest()},
+        detail={"artifacts": {lang: a.sha256 for lang, a in sorted(artifacts.items())}},
+        go_on=True,
+    ))
+
+
+def step_save(tick: Tick, job: Job) -> Job:
+    """One transaction: fenced state change, one edition per language, one outbox row each."""
+    assert job.composed
+    artifacts = {lang: compose.artifact_from_document(doc) for lang, doc in json.loads(job.composed).items()}
+    d = Decision(State.SAVED_NOT_PUBLIC, "saved",
+                 detail={"editions": sorted(artifacts), "composed_sha256": job.composed_sha256})
+    try:
+        return _apply(tick, job, d, extra=lambda conn: outbox.save_editions(conn, job, artifacts))
+    except sa.exc.IntegrityError as exc:
+        # Rolled back whole; an edition for this slot exists already. Report, never half-write.
+        return _apply(tick, job, handlers.quarantine("edition_conflict", db.describe_error(exc)))
+
+
+def step_published(tick: Tick, job: Job) -> Job:
+    return _apply(tick, job, Decision(State.CLEANUP_PENDING, "cleanup_start", go_on=True))
+
+
+def step_cleanup(tick: Tick, job: Job) -> Job | None:
+    if not job.response_id:
+        return _apply(tick, job, Decision(State.DELETED, "nothing_remote"))
+    if tick.cooling() or tick.past_deadline():
+        _hold(tick, job)
+        return None
+    if job.kill_requested and job.payload is None:
+        tick.provider.cancel(job.response_id)  # best effort: stop the spend first
+    # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
+    outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
+                                   kill_requested=job.kill_requested)
+    return _apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
+
+
+def step_expired(tick: Tick, job: Job) -> Job:
+    return _apply(tick, job, handlers.after_expired(job, tick.settings.budgets))
+
+
+StepFn = Callable[[Tick, Job], "Job | None"]
+STEPS: dict[State, StepFn] = {
+    State.NO_JOB: step_no_job,
+    State.CREATE_ELIGIBLE: step_create_eligible,
+    State.CREATE_IN_FLIGHT: step_create_in_flight,
+    State.ACCEPTED: step_poll,
+    State.QUEUED: step_poll,
+    State.IN_PROGRESS: step_poll,
+    State.COMPLETED_NOT_RETRIEVED: step_completed,
+    State.RETRIEVED_NOT_VALIDATED: step_validate,
+    State.READY_TO_COMPOSE: step_compose,
+    State.COMPOSED_NOT_SAVED: step_save,
+    State.PUBLISHED: step_published,
+    State.CLEANUP_PENDING: step_cleanup,
+    State.PROVIDER_EXPIRED_OR_MISSING: step_expired,
+}

@@ -1,0 +1,358 @@
+"""Pins the HTTP outcome -> provider outcome table, the part of iipub that decides whether money
+may have been spent. A mock transport is used here only, so each transport failure can be
+produced exactly; the simulator tests cover the same paths over real sockets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from iipub import output
+from iipub.config import Product, ProviderSettings
+from iipub.errors import InvariantViolation, MissingApiKey
+from iipub.provider import (
+    Accepted,
+    Ambiguous,
+    CreateRequest,
+    Deleted,
+    NotFound,
+    Observed,
+    Provider,
+    Refused,
+    Rejected,
+    Transient,
+    Usage,
+)
+
+BASE = "http://provider.test/v1"
+PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, temperature=0.3)
+REQ = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64)
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+        self.handler: Handler = lambda request: httpx.Response(500)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return self.handler(request)
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def provider(rec: Recorder) -> Iterator[Provider]:
+    client = httpx.Client(transport=httpx.MockTransport(rec))
+    with Provider(ProviderSettings(base_url=BASE), "sk-test", http_client=client) as p:
+        yield p
+    client.close()
+
+
+def response_json(
+    response_id: str = "resp_abc123",
+    status: str = "completed",
+    text: str | None = '{"en": {}}',
+    **extra: Any,
+) -> dict[str, Any]:
+    output_items = []
+    if text is not None:
+        output_items.append(
+            {
+                "type": "message",
+                "id": "msg_1",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+    body = {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1740830400,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": "Write the brief.",
+        "model": "gpt-5-mini",
+        "output": output_items,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "metadata": {"iipub_job_id": "job-42"},
+        "usage": {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 20,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 30,
+        },
+    }
+    body.update(extra)
+    return body
+
+
+def answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if isinstance(body, (bytes, str)):
+            return httpx.Response(status, content=body, headers=headers or {"content-type": "application/json"})
+        payload = body if body is not None else {"error": {"message": f"status {status}", "type": "x", "param": None, "code": None}}
+        return httpx.Response(status, json=payload, headers=headers)
+
+    return handler
+
+
+def fail_with(exc_type: type[httpx.TransportError], message: str = "boom") -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc_type(message, request=request)
+
+    return handler
+
+
+# -- create: the money mapping ------------------------------------------------------------------
+
+CREATE_STATUS_TABLE: list[tuple[Handler, type, int | None]] = [
+    (answer(200, response_json(status="queued")), Accepted, None),
+    (answer(201, response_json(status="queued")), Accepted, None),
+    (answer(200, response_json(response_id="chatcmpl-1")), Ambiguous, None),
+    (answer(200, response_json(response_id="")), Ambiguous, None),
+    (answer(200, {}), Ambiguous, None),
+    (answer(200, {"id": 17}), Ambiguous, None),
+    (answer(200, b"{not json"), Ambiguous, None),
+    (answer(200, b"accepted", {"content-type": "text/plain"}), Ambiguous, None),
+    (answer(200, b"[]"), Ambiguous, None),
+    (answer(429, headers={"retry-after": "2", "x-ratelimit-reset-requests": "2s"}), Refused, None),
+    (answer(408), Ambiguous, None),
+    (answer(409), Ambiguous, None),
+    (answer(500), Ambiguous, None),
+    (answer(502, b"<html>Bad Gateway</html>", {"content-type": "text/html"}), Ambiguous, None),
+    (answer(503), Ambiguous, None),
+    (answer(504), Ambiguous, None),
+    (answer(400), Rejected, 400),
+    (answer(401), Rejected, 401),
+    (answer(403), Rejected, 403),
+    (answer(404), Rejected, 404),
+    (answer(422), Rejected, 422),
+    (answer(413), Rejected, 413),
+    (answer(302, headers={"location": "http://elsewhere.test/"}), Ambiguous, None),
+]
+
+
+@pytest.mark.parametrize(("handler", "kind", "status"), CREATE_STATUS_TABLE)
+def test_create_status_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None) -> None:
+    rec.handler = handler
+    outcome = provider.create(REQ)
+    assert type(outcome) is kind, outcome
+    if status is not None:
+        assert isinstance(outcome, Rejected) and outcome.status == status
+    # Never a retry inside the adapter, whatever happened.
+    assert len(rec.requests) == 1
+    assert rec.requests[0].headers["x-stainless-retry-count"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "kind"),
+    [
+        (httpx.ConnectError, Refused),  # connection refused / DNS / TLS: no request byte sent
+        (httpx.ConnectTimeout, Refused),
+        (httpx.PoolTimeout, Refused),
+        (httpx.ReadTimeout, Ambiguous),  # the request went out; the answer did not come back
+        (httpx.WriteTimeout, Ambiguous),
+        (httpx.ReadError, Ambiguous),  # connection reset by peer
+        (httpx.WriteError, Ambiguous),
+        (httpx.RemoteProtocolError, Ambiguous),  # server closed without answering
+        (httpx.ProxyError, Ambiguous),
+    ],
+)
+def test_create_transport_mapping(provider: Provider, rec: Recorder, exc_type: type[httpx.TransportError], kind: type) -> None:
+    rec.handler = fail_with(exc_type)
+    outcome = provider.create(REQ)
+    assert type(outcome) is kind, outcome
+    assert exc_type.__name__ in outcome.why
+    assert len(rec.requests) == 1
+
+
+def test_create_accepted_carries_id_and_status(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(response_id="resp_xyz", status="queued"))
+    assert provider.create(REQ) == Accepted("resp_xyz", "queued")
+
+
+@pytest.mark.parametrize(
+    ("headers", "delay"),
+    [
+        ({"retry-after": "2", "x-ratelimit-reset-requests": "2s"}, 2.0),
+        ({"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-reset-requests": "1s"}, 360.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "later"}, None),
+        ({}, None),
+    ],
+)
+def test_refused_carries_header_delay(provider: Provider, rec: Recorder, headers: dict[str, str], delay: float | None) -> None:
+    rec.handler = answer(429, headers=headers)
+    outcome = provider.create(REQ)
+    assert isinstance(outcome, Refused)
+    assert outcome.retry_after == delay
+
+
+def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="queued"))
+    provider.create(REQ)
+    (request,) = rec.requests
+    assert request.method == "POST" and request.url == httpx.URL(BASE + "/responses")
+    assert request.headers["authorization"] == "Bearer sk-test"
+    body = json.loads(request.content)
+    assert body["model"] == PRODUCT.model
+    assert body["instructions"] == PRODUCT.prompt
+    assert "daily-brief" in body["input"] and "2025-03-01" in body["input"] and "en, es" in body["input"]
+    assert body["temperature"] == 0.3
+    assert body["background"] is True and body["store"] is True
+    assert body["text"] == {"format": output.text_format(PRODUCT.languages, PRODUCT.items)}
+    assert body["metadata"] == {
+        "iipub_job_id": "job-42",
+        "iipub_slot": "daily-brief/2025-03-01",
+        "iipub_attempt": "2",
+        "iipub_fingerprint": "f" * 64,
+    }
+
+
+def test_metadata_values_are_truncated_to_the_api_limit(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="queued"))
+    provider.create(CreateRequest("j" * 600, PRODUCT, dt.date(2025, 3, 1), 1, "f" * 64))
+    meta = json.loads(rec.requests[0].content)["metadata"]
+    assert len(meta) <= 16
+    assert all(len(k) <= 64 and len(v) <= 512 for k, v in meta.items())
+    assert meta["iipub_job_id"] == "j" * 512
+
+
+# -- reads, cancel, delete ------------------------------------------------------------------------
+
+
+def test_retrieve_observed(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="completed", text='{"en": 1}'))
+    outcome = provider.retrieve("resp_abc123")
+    assert outcome == Observed(
+        response_id="resp_abc123",
+        status="completed",
+        output_text='{"en": 1}',
+        usage=Usage(10, 20, 30),
+        metadata={"iipub_job_id": "job-42"},
+        incomplete_reason=None,
+        error=None,
+    )
+    assert rec.requests[0].method == "GET"
+    assert rec.requests[0].url.path == "/v1/responses/resp_abc123"
+
+
+def test_retrieve_unfinished_has_no_output(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="in_progress", text=None, usage=None))
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Observed)
+    assert outcome.status == "in_progress" and outcome.output_text is None and outcome.usage is None
+
+
+def test_retrieve_failed_and_incomplete_details(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="failed", text=None, error={"code": "server_error", "message": "it broke"}))
+    failed = provider.retrieve("resp_abc123")
+    assert isinstance(failed, Observed) and failed.error == "it broke"
+    rec.handler = answer(200, response_json(status="incomplete", text='{"en"', incomplete_details={"reason": "max_output_tokens"}))
+    incomplete = provider.retrieve("resp_abc123")
+    assert isinstance(incomplete, Observed)
+    assert incomplete.incomplete_reason == "max_output_tokens" and incomplete.output_text == '{"en"'
+
+
+READ_TABLE: list[tuple[Handler, type, int | None]] = [
+    (answer(404), NotFound, None),
+    (answer(429, headers={"retry-after": "3"}), Transient, None),
+    (answer(408), Transient, None),
+    (answer(500), Transient, None),
+    (answer(502), Transient, None),
+    (answer(503), Transient, None),
+    (answer(400), Rejected, 400),
+    (answer(401), Rejected, 401),
+    (answer(403), Rejected, 403),
+    (answer(200, b"{truncated"), Transient, None),
+    (answer(200, b"ok", {"content-type": "text/plain"}), Transient, None),
+    (answer(200, {"object": "response"}), Transient, None),
+    (answer(200, response_json(usage="lots")), Transient, None),
+    (fail_with(httpx.ConnectError), Transient, None),
+    (fail_with(httpx.ReadTimeout), Transient, None),
+    (fail_with(httpx.RemoteProtocolError), Transient, None),
+]
+
+
+@pytest.mark.parametrize(("handler", "kind", "status"), READ_TABLE)
+def test_retrieve_and_cancel_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None) -> None:
+    rec.handler = handler
+    for call in (provider.retrieve, provider.cancel):
+        outcome = call("resp_abc123")
+        assert type(outcome) is kind, (call.__name__, outcome)
+        if status is not None:
+            assert isinstance(outcome, Rejected) and outcome.status == status
+    assert len(rec.requests) == 2  # one each, no retries
+
+
+def test_transient_429_carries_delay(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(429, headers={"retry-after": "3", "x-ratelimit-reset-requests": "1s"})
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Transient) and outcome.retry_after == 3.0
+
+
+def test_cancel_sends_post_to_cancel(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="cancelled", text=None))
+    outcome = provider.cancel("resp_abc123")
+    assert isinstance(outcome, Observed) and outcome.status == "cancelled"
+    assert rec.requests[0].method == "POST" and rec.requests[0].url.path == "/v1/responses/resp_abc123/cancel"
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind"),
+    [
+        (answer(200, {"id": "resp_abc123", "object": "response", "deleted": True}), Deleted),
+        (answer(204, b""), Deleted),
+        (answer(404), NotFound),
+        (answer(500), Transient),
+        (answer(429), Transient),
+        (answer(403), Rejected),
+        (fail_with(httpx.ConnectError), Transient),
+        (fail_with(httpx.ReadTimeout), Transient),
+    ],
+)
+def test_delete_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type) -> None:
+    rec.handler = handler
+    outcome = provider.delete("resp_abc123", has_custody=True)
+    assert type(outcome) is kind, outcome
+    assert rec.requests[0].method == "DELETE" and rec.requests[0].url.path == "/v1/responses/resp_abc123"
+
+
+def test_delete_without_custody_sends_nothing(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, {"id": "resp_abc123", "object": "response", "deleted": True})
+    with pytest.raises(InvariantViolation):
+        provider.delete("resp_abc123", has_custody=False)
+    assert rec.requests == []
+    # An operator kill is the one exception.
+    assert provider.delete("resp_abc123", has_custody=False, kill_requested=True) == Deleted("resp_abc123")
+    assert len(rec.requests) == 1
+
+
+def test_provider_builds_its_own_client_with_settings() -> None:
+    settings = ProviderSettings(base_url=BASE, timeout_seconds=12.0, connect_timeout_seconds=3.0, max_connections=4)
+    with Provider(settings, "sk-test") as p:
+        assert p._client.max_retries == 0
+        assert p._http.timeout == httpx.Timeout(12.0, connect=3.0)
+        assert p._client.timeout == httpx.Timeout(12.0, connect=3.0)
+        assert str(p._client.base_url).rstrip("/") == BASE
+    assert p._http.is_closed
+
+
+def test_empty_api_key_is_refused() -> None:
+    with pytest.raises(MissingApiKey):
+        Provider(ProviderSettings(base_url=BASE), "")
