@@ -21,7 +21,11 @@ for _name in list(os.environ):
     if _name.startswith(("IIPUB_", "OPENAI_")):
         del os.environ[_name]
 
+from dataclasses import replace  # noqa: E402
+
 from iipub import db, migrate  # noqa: E402
+from iipub.config import Settings, settings_from_dict  # noqa: E402
+from iipub.simulator import Simulator, SimulatorOptions  # noqa: E402
 
 BACKEND = "mysql" if MYSQL_URL else "sqlite"
 
@@ -109,3 +113,42 @@ def run_iipub(*args: str, env: dict[str, str], cwd: Path | None = None, timeout:
     if check and proc.returncode != 0:
         raise AssertionError(f"iipub {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    """The provider simulator over real HTTP on loopback, with a fast lifecycle."""
+    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=4)) as s:
+        yield s
+
+
+def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict) -> Settings:
+    """Settings for in-process ticks: short timeouts, immediate polls, a static root in tmp."""
+    data: dict = {
+        "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 10, "tick_seconds": 20, "concurrency": 8,
+                      "backoff_base_seconds": 1, "backoff_cap_seconds": 60},
+        "provider": {"timeout_seconds": 2, "connect_timeout_seconds": 1},
+        "relay": {"backoff_base_seconds": 1, "backoff_cap_seconds": 60},
+        "sinks": {"static": {"root": str(root)}},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    base = settings_from_dict(data)
+    return replace(base, database_url=db_url, api_key="sk-test",
+                   provider=replace(base.provider, base_url=sim_url))
+
+
+@pytest.fixture
+def settings(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
+    return make_settings(db_url, sim.url, tmp_path / "public")
+
+
+def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str = "") -> dict[str, str]:
+    """Environment for `iipub reconcile`/`relay` subprocesses against `sim`."""
+    cfg = tmp_path / "iipub.toml"
+    cfg.write_text(
+        "[reconcile]\npoll_interval_seconds = 0\nlease_seconds = 10\ntick_seconds = 20\n"
+        "[provider]\ntimeout_seconds = 2\nconnect_timeout_seconds = 1\n"
+        f"[sinks.static]\nroot = \"{tmp_path / 'public'}\"\n" + config
+    )
+    return {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "IIPUB_CONFIG": str(cfg)}
