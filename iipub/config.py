@@ -135,6 +135,11 @@ class StatusSettings:
     stranded_after_seconds: float = 7200.0
     outbox_lag_warn_seconds: float = 600.0
     outbox_lag_crit_seconds: float = 3600.0
+    # Share of samples that must fall within each SLO (the seed's 99 % / 99 % / 95 %).
+    dispatch_slo_target: float = 0.99
+    dwell_slo_target: float = 0.99
+    overdue_poll_slo_target: float = 0.95
+    spend_days: int = 7  # edition dates shown in the spend table, today included
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The only code that talks to the provider: the official `openai` SDK, retries off.
 
-Every call returns one value from a closed set of outcomes instead of raising, so the
+Every call returns one value from a closed set of outcomes instead of raising (the exceptions
+are caller bugs: a malformed response id, a delete that breaks the custody invariant), so the
 per-state decisions can be pure functions of (job, outcome). The create mapping decides
 whether money may have been spent; it is written out as a table in `_create_outcome`.
 Nothing here retries: iipub owns every retry decision.
@@ -9,6 +10,7 @@ Nothing here retries: iipub owns every retry decision.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NoReturn
@@ -26,6 +28,7 @@ METADATA_MAX_KEYS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ class Provider:
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
 
     def retrieve(self, response_id: str) -> ReadOutcome:
+        _check_id(response_id)
         try:
             resp: Any = self._client.responses.retrieve(response_id)
         except Exception as exc:
@@ -198,6 +202,7 @@ class Provider:
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
+        _check_id(response_id)
         try:
             resp: Any = self._client.responses.cancel(response_id)
         except Exception as exc:
@@ -207,6 +212,7 @@ class Provider:
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
         # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
         # so it may only go earlier if an operator killed the job.
+        _check_id(response_id)
         if not (has_custody or kill_requested):
             _refuse_delete(response_id)
         try:
@@ -216,6 +222,12 @@ class Provider:
             assert not isinstance(outcome, Observed)
             return outcome
         return Deleted(response_id)
+
+
+def _check_id(response_id: str) -> None:
+    # A bad id is a caller bug; sent anyway it would come back as a Transient forever.
+    if not isinstance(response_id, str) or not _RESPONSE_ID.fullmatch(response_id):
+        raise ValueError(f"malformed response id {response_id!r}")
 
 
 def _refuse_delete(response_id: str) -> NoReturn:

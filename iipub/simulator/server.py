@@ -15,6 +15,7 @@ import json
 import re
 import secrets
 import socket
+import socketserver
 import sys
 import threading
 from collections.abc import Iterable, Mapping
@@ -72,7 +73,7 @@ class Simulator:
             retention_seconds=o.retention_seconds,
             time_scale=o.time_scale,
             seed=o.seed,
-            run_faults=tuple(o.faults),
+            run_faults=tuple(_checked(r, None) for r in o.faults),
         )
         self.stopping = threading.Event()
         self._server: _Server | None = None
@@ -83,6 +84,7 @@ class Simulator:
     def start(self) -> Simulator:
         if self._server is not None:
             return self
+        self.stopping.clear()
         self._server = _Server((self.host, self.port), self)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
@@ -130,8 +132,9 @@ class Simulator:
         return self.backend.clock.advance(seconds)
 
     def add_faults(self, rules: Iterable[FaultRule | Mapping[str, Any]]) -> None:
-        """Per-request rules: each fires once unless it says `times`."""
-        parsed = [r if isinstance(r, FaultRule) else rule_from_dict(r, default_times=1) for r in rules]
+        """Add rules. Rules given as dicts fire once unless they say `times`;
+        `FaultRule` objects are used as they are (their default is unlimited)."""
+        parsed = [_checked(r, 1) for r in rules]
         self.backend.faults.add(parsed)
 
     def clear_faults(self) -> None:
@@ -142,6 +145,11 @@ class Simulator:
 
     def reset(self) -> None:
         self.backend.reset()
+
+
+def _checked(rule: FaultRule | Mapping[str, Any], default_times: int | None) -> FaultRule:
+    raw = rule.to_dict() if isinstance(rule, FaultRule) else rule
+    return rule_from_dict(raw, default_times=default_times)
 
 
 def is_loopback(host: str) -> bool:
@@ -169,6 +177,12 @@ class _Server(ThreadingHTTPServer):
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN, which can stall on a machine
+        # without working reverse DNS; the name is only used in CGI environments.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._conns_lock:

@@ -417,6 +417,16 @@ def test_refuses_non_loopback_bind() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("::")
 
 
+def test_fault_specs() -> None:
+    rule = parse_fault_spec("slow@retrieve:0.25")
+    assert (rule.op, rule.fault, rule.probability, rule.times) == ("retrieve", "slow", 0.25, None)
+    assert parse_fault_spec("not_found").op == "retrieve"
+    assert parse_fault_spec("malformed_output").op == "create"
+    for bad in ("explode", "fail@retrieve", "slow:2", "slow:x", "slow@nowhere", "cancel_race@create"):
+        with pytest.raises(ConfigError):
+            parse_fault_spec(bad)
+
+
 def test_cli_help() -> None:
     result = CliRunner().invoke(simulator_command, ["--help"])
     assert result.exit_code == 0

@@ -356,3 +356,13 @@ def test_provider_builds_its_own_client_with_settings() -> None:
 def test_empty_api_key_is_refused() -> None:
     with pytest.raises(MissingApiKey):
         Provider(ProviderSettings(base_url=BASE), "")
+
+
+@pytest.mark.parametrize("bad", ["", "resp_1/../admin", "resp 1", "resp_1?x=1"])
+def test_malformed_response_ids_are_refused_before_sending(provider: Provider, rec: Recorder, bad: str) -> None:
+    for call in (provider.retrieve, provider.cancel):
+        with pytest.raises(ValueError):
+            call(bad)
+    with pytest.raises(ValueError):
+        provider.delete(bad, has_custody=True)
+    assert rec.requests == []

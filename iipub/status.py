@@ -1,0 +1,545 @@
+"""What `iipub status` reports: job counts, the SLIs of the seed computed from the journal,
+outbox health, quarantine, provider spend, and the Nagios-style check.
+
+Queries and arithmetic only; the CLI formats. Every age is measured against the database
+clock (`db.read_now`), the same clock that stamped the rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from . import db, outbox
+from .config import Settings, StatusSettings
+from .states import POLLING, State
+
+J = db.jobs
+E = db.job_events
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
+
+# Never counted as stranded: done, waiting on the relay (outbox lag covers it), or
+# quarantined (reported on its own, with its reason).
+NOT_STRANDABLE = frozenset({State.DELETED, State.PUBLISHED, State.SAVED_NOT_PUBLIC, State.QUARANTINED})
+# Journal reasons of provider observations; their detail carries `due_at`.
+POLL_REASONS = ("poll", "provider_finished", "poll_failed")
+# A dwell that ends here lost the output it was meant to fetch.
+DWELL_LOST = (State.PROVIDER_EXPIRED_OR_MISSING.value, State.QUARANTINED.value)
+
+
+# -- value types ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sli:
+    """One latency SLI: the sampled durations and how many fall within the SLO.
+
+    `durations` holds finished intervals plus intervals still running that are already
+    past the SLO (a breach whatever happens next; `open` counts them). `failed` counts
+    intervals that ended without the good outcome: breaches without a duration."""
+
+    name: str
+    slo_seconds: float
+    target: float
+    durations: tuple[float, ...] = ()
+    open: int = 0
+    failed: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.durations) + self.failed
+
+    @property
+    def within(self) -> int:
+        return sum(1 for d in self.durations if d < self.slo_seconds)
+
+    @property
+    def share(self) -> float | None:
+        return self.within / self.count if self.count else None
+
+    @property
+    def breached(self) -> bool:
+        share = self.share
+        return share is not None and share < self.target
+
+    def percentile(self, p: float) -> float | None:
+        """Nearest-rank percentile of the durations (None without samples)."""
+        if not self.durations:
+            return None
+        ordered = sorted(self.durations)
+        rank = max(1, math.ceil(p / 100 * len(ordered)))
+        return ordered[rank - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "open": self.open,
+            "failed": self.failed,
+            "p50_seconds": _round(self.percentile(50)),
+            "p99_seconds": _round(self.percentile(99)),
+            "max_seconds": _round(max(self.durations) if self.durations else None),
+            "slo_seconds": self.slo_seconds,
+            "target": self.target,
+            "within_slo": None if self.share is None else round(self.share, 4),
+            "breached": self.breached,
+        }
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job an operator may have to look at."""
+
+    id: str
+    product: str
+    edition_date: dt.date
+    state: str
+    age_seconds: float
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "product": self.product, "edition_date": self.edition_date.isoformat(),
+            "state": self.state, "age_seconds": _round(self.age_seconds), "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Spend:
+    product: str
+    edition_date: dt.date
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "product": self.product, "edition_date": self.edition_date.isoformat(),
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Status:
+    generated_at: dt.datetime
+    settings: StatusSettings
+    counts: Mapping[str, Mapping[str, int]]  # product -> state -> jobs
+    dispatch: Sli
+    dwell: Sli
+    overdue_polls: Sli
+    duplicate_publications: int
+    stranded: tuple[JobRef, ...]  # oldest first
+    quarantined: tuple[JobRef, ...]  # oldest first
+    expired_now: int
+    expired_in_window: int
+    outbox_unpublished: int
+    outbox_lag_seconds: float
+    outbox_problems: tuple[Mapping[str, Any], ...]  # from outbox.parked_or_failing
+    spend: tuple[Spend, ...]
+
+    # -- derived figures ---------------------------------------------------------------
+
+    @property
+    def jobs_total(self) -> int:
+        return sum(sum(by_state.values()) for by_state in self.counts.values())
+
+    @property
+    def by_state(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for by_state in self.counts.values():
+            total.update(by_state)
+        return {s.value: total[s.value] for s in State if total[s.value]}
+
+    @property
+    def slis(self) -> tuple[Sli, ...]:
+        return (self.dispatch, self.dwell, self.overdue_polls)
+
+    @property
+    def outbox_parked(self) -> int:
+        return sum(1 for p in self.outbox_problems if p.get("kind") == "parked")
+
+    @property
+    def outbox_failing(self) -> int:
+        return sum(1 for p in self.outbox_problems if p.get("kind") == "failing")
+
+    @property
+    def quarantine_reasons(self) -> dict[str, int]:
+        return dict(sorted(Counter(q.reason or "unknown" for q in self.quarantined).items()))
+
+    # -- the check -----------------------------------------------------------------------
+
+    def problems(self) -> list[tuple[int, str]]:
+        """(severity, text) for everything that is not OK, most severe first."""
+        s = self.settings
+        found: list[tuple[int, str]] = []
+        if self.stranded:
+            o = self.stranded[0]
+            found.append((CRITICAL, f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
+                                    f"(oldest {o.product} {o.edition_date} in {o.state} for "
+                                    f"{duration(o.age_seconds)}, job {o.id[:8]})"))
+        if self.duplicate_publications:
+            found.append((CRITICAL, f"{self.duplicate_publications} duplicate publications"))
+        lag = self.outbox_lag_seconds
+        if lag > s.outbox_lag_crit_seconds:
+            found.append((CRITICAL, f"outbox lag {lag:.0f}s > {s.outbox_lag_crit_seconds:.0f}s"))
+        elif lag > s.outbox_lag_warn_seconds:
+            found.append((WARNING, f"outbox lag {lag:.0f}s > {s.outbox_lag_warn_seconds:.0f}s"))
+        if self.quarantined:
+            found.append((WARNING, f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+        if self.expired_now or self.expired_in_window:
+            found.append((WARNING, f"provider expired/missing: {self.expired_now} now, "
+                                   f"{self.expired_in_window} in {s.window_hours:g}h"))
+        if self.outbox_parked:
+            found.append((WARNING, f"{self.outbox_parked} parked sink deliveries"))
+        if self.outbox_failing:
+            found.append((WARNING, f"{self.outbox_failing} outbox events failing"))
+        for sli in self.slis:
+            if sli.breached:
+                found.append((WARNING, f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
+                                       f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
+        return sorted(found, key=lambda p: -p[0])
+
+    def check(self) -> tuple[int, str]:
+        """(exit code, one Nagios-style line): 0 OK, 1 WARNING, 2 CRITICAL."""
+        found = self.problems()
+        code = found[0][0] if found else OK
+        if found:
+            summary = "; ".join(text for _, text in found)
+        else:
+            summary = (f"{self.jobs_total} jobs, {len(self.quarantined)} quarantined, "
+                       f"outbox lag {self.outbox_lag_seconds:.0f}s")
+        return code, f"IIPUB {CHECK_NAMES[code]} - {summary} | {self.perfdata()}"
+
+    def perfdata(self) -> str:
+        s = self.settings
+        parts = [
+            f"jobs={self.jobs_total}",
+            f"quarantined={len(self.quarantined)};1",
+            f"stranded={len(self.stranded)};;1",
+            f"provider_expired={self.expired_now};1",
+            f"outbox_lag={self.outbox_lag_seconds:.0f}s;{s.outbox_lag_warn_seconds:g};{s.outbox_lag_crit_seconds:g}",
+            f"outbox_unpublished={self.outbox_unpublished}",
+            f"outbox_parked={self.outbox_parked};1",
+            f"duplicates={self.duplicate_publications};;1",
+        ]
+        for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
+            p99 = sli.percentile(99)
+            if p99 is not None:
+                parts.append(f"{key}_p99={p99:.3f}s;{sli.slo_seconds:g}")
+        return " ".join(parts)
+
+    # -- the JSON document ---------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `iipub status --json` document (keys documented in the CLI help)."""
+        code, line = self.check()
+        oldest_q = self.quarantined[0].to_dict() if self.quarantined else None
+        return {
+            "generated_at": _iso(self.generated_at),
+            "window_hours": self.settings.window_hours,
+            "jobs": {
+                "total": self.jobs_total,
+                "by_state": self.by_state,
+                "by_product": {p: dict(sorted(c.items())) for p, c in sorted(self.counts.items())},
+            },
+            "slis": {
+                "time_to_dispatch": self.dispatch.to_dict(),
+                "unretrieved_dwell": self.dwell.to_dict(),
+                "overdue_polls": self.overdue_polls.to_dict(),
+            },
+            "duplicate_publications": self.duplicate_publications,
+            "stranded": {
+                "count": len(self.stranded),
+                "after_seconds": self.settings.stranded_after_seconds,
+                "oldest": self.stranded[0].to_dict() if self.stranded else None,
+                "jobs": [j.to_dict() for j in self.stranded],
+            },
+            "outbox": {
+                "unpublished": self.outbox_unpublished,
+                "lag_seconds": _round(self.outbox_lag_seconds),
+                "lag_warn_seconds": self.settings.outbox_lag_warn_seconds,
+                "lag_crit_seconds": self.settings.outbox_lag_crit_seconds,
+                "parked": self.outbox_parked,
+                "failing": self.outbox_failing,
+                "problems": [dict(p) for p in self.outbox_problems],
+            },
+            "quarantine": {
+                "count": len(self.quarantined),
+                "by_reason": self.quarantine_reasons,
+                "oldest": oldest_q,
+                "jobs": [j.to_dict() for j in self.quarantined],
+            },
+            "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
+            "spend": {
+                "days": self.settings.spend_days,
+                "rows": [r.to_dict() for r in self.spend],
+                "total": {
+                    "input_tokens": sum(r.input_tokens for r in self.spend),
+                    "output_tokens": sum(r.output_tokens for r in self.spend),
+                    "total_tokens": sum(r.total_tokens for r in self.spend),
+                },
+            },
+            "check": {
+                "code": code,
+                "status": CHECK_NAMES[code],
+                "line": line,
+                "problems": [{"severity": CHECK_NAMES[sev], "text": text} for sev, text in self.problems()],
+            },
+        }
+
+
+# -- collection -------------------------------------------------------------------------
+
+
+def collect(engine: Engine, settings: Settings) -> Status:
+    """Read everything `status` reports, in one short read plus the outbox check."""
+    s = settings.status
+    with engine.connect() as conn:
+        now = db.read_now(conn)
+        cutoff = db.now(conn, -s.window_hours * 3600)
+        counts = _counts(conn)
+        live = _live_jobs(conn)
+        dispatch = _dispatch(conn, cutoff, now, live, s)
+        dwell = _dwell(conn, cutoff, now, live, s)
+        overdue = _overdue_polls(conn, cutoff, now, live, s)
+        duplicates = _duplicates(conn)
+        unpublished, oldest = conn.execute(
+            sa.select(sa.func.count(), sa.func.min(db.outbox.c.created_at))
+            .where(db.outbox.c.published_at.is_(None))
+        ).one()
+        expired_in_window = int(conn.execute(
+            sa.select(sa.func.count()).where(
+                E.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, E.c.at >= cutoff)
+        ).scalar_one())
+        spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
+    # A separate connection: on SQLite each one holds the write lock while open.
+    problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
+    return Status(
+        generated_at=now,
+        settings=s,
+        counts=counts,
+        dispatch=dispatch,
+        dwell=dwell,
+        overdue_polls=overdue,
+        duplicate_publications=duplicates,
+        stranded=stranded_jobs(live, now, s.stranded_after_seconds),
+        quarantined=tuple(sorted(
+            (_ref(j, now, _seconds(now, j["state_entered_at"]), j["quarantine_reason"])
+             for j in live if j["state"] == State.QUARANTINED.value),
+            key=lambda r: -r.age_seconds,
+        )),
+        expired_now=sum(1 for j in live if j["state"] == State.PROVIDER_EXPIRED_OR_MISSING.value),
+        expired_in_window=expired_in_window,
+        outbox_unpublished=int(unpublished),
+        outbox_lag_seconds=max(0.0, _seconds(now, _dt(oldest))) if oldest is not None else 0.0,
+        outbox_problems=tuple(problems),
+        spend=spend,
+    )
+
+
+def _counts(conn: Connection) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    rows = conn.execute(sa.select(J.c.product, J.c.state, sa.func.count()).group_by(J.c.product, J.c.state))
+    for product, state, n in rows:
+        out.setdefault(product, {})[state] = int(n)
+    return out
+
+
+def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
+    """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
+    cols = [J.c.id, J.c.product, J.c.edition_date, J.c.state, J.c.opens_at, J.c.created_at,
+            J.c.state_entered_at, J.c.next_attempt_at, J.c.lease_expiry, J.c.quarantine_reason]
+    q = sa.select(*cols).where(J.c.state != State.DELETED.value)
+    return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def slot_opened(opens_at: dt.datetime, created_at: dt.datetime) -> dt.datetime:
+    """When a slot became due: its opening time, or its creation if scheduled later."""
+    return max(_dt(opens_at), _dt(created_at))
+
+
+def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+              s: StatusSettings) -> Sli:
+    """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window."""
+    cif = State.CREATE_IN_FLIGHT.value
+    recent = sa.select(E.c.job_id).where(E.c.to_state == cif, E.c.at >= cutoff)
+    first = (
+        sa.select(E.c.job_id, sa.func.min(E.c.at).label("first_at"))
+        .where(E.c.to_state == cif, E.c.job_id.in_(recent))
+        .group_by(E.c.job_id)
+        .subquery()
+    )
+    rows = conn.execute(
+        sa.select(J.c.opens_at, J.c.created_at, first.c.first_at)
+        .join(first, first.c.job_id == J.c.id)
+    ).all()
+    # A min() that predates the window means this was a re-dispatch; only firsts count.
+    cut = now - dt.timedelta(hours=s.window_hours)
+    durations = [max(0.0, _seconds(_dt(r.first_at), slot_opened(r.opens_at, r.created_at)))
+                 for r in rows if _dt(r.first_at) >= cut]
+    waiting = {
+        j["id"]: _seconds(now, slot_opened(j["opens_at"], j["created_at"]))
+        for j in live if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value)
+    }
+    waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
+    if waiting:
+        dispatched = set(conn.execute(
+            sa.select(E.c.job_id).where(E.c.to_state == cif, E.c.job_id.in_(list(waiting))).distinct()
+        ).scalars())
+        waiting = {k: v for k, v in waiting.items() if k not in dispatched}
+    return Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
+               tuple(durations) + tuple(waiting.values()), open=len(waiting))
+
+
+def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+           s: StatusSettings) -> Sli:
+    """COMPLETED_NOT_RETRIEVED -> the next RETRIEVED_NOT_VALIDATED of the same job."""
+    cnr = State.COMPLETED_NOT_RETRIEVED.value
+    rows = conn.execute(
+        sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)
+        .where(E.c.at >= cutoff, sa.or_(E.c.to_state == cnr, E.c.from_state == cnr))
+        .order_by(E.c.job_id, E.c.id)
+    ).all()
+    durations, failed = dwell_samples((r.job_id, r.from_state, r.to_state, _dt(r.at)) for r in rows)
+    waiting = [_seconds(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
+    waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
+    return Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
+               tuple(durations) + tuple(waiting), open=len(waiting), failed=failed)
+
+
+def dwell_samples(events: Iterable[tuple[str, str | None, str, dt.datetime]]) -> tuple[list[float], int]:
+    """Pair each entry into COMPLETED_NOT_RETRIEVED with the job's exit from it (events in
+    journal order per job). Returns the custody durations and how many dwells lost the output.
+    Unclosed dwells are left to the caller (they are live jobs)."""
+    cnr = State.COMPLETED_NOT_RETRIEVED.value
+    durations: list[float] = []
+    failed = 0
+    entered: dict[str, dt.datetime] = {}
+    for job_id, src, dst, at in events:
+        if dst == cnr and src != cnr:
+            entered[job_id] = at
+        elif src == cnr and dst != cnr and job_id in entered:
+            start = entered.pop(job_id)
+            if dst == State.RETRIEVED_NOT_VALIDATED.value:
+                durations.append(max(0.0, _seconds(at, start)))
+            elif dst in DWELL_LOST:
+                failed += 1
+    return durations, failed
+
+
+def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                   s: StatusSettings) -> Sli:
+    """How late each provider observation ran: its `at` minus the `due_at` it was waiting for."""
+    rows = conn.execute(
+        sa.select(E.c.at, E.c.detail).where(E.c.at >= cutoff, E.c.reason.in_(POLL_REASONS))
+    ).all()
+    durations = [d for d in (poll_lateness(_dt(r.at), r.detail) for r in rows) if d is not None]
+    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    late = [
+        _seconds(now, j["next_attempt_at"]) for j in live
+        if j["state"] in watched and (j["lease_expiry"] is None or _dt(j["lease_expiry"]) < now)
+    ]
+    late = [d for d in late if d >= s.overdue_poll_slo_seconds]
+    return Sli("overdue_polls", s.overdue_poll_slo_seconds, s.overdue_poll_slo_target,
+               tuple(durations) + tuple(late), open=len(late))
+
+
+def poll_lateness(at: dt.datetime, detail: str | None) -> float | None:
+    """Seconds between a poll's due time (from its journal detail) and when it ran."""
+    if not detail:
+        return None
+    try:
+        due = json.loads(detail).get("due_at")
+        if not due:
+            return None
+        due_at = dt.datetime.fromisoformat(str(due)).replace(tzinfo=None)
+    except (ValueError, AttributeError):
+        return None
+    return max(0.0, _seconds(at, due_at))
+
+
+def _duplicates(conn: Connection) -> int:
+    ed = db.editions
+    groups = (
+        sa.select(sa.func.count().label("n"))
+        .select_from(ed)
+        .group_by(ed.c.product, ed.c.edition_date, ed.c.lang)
+        .having(sa.func.count() > 1)
+        .subquery()
+    )
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(groups.c.n - 1), 0))).scalar_one())
+
+
+def _spend(conn: Connection, since: dt.date) -> tuple[Spend, ...]:
+    q = (
+        sa.select(J.c.product, J.c.edition_date, sa.func.sum(J.c.input_tokens), sa.func.sum(J.c.output_tokens),
+                  sa.func.sum(J.c.total_tokens))
+        .where(J.c.edition_date >= since)
+        .group_by(J.c.product, J.c.edition_date)
+        .order_by(J.c.edition_date.desc(), J.c.product)
+    )
+    return tuple(Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
+
+
+def stranded_jobs(live: Iterable[Mapping[str, Any]], now: dt.datetime, after_seconds: float) -> tuple[JobRef, ...]:
+    """Jobs sitting in one state longer than `after_seconds`, oldest first. A NO_JOB slot
+    counts from its opening time: a slot for tomorrow is not stuck."""
+    found = []
+    for j in live:
+        if j["state"] in NOT_STRANDABLE:
+            continue
+        since = _dt(j["state_entered_at"])
+        if j["state"] == State.NO_JOB.value:
+            since = max(since, _dt(j["opens_at"]))
+        age = _seconds(now, since)
+        if age > after_seconds:
+            found.append(_ref(j, now, age, j["quarantine_reason"]))
+    return tuple(sorted(found, key=lambda r: -r.age_seconds))
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _ref(j: Mapping[str, Any], now: dt.datetime, age: float, reason: str | None) -> JobRef:
+    return JobRef(j["id"], j["product"], j["edition_date"], j["state"], age, reason)
+
+
+def _dt(value: Any) -> dt.datetime:
+    """A naive UTC datetime from a driver value (SQLite aggregates may come back as text)."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=None)  # type: ignore[no-any-return]
+
+
+def _seconds(later: dt.datetime, earlier: Any) -> float:
+    return (_dt(later) - _dt(earlier)).total_seconds()
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _iso(value: dt.datetime) -> str:
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def duration(seconds: float) -> str:
+    """Short human duration: 45s, 12m05s, 3h01m, 2d04h."""
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
