@@ -224,13 +224,13 @@ class Status:
         s = self.settings
         parts = [
             f"jobs={self.jobs_total}",
-            f"quarantined={len(self.quarantined)};1",
-            f"stranded={len(self.stranded)};;1",
-            f"provider_expired={self.expired_now};1",
+            f"quarantined={len(self.quarantined)};0",
+            f"stranded={len(self.stranded)};;0",
+            f"provider_expired={self.expired_now};0",
             f"outbox_lag={self.outbox_lag_seconds:.0f}s;{s.outbox_lag_warn_seconds:g};{s.outbox_lag_crit_seconds:g}",
             f"outbox_unpublished={self.outbox_unpublished}",
-            f"outbox_parked={self.outbox_parked};1",
-            f"duplicates={self.duplicate_publications};;1",
+            f"outbox_parked={self.outbox_parked};0",
+            f"duplicates={self.duplicate_publications};;0",
         ]
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
@@ -334,7 +334,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         duplicate_publications=duplicates,
         stranded=stranded_jobs(live, now, s.stranded_after_seconds),
         quarantined=tuple(sorted(
-            (_ref(j, now, _seconds(now, j["state_entered_at"]), j["quarantine_reason"])
+            (_ref(j, _seconds(now, j["state_entered_at"]))
              for j in live if j["state"] == State.QUARANTINED.value),
             key=lambda r: -r.age_seconds,
         )),
@@ -503,15 +503,15 @@ def stranded_jobs(live: Iterable[Mapping[str, Any]], now: dt.datetime, after_sec
             since = max(since, _dt(j["opens_at"]))
         age = _seconds(now, since)
         if age > after_seconds:
-            found.append(_ref(j, now, age, j["quarantine_reason"]))
+            found.append(_ref(j, age))
     return tuple(sorted(found, key=lambda r: -r.age_seconds))
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _ref(j: Mapping[str, Any], now: dt.datetime, age: float, reason: str | None) -> JobRef:
-    return JobRef(j["id"], j["product"], j["edition_date"], j["state"], age, reason)
+def _ref(j: Mapping[str, Any], age: float) -> JobRef:
+    return JobRef(j["id"], j["product"], j["edition_date"], j["state"], age, j["quarantine_reason"])
 
 
 def _dt(value: Any) -> dt.datetime:

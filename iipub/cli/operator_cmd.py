@@ -1,0 +1,212 @@
+"""Operator commands: `quarantine list|release`, `suspend`, `resume`, `cancel`, `kill`, `backfill`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import click
+
+from .. import db
+from ..operator import Operator, ReleaseMode
+from ..provider import Provider
+from ..states import State
+from ..store import Job
+from .common import DATE, App, by_option, emit_json, json_option, pass_app, reason_option, stderr, table
+
+# Longer ranges print one progress line per date.
+PROGRESS_AFTER_DAYS = 30
+
+
+def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> None:
+    """Run one job action and print the move it made."""
+    settings = app.settings
+    # A missing key is a configuration error raised before the job is even read.
+    provider = Provider(settings.provider, settings.require_api_key()) if needs_provider else None
+    try:
+        before = app.store("operator").get(job_id)
+        after = action(Operator(settings, app.engine(), provider))
+    finally:
+        if provider is not None:
+            provider.close()
+    click.echo(_moved(before.state, after))
+
+
+def _moved(before: State, job: Job) -> str:
+    return f"job {job.id}: {before} -> {job.state} (version {job.version})"
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _clip(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- quarantine -----------------------------------------------------------------------
+
+
+@click.group("quarantine")
+def quarantine_group() -> None:
+    """Jobs parked for an operator: list them, and release them one of three ways."""
+
+
+@quarantine_group.command("list")
+@json_option
+@pass_app
+def quarantine_list_command(app: App, as_json: bool) -> None:
+    """Quarantined jobs, longest waiting first: reason, age (database clock), response id,
+    both budgets (paid creates used/max, polls used/max) and the last error.
+
+    --json prints a list of job objects (as `jobs list --json`) with `age_seconds` added.
+    """
+    items = Operator(app.settings, app.engine()).quarantine_list()
+    if as_json:
+        emit_json([q.public() for q in items])
+        return
+    if not items:
+        click.echo("no quarantined jobs")
+        return
+    b = app.settings.budgets
+    click.echo(table(
+        [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", _age(q.age_seconds),
+          q.job.response_id or "-", f"{q.job.generation_attempts}/{b.max_generation_attempts}",
+          f"{q.job.poll_count}/{b.max_poll_attempts}", _clip(q.job.last_error)) for q in items],
+        ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST ERROR"],
+    ))
+
+
+@quarantine_group.command("release")
+@click.argument("job_id")
+@click.option("--verified-lost", is_flag=True,
+              help="You checked the provider and no response for this job exists: make it eligible for a new "
+                   "paid create (only if the generation budget allows).")
+@click.option("--link", "link", metavar="RESP_ID",
+              help="Adopt this provider response (its metadata must name the job): poll it if still running, "
+                   "take its output now if finished.")
+@click.option("--resume-polling", is_flag=True,
+              help="Go back to polling the recorded response id, with the poll count reset to 0.")
+@reason_option
+@by_option
+@pass_app
+def release_command(app: App, job_id: str, verified_lost: bool, link: str | None, resume_polling: bool,
+                    reason: str, by: str) -> None:
+    """Take a QUARANTINED job out of quarantine. Give exactly one of --verified-lost,
+    --link RESP_ID or --resume-polling. See runbook.md for which to use per quarantine reason.
+
+    ID is the job id (a unique prefix of at least 4 characters is enough).
+    """
+    chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
+                              (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+    mode = chosen[0]
+    _act(app, job_id, lambda op: op.release(job_id, mode, reason, by, link_response_id=link),
+         needs_provider=mode == ReleaseMode.LINK)
+
+
+# -- one job --------------------------------------------------------------------------
+
+
+@click.command("suspend")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def suspend_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Park a job during an incident: reconcile will not touch it until `iipub resume`.
+
+    The state it was in is remembered. Refused while a create is in flight.
+    ID is the job id (a unique prefix of at least 4 characters is enough).
+    """
+    _act(app, job_id, lambda op: op.suspend(job_id, reason, by))
+
+
+@click.command("resume")
+@click.argument("job_id")
+@click.option("--reason", default=None, help="Why (journaled with the action; optional).")
+@by_option
+@pass_app
+def resume_command(app: App, job_id: str, reason: str | None, by: str) -> None:
+    """Return a suspended job to the state it was suspended from, due now.
+
+    ID is the job id (a unique prefix of at least 4 characters is enough).
+    """
+    _act(app, job_id, lambda op: op.resume(job_id, by, reason))
+
+
+@click.command("cancel")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def cancel_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Best-effort cancel of a job's running generation (ACCEPTED, QUEUED, IN_PROGRESS).
+
+    If the provider finished anyway, the output is taken into custody and goes on to be
+    validated and published (paid work is never discarded). If it was cancelled, failed or
+    is gone, the job is QUARANTINED (operator_cancelled). If the cancel call fails, nothing
+    changes. Needs OPENAI_API_KEY. ID is the job id or a unique prefix.
+    """
+    _act(app, job_id, lambda op: op.cancel(job_id, reason, by), needs_provider=True)
+
+
+@click.command("kill")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def kill_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Terminate a job: it will not publish. The next `iipub reconcile` cancels and deletes
+    its remote data, then marks it DELETED.
+
+    Refused once the edition is saved (SAVED_NOT_PUBLIC and later) and while a create is in
+    flight. ID is the job id (a unique prefix of at least 4 characters is enough).
+    """
+    _act(app, job_id, lambda op: op.kill(job_id, reason, by))
+
+
+# -- backfill -------------------------------------------------------------------------
+
+
+@click.command("backfill")
+@click.option("--product", required=True, help="The product to backfill (as configured).")
+@click.option("--from", "from_date", required=True, type=DATE, help="First edition date, inclusive.")
+@click.option("--to", "to_date", required=True, type=DATE,
+              help="Last edition date, inclusive; at most today (database clock).")
+@click.option("--dry-run", is_flag=True, help="Only report which slots would be created.")
+@pass_app
+def backfill_command(app: App, product: str, from_date: dt.date, to_date: dt.date, dry_run: bool) -> None:
+    """Create the missing slots for past dates at backfill priority (today's slots always
+    go first). Idempotent: dates already present are left alone. Reports created vs.
+    already present; ranges over 30 days print per-date progress to stderr.
+    """
+    engine = app.engine()
+    with engine.connect() as conn:
+        today = db.read_now(conn).date()
+    verbose = (to_date - from_date).days + 1 > PROGRESS_AFTER_DAYS
+    verb = "would create" if dry_run else "created"
+
+    def progress(day: dt.date, created: bool) -> None:
+        if verbose:
+            stderr(f"{product} {day}: {verb if created else 'already present'}")
+
+    report = Operator(app.settings, engine).backfill(product, from_date, to_date, dry_run=dry_run, today=today,
+                                                     progress=progress)
+    if not verbose:
+        for day in sorted(report.created + report.present):
+            click.echo(f"{product} {day}: {verb if day in report.created else 'already present'}")
+    click.echo(f"{'dry run: would create' if dry_run else 'created'} {len(report.created)}, "
+               f"already present {len(report.present)}")
+
+
+COMMANDS = [quarantine_group, suspend_command, resume_command, cancel_command, kill_command, backfill_command]

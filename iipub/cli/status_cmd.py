@@ -1,0 +1,142 @@
+"""`iipub status [--json] [--check]`."""
+
+from __future__ import annotations
+
+import click
+import sqlalchemy as sa
+
+from .. import status as st
+from ..db import describe_error
+from ..errors import ConfigError, DatabaseUnavailable, SchemaNotReady
+from ..states import State
+from .common import App, emit_json, json_option, pass_app, table
+
+
+@click.command("status")
+@json_option
+@click.option("--check", is_flag=True,
+              help="Monitoring mode: print one Nagios-style line and exit 0 OK, 1 WARNING, 2 CRITICAL, "
+                   "3 UNKNOWN (database unreachable). With --json, print the document and exit likewise.")
+@pass_app
+@click.pass_context
+def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> None:
+    """Counts by state, SLIs from the journal, outbox lag, quarantine, stranded jobs, spend.
+
+    \b
+    --json prints one document with these keys:
+      generated_at          database time of the report (ISO 8601 UTC)
+      window_hours          the SLI window
+      jobs                  {total, by_state, by_product: {product: {state: n}}}
+      slis                  {time_to_dispatch, unretrieved_dwell, overdue_polls}, each
+                            {count, open, failed, p50_seconds, p99_seconds, max_seconds,
+                             slo_seconds, target, within_slo, breached}
+      duplicate_publications editions per product/date/language beyond the first
+      stranded              {count, after_seconds, oldest, jobs}
+      outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
+                             parked, failing, problems}
+      quarantine            {count, by_reason, oldest, jobs}
+      provider_expired      {current, in_window}
+      spend                 {days, rows: [{product, edition_date, input_tokens,
+                             output_tokens, total_tokens}], total}
+      check                 {code, status, line, problems: [{severity, text}]}
+    Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
+    """
+    try:
+        report = st.collect(app.engine(), app.settings)
+    except (DatabaseUnavailable, SchemaNotReady, ConfigError, sa.exc.OperationalError) as exc:
+        if not check:
+            raise
+        _unknown(exc, as_json)
+        ctx.exit(st.UNKNOWN)
+        return
+    code, line = report.check()
+    if as_json:
+        emit_json(report.to_dict())
+    elif check:
+        click.echo(line)
+    else:
+        click.echo(render(report))
+    if check:
+        ctx.exit(code)
+
+
+def _unknown(exc: Exception, as_json: bool) -> None:
+    if isinstance(exc, SchemaNotReady):
+        what = f"schema not ready: {exc}"
+    elif isinstance(exc, ConfigError):
+        what = f"configuration error: {exc}"
+    elif isinstance(exc, DatabaseUnavailable):
+        what = str(exc) if str(exc).startswith("database") else f"database unreachable: {exc}"
+    else:
+        what = f"database unreachable: {describe_error(exc)}"
+    line = f"IIPUB UNKNOWN - {what}"
+    if as_json:
+        emit_json({"check": {"code": st.UNKNOWN, "status": "UNKNOWN", "line": line,
+                             "problems": [{"severity": "UNKNOWN", "text": what}]}})
+    else:
+        click.echo(line)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s" if value < 10 else f"{value:.1f}s"
+
+
+def _aligned(rows: list[list[object]]) -> str:
+    """Aligned columns without a header line."""
+    return table(rows, [""] * len(rows[0])).split("\n", 1)[1]
+
+
+def render(r: st.Status) -> str:
+    """The human report: aligned sections, the same figures as the JSON document."""
+    s = r.settings
+    out: list[str] = [f"iipub status at {r.generated_at.isoformat(sep=' ', timespec='seconds')} UTC "
+                      f"(SLI window {s.window_hours:g}h)", ""]
+
+    products = sorted(r.counts)
+    states = [state.value for state in State if state.value in r.by_state]
+    rows = [[state, *[r.counts[p].get(state, 0) for p in products], r.by_state[state]] for state in states]
+    rows.append(["TOTAL", *[sum(r.counts[p].values()) for p in products], r.jobs_total])
+    out += ["JOBS", table(rows, ["STATE", *products, "TOTAL"]), ""]
+
+    sli_rows = []
+    for sli in r.slis:
+        share = "-" if sli.share is None else f"{sli.share:.1%}"
+        verdict = "BREACH" if sli.breached else "ok"
+        sli_rows.append([sli.name, sli.count, sli.open, _secs(sli.percentile(50)), _secs(sli.percentile(99)),
+                         f"{sli.target:.0%} < {sli.slo_seconds:g}s", share, verdict])
+    out += ["SLIS", table(sli_rows, ["SLI", "COUNT", "OPEN", "P50", "P99", "SLO", "WITHIN", ""]), ""]
+    oldest_stranded = r.stranded[0] if r.stranded else None
+    out += [_aligned([
+        ["duplicate publications", r.duplicate_publications, "SLO 0"],
+        ["stranded", len(r.stranded), f"in one state > {st.duration(s.stranded_after_seconds)}"
+         + (f"; oldest {oldest_stranded.id} {oldest_stranded.state} {st.duration(oldest_stranded.age_seconds)}"
+            if oldest_stranded else "")],
+    ]), ""]
+
+    out += ["OUTBOX", _aligned([
+        ["unpublished events", r.outbox_unpublished, ""],
+        ["lag", f"{r.outbox_lag_seconds:.0f}s",
+         f"warn > {s.outbox_lag_warn_seconds:g}s, crit > {s.outbox_lag_crit_seconds:g}s"],
+        ["parked deliveries", r.outbox_parked, ""],
+        ["failing events", r.outbox_failing, ""],
+    ])]
+    for p in r.outbox_problems:
+        out.append(f"  {p.get('kind')}: event {p.get('event_id')} {p.get('sink') or ''} {p.get('error') or ''}".rstrip())
+    out.append("")
+
+    q_rows: list[list[object]] = [["quarantined", len(r.quarantined),
+                                   ", ".join(f"{k}: {v}" for k, v in r.quarantine_reasons.items())]]
+    if r.quarantined:
+        o = r.quarantined[0]
+        q_rows.append(["oldest", o.id, f"{o.reason} {st.duration(o.age_seconds)}"])
+    q_rows.append(["provider expired", r.expired_now, f"now; {r.expired_in_window} in {s.window_hours:g}h"])
+    out += ["QUARANTINE", _aligned(q_rows), ""]
+
+    spend_rows = [[x.product, x.edition_date, x.input_tokens, x.output_tokens, x.total_tokens] for x in r.spend]
+    spend_rows.append(["TOTAL", "", sum(x.input_tokens for x in r.spend), sum(x.output_tokens for x in r.spend),
+                       sum(x.total_tokens for x in r.spend)])
+    out += [f"SPEND (tokens, last {s.spend_days} days)",
+            table(spend_rows, ["PRODUCT", "DATE", "INPUT", "OUTPUT", "TOTAL"]), ""]
+
+    out.append(r.check()[1])
+    return "\n".join(out)
