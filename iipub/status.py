@@ -358,7 +358,7 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
 def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
     """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
     cols = [J.c.id, J.c.product, J.c.edition_date, J.c.state, J.c.opens_at, J.c.created_at,
-            J.c.state_entered_at, J.c.next_attempt_at, J.c.lease_expiry, J.c.quarantine_reason]
+            J.c.state_entered_at, J.c.next_attempt_at, J.c.lease_expiry, J.c.quarantine_reason, J.c.is_backfill]
     q = sa.select(*cols).where(J.c.state != State.DELETED.value)
     return [dict(r) for r in conn.execute(q).mappings()]
 
@@ -370,7 +370,8 @@ def slot_opened(opens_at: dt.datetime, created_at: dt.datetime) -> dt.datetime:
 
 def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
               s: StatusSettings) -> Sli:
-    """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window."""
+    """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window.
+    Backfills are left out: admission control holds them back by design."""
     cif = State.CREATE_IN_FLIGHT.value
     recent = sa.select(E.c.job_id).where(E.c.to_state == cif, E.c.at >= cutoff)
     first = (
@@ -382,6 +383,7 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     rows = conn.execute(
         sa.select(J.c.opens_at, J.c.created_at, first.c.first_at)
         .join(first, first.c.job_id == J.c.id)
+        .where(J.c.is_backfill == sa.false())
     ).all()
     # A min() that predates the window means this was a re-dispatch; only firsts count.
     cut = now - dt.timedelta(hours=s.window_hours)
@@ -389,7 +391,8 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
                  for r in rows if _dt(r.first_at) >= cut]
     waiting = {
         j["id"]: _seconds(now, slot_opened(j["opens_at"], j["created_at"]))
-        for j in live if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value)
+        for j in live
+        if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value) and not j["is_backfill"]
     }
     waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
     if waiting:

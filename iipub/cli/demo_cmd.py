@@ -9,12 +9,11 @@ import click
 import structlog
 from click.core import ParameterSource
 
-from .. import demo
 from .common import table
 
 
 @click.command("demo")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=demo.DEFAULT_DIR,
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("iipub-demo"),
               show_default=True, help="Where the SQLite file and the static site go (created if missing).")
 @click.option("--keep-going-seconds", type=click.FloatRange(1, 3600), default=45, show_default=True,
               help="Give up if the editions are not all published and cleaned up after this long.")
@@ -28,6 +27,8 @@ def demo_command(ctx: click.Context, directory: Path, keep_going_seconds: float)
     ignores IIPUB_* and OPENAI_* settings. Re-running in the same directory reports the
     editions already published.
     """
+    from .. import demo  # the pipeline (and the provider SDK) only when the demo runs
+
     parent = ctx.parent
     if parent is not None and parent.get_parameter_source("log_level") in (ParameterSource.DEFAULT, None):
         # Progress goes to stdout; per-transition log lines would drown it.

@@ -9,10 +9,11 @@ import click
 
 from .. import db
 from ..operator import Operator, ReleaseMode
+from ..errors import UsageError
 from ..provider import Provider
 from ..states import State
 from ..store import Job
-from .common import DATE, App, by_option, emit_json, json_option, pass_app, reason_option, stderr, table
+from .common import App, by_option, emit_json, json_option, pass_app, reason_option, stderr, table
 
 # Longer ranges print one progress line per date.
 PROGRESS_AFTER_DAYS = 30
@@ -30,6 +31,16 @@ def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_prov
         if provider is not None:
             provider.close()
     click.echo(_moved(before.state, after))
+
+
+def _date(text: str, option: str) -> dt.date:
+    # Parsed here rather than by a click type so a bad date is one `iipub: error:` line.
+    try:
+        if len(text) != 10:
+            raise ValueError
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option} {text!r} is not a date in YYYY-MM-DD form") from None
 
 
 def _moved(before: State, job: Job) -> str:
@@ -108,7 +119,7 @@ def release_command(app: App, job_id: str, verified_lost: bool, link: str | None
     chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
                               (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
     if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+        raise UsageError("quarantine release: give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
     mode = chosen[0]
     _act(app, job_id, lambda op: op.release(job_id, mode, reason, by, link_response_id=link),
          needs_provider=mode == ReleaseMode.LINK)
@@ -180,16 +191,19 @@ def kill_command(app: App, job_id: str, reason: str, by: str) -> None:
 
 @click.command("backfill")
 @click.option("--product", required=True, help="The product to backfill (as configured).")
-@click.option("--from", "from_date", required=True, type=DATE, help="First edition date, inclusive.")
-@click.option("--to", "to_date", required=True, type=DATE,
+@click.option("--from", "from_text", required=True, metavar="YYYY-MM-DD", help="First edition date, inclusive.")
+@click.option("--to", "to_text", required=True, metavar="YYYY-MM-DD",
               help="Last edition date, inclusive; at most today (database clock).")
-@click.option("--dry-run", is_flag=True, help="Only report which slots would be created.")
+@click.option("--dry-run", is_flag=True, help="Only report which slots would be created; write nothing.")
 @pass_app
-def backfill_command(app: App, product: str, from_date: dt.date, to_date: dt.date, dry_run: bool) -> None:
+def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_run: bool) -> None:
     """Create the missing slots for past dates at backfill priority (today's slots always
     go first). Idempotent: dates already present are left alone. Reports created vs.
-    already present; ranges over 30 days print per-date progress to stderr.
+    already present; ranges over 30 days print per-date progress to stderr. At most 366
+    days per run: every slot created becomes a paid generation.
     """
+    from_date, to_date = _date(from_text, "--from"), _date(to_text, "--to")
+    app.settings.product(product)  # an unknown product fails before the database is opened
     engine = app.engine()
     with engine.connect() as conn:
         today = db.read_now(conn).date()

@@ -1,0 +1,95 @@
+"""`iipub relay` as a real process, killed after a sink wrote and before the event was marked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from iipub import db
+from iipub.config import settings_from_dict
+from iipub.simulator import Simulator
+from iipub.store import Store
+from tests.conftest import iipub_exe, run_iipub, sim_env
+from tests.relay_support import SECRET, receiver
+
+PRODUCT = (
+    '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
+    'prompt = "Write the brief."\nitems = 3\n'
+)
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def _unpublished(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).where(db.outbox.c.published_at.is_(None))).scalar_one())
+
+
+def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
+    engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    with receiver() as hook:
+        env = sim_env(cli_env, sim, tmp_path, PRODUCT + f'[sinks.webhook]\nurl = "{hook.url}"\ntimeout_seconds = 30.0\n')
+        env["IIPUB_WEBHOOK_SECRET"] = SECRET
+        product = settings_from_dict({"products": [{"name": "daily-brief", "prompt": "Write the brief.", "items": 3,
+                                                    "opens_at": "00:00"}]}).products["daily-brief"]
+        Store(engine, "test").schedule(product, dt.date(2026, 11, 28))
+        for _ in range(4):
+            run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
+            sim.advance(5)
+        with engine.connect() as conn:
+            assert set(conn.execute(sa.select(db.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}
+        events = _unpublished(engine)
+        assert events == 4
+
+        hook.mode = "hang"  # the static sink writes, then the webhook POST never returns
+        proc = subprocess.Popen([*iipub_exe(), "relay"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            end = time.monotonic() + 30
+            while not hook.requests and time.monotonic() < end:
+                time.sleep(0.05)
+            assert hook.requests, "the relay never reached the webhook"
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        first_key = hook.requests[0]["headers"]["idempotency-key"]
+        root = tmp_path / "public"
+        written = _tree(root)
+        assert any(name.endswith(".html") for name in written)  # the static sink had written
+        assert _unpublished(engine) == events  # nothing was marked
+
+        hook.mode = "ok"
+        db.advance_clock(engine, 61)  # the dead relay's claim expires
+        out = run_iipub("relay", env=env, cwd=tmp_path, check=True).stdout
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["published"] == 4 and report["jobs_published"] == 2  # DAY and today
+        assert _unpublished(engine) == 0
+        after = _tree(root)
+        # Every edition file the dead relay wrote is re-written byte-identical (the index and
+        # feed legitimately grow by the editions delivered since).
+        editions = {k: v for k, v in written.items() if k.split("/")[1][:2] == "20"}
+        assert editions and {k: after[k] for k in editions} == editions
+        keys = hook.keys()
+        assert keys[first_key] == 2 and len(keys) == 4  # same Idempotency-Key again, once more
+        assert hook.verified() == len(hook.requests)
+        run_iipub("relay", env=env, cwd=tmp_path, check=True)
+        assert sum(hook.keys().values()) == 5  # nothing more once marked
+        assert _tree(root) == after
+        run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
+        with engine.connect() as conn:
+            assert set(conn.execute(sa.select(db.jobs.c.state).where(db.jobs.c.edition_date == dt.date(2026, 11, 28)))
+                       .scalars()) == {"DELETED"}
