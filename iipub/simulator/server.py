@@ -44,6 +44,7 @@ class SimulatorOptions:
     log_requests: bool = False  # one line per API request on stderr
     max_body_bytes: int = 8 * 1024 * 1024
     idle_timeout_seconds: float = 60.0  # keep-alive connections idle longer are closed
+    latency_seconds: float = 0.0  # real seconds slept before answering every /v1 request
 
 
 class Simulator:
@@ -63,7 +64,8 @@ class Simulator:
                 "(pass allow_non_loopback / --allow-non-loopback to override)"
             )
         o = self.options
-        if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds) < 0 or o.time_scale <= 0:
+        if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds,
+               o.latency_seconds) < 0 or o.time_scale <= 0:
             raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
         self.host = host
         self.port = port
@@ -244,6 +246,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path.startswith("/_sim/"):
             self._send(self._control(method, path, body))
+            return
+        latency = self.server.sim.options.latency_seconds
+        if latency > 0 and self.server.sim.stopping.wait(latency):  # a remote provider's round trip
+            self.close_connection = True
             return
         op, response_id = _route(method, path)
         if op is None:

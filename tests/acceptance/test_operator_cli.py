@@ -1,5 +1,9 @@
 """The operator commands through the installed `iipub` console script, against a real
-database and the simulator over real HTTP."""
+database (and the simulator over real HTTP where a job must first be quarantined).
+
+Each CLI start costs a few seconds (the SDK import), so setup runs in-process and only
+the command under test is a subprocess; assertions read the database directly.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,18 @@ import datetime as dt
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from iipub.simulator import Simulator
-from tests.conftest import run_iipub, sim_env
+import sqlalchemy as sa
 
-# Today's slot opens at midnight, so `reconcile` has work whatever the hour.
-MIDNIGHT_PRODUCT = """
-[[products]]
-name = "daily-brief"
-opens_at = "00:00"
-prompt = "Write today's Daily Brief."
-"""
+from iipub import db, reconcile
+from iipub.config import Settings
+from iipub.simulator import Simulator
+from iipub.store import Store
+from tests.conftest import run_iipub
+
 JOB_KEYS = {"id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
             "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
             "config_fingerprint"}
@@ -29,16 +32,19 @@ def iipub(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPro
     return run_iipub(*args, env=env, cwd=cwd)
 
 
-def ok(*args: str, env: dict[str, str], cwd: Path) -> str:
-    return run_iipub(*args, env=env, cwd=cwd, check=True).stdout
+def rows(engine: sa.Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.edition_date)).mappings()]
 
 
-def jobs(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
-    return json.loads(ok("jobs", "list", "--json", env=env, cwd=cwd))  # type: ignore[no-any-return]
+def events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
+        return [dict(r) for r in conn.execute(q).mappings()]
 
 
-def show(job_id: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
-    return json.loads(ok("jobs", "show", job_id, "--json", env=env, cwd=cwd))  # type: ignore[no-any-return]
+def versions(engine: sa.Engine) -> dict[str, int]:
+    return {r["id"]: r["version"] for r in rows(engine)}
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
@@ -48,128 +54,157 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int, needle: st
     assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
-def quarantined(cli_env: dict[str, str], sim: Simulator, tmp_path: Path) -> tuple[dict[str, str], str]:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT)
-    ok("db", "migrate", env=env, cwd=tmp_path)
+def utc_today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+def slot(engine: sa.Engine, settings: Settings, day: dt.date) -> str:
+    store = Store(engine, "test-scheduler")
+    store.schedule(settings.products["daily-brief"], day)
+    return store.list_jobs(day=day)[0].id
+
+
+def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
+    """One job quarantined as create_outcome_unknown by a real tick."""
+    p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))  # due whatever the hour
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    ok("reconcile", env=env, cwd=tmp_path)
-    (job,) = jobs(env, tmp_path)
+    reconcile.run(replace(settings, products={p.name: p}), engine)
+    (job,) = rows(engine)
     assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "create_outcome_unknown")
-    return env, job["id"]
+    return str(job["id"])
 
 
-def test_quarantine_list_and_release(cli_env: dict[str, str], sim: Simulator, tmp_path: Path) -> None:
-    env, job_id = quarantined(cli_env, sim, tmp_path)
-    (item,) = json.loads(ok("quarantine", "list", "--json", env=env, cwd=tmp_path))
+# -- quarantine -----------------------------------------------------------------------
+
+
+def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, sim: Simulator,
+                                        cli_env: dict[str, str], tmp_path: Path) -> None:
+    job_id = quarantined(engine, settings, sim)
+    proc = iipub("quarantine", "list", "--json", env=cli_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (item,) = json.loads(proc.stdout)
     assert JOB_KEYS <= set(item) and "events" not in item
-    assert item["id"] == job_id and item["quarantine_reason"] == "create_outcome_unknown"
-    assert item["generation_attempts"] == 1 and item["age_seconds"] >= 0
-    human = ok("quarantine", "list", env=env, cwd=tmp_path).splitlines()
-    assert human[0].split()[:5] == ["ID", "PRODUCT", "DATE", "REASON", "AGE"]
-    assert "create_outcome_unknown" in human[1] and "1/3" in human[1]
+    assert (item["id"], item["state"], item["quarantine_reason"]) == (job_id, "QUARANTINED", "create_outcome_unknown")
+    assert item["generation_attempts"] == 1 and item["poll_count"] == 0 and item["age_seconds"] >= 0
+    human = iipub("quarantine", "list", env=cli_env, cwd=tmp_path).stdout.splitlines()
+    assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST",
+                                "ERROR"]
+    assert human[1].split()[:4] == [job_id, "daily-brief", str(rows(engine)[0]["edition_date"]),
+                                    "create_outcome_unknown"]
+    assert "1/3" in human[1] and "0/30" in human[1]
 
-    version = show(job_id, env, tmp_path)["version"]
-    for modes in ([], ["--verified-lost", "--resume-polling"], ["--verified-lost", "--link", "resp_x"]):
-        proc = iipub("quarantine", "release", job_id, *modes, "--reason", "r", env=env, cwd=tmp_path)
-        one_line_error(proc, 2, "give exactly one of")
+
+def test_release_usage_errors_and_unknown_id(engine: sa.Engine, settings: Settings, cli_env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    job_id = slot(engine, settings, utc_today())
+    before = versions(engine)
+    for modes in ([], ["--verified-lost", "--link", "resp_abc"]):
+        proc = iipub("quarantine", "release", job_id, *modes, "--reason", "r", env=cli_env, cwd=tmp_path)
+        one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
     proc = iipub("quarantine", "release", "00000000-0000-0000-0000-000000000000", "--verified-lost",
-                 "--reason", "r", env=env, cwd=tmp_path)
+                 "--reason", "r", env=cli_env, cwd=tmp_path)
     one_line_error(proc, 4, "no job with id")
-    proc = iipub("quarantine", "release", job_id, "--resume-polling", "--reason", "r", env=env, cwd=tmp_path)
-    one_line_error(proc, 3, "no response id to poll")
-    proc = iipub("quarantine", "release", job_id, "--verified-lost", env=env, cwd=tmp_path)
-    assert proc.returncode == 2 and "--reason" in proc.stderr  # the reason is required
-    assert show(job_id, env, tmp_path)["version"] == version  # refusals wrote nothing
+    assert versions(engine) == before
 
-    out = ok("quarantine", "release", job_id[:8], "--verified-lost", "--reason", "checked the dashboard",
-             "--by", "alice", env=env, cwd=tmp_path)
-    shown = show(job_id, env, tmp_path)
-    assert out.strip() == f"job {job_id}: QUARANTINED -> CREATE_ELIGIBLE (version {shown['version']})"
-    last = shown["events"][-1]
+
+def test_release_verified_lost_journals_who_and_why(engine: sa.Engine, settings: Settings, sim: Simulator,
+                                                    cli_env: dict[str, str], tmp_path: Path) -> None:
+    job_id = quarantined(engine, settings, sim)
+    proc = iipub("quarantine", "release", job_id[:8], "--verified-lost", "--reason", "checked the dashboard",
+                 "--by", "alice", env=cli_env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (job,) = rows(engine)
+    assert proc.stdout.strip() == f"job {job_id}: QUARANTINED -> CREATE_ELIGIBLE (version {job['version']})"
+    assert job["state"] == "CREATE_ELIGIBLE" and job["quarantine_reason"] is None and job["lease_owner"] is None
+    last = events(engine, job_id)[-1]
     assert (last["reason"], last["worker"]) == ("operator_release_verified_lost", "operator:alice")
-    assert last["detail"]["by"] == "alice" and last["detail"]["why"] == "checked the dashboard"
-    assert json.loads(ok("quarantine", "list", "--json", env=env, cwd=tmp_path)) == []
-    assert ok("quarantine", "list", env=env, cwd=tmp_path).strip() == "no quarantined jobs"
+    detail = json.loads(last["detail"])
+    assert (detail["by"], detail["why"]) == ("alice", "checked the dashboard")
 
 
-def test_suspend_resume_cancel_kill(cli_env: dict[str, str], sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT)
-    ok("db", "migrate", env=env, cwd=tmp_path)
-    ok("schedule", "--date", "2026-01-05", env=env, cwd=tmp_path)
-    (job,) = jobs(env, tmp_path)
-    job_id = job["id"]
-
-    out = ok("suspend", job_id, "--reason", "incident", "--by", "bob", env=env, cwd=tmp_path)
-    assert re.fullmatch(rf"job {job_id}: NO_JOB -> MANUALLY_SUSPENDED \(version \d+\)", out.strip())
-    one_line_error(iipub("suspend", job_id, "--reason", "again", env=env, cwd=tmp_path), 3, "already suspended")
-    one_line_error(iipub("cancel", job_id, "--reason", "stop", env=env, cwd=tmp_path), 3,
-                   "only a job waiting on the provider")
-    out = ok("resume", job_id, "--by", "bob", env=env, cwd=tmp_path)
-    assert re.fullmatch(rf"job {job_id}: MANUALLY_SUSPENDED -> NO_JOB \(version \d+\)", out.strip())
-    out = ok("kill", job_id, "--reason", "not wanted", "--by", "bob", env=env, cwd=tmp_path)
-    assert re.fullmatch(rf"job {job_id}: NO_JOB -> CLEANUP_PENDING \(version \d+\)", out.strip())
-    shown = show(job_id, env, tmp_path)
-    assert shown["kill_requested"] is True
-    assert [e["reason"] for e in shown["events"]][-3:] == ["operator_suspend", "operator_resume", "operator_kill"]
-    ok("reconcile", env=env, cwd=tmp_path)
-    assert show(job_id, env, tmp_path)["state"] == "DELETED"
-    one_line_error(iipub("kill", job_id, "--reason", "again", env=env, cwd=tmp_path), 3, "already saved")
+# -- one job ----------------------------------------------------------------------------
 
 
-def test_backfill(cli_env: dict[str, str], sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT)
-    ok("db", "migrate", env=env, cwd=tmp_path)
+def test_suspend_resume_kill(engine: sa.Engine, settings: Settings, cli_env: dict[str, str],
+                             tmp_path: Path) -> None:
+    job_id = slot(engine, settings, utc_today() - dt.timedelta(days=3))
+    moves = []
+    for args in (("suspend", job_id, "--reason", "incident", "--by", "bob"), ("resume", job_id, "--by", "bob"),
+                 ("kill", job_id, "--reason", "not wanted", "--by", "bob")):
+        proc = iipub(*args, env=cli_env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        m = re.fullmatch(rf"job {job_id}: (\w+) -> (\w+) \(version (\d+)\)", proc.stdout.strip())
+        assert m, proc.stdout
+        moves.append((m.group(1), m.group(2), int(m.group(3))))
+    (job,) = rows(engine)
+    assert [m[:2] for m in moves] == [("NO_JOB", "MANUALLY_SUSPENDED"), ("MANUALLY_SUSPENDED", "NO_JOB"),
+                                      ("NO_JOB", "CLEANUP_PENDING")]
+    assert moves[-1][2] == job["version"] and job["kill_requested"]
+    assert [(e["reason"], e["worker"]) for e in events(engine, job_id)][-3:] == [
+        ("operator_suspend", "operator:bob"), ("operator_resume", "operator:bob"), ("operator_kill", "operator:bob")]
+
+
+def test_refusal_is_one_line_and_changes_nothing(engine: sa.Engine, settings: Settings, cli_env: dict[str, str],
+                                                 tmp_path: Path) -> None:
+    job_id = slot(engine, settings, utc_today())
+    before = versions(engine)
+    one_line_error(iipub("resume", job_id, env=cli_env, cwd=tmp_path), 3, "not suspended; nothing to resume")
+    assert versions(engine) == before
+
+
+# -- backfill -----------------------------------------------------------------------------
+
+
+def test_backfill_reports_created_and_present(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
     end = utc_today() - dt.timedelta(days=10)
 
     def day(back: int) -> str:
         return (end - dt.timedelta(days=back)).isoformat()
 
     dry = iipub("backfill", "--product", "daily-brief", "--from", day(2), "--to", day(0), "--dry-run",
-                env=env, cwd=tmp_path)
+                env=cli_env, cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout.splitlines()[-1] == "dry run: would create 3, already present 0"
-    assert jobs(env, tmp_path) == []
-    out = ok("backfill", "--product", "daily-brief", "--from", day(1), "--to", day(0), env=env, cwd=tmp_path)
-    assert out.splitlines() == [f"daily-brief {day(1)}: created", f"daily-brief {day(0)}: created",
-                                "created 2, already present 0"]
-    proc = iipub("backfill", "--product", "daily-brief", "--from", day(44), "--to", day(0), env=env, cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.strip() == "created 43, already present 2"
-    progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("daily-brief ")]
+    assert rows(engine) == []
+    short = iipub("backfill", "--product", "daily-brief", "--from", day(1), "--to", day(0), env=cli_env, cwd=tmp_path)
+    assert short.stdout.splitlines() == [f"daily-brief {day(1)}: created", f"daily-brief {day(0)}: created",
+                                         "created 2, already present 0"]
+    long = iipub("backfill", "--product", "daily-brief", "--from", day(44), "--to", day(0), env=cli_env, cwd=tmp_path)
+    assert long.returncode == 0 and long.stdout.strip() == "created 43, already present 2"
+    progress = [ln for ln in long.stderr.splitlines() if ln.startswith("daily-brief ")]
     assert len(progress) == 45 and progress[-1] == f"daily-brief {day(0)}: already present"
-    rows = jobs(env, tmp_path)
-    assert len(rows) == 45 and all(r["is_backfill"] for r in rows)
+    found = rows(engine)
+    assert len(found) == 45 and all(r["is_backfill"] and r["state"] == "NO_JOB" for r in found)
 
-    future = (utc_today() + dt.timedelta(days=3)).isoformat()
+
+def test_backfill_bad_ranges_are_one_line_errors(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
+    today = utc_today()
     cases = [
-        (("--from", "2026-02-30", "--to", day(0)), 2, "not a date"),
-        (("--from", day(0), "--to", "yesterday"), 2, "not a date"),
-        (("--from", day(0), "--to", day(2)), 2, "is after"),
-        (("--from", day(0), "--to", future), 2, "in the future"),
+        (("daily-brief", "2026-02-30", today.isoformat()), 2, "'2026-02-30' is not a date in YYYY-MM-DD form"),
+        (("daily-brief", today.isoformat(), (today - dt.timedelta(days=2)).isoformat()), 2, "is after --to"),
+        (("daily-brief", today.isoformat(), (today + dt.timedelta(days=3)).isoformat()), 2, "is in the future"),
+        (("nope", today.isoformat(), today.isoformat()), 78, "unknown product 'nope'"),
     ]
-    for args, code, needle in cases:
-        one_line_error(iipub("backfill", "--product", "daily-brief", *args, env=env, cwd=tmp_path), code, needle)
-    one_line_error(iipub("backfill", "--product", "nope", "--from", day(0), "--to", day(0),
-                         env=env, cwd=tmp_path), 78, "unknown product")
-    assert len(jobs(env, tmp_path)) == 45
+    for (product, start, end), code, needle in cases:
+        proc = iipub("backfill", "--product", product, "--from", start, "--to", end, env=cli_env, cwd=tmp_path)
+        one_line_error(proc, code, needle)
+    assert rows(engine) == []
 
 
-def utc_today() -> dt.date:
-    return dt.datetime.now(dt.UTC).date()
+# -- configuration ------------------------------------------------------------------------
 
 
-def test_37_missing_api_key_before_any_lease(cli_env: dict[str, str], sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT)
-    ok("db", "migrate", env=env, cwd=tmp_path)
-    ok("schedule", "--date", "2026-01-05", env=env, cwd=tmp_path)
-    ok("backfill", "--product", "daily-brief", "--from", "2026-01-01", "--to", "2026-01-02", env=env, cwd=tmp_path)
-    before = {j["id"]: j["version"] for j in jobs(env, tmp_path)}
-    keyless = {k: v for k, v in env.items() if k != "OPENAI_API_KEY"}
-
-    one_line_error(iipub("reconcile", env=keyless, cwd=tmp_path), 78, "OPENAI_API_KEY")
-    some_id = next(iter(before))
-    one_line_error(iipub("cancel", some_id, "--reason", "stop", env=keyless, cwd=tmp_path), 78, "OPENAI_API_KEY")
-    one_line_error(iipub("quarantine", "release", some_id, "--link", "resp_abc", "--reason", "r",
-                         env=keyless, cwd=tmp_path), 78, "OPENAI_API_KEY")
-    after = jobs(env, tmp_path)
-    assert {j["id"]: j["version"] for j in after} == before
-    assert all(j["lease_owner"] is None for j in after)
-    assert sim.stats()["requests"]["create"] == 0
+def test_37_missing_api_key_before_any_lease(engine: sa.Engine, settings: Settings, sim: Simulator,
+                                             cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`cli_env` has no OPENAI_API_KEY: the cron command and the operator commands that call
+    the provider stop with a configuration error before touching any job."""
+    env = {**cli_env, "OPENAI_BASE_URL": sim.url}
+    job_id = slot(engine, settings, utc_today() - dt.timedelta(days=1))
+    slot(engine, settings, utc_today())
+    before = versions(engine)
+    one_line_error(iipub("reconcile", env=env, cwd=tmp_path), 78, "OPENAI_API_KEY")
+    one_line_error(iipub("cancel", job_id, "--reason", "stop", env=env, cwd=tmp_path), 78, "OPENAI_API_KEY")
+    one_line_error(iipub("quarantine", "release", job_id, "--link", "resp_abc", "--reason", "r", env=env,
+                         cwd=tmp_path), 78, "OPENAI_API_KEY")
+    assert versions(engine) == before
+    assert all(r["lease_owner"] is None for r in rows(engine))
+    assert sum(sim.stats()["requests"].values()) == 0
