@@ -87,6 +87,10 @@ class Operator:
 
     # -- reads ----------------------------------------------------------------------
 
+    def get(self, job_id: str) -> Job:
+        """One job by id or unique prefix (NotFound otherwise)."""
+        return Store(self.engine, "operator:read").get(job_id)
+
     def quarantine_list(self) -> list[Quarantined]:
         """Quarantined jobs, longest waiting first."""
         store = Store(self.engine, "operator:list")
@@ -139,6 +143,12 @@ class Operator:
                     f"job {job.id} has no response id to poll ({job.quarantine_reason}); use --link RESP_ID "
                     "if you found its response, or --verified-lost if it never ran"
                 )
+            if job.config_fingerprint and job.config_fingerprint != self.settings.product(job.product).fingerprint():
+                # The first poll would quarantine it again as config_drift.
+                raise OperatorRefused(
+                    f"job {job.id}: the deployed config of {job.product} differs from the one its response was "
+                    "generated under; redeploy that config, or use --verified-lost to generate under the new one"
+                )
 
         store, job = self._lease(job_id, by, check)
         return self._finish(store, store.transition(
@@ -150,7 +160,7 @@ class Operator:
 
     def _release_link(self, job_id: str, response_id: str, reason: str, by: str) -> Job:
         provider = self._need_provider()  # the key check comes before any lease
-        seen = Store(self.engine, _worker(by)).get(job_id)
+        seen = self.get(job_id)
         _require_quarantined(seen)
         # Read-only and safe to repeat, so it happens before the lease: a refusal writes nothing.
         try:

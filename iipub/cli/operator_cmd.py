@@ -8,8 +8,8 @@ from collections.abc import Callable
 import click
 
 from .. import db
-from ..operator import Operator, ReleaseMode
 from ..errors import UsageError
+from ..operator import Operator, ReleaseMode
 from ..provider import Provider
 from ..states import State
 from ..store import Job
@@ -19,18 +19,20 @@ from .common import App, by_option, emit_json, json_option, pass_app, reason_opt
 PROGRESS_AFTER_DAYS = 30
 
 
-def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> None:
+def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> Job:
     """Run one job action and print the move it made."""
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
     provider = Provider(settings.provider, settings.require_api_key()) if needs_provider else None
     try:
-        before = app.store("operator").get(job_id)
-        after = action(Operator(settings, app.engine(), provider))
+        op = Operator(settings, app.engine(), provider)
+        before = op.get(job_id)
+        after = action(op)
     finally:
         if provider is not None:
             provider.close()
     click.echo(_moved(before.state, after))
+    return after
 
 
 def _date(text: str, option: str) -> dt.date:
@@ -168,7 +170,10 @@ def cancel_command(app: App, job_id: str, reason: str, by: str) -> None:
     is gone, the job is QUARANTINED (operator_cancelled). If the cancel call fails, nothing
     changes. Needs OPENAI_API_KEY. ID is the job id or a unique prefix.
     """
-    _act(app, job_id, lambda op: op.cancel(job_id, reason, by), needs_provider=True)
+    job = _act(app, job_id, lambda op: op.cancel(job_id, reason, by), needs_provider=True)
+    if job.state != State.QUARANTINED:
+        click.echo("the provider finished before the cancel took effect: its output is kept and goes on to "
+                   "validation and publication (use `iipub kill` to stop that)")
 
 
 @click.command("kill")

@@ -170,6 +170,7 @@ def is_loopback(host: str) -> bool:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # many workers connect at once; the stdlib default backlog is 5
     block_on_close = True  # server_close() joins handler threads
 
     def __init__(self, address: tuple[str, int], sim: Simulator) -> None:

@@ -208,3 +208,26 @@ def test_37_missing_api_key_before_any_lease(engine: sa.Engine, settings: Settin
     assert versions(engine) == before
     assert all(r["lease_owner"] is None for r in rows(engine))
     assert sum(sim.stats()["requests"].values()) == 0
+
+
+def test_cancel_after_the_provider_finished_keeps_the_output(engine: sa.Engine, settings: Settings,
+                                                             sim: Simulator, cli_env: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))
+    reconcile.run(replace(settings, products={p.name: p}), engine)
+    (job,) = rows(engine)
+    assert job["state"] == "ACCEPTED"
+    env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
+    # The simulator finishes in half a second: the cancel arrives too late and is refused.
+    proc = iipub("cancel", job["id"], "--reason", "wrong prompt", "--by", "ivan", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (after,) = rows(engine)
+    first, note = proc.stdout.strip().splitlines()
+    assert first == f"job {job['id']}: ACCEPTED -> RETRIEVED_NOT_VALIDATED (version {after['version']})"
+    assert "output is kept" in note
+    assert after["payload"] and after["lease_owner"] is None
+    assert sim.stats()["requests"]["cancel"] == 1 and sim.stats()["cancels"] == 0
+
+    proc = iipub("quarantine", "release", job["id"], "--link", "resp_missing", "--reason", "r", env=env,
+                 cwd=tmp_path)
+    one_line_error(proc, 3, "not QUARANTINED")

@@ -153,7 +153,8 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
     assert stats["creates_total"] == 101  # 100 backfilled days + today's slot, once each
     assert set(stats["creates_by_job"].values()) == {1}
     assert set(stats["retrieves_by_response"].values()) == {1}  # no duplicate GET
-    assert {j["state"] for j in _jobs(engine)} == {"SAVED_NOT_PUBLIC"}, all_summaries
+    assert {j["state"] for j in _jobs(engine)} == {"SAVED_NOT_PUBLIC"}, [
+        (j["state"], j["last_error"]) for j in _jobs(engine) if j["state"] != "SAVED_NOT_PUBLIC"]
     for j in _jobs(engine)[:10]:
         versions = [e["version"] for e in _events(engine, j["id"])]
         assert versions == sorted(set(versions))

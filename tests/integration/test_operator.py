@@ -106,6 +106,14 @@ def create_unknown(cfg: Settings, engine: sa.Engine, sim: Simulator) -> str:
     return job_id
 
 
+def unticked_slot(cfg: Settings, engine: sa.Engine) -> str:
+    """A second slot, still NO_JOB (yesterday's, never ticked)."""
+    store = Store(engine, "test-scheduler")
+    day = today(engine) - dt.timedelta(days=1)
+    store.schedule(cfg.products[PRODUCT], day)
+    return store.list_jobs(day=day)[0].id
+
+
 def responses_of(sim: Simulator, job_id: str) -> list[str]:
     # What an operator reads off the provider's dashboard (the simulator has no list endpoint).
     return [r.id for r in sim.backend._responses.values() if r.job_id == job_id]
@@ -382,14 +390,6 @@ def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim
         op.cancel(unticked_slot(cfg, engine), "stop", "kim")
 
 
-def unticked_slot(cfg: Settings, engine: sa.Engine) -> str:
-    """A second slot, still NO_JOB (yesterday's, never ticked)."""
-    store = Store(engine, "test-scheduler")
-    day = today(engine) - dt.timedelta(days=1)
-    store.schedule(cfg.products[PRODUCT], day)
-    return store.list_jobs(day=day)[0].id
-
-
 # -- kill -----------------------------------------------------------------------------
 
 
@@ -464,3 +464,19 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
     with pytest.raises(ConfigError, match="unknown product 'nope'"):
         op.backfill("nope", day, day, today=day)
     assert count(engine, db.jobs) == 0
+
+
+def test_resume_polling_is_refused_while_the_config_has_drifted(cfg: Settings, engine: sa.Engine,
+                                                                 sim: Simulator) -> None:
+    job_id = accepted(cfg, engine)
+    p = cfg.products[PRODUCT]
+    drifted = replace(cfg, products={PRODUCT: replace(p, temperature=p.temperature + 0.5)})
+    tick(drifted, engine)
+    assert row(engine, job_id)["quarantine_reason"] == "config_drift"
+    before = row(engine, job_id)
+    with Operator(drifted, engine) as op, pytest.raises(OperatorRefused, match="differs from the one"):
+        op.release(job_id, ReleaseMode.RESUME_POLLING, "deployed", "nina")
+    assert row(engine, job_id) == before
+    with Operator(cfg, engine) as op:  # the old config is back
+        assert op.release(job_id, ReleaseMode.RESUME_POLLING, "rolled back", "nina").state == State.ACCEPTED
+    finish(cfg, engine, sim, job_id, State.SAVED_NOT_PUBLIC)
