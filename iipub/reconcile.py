@@ -32,6 +32,9 @@ from .store import Job, Store, new_worker_id
 
 log = structlog.get_logger("iipub.reconcile")
 
+# Set by SIGTERM (cron's `timeout`): stop taking work, finish what is in hand, release leases.
+STOP = threading.Event()
+
 
 @dataclass
 class TickReport:
@@ -69,7 +72,7 @@ class Tick:
         self._in_flight = store.count_in_flight()
 
     def past_deadline(self) -> bool:
-        return time.monotonic() >= self.deadline
+        return STOP.is_set() or time.monotonic() >= self.deadline
 
     def cooling(self) -> bool:
         return time.monotonic() < self._cooldown_until

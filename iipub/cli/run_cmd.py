@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+from types import FrameType
 
 import click
 
@@ -25,7 +27,13 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
         from dataclasses import replace
 
         settings = replace(settings, reconcile=replace(settings.reconcile, tick_seconds=tick_seconds))
-    report = reconcile.run(settings, app.engine())
+    engine = app.engine()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        reconcile.STOP.set()  # stop taking work; what is in hand finishes and lets go of its lease
+
+    signal.signal(signal.SIGTERM, stop)
+    report = reconcile.run(settings, engine)
     click.echo(json.dumps(report.summary(), sort_keys=True))
 
 

@@ -63,6 +63,8 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = sim_env(cli_env, sim, tmp_path, ONE_PRODUCT)
+    cfg = Path(env["IIPUB_CONFIG"])  # a lease long enough that a slow machine cannot expire it early
+    cfg.write_text(cfg.read_text().replace("lease_seconds = 10", "lease_seconds = 60"))
     sim.add_faults([{"op": "create", "fault": "slow"}])  # the POST hangs: the worker is mid-create
     proc = _start(env, tmp_path)
     try:
@@ -80,7 +82,7 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
     # A tick while the dead worker's lease is still live leaves the job alone.
     run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
     assert next(j for j in _jobs(engine) if j["id"] == job["id"])["state"] == "CREATE_IN_FLIGHT"
-    db.advance_clock(engine, 11)
+    db.advance_clock(engine, 61)
     run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
     after = next(j for j in _jobs(engine) if j["id"] == job["id"])
     assert after["state"] == "QUARANTINED" and after["quarantine_reason"] == "crashed_during_create"
