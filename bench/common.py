@@ -299,6 +299,30 @@ def schedule_backfill(engine: sa.Engine, settings: Settings, k: int) -> list[str
         return list(conn.execute(sa.select(db.jobs.c.id).where(db.jobs.c.state == State.NO_JOB.value)).scalars())
 
 
+def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[Counter[str]], bool], *,
+          relay_too: bool, max_loops: int = 30, advance: float = 5.0) -> dict[str, Any]:
+    """Loop reconcile (and relay) ticks, moving the simulator's clock `advance` seconds after
+    each, until `done(state counts)`. Returns the time spent in each and the loop count."""
+    from iipub import reconcile, relay
+
+    spent = {"reconcile_s": 0.0, "relay_s": 0.0, "loops": 0, "reconcile_reports": [], "relay_reports": []}
+    while True:
+        counts = state_counts(engine)
+        if done(counts):
+            return spent
+        if spent["loops"] >= max_loops:
+            raise RuntimeError(f"not done after {spent['loops']} loops: {dict(counts)}")
+        t0 = time.perf_counter()
+        spent["reconcile_reports"].append(reconcile.run(settings, engine))
+        spent["reconcile_s"] += time.perf_counter() - t0
+        if relay_too:
+            t0 = time.perf_counter()
+            spent["relay_reports"].append(relay.run(settings, engine))
+            spent["relay_s"] += time.perf_counter() - t0
+        sim.advance(advance)
+        spent["loops"] += 1
+
+
 def state_counts(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all()
@@ -510,8 +534,12 @@ class RoundTrips:
         counter = self
 
         def counted(conn_self: Any, command: int, sql: Any) -> Any:
+            name = names.get(command, f"COM_{command}")
+            if command == 3:  # split COM_QUERY into statements and transaction control
+                head = (sql[:9].decode("latin-1") if isinstance(sql, bytes) else str(sql)[:9]).strip().upper()
+                name = head if head in ("COMMIT", "ROLLBACK") else "statement"
             with counter.lock:
-                counter.wire[names.get(command, f"COM_{command}")] += 1
+                counter.wire[name] += 1
             return original(conn_self, command, sql)
 
         pc.Connection._execute_command = counted  # type: ignore[method-assign]

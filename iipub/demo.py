@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from . import db, migrate, reconcile, relay, scheduling
 from .config import Product, Settings, settings_from_dict
+from .errors import ConfigError
 from .simulator import Simulator, SimulatorOptions
 from .states import PARKED, State
 from .store import Store, new_worker_id
@@ -94,7 +95,10 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
     """Run the demo in `directory` (created if missing). Stops when every job of today or
     earlier is DELETED or parked, or after `max_seconds` of ticking."""
     directory = directory.resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the demo directory {directory}: {exc.strerror}") from None
     sim = Simulator(_SIMULATOR)
     engine: sa.Engine | None = None
     try:

@@ -204,9 +204,10 @@ def on_output(job: Job, outcome: Observed) -> Decision:
         "retry_count": 0,
         "last_error": None,
     }
-    if usage is not None:
-        changes.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                       total_tokens=usage.total_tokens)
+    if usage is not None:  # accumulated: a slot that needed two paid responses costs both
+        changes.update(input_tokens=job.input_tokens + usage.input_tokens,
+                       output_tokens=job.output_tokens + usage.output_tokens,
+                       total_tokens=job.total_tokens + usage.total_tokens)
     return Decision(
         State.RETRIEVED_NOT_VALIDATED, "retrieved",
         changes=changes,

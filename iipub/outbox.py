@@ -192,15 +192,23 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
             .where(O.c.published_at.is_(None), O.c.first_failed_at.is_not(None), O.c.first_failed_at < cutoff)
         ).all()
     out: list[dict[str, Any]] = [
-        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error, "since": str(r.parked_at)}
+        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error, "since": _iso(r.parked_at)}
         for r in parked
     ]
     out += [
         {"event_id": r.event_id, "job_id": r.job_id, "kind": "failing", "attempts": r.attempts,
-         "error": r.last_error, "since": str(r.first_failed_at)}
+         "error": r.last_error, "since": _iso(r.first_failed_at)}
         for r in failing
     ]
     return out
+
+
+def _iso(value: dt.datetime | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def events_of(conn: Connection, job_ids: Sequence[str]) -> list[Any]:

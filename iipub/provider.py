@@ -16,8 +16,10 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 import httpx
-import openai
-from openai.types.responses import Response
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the SDK is imported on first use: CLI commands that never call it start fast
+    import openai
 
 from . import backoff, output
 from .config import Product, ProviderSettings
@@ -149,6 +151,8 @@ class Provider:
         # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx with
         # no idempotency key, creating duplicate paid jobs. It still sends x-stainless-retry-count
         # (always "0" here), which lets the simulator prove no retry happened.
+        import openai
+
         self._client = openai.OpenAI(
             api_key=api_key,
             base_url=settings.base_url,
@@ -252,6 +256,8 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
     | other 4xx (400, 401, 403, 404, 422, ...)               | Rejected   | not processed; fix first |
     | anything else (3xx, unexpected exception)              | Ambiguous  | cannot prove no charge   |
     """
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         why = _status_why(exc)
@@ -272,6 +278,8 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
 def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
     # With non-strict parsing the SDK hands back whatever it could: a model missing fields,
     # or plain text when the body is not JSON. Only a real `resp_` id proves acceptance.
+    from openai.types.responses import Response
+
     if not isinstance(resp, Response):
         return Ambiguous(f"2xx with an unparsable body ({type(resp).__name__})")
     response_id = getattr(resp, "id", None)
@@ -288,6 +296,8 @@ def _never_sent(exc: openai.APIConnectionError) -> bool:
 
 def _read_outcome(exc: Exception) -> NotFound | Transient | Rejected:
     """Reads, cancels and deletes can be repeated, so only 'gone' and 'never works' are final."""
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         why = _status_why(exc)
@@ -312,6 +322,8 @@ def _observed(resp: Any) -> Observed | Transient:
 
 
 def _to_observed(resp: Any) -> Observed | Transient:
+    from openai.types.responses import Response
+
     if not isinstance(resp, Response):
         return Transient(None, f"2xx with an unparsable body ({type(resp).__name__})")
     response_id = getattr(resp, "id", None)

@@ -40,6 +40,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
                              output_tokens, total_tokens}], total}
       check                 {code, status, line, problems: [{severity, text}]}
     Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
+    With --check, an unreachable database prints only {"check": {...}} (status UNKNOWN).
     """
     try:
         report = st.collect(app.engine(), app.settings)
@@ -78,7 +79,11 @@ def _unknown(exc: Exception, as_json: bool) -> None:
 
 
 def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}s" if value < 10 else f"{value:.1f}s"
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.3f}s" if value < 10 else f"{value:.1f}s"
+    return st.duration(value)
 
 
 def _aligned(rows: list[list[object]]) -> str:
@@ -121,7 +126,9 @@ def render(r: st.Status) -> str:
         ["failing events", r.outbox_failing, ""],
     ])]
     for p in r.outbox_problems:
-        out.append(f"  {p.get('kind')}: event {p.get('event_id')} {p.get('sink') or ''} {p.get('error') or ''}".rstrip())
+        where = p.get("sink") or f"job {p.get('job_id')}"
+        out.append(f"  {p.get('kind')}: event {p.get('event_id')} ({where}) since {p.get('since')}: "
+                   f"{p.get('error') or ''}")
     out.append("")
 
     q_rows: list[list[object]] = [["quarantined", len(r.quarantined),

@@ -1,0 +1,924 @@
+#!/usr/bin/env python
+"""Chaos runner for iipub: real `iipub reconcile` / `iipub relay` processes against MariaDB and
+`iipub simulator` with random faults, while workers are SIGKILLed and SIGSTOPped, database
+connections are killed from another session, time jumps (database and simulator clocks
+together) and, optionally, MariaDB itself restarts. Then the chaos stops, a clean
+convergence phase runs (no faults, a few reconcile/relay rounds with time advancing) and
+`iipub.invariants.check` judges the result.
+
+    .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
+        --slots 300 --seconds 180 --seed 7
+    # the long variant (manual): >= 1,000 slots and a MariaDB restart mid-run
+    .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
+        --slots 1200 --seconds 480 --seed 11 --restart-db
+
+Every choice (fault probabilities, which action when, which victim, how far time jumps, when
+the database restarts) comes from `random.Random(seed)`; the seed is printed and recorded,
+so a run is reproducible from its seed as far as process timing allows (which worker is
+alive at a given moment depends on the machine). Bounded: the chaos phase stops after
+`--seconds` or `--max-actions`, the convergence phase after `--convergence-rounds`, every
+wait has a timeout, and every process the runner starts is killed (process group) on exit.
+
+Exit status: 0 when no invariant is violated, 1 when some are, 2 when the run itself failed.
+A JSON report (`--report`, default WORKDIR/report.json) holds every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from iipub import db, invariants, migrate  # noqa: E402
+from iipub.config import settings_from_dict  # noqa: E402
+from iipub.simulator.faults import ALLOWED_OPS, FAULTS  # noqa: E402
+from iipub.states import State  # noqa: E402
+from iipub.store import Store  # noqa: E402
+
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
+API_KEY = "sk-chaos"
+
+# Products of the run: different language sets so editions per slot vary (1 to 3).
+PRODUCTS = (
+    ("chaos-brief", ("en", "es")),
+    ("chaos-watch", ("en", "fr", "de")),
+    ("chaos-wire", ("en",)),
+    ("chaos-digest", ("es", "pt")),
+)
+
+# Per-run simulator faults: (name, op, low, high). Every fault the simulator knows appears at
+# least once (checked at start-up); the probability of each is drawn from [low, high].
+FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
+    ("drop_after_accept", "create", 0.01, 0.03),
+    ("slow", "create", 0.005, 0.015),
+    ("rate_limit", "create", 0.03, 0.08),
+    ("server_error", "create", 0.01, 0.03),
+    ("unauthorized", "create", 0.003, 0.01),
+    ("drop_after_accept", "retrieve", 0.01, 0.03),
+    ("slow", "retrieve", 0.005, 0.015),
+    ("rate_limit", "retrieve", 0.02, 0.05),
+    ("server_error", "retrieve", 0.02, 0.05),
+    ("unauthorized", "retrieve", 0.003, 0.01),
+    ("not_found", "retrieve", 0.005, 0.012),
+    ("drop_after_accept", "delete", 0.01, 0.03),
+    ("slow", "delete", 0.005, 0.015),
+    ("rate_limit", "delete", 0.02, 0.05),
+    ("server_error", "delete", 0.02, 0.05),
+    ("not_found", "delete", 0.01, 0.03),
+    ("server_error", "cancel", 0.05, 0.1),
+    ("cancel_race", "cancel", 0.2, 0.4),
+    ("fail", "create", 0.005, 0.015),
+    ("incomplete", "create", 0.005, 0.015),
+    ("malformed_output", "create", 0.01, 0.02),
+    ("schema_break", "create", 0.005, 0.015),
+    ("hallucinated_urls", "create", 0.005, 0.015),
+    ("script_injection", "create", 0.005, 0.015),
+    ("same_text", "create", 0.005, 0.015),
+    ("oversized_output", "create", 0.003, 0.008),
+)
+
+# Chaos actions and their weights.
+ACTIONS = (
+    ("kill_reconcile", 12),
+    ("kill_relay", 6),
+    ("pause", 10),
+    ("kill_db_connections", 10),
+    ("advance_small", 20),  # 1-8 s: backoffs come due
+    ("advance_lease", 6),  # 13-40 s: every lease held now expires
+    ("advance_outage", 1),  # 610-700 s: cron was down longer than the provider's retention
+    ("operator", 2),  # an operator cancels or kills a running job
+    ("nothing", 10),
+)
+
+TICK_SECONDS = 15.0
+LEASE_SECONDS = 12.0
+
+
+def log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def iipub_exe() -> list[str]:
+    exe = shutil.which("iipub", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "iipub"]
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def config_toml(public: Path, webhook_url: str) -> str:
+    lines = [
+        "[budgets]", "max_generation_attempts = 3", "max_poll_attempts = 30", "",
+        "[reconcile]", f"lease_seconds = {LEASE_SECONDS}", f"tick_seconds = {TICK_SECONDS}", "concurrency = 4",
+        "max_in_flight = 200", "poll_interval_seconds = 0", "backoff_base_seconds = 1",
+        "backoff_cap_seconds = 20", "batch_size = 100", "",
+        "[provider]", "connect_timeout_seconds = 1", "timeout_seconds = 4", "",
+        "[relay]", f"tick_seconds = {TICK_SECONDS}", f"lease_seconds = {LEASE_SECONDS}", "batch_size = 100",
+        "backoff_base_seconds = 1", "backoff_cap_seconds = 20", "",
+    ]
+    for name, langs in PRODUCTS:
+        lines += [
+            "[[products]]", f'name = "{name}"', f"languages = {json.dumps(list(langs))}", 'opens_at = "00:00"',
+            f'prompt = "Write the {name} edition."', "items = 3", "",
+        ]
+    lines += [
+        "[sinks.static]", f'root = "{public}"', "",
+        "[sinks.webhook]", f'url = "{webhook_url}"', 'secret_env = "IIPUB_WEBHOOK_SECRET"', "timeout_seconds = 3.0",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
+    covered = {name for name, *_ in FAULT_PLAN}
+    missing = set(FAULTS) - covered
+    if missing:
+        raise SystemExit(f"FAULT_PLAN does not cover simulator faults: {sorted(missing)}")
+    out = []
+    for name, op, lo, hi in FAULT_PLAN:
+        assert op in ALLOWED_OPS[name], (name, op)
+        out.append((f"{name}@{op}", round(rng.uniform(lo, hi), 4)))
+    return out
+
+
+# -- a webhook receiver (the relay's second sink) -----------------------------------------------------
+
+
+class Receiver:
+    """Records every Idempotency-Key; during the chaos phase answers 503 now and then."""
+
+    def __init__(self, seed: int, fail_rate: float) -> None:
+        self.keys: Counter[str] = Counter()
+        self.fail_rate = fail_rate
+        self.failed = 0
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+                key = self.headers.get("idempotency-key", "")
+                with receiver._lock:
+                    fail = receiver._rng.random() < receiver.fail_rate
+                    if fail:
+                        receiver.failed += 1
+                    else:
+                        receiver.keys[key] += 1
+                status = 503 if fail else 200
+                body = b'{"ok":false}' if fail else b'{"ok":true}'
+                try:
+                    self.send_response(status)
+                    if fail:
+                        self.send_header("retry-after", "1")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/iipub"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+
+    def start(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- worker processes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Worker:
+    """One cron line run back to back: start `iipub ROLE`, wait, start again."""
+
+    role: str
+    index: int
+    env: dict[str, str]
+    cwd: Path
+    rng: random.Random
+    logdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    log_size_at_start: int = 0
+    paused_until: float | None = None
+    runs: int = 0
+    exits: Counter[str] = field(default_factory=Counter)
+    hung: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def loop(self, stop: threading.Event, hard_deadline: float) -> None:
+        out = open(self.logdir / f"{self.name}.out", "ab")  # noqa: SIM115 - closed below
+        err = open(self.logdir / f"{self.name}.err", "ab")  # noqa: SIM115
+        try:
+            while not stop.is_set() and time.monotonic() < hard_deadline:
+                with self.lock:
+                    self.log_size_at_start = os.fstat(err.fileno()).st_size
+                    self.proc = subprocess.Popen([*iipub_exe(), self.role], env=self.env, cwd=self.cwd, stdout=out,
+                                                 stderr=err, start_new_session=True)
+                    self.started_at = time.monotonic()
+                    self.runs += 1
+                rc = self._wait(hard_deadline)
+                with self.lock:
+                    self.proc = None
+                    self.paused_until = None
+                self.exits[str(rc)] += 1
+                stop.wait(self.rng.uniform(0.2, 1.0))  # cron's spacing, shortened
+        finally:
+            self.terminate()
+            out.close()
+            err.close()
+
+    def _wait(self, hard_deadline: float) -> int:
+        assert self.proc is not None
+        limit = TICK_SECONDS + 90.0  # deadline + slowest in-flight step + the longest pause
+        while True:
+            try:
+                return self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+            age = time.monotonic() - self.started_at
+            if age > limit or time.monotonic() > hard_deadline:
+                if age > limit:
+                    self.hung += 1
+                    log(f"{self.name}: pid {self.proc.pid} still running after {age:.0f} s; killing it")
+                self.signal(signal.SIGCONT)
+                self.signal(signal.SIGKILL)
+
+    def working(self) -> bool:
+        """Past its start-up (imports take seconds on a loaded host): a reconcile has logged
+        something, a relay (which logs only at the end) has run for a few seconds."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None or self.paused_until is not None:
+            return False
+        if self.role == "reconcile":
+            try:
+                return (self.logdir / f"{self.name}.err").stat().st_size > self.log_size_at_start
+            except OSError:
+                return False
+        return time.monotonic() - self.started_at > 3.0
+
+    def signal(self, sig: int) -> bool:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+            return True
+        return False
+
+    def terminate(self) -> None:
+        with self.lock:
+            if self.proc is not None and self.proc.poll() is None:
+                self.signal(signal.SIGCONT)
+                self.signal(signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=10)
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.seed: int = args.seed
+        self.rng = random.Random(self.seed)
+        self.server_url = sa.engine.make_url(args.mysql)
+        self.dbname = args.database or f"iipub_chaos_{self.seed}_{uuid.uuid4().hex[:6]}"
+        self.url = self.server_url.set(database=self.dbname).render_as_string(hide_password=False)
+        self.workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"iipub-chaos-{self.seed}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logdir = self.workdir / "logs"
+        self.logdir.mkdir(exist_ok=True)
+        self.public = self.workdir / "public"
+        self.actions_log = open(self.workdir / "actions.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        self.counts: Counter[str] = Counter()
+        self.advanced = {"db_seconds": 0.0, "sim_seconds": 0.0}
+        self.workers: list[Worker] = []
+        self.threads: list[threading.Thread] = []
+        self.stop = threading.Event()
+        self.sim_proc: subprocess.Popen[bytes] | None = None
+        self.sim_origin = ""
+        self.admin: sa.Engine | None = None
+        self.engine: sa.Engine | None = None
+        self.receiver: Receiver | None = None
+        self.report: dict[str, Any] = {"seed": self.seed, "database": self.dbname, "workdir": str(self.workdir)}
+        self.paused: list[tuple[float, Worker, int]] = []
+        self.t0 = time.monotonic()
+
+    # -- recording ---------------------------------------------------------------------
+
+    def record(self, action: str, **detail: Any) -> None:
+        self.counts[action] += 1
+        self.actions_log.write(json.dumps({"t": round(time.monotonic() - self.t0, 3), "action": action, **detail},
+                                          default=str) + "\n")
+
+    # -- setup -------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        log(f"seed {self.seed}; database {self.dbname}; workdir {self.workdir}")
+        self.admin = sa.create_engine(self.server_url.set(database=None), isolation_level="AUTOCOMMIT",
+                                      pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{self.dbname}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        self.engine = db.make_engine(self.url, pool_size=4)
+        migrate.migrate(self.engine)
+
+        fail_rate = round(self.rng.uniform(0.02, 0.06), 4)
+        self.receiver = Receiver(self.seed ^ 0x5EED, fail_rate).start()
+        cfg = self.workdir / "iipub.toml"
+        cfg.write_text(config_toml(self.public, self.receiver.url), encoding="utf-8")
+        self.settings = settings_from_dict(_toml(cfg), base_dir=self.workdir)
+
+        faults = plan_faults(self.rng)
+        self.report["faults_configured"] = dict(faults)
+        self.report["webhook_fail_rate"] = fail_rate
+        port_file = self.workdir / "sim.port"
+        cmd = [*iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file), "--seed", str(self.seed),
+               "--queued-seconds", "1", "--in-progress-seconds", "2", "--retention-seconds", "600",
+               "--slow-seconds", "5", "--no-log-requests"]
+        for spec, p in faults:
+            cmd += ["--fault", f"{spec}:{p}"]
+        self.sim_proc = subprocess.Popen(cmd, cwd=self.workdir, start_new_session=True,
+                                         stdout=open(self.logdir / "simulator.out", "ab"),  # noqa: SIM115
+                                         stderr=open(self.logdir / "simulator.err", "ab"))  # noqa: SIM115
+        end = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if time.monotonic() > end or self.sim_proc.poll() is not None:
+                raise RuntimeError("the simulator did not start (see logs/simulator.err)")
+            time.sleep(0.1)
+        self.sim_origin = f"http://127.0.0.1:{int(port_file.read_text())}"
+
+        # Slots: past dates for every product (today's are added by the ticks themselves).
+        store = Store(self.engine, "chaos-setup")
+        with self.engine.connect() as conn:
+            today = db.read_now(conn).date()
+        products = list(self.settings.products.values())
+        days = math.ceil(self.args.slots / len(products))
+        created = 0
+        for d in range(1, days + 1):
+            for p in products:
+                if created >= self.args.slots:
+                    break
+                created += store.schedule(p, today - dt.timedelta(days=d), backfill=True)
+        self.report["slots_scheduled"] = created
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
+        env.update(IIPUB_DATABASE_URL=self.url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY=API_KEY,
+                   OPENAI_BASE_URL=self.sim_origin + "/v1", IIPUB_WEBHOOK_SECRET=WEBHOOK_SECRET,
+                   PYTHONUNBUFFERED="1")
+        self.env = env
+        for i in range(self.args.reconcilers):
+            self.workers.append(Worker("reconcile", i, env, self.workdir, random.Random(f"{self.seed}-r{i}"),
+                                       self.logdir))
+        for i in range(self.args.relays):
+            self.workers.append(Worker("relay", i, env, self.workdir, random.Random(f"{self.seed}-l{i}"), self.logdir))
+
+    # -- chaos ------------------------------------------------------------------------
+
+    def chaos(self) -> None:
+        a = self.args
+        start = time.monotonic()
+        end = start + a.seconds
+        hard = end + TICK_SECONDS + 120
+        for w in self.workers:
+            t = threading.Thread(target=w.loop, args=(self.stop, hard), name=w.name, daemon=True)
+            t.start()
+            self.threads.append(t)
+        restart_at = start + self.rng.uniform(0.4, 0.6) * a.seconds if a.restart_db else None
+        outages_left = max(1, int(a.seconds // 150))
+        operator_left = max(1, a.slots // 100)
+        names = [n for n, _ in ACTIONS]
+        weights = [w for _, w in ACTIONS]
+        n = 0
+        log(f"chaos phase: {a.seconds:g} s, {len(self.workers)} workers")
+        while time.monotonic() < end and n < a.max_actions:
+            time.sleep(self.rng.uniform(0.2, 1.0))
+            self._resume_due()
+            if restart_at is not None and time.monotonic() >= restart_at:
+                restart_at = None
+                self.restart_db()
+                continue
+            action = self.rng.choices(names, weights)[0]
+            n += 1
+            if action == "advance_outage":
+                if outages_left <= 0:
+                    action = "advance_small"
+                else:
+                    outages_left -= 1
+            if action == "operator":
+                if operator_left <= 0:
+                    action = "nothing"
+                else:
+                    operator_left -= 1
+            try:
+                getattr(self, "do_" + action)()
+            except Exception as exc:  # the database may be down: the chaos goes on
+                self.record("action_failed", action=action, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+            if n % 50 == 0:
+                log(f"{n} actions, {time.monotonic() - start:.0f} s; {self._state_line()}")
+        self.report["chaos_actions"] = n
+        self.report["chaos_seconds"] = round(time.monotonic() - start, 1)
+
+    def _live(self, role: str | None = None) -> list[Worker]:
+        return [w for w in self.workers if (role is None or w.role == role) and w.working()]
+
+    def do_kill_reconcile(self) -> None:
+        self._kill("reconcile")
+
+    def do_kill_relay(self) -> None:
+        self._kill("relay")
+
+    def _kill(self, role: str) -> None:
+        live = self._live(role)
+        if not live:
+            self.record("kill_missed", role=role)
+            return
+        w = self.rng.choice(live)
+        # A short random delay first so the kill lands at a random point of the tick.
+        time.sleep(self.rng.uniform(0, 0.3))
+        if w.signal(signal.SIGKILL):
+            self.record(f"sigkill_{role}", worker=w.name)
+
+    def do_pause(self) -> None:
+        live = self._live()
+        if not live:
+            self.record("pause_missed")
+            return
+        w = self.rng.choice(live)
+        # Half the pauses outlast the lease: the worker wakes up fenced out.
+        seconds = self.rng.uniform(0.5, LEASE_SECONDS - 2) if self.rng.random() < 0.5 else \
+            self.rng.uniform(LEASE_SECONDS + 1, LEASE_SECONDS + 15)
+        if w.signal(signal.SIGSTOP):
+            w.paused_until = time.monotonic() + seconds
+            proc = w.proc
+            self.paused.append((w.paused_until, w, proc.pid if proc else -1))
+            self.record("sigstop", worker=w.name, seconds=round(seconds, 2), beyond_lease=seconds > LEASE_SECONDS)
+
+    def _resume_due(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        keep = []
+        for until, w, pid in self.paused:
+            if everything or now >= until:
+                if w.proc is not None and w.proc.pid == pid:
+                    w.signal(signal.SIGCONT)
+                    self.record("sigcont", worker=w.name)
+                w.paused_until = None
+            else:
+                keep.append((until, w, pid))
+        self.paused = keep
+
+    def do_kill_db_connections(self) -> None:
+        assert self.admin is not None
+        with self.admin.connect() as conn:
+            own = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+            rows = conn.execute(sa.text("SHOW PROCESSLIST")).all()
+            ours = sorted(int(r[0]) for r in rows if r[3] == self.dbname and int(r[0]) != own)
+            if not ours:
+                self.record("kill_db_connections_missed")
+                return
+            victims = self.rng.sample(ours, min(len(ours), self.rng.randint(1, 4)))
+            killed = 0
+            for cid in victims:
+                try:
+                    conn.execute(sa.text(f"KILL {int(cid)}"))
+                    killed += 1
+                except sa.exc.DBAPIError:
+                    pass  # gone already
+        self.counts["db_connections_killed"] += killed
+        self.record("kill_db_connections", candidates=len(ours), killed=killed)
+
+    def do_advance_small(self) -> None:
+        self.advance(round(self.rng.uniform(1, 8), 3), "advance_small")
+
+    def do_advance_lease(self) -> None:
+        self.advance(round(self.rng.uniform(LEASE_SECONDS + 1, 40), 3), "advance_lease")
+
+    def do_advance_outage(self) -> None:
+        self.advance(round(self.rng.uniform(610, 700), 3), "advance_outage")
+
+    def advance(self, seconds: float, label: str) -> None:
+        """Move both clocks: the database drill offset and the simulator's clock."""
+        assert self.engine is not None
+        db.advance_clock(self.engine, seconds)
+        self.advanced["db_seconds"] += seconds
+        httpx.post(self.sim_origin + "/_sim/advance", json={"seconds": seconds}, timeout=10).raise_for_status()
+        self.advanced["sim_seconds"] += seconds
+        self.record(label, seconds=seconds)
+
+    def do_operator(self) -> None:
+        """An operator cancels (or kills) a job that is waiting on the provider."""
+        assert self.engine is not None
+        with self.engine.connect() as conn:
+            ids = sorted(conn.execute(sa.select(db.jobs.c.id).where(
+                db.jobs.c.state.in_([State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value]))).scalars())
+        if not ids:
+            self.record("operator_missed")
+            return
+        job_id = self.rng.choice(ids)
+        verb = "cancel" if self.rng.random() < 0.7 else "kill"
+        proc = subprocess.run([*iipub_exe(), verb, job_id, "--reason", "chaos drill", "--by", "chaos"],
+                              env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=60)
+        self.record(f"operator_{verb}", job_id=job_id, rc=proc.returncode,
+                    out=(proc.stdout.strip() or proc.stderr.strip())[-300:])
+
+    def do_nothing(self) -> None:
+        self.record("nothing")
+
+    def restart_db(self) -> None:
+        """Stop MariaDB and start it again, unless other clients are using it."""
+        a = self.args
+        busy = self._foreign_clients()
+        waited = 0.0
+        while busy and not a.force_restart and waited < a.restart_wait:
+            time.sleep(2)
+            waited += 2
+            self._resume_due()
+            busy = self._foreign_clients()
+        if busy and not a.force_restart:
+            log(f"not restarting MariaDB: other clients are connected ({', '.join(busy[:5])})")
+            self.record("db_restart_skipped", clients=busy[:20], waited=waited)
+            self.report["db_restart"] = {"done": False, "skipped_because": busy[:20], "waited_seconds": waited}
+            return
+        log("stopping MariaDB")
+        t = time.monotonic()
+        subprocess.run(["start-stop-daemon", "--stop", "--exec", "/usr/sbin/mariadbd", "--retry", "TERM/60/KILL/10"],
+                       check=False, timeout=90)
+        stopped = time.monotonic()
+        down = self.rng.uniform(2, 6)
+        time.sleep(down)
+        subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"],
+                       check=False, timeout=30)
+        up = _wait_for_db(self.admin, 120)
+        self.report["db_restart"] = {
+            "done": True, "stop_seconds": round(stopped - t, 1), "down_seconds": round(time.monotonic() - stopped, 1),
+            "came_back": up, "waited_for_quiet_seconds": waited,
+        }
+        self.record("db_restart", **self.report["db_restart"])
+        log(f"MariaDB restarted: {self.report['db_restart']}")
+        if not up:
+            raise RuntimeError("MariaDB did not come back after the restart")
+
+    def _foreign_clients(self) -> list[str]:
+        assert self.admin is not None
+        try:
+            with self.admin.connect() as conn:
+                own = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+                rows = conn.execute(sa.text("SHOW PROCESSLIST")).all()
+        except sa.exc.DBAPIError:
+            return []
+        return [f"{r[0]}:{r[3]}" for r in rows
+                if int(r[0]) != own and r[1] not in ("system user", "event_scheduler")
+                and r[4] != "Daemon" and r[3] != self.dbname]
+
+    def _state_line(self) -> str:
+        try:
+            assert self.engine is not None
+            with self.engine.connect() as conn:
+                rows = conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all()
+            return " ".join(f"{s}={n}" for s, n in sorted(rows))
+        except sa.exc.DBAPIError:
+            return "(database unavailable)"
+
+    # -- stop and converge --------------------------------------------------------------
+
+    def stop_chaos(self) -> None:
+        log("stopping the chaos")
+        self.stop.set()
+        self._resume_due(everything=True)
+        for t in self.threads:
+            t.join(timeout=TICK_SECONDS + 120)
+        for w in self.workers:
+            w.terminate()
+        httpx.delete(self.sim_origin + "/_sim/faults", timeout=10).raise_for_status()
+        assert self.receiver is not None
+        self.receiver.fail_rate = 0.0
+
+    def converge(self) -> None:
+        """No faults, no kills: reconcile and relay rounds with time advancing, until settled."""
+        a = self.args
+        rounds = 0
+        started = time.monotonic()
+        pending = -1
+        _wait_for_db(self.admin, 120)
+        while rounds < a.convergence_rounds and time.monotonic() - started < a.convergence_seconds:
+            rounds += 1
+            # Past every lease (12 s) and backoff cap (20 s): what a dead worker held is free again.
+            self.advance(25.0, "converge_advance")
+            procs = [subprocess.Popen([*iipub_exe(), "reconcile"], env=self.env, cwd=self.workdir,
+                                      stdout=open(self.logdir / f"converge-reconcile-{rounds}-{i}.out", "ab"),  # noqa: SIM115
+                                      stderr=open(self.logdir / f"converge-reconcile-{rounds}-{i}.err", "ab"),  # noqa: SIM115
+                                      start_new_session=True) for i in range(2)]
+            rcs = [_wait(p, TICK_SECONDS + 90) for p in procs]
+            relay = subprocess.Popen([*iipub_exe(), "relay"], env=self.env, cwd=self.workdir,
+                                     stdout=open(self.logdir / f"converge-relay-{rounds}.out", "ab"),  # noqa: SIM115
+                                     stderr=open(self.logdir / f"converge-relay-{rounds}.err", "ab"),  # noqa: SIM115
+                                     start_new_session=True)
+            rcs.append(_wait(relay, TICK_SECONDS + 90))
+            self.counts["converge_exit_" + ",".join(map(str, rcs))] += 1
+            pending = self._pending()
+            log(f"convergence round {rounds}: exits {rcs}, {pending} jobs/events still moving; {self._state_line()}")
+            if pending == 0:
+                break
+        self.report["convergence"] = {"rounds": rounds, "seconds": round(time.monotonic() - started, 1),
+                                      "settled": pending == 0}
+
+    def _pending(self) -> int:
+        assert self.engine is not None
+        settled = [s.value for s in invariants.SETTLED]
+        with self.engine.connect() as conn:
+            now = db.now(conn)
+            jobs = conn.execute(sa.select(sa.func.count()).where(
+                db.jobs.c.state.not_in(settled),
+                sa.not_(sa.and_(db.jobs.c.state == State.NO_JOB.value, db.jobs.c.opens_at > now)))).scalar_one()
+            events = conn.execute(sa.select(sa.func.count()).where(db.outbox.c.published_at.is_(None))).scalar_one()
+        return int(jobs) + int(events)
+
+    # -- verdict --------------------------------------------------------------------------
+
+    def verdict(self) -> list[invariants.Violation]:
+        assert self.engine is not None and self.receiver is not None
+        stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
+        (self.workdir / "sim_stats.json").write_text(json.dumps(stats, indent=1), encoding="utf-8")
+        found = invariants.check(self.engine, settings=self.settings, sim_stats=stats,
+                                 webhook_keys=set(self.receiver.keys), settled=True)
+        with self.engine.connect() as conn:
+            states = dict(conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all())
+            reasons = dict(conn.execute(sa.select(db.jobs.c.quarantine_reason, sa.func.count())
+                                        .where(db.jobs.c.state == State.QUARANTINED.value)
+                                        .group_by(db.jobs.c.quarantine_reason)).all())
+            journal = conn.execute(sa.select(sa.func.count()).select_from(db.job_events)).scalar_one()
+            editions = conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one()
+            outbox_n = conn.execute(sa.select(sa.func.count()).select_from(db.outbox)).scalar_one()
+            deliveries = dict(conn.execute(sa.select(db.outbox_deliveries.c.sink, sa.func.count())
+                                           .group_by(db.outbox_deliveries.c.sink)).all())
+            total_jobs = conn.execute(sa.select(sa.func.count()).select_from(db.jobs)).scalar_one()
+        vfr_reasons = self._validation_reasons()
+        self.report.update({
+            "jobs_total": total_jobs,
+            "final_states": dict(sorted(states.items())),
+            "quarantine_reasons": dict(sorted((k or "-", v) for k, v in reasons.items())),
+            "validation_failure_kinds": vfr_reasons,
+            "journal_events": journal,
+            "editions": editions,
+            "outbox_events": outbox_n,
+            "deliveries_by_sink": deliveries,
+            "webhook_received_keys": len(self.receiver.keys),
+            "webhook_redeliveries": sum(n - 1 for n in self.receiver.keys.values()),
+            "webhook_503_answers": self.receiver.failed,
+            "simulator": {
+                "creates_total": stats.get("creates_total"),
+                "requests": stats.get("requests"),
+                "faults_fired": dict(sorted((stats.get("faults_fired") or {}).items())),
+                "deletes": stats.get("deletes"),
+                "cancels": stats.get("cancels"),
+                "max_retry_count_seen": stats.get("max_retry_count_seen"),
+            },
+            "violations_by_kind": invariants.summarize(found),
+            "violations": [v.to_dict() for v in found[:200]],
+        })
+        return found
+
+    def _validation_reasons(self) -> dict[str, int]:
+        assert self.engine is not None
+        out: Counter[str] = Counter()
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(db.job_events.c.detail).where(
+                db.job_events.c.to_state == State.VALIDATION_FAILED_RETAINED.value)).scalars()
+            for detail in rows:
+                for r in (json.loads(detail or "{}").get("reasons") or [])[:1]:
+                    out[str(r).split(":", 1)[0]] += 1
+        return dict(sorted(out.items()))
+
+    def logs_summary(self) -> dict[str, Any]:
+        events: Counter[str] = Counter()
+        errors: Counter[str] = Counter()
+        tracebacks = 0
+        for path in sorted(self.logdir.glob("*.err")):
+            if path.name.startswith("simulator"):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    if line.startswith("{"):
+                        try:
+                            doc = json.loads(line)
+                        except ValueError:
+                            errors["(unparsable log line)"] += 1
+                            continue
+                        if doc.get("level") in ("warning", "error", "critical"):
+                            events[str(doc.get("event"))] += 1
+                        if "exception" in doc:
+                            tracebacks += 1
+                    elif line.startswith("Traceback"):
+                        tracebacks += 1
+                        errors["Traceback"] += 1
+                    elif line.startswith("iipub: "):
+                        errors[_shorten(line)] += 1
+        return {"warnings_and_errors_by_event": dict(events.most_common()), "exception_traces": tracebacks,
+                "cli_errors": dict(errors.most_common(20))}
+
+    def finish(self, found: list[invariants.Violation]) -> None:
+        self.report["actions"] = dict(sorted(self.counts.items()))
+        self.report["advanced"] = {k: round(v, 1) for k, v in self.advanced.items()}
+        self.report["processes"] = {
+            w.name: {"runs": w.runs, "exits": dict(w.exits), "hung_killed": w.hung} for w in self.workers
+        }
+        self.report["process_runs"] = sum(w.runs for w in self.workers)
+        self.report["logs"] = self.logs_summary()
+        self.report["wall_seconds"] = round(time.monotonic() - self.t0, 1)
+        self.report["ok"] = not found
+        path = Path(self.args.report) if self.args.report else self.workdir / "report.json"
+        path.write_text(json.dumps(self.report, indent=1, default=str), encoding="utf-8")
+        self.report_path = path
+
+    # -- teardown --------------------------------------------------------------------------
+
+    def cleanup(self, keep_db: bool) -> None:
+        self.stop.set()
+        self._resume_due(everything=True)
+        for w in self.workers:
+            w.terminate()
+        if self.sim_proc is not None and self.sim_proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.sim_proc.pid, signal.SIGTERM)
+            try:
+                self.sim_proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.sim_proc.pid, signal.SIGKILL)
+                self.sim_proc.wait(timeout=10)
+        if self.receiver is not None:
+            self.receiver.stop()
+        if self.engine is not None:
+            self.engine.dispose()
+        if self.admin is not None:
+            if not keep_db:
+                with contextlib.suppress(sa.exc.DBAPIError), self.admin.connect() as conn:
+                    conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{self.dbname}`"))
+            self.admin.dispose()
+        self.actions_log.close()
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return -999  # hung
+
+
+def _wait_for_db(admin: sa.Engine | None, timeout: float) -> bool:
+    assert admin is not None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return True
+        except sa.exc.DBAPIError:
+            time.sleep(1)
+    return False
+
+
+def _shorten(line: str) -> str:
+    # Group one-line CLI errors by their kind, not their ids and numbers.
+    words = line.split()
+    return " ".join(words[:6])[:120]
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP end the run like Ctrl-C, so `finally` cleans up."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mysql", default=os.environ.get("IIPUB_TEST_MYSQL_URL"),
+                   help="MariaDB/MySQL server URL (the database part is ignored; default $IIPUB_TEST_MYSQL_URL)")
+    p.add_argument("--database", help="database to create (default iipub_chaos_<seed>_<random>)")
+    p.add_argument("--slots", type=int, default=300, help="publication slots to schedule (past dates)")
+    p.add_argument("--seconds", type=float, default=180.0, help="length of the chaos phase")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--reconcilers", type=int, default=3, help="concurrent `iipub reconcile` loops")
+    p.add_argument("--relays", type=int, default=2, help="concurrent `iipub relay` loops")
+    p.add_argument("--max-actions", type=int, default=5000, help="bound on chaos actions")
+    p.add_argument("--restart-db", action="store_true", help="restart MariaDB once, mid-run (start-stop-daemon)")
+    p.add_argument("--force-restart", action="store_true",
+                   help="restart MariaDB even while other clients are connected to it")
+    p.add_argument("--restart-wait", type=float, default=60.0,
+                   help="seconds to wait for other clients to leave before skipping the restart")
+    p.add_argument("--convergence-rounds", type=int, default=30)
+    p.add_argument("--convergence-seconds", type=float, default=600.0)
+    p.add_argument("--workdir", help="where logs, the static site and the report go (default: a new temp dir)")
+    p.add_argument("--report", help="write the JSON report here (default WORKDIR/report.json)")
+    p.add_argument("--keep-db", action="store_true", help="keep the database (kept anyway when violations are found)")
+    a = p.parse_args(argv)
+    if not a.mysql:
+        p.error("--mysql URL is required (or set IIPUB_TEST_MYSQL_URL)")
+    if a.slots < 1 or a.seconds <= 0 or a.reconcilers < 1 or a.relays < 1:
+        p.error("--slots, --seconds, --reconcilers and --relays must be positive")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = Run(args)
+    found: list[invariants.Violation] | None = None
+    failed = False
+    try:
+        with _signals_raise():
+            run.setup()
+            run.chaos()
+            run.stop_chaos()
+            run.converge()
+            found = run.verdict()
+    except KeyboardInterrupt:
+        log("interrupted")
+        failed = True
+    except Exception as exc:
+        log(f"run failed: {type(exc).__name__}: {exc}")
+        run.report["error"] = f"{type(exc).__name__}: {exc}"
+        failed = True
+    finally:
+        keep = args.keep_db or failed or bool(found)
+        try:
+            run.finish(found or [])
+        finally:
+            run.cleanup(keep_db=keep)
+    r = run.report
+    log(f"seed {r['seed']}: {r.get('jobs_total')} slots, {r.get('process_runs')} worker runs, "
+        f"actions {r.get('actions')}, advanced {r.get('advanced')}")
+    log(f"final states {r.get('final_states')}; quarantine {r.get('quarantine_reasons')}")
+    log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}"
+        + (f"; database kept: {run.dbname}" if keep else ""))
+    for v in (found or [])[:20]:
+        log(f"  {v}")
+    if failed:
+        return 2
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The cost of a tick with nothing to do, as finished history piles up: 0, 100,000 and
+1,000,000 DELETED jobs (plus their last journal rows), bulk-inserted with executemany in
+chunks. For each size: the wall time of a reconcile tick with no due work (median of
+several), the statements it sent and their time, and `EXPLAIN` (and `ANALYZE`) of the
+candidate query exactly as `Store.due_candidates` renders it through the engine, plus
+`EXPLAIN` of every other SELECT the idle tick issues.
+
+    .venv/bin/python bench/idle_tick.py [--mysql URL] [--quick] [--events-per-job E]
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+import sqlalchemy as sa
+
+from iipub import db, reconcile
+from iipub.store import Store
+
+
+def capture(engine: sa.Engine, counter: common.RoundTrips, fn: Any) -> list[tuple[str, Any]]:
+    counter.reset()
+    counter.record_sql = True
+    try:
+        fn()
+    finally:
+        counter.record_sql = False
+    return list(counter.sql)
+
+
+def explain(engine: sa.Engine, statement: str, params: Any) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        res = conn.exec_driver_sql("EXPLAIN " + statement, params)
+        return [dict(r._mapping) for r in res]
+
+
+def analyze(engine: sa.Engine, statement: str, params: Any) -> dict[str, Any]:
+    """MariaDB `ANALYZE FORMAT=JSON`: runs the query, reports rows actually read per table."""
+    with engine.connect() as conn:
+        raw = conn.exec_driver_sql("ANALYZE FORMAT=JSON " + statement, params).scalar_one()
+    doc = json.loads(raw)
+    found: dict[str, Any] = {"r_total_time_ms": doc.get("query_block", {}).get("r_total_time_ms")}
+    tables = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "table_name" in node and "access_type" in node:
+                tables.append({k: node.get(k) for k in ("table_name", "access_type", "key", "rows", "r_rows",
+                                                         "r_total_time_ms", "filtered", "r_filtered")})
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(doc)
+    found["tables"] = tables
+    return found
+
+
+def explain_table(rows: list[dict[str, Any]]) -> str:
+    cols = ["table", "type", "possible_keys", "key", "key_len", "rows", "Extra"]
+    return common.table(cols, [[str(r.get(c) if r.get(c) is not None else "") for c in cols] for r in rows])
+
+
+def short_sql(statement: str, limit: int = 150) -> str:
+    s = " ".join(statement.split())
+    s = s.replace("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ((SELECT offset_us FROM clock WHERE id = 1) + 0) MICROSECOND)",
+                  "now()")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def main() -> None:
+    ap = common.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--events-per-job", type=int, default=1,
+                    help="journal rows inserted per terminal job (default 1; the idle tick reads none)")
+    ap.add_argument("--sizes", default=None, help="comma-separated row counts (default 0,100000,1000000)")
+    args = ap.parse_args()
+    common.production_logs_to_devnull()
+    load_before = common.loadavg()
+    sizes = [int(x) for x in (args.sizes or ("0,100000" if args.quick else "0,100000,1000000")).split(",")]
+    runs = args.runs or (3 if args.quick else 5)
+    started = time.monotonic()
+    sections: list[str] = []
+    summary: list[list[str]] = []
+    with common.SimProc(latency_seconds=0.0) as sim, common.fresh_database(args.mysql, "idle") as url, \
+            tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=20)
+        try:
+            settings = common.bench_settings(url, sim.url, Path(tmp) / "public", reconcile={"tick_seconds": 3600.0})
+            common.park_today(engine, settings)
+            now = common.db_now(engine)
+            have = 0
+            for size in sizes:
+                t0 = time.perf_counter()
+                added = common.insert_rows(engine, db.jobs, common.terminal_rows(have, size - have, now), chunk=5000)
+                ev = common.insert_rows(engine, db.job_events,
+                                        common.terminal_events(have, size - have, now, args.events_per_job),
+                                        chunk=10000)
+                load_s = time.perf_counter() - t0
+                have = size
+                with engine.connect() as conn:
+                    conn.exec_driver_sql("ANALYZE TABLE jobs, job_events").all()
+                if added:
+                    print(f"inserted {added:,} jobs + {ev:,} events in {load_s:.0f} s "
+                          f"({(added + ev) / load_s:,.0f} rows/s)", flush=True)
+                counter = common.RoundTrips(engine)
+                walls, stmts, wires = [], [], []
+                reconcile.run(settings, engine)  # warm-up (not counted)
+                per_stmt: dict[str, list[float]] = {}
+                for _ in range(runs):
+                    counter.reset()
+                    t0 = time.perf_counter()
+                    report = reconcile.run(settings, engine)
+                    walls.append(time.perf_counter() - t0)
+                    snap = counter.snapshot()
+                    stmts.append(snap["statement_total"])
+                    wires.append(snap["wire_total"])
+                    for k, v in counter.statement_seconds.items():
+                        per_stmt.setdefault(k, []).append(v)
+                    assert report.leased == 0 and not report.transitions, report.summary()
+                print(f"{size:>9,} terminal rows: idle tick {common.median(walls) * 1000:.1f} ms "
+                      f"(runs {', '.join(f'{w * 1000:.0f}' for w in walls)})", flush=True)
+                tick_sql = capture(engine, counter, lambda: reconcile.run(settings, engine))
+                cand_sql = capture(engine, counter, lambda: Store(engine, "bench-explain").due_candidates(500))
+                counter.close()
+                statement, params = cand_sql[-1]
+                plan = explain(engine, statement, params)
+                an = analyze(engine, statement, params)
+                key_used = ", ".join(str(r.get("key")) for r in plan)
+                summary.append([f"{size:,}", f"{args.events_per_job * size:,}", str(runs), common.spread(
+                    [w * 1000 for w in walls]), f"{common.median(stmts):.0f} / {common.median(wires):.0f}",
+                    key_used, str(sum(int(t.get("r_rows") or 0) for t in an["tables"])),
+                    f"{load_s:.0f}" if added else "–"])
+                others = []
+                seen: set[str] = set()
+                for st, prm in tick_sql:
+                    if not st.lstrip().upper().startswith("SELECT") or st in seen or st == statement:
+                        continue
+                    seen.add(st)
+                    t_ms = common.median(per_stmt.get(common._statement_key(st), [0.0])) * 1000
+                    read = [(t["table_name"], t["r_rows"]) for t in analyze(engine, st, prm)["tables"]]
+                    others.append(f"- `{short_sql(st)}` — {t_ms:.1f} ms per tick; ANALYZE rows read {read}\n\n"
+                                  + explain_table(explain(engine, st, prm)))
+                cand_ms = common.median(per_stmt.get(common._statement_key(statement), [0.0])) * 1000
+                sections.append(
+                    f"**{size:,} terminal rows** — candidate query ({cand_ms:.1f} ms per tick, ANALYZE: "
+                    f"{an['r_total_time_ms']} ms, rows read {[(t['table_name'], t['r_rows']) for t in an['tables']]}):"
+                    f"\n\n{explain_table(plan)}\n\nOther SELECTs of the idle tick:\n\n" + "\n\n".join(others)
+                )
+        finally:
+            engine.dispose()
+    elapsed = time.monotonic() - started
+    statement_text = short_sql(statement, 1200)
+    probe = common.server_probe(args.mysql)
+    try:
+        head = common.header_lines(probe, f"{runs} idle ticks per size after one warm-up (median, min–max)",
+                                   load_before, [f"- Script wall time: {elapsed:.0f} s"])
+    finally:
+        probe.dispose()
+    body = f"""{head}
+- Set-up: one database grown in steps; DELETED jobs with realistic columns (200 synthetic products,
+  one slot per product and day, so 1,000,000 slots span ~14 years; ascending UUID-shaped ids) and
+  {args.events_per_job} journal row(s) each, inserted with `executemany` in chunks of 5,000 / 10,000;
+  today's slots of the configured products present and DELETED (so the tick's scheduling finds
+  them); `ANALYZE TABLE` after each step; production settings; InnoDB buffer pool
+  {buffer_pool(args.mysql)}.
+- The candidate query, as `Store.due_candidates(500)` sends it (`now()` is the database-clock
+  expression of `iipub.db.now`):
+
+```sql
+{statement_text}
+```
+
+{common.table(["terminal rows", "journal rows", "runs", "idle tick ms", "statements / wire round trips",
+               "candidate query key", "candidate rows read (ANALYZE)", "load s"], summary)}
+
+""" + "\n\n".join(sections) + "\n"
+    common.write_section("idle_tick", "3. Idle tick over terminal history", body, enabled=not args.no_doc)
+
+
+def buffer_pool(url: str) -> str:
+    probe = common.server_probe(url)
+    try:
+        with probe.connect() as conn:
+            size = int(conn.execute(sa.text("SELECT @@innodb_buffer_pool_size")).scalar_one())
+        return f"{size // (1024 * 1024)} MiB"
+    except Exception:  # noqa: BLE001
+        return "?"
+    finally:
+        probe.dispose()
+
+
+if __name__ == "__main__":
+    main()

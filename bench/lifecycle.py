@@ -1,0 +1,131 @@
+"""Full lifecycle throughput with a zero-latency simulator: K backfill slots driven from
+NO_JOB to DELETED by alternating `reconcile` and `relay` runs (the simulator's clock moved
+5 s after each pair, so responses finish), all in this process on one engine.
+
+Reported: slots per second (NO_JOB -> DELETED), fenced transitions per second (`job_events`
+rows written / time), and database traffic per transition: SQL statements counted with
+SQLAlchemy's `before_cursor_execute` hook, and (MariaDB) every command PyMySQL sends
+(statements plus the COMMITs, pool pre-ping PINGs and reset-on-return ROLLBACKs).
+
+    .venv/bin/python bench/lifecycle.py [--mysql URL] [--quick] [--sqlite] [--slots K]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+
+from iipub import db
+from iipub.states import State
+
+
+def measure(base_url: str, k: int) -> dict[str, Any]:
+    with common.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
+            common.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=16 + 4)
+        try:
+            settings = common.bench_settings(
+                url, sim.url, Path(tmp) / "public",
+                reconcile={"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": k},
+                relay={"tick_seconds": 3600.0},
+            )
+            common.park_today(engine, settings)
+            common.schedule_backfill(engine, settings, k)
+            first_event = common.max_event_id(engine)
+            requests_before = sim.requests()
+            counter = common.RoundTrips(engine)
+            counter.reset()
+            t0 = time.perf_counter()
+            spent = common.drive(settings, engine, sim, lambda c: c.get(State.DELETED.value, 0) == k + len(
+                settings.products), relay_too=True, max_loops=12)
+            wall = time.perf_counter() - t0
+            rt = counter.snapshot()
+            counter.close()
+            events = common.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
+            req = sim.requests()
+            calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
+            return {
+                "wall": wall, "slots_per_s": k / wall, "events": events, "transitions_per_s": events / wall,
+                "reconcile_s": spent["reconcile_s"], "relay_s": spent["relay_s"], "loops": spent["loops"],
+                "stmts_per_tr": rt["statement_total"] / events,
+                "wire_per_tr": rt["wire_total"] / events if rt["wire_total"] else float("nan"),
+                "statements": rt["statements"], "other": rt["other"], "wire": rt["wire"], "calls": calls,
+            }
+        finally:
+            engine.dispose()
+
+
+def run(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
+    out = []
+    for r in range(runs):
+        m = measure(base_url, k)
+        out.append(m)
+        print(f"[{label}] K={k} run {r + 1}: {m['wall']:.2f} s, {m['slots_per_s']:.1f} slots/s, "
+              f"{m['transitions_per_s']:.0f} transitions/s, {m['stmts_per_tr']:.2f} stmts/transition, "
+              f"{m['wire_per_tr']:.2f} round trips/transition (reconcile {m['reconcile_s']:.1f} s, "
+              f"relay {m['relay_s']:.1f} s, {m['loops']} loops)", flush=True)
+    return out
+
+
+def rows_for(label: str, k: int, ms: list[dict[str, Any]]) -> list[list[str]]:
+    per = lambda key: common.spread([m[key] for m in ms])  # noqa: E731
+    return [[label, f"{k:,}", str(len(ms)), common.spread([m["wall"] for m in ms], 2), per("slots_per_s"),
+             per("transitions_per_s"), f"{common.median(m['events'] / k for m in ms):.1f}",
+             common.spread([m["stmts_per_tr"] for m in ms], 2),
+             common.spread([m["wire_per_tr"] for m in ms], 2),
+             f"{common.median(m['reconcile_s'] for m in ms):.1f} / {common.median(m['relay_s'] for m in ms):.1f}"]]
+
+
+def main() -> None:
+    ap = common.parser(__doc__.split("\n\n")[0], sqlite=True)
+    ap.add_argument("--slots", type=int, default=None, help="K, slots per run (default 200, --quick 40)")
+    args = ap.parse_args()
+    common.production_logs_to_devnull()
+    load_before = common.loadavg()
+    k = args.slots or (40 if args.quick else 200)
+    runs = args.runs or (1 if args.quick else 3)
+    started = time.monotonic()
+    results = {"MariaDB": run("MariaDB", args.mysql, k, runs)}
+    if args.sqlite:
+        results["SQLite (bonus)"] = run("SQLite", "sqlite", k, runs)
+    elapsed = time.monotonic() - started
+    rows = [r for label, ms in results.items() for r in rows_for(label, k, ms)]
+    m0 = results["MariaDB"][len(results["MariaDB"]) // 2]
+    ev = m0["events"]
+    wire = ", ".join(f"{name} {n / ev:.2f}" for name, n in sorted(m0["wire"].items(), key=lambda kv: -kv[1]))
+    stmts = ", ".join(f"{name} {n / ev:.2f}" for name, n in sorted(m0["statements"].items(), key=lambda kv: -kv[1]))
+    calls = ", ".join(f"{op} {n / k:.2f}" for op, n in m0["calls"].items())
+    probe = common.server_probe(args.mysql)
+    try:
+        head = common.header_lines(probe, f"{runs} (median, min–max)", load_before,
+                                   [f"- Script wall time: {elapsed:.0f} s"])
+    finally:
+        probe.dispose()
+    body = f"""{head}
+- Set-up: fresh database; K slots of the two default products scheduled as backfill (`Store.schedule`,
+  NO_JOB, due); simulator in its own process, zero latency, responses queued 1 s then in progress 2 s
+  (simulated clock advanced 5 s after each reconcile + relay pair); production settings except
+  `reconcile.poll_interval_seconds = 0`, `reconcile.max_in_flight = K` (admission control would
+  otherwise pace creates at 100 per tick), `tick_seconds = 3600` for both commands;
+  static sink into a temporary directory; log lines rendered into /dev/null.
+- Each slot takes 11 journaled transitions (NO_JOB → CREATE_ELIGIBLE → CREATE_IN_FLIGHT → ACCEPTED →
+  COMPLETED_NOT_RETRIEVED → RETRIEVED_NOT_VALIDATED → READY_TO_COMPOSE → COMPOSED_NOT_SAVED →
+  SAVED_NOT_PUBLIC → PUBLISHED → CLEANUP_PENDING → DELETED) plus a poll when the first poll finds
+  it still running; it takes 3 reconcile + relay loops.
+
+{common.table(["backend", "K slots", "runs", "wall s", "slots/s", "transitions/s", "transitions/slot",
+               "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s"], rows)}
+
+Per transition (MariaDB, median run): statements {stmts}; wire commands {wire}.
+Provider calls per slot: {calls}.
+"""
+    common.write_section("lifecycle", "2. Full lifecycle throughput (zero-latency provider)", body,
+                         enabled=not args.no_doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Overlapping reconcilers: P = 1, 2, 4 `iipub reconcile` processes started together on the
+same due set of N polling jobs (as cron would if ticks overran, or on several hosts).
+
+Reported per P: wall time from the first start to the last exit (process start-up
+included), total throughput (polls / wall), the processes' own tick times, and the sum of
+each process's JSON summary counters `leased`, `taken` (a candidate another process got
+first), `contention` and `lease_lost`; plus a check that no job was polled twice.
+
+    .venv/bin/python bench/overlap.py [--mysql URL] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+import sqlalchemy as sa
+
+from iipub import db
+from iipub.status import POLL_REASONS
+
+KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
+
+
+def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency: int) -> dict[str, Any]:
+    sim.reset()
+    with common.fresh_database(base_url, "overlap") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=4)
+        try:
+            sections = {"reconcile": {"concurrency": concurrency, "tick_seconds": 600.0}}
+            settings = common.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
+            common.park_today(engine, settings)
+            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            cfg = Path(tmp) / "iipub.toml"
+            cfg.write_text(common.settings_toml(Path(tmp) / "public", **sections))
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
+            env.update(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench",
+                       OPENAI_BASE_URL=sim.url)
+            before = sim.requests().get("retrieve", 0)
+            t0 = time.perf_counter()
+            children = [subprocess.Popen([*common.iipub_exe(), "reconcile"], env=env, cwd=tmp,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                        for _ in range(procs)]
+            summaries = []
+            for child in children:
+                out, _ = child.communicate(timeout=900)
+                if child.returncode != 0:
+                    raise RuntimeError(f"iipub reconcile exited {child.returncode}: {out[-500:]}")
+                summaries.append(json.loads(out.strip().splitlines()[-1]))
+            wall = time.perf_counter() - t0
+            polls = sim.requests().get("retrieve", 0) - before
+            with engine.connect() as conn:
+                E = db.job_events
+                per_job = (sa.select(E.c.job_id, sa.func.count().label("n"))
+                           .where(E.c.reason.in_(POLL_REASONS)).group_by(E.c.job_id).subquery())
+                twice = conn.execute(sa.select(sa.func.count()).select_from(per_job).where(per_job.c.n > 1)).scalar_one()
+                journaled = conn.execute(sa.select(sa.func.count()).select_from(E)
+                                         .where(E.c.reason.in_(POLL_REASONS))).scalar_one()
+            totals = {k: sum(int(s.get(k, 0)) for s in summaries) for k in KEYS}
+            return {"wall": wall, "polls": polls, "rate": polls / wall, "journaled": int(journaled),
+                    "twice": int(twice), "tick_s": [float(s["seconds"]) for s in summaries], **totals}
+        finally:
+            engine.dispose()
+
+
+def main() -> None:
+    ap = common.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, default=16, help="reconcile.concurrency of each process (default 16)")
+    args = ap.parse_args()
+    load_before = common.loadavg()
+    runs = args.runs or (1 if args.quick else 3)
+    scenarios = [("200 ms latency", 0.2, 300 if args.quick else 1000),
+                 ("zero latency (database-bound)", 0.0, 500 if args.quick else 2000)]
+    started = time.monotonic()
+    rows = []
+    for label, latency, n in scenarios:
+        results: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 4: []}
+        with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                            retention_seconds=864000.0) as sim:
+            for r in range(runs):
+                for p in results:  # side by side within a run
+                    m = measure(args.mysql, sim, n, p, args.concurrency)
+                    results[p].append(m)
+                    print(f"[{label}] N={n} P={p} run {r + 1}: {m['wall']:.2f} s, {m['rate']:.1f} polls/s, "
+                          f"polls {m['polls']} journaled {m['journaled']} twice {m['twice']}, "
+                          + ", ".join(f"{k} {m[k]}" for k in KEYS), flush=True)
+        base = {m_i: m["wall"] for m_i, m in enumerate(results[1])}
+        for p, ms in results.items():
+            ratio = [base[i] / m["wall"] for i, m in enumerate(ms) if i in base]
+            rows.append([
+                label, f"{n:,}", str(p), common.spread([m["wall"] for m in ms], 2),
+                common.spread([m["rate"] for m in ms]), common.spread(ratio, 2),
+                common.fmt(common.median(common.median(m["tick_s"]) for m in ms), 2),
+                *[f"{common.median(m[k] for m in ms):.0f}" for k in KEYS],
+                f"{max(m['polls'] for m in ms)} / {max(m['twice'] for m in ms)}",
+            ])
+    elapsed = time.monotonic() - started
+    probe = common.server_probe(args.mysql)
+    try:
+        head = common.header_lines(probe, f"{runs} per cell (median, min–max); P = 1, 2, 4 measured back to back "
+                                   "in each run", load_before, [f"- Script wall time: {elapsed:.0f} s"])
+    finally:
+        probe.dispose()
+    body = f"""{head}
+- Set-up per cell: fresh database; N polling jobs seeded as for the tick benchmark (real simulator
+  responses still in progress); P × `iipub reconcile` (the console script, JSON logs at info to
+  /dev/null) started at once with `IIPUB_DATABASE_URL`, `IIPUB_CONFIG` (`reconcile.concurrency =
+  {args.concurrency}`, `tick_seconds = 600`), `OPENAI_API_KEY`, `OPENAI_BASE_URL` (simulator in its own process).
+- *wall*: first start to last exit, start-up (imports, engine, schema check) included; *own tick*:
+  median of the processes' `seconds`. Counters are the sums over the P JSON summaries (median run).
+  *max polls / jobs polled twice*: provider retrieves seen by the simulator and jobs with more than
+  one poll journaled, worst run.
+
+{common.table(["scenario", "N", "P", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
+               "max polls / jobs polled twice"], rows)}
+"""
+    common.write_section("overlap", "4. Overlapping reconcilers", body, enabled=not args.no_doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Where a tick's time goes: pyinstrument profiles of the hot paths.
+
+* `poll`: one reconcile tick polling N jobs (zero-latency simulator in its own process), with
+  the tick's thread pool replaced by a synchronous executor so the whole sweep runs in the
+  profiled thread (pyinstrument samples one thread). This is the per-poll cost that bounds
+  a concurrent tick once the provider latency is hidden.
+* `relay`: one relay run delivering the outbox events of M saved slots to the static sink.
+* `idle`: one reconcile tick with no due work over T terminal rows.
+
+Writes the full text profiles to bench/profiles/ and a summary (self time by package,
+inclusive time of the functions that matter) to docs/benchmarks.md.
+
+Needs pyinstrument in the venv (`.venv/bin/pip install pyinstrument`; not a project dependency).
+
+    .venv/bin/python bench/profile_tick.py [--mysql URL] [--quick] [--what poll,relay,idle]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import common
+
+from iipub import db, reconcile, relay
+from iipub.states import State
+
+PROFILES = Path(__file__).resolve().parent / "profiles"
+
+# Inclusive time of these (module suffix, function) pairs is reported.
+KEY_FUNCTIONS = [
+    ("iipub/reconcile.py", "_handle"),
+    ("iipub/store.py", "acquire_lease"),
+    ("iipub/store.py", "transition"),
+    ("iipub/store.py", "due_candidates"),
+    ("iipub/store.py", "release"),
+    ("iipub/provider.py", "retrieve"),
+    ("iipub/provider.py", "create"),
+    ("iipub/provider.py", "_observed"),
+    ("iipub/config.py", "fingerprint"),
+    ("iipub/store.py", "from_row"),
+    ("structlog/_native.py", "meth"),
+    ("structlog/_base.py", "_process_event"),
+    ("iipub/relay.py", "_deliver"),
+    ("iipub/sinks/static.py", "deliver"),
+    ("iipub/sinks/static.py", "scan_editions"),
+    ("iipub/sinks/static.py", "_atomic_write"),
+    ("iipub/sinks/static.py", "render_feed"),
+    ("iipub/outbox.py", "claim"),
+    ("iipub/outbox.py", "record"),
+    ("iipub/outbox.py", "settled_sinks"),
+    ("iipub/outbox.py", "mark_published"),
+    ("iipub/relay.py", "publish_finished_jobs"),
+    ("iipub/reconcile.py", "_ensure_today"),
+    ("iipub/store.py", "count_in_flight"),
+    ("iipub/validate.py", "validate"),
+    ("iipub/compose.py", "compose"),
+    ("sqlalchemy/engine/base.py", "_execute_context"),
+    ("sqlalchemy/sql/compiler.py", "__init__"),
+    ("pymysql/connections.py", "_read_packet"),
+    ("pymysql/connections.py", "ping"),
+    ("openai/_base_client.py", "request"),
+    ("openai/_response.py", "parse"),
+    ("httpx/_client.py", "send"),
+]
+
+
+class SyncExecutor:
+    """Stands in for ThreadPoolExecutor: runs each job at submit, in the calling thread."""
+
+    def __init__(self, max_workers: int | None = None, thread_name_prefix: str = "") -> None:
+        pass
+
+    def __enter__(self) -> SyncExecutor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - mirrored into the future, as the pool does
+            f.set_exception(exc)
+        return f
+
+
+@contextmanager
+def synchronous_ticks() -> Iterator[None]:
+    saved = reconcile.ThreadPoolExecutor
+    reconcile.ThreadPoolExecutor = SyncExecutor  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        reconcile.ThreadPoolExecutor = saved  # type: ignore[misc]
+
+
+def package_of(path: str | None) -> str:
+    if not path:
+        return "?"
+    p = path.replace("\\", "/")
+    if "/site-packages/" in p:
+        return p.split("/site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if "/iipub/" in p:
+        return "iipub." + p.split("/iipub/", 1)[1].removesuffix(".py").replace("/", ".")
+    if "<" in p:
+        return p
+    return "stdlib:" + Path(p).stem
+
+
+def summarise(profiler: Any, wall: float, work: str) -> tuple[str, dict[str, float]]:
+    root = profiler.last_session.root_frame()
+    total = root.time
+    by_pkg: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+
+    def walk(frame: Any, parent_path: str | None, active: frozenset[str]) -> None:
+        path = frame.file_path or parent_path
+        if not frame.children:
+            by_pkg[package_of(path)] += frame.time
+        key = None
+        for suffix, fn in KEY_FUNCTIONS:
+            if frame.function == fn and (frame.file_path or "").replace("\\", "/").endswith(suffix):
+                key = f"{suffix.rsplit('/', 1)[-1].removesuffix('.py')}.{fn}"
+                break
+        nxt = active
+        if key and key not in active:  # count recursion once
+            inclusive[key] += frame.time
+            nxt = active | {key}
+        for child in frame.children:
+            walk(child, path, nxt)
+
+    walk(root, None, frozenset())
+    pkgs = [(k, v) for k, v in by_pkg.most_common(12)]
+    rows = [[k, f"{v:.2f}", f"{v / total * 100:.0f} %"] for k, v in pkgs]
+    text = [f"*{work}* — profiled wall time {wall:.2f} s (sampled {total:.2f} s)", "",
+            "Self time by package (where the samples landed):", "",
+            common.table(["package / module", "s", "share"], rows), "",
+            "Inclusive time of the functions that matter:", "",
+            common.table(["function", "s", "share"],
+                         [[k, f"{v:.2f}", f"{v / total * 100:.0f} %"] for k, v in inclusive.most_common()])]
+    return "\n".join(text), {k: v / total for k, v in inclusive.items()}
+
+
+def profile_poll(base_url: str, n: int) -> str:
+    from pyinstrument import Profiler
+
+    with common.SimProc(latency_seconds=0.0, queued_seconds=0.0, in_progress_seconds=86400.0,
+                        retention_seconds=864000.0) as sim, \
+            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=8)
+        try:
+            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
+                                             reconcile={"concurrency": 1, "tick_seconds": 3600.0})
+            common.park_today(engine, settings)
+            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            profiler = Profiler(interval=0.0005)
+            with synchronous_ticks():
+                t0 = time.perf_counter()
+                profiler.start()
+                report = reconcile.run(settings, engine)
+                profiler.stop()
+                wall = time.perf_counter() - t0
+            moved = sum(report.transitions.values())
+            PROFILES.mkdir(exist_ok=True)
+            (PROFILES / "poll_tick.txt").write_text(profiler.output_text(unicode=True, color=False))
+            text, _ = summarise(profiler, wall, f"tick over {n:,} due polls, zero latency, one thread "
+                                f"({moved} transitions, {wall / max(moved, 1) * 1000:.1f} ms per poll)")
+            return text
+        finally:
+            engine.dispose()
+
+
+def profile_relay(base_url: str, m: int) -> str:
+    from pyinstrument import Profiler
+
+    import relay_throughput
+
+    with common.SimProc(latency_seconds=0.0, queued_seconds=0.5, in_progress_seconds=1.0) as sim, \
+            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=20)
+        try:
+            settings = relay_throughput.relay_settings(url, sim.url, Path(tmp) / "public", m)
+            relay_throughput.prepare(engine, settings, sim, m)
+            profiler = Profiler(interval=0.0005)
+            t0 = time.perf_counter()
+            profiler.start()
+            report = relay.run(settings, engine)
+            profiler.stop()
+            wall = time.perf_counter() - t0
+            PROFILES.mkdir(exist_ok=True)
+            (PROFILES / "relay_run.txt").write_text(profiler.output_text(unicode=True, color=False))
+            text, _ = summarise(profiler, wall, f"relay run delivering {report.published} events of {m} slots "
+                                f"to the static sink ({wall / max(report.published, 1) * 1000:.1f} ms per event)")
+            return text
+        finally:
+            engine.dispose()
+
+
+def profile_idle(base_url: str, terminal: int) -> str:
+    from pyinstrument import Profiler
+
+    with common.SimProc(latency_seconds=0.0) as sim, common.fresh_database(base_url, "prof") as url, \
+            tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=8)
+        try:
+            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
+                                             reconcile={"tick_seconds": 3600.0})
+            common.park_today(engine, settings)
+            now = common.db_now(engine)
+            common.insert_rows(engine, db.jobs, common.terminal_rows(0, terminal, now), chunk=5000)
+            reconcile.run(settings, engine)  # warm the buffer pool
+            profiler = Profiler(interval=0.0005)
+            t0 = time.perf_counter()
+            profiler.start()
+            report = reconcile.run(settings, engine)
+            profiler.stop()
+            wall = time.perf_counter() - t0
+            assert report.leased == 0, report
+            PROFILES.mkdir(exist_ok=True)
+            (PROFILES / "idle_tick.txt").write_text(profiler.output_text(unicode=True, color=False))
+            text, _ = summarise(profiler, wall, f"idle tick over {terminal:,} {State.DELETED.value} rows")
+            return text
+        finally:
+            engine.dispose()
+
+
+def main() -> None:
+    ap = common.parser(__doc__.split("\n\n")[0])
+    ap.add_argument("--what", default="poll,relay,idle")
+    ap.add_argument("--polls", type=int, default=None, help="jobs in the poll profile (default 1000)")
+    ap.add_argument("--slots", type=int, default=None, help="slots in the relay profile (default 100)")
+    ap.add_argument("--terminal", type=int, default=None, help="rows in the idle profile (default 100000)")
+    args = ap.parse_args()
+    common.production_logs_to_devnull()
+    load_before = common.loadavg()
+    what = [w.strip() for w in args.what.split(",") if w.strip()]
+    parts = []
+    if "poll" in what:
+        parts.append(profile_poll(args.mysql, args.polls or (300 if args.quick else 1000)))
+    if "relay" in what:
+        parts.append(profile_relay(args.mysql, args.slots or (40 if args.quick else 100)))
+    if "idle" in what:
+        parts.append(profile_idle(args.mysql, args.terminal or (20_000 if args.quick else 100_000)))
+    probe = common.server_probe(args.mysql)
+    try:
+        head = common.header_lines(probe, "1 (a profile, not a timing)", load_before, [
+            "- pyinstrument 5 (interval 0.5 ms), wall-clock sampling: time waiting on MariaDB or the "
+            "simulator shows up under the socket read of the client library (pymysql `_read_packet`, "
+            "httpx/httpcore); full trees in `bench/profiles/*.txt`"])
+    finally:
+        probe.dispose()
+    common.write_section("profile", "7. Profiles (pyinstrument)", head + "\n\n" + "\n\n".join(parts) + "\n",
+                         enabled=not args.no_doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""`iipub check`: verify the invariants of the configured database (see `iipub.invariants`).
+
+Not registered by default; add `("iipub.cli.check_cmd", "check_command")` to
+`iipub.cli._register_optional` to make it `iipub check`. Until then it runs as
+`python -m iipub.cli.check_cmd check ...`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import httpx
+
+from .. import invariants
+from ..errors import IipubError
+from .common import App, emit_json, pass_app, table
+
+
+class CheckFailed(IipubError):
+    """Invariant violations were found."""
+
+    exit_code = 1
+
+
+@click.command("check")
+@click.option("--simulator", "simulator_url", metavar="URL",
+              help="Also compare paid creates with this `iipub simulator`'s own counts (its origin or /v1 URL).")
+@click.option("--settled", is_flag=True,
+              help="Also require a settled system (after a drill or a chaos run, with nothing running): every "
+                   "slot published or parked, every outbox event published, no lease held past its expiry.")
+@click.option("--static-root", type=click.Path(file_okay=False, path_type=Path),
+              help="Static site to verify (default: [sinks.static] root of the configuration).")
+@click.option("--stranded-after", default=invariants.STRANDED_AFTER_SECONDS, show_default=True,
+              type=click.FloatRange(min=0), help="Seconds a job may stay live before it counts as stranded.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
+@pass_app
+def check_command(app: App, simulator_url: str | None, settled: bool, static_root: Path | None,
+                  stranded_after: float, as_json: bool) -> None:
+    """Check the invariants iipub promises against the database: journal versions and
+    transitions, one publication per slot and language (or a parked job with its reason),
+    paid creates explained by the journal, no output lost without a journaled expiry, every
+    published event delivered to every sink, no stranded job.
+
+    Reads only. Exit 0 when every invariant holds, 1 when any is violated.
+    """
+    stats = None
+    if simulator_url:
+        try:
+            stats = invariants.sim_stats_from(simulator_url)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise click.ClickException(f"cannot read simulator stats from {simulator_url}: {exc}") from None
+    found = invariants.check(app.engine(), settings=app.settings, sim_stats=stats, static_root=static_root,
+                             settled=settled, stranded_after_seconds=stranded_after)
+    if as_json:
+        emit_json({"ok": not found, "counts": invariants.summarize(found), "violations": [v.to_dict() for v in found]})
+    elif found:
+        click.echo(table([(v.kind, v.job_id or "-", v.detail) for v in found], ["KIND", "JOB", "DETAIL"]))
+    else:
+        click.echo("all invariants hold")
+    if found:
+        raise CheckFailed(f"{len(found)} invariant violation(s): "
+                          + ", ".join(f"{k}={n}" for k, n in invariants.summarize(found).items()))
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m iipub.cli.check_cmd check ...` until registered
+    from . import cli, main
+
+    if "check" not in cli.commands:
+        cli.add_command(check_command)
+    main()

@@ -1,0 +1,522 @@
+"""The promises iipub keeps, checked after the fact against any iipub database.
+
+`check(engine, ...)` only reads (the jobs, the journal, editions, outbox, deliveries, and
+optionally the simulator's request counts, the static site and a webhook receiver's log)
+and returns a list of `Violation`s; an empty list means every invariant held. It is what
+the chaos runner (`bench/chaos.py`) asserts at the end of a run, and what `iipub check`
+prints. Each `kind` below names one invariant:
+
+Journal
+  journal_versions       versions in `job_events` strictly increase per job
+  journal_chain          each event starts where the previous one ended; the first is the slot's
+                         creation (-> NO_JOB); the last ends in the job's current state
+  journal_edge           every journaled move is an edge of the state table; operator-only edges
+                         carry an `operator_*` reason
+  journal_orphan         an event of a job that does not exist
+  attempts_mismatch      jobs.generation_attempts == dispatches - refunded (create_refused)
+  budget_exceeded        paid creates charged to a slot > budgets.max_generation_attempts
+
+Paid creates (needs the simulator's stats)
+  unjournaled_create     the provider received more creates for a job (or for one of its
+                         attempts) than the journal dispatched and did not refund
+  create_missing         the journal says a create was accepted or refused-and-charged but the
+                         provider never saw it (fewer creates than dispatches - refunds - the
+                         dispatches that ended ambiguous / rejected / crashed)
+  create_unknown_job     the provider received a create naming no job of this database
+  sdk_retry              the provider saw a request with x-stainless-retry-count > 0
+  create_after_ambiguous a `dispatch` after an ambiguous create outcome without an operator
+                         release in between (journal; no simulator needed)
+  unreleased_exit        a job left QUARANTINED without an operator action
+
+Custody of provider output
+  expiry_unjournaled     a move into PROVIDER_EXPIRED_OR_MISSING (or out of it) does not name the
+                         lost response id
+  response_abandoned     a new paid create while the previous accepted response was neither taken
+                         into custody nor journaled as lost
+  deleted_without_custody a remote response was deleted (simulator) or a job reached DELETED
+                         without the output in custody and without an operator kill
+
+Publication
+  not_published          a published job lacks an edition or an outbox event for a saved language
+  edition_orphan         an edition whose job is missing, of another slot, or never saved
+  published_twice        more than one save or publication journaled for one job
+  outbox_unpublished     a published job's outbox event has no published_at
+  outbox_orphan          an outbox row whose edition is missing, or an edition with != 1 event
+  undelivered_sink       a published event lacks a delivered record for a configured sink
+  sink_parked            a delivery is parked for an operator
+  static_missing         the static sink's files for a delivered event are missing or differ
+  webhook_not_received   a delivered webhook event never reached the receiver (when given)
+  parked_without_reason  QUARANTINED without quarantine_reason, VALIDATION_FAILED_RETAINED without
+                         its reasons or payload, MANUALLY_SUSPENDED without the state to resume
+  killed_but_published   a killed job has editions
+
+Liveness
+  stranded               a job neither DELETED nor parked, live longer than `stranded_after_seconds`
+                         (database clock)
+With `settled=True` (after a convergence phase, nothing running):
+  unsettled              a job neither DELETED (published or killed) nor parked, nor a NO_JOB slot
+                         whose window has not opened
+  outbox_pending         an outbox event not yet published
+  stale_lease            a job or outbox lease held past its expiry
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from . import db, states
+from .compose import artifact_from_json
+from .config import Settings
+from .states import State
+
+J, E, ED, O, D = db.jobs, db.job_events, db.editions, db.outbox, db.outbox_deliveries
+
+# A dispatch that ended in one of these may or may not have reached the provider.
+AMBIGUOUS_CREATE = ("create_outcome_unknown", "crashed_during_create")
+# ...and these certainly created nothing, but the journal cannot tell from the outcome alone.
+UNCOUNTED_CREATE = AMBIGUOUS_CREATE + ("create_rejected",)
+DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
+SETTLED = frozenset({State.DELETED}) | states.PARKED
+STRANDED_AFTER_SECONDS = 7200.0
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    job_id: str | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.job_id or '-'}: {self.detail}"
+
+
+@dataclass
+class _Ev:
+    id: int
+    job_id: str
+    from_state: str | None
+    to_state: str
+    version: int
+    reason: str
+    detail: dict[str, Any]
+    at: dt.datetime
+
+
+class _Found:
+    def __init__(self) -> None:
+        self.items: list[Violation] = []
+
+    def add(self, kind: str, job_id: str | None, detail: str) -> None:
+        self.items.append(Violation(kind, job_id, detail[:500]))
+
+
+def check(
+    engine: sa.Engine,
+    *,
+    settings: Settings | None = None,
+    sim_stats: Mapping[str, Any] | None = None,
+    static_root: Path | None = None,
+    sinks: Sequence[str] | None = None,
+    webhook_keys: Collection[str] | None = None,
+    settled: bool = False,
+    stranded_after_seconds: float = STRANDED_AFTER_SECONDS,
+) -> list[Violation]:
+    """Every invariant violation found, journal order within a job. Reads only.
+
+    `settings` supplies the generation budget, the configured sinks and the static root
+    (each can also be passed on its own); `sim_stats` is the simulator's `/_sim/stats`
+    document; `webhook_keys` the Idempotency-Keys a webhook receiver saw; `settled` adds the
+    end-of-run checks (nothing left to do, no lease held)."""
+    if settings is not None:
+        if static_root is None and settings.static_sink is not None:
+            static_root = Path(settings.static_sink.root)
+        if sinks is None:
+            sinks = [n for n, on in (("static", settings.static_sink), ("webhook", settings.webhook_sink)) if on]
+    found = _Found()
+    with engine.connect() as conn:
+        now = _naive(db.read_now(conn))
+        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(
+            *[c for c in J.columns if c.name not in ("payload", "composed")],
+            J.c.payload.is_not(None).label("has_payload"),
+        )).mappings()}
+        events: dict[str, list[_Ev]] = defaultdict(list)
+        for r in conn.execute(sa.select(E).order_by(E.c.job_id, E.c.id)):
+            events[r.job_id].append(_Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason,
+                                        _detail(r.detail), _naive(r.at)))
+        editions = [dict(r) for r in conn.execute(sa.select(
+            ED.c.id, ED.c.job_id, ED.c.product, ED.c.edition_date, ED.c.lang, ED.c.sha256)).mappings()]
+        outbox = [dict(r) for r in conn.execute(sa.select(
+            O.c.id, O.c.event_id, O.c.job_id, O.c.edition_id, O.c.published_at, O.c.lease_owner,
+            O.c.lease_expiry)).mappings()]
+        deliveries = [dict(r) for r in conn.execute(sa.select(D)).mappings()]
+    for job_id in sorted(set(events) - set(jobs)):
+        found.add("journal_orphan", job_id, f"{len(events[job_id])} events of a job that does not exist")
+    max_gen = settings.budgets.max_generation_attempts if settings is not None else None
+    for job_id, job in sorted(jobs.items(), key=lambda kv: (kv[1]["product"], kv[1]["edition_date"], kv[0])):
+        evs = events.get(job_id, [])
+        _journal(found, job, evs, max_gen)
+        _custody(found, job, evs)
+        _liveness(found, job, evs, now, stranded_after_seconds, settled)
+    _publication(found, jobs, events, editions, outbox, deliveries, list(sinks or _sink_names(deliveries)),
+                 static_root, webhook_keys, now, settled)
+    if sim_stats is not None:
+        _creates(found, jobs, events, sim_stats)
+    return found.items
+
+
+# -- the journal -------------------------------------------------------------------------------
+
+
+def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen: int | None) -> None:
+    jid = job["id"]
+    if not evs:
+        found.add("journal_chain", jid, "job has no journal at all")
+        return
+    if evs[0].from_state is not None or evs[0].to_state != State.NO_JOB.value:
+        found.add("journal_chain", jid, f"first event {evs[0].from_state} -> {evs[0].to_state}, not the slot's creation")
+    for prev, ev in zip(evs, evs[1:], strict=False):
+        if ev.version <= prev.version:
+            found.add("journal_versions", jid, f"event {ev.id} has version {ev.version} after {prev.version}")
+        if ev.from_state != prev.to_state:
+            found.add("journal_chain", jid, f"event {ev.id} starts in {ev.from_state} but the job was in "
+                                            f"{prev.to_state}")
+    for ev in evs[1:]:
+        if ev.from_state is None:
+            continue
+        edge = states.edge(ev.from_state, ev.to_state) if _is_state(ev.from_state) and _is_state(ev.to_state) else None
+        if edge is None:
+            found.add("journal_edge", jid, f"event {ev.id}: {ev.from_state} -> {ev.to_state} is not in the state table")
+        elif edge.operator and not ev.reason.startswith("operator_"):
+            found.add("journal_edge", jid, f"event {ev.id}: operator-only {ev.from_state} -> {ev.to_state} "
+                                           f"taken with reason {ev.reason!r}")
+        if ev.from_state == State.QUARANTINED.value and ev.to_state != State.QUARANTINED.value \
+                and not ev.reason.startswith("operator_"):
+            found.add("unreleased_exit", jid, f"event {ev.id} left QUARANTINED with reason {ev.reason!r}")
+    last = evs[-1]
+    if last.to_state != job["state"]:
+        found.add("journal_chain", jid, f"journal ends in {last.to_state} but the job is {job['state']}")
+    if last.version > job["version"]:
+        found.add("journal_versions", jid, f"journal version {last.version} > job version {job['version']}")
+    charged = sum(e.reason == "dispatch" for e in evs) - sum(e.reason == "create_refused" for e in evs)
+    if charged != job["generation_attempts"]:
+        found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
+                                            f"charged {charged} (dispatches minus refunds)")
+    if max_gen is not None and charged > max_gen:
+        found.add("budget_exceeded", jid, f"{charged} paid creates charged, budget {max_gen}")
+    # No new paid create after an ambiguous outcome until an operator took the job out.
+    ambiguous: str | None = None
+    for ev in evs:
+        if ev.to_state == State.QUARANTINED.value and ev.reason in AMBIGUOUS_CREATE:
+            ambiguous = ev.reason
+        elif ev.reason.startswith("operator_") and ev.from_state == State.QUARANTINED.value:
+            ambiguous = None
+        elif ev.reason == "dispatch" and ambiguous is not None:
+            found.add("create_after_ambiguous", jid, f"event {ev.id}: dispatch after {ambiguous} without an "
+                                                     "operator release")
+
+
+# -- custody of provider output -------------------------------------------------------------------
+
+
+def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
+    jid = job["id"]
+    current: str | None = None  # the accepted response we owe custody or a journaled loss
+    in_custody = False
+    killed = False
+    for ev in evs:
+        d = ev.detail
+        if ev.reason == "dispatch" and current is not None and not in_custody:
+            found.add("response_abandoned", jid, f"event {ev.id}: new paid create while response {current} was "
+                                                 "neither retrieved nor journaled as lost")
+        if ev.reason == "dispatch":
+            current, in_custody = None, False
+        if ev.reason in ("accepted", "operator_link") and d.get("response_id"):
+            current, in_custody = str(d["response_id"]), False
+        if ev.to_state == State.RETRIEVED_NOT_VALIDATED.value:
+            in_custody = True
+        if ev.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value:
+            lost = d.get("response_id")
+            if not lost:
+                found.add("expiry_unjournaled", jid, f"event {ev.id} -> PROVIDER_EXPIRED_OR_MISSING does not "
+                                                     "name the lost response")
+            elif current is not None and lost != current:
+                found.add("expiry_unjournaled", jid, f"event {ev.id} journals {lost} as lost, but the accepted "
+                                                     f"response was {current}")
+            current = None
+        if ev.from_state == State.PROVIDER_EXPIRED_OR_MISSING.value and ev.to_state != ev.from_state \
+                and not d.get("lost_response_id") and not ev.reason.startswith("operator_"):
+            found.add("expiry_unjournaled", jid, f"event {ev.id} leaves PROVIDER_EXPIRED_OR_MISSING without "
+                                                 "the lost response id")
+        if ev.reason in ("operator_release_verified_lost", "operator_kill"):
+            current = None  # an operator decided what happens to it
+            killed = killed or ev.reason == "operator_kill"
+    if job["state"] == State.DELETED.value and not (killed or job["kill_requested"]) and not job["has_payload"]:
+        found.add("deleted_without_custody", jid, "DELETED without the output in custody and without a kill")
+
+
+# -- liveness -----------------------------------------------------------------------------------------
+
+
+def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt.datetime, after: float,
+              settled: bool) -> None:
+    jid = job["id"]
+    state = State(job["state"])
+    not_open = state == State.NO_JOB and _naive(job["opens_at"]) > now
+    if state not in SETTLED and not not_open:
+        since = max(_naive(job["opens_at"]), _naive(job["created_at"]))
+        for ev in evs:  # an operator taking a job out of parking starts its clock again
+            if ev.from_state in {s.value for s in states.PARKED} and ev.to_state != ev.from_state:
+                since = max(since, ev.at)
+        age = (now - since).total_seconds()
+        if age > after:
+            found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), live for {age:.0f} s "
+                                       f"> {after:.0f} s")
+        if settled:
+            found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
+                                        f"last error: {(job['last_error'] or '-')[:200]}")
+    if state == State.QUARANTINED and not job["quarantine_reason"]:
+        found.add("parked_without_reason", jid, "QUARANTINED without a quarantine_reason")
+    if state == State.VALIDATION_FAILED_RETAINED:
+        failed = [e for e in evs if e.to_state == state.value]
+        if not job["has_payload"]:
+            found.add("parked_without_reason", jid, "VALIDATION_FAILED_RETAINED but the payload is gone")
+        if not job["last_error"] or not (failed and failed[-1].detail.get("reasons")):
+            found.add("parked_without_reason", jid, "VALIDATION_FAILED_RETAINED without its validation reasons")
+    if state == State.MANUALLY_SUSPENDED and not job["suspended_from"]:
+        found.add("parked_without_reason", jid, "MANUALLY_SUSPENDED without the state to resume to")
+    if settled and job["lease_owner"] and job["lease_expiry"] is not None and _naive(job["lease_expiry"]) < now:
+        found.add("stale_lease", jid, f"lease of {job['lease_owner']} expired at {job['lease_expiry']} "
+                                      f"and is still held ({state})")
+
+
+# -- publication ------------------------------------------------------------------------------------------
+
+
+def _publication(
+    found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mapping[str, Sequence[_Ev]],
+    editions: Sequence[Mapping[str, Any]], outbox: Sequence[Mapping[str, Any]],
+    deliveries: Sequence[Mapping[str, Any]], sinks: Sequence[str], static_root: Path | None,
+    webhook_keys: Collection[str] | None, now: dt.datetime, settled: bool,
+) -> None:
+    ed_by_job: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    ed_by_id = {e["id"]: e for e in editions}
+    for e in editions:
+        job = jobs.get(e["job_id"])
+        saved = any(ev.to_state == State.SAVED_NOT_PUBLIC.value for ev in events.get(e["job_id"], ()))
+        if job is None or (job["product"], job["edition_date"]) != (e["product"], e["edition_date"]) or not saved:
+            found.add("edition_orphan", e["job_id"], f"edition {e['product']} {e['edition_date']} {e['lang']} "
+                                                     "has no saved job of that slot")
+        ed_by_job[e["job_id"]][e["lang"]] = e
+    ob_by_edition: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for o in outbox:
+        if o["edition_id"] not in ed_by_id:
+            found.add("outbox_orphan", o["job_id"], f"outbox event {o['event_id']} has no edition")
+        ob_by_edition[o["edition_id"]].append(o)
+        if settled and o["published_at"] is None:
+            found.add("outbox_pending", o["job_id"], f"outbox event {o['event_id']} unpublished after convergence")
+        if settled and o["lease_owner"] and o["lease_expiry"] is not None and _naive(o["lease_expiry"]) < now:
+            found.add("stale_lease", o["job_id"], f"outbox event {o['event_id']} leased by {o['lease_owner']} "
+                                                  "past its expiry")
+    for e in editions:
+        n = len(ob_by_edition.get(e["id"], ()))
+        if n != 1:
+            found.add("outbox_orphan", e["job_id"], f"edition {e['lang']} has {n} outbox events, not 1")
+    by_event: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    known_events = {o["event_id"] for o in outbox}
+    for d in deliveries:
+        by_event[d["event_id"]][d["sink"]].append(d)
+        if d["event_id"] not in known_events:
+            found.add("outbox_orphan", None, f"delivery record for unknown event {d['event_id']} ({d['sink']})")
+        if d["parked_at"] is not None:
+            found.add("sink_parked", None, f"event {d['event_id']} parked at sink {d['sink']}: {d['last_error']}")
+
+    for jid, job in jobs.items():
+        evs = events.get(jid, ())
+        saves = [e for e in evs if e.to_state == State.SAVED_NOT_PUBLIC.value]
+        pubs = [e for e in evs if e.to_state == State.PUBLISHED.value]
+        killed = bool(job["kill_requested"]) or any(e.reason == "operator_kill" for e in evs)
+        if len(saves) > 1 or len(pubs) > 1:
+            found.add("published_twice", jid, f"{len(saves)} saves and {len(pubs)} publications journaled")
+        if killed and ed_by_job.get(jid):
+            found.add("killed_but_published", jid, f"killed, yet editions {sorted(ed_by_job[jid])} exist")
+        state = State(job["state"])
+        if state in DONE and not killed and not pubs:
+            found.add("not_published", jid, f"{state} without a journaled publication")
+        if not pubs:
+            continue
+        langs = saves[-1].detail.get("editions") if saves else None
+        if not isinstance(langs, list) or not langs:
+            found.add("not_published", jid, "published, but the save does not list its editions")
+            continue
+        for lang in langs:
+            ed = ed_by_job.get(jid, {}).get(lang)
+            if ed is None:
+                found.add("not_published", jid, f"published without its {lang} edition")
+                continue
+            for o in ob_by_edition.get(ed["id"], ()):
+                if o["published_at"] is None:
+                    found.add("outbox_unpublished", jid, f"{lang} event {o['event_id']} not published, job is {state}")
+        for lang in sorted(set(ed_by_job.get(jid, {})) - set(langs)):
+            found.add("edition_orphan", jid, f"edition {lang} not listed by the job's save")
+
+    for o in outbox:
+        if o["published_at"] is None:
+            continue
+        ed = ed_by_id.get(o["edition_id"])
+        got = by_event.get(o["event_id"], {})
+        for sink in sinks:
+            rows = got.get(sink, [])
+            if len(rows) > 1:
+                found.add("undelivered_sink", o["job_id"], f"event {o['event_id']} has {len(rows)} {sink} records")
+            if not any(r["delivered_at"] is not None for r in rows):
+                found.add("undelivered_sink", o["job_id"], f"published event {o['event_id']} never delivered to "
+                                                           f"{sink}")
+        if ed is not None and static_root is not None and "static" in sinks:
+            problem = _static_problem(static_root, ed)
+            if problem:
+                found.add("static_missing", o["job_id"], problem)
+        if webhook_keys is not None and any(r["delivered_at"] for r in got.get("webhook", [])) \
+                and o["event_id"] not in webhook_keys:
+            found.add("webhook_not_received", o["job_id"], f"event {o['event_id']} marked delivered to the "
+                                                           "webhook, never received")
+
+
+def _static_problem(root: Path, ed: Mapping[str, Any]) -> str | None:
+    base = Path(root) / ed["product"] / str(ed["edition_date"])
+    for suffix in ("json", "html"):
+        if not (base / f"{ed['lang']}.{suffix}").is_file():
+            return f"missing {base / (ed['lang'] + '.' + suffix)}"
+    try:
+        art = artifact_from_json((base / f"{ed['lang']}.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        return f"unreadable {base / (ed['lang'] + '.json')}: {exc}"
+    if art.sha256 != ed["sha256"]:
+        return f"{base / (ed['lang'] + '.json')} has sha256 {art.sha256}, the edition {ed['sha256']}"
+    lang_dir = Path(root) / ed["product"] / ed["lang"]
+    for name in ("index.html", "feed.atom"):
+        if not (lang_dir / name).is_file():
+            return f"missing {lang_dir / name}"
+    return None
+
+
+# -- paid creates against the provider's own count ----------------------------------------------------------
+
+
+def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mapping[str, Sequence[_Ev]],
+             stats: Mapping[str, Any]) -> None:
+    by_job = Counter({str(k): int(v) for k, v in (stats.get("creates_by_job") or {}).items()})
+    by_attempt: dict[str, Counter[str]] = defaultdict(Counter)
+    for meta in stats.get("create_metadata") or []:
+        if isinstance(meta, Mapping) and meta.get("iipub_job_id"):
+            by_attempt[str(meta["iipub_job_id"])][str(meta.get("iipub_attempt"))] += 1
+    if int(stats.get("max_retry_count_seen") or 0) > 0:
+        found.add("sdk_retry", None, f"the provider saw x-stainless-retry-count={stats['max_retry_count_seen']}")
+    for jid in sorted(set(by_job) - set(jobs)):
+        found.add("create_unknown_job", jid, f"{by_job[jid]} creates name a job this database does not have")
+    for jid in jobs:
+        evs = events.get(jid, ())
+        allowed: Counter[str] = Counter()
+        uncounted = 0
+        for i, ev in enumerate(evs):
+            if ev.reason == "dispatch":
+                allowed[str(ev.detail.get("attempt"))] += 1
+                nxt = evs[i + 1] if i + 1 < len(evs) else None
+                if nxt is None or (nxt.to_state == State.QUARANTINED.value and nxt.reason in UNCOUNTED_CREATE):
+                    uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
+            elif ev.reason == "create_refused":
+                allowed[str(ev.detail.get("refunded_attempt"))] -= 1
+        charged = sum(allowed.values())
+        seen = by_job.get(jid, 0)
+        if seen > charged:
+            found.add("unjournaled_create", jid, f"the provider received {seen} creates; the journal charged "
+                                                 f"{charged} (dispatches minus refunds)")
+        elif seen < charged - uncounted:
+            found.add("create_missing", jid, f"the provider received {seen} creates; the journal charged {charged}, "
+                                             f"of which {uncounted} may legitimately never have arrived")
+        for attempt, n in sorted(by_attempt.get(jid, Counter()).items()):
+            if n > allowed.get(attempt, 0):
+                found.add("unjournaled_create", jid, f"attempt {attempt} created {n} times at the provider, "
+                                                     f"journaled {allowed.get(attempt, 0)}")
+    custody = _custody_ids(events)
+    for rid in stats.get("deleted_ids") or []:
+        owner = custody.get(str(rid))
+        if owner is None:
+            found.add("deleted_without_custody", None, f"response {rid} was deleted at the provider but no job "
+                                                       "held its output or had been killed")
+
+
+def _custody_ids(events: Mapping[str, Sequence[_Ev]]) -> dict[str, str]:
+    """response id -> job, for responses whose output a job took into custody (or whose job an
+    operator killed, which allows deleting remote data without custody)."""
+    out: dict[str, str] = {}
+    for jid, evs in events.items():
+        current: str | None = None
+        killed = any(e.reason == "operator_kill" for e in evs)
+        for ev in evs:
+            if ev.reason in ("accepted", "operator_link") and ev.detail.get("response_id"):
+                current = str(ev.detail["response_id"])
+                if killed:
+                    out[current] = jid
+            if ev.to_state == State.RETRIEVED_NOT_VALIDATED.value and current is not None:
+                out[current] = jid
+    return out
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _sink_names(deliveries: Iterable[Mapping[str, Any]]) -> list[str]:
+    return sorted({str(d["sink"]) for d in deliveries})
+
+
+def _detail(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_unparsed": text[:200]}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def _is_state(name: str) -> bool:
+    return name in State.__members__
+
+
+def _naive(value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.replace(tzinfo=None)
+    return value  # type: ignore[no-any-return]
+
+
+def summarize(violations: Iterable[Violation]) -> dict[str, int]:
+    """Violations counted by kind."""
+    return dict(sorted(Counter(v.kind for v in violations).items()))
+
+
+def sim_stats_from(url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Fetch `/_sim/stats` from a simulator given its origin or its `/v1` base URL."""
+    import httpx
+
+    base = url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    resp = httpx.get(base + "/_sim/stats", timeout=timeout)
+    resp.raise_for_status()
+    data = resp.json()
+    if not isinstance(data, dict):
+        raise ValueError("simulator stats are not a JSON object")
+    return data
