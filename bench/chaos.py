@@ -380,9 +380,8 @@ class Run:
                "--slow-seconds", "5", "--no-log-requests"]
         for spec, p in faults:
             cmd += ["--fault", f"{spec}:{p}"]
-        self.sim_proc = subprocess.Popen(cmd, cwd=self.workdir, start_new_session=True,
-                                         stdout=open(self.logdir / "simulator.out", "ab"),  # noqa: SIM115
-                                         stderr=open(self.logdir / "simulator.err", "ab"))  # noqa: SIM115
+        with open(self.logdir / "simulator.out", "ab") as out, open(self.logdir / "simulator.err", "ab") as err:
+            self.sim_proc = subprocess.Popen(cmd, cwd=self.workdir, start_new_session=True, stdout=out, stderr=err)
         end = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
             if time.monotonic() > end or self.sim_proc.poll() is not None:
@@ -646,16 +645,9 @@ class Run:
             rounds += 1
             # Past every lease (12 s) and backoff cap (20 s): what a dead worker held is free again.
             self.advance(25.0, "converge_advance")
-            procs = [subprocess.Popen([*iipub_exe(), "reconcile"], env=self.env, cwd=self.workdir,
-                                      stdout=open(self.logdir / f"converge-reconcile-{rounds}-{i}.out", "ab"),  # noqa: SIM115
-                                      stderr=open(self.logdir / f"converge-reconcile-{rounds}-{i}.err", "ab"),  # noqa: SIM115
-                                      start_new_session=True) for i in range(2)]
+            procs = [self._spawn(role, f"converge-{role}-{rounds}-{i}")
+                     for i, role in enumerate(("reconcile", "reconcile", "relay"))]
             rcs = [_wait(p, TICK_SECONDS + 90) for p in procs]
-            relay = subprocess.Popen([*iipub_exe(), "relay"], env=self.env, cwd=self.workdir,
-                                     stdout=open(self.logdir / f"converge-relay-{rounds}.out", "ab"),  # noqa: SIM115
-                                     stderr=open(self.logdir / f"converge-relay-{rounds}.err", "ab"),  # noqa: SIM115
-                                     start_new_session=True)
-            rcs.append(_wait(relay, TICK_SECONDS + 90))
             self.counts["converge_exit_" + ",".join(map(str, rcs))] += 1
             pending = self._pending()
             log(f"convergence round {rounds}: exits {rcs}, {pending} jobs/events still moving; {self._state_line()}")
@@ -663,6 +655,11 @@ class Run:
                 break
         self.report["convergence"] = {"rounds": rounds, "seconds": round(time.monotonic() - started, 1),
                                       "settled": pending == 0}
+
+    def _spawn(self, role: str, name: str) -> subprocess.Popen[bytes]:
+        with open(self.logdir / f"{name}.out", "ab") as out, open(self.logdir / f"{name}.err", "ab") as err:
+            return subprocess.Popen([*iipub_exe(), role], env=self.env, cwd=self.workdir, stdout=out, stderr=err,
+                                    start_new_session=True)
 
     def _pending(self) -> int:
         assert self.engine is not None

@@ -115,6 +115,22 @@ def package_of(path: str | None) -> str:
     return "stdlib:" + Path(p).stem
 
 
+def _builtin_name(frame: Any, path: str | None) -> str:
+    name = frame.function or "?"
+    if name.startswith("[") and frame.parent is not None:  # synthetic [self] leaf
+        name = frame.parent.function or name
+    return name
+
+
+def warm_openai(settings: Any) -> None:
+    """Import the SDK's Responses resource before profiling: a one-off per process, measured
+    separately (see the memory section's N = 0 tick and the overlap start-up figures)."""
+    from iipub.provider import Provider
+
+    with Provider(settings.provider, "sk-bench") as p:
+        _ = p._client.responses
+
+
 def summarise(profiler: Any, wall: float, work: str) -> tuple[str, dict[str, float]]:
     root = profiler.last_session.root_frame()
     total = root.time
@@ -124,7 +140,10 @@ def summarise(profiler: Any, wall: float, work: str) -> tuple[str, dict[str, flo
     def walk(frame: Any, parent_path: str | None, active: frozenset[str]) -> None:
         path = frame.file_path or parent_path
         if not frame.children:
-            by_pkg[package_of(path)] += frame.time
+            if frame.file_path == "<built-in>" or (frame.file_path is None and parent_path == "<built-in>"):
+                by_pkg["built-in: " + _builtin_name(frame, path)] += frame.time
+            else:
+                by_pkg[package_of(path)] += frame.time
         key = None
         for suffix, fn in KEY_FUNCTIONS:
             if frame.function == fn and (frame.file_path or "").replace("\\", "/").endswith(suffix):
@@ -161,6 +180,7 @@ def profile_poll(base_url: str, n: int) -> str:
                                              reconcile={"concurrency": 1, "tick_seconds": 3600.0})
             common.park_today(engine, settings)
             common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            warm_openai(settings)
             profiler = Profiler(interval=0.0005)
             with synchronous_ticks():
                 t0 = time.perf_counter()
@@ -174,6 +194,102 @@ def profile_poll(base_url: str, n: int) -> str:
             text, _ = summarise(profiler, wall, f"tick over {n:,} due polls, zero latency, one thread "
                                 f"({moved} transitions, {wall / max(moved, 1) * 1000:.1f} ms per poll)")
             return text
+        finally:
+            engine.dispose()
+
+
+class _TimedLogger:
+    """Delegates to a structlog logger, adding up the thread CPU its `info` calls take."""
+
+    def __init__(self, inner: Any, totals: Counter[str], counts: Counter[str], label: str) -> None:
+        self._inner, self._totals, self._counts, self._label = inner, totals, counts, label
+
+    def info(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return self._inner.info(*args, **kwargs)
+        finally:
+            self._totals[self._label] += time.thread_time() - t0
+            self._counts[self._label] += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextmanager
+def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
+    """Wrap the calls that make up a poll and add up the *thread CPU time* each takes
+    (inclusive; nested labels overlap), so the per-poll CPU cost can be split by layer."""
+    import httpx
+    import openai._response as oai_response
+    import sqlalchemy as sa
+
+    from iipub import config, provider, store
+
+    totals: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    targets = [
+        (provider.Provider, "retrieve", "Provider.retrieve (SDK + HTTP + parse)"),
+        (httpx.Client, "send", "  httpx.Client.send (HTTP exchange)"),
+        (oai_response.APIResponse, "parse", "  openai APIResponse.parse (pydantic Response)"),
+        (store.Store, "acquire_lease", "Store.acquire_lease"),
+        (store.Store, "transition", "Store.transition (incl. its log line)"),
+        (store.Store, "release", "Store.release"),
+        (store.Store, "due_candidates", "Store.due_candidates"),
+        (sa.engine.Connection, "execute", "  SQLAlchemy Connection.execute (compile + PyMySQL)"),
+        (sa.engine.Engine, "connect", "  Engine.connect (pool checkout + pre-ping)"),
+        (sa.engine.base.Transaction, "commit", "  Transaction.commit"),
+        (sa.engine.Connection, "close", "  Connection.close (reset-on-return ROLLBACK)"),
+        (config.Product, "fingerprint", "Product.fingerprint"),
+    ]
+    saved = []
+    for owner, attr, label in targets:
+        original = owner.__dict__[attr]
+
+        def wrapper(*a: Any, __orig: Any = original, __label: str = label, **k: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return __orig(*a, **k)
+            finally:
+                totals[__label] += time.thread_time() - t0
+                counts[__label] += 1
+
+        setattr(owner, attr, wrapper)
+        saved.append((owner, attr, original))
+    saved_log = store.log
+    store.log = _TimedLogger(saved_log, totals, counts, "  structlog info line (in transition)")
+    try:
+        yield totals, counts
+    finally:
+        store.log = saved_log
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+def cpu_per_poll(base_url: str, n: int) -> str:
+    """Thread CPU per poll, by layer, for a synchronous tick (zero latency)."""
+    with common.SimProc(latency_seconds=0.0, queued_seconds=0.0, in_progress_seconds=86400.0,
+                        retention_seconds=864000.0) as sim, \
+            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = common.open_db(url, pool_size=8)
+        try:
+            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
+                                             reconcile={"concurrency": 1, "tick_seconds": 3600.0})
+            common.park_today(engine, settings)
+            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            warm_openai(settings)
+            with synchronous_ticks(), cpu_accounting() as (totals, counts):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                report = reconcile.run(settings, engine)
+                cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+            polls = sum(report.transitions.values())
+            rows = [["whole tick (thread CPU)", f"{cpu / polls * 1000:.2f}", "100 %", "–"]]
+            rows += [[label, f"{v / polls * 1000:.2f}", f"{v / cpu * 100:.0f} %", f"{counts[label] / polls:.1f}"]
+                     for label, v in sorted(totals.items(), key=lambda kv: -kv[1])]
+            return (f"*CPU per poll by layer* — same tick shape, {polls:,} polls, no profiler attached "
+                    f"(thread CPU {cpu:.2f} s of {wall:.2f} s wall; indented rows are contained in the row above "
+                    "them, so shares overlap):\n\n"
+                    + common.table(["layer", "CPU ms per poll", "share of tick CPU", "calls per poll"], rows))
         finally:
             engine.dispose()
 
@@ -245,6 +361,7 @@ def main() -> None:
     parts = []
     if "poll" in what:
         parts.append(profile_poll(args.mysql, args.polls or (300 if args.quick else 1000)))
+        parts.append(cpu_per_poll(args.mysql, args.polls or (300 if args.quick else 1000)))
     if "relay" in what:
         parts.append(profile_relay(args.mysql, args.slots or (40 if args.quick else 100)))
     if "idle" in what:

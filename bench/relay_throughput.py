@@ -3,7 +3,7 @@
 `relay.run` is timed. The static sink is wrapped (same object, timed `deliver`) to split
 the time between the sink's file work and the relay's database work.
 
-    .venv/bin/python bench/relay_throughput.py [--mysql URL] [--quick] [--slots 50,200]
+    .venv/bin/python bench/relay_throughput.py [--mysql URL] [--quick] [--slots 50,150]
 """
 
 from __future__ import annotations
@@ -93,11 +93,11 @@ def measure(base_url: str, m: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = common.parser(__doc__.split("\n\n")[0])
-    ap.add_argument("--slots", default=None, help="comma-separated M values (default 50,200; --quick 20)")
+    ap.add_argument("--slots", default=None, help="comma-separated M values (default 50,150; --quick 20)")
     args = ap.parse_args()
     common.production_logs_to_devnull()
     load_before = common.loadavg()
-    sizes = [int(x) for x in (args.slots or ("20" if args.quick else "50,200")).split(",")]
+    sizes = [int(x) for x in (args.slots or ("20" if args.quick else "50,150")).split(",")]
     runs = args.runs or (1 if args.quick else 3)
     started = time.monotonic()
     results: dict[int, list[dict[str, Any]]] = {}

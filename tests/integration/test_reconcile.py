@@ -602,3 +602,30 @@ def test_job_dataclass_round_trips(engine: sa.Engine, s1: Settings) -> None:
     schedule(s1, engine)
     job = Store(engine, "x").get(one(engine)["id"])
     assert isinstance(job, Job) and job.public()["edition_date"] == DAY.isoformat()
+
+
+@pytest.mark.parametrize("code", [1213, 1205])
+def test_deadlock_or_lock_wait_is_not_claimed_this_tick_and_the_sweep_goes_on(
+    settings: Settings, engine: sa.Engine, sim: Simulator, code: int
+) -> None:
+    import pymysql
+
+    schedule(settings, engine)
+    fired: list[int] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("UPDATE jobs SET") and "state=" not in statement and not fired:  # a lease claim
+            fired.append(code)
+            raise sa.exc.OperationalError(statement, {}, pymysql.err.OperationalError(code, "injected"))
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        report = tick(settings, engine)
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+    assert fired == [code] and report.contention == 1 and report.errors == 0
+    states = sorted(r["state"] for r in jobs(engine))
+    assert states == ["ACCEPTED", "NO_JOB"]  # the other job went ahead; this one waits, unharmed
+    assert all(r["lease_owner"] is None for r in jobs(engine))
+    tick(settings, engine)
+    assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS", "SAVED_NOT_PUBLIC"}
