@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -106,18 +107,18 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
 
 # Chaos actions and their weights.
 ACTIONS = (
-    ("kill_reconcile", 12),
-    ("kill_relay", 6),
-    ("pause", 10),
+    ("kill_reconcile", 6),
+    ("kill_relay", 4),
+    ("pause", 8),
     ("kill_db_connections", 10),
     ("advance_small", 20),  # 1-8 s: backoffs come due
     ("advance_lease", 6),  # 13-40 s: every lease held now expires
     ("advance_outage", 1),  # 610-700 s: cron was down longer than the provider's retention
     ("operator", 2),  # an operator cancels or kills a running job
-    ("nothing", 10),
+    ("nothing", 12),
 )
 
-TICK_SECONDS = 15.0
+TICK_SECONDS = 30.0  # long enough that the SDK import (seconds on a busy host) is a small part
 LEASE_SECONDS = 12.0
 
 
@@ -349,10 +350,11 @@ class Run:
 
     # -- recording ---------------------------------------------------------------------
 
-    def record(self, action: str, **detail: Any) -> None:
-        self.counts[action] += 1
-        self.actions_log.write(json.dumps({"t": round(time.monotonic() - self.t0, 3), "action": action, **detail},
+    def record(self, name: str, **detail: Any) -> None:
+        self.counts[name] += 1
+        self.actions_log.write(json.dumps({"t": round(time.monotonic() - self.t0, 3), "action": name, **detail},
                                           default=str) + "\n")
+        self.actions_log.flush()
 
     # -- setup -------------------------------------------------------------------------
 
@@ -454,7 +456,7 @@ class Run:
             try:
                 getattr(self, "do_" + action)()
             except Exception as exc:  # the database may be down: the chaos goes on
-                self.record("action_failed", action=action, error=f"{type(exc).__name__}: {str(exc)[:200]}")
+                self.record("action_failed", failed=action, error=f"{type(exc).__name__}: {str(exc)[:200]}")
             if n % 50 == 0:
                 log(f"{n} actions, {time.monotonic() - start:.0f} s; {self._state_line()}")
         self.report["chaos_actions"] = n
@@ -537,14 +539,35 @@ class Run:
     def do_advance_outage(self) -> None:
         self.advance(round(self.rng.uniform(610, 700), 3), "advance_outage")
 
-    def advance(self, seconds: float, label: str) -> None:
-        """Move both clocks: the database drill offset and the simulator's clock."""
+    def advance(self, seconds: float, label: str, *, wait: float = 1.0) -> bool:
+        """Move both clocks: the database drill offset and the simulator's clock.
+
+        Every iipub write reads the drill offset through a subquery, which InnoDB runs as a
+        locking read: each open write transaction holds a shared lock on the `clock` row, and
+        `UPDATE clock` queues behind it while every later writer queues behind the UPDATE. With
+        a worker SIGSTOPped inside a transaction, `db.advance_clock` would freeze the whole
+        system for innodb_lock_wait_timeout (50 s). So the runner waits at most `wait` seconds
+        and otherwise defers the jump (counted as `<label>_deferred`)."""
         assert self.engine is not None
-        db.advance_clock(self.engine, seconds)
+        us = int(seconds * 1_000_000)
+        try:
+            with self.engine.begin() as conn:
+                if db.dialect_family(conn) == "mysql":
+                    conn.exec_driver_sql(f"SET STATEMENT innodb_lock_wait_timeout={max(1, int(wait))} FOR "
+                                         f"UPDATE clock SET offset_us = offset_us + {us} WHERE id = 1")
+                else:
+                    conn.execute(db.clock.update().where(db.clock.c.id == 1)
+                                 .values(offset_us=db.clock.c.offset_us + us))
+        except sa.exc.DBAPIError as exc:
+            if db.mysql_error_code(exc) == 1205:
+                self.record(label + "_deferred", seconds=seconds)
+                return False
+            raise
         self.advanced["db_seconds"] += seconds
         httpx.post(self.sim_origin + "/_sim/advance", json={"seconds": seconds}, timeout=10).raise_for_status()
         self.advanced["sim_seconds"] += seconds
         self.record(label, seconds=seconds)
+        return True
 
     def do_operator(self) -> None:
         """An operator cancels (or kills) a job that is waiting on the provider."""
@@ -580,15 +603,16 @@ class Run:
             self.record("db_restart_skipped", clients=busy[:20], waited=waited)
             self.report["db_restart"] = {"done": False, "skipped_because": busy[:20], "waited_seconds": waited}
             return
-        log("stopping MariaDB")
+        log(f"stopping MariaDB: {a.db_stop_cmd}")
         t = time.monotonic()
-        subprocess.run(["start-stop-daemon", "--stop", "--exec", "/usr/sbin/mariadbd", "--retry", "TERM/60/KILL/10"],
-                       check=False, timeout=90)
+        stop = subprocess.run(shlex.split(a.db_stop_cmd), check=False, timeout=120, capture_output=True, text=True)
         stopped = time.monotonic()
         down = self.rng.uniform(2, 6)
         time.sleep(down)
-        subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"],
-                       check=False, timeout=30)
+        log(f"starting MariaDB: {a.db_start_cmd}")
+        start = subprocess.run(shlex.split(a.db_start_cmd), check=False, timeout=60, capture_output=True, text=True)
+        self.record("db_restart_commands", stop_rc=stop.returncode, stop_err=stop.stderr[-300:],
+                    start_rc=start.returncode, start_err=start.stderr[-300:])
         up = _wait_for_db(self.admin, 120)
         self.report["db_restart"] = {
             "done": True, "stop_seconds": round(stopped - t, 1), "down_seconds": round(time.monotonic() - stopped, 1),
@@ -644,7 +668,8 @@ class Run:
         while rounds < a.convergence_rounds and time.monotonic() - started < a.convergence_seconds:
             rounds += 1
             # Past every lease (12 s) and backoff cap (20 s): what a dead worker held is free again.
-            self.advance(25.0, "converge_advance")
+            while not self.advance(25.0, "converge_advance", wait=10):
+                time.sleep(1)
             procs = [self._spawn(role, f"converge-{role}-{rounds}-{i}")
                      for i, role in enumerate(("reconcile", "reconcile", "relay"))]
             rcs = [_wait(p, TICK_SECONDS + 90) for p in procs]
@@ -862,6 +887,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--relays", type=int, default=2, help="concurrent `iipub relay` loops")
     p.add_argument("--max-actions", type=int, default=5000, help="bound on chaos actions")
     p.add_argument("--restart-db", action="store_true", help="restart MariaDB once, mid-run (start-stop-daemon)")
+    p.add_argument("--db-stop-cmd", default="start-stop-daemon --stop --exec /usr/sbin/mariadbd --retry TERM/60/KILL/10",
+                   help="how --restart-db stops the server (default: every mariadbd on the host)")
+    p.add_argument("--db-start-cmd", default="start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+                   help="how --restart-db starts it again")
     p.add_argument("--force-restart", action="store_true",
                    help="restart MariaDB even while other clients are connected to it")
     p.add_argument("--restart-wait", type=float, default=60.0,

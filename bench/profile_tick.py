@@ -6,13 +6,15 @@
   a concurrent tick once the provider latency is hidden.
 * `relay`: one relay run delivering the outbox events of M saved slots to the static sink.
 * `idle`: one reconcile tick with no due work over T terminal rows.
+* `engine`: not a profile but the check of a suggestion: the same 200 ms-latency tick on
+  engines that differ only in pool options (pre-ping, reset-on-return), side by side.
 
 Writes the full text profiles to bench/profiles/ and a summary (self time by package,
 inclusive time of the functions that matter) to docs/benchmarks.md.
 
 Needs pyinstrument in the venv (`.venv/bin/pip install pyinstrument`; not a project dependency).
 
-    .venv/bin/python bench/profile_tick.py [--mysql URL] [--quick] [--what poll,relay,idle]
+    .venv/bin/python bench/profile_tick.py [--mysql URL] [--quick] [--what poll,relay,idle,engine]
 """
 
 from __future__ import annotations
@@ -294,6 +296,75 @@ def cpu_per_poll(base_url: str, n: int) -> str:
             engine.dispose()
 
 
+ENGINE_VARIANTS = (
+    ("db.make_engine as shipped (pre-ping on, reset-on-return rollback)", None),
+    ("pool_pre_ping=False", {"pool_pre_ping": False}),
+    ("pool_pre_ping=False, pool_reset_on_return=None", {"pool_pre_ping": False, "pool_reset_on_return": None}),
+)
+
+
+def variant_engine(url: str, pool_size: int, overrides: dict[str, Any] | None) -> Any:
+    """`db.make_engine`'s MariaDB engine with some pool options changed (bench-side only)."""
+    import sqlalchemy as sa
+
+    if overrides is None:
+        return db.make_engine(url, pool_size=pool_size)
+    kwargs: dict[str, Any] = {
+        "isolation_level": "READ COMMITTED", "pool_pre_ping": True, "pool_recycle": 3600,
+        "pool_size": pool_size, "max_overflow": pool_size,
+        "connect_args": {"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
+    }
+    kwargs.update(overrides)
+    return sa.create_engine(url, **kwargs)
+
+
+def engine_experiment(base_url: str, n: int, runs: int, latency: float = 0.2, concurrency: int = 16) -> str:
+    """The same tick (N polls, 200 ms latency, concurrency 16) on engines that differ only in
+    pool options, side by side per run: what the pings and reset rollbacks cost."""
+    results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in ENGINE_VARIANTS}
+    with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                        retention_seconds=864000.0) as sim:
+        warm_openai(common.bench_settings("sqlite://", sim.url, Path("public")))
+        for r in range(runs):
+            for label, overrides in ENGINE_VARIANTS:
+                sim.reset()
+                with common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+                    common.open_db(url).dispose()  # migrate
+                    engine = variant_engine(url, concurrency + 4, overrides)
+                    try:
+                        settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
+                                                         reconcile={"concurrency": concurrency,
+                                                                    "tick_seconds": 3600.0})
+                        common.park_today(engine, settings)
+                        common.insert_rows(engine, db.jobs,
+                                           common.polling_rows(settings, sim, n, common.db_now(engine)))
+                        counter = common.RoundTrips(engine)
+                        counter.reset()
+                        t0 = time.perf_counter()
+                        report = reconcile.run(settings, engine)
+                        wall = time.perf_counter() - t0
+                        snap = counter.snapshot()
+                        counter.close()
+                        polls = sum(report.transitions.values())
+                        results[label].append({"wall": wall, "rate": polls / wall,
+                                               "wire": snap["wire_total"] / max(polls, 1), "run": r})
+                        print(f"engine variant [{label}] run {r + 1}: {wall:.2f} s, {polls / wall:.1f} polls/s, "
+                              f"{snap['wire_total'] / max(polls, 1):.1f} round trips/poll", flush=True)
+                    finally:
+                        engine.dispose()
+    base = {m["run"]: m["wall"] for m in results[ENGINE_VARIANTS[0][0]]}
+    rows = []
+    for label, ms in results.items():
+        rows.append([label, common.spread([m["wall"] for m in ms], 2), common.fmt(common.median(
+            m["rate"] for m in ms)), f"{common.median(m['wire'] for m in ms):.1f}",
+            common.spread([base[m["run"]] / m["wall"] for m in ms], 2)])
+    return (f"*Engine pool options* — one tick over {n:,} due polls, {latency * 1000:g} ms latency, "
+            f"concurrency {concurrency}, {runs} runs, variants side by side per run (the engine is built in "
+            "the benchmark and passed to `reconcile.run`; iipub unchanged):\n\n"
+            + common.table(["engine", "tick wall s", "polls/s", "wire round trips per poll",
+                            "speed-up vs shipped"], rows))
+
+
 def profile_relay(base_url: str, m: int) -> str:
     from pyinstrument import Profiler
 
@@ -350,8 +421,8 @@ def profile_idle(base_url: str, terminal: int) -> str:
 
 def main() -> None:
     ap = common.parser(__doc__.split("\n\n")[0])
-    ap.add_argument("--what", default="poll,relay,idle")
-    ap.add_argument("--polls", type=int, default=None, help="jobs in the poll profile (default 1000)")
+    ap.add_argument("--what", default="poll,relay,idle,engine")
+    ap.add_argument("--polls", type=int, default=None, help="jobs in the poll profile (default 500)")
     ap.add_argument("--slots", type=int, default=None, help="slots in the relay profile (default 100)")
     ap.add_argument("--terminal", type=int, default=None, help="rows in the idle profile (default 100000)")
     args = ap.parse_args()
@@ -360,10 +431,12 @@ def main() -> None:
     what = [w.strip() for w in args.what.split(",") if w.strip()]
     parts = []
     if "poll" in what:
-        parts.append(profile_poll(args.mysql, args.polls or (300 if args.quick else 1000)))
-        parts.append(cpu_per_poll(args.mysql, args.polls or (300 if args.quick else 1000)))
+        parts.append(profile_poll(args.mysql, args.polls or (300 if args.quick else 500)))
+        parts.append(cpu_per_poll(args.mysql, args.polls or (300 if args.quick else 500)))
     if "relay" in what:
         parts.append(profile_relay(args.mysql, args.slots or (40 if args.quick else 100)))
+    if "engine" in what:
+        parts.append(engine_experiment(args.mysql, 300 if args.quick else 1000, args.runs or (1 if args.quick else 3)))
     if "idle" in what:
         parts.append(profile_idle(args.mysql, args.terminal or (20_000 if args.quick else 100_000)))
     probe = common.server_probe(args.mysql)

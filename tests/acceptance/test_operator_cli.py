@@ -64,11 +64,18 @@ def slot(engine: sa.Engine, settings: Settings, day: dt.date) -> str:
     return store.list_jobs(day=day)[0].id
 
 
+def tick(engine: sa.Engine, settings: Settings) -> None:
+    """One in-process tick on a single product that is due whatever the hour, with a provider
+    timeout generous enough that a loaded machine does not turn a create ambiguous."""
+    p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))
+    reconcile.run(replace(settings, products={p.name: p}, provider=replace(settings.provider, timeout_seconds=10),
+                          reconcile=replace(settings.reconcile, lease_seconds=30)), engine)
+
+
 def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
     """One job quarantined as create_outcome_unknown by a real tick."""
-    p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))  # due whatever the hour
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    reconcile.run(replace(settings, products={p.name: p}), engine)
+    tick(engine, settings)
     (job,) = rows(engine)
     assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "create_outcome_unknown")
     return str(job["id"])
@@ -213,10 +220,9 @@ def test_37_missing_api_key_before_any_lease(engine: sa.Engine, settings: Settin
 def test_cancel_after_the_provider_finished_keeps_the_output(engine: sa.Engine, settings: Settings,
                                                              sim: Simulator, cli_env: dict[str, str],
                                                              tmp_path: Path) -> None:
-    p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))
-    reconcile.run(replace(settings, products={p.name: p}), engine)
+    tick(engine, settings)
     (job,) = rows(engine)
-    assert job["state"] == "ACCEPTED"
+    assert job["state"] == "ACCEPTED", job
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
     # The simulator finishes in half a second: the cancel arrives too late and is refused.
     proc = iipub("cancel", job["id"], "--reason", "wrong prompt", "--by", "ivan", env=env, cwd=tmp_path)

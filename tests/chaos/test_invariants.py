@@ -208,8 +208,8 @@ def _stale_lease(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
 
 
 def _stranded(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
+    jid = job_ids(engine)[0]
     with engine.begin() as conn:  # a job back in flight (journal included), then 3 h pass
-        jid = job_ids(engine)[0]
         version = conn.execute(sa.select(db.jobs.c.version).where(db.jobs.c.id == jid)).scalar_one() + 1
         conn.execute(db.jobs.update().where(db.jobs.c.id == jid).values(state="CLEANUP_PENDING", version=version))
         conn.execute(db.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="CLEANUP_PENDING",
@@ -293,7 +293,8 @@ def test_webhook_deliveries_are_compared_with_what_the_receiver_saw(
 def _fake_job(engine: sa.Engine, moves: list[tuple[str, str, dict[str, Any]]], **cols: Any) -> str:
     """A job row and its journal written directly: (to_state, reason, detail) per move."""
     jid = "fake-" + "0" * 31
-    at = dt.datetime(2026, 11, 29)
+    with engine.connect() as conn:
+        at = db.read_now(conn).replace(tzinfo=None, microsecond=0)
     with engine.begin() as conn:
         conn.execute(db.jobs.insert().values(
             id=jid, product=PRODUCT, edition_date=DAY - dt.timedelta(days=30), state=moves[-1][0],

@@ -35,9 +35,11 @@ def sim() -> Iterator[Simulator]:
 
 @pytest.fixture
 def cfg(settings: Settings) -> Settings:
-    """One product whose slot opens at midnight: today's slot is due whatever the hour."""
+    """One product whose slot opens at midnight (today's slot is due whatever the hour), and
+    a provider timeout generous enough that a loaded test machine is not an ambiguous create."""
     p = replace(settings.products[PRODUCT], opens_at=dt.time(0, 0))
-    return replace(settings, products={PRODUCT: p})
+    return replace(settings, products={PRODUCT: p}, provider=replace(settings.provider, timeout_seconds=10),
+                   reconcile=replace(settings.reconcile, lease_seconds=30))
 
 
 @pytest.fixture
