@@ -79,18 +79,18 @@ PRODUCTS = (
 FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("drop_after_accept", "create", 0.01, 0.03),
     ("slow", "create", 0.005, 0.015),
-    ("rate_limit", "create", 0.03, 0.08),
+    ("rate_limit", "create", 0.005, 0.02),
     ("server_error", "create", 0.01, 0.03),
     ("unauthorized", "create", 0.003, 0.01),
     ("drop_after_accept", "retrieve", 0.01, 0.03),
     ("slow", "retrieve", 0.005, 0.015),
-    ("rate_limit", "retrieve", 0.02, 0.05),
+    ("rate_limit", "retrieve", 0.005, 0.02),
     ("server_error", "retrieve", 0.02, 0.05),
     ("unauthorized", "retrieve", 0.003, 0.01),
     ("not_found", "retrieve", 0.005, 0.012),
     ("drop_after_accept", "delete", 0.01, 0.03),
     ("slow", "delete", 0.005, 0.015),
-    ("rate_limit", "delete", 0.02, 0.05),
+    ("rate_limit", "delete", 0.005, 0.02),
     ("server_error", "delete", 0.02, 0.05),
     ("not_found", "delete", 0.01, 0.03),
     ("server_error", "cancel", 0.05, 0.1),
@@ -109,6 +109,7 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
 ACTIONS = (
     ("kill_reconcile", 6),
     ("kill_relay", 4),
+    ("terminate", 2),  # cron's `timeout` sends SIGTERM: stop taking work, finish, let go of leases
     ("pause", 8),
     ("kill_db_connections", 10),
     ("advance_small", 20),  # 1-8 s: backoffs come due
@@ -481,6 +482,15 @@ class Run:
         time.sleep(self.rng.uniform(0, 0.3))
         if w.signal(signal.SIGKILL):
             self.record(f"sigkill_{role}", worker=w.name)
+
+    def do_terminate(self) -> None:
+        live = self._live()
+        if not live:
+            self.record("terminate_missed")
+            return
+        w = self.rng.choice(live)
+        if w.signal(signal.SIGTERM):
+            self.record(f"sigterm_{w.role}", worker=w.name)
 
     def do_pause(self) -> None:
         live = self._live()

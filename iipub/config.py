@@ -26,6 +26,7 @@ KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru
 # output must come from the prompt alone, so a config that asks for tools is refused.
 AUTHORISED_TOOLS: frozenset[str] = frozenset()
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 _DEFAULT_PROMPTS = {
     "daily-brief": (
@@ -166,6 +167,10 @@ class Settings:
     def require_api_key(self) -> str:
         if not self.api_key:
             raise MissingApiKey()
+        # A key that cannot go into an HTTP header would fail inside the client after the
+        # job is charged as in flight; refuse it before any lease.
+        if not _HEADER_SAFE.fullmatch(self.api_key):
+            raise ConfigError("OPENAI_API_KEY contains whitespace or non-ASCII characters")
         return self.api_key
 
     def webhook_secret(self) -> str:

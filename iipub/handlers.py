@@ -194,13 +194,31 @@ def after_poll(
     )
 
 
-def on_output(job: Job, outcome: Observed) -> Decision:
-    """Custody: the payload is stored on the job row."""
+def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Decision:
+    """Custody: the payload is stored on the job row, whatever it holds.
+
+    Untrusted output must always be storable, or the job would be fetched again and again
+    until the provider forgets it (and a new paid create follows). Text that cannot be
+    encoded (lone surrogates) is stored with those code points backslash-escaped; text over
+    `max_bytes` is stored cut to `max_bytes + 1` bytes. Either way validation then fails
+    and the job parks in VALIDATION_FAILED_RETAINED; the journal keeps the original's size
+    and hash."""
     text = outcome.output_text or ""
+    raw = text.encode("utf-8", "surrogatepass")
+    detail: dict[str, Any] = {"bytes": len(raw), "status": outcome.status,
+                              "sha256_as_received": hashlib.sha256(raw).hexdigest()}
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        detail["escaped_unencodable"] = True
+    if max_bytes is not None and len(text.encode("utf-8")) > max_bytes:
+        text = text.encode("utf-8")[: max_bytes + 1].decode("utf-8", "ignore")
+        detail["stored_truncated_to"] = max_bytes + 1
     usage = outcome.usage
     changes: dict[str, Any] = {
         "payload": text,
-        "payload_sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        "payload_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "retry_count": 0,
         "last_error": None,
     }
@@ -208,13 +226,8 @@ def on_output(job: Job, outcome: Observed) -> Decision:
         changes.update(input_tokens=job.input_tokens + usage.input_tokens,
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
-    return Decision(
-        State.RETRIEVED_NOT_VALIDATED, "retrieved",
-        changes=changes,
-        detail={"bytes": len(text.encode("utf-8", "surrogatepass")), "status": outcome.status,
-                "total_tokens": usage.total_tokens if usage else None},
-        go_on=True,
-    )
+    detail["total_tokens"] = usage.total_tokens if usage else None
+    return Decision(State.RETRIEVED_NOT_VALIDATED, "retrieved", changes=changes, detail=detail, go_on=True)
 
 
 def after_expired(job: Job, budgets: Budgets) -> Decision:

@@ -365,7 +365,7 @@ class Operator:
                 store.release(job)  # COMPLETED_NOT_RETRIEVED: the next tick fetches it
                 return job
             observed = again
-        d = handlers.on_output(job, observed)
+        d = handlers.on_output(job, observed, self.settings.product(job.product).max_output_bytes)
         return store.transition(job, d.to, reason="operator_harvest", operator=True, changes=d.changes,
                                 detail={**d.detail, **_who(by, reason)}, delay=0)
 

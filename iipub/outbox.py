@@ -73,10 +73,16 @@ class Outbox:
         """(id, version) of unpublished, due, unleased events, oldest first."""
         with self.engine.connect() as conn:
             now = db.now(conn)
+            # An operator's suspension of a saved job also holds back its publication.
+            suspended = (
+                sa.select(db.jobs.c.id)
+                .where(db.jobs.c.id == O.c.job_id, db.jobs.c.state == "MANUALLY_SUSPENDED")
+                .exists()
+            )
             q = (
                 sa.select(O.c.id, O.c.version)
                 .where(O.c.published_at.is_(None), O.c.next_attempt_at <= now,
-                       sa.or_(O.c.lease_expiry.is_(None), O.c.lease_expiry < now))
+                       sa.or_(O.c.lease_expiry.is_(None), O.c.lease_expiry < now), ~suspended)
                 .order_by(O.c.next_attempt_at, O.c.id)
                 .limit(limit)
             )

@@ -268,7 +268,7 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     new = _apply(tick, job, d)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
-        return _apply(tick, new, handlers.on_output(new, outcome))
+        return _apply(tick, new, handlers.on_output(new, outcome, product.max_output_bytes))
     return new
 
 
@@ -280,7 +280,7 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
     if isinstance(outcome, Observed) and outcome.status in ("completed", "incomplete"):
-        return _apply(tick, job, handlers.on_output(job, outcome))
+        return _apply(tick, job, handlers.on_output(job, outcome, _product(tick, job).max_output_bytes))
     d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng)
     if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
         d = dataclasses.replace(d, to=State.COMPLETED_NOT_RETRIEVED)

@@ -19,7 +19,7 @@ import structlog
 
 from . import backoff, db
 from .config import Settings
-from .errors import Contention, LeaseLost
+from .errors import ConfigError, Contention, LeaseLost
 from .outbox import Outbox, OutboxEvent
 from .sinks import Delivered, Event, Parked, RetryLater, Sink
 from .sinks.static import StaticSink
@@ -50,7 +50,10 @@ def build_sinks(settings: Settings, client: httpx.Client | None = None) -> list[
         sinks.append(StaticSink(s.root, site_title=s.site_title, base_url=s.base_url))
     if settings.webhook_sink is not None:
         w = settings.webhook_sink
-        sinks.append(WebhookSink(w.url, settings.webhook_secret(), client=client, timeout=w.timeout_seconds))
+        try:
+            sinks.append(WebhookSink(w.url, settings.webhook_secret(), client=client, timeout=w.timeout_seconds))
+        except ValueError as exc:  # a malformed secret is a configuration error, not a crash
+            raise ConfigError(f"${w.secret_env}: {exc}") from None
     return sinks
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from .errors import Contention, DatabaseUnavailable, IllegalTransition, LeaseLos
 from .states import State
 
 log = structlog.get_logger("iipub.store")
+_ID_PREFIX = re.compile(r"[0-9a-f-]+")
 J = db.jobs
 E = db.job_events
 
@@ -146,7 +148,8 @@ class Store:
     def get(self, job_id: str) -> Job:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(J).where(J.c.id == job_id)).mappings().first()
-            if row is None and 4 <= len(job_id) < 36:
+            # A unique prefix of the id is enough; only id characters, so no LIKE wildcard slips in.
+            if row is None and 4 <= len(job_id) < 36 and _ID_PREFIX.fullmatch(job_id):
                 rows = conn.execute(sa.select(J).where(J.c.id.like(job_id + "%")).limit(2)).mappings().all()
                 row = rows[0] if len(rows) == 1 else None
         if row is None:
@@ -273,7 +276,11 @@ class Store:
     ) -> Job:
         """The one write path for job state. Checks the edge, runs the fenced update on
         the primary key, journals it, and runs `extra` (editions, outbox) in the same
-        transaction. `delay` sets `next_attempt_at` to database time + delay."""
+        transaction. `delay` sets `next_attempt_at` to database time + delay.
+
+        Returns the job as written, without another read: state, version, lease owner and
+        `changes` are current; database-clock columns (`next_attempt_at`, `lease_expiry`,
+        `updated_at`, `state_entered_at`) keep their old values — read with `get` if needed."""
         to_state = State(to_state)
         if not states.allowed(job.state, to_state, operator=operator):
             raise IllegalTransition(f"{job.state} -> {to_state} is not an allowed transition", job_id=job.id)

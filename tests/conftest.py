@@ -118,16 +118,16 @@ def run_iipub(*args: str, env: dict[str, str], cwd: Path | None = None, timeout:
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
     """The provider simulator over real HTTP on loopback, with a fast lifecycle."""
-    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=4)) as s:
+    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as s:
         yield s
 
 
 def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict) -> Settings:
     """Settings for in-process ticks: short timeouts, immediate polls, a static root in tmp."""
     data: dict = {
-        "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 10, "tick_seconds": 20, "concurrency": 8,
+        "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 15, "tick_seconds": 30, "concurrency": 8,
                       "backoff_base_seconds": 1, "backoff_cap_seconds": 60},
-        "provider": {"timeout_seconds": 2, "connect_timeout_seconds": 1},
+        "provider": {"timeout_seconds": 4, "connect_timeout_seconds": 1},
         "relay": {"backoff_base_seconds": 1, "backoff_cap_seconds": 60},
         "sinks": {"static": {"root": str(root)}},
     }

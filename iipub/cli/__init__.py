@@ -69,6 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("iipub: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # One line, like every other expected error; `--help` has the details.
+        cmd = exc.ctx.command_path if exc.ctx else "iipub"
+        click.echo(f"iipub: error: {exc.format_message()} (see `{cmd} --help`)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
