@@ -293,6 +293,43 @@ class Operator:
                         had_payload=job.payload is not None),
         ))
 
+    # -- out of a validation failure ------------------------------------------------
+
+    def revalidate(self, job_id: str, reason: str, by: str) -> Job:
+        """Validate the retained payload again (after the product's rules were fixed): no
+        provider call, no money. The next tick validates and, if it passes, publishes."""
+
+        def check(job: Job) -> None:
+            _require_state(job, State.VALIDATION_FAILED_RETAINED, "revalidate")
+
+        store, job = self._lease(job_id, by, check)
+        return self._finish(store, store.transition(
+            job, State.RETRIEVED_NOT_VALIDATED, reason="operator_revalidate", operator=True, delay=0,
+            changes={"last_error": None}, detail=_who(by, reason, payload_sha256=job.payload_sha256),
+        ))
+
+    def regenerate(self, job_id: str, reason: str, by: str) -> Job:
+        """Pay for a new generation of a slot whose output failed validation, within the
+        generation budget. The failed payload's hash stays in the journal."""
+        max_gen = self.settings.budgets.max_generation_attempts
+
+        def check(job: Job) -> None:
+            _require_state(job, State.VALIDATION_FAILED_RETAINED, "regenerate")
+            if job.generation_attempts >= max_gen:
+                raise OperatorRefused(
+                    f"job {job.id}: all {max_gen} paid creates are used ({job.generation_attempts}/{max_gen}); "
+                    "raise budgets.max_generation_attempts or `iipub kill` the job"
+                )
+
+        store, job = self._lease(job_id, by, check)
+        return self._finish(store, store.transition(
+            job, State.CREATE_ELIGIBLE, reason="operator_regenerate", operator=True, delay=0,
+            changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None,
+                     "payload_sha256": None, "composed": None, "composed_sha256": None, "last_error": None},
+            detail=_who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
+                        attempts_used=job.generation_attempts),
+        ))
+
     # -- backfill -------------------------------------------------------------------
 
     def backfill(self, product: str, from_date: dt.date, to_date: dt.date, *, dry_run: bool = False,
@@ -447,3 +484,7 @@ def _worker(by: str) -> str:
 def _naive(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=None) if t.tzinfo else t
 
+
+def _require_state(job: Job, state: State, action: str) -> None:
+    if job.state != state:
+        raise OperatorRefused(f"job {job.id} is {job.state}; only a {state} job can {action}")

@@ -88,7 +88,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.CLEANUP_PENDING, [S.CLEANUP_PENDING, S.DELETED])
     + _edges(S.PROVIDER_EXPIRED_OR_MISSING, [S.CREATE_ELIGIBLE, S.QUARANTINED])
     # A killed job goes through cleanup so remote data is cancelled and deleted.
-    + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING], operator=True)
+    # Out of a validation failure only by decision: re-check the kept payload under fixed
+    # rules (free), or pay for a new generation (budget permitting), or kill.
+    + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
+             operator=True)
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS,
                              S.COMPLETED_NOT_RETRIEVED, S.RETRIEVED_NOT_VALIDATED], operator=True)
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]

@@ -191,6 +191,28 @@ def kill_command(app: App, job_id: str, reason: str, by: str) -> None:
     _act(app, job_id, lambda op: op.kill(job_id, reason, by))
 
 
+@click.command("revalidate")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def revalidate_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Validate a VALIDATION_FAILED_RETAINED job's kept payload again, after the product's
+    rules (items, allowed_domains, …) were fixed. Free: nothing is sent to the provider."""
+    _act(app, job_id, lambda op: op.revalidate(job_id, reason, by))
+
+
+@click.command("regenerate")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def regenerate_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Pay for a new generation of a VALIDATION_FAILED_RETAINED job (e.g. after fixing the
+    prompt), within the slot's generation budget. Refused when the budget is spent."""
+    _act(app, job_id, lambda op: op.regenerate(job_id, reason, by))
+
+
 # -- backfill -------------------------------------------------------------------------
 
 
@@ -228,4 +250,5 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
                f"already present {len(report.present)}")
 
 
-COMMANDS = [quarantine_group, suspend_command, resume_command, cancel_command, kill_command, backfill_command]
+COMMANDS = [quarantine_group, suspend_command, resume_command, cancel_command, kill_command, revalidate_command,
+            regenerate_command, backfill_command]
