@@ -12,8 +12,14 @@ from .. import __version__
 from ..db import describe_error
 from ..errors import IipubError
 from .common import App, setup_logging
+from .check_cmd import check_command
 from .db_cmd import db_group
+from .demo_cmd import demo_command
 from .jobs_cmd import jobs_group, schedule_command
+from .operator_cmd import COMMANDS as OPERATOR_COMMANDS
+from .run_cmd import reconcile_command, relay_command
+from .simulator_cmd import simulator_command
+from .status_cmd import status_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,35 +38,9 @@ def cli(ctx: click.Context, log_level: str) -> None:
     ctx.call_on_close(app.close)
 
 
-cli.add_command(db_group)
-cli.add_command(schedule_command)
-cli.add_command(jobs_group)
-
-
-def _register_optional() -> None:
-    """Commands from modules that may be absent in a partial build are added if present."""
-    import importlib
-
-    for module, attr in (
-        ("iipub.cli.simulator_cmd", "simulator_command"),
-        ("iipub.cli.run_cmd", "reconcile_command"),
-        ("iipub.cli.run_cmd", "relay_command"),
-        ("iipub.cli.operator_cmd", "COMMANDS"),
-        ("iipub.cli.status_cmd", "status_command"),
-        ("iipub.cli.demo_cmd", "demo_command"),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        found = getattr(mod, attr)
-        for command in found if isinstance(found, (list, tuple)) else [found]:
-            cli.add_command(command)
-
-
-_register_optional()
+for _command in (db_group, schedule_command, jobs_group, reconcile_command, relay_command, status_command,
+                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command):
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:
