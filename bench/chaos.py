@@ -243,6 +243,7 @@ class Worker:
     runs: int = 0
     exits: Counter[str] = field(default_factory=Counter)
     hung: int = 0
+    closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -255,6 +256,8 @@ class Worker:
         try:
             while not stop.is_set() and time.monotonic() < hard_deadline:
                 with self.lock:
+                    if self.closed or stop.is_set():
+                        break
                     self.log_size_at_start = os.fstat(err.fileno()).st_size
                     self.proc = subprocess.Popen([*iipub_exe(), self.role], env=self.env, cwd=self.cwd, stdout=out,
                                                  stderr=err, start_new_session=True)
@@ -310,12 +313,16 @@ class Worker:
         return False
 
     def terminate(self) -> None:
+        """Kill the current process (if any) and start no other."""
         with self.lock:
-            if self.proc is not None and self.proc.poll() is None:
-                self.signal(signal.SIGCONT)
-                self.signal(signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(timeout=10)
+            self.closed = True
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
 
 # -- the run ----------------------------------------------------------------------------------------------
@@ -616,6 +623,7 @@ class Run:
         log(f"stopping MariaDB: {a.db_stop_cmd}")
         t = time.monotonic()
         stop = subprocess.run(shlex.split(a.db_stop_cmd), check=False, timeout=120, capture_output=True, text=True)
+        went_down = _wait_for_db_down(self.admin, 90)
         stopped = time.monotonic()
         down = self.rng.uniform(2, 6)
         time.sleep(down)
@@ -625,8 +633,9 @@ class Run:
                     start_rc=start.returncode, start_err=start.stderr[-300:])
         up = _wait_for_db(self.admin, 120)
         self.report["db_restart"] = {
-            "done": True, "stop_seconds": round(stopped - t, 1), "down_seconds": round(time.monotonic() - stopped, 1),
-            "came_back": up, "waited_for_quiet_seconds": waited,
+            "done": went_down and up, "went_down": went_down, "stop_rc": stop.returncode,
+            "stop_error": stop.stderr.strip()[-300:], "stop_seconds": round(stopped - t, 1),
+            "down_seconds": round(time.monotonic() - stopped, 1), "came_back": up, "waited_for_quiet_seconds": waited,
         }
         self.record("db_restart", **self.report["db_restart"])
         log(f"MariaDB restarted: {self.report['db_restart']}")
@@ -664,6 +673,8 @@ class Run:
             t.join(timeout=TICK_SECONDS + 120)
         for w in self.workers:
             w.terminate()
+        for t in self.threads:
+            t.join(timeout=15)
         httpx.delete(self.sim_origin + "/_sim/faults", timeout=10).raise_for_status()
         assert self.receiver is not None
         self.receiver.fail_rate = 0.0
@@ -764,16 +775,28 @@ class Run:
         return dict(sorted(out.items()))
 
     def logs_summary(self) -> dict[str, Any]:
+        """What the workers wrote to stderr: warning/error events by name, structlog exception
+        records (a handler crashed on something unexpected), raw Python tracebacks grouped by
+        the line before them and their last line, and one-line CLI errors."""
         events: Counter[str] = Counter()
+        exceptions: Counter[str] = Counter()
+        raw: Counter[str] = Counter()
         errors: Counter[str] = Counter()
-        tracebacks = 0
         for path in sorted(self.logdir.glob("*.err")):
             if path.name.startswith("simulator"):
                 continue
+            context = "(uncaught)"
+            in_tb = False
             with open(path, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    line = line.strip()
-                    if not line:
+                    line = line.rstrip("\n")
+                    if not line.strip():
+                        continue
+                    if in_tb:
+                        if line.startswith((" ", "\t", "Traceback", "During handling", "The above exception")):
+                            continue
+                        raw[f"{context} | {_shorten(line, 14)}"] += 1
+                        in_tb, context = False, "(uncaught)"
                         continue
                     if line.startswith("{"):
                         try:
@@ -784,13 +807,17 @@ class Run:
                         if doc.get("level") in ("warning", "error", "critical"):
                             events[str(doc.get("event"))] += 1
                         if "exception" in doc:
-                            tracebacks += 1
+                            exceptions[f"{doc.get('event')} | {_shorten(str(doc.get('error', '')), 14)}"] += 1
                     elif line.startswith("Traceback"):
-                        tracebacks += 1
-                        errors["Traceback"] += 1
+                        in_tb = True
                     elif line.startswith("iipub: "):
                         errors[_shorten(line)] += 1
-        return {"warnings_and_errors_by_event": dict(events.most_common()), "exception_traces": tracebacks,
+                    else:
+                        context = line.strip()[:80]
+        return {"warnings_and_errors_by_event": dict(events.most_common()),
+                "handler_exceptions": dict(exceptions.most_common()),
+                "raw_tracebacks": dict(raw.most_common()),
+                "uncaught_tracebacks": sum(n for k, n in raw.items() if k.startswith("(uncaught)")),
                 "cli_errors": dict(errors.most_common(20))}
 
     def finish(self, found: list[invariants.Violation]) -> None:
@@ -800,6 +827,10 @@ class Run:
             w.name: {"runs": w.runs, "exits": dict(w.exits), "hung_killed": w.hung} for w in self.workers
         }
         self.report["process_runs"] = sum(w.runs for w in self.workers)
+        # 0 done, 69 database unavailable (connection killed, restart), -9 SIGKILL, -15 SIGTERM.
+        self.report["unexpected_exits"] = {code: n for w in self.workers for code, n in w.exits.items()
+                                           if code not in ("0", "69", "-9", "-15")}
+        self.report["hung_killed"] = sum(w.hung for w in self.workers)
         self.report["logs"] = self.logs_summary()
         self.report["wall_seconds"] = round(time.monotonic() - self.t0, 1)
         self.report["ok"] = not found
@@ -814,6 +845,8 @@ class Run:
         self._resume_due(everything=True)
         for w in self.workers:
             w.terminate()
+        for t in self.threads:
+            t.join(timeout=15)
         if self.sim_proc is not None and self.sim_proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.sim_proc.pid, signal.SIGTERM)
@@ -858,10 +891,25 @@ def _wait_for_db(admin: sa.Engine | None, timeout: float) -> bool:
     return False
 
 
-def _shorten(line: str) -> str:
-    # Group one-line CLI errors by their kind, not their ids and numbers.
-    words = line.split()
-    return " ".join(words[:6])[:120]
+def _wait_for_db_down(admin: sa.Engine | None, timeout: float) -> bool:
+    """True once a fresh connection to the server fails (the stop command really stopped it)."""
+    assert admin is not None
+    admin.dispose()
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except sa.exc.DBAPIError:
+            return True
+        admin.dispose()
+        time.sleep(0.5)
+    return False
+
+
+def _shorten(line: str, words: int = 6) -> str:
+    # Group one-line errors by their kind, not their ids and numbers.
+    return " ".join(line.split()[:words])[:160]
 
 
 def _toml(path: Path) -> dict[str, Any]:

@@ -46,6 +46,7 @@ def measure(base_url: str, k: int) -> dict[str, Any]:
             rt = counter.snapshot()
             counter.close()
             events = common.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
+            dwell = dwell_seconds(engine, first_event)
             req = sim.requests()
             calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
             return {
@@ -54,9 +55,28 @@ def measure(base_url: str, k: int) -> dict[str, Any]:
                 "stmts_per_tr": rt["statement_total"] / events,
                 "wire_per_tr": rt["wire_total"] / events if rt["wire_total"] else float("nan"),
                 "statements": rt["statements"], "other": rt["other"], "wire": rt["wire"], "calls": calls,
+                "dwell_max": max(dwell) if dwell else float("nan"), "dwell_n": len(dwell),
             }
         finally:
             engine.dispose()
+
+
+def dwell_seconds(engine: Any, first_event: int) -> list[float]:
+    """The unretrieved-dwell SLI samples (COMPLETED_NOT_RETRIEVED -> RETRIEVED_NOT_VALIDATED),
+    computed from the journal with `iipub.status.dwell_samples`."""
+    import datetime as dt
+
+    import sqlalchemy as sa
+
+    from iipub.status import dwell_samples
+
+    E = db.job_events
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)
+                            .where(E.c.id > first_event).order_by(E.c.job_id, E.c.id)).all()
+    parsed = [(j, f, t, dt.datetime.fromisoformat(a) if isinstance(a, str) else a) for j, f, t, a in rows]
+    durations, _failed = dwell_samples(parsed)
+    return durations
 
 
 def run(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
@@ -77,7 +97,8 @@ def rows_for(label: str, k: int, ms: list[dict[str, Any]]) -> list[list[str]]:
              per("transitions_per_s"), f"{common.median(m['events'] / k for m in ms):.1f}",
              common.spread([m["stmts_per_tr"] for m in ms], 2),
              common.spread([m["wire_per_tr"] for m in ms], 2),
-             f"{common.median(m['reconcile_s'] for m in ms):.1f} / {common.median(m['relay_s'] for m in ms):.1f}"]]
+             f"{common.median(m['reconcile_s'] for m in ms):.1f} / {common.median(m['relay_s'] for m in ms):.1f}",
+             f"{max(m['dwell_max'] for m in ms):.2f} ({min(m['dwell_n'] for m in ms)})"]]
 
 
 def main() -> None:
@@ -118,7 +139,8 @@ def main() -> None:
   it still running; it takes 3 reconcile + relay loops.
 
 {common.table(["backend", "K slots", "runs", "wall s", "slots/s", "transitions/s", "transitions/slot",
-               "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s"], rows)}
+               "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s",
+               "max unretrieved dwell s (samples)"], rows)}
 
 Per transition (MariaDB, median run): statements {stmts}; wire commands {wire}.
 Provider calls per slot: {calls}.

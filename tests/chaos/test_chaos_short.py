@@ -27,7 +27,7 @@ SEED = 7
 def test_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "bench" / "chaos.py"), "--mysql", MYSQL_URL, "--slots", str(SLOTS),
-           "--seconds", "90", "--seed", str(SEED), "--workdir", str(tmp_path / "run"), "--report", str(report_path)]
+           "--seconds", "120", "--seed", str(SEED), "--workdir", str(tmp_path / "run"), "--report", str(report_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert report_path.exists(), proc.stderr[-3000:]
     report = json.loads(report_path.read_text())
@@ -51,4 +51,7 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert states.get("DELETED", 0) >= SLOTS // 2, states
     assert report["editions"] == report["outbox_events"] == report["deliveries_by_sink"]["static"]
     assert report["deliveries_by_sink"]["webhook"] == report["outbox_events"] == report["webhook_received_keys"]
-    assert report["logs"]["exception_traces"] == 0, report["logs"]
+    # No worker crashed: every exit was clean, a kill, or the one-line "database unavailable"
+    # (69) after a killed connection; no handler hit an unexpected exception; no tick overran.
+    assert report["unexpected_exits"] == {} and report["hung_killed"] == 0, report["processes"]
+    assert report["logs"]["uncaught_tracebacks"] == 0 and report["logs"]["handler_exceptions"] == {}, report["logs"]

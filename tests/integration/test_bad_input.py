@@ -328,13 +328,6 @@ def test_control_characters_are_retained_not_published(settings: Settings, engin
     assert invariants.check(engine, settings=s, settled=True) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a completed output holding a JSON-escaped lone surrogate (\\ud800) can never be stored: "
-    "reconcile.step_poll/step_completed -> handlers.on_output puts the str with the surrogate into "
-    "jobs.payload and the driver raises UnicodeEncodeError (not a DBAPIError), so the job stays "
-    "COMPLETED_NOT_RETRIEVED and is fetched again on every tick without backoff, until the provider "
-    "forgets it and a new paid create follows. validate.py already reports lone surrogates (not_utf8), "
-    "but never gets the chance."))
 def test_lone_surrogate_in_the_output_is_retained_and_paid_once(settings: Settings, engine: sa.Engine,
                                                                  fake: FakeResponses) -> None:
     s = one_product(settings, fake.url)
@@ -348,11 +341,6 @@ def test_lone_surrogate_in_the_output_is_retained_and_paid_once(settings: Settin
     assert row["state"] == "VALIDATION_FAILED_RETAINED" and row["payload"]
 
 
-@pytest.mark.xfail(BACKEND == "mysql", strict=True, reason=(
-    "BUG (MariaDB/MySQL): an output larger than max_allowed_packet (16 MB by default) can never be "
-    "stored: the payload UPDATE in reconcile.step_poll/step_completed (handlers.on_output) fails, the job "
-    "stays COMPLETED_NOT_RETRIEVED, is fetched again after every lease expiry, and is paid again once the "
-    "provider forgets it. The provider adapter does not bound the size of what it takes in."))
 def test_output_beyond_what_the_database_takes_is_parked_and_paid_once(settings: Settings, engine: sa.Engine,
                                                                        fake: FakeResponses) -> None:
     s = one_product(settings, fake.url)
