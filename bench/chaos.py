@@ -36,7 +36,6 @@ import random
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -780,6 +779,7 @@ class Run:
         the line before them and their last line, and one-line CLI errors."""
         events: Counter[str] = Counter()
         exceptions: Counter[str] = Counter()
+        library: Counter[str] = Counter()
         raw: Counter[str] = Counter()
         errors: Counter[str] = Counter()
         for path in sorted(self.logdir.glob("*.err")):
@@ -806,7 +806,10 @@ class Run:
                             continue
                         if doc.get("level") in ("warning", "error", "critical"):
                             events[str(doc.get("event"))] += 1
-                        if "exception" in doc:
+                        if "logger" in doc:  # a library's record (SQLAlchemy's pool, httpx)
+                            if doc.get("level") in ("error", "critical"):
+                                library[f"{doc['logger']} | {_shorten(str(doc.get('event')), 8)}"] += 1
+                        elif "exception" in doc:  # iipub caught something it did not expect
                             exceptions[f"{doc.get('event')} | {_shorten(str(doc.get('error', '')), 14)}"] += 1
                     elif line.startswith("Traceback"):
                         in_tb = True
@@ -816,6 +819,7 @@ class Run:
                         context = line.strip()[:80]
         return {"warnings_and_errors_by_event": dict(events.most_common()),
                 "handler_exceptions": dict(exceptions.most_common()),
+                "library_errors": dict(library.most_common()),
                 "raw_tracebacks": dict(raw.most_common()),
                 "uncaught_tracebacks": sum(n for k, n in raw.items() if k.startswith("(uncaught)")),
                 "cli_errors": dict(errors.most_common(20))}

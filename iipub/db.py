@@ -8,6 +8,8 @@ for SQLAlchemy Core (a test proves the two agree). All times come from the datab
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -197,16 +199,43 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+# The drill offset, cached per database for a second: reading it inside every statement
+# would make each INSERT a locking read of the clock row on InnoDB, so one paused
+# transaction would block `advance_clock` and everything queued behind it.
+_OFFSET_TTL = 1.0
+_offsets: dict[str, tuple[float, int]] = {}
+_offsets_lock = threading.Lock()
+
+
+def _offset_us(conn_or_engine: Engine | Connection) -> int:
+    key = str(conn_or_engine.engine.url)
+    with _offsets_lock:
+        cached = _offsets.get(key)
+    if cached is not None and time.monotonic() - cached[0] < _OFFSET_TTL:
+        return cached[1]
+    q = sa.select(clock.c.offset_us).where(clock.c.id == 1)
+    if isinstance(conn_or_engine, Connection):
+        value = conn_or_engine.execute(q).scalar()
+    else:
+        with conn_or_engine.connect() as conn:
+            value = conn.execute(q).scalar()
+    offset = int(value or 0)
+    with _offsets_lock:
+        _offsets[key] = (time.monotonic(), offset)
+    return offset
+
+
 def now(
     conn_or_engine: Engine | Connection, delay_seconds: float = 0.0, *, drill_offset: bool = True
 ) -> sa.ColumnElement[Any]:
     """The database clock (plus `delay_seconds`) as a SQL expression, usable in any
-    statement. Includes the drill offset from the `clock` table unless told not to."""
+    statement. Includes the drill offset from the `clock` table unless told not to (a
+    change to it reaches other processes within a second)."""
     delay_us = int(round(delay_seconds * 1_000_000))
-    offset = f"(SELECT offset_us FROM clock WHERE id = 1) + {delay_us}" if drill_offset else str(delay_us)
+    total = (_offset_us(conn_or_engine) if drill_offset else 0) + delay_us
     if dialect_family(conn_or_engine) == "mysql":
-        return sa.literal_column(f"DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ({offset}) MICROSECOND)", Time)
-    mod = f"printf('%.6f seconds', ({offset}) / 1000000.0)"
+        return sa.literal_column(f"DATE_ADD(UTC_TIMESTAMP(6), INTERVAL {total} MICROSECOND)", Time)
+    mod = f"'{total / 1_000_000:+.6f} seconds'"
     # Six fractional digits, the format SQLAlchemy writes, so text comparison is time order.
     expr = (
         f"(strftime('%Y-%m-%d %H:%M:%S', 'now', {mod}) || "
@@ -229,6 +258,8 @@ def advance_clock(engine: Engine, seconds: float) -> None:
         conn.execute(
             clock.update().where(clock.c.id == 1).values(offset_us=clock.c.offset_us + int(seconds * 1_000_000))
         )
+    with _offsets_lock:
+        _offsets.pop(str(engine.url), None)
 
 
 def ping(engine: Engine) -> None:
@@ -266,6 +297,16 @@ def mysql_error_code(exc: BaseException) -> int | None:
     if args and isinstance(args[0], int):
         return args[0]
     return None
+
+
+# Client-side MySQL errors: the server cannot be reached or the connection died.
+MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return mysql_error_code(exc) in MYSQL_UNREACHABLE
 
 
 def is_contention(exc: BaseException) -> bool:

@@ -32,6 +32,10 @@ from .store import Job, Store, new_worker_id
 
 log = structlog.get_logger("iipub.reconcile")
 
+# States whose next step calls the provider: skipped while the provider cools down.
+PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
+                            State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
+
 # Set by SIGTERM (cron's `timeout`): stop taking work, finish what is in hand, release leases.
 STOP = threading.Event()
 
@@ -135,24 +139,32 @@ def _sweep(tick: Tick) -> None:
             if not batch:
                 break
             futures = []
-            for job_id, version, _state in batch:
+            for job_id, version, state in batch:
                 if tick.past_deadline():
                     tick.report.stopped_at_deadline = True
                     break
+                if state in PROVIDER_BOUND and tick.cooling():
+                    continue  # rate-limited: leasing it only to hand it back would be two writes for nothing
                 handled.add(job_id)
-                futures.append(pool.submit(_handle, tick, job_id, version))
+                futures.append(pool.submit(_handle, tick, job_id, version, state))
                 # Keep the queue short so the deadline check stays meaningful.
                 while sum(not f.done() for f in futures) >= s.concurrency * 2:
                     wait(futures, timeout=0.05, return_when="FIRST_COMPLETED")
             wait(futures)
 
 
-def _handle(tick: Tick, job_id: str, version: int) -> None:
+def _handle(tick: Tick, job_id: str, version: int, state: State) -> None:
     store = tick.store
+    if state in PROVIDER_BOUND and tick.cooling():
+        return  # the provider cooled down while this job waited in the queue
     try:
         job = store.acquire_lease(job_id, version)
     except Contention:
         tick.count("contention")
+        return
+    except DatabaseUnavailable as exc:
+        tick.count("errors")
+        log.error("database_unavailable", job_id=job_id, worker=store.worker, error=str(exc))
         return
     if job is None:
         tick.count("taken")

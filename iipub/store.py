@@ -139,8 +139,8 @@ class Store:
         except sa.exc.DBAPIError as exc:
             if db.is_contention(exc):
                 raise Contention(f"database contention: {db.describe_error(exc)}") from exc
-            if isinstance(exc, sa.exc.OperationalError) and exc.connection_invalidated:
-                raise DatabaseUnavailable(f"database connection lost: {db.describe_error(exc)}") from exc
+            if db.is_unreachable(exc):
+                raise DatabaseUnavailable(f"database unavailable: {db.describe_error(exc)}") from exc
             raise
 
     # -- reads ----------------------------------------------------------------------

@@ -1,9 +1,4 @@
-"""`iipub check`: verify the invariants of the configured database (see `iipub.invariants`).
-
-Not registered by default; add `("iipub.cli.check_cmd", "check_command")` to
-`iipub.cli._register_optional` to make it `iipub check`. Until then it runs as
-`python -m iipub.cli.check_cmd check ...`.
-"""
+"""`iipub check`: verify the invariants of the configured database (see `iipub.invariants`)."""
 
 from __future__ import annotations
 
@@ -62,10 +57,3 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
         raise CheckFailed(f"{len(found)} invariant violation(s): "
                           + ", ".join(f"{k}={n}" for k, n in invariants.summarize(found).items()))
 
-
-if __name__ == "__main__":  # pragma: no cover - `python -m iipub.cli.check_cmd check ...` until registered
-    from . import cli, main
-
-    if "check" not in cli.commands:
-        cli.add_command(check_command)
-    main()

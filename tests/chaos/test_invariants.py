@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from iipub.config import Settings, WebhookSink
 from iipub.simulator import Simulator
 from iipub.states import State
 from iipub.store import Store
+from tests.conftest import run_iipub
 from tests.relay_support import SECRET, receiver
 
 DAY = dt.date(2026, 11, 28)
@@ -353,8 +353,7 @@ def test_parked_jobs_need_their_reason(engine: sa.Engine) -> None:
 
 
 def _check_cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "iipub.cli.check_cmd", "check", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return run_iipub("check", *args, env=env, cwd=cwd, timeout=120)
 
 
 def test_check_command(cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],

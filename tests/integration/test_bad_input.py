@@ -39,7 +39,6 @@ from iipub import db, invariants, reconcile, relay
 from iipub.config import Settings
 from iipub.simulator import Simulator, content
 from iipub.store import Store
-from tests.conftest import BACKEND
 
 PRODUCT = "daily-brief"
 GOOD_DAY = dt.date(2026, 11, 27)
