@@ -672,7 +672,7 @@ def header_lines(engine: sa.Engine | None, runs: str, load_before: str, extra: S
         f"- Command: `{command_line()}`",
         f"- Runs: {runs}",
         f"- Load average (1/5/15 min) before / after: {load_before} / {loadavg()} "
-        "(other processes were running on the same 2 cores)",
+        "(a shared machine: other processes may have been running on the same 2 cores)",
         *extra,
     ]
     return "\n".join(lines)
