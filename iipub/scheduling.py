@@ -16,6 +16,6 @@ def schedule_day(store: Store, products: Iterable[Product], day: dt.date, *, bac
 
 def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date) -> int:
     """Schedule `day`'s missing slots (a cheap read first, so a steady tick writes nothing)."""
-    wanted = [p for p in products]
-    present = {j.product for j in store.list_jobs(day=day, limit=len(wanted) * 4 + 10)}
+    wanted = list(products)
+    present = store.products_scheduled([p.name for p in wanted], day)
     return sum(store.schedule(p, day) for p in wanted if p.name not in present)

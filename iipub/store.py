@@ -170,6 +170,14 @@ class Store:
         with self.engine.connect() as conn:
             return [Job.from_row(r) for r in conn.execute(q).mappings()]
 
+    def products_scheduled(self, products: Sequence[str], day: dt.date) -> set[str]:
+        """Which of `products` have a slot on `day` (an index lookup on the slot key)."""
+        if not products:
+            return set()
+        q = sa.select(J.c.product).where(J.c.product.in_(list(products)), J.c.edition_date == day)
+        with self.engine.connect() as conn:
+            return set(conn.execute(q).scalars())
+
     def events(self, job_id: str) -> list[Event]:
         q = sa.select(E).where(E.c.job_id == job_id).order_by(E.c.id)
         with self.engine.connect() as conn:
