@@ -7,6 +7,7 @@ never part of `Settings.describe()` or any log line.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -62,15 +63,7 @@ class Product:
 
     def fingerprint(self) -> str:
         """SHA-256 of everything that shapes the generation: model, prompt, temperature, schema."""
-        doc = {
-            "model": self.model,
-            "prompt": self.prompt,
-            "temperature": self.temperature,
-            "schema": self.output_schema(),
-            "items": self.items,
-            "languages": list(self.languages),
-        }
-        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+        return _fingerprint(self)
 
     def opens_on(self, day: dt.date) -> dt.datetime:
         return dt.datetime.combine(day, self.opens_at)
@@ -368,3 +361,17 @@ def _no_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
     extra = sorted(set(raw) - known)
     if extra:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}")
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(product: Product) -> str:
+    # Cached: a product is frozen, and every poll checks its job against it.
+    doc = {
+        "model": product.model,
+        "prompt": product.prompt,
+        "temperature": product.temperature,
+        "schema": product.output_schema(),
+        "items": product.items,
+        "languages": list(product.languages),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

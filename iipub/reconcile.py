@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -132,46 +132,74 @@ def _ensure_today(settings: Settings, store: Store) -> None:
 
 def _sweep(tick: Tick) -> None:
     s = tick.settings.reconcile
-    handled: set[str] = set()
+    seen: set[str] = set()  # jobs dealt with (or deferred) in this tick
+    pending: set[Future[None]] = set()
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
         while not tick.past_deadline():
-            batch = [c for c in tick.store.due_candidates(s.batch_size + len(handled)) if c[0] not in handled]
+            # The next batch is fetched while the previous one's tail still runs: no
+            # drain bubble at batch boundaries.
+            batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen)) if c[0] not in seen]
             if not batch:
                 break
-            futures = []
-            for job_id, version, state in batch:
+            for start in range(0, len(batch), s.concurrency):
+                # Claim only when a worker is about to be free, so a claimed job waits in
+                # the queue for at most about one job's time, well inside its lease.
+                while len(pending) >= s.concurrency:
+                    _, pending = wait(pending, return_when=FIRST_COMPLETED)
                 if tick.past_deadline():
                     tick.report.stopped_at_deadline = True
                     break
-                if state in PROVIDER_BOUND and tick.cooling():
-                    continue  # rate-limited: leasing it only to hand it back would be two writes for nothing
-                handled.add(job_id)
-                futures.append(pool.submit(_handle, tick, job_id, version, state))
-                # Keep the queue short so the deadline check stays meaningful.
-                while sum(not f.done() for f in futures) >= s.concurrency * 2:
-                    wait(futures, timeout=0.05, return_when="FIRST_COMPLETED")
-            wait(futures)
+                chunk = batch[start : start + s.concurrency]
+                seen.update(job_id for job_id, _, _ in chunk)
+                # While the provider cools down, jobs that would call it are left for the
+                # next tick: leasing them only to hand them back would be two writes for nothing.
+                wanted = [(job_id, v) for job_id, v, state in chunk if not (state in PROVIDER_BOUND and tick.cooling())]
+                pending.update(pool.submit(_handle, tick, job) for job in _claim(tick, wanted))
+        wait(pending)
 
 
-def _handle(tick: Tick, job_id: str, version: int, state: State) -> None:
-    store = tick.store
-    if state in PROVIDER_BOUND and tick.cooling():
-        return  # the provider cooled down while this job waited in the queue
+def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
+    """Lease a chunk of candidates in one fenced transaction (one commit, not one per job).
+    A chunk rolled back by a deadlock or lock wait wrote nothing, so it is claimed again
+    one job at a time: one contended row does not hold the others back."""
+    if not wanted:
+        return []
     try:
-        job = store.acquire_lease(job_id, version)
-    except Contention:
+        return _counted_claim(tick, wanted)
+    except Contention as exc:
         tick.count("contention")
-        return
+        log.warning("contention", worker=tick.store.worker, jobs=len(wanted), error=str(exc))
     except DatabaseUnavailable as exc:
-        tick.count("errors")
-        log.error("database_unavailable", job_id=job_id, worker=store.worker, error=str(exc))
-        return
-    if job is None:
-        tick.count("taken")
-        return
-    tick.count("leased")
+        tick.count("errors", len(wanted))
+        log.error("database_unavailable", worker=tick.store.worker, jobs=len(wanted), error=str(exc))
+        return []
+    jobs: list[Job] = []
+    for one in wanted:
+        try:
+            jobs += _counted_claim(tick, [one])
+        except Contention as exc:
+            tick.count("contention")
+            log.warning("contention", job_id=one[0], worker=tick.store.worker, error=str(exc))
+        except DatabaseUnavailable as exc:
+            tick.count("errors")
+            log.error("database_unavailable", job_id=one[0], worker=tick.store.worker, error=str(exc))
+    return jobs
+
+
+def _counted_claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
+    jobs = tick.store.claim(wanted)
+    tick.count("leased", len(jobs))
+    tick.count("taken", len(wanted) - len(jobs))  # another worker wrote first
+    return jobs
+
+
+def _handle(tick: Tick, job: Job) -> None:
+    store = tick.store
     bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
     try:
+        if job.state in PROVIDER_BOUND and tick.cooling():
+            _hold(tick, job)  # the provider cooled down while this job waited in the queue
+            return
         _drive(tick, job)
     except LeaseLost as exc:
         tick.count("lease_lost")
@@ -179,14 +207,14 @@ def _handle(tick: Tick, job_id: str, version: int, state: State) -> None:
     except Contention as exc:
         tick.count("contention")
         bound.warning("contention", error=str(exc))
-        _release_quietly(store, job_id)
+        _release_quietly(store, job.id)
     except DatabaseUnavailable as exc:
         tick.count("errors")
         bound.error("database_unavailable", error=str(exc))
     except Exception as exc:  # a bug in one job must not stop the sweep
         tick.count("errors")
         bound.exception("job_failed", error=str(exc))
-        _release_quietly(store, job_id)
+        _release_quietly(store, job.id)
 
 
 def _release_quietly(store: Store, job_id: str) -> None:

@@ -247,13 +247,22 @@ class Store:
     def acquire_lease(self, job_id: str, seen_version: int, *, operator: bool = False) -> Job | None:
         """Fenced claim: succeeds only if nobody wrote since `seen_version` and the lease
         is free or expired (by the database clock). Returns the leased job, or None."""
+        jobs = self.claim([(job_id, seen_version)], operator=operator)
+        return jobs[0] if jobs else None
+
+    def claim(self, seen: Sequence[tuple[str, int]], *, operator: bool = False) -> list[Job]:
+        """`acquire_lease` for several jobs in one transaction: each (id, seen version) is
+        leased on the same terms, independently. Returns the jobs leased, in the order given."""
+        if not seen:
+            return []
+        ids = [job_id for job_id, _ in seen]
         with self._tx() as conn:
             now = db.now(conn)
             q = (
                 J.update()
                 .where(
-                    J.c.id == job_id,
-                    J.c.version == seen_version,
+                    J.c.id.in_(ids),  # the primary key drives the lookup; the pair is the fence
+                    sa.tuple_(J.c.id, J.c.version).in_(list(seen)),
                     sa.or_(J.c.lease_expiry.is_(None), J.c.lease_expiry < now),
                 )
                 .values(
@@ -264,10 +273,17 @@ class Store:
             )
             if not operator:
                 q = q.where(J.c.state != State.MANUALLY_SUSPENDED.value)
-            if conn.execute(q).rowcount != 1:
-                return None
-            row = conn.execute(sa.select(J).where(J.c.id == job_id)).mappings().one()
-        return Job.from_row(row)
+            if conn.execute(q).rowcount == 0:
+                return []
+            rows = conn.execute(
+                sa.select(J).where(
+                    J.c.id.in_(ids),
+                    sa.tuple_(J.c.id, J.c.version).in_([(job_id, v + 1) for job_id, v in seen]),
+                    J.c.lease_owner == self.worker,
+                )
+            ).mappings().all()
+        leased = {row["id"]: Job.from_row(row) for row in rows}
+        return [leased[job_id] for job_id in ids if job_id in leased]
 
     def transition(
         self,

@@ -216,3 +216,30 @@ def test_mysql_session_is_read_committed(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         level = conn.exec_driver_sql("SELECT @@tx_isolation").scalar()
     assert level == "READ-COMMITTED"
+
+
+def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engine) -> None:
+    store = Store(engine, "w1")
+    days = [DAY - dt.timedelta(days=i) for i in range(4)]
+    for day in days:
+        assert store.schedule(PRODUCT, day)
+    ids = {r["edition_date"]: r["id"] for r in _rows(engine, db.jobs)}
+    fresh, stale, held, suspended = (ids[d] for d in days)
+    assert Store(engine, "other").acquire_lease(held, 1) is not None  # someone else holds it
+    op = Store(engine, "operator:alice")
+    job = op.acquire_lease(suspended, 1, operator=True)
+    assert job is not None
+    op.transition(job, State.MANUALLY_SUSPENDED, reason="suspend", operator=True, changes={"suspended_from": "NO_JOB"})
+    db.advance_clock(engine, 1)  # the other lease is still live (60 s)
+
+    got = store.claim([(suspended, 3), (held, 1), (stale, 0), (fresh, 1)])
+
+    assert [j.id for j in got] == [fresh]  # only the job nobody wrote to since version 1
+    by_id = {r["id"]: r for r in _rows(engine, db.jobs)}
+    assert by_id[fresh]["lease_owner"] == "w1" and by_id[fresh]["version"] == 2 and got[0].version == 2
+    assert by_id[stale]["lease_owner"] is None and by_id[stale]["version"] == 1
+    assert by_id[held]["lease_owner"] == "other" and by_id[held]["version"] == 2
+    assert by_id[suspended]["state"] == "MANUALLY_SUSPENDED" and by_id[suspended]["lease_owner"] is None
+    assert store.claim([]) == []
+    # Version 1 of `stale` was current all along: claimed on its right version, it is leased.
+    assert [j.id for j in store.claim([(stale, 1)])] == [stale]
