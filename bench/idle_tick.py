@@ -63,26 +63,6 @@ def analyze(engine: sa.Engine, statement: str, params: Any) -> dict[str, Any]:
     return found
 
 
-SLOT_LOOKUP = "SELECT * FROM jobs WHERE product IN (<configured products>) AND edition_date = <today>"
-
-
-def slot_lookup(engine: sa.Engine, settings: Any, day: Any) -> tuple[float, list[dict[str, Any]]]:
-    """What `_ensure_today` needs, asked through the slot's unique key: its time (median of 5)
-    and its plan. A bench-side query, to size the suggested fix."""
-    J = db.jobs
-    q = sa.select(J).where(J.c.product.in_(sorted(settings.products)), J.c.edition_date == day)
-    times = []
-    for _ in range(5):
-        with engine.connect() as conn:
-            t0 = time.perf_counter()
-            conn.execute(q).all()
-            times.append(time.perf_counter() - t0)
-    compiled = q.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
-    with engine.connect() as conn:
-        plan = [dict(r._mapping) for r in conn.exec_driver_sql("EXPLAIN " + str(compiled), compiled.params)]
-    return common.median(times) * 1000, plan
-
-
 def explain_table(rows: list[dict[str, Any]]) -> str:
     cols = ["table", "type", "possible_keys", "key", "key_len", "rows", "Extra"]
     return common.table(cols, [[str(r.get(c) if r.get(c) is not None else "") for c in cols] for r in rows])
@@ -156,7 +136,6 @@ def main() -> None:
                       f"(warm-up {warm * 1000:.0f} ms; runs {', '.join(f'{w * 1000:.0f}' for w in walls)})",
                       flush=True)
                 cand_sql = capture(engine, counter, lambda: Store(engine, "bench-explain").due_candidates(500))
-                alt_ms, alt_plan = slot_lookup(engine, settings, now.date())
                 counter.close()
                 statement, params = cand_sql[-1]
                 plan = explain(engine, statement, params)
@@ -166,7 +145,7 @@ def main() -> None:
                     [w * 1000 for w in walls]), f"{warm * 1000:,.0f}",
                     f"{common.median(stmts):.0f} / {common.median(wires):.0f}",
                     key_used, str(sum(int(t.get("r_rows") or 0) for t in an["tables"])),
-                    f"{alt_ms:.1f}", f"{load_s:.0f}" if added else "–"])
+                    f"{load_s:.0f}" if added else "–"])
                 others = []
                 seen: set[str] = set()
                 for st, prm in tick_sql:
@@ -186,8 +165,6 @@ def main() -> None:
                     f"**{size:,} terminal rows** — candidate query ({cand_ms:.1f} ms per tick, ANALYZE: "
                     f"{an['r_total_time_ms']} ms, rows read {[(t['table_name'], t['r_rows']) for t in an['tables']]}):"
                     f"\n\n{explain_table(plan)}\n\nOther SELECTs of the idle tick:\n\n" + "\n\n".join(others)
-                    + f"\n\n- For comparison, the same lookup through the unique key `uq_jobs_slot` (`{SLOT_LOOKUP}`; not "
-                    f"iipub code): {alt_ms:.1f} ms\n\n" + explain_table(alt_plan)
                 )
         finally:
             engine.dispose()
@@ -216,7 +193,7 @@ def main() -> None:
 
 {common.table(["terminal rows", "journal rows", "runs", "idle tick ms", "warm-up tick ms",
                "statements / wire round trips", "candidate query key", "candidate rows read (ANALYZE)",
-               "slot lookup by unique key ms", "insert s"], summary)}
+               "insert s"], summary)}
 
 """ + "\n\n".join(sections) + "\n"
     common.write_section("idle_tick", "3. Idle tick over terminal history", body, enabled=not args.no_doc)

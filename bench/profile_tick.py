@@ -19,7 +19,10 @@ Needs pyinstrument in the venv (`.venv/bin/pip install pyinstrument`; not a proj
 
 from __future__ import annotations
 
+import contextlib
+
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,7 +41,8 @@ PROFILES = Path(__file__).resolve().parent / "profiles"
 # Inclusive time of these (module suffix, function) pairs is reported.
 KEY_FUNCTIONS = [
     ("iipub/reconcile.py", "_handle"),
-    ("iipub/store.py", "acquire_lease"),
+    ("iipub/store.py", "claim"),
+    ("iipub/reconcile.py", "_claim"),
     ("iipub/store.py", "transition"),
     ("iipub/store.py", "due_candidates"),
     ("iipub/store.py", "release"),
@@ -200,6 +204,9 @@ def profile_poll(base_url: str, n: int) -> str:
             engine.dispose()
 
 
+_TALLY = threading.Lock()  # the tallies are shared by the tick's threads
+
+
 class _TimedLogger:
     """Delegates to a structlog logger, adding up the thread CPU its `info` calls take."""
 
@@ -211,8 +218,10 @@ class _TimedLogger:
         try:
             return self._inner.info(*args, **kwargs)
         finally:
-            self._totals[self._label] += time.thread_time() - t0
-            self._counts[self._label] += 1
+            spent = time.thread_time() - t0
+            with _TALLY:
+                self._totals[self._label] += spent
+                self._counts[self._label] += 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -234,14 +243,14 @@ def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
         (provider.Provider, "retrieve", "Provider.retrieve (SDK + HTTP + parse)"),
         (httpx.Client, "send", "  httpx.Client.send (HTTP exchange)"),
         (oai_response.APIResponse, "parse", "  openai APIResponse.parse (pydantic Response)"),
-        (store.Store, "acquire_lease", "Store.acquire_lease"),
+        (store.Store, "claim", "Store.claim (a chunk of leases)"),
         (store.Store, "transition", "Store.transition (incl. its log line)"),
         (store.Store, "release", "Store.release"),
         (store.Store, "due_candidates", "Store.due_candidates"),
         (sa.engine.Connection, "execute", "  SQLAlchemy Connection.execute (compile + PyMySQL)"),
-        (sa.engine.Engine, "connect", "  Engine.connect (pool checkout + pre-ping)"),
+        (sa.engine.Engine, "connect", "  Engine.connect (pool checkout; a ping only after 5 s idle)"),
         (sa.engine.base.Transaction, "commit", "  Transaction.commit"),
-        (sa.engine.Connection, "close", "  Connection.close (reset-on-return ROLLBACK)"),
+        (sa.engine.Connection, "close", "  Connection.close (ends the transaction)"),
         (config.Product, "fingerprint", "Product.fingerprint"),
     ]
     saved = []
@@ -253,8 +262,10 @@ def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
             try:
                 return __orig(*a, **k)
             finally:
-                totals[__label] += time.thread_time() - t0
-                counts[__label] += 1
+                spent = time.thread_time() - t0
+                with _TALLY:
+                    totals[__label] += spent
+                    counts[__label] += 1
 
         setattr(owner, attr, wrapper)
         saved.append((owner, attr, original))
@@ -268,38 +279,45 @@ def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
             setattr(owner, attr, original)
 
 
-def cpu_per_poll(base_url: str, n: int) -> str:
-    """Thread CPU per poll, by layer, for a synchronous tick (zero latency)."""
-    with common.SimProc(latency_seconds=0.0, queued_seconds=0.0, in_progress_seconds=86400.0,
+def cpu_per_poll(base_url: str, n: int, *, threaded: bool = False) -> str:
+    """CPU per poll, by layer: a synchronous tick at zero latency, or (`threaded`) the
+    shape of the 10,000-job goal: concurrency 64, 64 provider connections, 200 ms latency."""
+    latency, concurrency = (0.2, 64) if threaded else (0.0, 1)
+    with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
                         retention_seconds=864000.0) as sim, \
             common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=8)
+        engine = common.open_db(url, pool_size=concurrency + 4)
         try:
             settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
-                                             reconcile={"concurrency": 1, "tick_seconds": 3600.0})
+                                             reconcile={"concurrency": concurrency, "tick_seconds": 3600.0},
+                                             provider={"max_connections": max(concurrency, 32)})
             common.park_today(engine, settings)
             common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
             warm_openai(settings)
-            with synchronous_ticks(), cpu_accounting() as (totals, counts):
-                c0, t0 = time.thread_time(), time.perf_counter()
+            mode = contextlib.nullcontext() if threaded else synchronous_ticks()
+            with mode, cpu_accounting() as (totals, counts):
+                c0, t0 = time.process_time(), time.perf_counter()
                 report = reconcile.run(settings, engine)
-                cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+                cpu, wall = time.process_time() - c0, time.perf_counter() - t0
             polls = sum(report.transitions.values())
-            rows = [["whole tick (thread CPU)", f"{cpu / polls * 1000:.2f}", "100 %", "–"]]
+            rows = [["whole tick (process CPU, all threads)", f"{cpu / polls * 1000:.2f}", "100 %", "–"]]
             rows += [[label, f"{v / polls * 1000:.2f}", f"{v / cpu * 100:.0f} %", f"{counts[label] / polls:.1f}"]
                      for label, v in sorted(totals.items(), key=lambda kv: -kv[1])]
-            return (f"*CPU per poll by layer* — same tick shape, {polls:,} polls, no profiler attached "
-                    f"(thread CPU {cpu:.2f} s of {wall:.2f} s wall; indented rows are contained in the row above "
-                    "them, so shares overlap):\n\n"
+            shape = (f"{concurrency} threads, {latency * 1000:g} ms latency, {polls / wall:.0f} polls/s"
+                     if threaded else "one thread, zero latency")
+            return (f"*CPU per poll by layer* — {polls:,} polls, {shape}, no profiler attached "
+                    f"(process CPU {cpu:.2f} s of {wall:.2f} s wall; each layer is the thread CPU spent inside "
+                    "it; indented rows are contained in the row above them, so shares overlap):\n\n"
                     + common.table(["layer", "CPU ms per poll", "share of tick CPU", "calls per poll"], rows))
         finally:
             engine.dispose()
 
 
 ENGINE_VARIANTS = (
-    ("db.make_engine as shipped (pre-ping on, reset-on-return rollback)", None),
-    ("pool_pre_ping=False", {"pool_pre_ping": False}),
-    ("pool_pre_ping=False, pool_reset_on_return=None", {"pool_pre_ping": False, "pool_reset_on_return": None}),
+    ("db.make_engine as shipped (ping only after 5 s idle, no check-in ROLLBACK)", None),
+    ("pool_pre_ping=True (ping at every checkout)", {"pool_pre_ping": True}),
+    ("pool_pre_ping=True, pool_reset_on_return='rollback' (SQLAlchemy's defaults)",
+     {"pool_pre_ping": True, "pool_reset_on_return": "rollback"}),
 )
 
 
@@ -310,7 +328,7 @@ def variant_engine(url: str, pool_size: int, overrides: dict[str, Any] | None) -
     if overrides is None:
         return db.make_engine(url, pool_size=pool_size)
     kwargs: dict[str, Any] = {
-        "isolation_level": "READ COMMITTED", "pool_pre_ping": True, "pool_recycle": 3600,
+        "isolation_level": "READ COMMITTED", "pool_recycle": 3600, "pool_reset_on_return": None,
         "pool_size": pool_size, "max_overflow": pool_size,
         "connect_args": {"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
     }
@@ -433,6 +451,7 @@ def main() -> None:
     if "poll" in what:
         parts.append(profile_poll(args.mysql, args.polls or (300 if args.quick else 500)))
         parts.append(cpu_per_poll(args.mysql, args.polls or (300 if args.quick else 500)))
+        parts.append(cpu_per_poll(args.mysql, 300 if args.quick else 2000, threaded=True))
     if "relay" in what:
         parts.append(profile_relay(args.mysql, args.slots or (40 if args.quick else 100)))
     if "engine" in what:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from typing import Any
 
 import click
 
@@ -73,6 +75,18 @@ def show_command(app: App, job_id: str, as_json: bool) -> None:
         click.echo(f"{key:<20} {'' if value is None else value}")
     click.echo("")
     click.echo(table(
-        [(e.at, e.version, e.from_state or "-", e.to_state, e.reason, e.worker) for e in events],
-        ["AT", "VER", "FROM", "TO", "REASON", "WORKER"],
+        [(e.at, e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail)) for e in events],
+        ["AT", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"],
     ))
+
+
+DETAIL_WIDTH = 100
+
+
+def _brief(detail: dict[str, Any] | None) -> str:
+    """An event's detail on one line: JSON escapes control characters in provider text;
+    `--json` has it in full."""
+    if not detail:
+        return ""
+    text = json.dumps(detail, sort_keys=True, ensure_ascii=True, default=str)
+    return text if len(text) <= DETAIL_WIDTH else text[: DETAIL_WIDTH - 1] + "…"

@@ -42,6 +42,11 @@ def test_migrate_schedule_list_show(cli_env: dict[str, str], tmp_path: Path) -> 
     human = run_iipub("jobs", "list", env=cli_env, cwd=tmp_path, check=True).stdout
     assert human.splitlines()[0].split()[:4] == ["ID", "PRODUCT", "DATE", "STATE"]
 
+    shown_human = run_iipub("jobs", "show", jobs[0]["id"], env=cli_env, cwd=tmp_path, check=True).stdout
+    header, event_row = shown_human.splitlines()[-2:]
+    assert header.split() == ["AT", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"]
+    assert "NO_JOB" in event_row and "scheduled" in event_row and event_row.endswith('{"backfill": false}')
+
 
 def test_expected_errors_are_one_line_and_nonzero(cli_env: dict[str, str], tmp_path: Path) -> None:
     run_iipub("db", "migrate", env=cli_env, cwd=tmp_path, check=True)
