@@ -12,7 +12,7 @@ from sqlalchemy import event
 
 from iipub import db
 from iipub.config import settings_from_dict
-from iipub.errors import IllegalTransition, LeaseLost
+from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost
 from iipub.states import State
 from iipub.store import Store
 
@@ -243,3 +243,48 @@ def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engin
     assert store.claim([]) == []
     # Version 1 of `stale` was current all along: claimed on its right version, it is leased.
     assert [j.id for j in store.claim([(stale, 1)])] == [stale]
+
+
+def _connection_id(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one())
+
+
+def _kill(admin: sa.Engine, connection_id: int) -> None:
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"KILL CONNECTION {connection_id}"))
+
+
+@pytest.mark.mysql
+def test_a_pooled_connection_killed_while_idle_is_pinged_and_replaced(
+    db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = db.make_engine(db_url, pool_size=1)
+    try:
+        dead = _connection_id(worker)
+        _kill(engine, dead)
+        monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)  # the pooled connection counts as idle
+        assert Store(worker, "w1").schedule(PRODUCT, DAY)  # no error: the ping found it dead first
+        assert _connection_id(worker) != dead
+        assert len(_rows(engine, db.jobs)) == 1
+    finally:
+        worker.dispose()
+
+
+@pytest.mark.mysql
+def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals(
+    db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = db.make_engine(db_url, pool_size=1)
+    try:
+        dead = _connection_id(worker)
+        _kill(engine, dead)
+        monkeypatch.setattr(db, "IDLE_PING_SECONDS", 3600.0)  # handed back just now: not pinged
+        store = Store(worker, "w1")
+        with pytest.raises(DatabaseUnavailable):
+            store.schedule(PRODUCT, DAY)
+        assert _rows(engine, db.jobs) == []  # nothing half-written
+        assert store.schedule(PRODUCT, DAY)  # the pool dropped the dead connection
+        assert len(_rows(engine, db.jobs)) == 1
+    finally:
+        worker.dispose()
