@@ -28,12 +28,16 @@ from iipub.status import POLL_REASONS
 KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
 
 
-def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency: int) -> dict[str, Any]:
+def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency: int,
+            max_connections: int = 32) -> dict[str, Any]:
     sim.reset()
     with common.fresh_database(base_url, "overlap") as url, tempfile.TemporaryDirectory() as tmp:
         engine = common.open_db(url, pool_size=4)
         try:
-            sections = {"reconcile": {"concurrency": concurrency, "tick_seconds": 600.0}}
+            sections: dict[str, dict[str, Any]] = {
+                "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
+                "provider": {"max_connections": max_connections},
+            }
             settings = common.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
             common.park_today(engine, settings)
             common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
@@ -81,20 +85,29 @@ def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency:
 def main() -> None:
     ap = common.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", type=int, default=16, help="reconcile.concurrency of each process (default 16)")
+    ap.add_argument("--goal-runs", type=int, default=None,
+                    help="runs of the goal-shaped cells (N = 10,000, concurrency 64, P = 1 and 2; default 2, "
+                         "0 skips them)")
     args = ap.parse_args()
     load_before = common.loadavg()
     runs = args.runs or (1 if args.quick else 3)
-    scenarios = [("200 ms latency", 0.2, 300 if args.quick else 1000),
-                 ("zero latency (database-bound)", 0.0, 500 if args.quick else 2000)]
+    goal_runs = args.goal_runs if args.goal_runs is not None else (0 if args.quick else 2)
+    # (label, latency, N, concurrency, provider.max_connections, P values, runs)
+    scenarios = [("200 ms latency", 0.2, 300 if args.quick else 1000, args.concurrency, 32, (1, 2, 4), runs),
+                 ("zero latency (database-bound)", 0.0, 500 if args.quick else 2000, args.concurrency, 32,
+                  (1, 2, 4), runs)]
+    if goal_runs:
+        scenarios.append(("goal shape: 200 ms latency, concurrency 64, max_connections 64", 0.2, 10_000, 64, 64,
+                          (1, 2), goal_runs))
     started = time.monotonic()
     rows = []
-    for label, latency, n in scenarios:
-        results: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 4: []}
+    for label, latency, n, concurrency, max_connections, procs, k in scenarios:
+        results: dict[int, list[dict[str, Any]]] = {p: [] for p in procs}
         with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
                             retention_seconds=864000.0) as sim:
-            for r in range(runs):
+            for r in range(k):
                 for p in results:  # side by side within a run
-                    m = measure(args.mysql, sim, n, p, args.concurrency)
+                    m = measure(args.mysql, sim, n, p, concurrency, max_connections)
                     results[p].append(m)
                     print(f"[{label}] N={n} P={p} run {r + 1}: {m['wall']:.2f} s, {m['rate']:.1f} polls/s, "
                           f"polls {m['polls']} journaled {m['journaled']} twice {m['twice']} "
@@ -104,7 +117,7 @@ def main() -> None:
         for p, ms in results.items():
             ratio = [base[i] / m["wall"] for i, m in enumerate(ms) if i in base]
             rows.append([
-                label, f"{n:,}", str(p), common.spread([m["wall"] for m in ms], 2),
+                label, f"{n:,}", str(p), str(len(ms)), common.spread([m["wall"] for m in ms], 2),
                 common.spread([m["rate"] for m in ms]), common.spread(ratio, 2),
                 common.fmt(common.median(common.median(m["tick_s"]) for m in ms), 2),
                 *[f"{common.median(m[k] for m in ms):.0f}" for k in KEYS],
@@ -113,15 +126,17 @@ def main() -> None:
     elapsed = time.monotonic() - started
     probe = common.server_probe(args.mysql)
     try:
-        head = common.header_lines(probe, f"{runs} per cell (median, min–max); P = 1, 2, 4 measured back to back "
-                                   "in each run", load_before, [f"- Script wall time: {elapsed:.0f} s"])
+        head = common.header_lines(probe, f"{runs} per cell, {goal_runs} for the goal-shaped cells (median, min–max); "
+                                   "the P values of a scenario measured back to back in each run", load_before,
+                                   [f"- Script wall time: {elapsed:.0f} s"])
     finally:
         probe.dispose()
     body = f"""{head}
 - Set-up per cell: fresh database; N polling jobs seeded as for the tick benchmark (real simulator
   responses still in progress); P × `iipub reconcile` (the console script, JSON logs at info to
   /dev/null) started at once with `IIPUB_DATABASE_URL`, `IIPUB_CONFIG` (`reconcile.concurrency =
-  {args.concurrency}`, `tick_seconds = 600`), `OPENAI_API_KEY`, `OPENAI_BASE_URL` (simulator in its own process).
+  {args.concurrency}` unless the scenario says otherwise, `tick_seconds = 600`), `OPENAI_API_KEY`,
+  `OPENAI_BASE_URL` (simulator in its own process).
 - *wall*: first start to last exit, start-up (imports, engine, schema check) included; *own tick*:
   median of the processes' `seconds`. Counters are the sums over the P JSON summaries (median run).
   *max polls / jobs polled twice / double polls*: provider retrieves seen by the simulator, jobs with
@@ -129,7 +144,7 @@ def main() -> None:
   (30 s) after the same job's previous poll (a second poll after the interval is due work: the
   tick outlasted the interval), worst run.
 
-{common.table(["scenario", "N", "P", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
+{common.table(["scenario", "N", "P", "runs", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
                "max polls / jobs polled twice / double polls"], rows)}
 """
     common.write_section("overlap", "4. Overlapping reconcilers", body, enabled=not args.no_doc)
