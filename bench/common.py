@@ -623,7 +623,8 @@ def loadavg() -> str:
 
 # -- the document ---------------------------------------------------------------------------
 
-SECTIONS = ("tick_throughput", "lifecycle", "idle_tick", "overlap", "relay_throughput", "memory", "profile")
+SECTIONS = ("tick_throughput", "lifecycle", "idle_tick", "overlap", "relay_throughput", "memory", "profile",
+            "host_share", "before_after")
 
 DOC_HEADER = """# iipub benchmarks
 

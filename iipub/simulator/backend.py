@@ -153,6 +153,7 @@ class Backend:
         self._lock = threading.RLock()
         self._responses: dict[str, Stored] = {}
         self._stats = Stats()
+        self._swept_at = 0.0
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Backend:
         metadata = req.get("metadata") or {}
         job_id = metadata.get("iipub_job_id")
         with self._lock:
-            self._sweep()
+            self._sweep_now_and_then()
             refused = self._fire("create", job_id, (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED))
             if refused:
                 return refused
@@ -280,6 +281,13 @@ class Backend:
     def _sweep(self) -> None:
         for response_id in list(self._responses):
             self._get(response_id)
+        self._swept_at = time.monotonic()
+
+    def _sweep_now_and_then(self) -> None:
+        # Purging on every create made N creates cost O(N^2); once a second bounds memory just
+        # as well (reads purge the response they touch, `stats` sweeps in full).
+        if time.monotonic() - self._swept_at >= 1.0:
+            self._sweep()
 
     def _fire(self, op: str, job_id: str | None, names: tuple[str, ...], response_id: str = "") -> Reply | None:
         fault = self.faults.take_first(op, job_id, names)
