@@ -99,12 +99,8 @@ def main() -> None:
             f"{common.median(m['stmts'] for m in ms):.1f} / {common.median(m['wire'] for m in ms):.1f}",
             common.spread(speedup, 2),
         ])
-    probe = common.server_probe(args.mysql)
-    try:
-        header = common.header_lines(probe, f"{runs} per version, alternating (median, min–max)", load_before,
-                                     [f"- Script wall time: {elapsed:.0f} s"])
-    finally:
-        probe.dispose()
+    header = common.server_header(args.mysql, f"{runs} per version, alternating (median, min–max)", load_before,
+                                  [f"- Script wall time: {elapsed:.0f} s"])
     body = f"""{header}
 - Set-up: as for the tick benchmark (section 1): one tick over N = {n:,} jobs due for a poll, 200 ms
   provider latency, concurrency 64, `provider.max_connections = 32`; each tick in its own child

@@ -679,6 +679,15 @@ def header_lines(engine: sa.Engine | None, runs: str, load_before: str, extra: S
     return "\n".join(lines)
 
 
+def server_header(base_url: str, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
+    """`header_lines` with the server's version read through a short-lived probe engine."""
+    probe = server_probe(base_url)
+    try:
+        return header_lines(probe, runs, load_before, extra)
+    finally:
+        probe.dispose()
+
+
 def write_section(key: str, title: str, body: str, *, enabled: bool = True) -> None:
     """Replace this script's section of docs/benchmarks.md (creating the file, with the
     sections in a fixed order, if needed)."""

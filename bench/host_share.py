@@ -91,12 +91,8 @@ def main() -> None:
                      f"{common.median(m[key] / m['polls'] * 1000 for m in results):.2f}"])
     idle = [100 - sum(m[k] for k in ("iipub", "simulator", "database")) / m["wall"] / cores * 100 for m in results]
     rows.append(["left for everything else", "–", "–", common.spread(idle, 0) + " %", "–"])
-    probe = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(probe, f"{runs} (median, min–max)", load_before,
-                                   [f"- Script wall time: {elapsed:.0f} s"])
-    finally:
-        probe.dispose()
+    head = common.server_header(args.mysql, f"{runs} (median, min–max)", load_before,
+                                [f"- Script wall time: {elapsed:.0f} s"])
     body = f"""{head}
 - Set-up: as for the tick benchmark (section 1), N = {n:,}, concurrency 64,
   `provider.max_connections = 64`, simulator latency 200 ms; tick wall

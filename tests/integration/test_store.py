@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -250,35 +252,35 @@ def _connection_id(engine: sa.Engine) -> int:
         return int(conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one())
 
 
-def _kill(admin: sa.Engine, connection_id: int) -> None:
-    with admin.connect() as conn:
-        conn.execute(sa.text(f"KILL CONNECTION {connection_id}"))
+@contextmanager
+def _pool_with_a_killed_connection(db_url: str, admin: sa.Engine) -> Iterator[tuple[sa.Engine, int]]:
+    """A one-connection pool whose pooled connection the server has just killed."""
+    worker = db.make_engine(db_url, pool_size=1)
+    try:
+        dead = _connection_id(worker)
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"KILL CONNECTION {dead}"))
+        yield worker, dead
+    finally:
+        worker.dispose()
 
 
 @pytest.mark.mysql
 def test_a_pooled_connection_killed_while_idle_is_pinged_and_replaced(
     db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    worker = db.make_engine(db_url, pool_size=1)
-    try:
-        dead = _connection_id(worker)
-        _kill(engine, dead)
+    with _pool_with_a_killed_connection(db_url, engine) as (worker, dead):
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)  # the pooled connection counts as idle
         assert Store(worker, "w1").schedule(PRODUCT, DAY)  # no error: the ping found it dead first
         assert _connection_id(worker) != dead
         assert len(_rows(engine, db.jobs)) == 1
-    finally:
-        worker.dispose()
 
 
 @pytest.mark.mysql
 def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals(
     db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    worker = db.make_engine(db_url, pool_size=1)
-    try:
-        dead = _connection_id(worker)
-        _kill(engine, dead)
+    with _pool_with_a_killed_connection(db_url, engine) as (worker, _dead):
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 3600.0)  # handed back just now: not pinged
         store = Store(worker, "w1")
         with pytest.raises(DatabaseUnavailable):
@@ -286,5 +288,3 @@ def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals
         assert _rows(engine, db.jobs) == []  # nothing half-written
         assert store.schedule(PRODUCT, DAY)  # the pool dropped the dead connection
         assert len(_rows(engine, db.jobs)) == 1
-    finally:
-        worker.dispose()
