@@ -630,3 +630,31 @@ def test_a_claim_rolled_back_by_deadlock_or_lock_wait_is_retried_job_by_job(
     assert sim.stats()["creates_total"] == 2  # one paid create per slot, none lost or doubled
     tick(settings, engine)
     assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS", "SAVED_NOT_PUBLIC"}
+
+
+def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_querying(
+    settings: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    schedule(settings, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
+    tick(settings, engine)
+    assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS"}
+    db.advance_clock(engine, 3600)  # every poll (and today's slots' creates) is due
+    sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
+    one_at_a_time = replace(settings, reconcile=replace(settings.reconcile, concurrency=1, batch_size=1))
+    candidate_queries: list[str] = []
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("SELECT jobs.id, jobs.version, jobs.state"):
+            candidate_queries.append(statement)
+
+    retrieves = sim.stats()["requests"].get("retrieve", 0)
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        report = tick(one_at_a_time, engine)
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+    # One 429 cools the provider down for the tick; the jobs still due are left for the next
+    # tick instead of being asked for again until the deadline (50 s).
+    assert sim.stats()["requests"]["retrieve"] == retrieves + 1
+    assert not report.stopped_at_deadline and report.seconds < 10
+    assert len(candidate_queries) <= len(jobs(engine)) + 1
