@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -658,3 +659,22 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     assert sim.stats()["requests"]["retrieve"] == retrieves + 1
     assert not report.stopped_at_deadline and report.seconds < 10
     assert len(candidate_queries) <= len(jobs(engine)) + 1
+
+
+def test_the_sweep_waits_for_its_workers_without_spinning(settings: Settings, engine: sa.Engine) -> None:
+    # While workers wait on a slow provider, the thread that feeds them must block, not spin:
+    # a spinning feeder burns a core and starves the workers of the GIL.
+    slow = SimulatorOptions(queued_seconds=0.0, in_progress_seconds=3600.0, latency_seconds=0.3)
+    with Simulator(slow) as provider_sim:
+        s = replace(settings, provider=replace(settings.provider, base_url=provider_sim.url))
+        schedule(s, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
+        tick(s, engine)
+        assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "IN_PROGRESS"}
+        db.advance_clock(engine, 60)
+        one_at_a_time = replace(s, reconcile=replace(s.reconcile, concurrency=1))
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        report = tick(one_at_a_time, engine)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    polls = sum(report.transitions.values())
+    assert polls == len(jobs(engine)) >= 4 and wall >= polls * 0.3
+    assert cpu < 0.5 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s: the sweep is spinning"
