@@ -210,13 +210,29 @@ def _ping_when_idle(engine: Engine) -> None:
             raise sa.exc.DisconnectionError(describe_error(exc)) from exc
 
 
+def _switch_to_wal(cur: Any) -> None:
+    # WAL is a property of the file: once one connection has switched it, the others find
+    # it set. The first switch of a new file needs a moment alone with it, and SQLite
+    # answers "locked" at once (no busy wait) to a second connection trying meanwhile.
+    give_up = time.monotonic() + 30.0
+    while True:
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as exc:  # sqlite3.OperationalError; this module does not import sqlite3
+            if "locked" not in str(exc).lower() or time.monotonic() > give_up:
+                raise
+            time.sleep(0.01)
+
+
 def _sqlite_setup(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA busy_timeout = 30000")
-        cur.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
 
