@@ -8,6 +8,7 @@ for SQLAlchemy Core (a test proves the two agree). All times come from the datab
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -220,7 +221,7 @@ def _switch_to_wal(cur: Any) -> None:
             if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 cur.execute("PRAGMA journal_mode = WAL")
             return
-        except Exception as exc:  # sqlite3.OperationalError; this module does not import sqlite3
+        except sqlite3.OperationalError as exc:
             if "locked" not in str(exc).lower() or time.monotonic() > give_up:
                 raise
             time.sleep(0.01)

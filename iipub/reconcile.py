@@ -162,27 +162,21 @@ def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
     """Lease a chunk of candidates in one fenced transaction (one commit, not one per job).
     A chunk rolled back by a deadlock or lock wait wrote nothing, so it is claimed again
     one job at a time: one contended row does not hold the others back."""
-    if not wanted:
-        return []
-    try:
-        return _counted_claim(tick, wanted)
-    except Contention as exc:
-        tick.count("contention")
-        log.warning("contention", worker=tick.store.worker, jobs=len(wanted), error=str(exc))
-    except DatabaseUnavailable as exc:
-        tick.count("errors", len(wanted))
-        log.error("database_unavailable", worker=tick.store.worker, jobs=len(wanted), error=str(exc))
-        return []
+    parts = [wanted] if wanted else []
     jobs: list[Job] = []
-    for one in wanted:
+    while parts:
+        part = parts.pop(0)
+        ids = [job_id for job_id, _ in part]
         try:
-            jobs += _counted_claim(tick, [one])
+            jobs += _counted_claim(tick, part)
         except Contention as exc:
             tick.count("contention")
-            log.warning("contention", job_id=one[0], worker=tick.store.worker, error=str(exc))
+            log.warning("contention", job_ids=ids, worker=tick.store.worker, error=str(exc))
+            if len(part) > 1:
+                parts = [[one] for one in part]
         except DatabaseUnavailable as exc:
-            tick.count("errors")
-            log.error("database_unavailable", job_id=one[0], worker=tick.store.worker, error=str(exc))
+            tick.count("errors", len(part))
+            log.error("database_unavailable", job_ids=ids, worker=tick.store.worker, error=str(exc))
     return jobs
 
 
