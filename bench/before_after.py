@@ -23,24 +23,15 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
 CHILD = """
-import json, sys, time
+import json, sys
 sys.path.insert(0, {bench!r})
 import common, tick_throughput as tt
 import iipub
 common.production_logs_to_devnull()
-box = {{}}
-orig = tt.reconcile.run
-def run(*a, **k):
-    c0 = time.process_time()
-    try:
-        return orig(*a, **k)
-    finally:
-        box["cpu"] = time.process_time() - c0
-tt.reconcile.run = run
 with common.SimProc(latency_seconds=0.2, queued_seconds=0.0, in_progress_seconds=86400.0,
                     retention_seconds=864000.0) as sim:
     m = tt.measure({url!r}, sim, {n}, tt.C64, 0.2)
-print(json.dumps({{"wall": m["wall"], "polls": m["polls"], "cpu": box["cpu"], "stmts": m["stmts_per_poll"],
+print(json.dumps({{"wall": m["wall"], "polls": m["polls"], "cpu": m["cpu"], "stmts": m["stmts_per_poll"],
                   "wire": m["wire_per_poll"], "iipub": iipub.__file__}}))
 """
 

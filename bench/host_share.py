@@ -16,7 +16,6 @@ from typing import Any
 import common
 import tick_throughput
 
-from iipub import reconcile
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -40,26 +39,12 @@ def server_pid() -> int | None:
 
 def measure(base_url: str, sim: common.SimProc, n: int, server: int | None) -> dict[str, Any]:
     """One tick, with the CPU of the three processes over exactly the tick's interval."""
-    taken: dict[str, float] = {}
-    original = reconcile.run
-
-    def timed_run(*args: Any, **kwargs: Any) -> Any:
-        sim0 = cpu_seconds(sim.proc.pid)
-        db0 = cpu_seconds(server) if server else 0.0
-        me0, t0 = time.process_time(), time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            taken.update(wall=time.perf_counter() - t0, iipub=time.process_time() - me0,
-                         simulator=cpu_seconds(sim.proc.pid) - sim0,
-                         database=(cpu_seconds(server) - db0) if server else float("nan"))
-
-    tick_throughput.reconcile.run = timed_run  # type: ignore[assignment]
-    try:
-        m = tick_throughput.measure(base_url, sim, n, tick_throughput.C64W, 0.2)
-    finally:
-        tick_throughput.reconcile.run = original  # type: ignore[assignment]
-    return {**taken, "polls": m["polls"]}
+    meters = {"simulator": lambda: cpu_seconds(sim.proc.pid)}
+    if server:
+        meters["database"] = lambda: cpu_seconds(server)
+    m = tick_throughput.measure(base_url, sim, n, tick_throughput.C64W, 0.2, meters=meters)
+    return {"wall": m["wall"], "polls": m["polls"], "iipub": m["cpu"], "simulator": m["simulator"],
+            "database": m.get("database", float("nan"))}
 
 
 def main() -> None:

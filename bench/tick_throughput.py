@@ -19,6 +19,7 @@ import datetime as dt
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,10 @@ C64W = Config("c=64, max_connections=64", 64, 64)
 CONFIGS = (C1, C16, C64, C64W)
 
 
-def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: float) -> dict[str, Any]:
+def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: float,
+            meters: Mapping[str, Callable[[], float]] | None = None) -> dict[str, Any]:
+    """One tick. `cpu` in the result is this process's CPU over the tick; each of `meters`
+    (a reading such as another process's CPU seconds) is read before and after the tick too."""
     sim.reset()
     with fresh(base_url) as url, tempfile.TemporaryDirectory() as tmp:
         engine = common.open_db(url, pool_size=cfg.concurrency + 4)  # as the CLI sizes it
@@ -60,9 +64,11 @@ def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: fl
             before = sim.requests().get("retrieve", 0)
             start_db = common.db_now(engine)
             counter.reset()
-            t0 = time.perf_counter()
+            readings = {name: read() for name, read in (meters or {}).items()}
+            cpu0, t0 = time.process_time(), time.perf_counter()
             report = reconcile.run(settings, engine)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            readings = {name: read() - readings[name] for name, read in (meters or {}).items()}
             rt = counter.snapshot()
             counter.close()
             polls = sim.requests().get("retrieve", 0) - before
@@ -71,7 +77,7 @@ def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: fl
             if report.errors or polls != n or moved != n:
                 print(f"  !! n={n} {cfg.label}: polls={polls} transitions={moved} errors={report.errors}")
             return {
-                "wall": wall, "polls": polls, "rate": polls / wall, "per_poll": wall / max(polls, 1),
+                "wall": wall, "cpu": cpu, **readings, "polls": polls, "rate": polls / wall, "per_poll": wall / max(polls, 1),
                 "within_50s": sum(1 for o in offsets if o <= 50.0) / max(len(offsets), 1),
                 "p95_offset": common.percentile(offsets, 95),
                 "stmts_per_poll": rt["statement_total"] / max(polls, 1),
