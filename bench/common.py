@@ -208,7 +208,7 @@ def create_body(product: Product, day: dt.date, job_id: str, attempt: int = 1) -
     return {
         "model": product.model, "instructions": product.prompt, "input": create_input(product, day),
         "temperature": product.temperature, "background": True, "store": True,
-        "text": {"format": output.text_format(product.languages, product.items)},
+        "text": {"format": edition_schema.text_format(product.languages, product.items)},
         "metadata": create_metadata(req),
     }
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import output
+from . import edition_schema
 from .errors import ConfigError, MissingApiKey
 
 DEFAULT_DATABASE_URL = "sqlite:///iipub.sqlite3"
@@ -59,7 +59,7 @@ class Product:
     tools: tuple[str, ...] = ()
 
     def output_schema(self) -> dict[str, Any]:
-        return output.json_schema(self.languages, self.items)
+        return edition_schema.json_schema(self.languages, self.items)
 
     def fingerprint(self) -> str:
         """SHA-256 of everything that shapes the generation: model, prompt, temperature, schema."""
@@ -326,8 +326,8 @@ def _product(raw: Any, base_dir: Path) -> Product:
         raise ConfigError(f"{where}: tools not authorised for this product: {', '.join(bad_tools)}")
     if not 0 <= p.temperature <= 2:
         raise ConfigError(f"{where}: temperature must be between 0 and 2")
-    if not 1 <= p.items <= output.MAX_ITEMS:
-        raise ConfigError(f"{where}: items must be between 1 and {output.MAX_ITEMS}")
+    if not 1 <= p.items <= edition_schema.MAX_ITEMS:
+        raise ConfigError(f"{where}: items must be between 1 and {edition_schema.MAX_ITEMS}")
     return p
 
 

@@ -11,6 +11,8 @@ import datetime as dt
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 
-from .errors import DatabaseUnavailable, SchemaNotReady
+from .errors import Contention, DatabaseUnavailable, SchemaNotReady
 
 metadata = sa.MetaData()
 
@@ -363,3 +365,18 @@ def is_contention(exc: BaseException) -> bool:
         return True
     text = str(getattr(exc, "orig", exc)).lower()
     return "database is locked" in text or "database is busy" in text
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction; deadlocks and lock waits surface as `Contention` and a lost server as
+    `DatabaseUnavailable`, after the rollback."""
+    try:
+        with engine.begin() as conn:
+            yield conn
+    except sa.exc.DBAPIError as exc:
+        if is_contention(exc):
+            raise Contention(f"database contention: {describe_error(exc)}") from exc
+        if is_unreachable(exc):
+            raise DatabaseUnavailable(f"database unavailable: {describe_error(exc)}") from exc
+        raise

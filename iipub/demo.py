@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from . import db, migrate, reconcile, relay, scheduling
 from .config import Product, Settings, settings_from_dict
 from .errors import ConfigError
+from .jobs import new_worker_id
 from .simulator import Simulator, SimulatorOptions
 from .states import PARKED, State
-from .store import Store, new_worker_id
+from .store import Store
 
 DEFAULT_DIR = Path("iipub-demo")
 DB_FILE = "iipub.sqlite3"

@@ -49,8 +49,8 @@ class UsageError(IipubError):
     exit_code = 2
 
 
-class NotFound(IipubError):
-    """No such object."""
+class UnknownId(IipubError):
+    """No job (or other object) with that id."""
 
     exit_code = 4
 

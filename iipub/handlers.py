@@ -1,50 +1,43 @@
 """Per-state decisions, pure: given a job and what was observed, return the next state
 and what to record. No database, no network; `reconcile` does the I/O and applies them.
 
-Quarantine reasons (each has a runbook entry):
-  create_outcome_unknown, create_rejected, crashed_during_create,
-  generation_budget_exhausted, poll_budget_exhausted, config_drift, edition_conflict,
-  operator_cancelled.
+Every reason a decision records is a member of `states.Reason`; the quarantine reasons
+are `states.QUARANTINE_REASONS` (each has a runbook entry).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backoff
-from .config import Budgets, ReconcileSettings
-from .provider import (
+from . import backoff, compose, validate
+from .compose import Artifact
+from .config import Budgets, Product, ReconcileSettings
+from .jobs import Job
+from .outcomes import (
     Accepted,
     Ambiguous,
     Deleted,
-    NotFound,
+    Missing,
     Observed,
     Refused,
     Rejected,
     Transient,
+    failure_text,
 )
-from .states import State
-from .store import Job
+from .states import POLLING, Reason, State
 
-QUARANTINE_REASONS = (
-    "create_outcome_unknown",
-    "create_rejected",
-    "crashed_during_create",
-    "generation_budget_exhausted",
-    "poll_budget_exhausted",
-    "config_drift",
-    "edition_conflict",
-    "operator_cancelled",
-)
+_ERROR_MAX = 2000  # jobs.last_error is bounded; the journal detail keeps the whole text
 
 
 @dataclass(frozen=True)
 class Decision:
     to: State
-    reason: str
+    reason: Reason
     changes: dict[str, Any] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
     delay: float | None = None  # next_attempt_at = database now + delay
@@ -52,10 +45,12 @@ class Decision:
     cooldown: float | None = None  # the provider rate-limited us: no more calls this tick
 
 
-def quarantine(reason: str, why: str, **detail: Any) -> Decision:
+def quarantine(reason: Reason, why: str, *, journal_as: Reason | None = None, **detail: Any) -> Decision:
+    """Park the job for an operator. The journal entry is `reason` unless `journal_as` names
+    the action that led there (an operator cancel journals `operator_cancel`)."""
     return Decision(
-        State.QUARANTINED, reason,
-        changes={"quarantine_reason": reason, "last_error": why[:2000], "retry_count": 0},
+        State.QUARANTINED, journal_as or reason,
+        changes={"quarantine_reason": reason.value, "last_error": why[:_ERROR_MAX], "retry_count": 0},
         detail={"why": why, **detail},
     )
 
@@ -68,18 +63,18 @@ def _backoff(retry_count: int, hinted: float | None, s: ReconcileSettings, rng: 
 
 
 def on_window_open(job: Job, fingerprint: str) -> Decision:
-    return Decision(State.CREATE_ELIGIBLE, "window_open", changes={"config_fingerprint": fingerprint}, go_on=True)
+    return Decision(State.CREATE_ELIGIBLE, Reason.WINDOW_OPEN, changes={"config_fingerprint": fingerprint}, go_on=True)
 
 
 def before_dispatch(job: Job, fingerprint: str, budgets: Budgets) -> Decision:
     """CREATE_ELIGIBLE: charge the generation budget, committed before the POST."""
     if job.generation_attempts >= budgets.max_generation_attempts:
         return quarantine(
-            "generation_budget_exhausted",
+            Reason.GENERATION_BUDGET_EXHAUSTED,
             f"{job.generation_attempts} of {budgets.max_generation_attempts} paid creates used",
         )
     return Decision(
-        State.CREATE_IN_FLIGHT, "dispatch",
+        State.CREATE_IN_FLIGHT, Reason.DISPATCH,
         changes={"generation_attempts": job.generation_attempts + 1, "config_fingerprint": fingerprint,
                  "response_id": None, "poll_count": 0},
         detail={"attempt": job.generation_attempts + 1},
@@ -94,7 +89,7 @@ def after_create(
     """Leaving CREATE_IN_FLIGHT. `job` is the in-flight job (attempt already charged)."""
     if isinstance(outcome, Accepted):
         return Decision(
-            State.ACCEPTED, "accepted",
+            State.ACCEPTED, Reason.ACCEPTED,
             changes={"response_id": outcome.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
             detail={"response_id": outcome.response_id, "status": outcome.status},
             delay=s.poll_interval_seconds,
@@ -104,22 +99,22 @@ def after_create(
         retry = job.retry_count + 1
         delay = _backoff(retry, outcome.retry_after, s, rng)
         return Decision(
-            State.CREATE_ELIGIBLE, "create_refused",
+            State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED,
             changes={"generation_attempts": job.generation_attempts - 1, "retry_count": retry,
-                     "last_error": outcome.why[:2000]},
+                     "last_error": outcome.why[:_ERROR_MAX]},
             detail={"why": outcome.why, "refunded_attempt": job.generation_attempts, "delay": round(delay, 3)},
             delay=delay,
             cooldown=delay if outcome.retry_after is not None or "429" in outcome.why else None,
         )
     if isinstance(outcome, Rejected):
-        return quarantine("create_rejected", f"HTTP {outcome.status}: {outcome.why}", status=outcome.status)
+        return quarantine(Reason.CREATE_REJECTED, f"HTTP {outcome.status}: {outcome.why}", status=outcome.status)
     # Ambiguous: the provider may have accepted (and billed) it. Never retry blindly.
-    return quarantine("create_outcome_unknown", outcome.why)
+    return quarantine(Reason.CREATE_OUTCOME_UNKNOWN, outcome.why)
 
 
 def crashed_in_flight(job: Job) -> Decision:
     return quarantine(
-        "crashed_during_create",
+        Reason.CRASHED_DURING_CREATE,
         f"found in CREATE_IN_FLIGHT with an expired lease (worker {job.lease_owner}); the create may have been billed",
         attempt=job.generation_attempts,
     )
@@ -129,13 +124,13 @@ def before_poll(job: Job, fingerprint: str, budgets: Budgets) -> Decision | None
     """Checks before observing an accepted response; None means go ahead and poll."""
     if job.config_fingerprint and job.config_fingerprint != fingerprint:
         return quarantine(
-            "config_drift",
+            Reason.CONFIG_DRIFT,
             "the deployed product config changed under an accepted job",
             recorded=job.config_fingerprint, current=fingerprint, response_id=job.response_id,
         )
     if job.poll_count >= budgets.max_poll_attempts:
         return quarantine(
-            "poll_budget_exhausted",
+            Reason.POLL_BUDGET_EXHAUSTED,
             f"{job.poll_count} polls without a finished response; response {job.response_id} kept",
             response_id=job.response_id,
         )
@@ -143,10 +138,11 @@ def before_poll(job: Job, fingerprint: str, budgets: Budgets) -> Decision | None
 
 
 _STATUS_STATE = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+_DEAD_REASON = {"failed": Reason.PROVIDER_FAILED, "cancelled": Reason.PROVIDER_CANCELLED}
 
 
 def after_poll(
-    job: Job, outcome: Observed | NotFound | Transient | Rejected, s: ReconcileSettings,
+    job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None,
 ) -> Decision:
     """An observation of the job's response. Counts `poll_count` only, never the generation budget."""
@@ -154,40 +150,40 @@ def after_poll(
     if isinstance(outcome, Observed):
         if outcome.status in _STATUS_STATE:
             return Decision(
-                _STATUS_STATE[outcome.status], "poll",
+                _STATUS_STATE[outcome.status], Reason.POLL,
                 changes={"poll_count": polls, "retry_count": 0},
                 detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
                 delay=s.poll_interval_seconds,
             )
-        if outcome.status in ("completed", "incomplete"):
+        if outcome.finished:
             return Decision(
-                State.COMPLETED_NOT_RETRIEVED, "provider_finished",
+                State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
                 changes={"poll_count": polls, "retry_count": 0},
                 detail={"status": outcome.status, "incomplete_reason": outcome.incomplete_reason,
                         "due_at": str(job.next_attempt_at)},
                 go_on=True,
             )
         return Decision(
-            State.PROVIDER_EXPIRED_OR_MISSING, f"provider_{outcome.status}"[:64],
-            changes={"poll_count": polls, "last_error": (outcome.error or outcome.status)[:2000]},
+            State.PROVIDER_EXPIRED_OR_MISSING, _DEAD_REASON.get(outcome.status, Reason.PROVIDER_UNEXPECTED_STATUS),
+            changes={"poll_count": polls, "last_error": (outcome.error or outcome.status)[:_ERROR_MAX]},
             detail={"status": outcome.status, "error": outcome.error, "response_id": job.response_id},
             go_on=True,
         )
-    if isinstance(outcome, NotFound):
+    if isinstance(outcome, Missing):
         return Decision(
-            State.PROVIDER_EXPIRED_OR_MISSING, "provider_missing",
-            changes={"poll_count": polls, "last_error": outcome.why[:2000]},
+            State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_MISSING,
+            changes={"poll_count": polls, "last_error": outcome.why[:_ERROR_MAX]},
             detail={"why": outcome.why, "response_id": job.response_id},
             go_on=True,
         )
     # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
     retry = job.retry_count + 1
     hinted = outcome.retry_after if isinstance(outcome, Transient) else None
-    why = outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
+    why = failure_text(outcome)
     delay = _backoff(retry, hinted, s, rng)
     return Decision(
-        job.state, "poll_failed",
-        changes={"poll_count": polls, "retry_count": retry, "last_error": why[:2000]},
+        job.state, Reason.POLL_FAILED,
+        changes={"poll_count": polls, "retry_count": retry, "last_error": why[:_ERROR_MAX]},
         detail={"why": why, "delay": round(delay, 3), "due_at": str(job.next_attempt_at)},
         delay=delay,
         cooldown=delay if hinted is not None else None,
@@ -227,38 +223,122 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
     detail["total_tokens"] = usage.total_tokens if usage else None
-    return Decision(State.RETRIEVED_NOT_VALIDATED, "retrieved", changes=changes, detail=detail, go_on=True)
+    return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, changes=changes, detail=detail, go_on=True)
 
 
 def after_expired(job: Job, budgets: Budgets) -> Decision:
     """PROVIDER_EXPIRED_OR_MISSING: try again on the same row if the budget allows."""
     if job.generation_attempts < budgets.max_generation_attempts:
         return Decision(
-            State.CREATE_ELIGIBLE, "recreate_after_loss",
+            State.CREATE_ELIGIBLE, Reason.RECREATE_AFTER_LOSS,
             changes={"response_id": None, "poll_count": 0, "retry_count": 0},
             detail={"lost_response_id": job.response_id, "attempts_used": job.generation_attempts},
             go_on=True,
         )
     return quarantine(
-        "generation_budget_exhausted",
+        Reason.GENERATION_BUDGET_EXHAUSTED,
         f"response {job.response_id} lost and all {budgets.max_generation_attempts} paid creates used",
         lost_response_id=job.response_id,
     )
 
 
 def after_delete(
-    job: Job, outcome: Deleted | NotFound | Transient | Rejected, s: ReconcileSettings,
+    job: Job, outcome: Deleted | Missing | Transient | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None,
 ) -> Decision:
-    if isinstance(outcome, (Deleted, NotFound)):
-        return Decision(State.DELETED, "remote_deleted", changes={"retry_count": 0, "last_error": None},
-                        detail={"response_id": job.response_id, "was_missing": isinstance(outcome, NotFound)})
+    if isinstance(outcome, (Deleted, Missing)):
+        return Decision(State.DELETED, Reason.REMOTE_DELETED, changes={"retry_count": 0, "last_error": None},
+                        detail={"response_id": job.response_id, "was_missing": isinstance(outcome, Missing)})
     # Network trouble: retry forever; what is published stays published.
     retry = job.retry_count + 1
     hinted = outcome.retry_after if isinstance(outcome, Transient) else None
-    why = outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
+    why = failure_text(outcome)
     delay = _backoff(retry, hinted, s, rng)
-    return Decision(State.CLEANUP_PENDING, "cleanup_retry",
-                    changes={"retry_count": retry, "last_error": why[:2000]},
+    return Decision(State.CLEANUP_PENDING, Reason.CLEANUP_RETRY,
+                    changes={"retry_count": retry, "last_error": why[:_ERROR_MAX]},
                     detail={"why": why, "delay": round(delay, 3)}, delay=delay,
                     cooldown=delay if hinted is not None else None)
+
+
+def after_refetch(
+    job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
+    max_bytes: int | None = None, rng: random.Random | None = None,
+) -> Decision:
+    """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): the output was fetched again."""
+    if isinstance(outcome, Observed) and outcome.finished:
+        return on_output(job, outcome, max_bytes)
+    d = after_poll(job, outcome, s, rng)
+    if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
+        d = Decision(State.COMPLETED_NOT_RETRIEVED, d.reason, d.changes, d.detail, d.delay, d.go_on, d.cooldown)
+    return d
+
+
+def on_validation(job: Job, result: validate.Validation) -> Decision:
+    """RETRIEVED_NOT_VALIDATED: a failure parks with the payload kept (never pay twice for
+    known-bad output)."""
+    if result.ok:
+        return Decision(State.READY_TO_COMPOSE, Reason.VALIDATED, go_on=True)
+    reasons = list(result.reasons)
+    return Decision(
+        State.VALIDATION_FAILED_RETAINED, Reason.VALIDATION_FAILED,
+        changes={"last_error": "; ".join(reasons)[:_ERROR_MAX]},
+        detail={"reasons": reasons, "payload_sha256": job.payload_sha256},
+    )
+
+
+class NoLongerValid(Exception):
+    """A payload that passed validation no longer does (the rules changed under it)."""
+
+
+def on_compose(job: Job, product: Product) -> Decision:
+    """READY_TO_COMPOSE: the per-language artifacts, serialised onto the job with their hash."""
+    result = validate.validate(job.payload, product)
+    if not result.ok or result.edition is None:
+        raise NoLongerValid(f"job {job.id}: payload in READY_TO_COMPOSE no longer validates")
+    artifacts = compose.compose(result.edition, product, job.edition_date)
+    doc = {lang: a.document() for lang, a in sorted(artifacts.items())}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return Decision(
+        State.COMPOSED_NOT_SAVED, Reason.COMPOSED,
+        changes={"composed": text, "composed_sha256": hashlib.sha256(text.encode()).hexdigest()},
+        detail={"artifacts": {lang: a.sha256 for lang, a in sorted(artifacts.items())}},
+        go_on=True,
+    )
+
+
+def composed_artifacts(job: Job) -> dict[str, Artifact]:
+    """The artifacts a COMPOSED_NOT_SAVED job carries, by language."""
+    assert job.composed
+    return {lang: compose.artifact_from_document(doc) for lang, doc in json.loads(job.composed).items()}
+
+
+def on_save(job: Job, artifacts: Mapping[str, Artifact]) -> Decision:
+    """COMPOSED_NOT_SAVED: applied in one transaction with the editions and their outbox rows."""
+    return Decision(State.SAVED_NOT_PUBLIC, Reason.SAVED,
+                    detail={"editions": sorted(artifacts), "composed_sha256": job.composed_sha256})
+
+
+def on_save_conflict(why: str) -> Decision:
+    """The save was rolled back whole: an edition for this slot exists already."""
+    return quarantine(Reason.EDITION_CONFLICT, why)
+
+
+def on_delivered() -> Decision:
+    """SAVED_NOT_PUBLIC: the relay delivered every outbox event of the job."""
+    return Decision(State.PUBLISHED, Reason.ALL_EVENTS_DELIVERED, delay=0)
+
+
+def on_published(job: Job) -> Decision:
+    return Decision(State.CLEANUP_PENDING, Reason.CLEANUP_START, go_on=True)
+
+
+def before_cleanup(job: Job) -> Decision | None:
+    """CLEANUP_PENDING: with no remote response there is nothing to delete; None means delete it."""
+    if not job.response_id:
+        return Decision(State.DELETED, Reason.NOTHING_REMOTE)
+    return None
+
+
+def cancel_before_delete(job: Job) -> bool:
+    """A killed job whose output never reached custody: stop the provider's spend first."""
+    return job.kill_requested and job.payload is None

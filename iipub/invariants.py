@@ -75,14 +75,18 @@ import sqlalchemy as sa
 from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
-from .states import State
+from .states import AMBIGUOUS_CREATE, Reason, State, is_operator_reason
+from .timefmt import naive_utc
 
-J, E, ED, O, D = db.jobs, db.job_events, db.editions, db.outbox, db.outbox_deliveries
+jobs_table, events_table, editions_table = db.jobs, db.job_events, db.editions
+outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
 
-# A dispatch that ended in one of these may or may not have reached the provider.
-AMBIGUOUS_CREATE = ("create_outcome_unknown", "crashed_during_create")
-# ...and these certainly created nothing, but the journal cannot tell from the outcome alone.
-UNCOUNTED_CREATE = AMBIGUOUS_CREATE + ("create_rejected",)
+# A dispatch that ended in one of AMBIGUOUS_CREATE may or may not have reached the provider;
+# these certainly created nothing, but the journal cannot tell from the outcome alone.
+UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
+# Entries that take output into custody, save editions, publish them.
+CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST})
+ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
 STRANDED_AFTER_SECONDS = 7200.0
@@ -145,21 +149,21 @@ def check(
             sinks = [n for n, on in (("static", settings.static_sink), ("webhook", settings.webhook_sink)) if on]
     found = _Found()
     with engine.connect() as conn:
-        now = _naive(db.read_now(conn))
+        now = naive_utc(db.read_now(conn))
         jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(
-            *[c for c in J.columns if c.name not in ("payload", "composed")],
-            J.c.payload.is_not(None).label("has_payload"),
+            *[c for c in jobs_table.columns if c.name not in ("payload", "composed")],
+            jobs_table.c.payload.is_not(None).label("has_payload"),
         )).mappings()}
         events: dict[str, list[_Ev]] = defaultdict(list)
-        for r in conn.execute(sa.select(E).order_by(E.c.job_id, E.c.id)):
+        for r in conn.execute(sa.select(events_table).order_by(events_table.c.job_id, events_table.c.id)):
             events[r.job_id].append(_Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason,
-                                        _detail(r.detail), _naive(r.at)))
+                                        _detail(r.detail), naive_utc(r.at)))
         editions = [dict(r) for r in conn.execute(sa.select(
-            ED.c.id, ED.c.job_id, ED.c.product, ED.c.edition_date, ED.c.lang, ED.c.sha256)).mappings()]
+            editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date, editions_table.c.lang, editions_table.c.sha256)).mappings()]
         outbox = [dict(r) for r in conn.execute(sa.select(
-            O.c.id, O.c.event_id, O.c.job_id, O.c.edition_id, O.c.published_at, O.c.lease_owner,
-            O.c.lease_expiry)).mappings()]
-        deliveries = [dict(r) for r in conn.execute(sa.select(D)).mappings()]
+            outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id, outbox_table.c.published_at, outbox_table.c.lease_owner,
+            outbox_table.c.lease_expiry)).mappings()]
+        deliveries = [dict(r) for r in conn.execute(sa.select(deliveries_table)).mappings()]
     for job_id in sorted(set(events) - set(jobs)):
         found.add("journal_orphan", job_id, f"{len(events[job_id])} events of a job that does not exist")
     max_gen = settings.budgets.max_generation_attempts if settings is not None else None
@@ -197,18 +201,18 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
         edge = states.edge(ev.from_state, ev.to_state) if _is_state(ev.from_state) and _is_state(ev.to_state) else None
         if edge is None:
             found.add("journal_edge", jid, f"event {ev.id}: {ev.from_state} -> {ev.to_state} is not in the state table")
-        elif edge.operator and not ev.reason.startswith("operator_"):
+        elif edge.operator and not is_operator_reason(ev.reason):
             found.add("journal_edge", jid, f"event {ev.id}: operator-only {ev.from_state} -> {ev.to_state} "
                                            f"taken with reason {ev.reason!r}")
         if ev.from_state == State.QUARANTINED.value and ev.to_state != State.QUARANTINED.value \
-                and not ev.reason.startswith("operator_"):
+                and not is_operator_reason(ev.reason):
             found.add("unreleased_exit", jid, f"event {ev.id} left QUARANTINED with reason {ev.reason!r}")
     last = evs[-1]
     if last.to_state != job["state"]:
         found.add("journal_chain", jid, f"journal ends in {last.to_state} but the job is {job['state']}")
     if last.version > job["version"]:
         found.add("journal_versions", jid, f"journal version {last.version} > job version {job['version']}")
-    charged = sum(e.reason == "dispatch" for e in evs) - sum(e.reason == "create_refused" for e in evs)
+    charged = sum(e.reason == Reason.DISPATCH for e in evs) - sum(e.reason == Reason.CREATE_REFUSED for e in evs)
     if charged != job["generation_attempts"]:
         found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
                                             f"charged {charged} (dispatches minus refunds)")
@@ -219,9 +223,9 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     for ev in evs:
         if ev.to_state == State.QUARANTINED.value and ev.reason in AMBIGUOUS_CREATE:
             ambiguous = ev.reason
-        elif ev.reason.startswith("operator_") and ev.from_state == State.QUARANTINED.value:
+        elif is_operator_reason(ev.reason) and ev.from_state == State.QUARANTINED.value:
             ambiguous = None
-        elif ev.reason == "dispatch" and ambiguous is not None:
+        elif ev.reason == Reason.DISPATCH and ambiguous is not None:
             found.add("create_after_ambiguous", jid, f"event {ev.id}: dispatch after {ambiguous} without an "
                                                      "operator release")
 
@@ -236,14 +240,14 @@ def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
     killed = False
     for ev in evs:
         d = ev.detail
-        if ev.reason == "dispatch" and current is not None and not in_custody:
+        if ev.reason == Reason.DISPATCH and current is not None and not in_custody:
             found.add("response_abandoned", jid, f"event {ev.id}: new paid create while response {current} was "
                                                  "neither retrieved nor journaled as lost")
-        if ev.reason == "dispatch":
+        if ev.reason == Reason.DISPATCH:
             current, in_custody = None, False
-        if ev.reason in ("accepted", "operator_link") and d.get("response_id"):
+        if ev.reason in ADOPTED and d.get("response_id"):
             current, in_custody = str(d["response_id"]), False
-        if ev.to_state == State.RETRIEVED_NOT_VALIDATED.value:
+        if ev.reason in CUSTODY:
             in_custody = True
         if ev.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value:
             lost = d.get("response_id")
@@ -255,12 +259,12 @@ def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
                                                      f"response was {current}")
             current = None
         if ev.from_state == State.PROVIDER_EXPIRED_OR_MISSING.value and ev.to_state != ev.from_state \
-                and not d.get("lost_response_id") and not ev.reason.startswith("operator_"):
+                and not d.get("lost_response_id") and not is_operator_reason(ev.reason):
             found.add("expiry_unjournaled", jid, f"event {ev.id} leaves PROVIDER_EXPIRED_OR_MISSING without "
                                                  "the lost response id")
-        if ev.reason in ("operator_release_verified_lost", "operator_kill"):
+        if ev.reason in (Reason.OPERATOR_RELEASE_VERIFIED_LOST, Reason.OPERATOR_KILL):
             current = None  # an operator decided what happens to it
-            killed = killed or ev.reason == "operator_kill"
+            killed = killed or ev.reason == Reason.OPERATOR_KILL
     if job["state"] == State.DELETED.value and not (killed or job["kill_requested"]) and not job["has_payload"]:
         found.add("deleted_without_custody", jid, "DELETED without the output in custody and without a kill")
 
@@ -272,9 +276,9 @@ def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt
               settled: bool) -> None:
     jid = job["id"]
     state = State(job["state"])
-    not_open = state == State.NO_JOB and _naive(job["opens_at"]) > now
+    not_open = state == State.NO_JOB and naive_utc(job["opens_at"]) > now
     if state not in SETTLED and not not_open:
-        since = max(_naive(job["opens_at"]), _naive(job["created_at"]))
+        since = max(naive_utc(job["opens_at"]), naive_utc(job["created_at"]))
         for ev in evs:  # an operator taking a job out of parking starts its clock again
             if ev.from_state in {s.value for s in states.PARKED} and ev.to_state != ev.from_state:
                 since = max(since, ev.at)
@@ -288,14 +292,14 @@ def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt
     if state == State.QUARANTINED and not job["quarantine_reason"]:
         found.add("parked_without_reason", jid, "QUARANTINED without a quarantine_reason")
     if state == State.VALIDATION_FAILED_RETAINED:
-        failed = [e for e in evs if e.to_state == state.value]
+        failed = [e for e in evs if e.reason == Reason.VALIDATION_FAILED]
         if not job["has_payload"]:
             found.add("parked_without_reason", jid, "VALIDATION_FAILED_RETAINED but the payload is gone")
         if not job["last_error"] or not (failed and failed[-1].detail.get("reasons")):
             found.add("parked_without_reason", jid, "VALIDATION_FAILED_RETAINED without its validation reasons")
     if state == State.MANUALLY_SUSPENDED and not job["suspended_from"]:
         found.add("parked_without_reason", jid, "MANUALLY_SUSPENDED without the state to resume to")
-    if settled and job["lease_owner"] and job["lease_expiry"] is not None and _naive(job["lease_expiry"]) < now:
+    if settled and job["lease_owner"] and job["lease_expiry"] is not None and naive_utc(job["lease_expiry"]) < now:
         found.add("stale_lease", jid, f"lease of {job['lease_owner']} expired at {job['lease_expiry']} "
                                       f"and is still held ({state})")
 
@@ -313,7 +317,7 @@ def _publication(
     ed_by_id = {e["id"]: e for e in editions}
     for e in editions:
         job = jobs.get(e["job_id"])
-        saved = any(ev.to_state == State.SAVED_NOT_PUBLIC.value for ev in events.get(e["job_id"], ()))
+        saved = any(ev.reason == Reason.SAVED for ev in events.get(e["job_id"], ()))
         if job is None or (job["product"], job["edition_date"]) != (e["product"], e["edition_date"]) or not saved:
             found.add("edition_orphan", e["job_id"], f"edition {e['product']} {e['edition_date']} {e['lang']} "
                                                      "has no saved job of that slot")
@@ -325,7 +329,7 @@ def _publication(
         ob_by_edition[o["edition_id"]].append(o)
         if settled and o["published_at"] is None:
             found.add("outbox_pending", o["job_id"], f"outbox event {o['event_id']} unpublished after convergence")
-        if settled and o["lease_owner"] and o["lease_expiry"] is not None and _naive(o["lease_expiry"]) < now:
+        if settled and o["lease_owner"] and o["lease_expiry"] is not None and naive_utc(o["lease_expiry"]) < now:
             found.add("stale_lease", o["job_id"], f"outbox event {o['event_id']} leased by {o['lease_owner']} "
                                                   "past its expiry")
     for e in editions:
@@ -343,9 +347,9 @@ def _publication(
 
     for jid, job in jobs.items():
         evs = events.get(jid, ())
-        saves = [e for e in evs if e.to_state == State.SAVED_NOT_PUBLIC.value]
-        pubs = [e for e in evs if e.to_state == State.PUBLISHED.value]
-        killed = bool(job["kill_requested"]) or any(e.reason == "operator_kill" for e in evs)
+        saves = [e for e in evs if e.reason == Reason.SAVED]
+        pubs = [e for e in evs if e.reason == Reason.ALL_EVENTS_DELIVERED]
+        killed = bool(job["kill_requested"]) or any(e.reason == Reason.OPERATOR_KILL for e in evs)
         if len(saves) > 1 or len(pubs) > 1:
             found.add("published_twice", jid, f"{len(saves)} saves and {len(pubs)} publications journaled")
         if killed and ed_by_job.get(jid):
@@ -429,12 +433,12 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
         allowed: Counter[str] = Counter()
         uncounted = 0
         for i, ev in enumerate(evs):
-            if ev.reason == "dispatch":
+            if ev.reason == Reason.DISPATCH:
                 allowed[str(ev.detail.get("attempt"))] += 1
                 nxt = evs[i + 1] if i + 1 < len(evs) else None
                 if nxt is None or (nxt.to_state == State.QUARANTINED.value and nxt.reason in UNCOUNTED_CREATE):
                     uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
-            elif ev.reason == "create_refused":
+            elif ev.reason == Reason.CREATE_REFUSED:
                 allowed[str(ev.detail.get("refunded_attempt"))] -= 1
         charged = sum(allowed.values())
         seen = by_job.get(jid, 0)
@@ -462,13 +466,13 @@ def _custody_ids(events: Mapping[str, Sequence[_Ev]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for jid, evs in events.items():
         current: str | None = None
-        killed = any(e.reason == "operator_kill" for e in evs)
+        killed = any(e.reason == Reason.OPERATOR_KILL for e in evs)
         for ev in evs:
-            if ev.reason in ("accepted", "operator_link") and ev.detail.get("response_id"):
+            if ev.reason in ADOPTED and ev.detail.get("response_id"):
                 current = str(ev.detail["response_id"])
                 if killed:
                     out[current] = jid
-            if ev.to_state == State.RETRIEVED_NOT_VALIDATED.value and current is not None:
+            if ev.reason in CUSTODY and current is not None:
                 out[current] = jid
     return out
 
@@ -492,14 +496,6 @@ def _detail(text: str | None) -> dict[str, Any]:
 
 def _is_state(name: str) -> bool:
     return name in State.__members__
-
-
-def _naive(value: Any) -> dt.datetime:
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.replace(tzinfo=None)
-    return value  # type: ignore[no-any-return]
 
 
 def summarize(violations: Iterable[Violation]) -> dict[str, int]:

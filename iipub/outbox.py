@@ -16,12 +16,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db
 from .compose import Artifact
+from .states import State
+from .timefmt import iso_z, iso_z_or_none
 
 if TYPE_CHECKING:
-    from .store import Job
+    from .jobs import Job
 
-O = db.outbox
-D = db.outbox_deliveries
+outbox_table = db.outbox
+deliveries_table = db.outbox_deliveries
 EVENT_TYPE = "edition.published"
 
 
@@ -29,7 +31,7 @@ def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact])
     """Inside the save transaction: one `editions` row per language and one outbox event
     each. A unique-key clash raises and the caller's whole transaction rolls back."""
     saved_at = db.read_now(conn)
-    stamp = saved_at.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+    stamp = iso_z(saved_at, "seconds")
     event_ids = []
     for lang, art in sorted(artifacts.items()):
         res = conn.execute(db.editions.insert().values(
@@ -43,7 +45,7 @@ def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact])
             "edition_date": job.edition_date.isoformat(), "lang": lang, "sha256": art.sha256,
             "artifact": art.document(), "published_at": stamp,
         }
-        conn.execute(O.insert().values(
+        conn.execute(outbox_table.insert().values(
             event_id=event_id, job_id=job.id, edition_id=edition_id, event_type=EVENT_TYPE,
             payload=json.dumps(payload, sort_keys=True, ensure_ascii=False), version=1, attempts=0,
             next_attempt_at=saved_at, created_at=saved_at,
@@ -76,95 +78,95 @@ class Outbox:
             # An operator's suspension of a saved job also holds back its publication.
             suspended = (
                 sa.select(db.jobs.c.id)
-                .where(db.jobs.c.id == O.c.job_id, db.jobs.c.state == "MANUALLY_SUSPENDED")
+                .where(db.jobs.c.id == outbox_table.c.job_id, db.jobs.c.state == State.MANUALLY_SUSPENDED.value)
                 .exists()
             )
             q = (
-                sa.select(O.c.id, O.c.version)
-                .where(O.c.published_at.is_(None), O.c.next_attempt_at <= now,
-                       sa.or_(O.c.lease_expiry.is_(None), O.c.lease_expiry < now), ~suspended)
-                .order_by(O.c.next_attempt_at, O.c.id)
+                sa.select(outbox_table.c.id, outbox_table.c.version)
+                .where(outbox_table.c.published_at.is_(None), outbox_table.c.next_attempt_at <= now,
+                       sa.or_(outbox_table.c.lease_expiry.is_(None), outbox_table.c.lease_expiry < now), ~suspended)
+                .order_by(outbox_table.c.next_attempt_at, outbox_table.c.id)
                 .limit(limit)
             )
             return [(r.id, r.version) for r in conn.execute(q)]
 
     def claim(self, row_id: int, seen_version: int) -> OutboxEvent | None:
         """Fenced claim by primary key; None if another relay got there first."""
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             now = db.now(conn)
             res = conn.execute(
-                O.update()
-                .where(O.c.id == row_id, O.c.version == seen_version, O.c.published_at.is_(None),
-                       sa.or_(O.c.lease_expiry.is_(None), O.c.lease_expiry < now))
+                outbox_table.update()
+                .where(outbox_table.c.id == row_id, outbox_table.c.version == seen_version, outbox_table.c.published_at.is_(None),
+                       sa.or_(outbox_table.c.lease_expiry.is_(None), outbox_table.c.lease_expiry < now))
                 .values(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds),
-                        version=O.c.version + 1)
+                        version=outbox_table.c.version + 1)
             )
             if res.rowcount != 1:
                 return None
-            r = conn.execute(sa.select(O).where(O.c.id == row_id)).one()
+            r = conn.execute(sa.select(outbox_table).where(outbox_table.c.id == row_id)).one()
         return OutboxEvent(r.id, r.event_id, r.job_id, r.version, r.attempts, json.loads(r.payload),
                            r.first_failed_at)
 
     def settled_sinks(self, event_id: str) -> dict[str, str]:
         """sink -> 'delivered' | 'parked' for sinks that need no further attempt."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(D.c.sink, D.c.delivered_at, D.c.parked_at).where(D.c.event_id == event_id))
+            rows = conn.execute(sa.select(deliveries_table.c.sink, deliveries_table.c.delivered_at, deliveries_table.c.parked_at).where(deliveries_table.c.event_id == event_id))
             return {r.sink: "delivered" if r.delivered_at else "parked"
                     for r in rows if r.delivered_at or r.parked_at}
 
     def record(self, event_id: str, sink: str, *, delivered: bool = False, parked: bool = False,
                error: str | None = None) -> None:
         """Upsert the per-sink delivery record."""
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             now = db.now(conn)
-            values: dict[str, Any] = {"attempts": D.c.attempts + 1, "last_error": error, "updated_at": now}
+            values: dict[str, Any] = {"attempts": deliveries_table.c.attempts + 1, "last_error": error, "updated_at": now}
             if delivered:
                 values["delivered_at"] = now
             if parked:
                 values["parked_at"] = now
-            res = conn.execute(D.update().where(D.c.event_id == event_id, D.c.sink == sink).values(**values))
+            res = conn.execute(deliveries_table.update().where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink).values(**values))
             if res.rowcount == 0:
-                conn.execute(D.insert().values(
+                conn.execute(deliveries_table.insert().values(
                     event_id=event_id, sink=sink, attempts=1, last_error=error, updated_at=now,
                     delivered_at=now if delivered else None, parked_at=now if parked else None,
                 ))
 
     def mark_published(self, ev: OutboxEvent) -> bool:
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             res = conn.execute(
-                O.update().where(O.c.id == ev.id, O.c.version == ev.version)
+                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
                 .values(published_at=db.now(conn), lease_owner=None, lease_expiry=None,
-                        version=O.c.version + 1, last_error=None)
+                        version=outbox_table.c.version + 1, last_error=None)
             )
             return res.rowcount == 1
 
     def retry_later(self, ev: OutboxEvent, delay: float, error: str) -> bool:
-        with self.engine.begin() as conn:
+        with db.transaction(self.engine) as conn:
             now = db.now(conn)
             res = conn.execute(
-                O.update().where(O.c.id == ev.id, O.c.version == ev.version)
-                .values(attempts=O.c.attempts + 1, next_attempt_at=db.now(conn, delay),
-                        first_failed_at=sa.func.coalesce(O.c.first_failed_at, now),
+                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
+                .values(attempts=outbox_table.c.attempts + 1, next_attempt_at=db.now(conn, delay),
+                        first_failed_at=sa.func.coalesce(outbox_table.c.first_failed_at, now),
                         last_error=error[:2000], lease_owner=None, lease_expiry=None,
-                        version=O.c.version + 1)
+                        version=outbox_table.c.version + 1)
             )
             return res.rowcount == 1
 
     def unpublished_for_job(self, job_id: str) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(
-                sa.select(sa.func.count()).where(O.c.job_id == job_id, O.c.published_at.is_(None))
+                sa.select(sa.func.count()).where(outbox_table.c.job_id == job_id, outbox_table.c.published_at.is_(None))
             ).scalar_one())
 
     def requeue_parked(self, event_id: str, sink: str | None = None) -> int:
         """Operator: clear parked deliveries of an event so the relay tries them again."""
-        with self.engine.begin() as conn:
-            q = D.update().where(D.c.event_id == event_id, D.c.parked_at.is_not(None))
+        with db.transaction(self.engine) as conn:
+            q = deliveries_table.update().where(deliveries_table.c.event_id == event_id, deliveries_table.c.parked_at.is_not(None))
             if sink:
-                q = q.where(D.c.sink == sink)
+                q = q.where(deliveries_table.c.sink == sink)
             n = conn.execute(q.values(parked_at=None, updated_at=db.now(conn))).rowcount
-            conn.execute(O.update().where(O.c.event_id == event_id, O.c.published_at.is_(None))
-                         .values(next_attempt_at=db.now(conn), version=O.c.version + 1))
+            conn.execute(outbox_table.update().where(outbox_table.c.event_id == event_id, outbox_table.c.published_at.is_(None))
+                         .values(next_attempt_at=db.now(conn), version=outbox_table.c.version + 1))
             return int(n)
 
     def prune(self, older_than_seconds: float, batch: int = 500) -> int:
@@ -172,17 +174,17 @@ class Outbox:
         in primary-key batches so no long lock is held."""
         total = 0
         while True:
-            with self.engine.begin() as conn:
+            with db.transaction(self.engine) as conn:
                 cutoff = db.now(conn, -older_than_seconds)
                 rows = conn.execute(
-                    sa.select(O.c.id, O.c.event_id)
-                    .where(O.c.published_at.is_not(None), O.c.published_at < cutoff)
-                    .order_by(O.c.id).limit(batch)
+                    sa.select(outbox_table.c.id, outbox_table.c.event_id)
+                    .where(outbox_table.c.published_at.is_not(None), outbox_table.c.published_at < cutoff)
+                    .order_by(outbox_table.c.id).limit(batch)
                 ).all()
                 if not rows:
                     return total
-                conn.execute(D.delete().where(D.c.event_id.in_([r.event_id for r in rows])))
-                conn.execute(O.delete().where(O.c.id.in_([r.id for r in rows])))
+                conn.execute(deliveries_table.delete().where(deliveries_table.c.event_id.in_([r.event_id for r in rows])))
+                conn.execute(outbox_table.delete().where(outbox_table.c.id.in_([r.id for r in rows])))
                 total += len(rows)
 
 
@@ -191,31 +193,23 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
     with engine.connect() as conn:
         cutoff = db.now(conn, -failing_after_seconds)
         parked = conn.execute(
-            sa.select(D.c.event_id, D.c.sink, D.c.last_error, D.c.parked_at).where(D.c.parked_at.is_not(None))
+            sa.select(deliveries_table.c.event_id, deliveries_table.c.sink, deliveries_table.c.last_error, deliveries_table.c.parked_at).where(deliveries_table.c.parked_at.is_not(None))
         ).all()
         failing = conn.execute(
-            sa.select(O.c.event_id, O.c.job_id, O.c.attempts, O.c.last_error, O.c.first_failed_at)
-            .where(O.c.published_at.is_(None), O.c.first_failed_at.is_not(None), O.c.first_failed_at < cutoff)
+            sa.select(outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts, outbox_table.c.last_error, outbox_table.c.first_failed_at)
+            .where(outbox_table.c.published_at.is_(None), outbox_table.c.first_failed_at.is_not(None), outbox_table.c.first_failed_at < cutoff)
         ).all()
     out: list[dict[str, Any]] = [
-        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error, "since": _iso(r.parked_at)}
+        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error, "since": iso_z_or_none(r.parked_at)}
         for r in parked
     ]
     out += [
         {"event_id": r.event_id, "job_id": r.job_id, "kind": "failing", "attempts": r.attempts,
-         "error": r.last_error, "since": _iso(r.first_failed_at)}
+         "error": r.last_error, "since": iso_z_or_none(r.first_failed_at)}
         for r in failing
     ]
     return out
 
 
-def _iso(value: dt.datetime | str | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
 def events_of(conn: Connection, job_ids: Sequence[str]) -> list[Any]:
-    return list(conn.execute(sa.select(O).where(O.c.job_id.in_(list(job_ids)))))
+    return list(conn.execute(sa.select(outbox_table).where(outbox_table.c.job_id.in_(list(job_ids)))))

@@ -11,19 +11,32 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the SDK is imported on first use: CLI commands that never call it start fast
     import openai
 
-from . import backoff, output
+from . import backoff, edition_schema
 from .config import Product, ProviderSettings
 from .errors import InvariantViolation, MissingApiKey
+from .outcomes import (
+    Accepted,
+    Ambiguous,
+    CreateOutcome,
+    CreateRequest,
+    Deleted,
+    DeleteOutcome,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Refused,
+    Rejected,
+    Transient,
+    Usage,
+)
 
 # Responses API metadata limits.
 METADATA_MAX_KEYS = 16
@@ -31,89 +44,6 @@ METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
-
-
-@dataclass(frozen=True)
-class CreateRequest:
-    job_id: str
-    product: Product
-    edition_date: dt.date
-    attempt: int
-    fingerprint: str
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int
-    output_tokens: int
-    total_tokens: int
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """The provider took the job (2xx with a `resp_` id): it will be charged."""
-
-    response_id: str
-    status: str
-
-
-@dataclass(frozen=True)
-class Observed:
-    """A readable response: its status and, once finished, its output."""
-
-    response_id: str
-    status: str
-    output_text: str | None
-    usage: Usage | None
-    metadata: dict[str, str] = field(default_factory=dict)
-    incomplete_reason: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Deleted:
-    response_id: str
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The provider definitively did not process the create; nothing was charged."""
-
-    retry_after: float | None
-    why: str
-
-
-@dataclass(frozen=True)
-class Ambiguous:
-    """The create may or may not have been processed (and charged). Never retry blindly."""
-
-    why: str
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A 4xx the provider will keep giving: a bug or a configuration problem."""
-
-    status: int
-    why: str
-
-
-@dataclass(frozen=True)
-class NotFound:
-    why: str
-
-
-@dataclass(frozen=True)
-class Transient:
-    """A read or cleanup call failed in a way that is safe to repeat later."""
-
-    retry_after: float | None
-    why: str
-
-
-CreateOutcome = Accepted | Refused | Ambiguous | Rejected
-ReadOutcome = Observed | NotFound | Transient | Rejected
-DeleteOutcome = Deleted | NotFound | Transient | Rejected
 
 
 def create_input(product: Product, edition_date: dt.date) -> str:
@@ -184,7 +114,7 @@ class Provider:
             "temperature": p.temperature,
             "background": True,
             "store": True,
-            "text": {"format": output.text_format(p.languages, p.items)},
+            "text": {"format": edition_schema.text_format(p.languages, p.items)},
             "metadata": create_metadata(req),
         }
         try:
@@ -294,7 +224,7 @@ def _never_sent(exc: openai.APIConnectionError) -> bool:
     return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
 
 
-def _read_outcome(exc: Exception) -> NotFound | Transient | Rejected:
+def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:
     """Reads, cancels and deletes can be repeated, so only 'gone' and 'never works' are final."""
     import openai
 
@@ -302,7 +232,7 @@ def _read_outcome(exc: Exception) -> NotFound | Transient | Rejected:
         status = exc.status_code
         why = _status_why(exc)
         if status == 404:
-            return NotFound(why)
+            return Missing(why)
         if status in (408, 409, 425, 429) or status >= 500:
             return Transient(backoff.delay_from_headers(exc.response.headers), why)
         if 400 <= status < 500:

@@ -9,8 +9,6 @@ from `handlers`; this module only does the I/O around them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import random
 import threading
 import time
@@ -22,13 +20,15 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 import structlog
 
-from . import compose, db, handlers, outbox, scheduling, validate
+from . import db, handlers, outbox, scheduling, validate
 from .config import Product, Settings
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
-from .provider import CreateRequest, Observed, Provider
-from .states import POLLING, State
-from .store import Job, Store, new_worker_id
+from .jobs import Job, new_worker_id
+from .outcomes import CreateRequest, Observed
+from .provider import Provider
+from .states import State
+from .store import Store
 
 log = structlog.get_logger("iipub.reconcile")
 
@@ -313,67 +313,46 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    if isinstance(outcome, Observed) and outcome.status in ("completed", "incomplete"):
-        return _apply(tick, job, handlers.on_output(job, outcome, _product(tick, job).max_output_bytes))
-    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng)
-    if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
-        d = dataclasses.replace(d, to=State.COMPLETED_NOT_RETRIEVED)
-    return _apply(tick, job, d)
+    return _apply(tick, job, handlers.after_refetch(job, outcome, tick.settings.reconcile,
+                                                    _product(tick, job).max_output_bytes, tick.rng))
 
 
 def step_validate(tick: Tick, job: Job) -> Job:
-    product = _product(tick, job)
-    result = validate.validate(job.payload, product)
-    if result.ok:
-        return _apply(tick, job, Decision(State.READY_TO_COMPOSE, "validated", go_on=True))
-    reasons = list(result.reasons)
-    return _apply(tick, job, Decision(
-        State.VALIDATION_FAILED_RETAINED, "validation_failed",
-        changes={"last_error": "; ".join(reasons)[:2000]},
-        detail={"reasons": reasons, "payload_sha256": job.payload_sha256},
-    ))
+    return _apply(tick, job, handlers.on_validation(job, validate.validate(job.payload, _product(tick, job))))
 
 
 def step_compose(tick: Tick, job: Job) -> Job:
-    product = _product(tick, job)
-    result = validate.validate(job.payload, product)
-    if not result.ok or result.edition is None:
-        raise InvariantViolation(f"job {job.id}: payload in READY_TO_COMPOSE no longer validates")
-    artifacts = compose.compose(result.edition, product, job.edition_date)
-    doc = {lang: a.document() for lang, a in sorted(artifacts.items())}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _apply(tick, job, Decision(
-        State.COMPOSED_NOT_SAVED, "composed",
-        changes={"composed": text, "composed_sha256": hashlib.sha256(text.encode()).hexdigest()},
-        detail={"artifacts": {lang: a.sha256 for lang, a in sorted(artifacts.items())}},
-        go_on=True,
-    ))
+    try:
+        d = handlers.on_compose(job, _product(tick, job))
+    except handlers.NoLongerValid as exc:
+        raise InvariantViolation(str(exc), job_id=job.id) from None
+    return _apply(tick, job, d)
 
 
 def step_save(tick: Tick, job: Job) -> Job:
     """One transaction: fenced state change, one edition per language, one outbox row each."""
-    assert job.composed
-    artifacts = {lang: compose.artifact_from_document(doc) for lang, doc in json.loads(job.composed).items()}
-    d = Decision(State.SAVED_NOT_PUBLIC, "saved",
-                 detail={"editions": sorted(artifacts), "composed_sha256": job.composed_sha256})
+    artifacts = handlers.composed_artifacts(job)
     try:
-        return _apply(tick, job, d, extra=lambda conn: outbox.save_editions(conn, job, artifacts))
+        return _apply(tick, job, handlers.on_save(job, artifacts),
+                      extra=lambda conn: outbox.save_editions(conn, job, artifacts))
     except sa.exc.IntegrityError as exc:
         # Rolled back whole; an edition for this slot exists already. Report, never half-write.
-        return _apply(tick, job, handlers.quarantine("edition_conflict", db.describe_error(exc)))
+        return _apply(tick, job, handlers.on_save_conflict(db.describe_error(exc)))
 
 
 def step_published(tick: Tick, job: Job) -> Job:
-    return _apply(tick, job, Decision(State.CLEANUP_PENDING, "cleanup_start", go_on=True))
+    return _apply(tick, job, handlers.on_published(job))
 
 
 def step_cleanup(tick: Tick, job: Job) -> Job | None:
-    if not job.response_id:
-        return _apply(tick, job, Decision(State.DELETED, "nothing_remote"))
+    nothing = handlers.before_cleanup(job)
+    if nothing is not None:
+        return _apply(tick, job, nothing)
     if tick.cooling() or tick.past_deadline():
         _hold(tick, job)
         return None
-    if job.kill_requested and job.payload is None:
+    assert job.response_id
+    if handlers.cancel_before_delete(job):
         tick.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
     outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,

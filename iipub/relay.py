@@ -17,15 +17,16 @@ import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, db
+from . import backoff, db, handlers
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
+from .jobs import new_worker_id
 from .outbox import Outbox, OutboxEvent
 from .sinks import Delivered, Event, Parked, RetryLater, Sink
 from .sinks.static import StaticSink
 from .sinks.webhook import WebhookSink
 from .states import State
-from .store import Store, new_worker_id
+from .store import Store
 
 log = structlog.get_logger("iipub.relay")
 
@@ -145,12 +146,12 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
 def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) -> int:
     """SAVED_NOT_PUBLIC jobs whose every event is delivered move to PUBLISHED. Run after
     each relay pass, so a crash between the two writes heals on the next run."""
-    j, o = db.jobs, db.outbox
+    jobs_table, outbox_table = db.jobs, db.outbox
     with engine.connect() as conn:
-        pending = sa.select(o.c.id).where(o.c.job_id == j.c.id, o.c.published_at.is_(None)).exists()
-        has_events = sa.select(o.c.id).where(o.c.job_id == j.c.id).exists()
+        pending = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)).exists()
+        has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
         rows = conn.execute(
-            sa.select(j.c.id, j.c.version).where(j.c.state == State.SAVED_NOT_PUBLIC.value, has_events, ~pending)
+            sa.select(jobs_table.c.id, jobs_table.c.version).where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value, has_events, ~pending)
         ).all()
     store = Store(engine, worker, lease_seconds)
     done = 0
@@ -159,7 +160,8 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) 
             job = store.acquire_lease(job_id, version)
             if job is None:
                 continue
-            store.transition(job, State.PUBLISHED, reason="all_events_delivered", delay=0)
+            d = handlers.on_delivered()
+            store.transition(job, d.to, reason=d.reason, delay=d.delay)
             done += 1
         except (LeaseLost, Contention) as exc:
             log.warning("publish_deferred", job_id=job_id, error=str(exc))

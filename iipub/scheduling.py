@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from .config import Product
+from .errors import UsageError
 from .store import Store
+
+# A typo in a date must not schedule decades of paid generations.
+MAX_BACKFILL_DAYS = 366
+
+Progress = Callable[[dt.date, bool], None]  # (date, created or would be created)
+
+
+@dataclass
+class BackfillReport:
+    product: str
+    from_date: dt.date
+    to_date: dt.date
+    dry_run: bool
+    created: list[dt.date] = field(default_factory=list)  # would be created, on a dry run
+    present: list[dt.date] = field(default_factory=list)
 
 
 def schedule_day(store: Store, products: Iterable[Product], day: dt.date, *, backfill: bool = False) -> dict[str, bool]:
@@ -19,3 +36,32 @@ def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date) ->
     wanted = list(products)
     present = store.products_scheduled([p.name for p in wanted], day)
     return sum(store.schedule(p, day) for p in wanted if p.name not in present)
+
+
+def backfill_days(from_date: dt.date, to_date: dt.date, today: dt.date) -> list[dt.date]:
+    """The dates a backfill covers (inclusive), refused when the range is backwards, reaches
+    into the future (by the database clock) or is longer than `MAX_BACKFILL_DAYS`. Pure."""
+    if from_date > to_date:
+        raise UsageError(f"--from {from_date} is after --to {to_date}")
+    if to_date > today:
+        raise UsageError(f"--to {to_date} is in the future (today is {today} by the database clock)")
+    days = (to_date - from_date).days + 1
+    if days > MAX_BACKFILL_DAYS:
+        raise UsageError(f"{days} days requested; backfill at most {MAX_BACKFILL_DAYS} days per run")
+    return [from_date + dt.timedelta(days=i) for i in range(days)]
+
+
+def backfill(store: Store, product: Product, from_date: dt.date, to_date: dt.date, today: dt.date, *,
+             dry_run: bool = False, progress: Progress | None = None) -> BackfillReport:
+    """Create the missing slots from `from_date` to `to_date`. Past dates get backfill priority;
+    today's slot, if in range, keeps its normal priority."""
+    report = BackfillReport(product.name, from_date, to_date, dry_run)
+    for day in backfill_days(from_date, to_date, today):
+        if dry_run:
+            created = not store.products_scheduled([product.name], day)
+        else:
+            created = store.schedule(product, day, backfill=day < today)
+        (report.created if created else report.present).append(day)
+        if progress is not None:
+            progress(day, created)
+    return report

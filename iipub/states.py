@@ -1,7 +1,7 @@
-"""The 18 job states and every allowed transition, declared once as data.
+"""The 18 job states, every allowed transition and every journal reason, declared once as data.
 
-`store.transition` checks every write against `EDGES`; nothing else decides what
-may follow what. Pure: no I/O.
+`store.transition` checks every write against `EDGES` and `Reason`; nothing else decides
+what may follow what, or what a journal entry may be called. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -121,3 +121,132 @@ def allowed(src: State | str, dst: State | str, *, operator: bool = False) -> bo
 
 def successors(src: State, *, operator: bool = True) -> set[State]:
     return {e.dst for e in EDGES if e.src == src and (operator or not e.operator)}
+
+
+class Reason(enum.StrEnum):
+    """Every `job_events.reason` iipub writes. Each member has an `operator` flag (only an
+    operator command writes it, and an operator command writes nothing else) and a one-line
+    `meaning`; quarantine reasons are also the values of `jobs.quarantine_reason`."""
+
+    # The slot's life, in order.
+    SCHEDULED = "scheduled"
+    WINDOW_OPEN = "window_open"
+    DISPATCH = "dispatch"
+    ACCEPTED = "accepted"
+    CREATE_REFUSED = "create_refused"
+    POLL = "poll"
+    POLL_FAILED = "poll_failed"
+    PROVIDER_FINISHED = "provider_finished"
+    PROVIDER_FAILED = "provider_failed"
+    PROVIDER_CANCELLED = "provider_cancelled"
+    PROVIDER_UNEXPECTED_STATUS = "provider_unexpected_status"
+    PROVIDER_MISSING = "provider_missing"
+    RETRIEVED = "retrieved"
+    RECREATE_AFTER_LOSS = "recreate_after_loss"
+    VALIDATED = "validated"
+    VALIDATION_FAILED = "validation_failed"
+    COMPOSED = "composed"
+    SAVED = "saved"
+    ALL_EVENTS_DELIVERED = "all_events_delivered"
+    CLEANUP_START = "cleanup_start"
+    CLEANUP_RETRY = "cleanup_retry"
+    REMOTE_DELETED = "remote_deleted"
+    NOTHING_REMOTE = "nothing_remote"
+    # Quarantine reasons written by the machine.
+    CREATE_OUTCOME_UNKNOWN = "create_outcome_unknown"
+    CREATE_REJECTED = "create_rejected"
+    CRASHED_DURING_CREATE = "crashed_during_create"
+    GENERATION_BUDGET_EXHAUSTED = "generation_budget_exhausted"
+    POLL_BUDGET_EXHAUSTED = "poll_budget_exhausted"
+    CONFIG_DRIFT = "config_drift"
+    EDITION_CONFLICT = "edition_conflict"
+    # Operator commands.
+    OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
+    OPERATOR_RESUME_POLLING = "operator_resume_polling"
+    OPERATOR_LINK = "operator_link"
+    OPERATOR_HARVEST = "operator_harvest"
+    OPERATOR_SUSPEND = "operator_suspend"
+    OPERATOR_RESUME = "operator_resume"
+    OPERATOR_CANCEL = "operator_cancel"
+    OPERATOR_CANCELLED = "operator_cancelled"  # the quarantine reason an operator cancel leaves
+    OPERATOR_KILL = "operator_kill"
+    OPERATOR_REVALIDATE = "operator_revalidate"
+    OPERATOR_REGENERATE = "operator_regenerate"
+
+    @property
+    def operator(self) -> bool:
+        return REASON_INFO[self][0]
+
+    @property
+    def meaning(self) -> str:
+        return REASON_INFO[self][1]
+
+
+R = Reason
+# member -> (written only by an operator command, one-line meaning)
+REASON_INFO: dict[Reason, tuple[bool, str]] = {
+    R.SCHEDULED: (False, "the slot was created (NO_JOB), by the schedule or a backfill"),
+    R.WINDOW_OPEN: (False, "the slot's window opened; its config fingerprint was recorded"),
+    R.DISPATCH: (False, "a paid create was charged to the generation budget, committed before the POST"),
+    R.ACCEPTED: (False, "the provider accepted the create; its response id is recorded"),
+    R.CREATE_REFUSED: (False, "the provider provably refused the create (429, never connected); attempt refunded"),
+    R.POLL: (False, "a poll found the response queued or in progress"),
+    R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
+    R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
+    R.PROVIDER_FAILED: (False, "the provider reports the response failed"),
+    R.PROVIDER_CANCELLED: (False, "the provider reports the response cancelled"),
+    R.PROVIDER_UNEXPECTED_STATUS: (False, "the provider reports a status iipub does not know"),
+    R.PROVIDER_MISSING: (False, "the provider answers 404 for the response"),
+    R.RETRIEVED: (False, "the finished output was stored on the job row (custody)"),
+    R.RECREATE_AFTER_LOSS: (False, "a lost response is generated again on the same row, budget permitting"),
+    R.VALIDATED: (False, "the stored output passed validation"),
+    R.VALIDATION_FAILED: (False, "the stored output failed validation; payload kept"),
+    R.COMPOSED: (False, "the per-language artifacts were composed and hashed"),
+    R.SAVED: (False, "editions and their outbox rows were saved in one transaction"),
+    R.ALL_EVENTS_DELIVERED: (False, "the relay delivered every outbox event of the job"),
+    R.CLEANUP_START: (False, "published: the remote response is due for deletion"),
+    R.CLEANUP_RETRY: (False, "deleting the remote response failed; retrying later"),
+    R.REMOTE_DELETED: (False, "the remote response is deleted (or was already gone)"),
+    R.NOTHING_REMOTE: (False, "no remote response to delete"),
+    R.CREATE_OUTCOME_UNKNOWN: (False, "quarantine: the create may have been accepted and billed (timeout, reset, 5xx)"),
+    R.CREATE_REJECTED: (False, "quarantine: the provider rejected the create with a 4xx it will repeat"),
+    R.CRASHED_DURING_CREATE: (False, "quarantine: a worker died mid-create; it may have been billed"),
+    R.GENERATION_BUDGET_EXHAUSTED: (False, "quarantine: every paid create of the slot is used"),
+    R.POLL_BUDGET_EXHAUSTED: (False, "quarantine: the poll budget ran out; the response id is kept"),
+    R.CONFIG_DRIFT: (False, "quarantine: the deployed product config changed under the job"),
+    R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
+    R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
+    R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
+    R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),
+    R.OPERATOR_HARVEST: (True, "operator: output of an adopted or cancelled response was stored (custody)"),
+    R.OPERATOR_SUSPEND: (True, "operator: the job is parked in MANUALLY_SUSPENDED"),
+    R.OPERATOR_RESUME: (True, "operator: the job returned to the state it was suspended from"),
+    R.OPERATOR_CANCEL: (True, "operator: a remote cancel was requested and its real outcome recorded"),
+    R.OPERATOR_CANCELLED: (True, "quarantine: an operator cancelled the generation"),
+    R.OPERATOR_KILL: (True, "operator: the job will not publish; remote data is cancelled and deleted"),
+    R.OPERATOR_REVALIDATE: (True, "operator: re-check the kept payload under fixed rules (free)"),
+    R.OPERATOR_REGENERATE: (True, "operator: pay for a new generation of output that failed validation"),
+}
+
+# The values of `jobs.quarantine_reason`.
+QUARANTINE_REASONS = frozenset({
+    R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
+    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.OPERATOR_CANCELLED,
+})
+# A dispatch that ended in one of these may or may not have reached the provider.
+AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
+# Provider observations; their detail carries `due_at` (the overdue-poll SLI).
+POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED})
+
+
+def reason_of(text: str | None) -> Reason | None:
+    """The declared reason a journal entry names, or None (an entry from an older or foreign writer)."""
+    try:
+        return Reason(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def is_operator_reason(text: str | None) -> bool:
+    r = reason_of(text)
+    return r is not None and r.operator

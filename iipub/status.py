@@ -20,10 +20,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db, outbox
 from .config import Settings, StatusSettings
-from .states import POLLING, State
+from .states import POLL_REASONS, POLLING, State
+from .timefmt import duration, iso_z, naive_utc, seconds_between
 
-J = db.jobs
-E = db.job_events
+jobs_table = db.jobs
+events_table = db.job_events
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -31,8 +32,6 @@ CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNK
 # Never counted as stranded: done, waiting on the relay (outbox lag covers it), or
 # quarantined (reported on its own, with its reason).
 NOT_STRANDABLE = frozenset({State.DELETED, State.PUBLISHED, State.SAVED_NOT_PUBLIC, State.QUARANTINED})
-# Journal reasons of provider observations; their detail carries `due_at`.
-POLL_REASONS = ("poll", "provider_finished", "poll_failed")
 # A dwell that ends here lost the output it was meant to fetch.
 DWELL_LOST = (State.PROVIDER_EXPIRED_OR_MISSING.value, State.QUARANTINED.value)
 
@@ -245,7 +244,7 @@ class Status:
         code, line = self.check()
         oldest_q = self.quarantined[0].to_dict() if self.quarantined else None
         return {
-            "generated_at": _iso(self.generated_at),
+            "generated_at": iso_z(self.generated_at),
             "window_hours": self.settings.window_hours,
             "jobs": {
                 "total": self.jobs_total,
@@ -319,7 +318,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         ).one()
         expired_in_window = int(conn.execute(
             sa.select(sa.func.count()).where(
-                E.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, E.c.at >= cutoff)
+                events_table.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, events_table.c.at >= cutoff)
         ).scalar_one())
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
     # A separate connection: on SQLite each one holds the write lock while open.
@@ -334,14 +333,14 @@ def collect(engine: Engine, settings: Settings) -> Status:
         duplicate_publications=duplicates,
         stranded=stranded_jobs(live, now, s.stranded_after_seconds),
         quarantined=tuple(sorted(
-            (_ref(j, _seconds(now, j["state_entered_at"]))
+            (_ref(j, seconds_between(now, j["state_entered_at"]))
              for j in live if j["state"] == State.QUARANTINED.value),
             key=lambda r: -r.age_seconds,
         )),
         expired_now=sum(1 for j in live if j["state"] == State.PROVIDER_EXPIRED_OR_MISSING.value),
         expired_in_window=expired_in_window,
         outbox_unpublished=int(unpublished),
-        outbox_lag_seconds=max(0.0, _seconds(now, _dt(oldest))) if oldest is not None else 0.0,
+        outbox_lag_seconds=max(0.0, seconds_between(now, naive_utc(oldest))) if oldest is not None else 0.0,
         outbox_problems=tuple(problems),
         spend=spend,
     )
@@ -349,7 +348,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
 
 def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    rows = conn.execute(sa.select(J.c.product, J.c.state, sa.func.count()).group_by(J.c.product, J.c.state))
+    rows = conn.execute(sa.select(jobs_table.c.product, jobs_table.c.state, sa.func.count()).group_by(jobs_table.c.product, jobs_table.c.state))
     for product, state, n in rows:
         out.setdefault(product, {})[state] = int(n)
     return out
@@ -357,15 +356,15 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
 
 def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
     """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
-    cols = [J.c.id, J.c.product, J.c.edition_date, J.c.state, J.c.opens_at, J.c.created_at,
-            J.c.state_entered_at, J.c.next_attempt_at, J.c.lease_expiry, J.c.quarantine_reason, J.c.is_backfill]
-    q = sa.select(*cols).where(J.c.state != State.DELETED.value)
+    cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state, jobs_table.c.opens_at, jobs_table.c.created_at,
+            jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at, jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill]
+    q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
     return [dict(r) for r in conn.execute(q).mappings()]
 
 
 def slot_opened(opens_at: dt.datetime, created_at: dt.datetime) -> dt.datetime:
     """When a slot became due: its opening time, or its creation if scheduled later."""
-    return max(_dt(opens_at), _dt(created_at))
+    return max(naive_utc(opens_at), naive_utc(created_at))
 
 
 def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
@@ -373,31 +372,31 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window.
     Backfills are left out: admission control holds them back by design."""
     cif = State.CREATE_IN_FLIGHT.value
-    recent = sa.select(E.c.job_id).where(E.c.to_state == cif, E.c.at >= cutoff)
+    recent = sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.at >= cutoff)
     first = (
-        sa.select(E.c.job_id, sa.func.min(E.c.at).label("first_at"))
-        .where(E.c.to_state == cif, E.c.job_id.in_(recent))
-        .group_by(E.c.job_id)
+        sa.select(events_table.c.job_id, sa.func.min(events_table.c.at).label("first_at"))
+        .where(events_table.c.to_state == cif, events_table.c.job_id.in_(recent))
+        .group_by(events_table.c.job_id)
         .subquery()
     )
     rows = conn.execute(
-        sa.select(J.c.opens_at, J.c.created_at, first.c.first_at)
-        .join(first, first.c.job_id == J.c.id)
-        .where(J.c.is_backfill == sa.false())
+        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first.c.first_at)
+        .join(first, first.c.job_id == jobs_table.c.id)
+        .where(jobs_table.c.is_backfill == sa.false())
     ).all()
     # A min() that predates the window means this was a re-dispatch; only firsts count.
     cut = now - dt.timedelta(hours=s.window_hours)
-    durations = [max(0.0, _seconds(_dt(r.first_at), slot_opened(r.opens_at, r.created_at)))
-                 for r in rows if _dt(r.first_at) >= cut]
+    durations = [max(0.0, seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)))
+                 for r in rows if naive_utc(r.first_at) >= cut]
     waiting = {
-        j["id"]: _seconds(now, slot_opened(j["opens_at"], j["created_at"]))
+        j["id"]: seconds_between(now, slot_opened(j["opens_at"], j["created_at"]))
         for j in live
         if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value) and not j["is_backfill"]
     }
     waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
     if waiting:
         dispatched = set(conn.execute(
-            sa.select(E.c.job_id).where(E.c.to_state == cif, E.c.job_id.in_(list(waiting))).distinct()
+            sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.job_id.in_(list(waiting))).distinct()
         ).scalars())
         waiting = {k: v for k, v in waiting.items() if k not in dispatched}
     return Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
@@ -409,12 +408,12 @@ def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mappi
     """COMPLETED_NOT_RETRIEVED -> the next RETRIEVED_NOT_VALIDATED of the same job."""
     cnr = State.COMPLETED_NOT_RETRIEVED.value
     rows = conn.execute(
-        sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)
-        .where(E.c.at >= cutoff, sa.or_(E.c.to_state == cnr, E.c.from_state == cnr))
-        .order_by(E.c.job_id, E.c.id)
+        sa.select(events_table.c.job_id, events_table.c.from_state, events_table.c.to_state, events_table.c.at)
+        .where(events_table.c.at >= cutoff, sa.or_(events_table.c.to_state == cnr, events_table.c.from_state == cnr))
+        .order_by(events_table.c.job_id, events_table.c.id)
     ).all()
-    durations, failed = dwell_samples((r.job_id, r.from_state, r.to_state, _dt(r.at)) for r in rows)
-    waiting = [_seconds(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
+    durations, failed = dwell_samples((r.job_id, r.from_state, r.to_state, naive_utc(r.at)) for r in rows)
+    waiting = [seconds_between(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
     waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
     return Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
                tuple(durations) + tuple(waiting), open=len(waiting), failed=failed)
@@ -434,7 +433,7 @@ def dwell_samples(events: Iterable[tuple[str, str | None, str, dt.datetime]]) ->
         elif src == cnr and dst != cnr and job_id in entered:
             start = entered.pop(job_id)
             if dst == State.RETRIEVED_NOT_VALIDATED.value:
-                durations.append(max(0.0, _seconds(at, start)))
+                durations.append(max(0.0, seconds_between(at, start)))
             elif dst in DWELL_LOST:
                 failed += 1
     return durations, failed
@@ -444,13 +443,13 @@ def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequen
                    s: StatusSettings) -> Sli:
     """How late each provider observation ran: its `at` minus the `due_at` it was waiting for."""
     rows = conn.execute(
-        sa.select(E.c.at, E.c.detail).where(E.c.at >= cutoff, E.c.reason.in_(POLL_REASONS))
+        sa.select(events_table.c.at, events_table.c.detail).where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
     ).all()
-    durations = [d for d in (poll_lateness(_dt(r.at), r.detail) for r in rows) if d is not None]
+    durations = [d for d in (poll_lateness(naive_utc(r.at), r.detail) for r in rows) if d is not None]
     watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
     late = [
-        _seconds(now, j["next_attempt_at"]) for j in live
-        if j["state"] in watched and (j["lease_expiry"] is None or _dt(j["lease_expiry"]) < now)
+        seconds_between(now, j["next_attempt_at"]) for j in live
+        if j["state"] in watched and (j["lease_expiry"] is None or naive_utc(j["lease_expiry"]) < now)
     ]
     late = [d for d in late if d >= s.overdue_poll_slo_seconds]
     return Sli("overdue_polls", s.overdue_poll_slo_seconds, s.overdue_poll_slo_target,
@@ -468,7 +467,7 @@ def poll_lateness(at: dt.datetime, detail: str | None) -> float | None:
         due_at = dt.datetime.fromisoformat(str(due)).replace(tzinfo=None)
     except (ValueError, AttributeError):
         return None
-    return max(0.0, _seconds(at, due_at))
+    return max(0.0, seconds_between(at, due_at))
 
 
 def _duplicates(conn: Connection) -> int:
@@ -485,11 +484,11 @@ def _duplicates(conn: Connection) -> int:
 
 def _spend(conn: Connection, since: dt.date) -> tuple[Spend, ...]:
     q = (
-        sa.select(J.c.product, J.c.edition_date, sa.func.sum(J.c.input_tokens), sa.func.sum(J.c.output_tokens),
-                  sa.func.sum(J.c.total_tokens))
-        .where(J.c.edition_date >= since)
-        .group_by(J.c.product, J.c.edition_date)
-        .order_by(J.c.edition_date.desc(), J.c.product)
+        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens), sa.func.sum(jobs_table.c.output_tokens),
+                  sa.func.sum(jobs_table.c.total_tokens))
+        .where(jobs_table.c.edition_date >= since)
+        .group_by(jobs_table.c.product, jobs_table.c.edition_date)
+        .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
     )
     return tuple(Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
 
@@ -501,10 +500,10 @@ def stranded_jobs(live: Iterable[Mapping[str, Any]], now: dt.datetime, after_sec
     for j in live:
         if j["state"] in NOT_STRANDABLE:
             continue
-        since = _dt(j["state_entered_at"])
+        since = naive_utc(j["state_entered_at"])
         if j["state"] == State.NO_JOB.value:
-            since = max(since, _dt(j["opens_at"]))
-        age = _seconds(now, since)
+            since = max(since, naive_utc(j["opens_at"]))
+        age = seconds_between(now, since)
         if age > after_seconds:
             found.append(_ref(j, age))
     return tuple(sorted(found, key=lambda r: -r.age_seconds))
@@ -517,32 +516,5 @@ def _ref(j: Mapping[str, Any], age: float) -> JobRef:
     return JobRef(j["id"], j["product"], j["edition_date"], j["state"], age, j["quarantine_reason"])
 
 
-def _dt(value: Any) -> dt.datetime:
-    """A naive UTC datetime from a driver value (SQLite aggregates may come back as text)."""
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    return value.replace(tzinfo=None)  # type: ignore[no-any-return]
-
-
-def _seconds(later: dt.datetime, earlier: Any) -> float:
-    return (_dt(later) - _dt(earlier)).total_seconds()
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def _iso(value: dt.datetime) -> str:
-    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-def duration(seconds: float) -> str:
-    """Short human duration: 45s, 12m05s, 3h01m, 2d04h."""
-    s = int(round(max(0.0, seconds)))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

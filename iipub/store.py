@@ -11,13 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import re
-import socket
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,102 +23,20 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db, states
 from .config import Product
-from .errors import Contention, DatabaseUnavailable, IllegalTransition, LeaseLost, NotFound
-from .states import State
+from .errors import (
+    IllegalTransition,
+    LeaseLost,
+    UnknownId,
+)
+from .jobs import Event, Job, new_worker_id
+from .states import Reason, State
 
 log = structlog.get_logger("iipub.store")
 _ID_PREFIX = re.compile(r"[0-9a-f-]+")
-J = db.jobs
-E = db.job_events
+jobs_table = db.jobs
+events_table = db.job_events
 
-# Every column the operator-facing JSON shows, in the documented order.
-PUBLIC_FIELDS = (
-    "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
-    "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
-    "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
-    "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
-    "last_error", "created_at", "updated_at", "state_entered_at",
-)
-
-
-def new_worker_id(role: str = "reconcile") -> str:
-    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    product: str
-    edition_date: dt.date
-    state: State
-    version: int
-    priority: int
-    is_backfill: bool
-    opens_at: dt.datetime
-    next_attempt_at: dt.datetime
-    lease_owner: str | None
-    lease_expiry: dt.datetime | None
-    generation_attempts: int
-    poll_count: int
-    retry_count: int
-    response_id: str | None
-    config_fingerprint: str | None
-    payload: str | None
-    payload_sha256: str | None
-    composed: str | None
-    composed_sha256: str | None
-    input_tokens: int
-    output_tokens: int
-    total_tokens: int
-    quarantine_reason: str | None
-    last_error: str | None
-    suspended_from: str | None
-    kill_requested: bool
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    state_entered_at: dt.datetime
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
-        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
-        values["state"] = State(values["state"])
-        values["is_backfill"] = bool(values["is_backfill"])
-        values["kill_requested"] = bool(values["kill_requested"])
-        return cls(**values)
-
-    def public(self) -> dict[str, Any]:
-        """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""
-        return {name: _jsonable(getattr(self, name)) for name in PUBLIC_FIELDS}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, State):
-        return value.value
-    return value
-
-
-@dataclass(frozen=True)
-class Event:
-    id: int
-    job_id: str
-    from_state: str | None
-    to_state: str
-    version: int
-    worker: str
-    reason: str
-    detail: dict[str, Any]
-    at: dt.datetime
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "from_state": self.from_state, "to_state": self.to_state, "version": self.version,
-            "reason": self.reason, "worker": self.worker, "at": _jsonable(self.at), "detail": self.detail,
-        }
-
+__all__ = ["Store", "Job", "Event", "new_worker_id"]
 
 class Store:
     def __init__(self, engine: Engine, worker: str, lease_seconds: float = 60.0) -> None:
@@ -131,42 +46,33 @@ class Store:
 
     # -- transactions -------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except sa.exc.DBAPIError as exc:
-            if db.is_contention(exc):
-                raise Contention(f"database contention: {db.describe_error(exc)}") from exc
-            if db.is_unreachable(exc):
-                raise DatabaseUnavailable(f"database unavailable: {db.describe_error(exc)}") from exc
-            raise
+    def _tx(self) -> AbstractContextManager[Connection]:
+        return db.transaction(self.engine)
 
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(J).where(J.c.id == job_id)).mappings().first()
+            row = conn.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id)).mappings().first()
             # A unique prefix of the id is enough; only id characters, so no LIKE wildcard slips in.
             if row is None and 4 <= len(job_id) < 36 and _ID_PREFIX.fullmatch(job_id):
-                rows = conn.execute(sa.select(J).where(J.c.id.like(job_id + "%")).limit(2)).mappings().all()
+                rows = conn.execute(sa.select(jobs_table).where(jobs_table.c.id.like(job_id + "%")).limit(2)).mappings().all()
                 row = rows[0] if len(rows) == 1 else None
         if row is None:
-            raise NotFound(f"no job with id {job_id!r}")
+            raise UnknownId(f"no job with id {job_id!r}")
         return Job.from_row(row)
 
     def list_jobs(
         self, *, state: str | None = None, product: str | None = None, day: dt.date | None = None,
         limit: int = 1000,
     ) -> list[Job]:
-        q = sa.select(J).order_by(J.c.edition_date.desc(), J.c.product).limit(limit)
+        q = sa.select(jobs_table).order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product).limit(limit)
         if state:
-            q = q.where(J.c.state == state)
+            q = q.where(jobs_table.c.state == state)
         if product:
-            q = q.where(J.c.product == product)
+            q = q.where(jobs_table.c.product == product)
         if day:
-            q = q.where(J.c.edition_date == day)
+            q = q.where(jobs_table.c.edition_date == day)
         with self.engine.connect() as conn:
             return [Job.from_row(r) for r in conn.execute(q).mappings()]
 
@@ -174,12 +80,12 @@ class Store:
         """Which of `products` have a slot on `day` (an index lookup on the slot key)."""
         if not products:
             return set()
-        q = sa.select(J.c.product).where(J.c.product.in_(list(products)), J.c.edition_date == day)
+        q = sa.select(jobs_table.c.product).where(jobs_table.c.product.in_(list(products)), jobs_table.c.edition_date == day)
         with self.engine.connect() as conn:
             return set(conn.execute(q).scalars())
 
     def events(self, job_id: str) -> list[Event]:
-        q = sa.select(E).where(E.c.job_id == job_id).order_by(E.c.id)
+        q = sa.select(events_table).where(events_table.c.job_id == job_id).order_by(events_table.c.id)
         with self.engine.connect() as conn:
             return [
                 Event(
@@ -196,29 +102,29 @@ class Store:
         with self.engine.connect() as conn:
             now = db.now(conn)
             phase = sa.case(
-                (J.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
-                (J.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
+                (jobs_table.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
+                (jobs_table.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
                 else_=0,
             )
             q = (
-                sa.select(J.c.id, J.c.version, J.c.state)
+                sa.select(jobs_table.c.id, jobs_table.c.version, jobs_table.c.state)
                 .where(
-                    J.c.state.in_([s.value for s in states.ACTIVE]),
-                    J.c.next_attempt_at <= now,
-                    sa.or_(J.c.lease_expiry.is_(None), J.c.lease_expiry < now),
+                    jobs_table.c.state.in_([s.value for s in states.ACTIVE]),
+                    jobs_table.c.next_attempt_at <= now,
+                    sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now),
                 )
-                .order_by(phase, J.c.is_backfill, J.c.priority, J.c.next_attempt_at, J.c.id)
+                .order_by(phase, jobs_table.c.is_backfill, jobs_table.c.priority, jobs_table.c.next_attempt_at, jobs_table.c.id)
                 .limit(limit)
             )
             if exclude:
-                q = q.where(J.c.id.not_in(list(exclude)))
+                q = q.where(jobs_table.c.id.not_in(list(exclude)))
             return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
 
     def count_in_flight(self) -> int:
         """Accepted-but-unfinished provider jobs (admission control for new creates)."""
         live = [State.CREATE_IN_FLIGHT, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).where(J.c.state.in_(live))).scalar_one())
+            return int(conn.execute(sa.select(sa.func.count()).where(jobs_table.c.state.in_(live))).scalar_one())
 
     # -- writes ---------------------------------------------------------------------
 
@@ -230,7 +136,7 @@ class Store:
             with self._tx() as conn:
                 now = db.now(conn)
                 conn.execute(
-                    J.insert().values(
+                    jobs_table.insert().values(
                         id=job_id, product=product.name, edition_date=day, state=State.NO_JOB.value,
                         version=1, priority=product.priority + (1000 if backfill else 0),
                         is_backfill=backfill, opens_at=opens, next_attempt_at=opens,
@@ -239,7 +145,7 @@ class Store:
                         state_entered_at=now,
                     )
                 )
-                self._journal(conn, job_id, None, State.NO_JOB, 1, "scheduled", {"backfill": backfill})
+                self._journal(conn, job_id, None, State.NO_JOB, 1, Reason.SCHEDULED, {"backfill": backfill})
         except sa.exc.IntegrityError:
             return False
         return True
@@ -259,27 +165,27 @@ class Store:
         with self._tx() as conn:
             now = db.now(conn)
             q = (
-                J.update()
+                jobs_table.update()
                 .where(
-                    J.c.id.in_(ids),  # the primary key drives the lookup; the pair is the fence
-                    sa.tuple_(J.c.id, J.c.version).in_(list(seen)),
-                    sa.or_(J.c.lease_expiry.is_(None), J.c.lease_expiry < now),
+                    jobs_table.c.id.in_(ids),  # the primary key drives the lookup; the pair is the fence
+                    sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(list(seen)),
+                    sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now),
                 )
                 .values(
                     lease_owner=self.worker,
                     lease_expiry=db.now(conn, self.lease_seconds),
-                    version=J.c.version + 1,
+                    version=jobs_table.c.version + 1,
                 )
             )
             if not operator:
-                q = q.where(J.c.state != State.MANUALLY_SUSPENDED.value)
+                q = q.where(jobs_table.c.state != State.MANUALLY_SUSPENDED.value)
             if conn.execute(q).rowcount == 0:
                 return []
             rows = conn.execute(
-                sa.select(J).where(
-                    J.c.id.in_(ids),
-                    sa.tuple_(J.c.id, J.c.version).in_([(job_id, v + 1) for job_id, v in seen]),
-                    J.c.lease_owner == self.worker,
+                sa.select(jobs_table).where(
+                    jobs_table.c.id.in_(ids),
+                    sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_([(job_id, v + 1) for job_id, v in seen]),
+                    jobs_table.c.lease_owner == self.worker,
                 )
             ).mappings().all()
         leased = {row["id"]: Job.from_row(row) for row in rows}
@@ -290,7 +196,7 @@ class Store:
         job: Job,
         to_state: State,
         *,
-        reason: str,
+        reason: Reason,
         changes: Mapping[str, Any] | None = None,
         detail: Mapping[str, Any] | None = None,
         delay: float | None = None,
@@ -306,15 +212,16 @@ class Store:
         `changes` are current; database-clock columns (`next_attempt_at`, `lease_expiry`,
         `updated_at`, `state_entered_at`) keep their old values — read with `get` if needed."""
         to_state = State(to_state)
+        reason = _declared(reason, operator=operator, job_id=job.id)
         if not states.allowed(job.state, to_state, operator=operator):
             raise IllegalTransition(f"{job.state} -> {to_state} is not an allowed transition", job_id=job.id)
         values: dict[str, Any] = dict(changes or {})
-        bad = set(values) - {c.name for c in J.columns} | ({"id", "version", "state"} & set(values))
+        bad = set(values) - {c.name for c in jobs_table.columns} | ({"id", "version", "state"} & set(values))
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
         with self._tx() as conn:
             now = db.now(conn)
-            values.update(state=to_state.value, version=J.c.version + 1, updated_at=now)
+            values.update(state=to_state.value, version=jobs_table.c.version + 1, updated_at=now)
             if to_state != job.state:
                 values["state_entered_at"] = now
             if delay is not None:
@@ -323,7 +230,7 @@ class Store:
                 values.update(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds))
             else:
                 values.update(lease_owner=None, lease_expiry=None)
-            res = conn.execute(J.update().where(J.c.id == job.id, J.c.version == job.version).values(**values))
+            res = conn.execute(jobs_table.update().where(jobs_table.c.id == job.id, jobs_table.c.version == job.version).values(**values))
             if res.rowcount != 1:
                 raise LeaseLost(
                     f"job {job.id} changed since version {job.version}; {job.state} -> {to_state} rejected",
@@ -334,7 +241,7 @@ class Store:
                 extra(conn)
         log.info(
             "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),
-            from_state=job.state.value, to_state=to_state.value, version=job.version + 1, reason=reason,
+            from_state=job.state.value, to_state=to_state.value, version=job.version + 1, reason=reason.value,
             worker=self.worker,
         )
         kept = {k: v for k, v in (changes or {}).items()}
@@ -347,21 +254,33 @@ class Store:
         """Give the lease back early (fenced). False if the job moved on without us."""
         with self._tx() as conn:
             res = conn.execute(
-                J.update()
-                .where(J.c.id == job.id, J.c.version == job.version, J.c.lease_owner == self.worker)
-                .values(lease_owner=None, lease_expiry=None, version=J.c.version + 1)
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version, jobs_table.c.lease_owner == self.worker)
+                .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1)
             )
             return res.rowcount == 1
 
     def _journal(
         self, conn: Connection, job_id: str, from_state: State | None, to_state: State, version: int,
-        reason: str, detail: Mapping[str, Any] | None,
+        reason: Reason, detail: Mapping[str, Any] | None,
     ) -> None:
         conn.execute(
-            E.insert().values(
+            events_table.insert().values(
                 job_id=job_id, from_state=from_state.value if from_state else None, to_state=to_state.value,
-                version=version, worker=self.worker, reason=reason[:64],
+                version=version, worker=self.worker, reason=reason.value,
                 detail=json.dumps(dict(detail), sort_keys=True, default=str) if detail else None,
                 at=db.now(conn),
             )
         )
+
+
+def _declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:
+    """The journal speaks one declared vocabulary, and an operator's entries are its own."""
+    try:
+        declared = Reason(reason)
+    except ValueError:
+        raise IllegalTransition(f"{reason!r} is not a declared journal reason", job_id=job_id) from None
+    if declared.operator != operator:
+        who = "an operator command" if operator else "the machine"
+        raise IllegalTransition(f"reason {declared} cannot be written by {who}", job_id=job_id)
+    return declared

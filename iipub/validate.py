@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 
-from . import output
+from . import edition_schema
 from .config import Product
 
 MAX_REASONS = 50
@@ -78,7 +78,7 @@ def validate(payload_text: str | None, product: Product) -> Validation:
     except RecursionError:
         return _fail(["not_json: nesting too deep"])
 
-    model = output.output_model(tuple(product.languages), product.items)
+    model = edition_schema.output_model(tuple(product.languages), product.items)
     edition: BaseModel | None = None
     try:
         edition = model.model_validate(data)
@@ -113,8 +113,8 @@ def url_problem(url: str, allowed_domains: Sequence[str] = ()) -> tuple[str, str
     that is non-empty); otherwise `(kind, detail)` with kind `bad_url` or `domain_not_allowed`."""
     if not isinstance(url, str) or not url:
         return "bad_url", "empty"
-    if len(url) > output.MAX_URL:
-        return "bad_url", f"longer than {output.MAX_URL} characters"
+    if len(url) > edition_schema.MAX_URL:
+        return "bad_url", f"longer than {edition_schema.MAX_URL} characters"
     if _URL_BAD_CHARS.search(url):
         return "bad_url", "contains whitespace, control characters or a backslash"
     try:

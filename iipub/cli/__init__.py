@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from .. import __version__
 from ..db import describe_error
 from ..errors import IipubError
-from .common import App, setup_logging
 from .check_cmd import check_command
+from .common import App, setup_logging
 from .db_cmd import db_group
 from .demo_cmd import demo_command
 from .jobs_cmd import jobs_group, schedule_command

@@ -16,7 +16,9 @@ from sqlalchemy.engine import Engine
 
 from .. import db, logs
 from ..config import Settings, load_settings
-from ..store import Store, new_worker_id
+from ..jobs import new_worker_id
+from ..store import Store
+from ..timefmt import parse_date
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,11 +75,9 @@ class DateType(click.ParamType):
         if isinstance(value, dt.date):
             return value
         try:
-            if len(str(value)) != 10:
-                raise ValueError
-            return dt.date.fromisoformat(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not a date in YYYY-MM-DD form", param, ctx)
+            return parse_date(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 DATE = DateType()

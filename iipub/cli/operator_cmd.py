@@ -7,13 +7,24 @@ from collections.abc import Callable
 
 import click
 
-from .. import db
+from .. import db, scheduling
+from ..actions import Operator, ReleaseMode
 from ..errors import UsageError
-from ..operator import Operator, ReleaseMode
+from ..jobs import Job
 from ..provider import Provider
 from ..states import State
-from ..store import Job
-from .common import App, by_option, emit_json, json_option, pass_app, reason_option, stderr, table
+from ..store import Store
+from ..timefmt import duration, parse_date
+from .common import (
+    App,
+    by_option,
+    emit_json,
+    json_option,
+    pass_app,
+    reason_option,
+    stderr,
+    table,
+)
 
 # Longer ranges print one progress line per date.
 PROGRESS_AFTER_DAYS = 30
@@ -38,24 +49,13 @@ def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_prov
 def _date(text: str, option: str) -> dt.date:
     # Parsed here rather than by a click type so a bad date is one `iipub: error:` line.
     try:
-        if len(text) != 10:
-            raise ValueError
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{option} {text!r} is not a date in YYYY-MM-DD form") from None
+        return parse_date(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {exc}") from None
 
 
 def _moved(before: State, job: Job) -> str:
     return f"job {job.id}: {before} -> {job.state} (version {job.version})"
-
-
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def _clip(text: str | None, width: int = 60) -> str:
@@ -91,7 +91,7 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
         return
     b = app.settings.budgets
     click.echo(table(
-        [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", _age(q.age_seconds),
+        [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", duration(q.age_seconds),
           q.job.response_id or "-", f"{q.job.generation_attempts}/{b.max_generation_attempts}",
           f"{q.job.poll_count}/{b.max_poll_attempts}", _clip(q.job.last_error)) for q in items],
         ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST ERROR"],
@@ -230,7 +230,7 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
     days per run: every slot created becomes a paid generation.
     """
     from_date, to_date = _date(from_text, "--from"), _date(to_text, "--to")
-    app.settings.product(product)  # an unknown product fails before the database is opened
+    configured = app.settings.product(product)  # an unknown product fails before the database is opened
     engine = app.engine()
     with engine.connect() as conn:
         today = db.read_now(conn).date()
@@ -241,8 +241,8 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
         if verbose:
             stderr(f"{product} {day}: {verb if created else 'already present'}")
 
-    report = Operator(app.settings, engine).backfill(product, from_date, to_date, dry_run=dry_run, today=today,
-                                                     progress=progress)
+    report = scheduling.backfill(Store(engine, "operator:backfill"), configured, from_date, to_date, today,
+                                 dry_run=dry_run, progress=progress)
     if not verbose:
         for day in sorted(report.created + report.present):
             click.echo(f"{product} {day}: {verb if day in report.created else 'already present'}")

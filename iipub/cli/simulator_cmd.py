@@ -13,7 +13,13 @@ import click
 
 from ..errors import ConfigError
 from ..simulator import Simulator, SimulatorOptions
-from ..simulator.faults import ALLOWED_OPS, DESCRIPTIONS, FAULTS, FaultRule, parse_fault_spec
+from ..simulator.faults import (
+    ALLOWED_OPS,
+    DESCRIPTIONS,
+    FAULTS,
+    FaultRule,
+    parse_fault_spec,
+)
 
 _FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
 

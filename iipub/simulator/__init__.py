@@ -5,7 +5,16 @@
 happened. `iipub simulator` runs the same server from the command line.
 """
 
-from .faults import CONTENT_FAULTS, DESCRIPTIONS, EXCHANGE_FAULTS, FAULTS, OPS, FaultRule, parse_fault_spec, rule_from_dict
+from .faults import (
+    CONTENT_FAULTS,
+    DESCRIPTIONS,
+    EXCHANGE_FAULTS,
+    FAULTS,
+    OPS,
+    FaultRule,
+    parse_fault_spec,
+    rule_from_dict,
+)
 from .server import Simulator, SimulatorOptions, is_loopback
 
 __all__ = [

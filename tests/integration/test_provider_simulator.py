@@ -21,11 +21,12 @@ from click.testing import CliRunner
 from openai.types.responses import Response
 from pydantic import ValidationError
 
-from iipub import output
+from iipub import edition_schema
 from iipub.cli.simulator_cmd import simulator_command
 from iipub.config import Product, ProviderSettings
 from iipub.errors import ConfigError, InvariantViolation
-from iipub.provider import Accepted, Ambiguous, CreateRequest, Deleted, NotFound, Observed, Provider, Refused, Rejected
+from iipub.outcomes import Accepted, Ambiguous, CreateRequest, Deleted, Missing, Observed, Refused, Rejected
+from iipub.provider import Provider
 from iipub.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: Provid
     }
     assert observed.usage is not None and observed.usage.total_tokens == observed.usage.input_tokens + observed.usage.output_tokens
     assert observed.output_text is not None
-    edition = output.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(observed.output_text)
+    edition = edition_schema.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(observed.output_text)
     en, es = edition.en, edition.es  # type: ignore[attr-defined]
     assert len(en.items) == len(es.items) == 4
     assert en.items[0].headline != es.items[0].headline
@@ -115,7 +116,7 @@ def test_output_follows_the_schema_it_was_given(sim: Simulator, provider: Provid
     observed = finished(sim, provider, accepted(provider, product=trio))
     doc = json.loads(observed.output_text or "")
     assert sorted(doc) == ["de", "fr", "ja"]
-    output.output_model(trio.languages, trio.items).model_validate(doc)
+    edition_schema.output_model(trio.languages, trio.items).model_validate(doc)
     assert len({doc[lang]["title"] for lang in doc}) == 3
 
 
@@ -131,7 +132,7 @@ def test_same_request_same_text(sim: Simulator, provider: Provider) -> None:
 def test_strict_sdk_parses_every_status(sim: Simulator, strict_sdk: openai.OpenAI) -> None:
     sim.add_faults([{"op": "create", "fault": "fail", "job_id": "job-failed"}])
     sim.add_faults([{"op": "create", "fault": "incomplete", "job_id": "job-incomplete"}])
-    fmt = output.text_format(PRODUCT.languages, PRODUCT.items)
+    fmt = edition_schema.text_format(PRODUCT.languages, PRODUCT.items)
 
     def create(job_id: str) -> Response:
         return strict_sdk.responses.create(
@@ -272,7 +273,7 @@ def test_job_scoped_rule_only_hits_that_job(sim: Simulator, provider: Provider) 
 def test_not_found_before_expiry(sim: Simulator, provider: Provider) -> None:
     rid = accepted(provider, "job-nf")
     sim.add_faults([{"op": "retrieve", "fault": "not_found", "job_id": "job-nf"}])
-    assert isinstance(provider.retrieve(rid), NotFound)
+    assert isinstance(provider.retrieve(rid), Missing)
     assert isinstance(provider.retrieve(rid), Observed)
 
 
@@ -289,7 +290,7 @@ def test_expiry_after_retention(sim: Simulator, provider: Provider) -> None:
     sim.advance(RETENTION - 1)
     assert isinstance(provider.retrieve(rid), Observed)
     sim.advance(2)
-    assert isinstance(provider.retrieve(rid), NotFound)
+    assert isinstance(provider.retrieve(rid), Missing)
     assert sim.stats()["responses_live"] == 0
 
 
@@ -312,7 +313,7 @@ def test_cancel_unfinished_and_finished(sim: Simulator, provider: Provider) -> N
     refused = provider.cancel(done)
     assert isinstance(refused, Rejected) and refused.status == 400
     assert isinstance(provider.retrieve(done), Observed)
-    assert isinstance(provider.cancel("resp_unknown"), NotFound)
+    assert isinstance(provider.cancel("resp_unknown"), Missing)
     stats = sim.stats()
     assert stats["cancels"] == 1 and stats["requests"]["cancel"] == 4
 
@@ -332,8 +333,8 @@ def test_delete_then_retrieve_is_not_found(sim: Simulator, provider: Provider) -
     rid = accepted(provider)
     finished(sim, provider, rid)
     assert provider.delete(rid, has_custody=True) == Deleted(rid)
-    assert isinstance(provider.retrieve(rid), NotFound)
-    assert isinstance(provider.delete(rid, has_custody=True), NotFound)
+    assert isinstance(provider.retrieve(rid), Missing)
+    assert isinstance(provider.delete(rid, has_custody=True), Missing)
     stats = sim.stats()
     assert stats["deletes"] == 1 and stats["deleted_ids"] == [rid] and stats["requests"]["delete"] == 2
 
@@ -360,7 +361,7 @@ def faulty_text(sim: Simulator, provider: Provider, fault: str) -> str:
 def test_content_faults_fail_validation(sim: Simulator, provider: Provider, fault: str) -> None:
     text = faulty_text(sim, provider, fault)
     with pytest.raises(ValidationError):
-        output.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(text)
+        edition_schema.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(text)
     if fault == "oversized_output":
         assert len(text.encode()) > 1_000_000
 
@@ -405,7 +406,7 @@ def test_control_endpoints_over_http(sim: Simulator, provider: Provider) -> None
         assert stats["faults_fired"] == {"rate_limit": 1}
         assert http.post("/_sim/reset").json() == {"reset": True}
         assert http.get("/_sim/stats").json()["creates_total"] == 0
-    assert isinstance(provider.retrieve(rid), NotFound)
+    assert isinstance(provider.retrieve(rid), Missing)
 
 
 def test_refuses_non_loopback_bind() -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import event
 from iipub import db
 from iipub.config import settings_from_dict
 from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost
-from iipub.states import State
+from iipub.states import Reason, State
 from iipub.store import Store
 
 DAY = dt.date(2026, 11, 29)
@@ -93,7 +93,7 @@ def test_12_stale_version_write_is_rejected_and_changes_nothing(engine: sa.Engin
     moved = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open")
     before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
     with pytest.raises(LeaseLost):
-        store.transition(job, State.CREATE_ELIGIBLE, reason="stale")  # job.version is stale
+        store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)  # job.version is stale
     assert _rows(engine, db.jobs) == before_rows
     assert _rows(engine, db.job_events) == before_events
     assert moved.version == before_rows[0]["version"] == 3
@@ -148,7 +148,7 @@ def test_15_lease_expiry_follows_database_time(engine: sa.Engine) -> None:
     assert job_b is not None and job_b.lease_owner == "B"
     # A wakes up after its lease expired: its write is fenced out.
     with pytest.raises(LeaseLost):
-        a.transition(job_a, State.CREATE_ELIGIBLE, reason="late")
+        a.transition(job_a, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
     b.transition(job_b, State.CREATE_ELIGIBLE, reason="window_open")
     events = a.events(job_id)
     assert [(e.to_state, e.worker) for e in events] == [("NO_JOB", "A"), ("CREATE_ELIGIBLE", "B")]
@@ -194,7 +194,7 @@ def test_suspended_job_is_never_leased_by_a_worker(engine: sa.Engine) -> None:
     op = Store(engine, "operator:alice")
     job = op.acquire_lease(job_id, 1, operator=True)
     assert job is not None
-    job = op.transition(job, State.MANUALLY_SUSPENDED, reason="suspend", operator=True,
+    job = op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True,
                         changes={"suspended_from": "NO_JOB"})
     db.advance_clock(engine, 3600 * 24)
     assert store.due_candidates(10) == []
@@ -231,7 +231,7 @@ def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engin
     op = Store(engine, "operator:alice")
     job = op.acquire_lease(suspended, 1, operator=True)
     assert job is not None
-    op.transition(job, State.MANUALLY_SUSPENDED, reason="suspend", operator=True, changes={"suspended_from": "NO_JOB"})
+    op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True, changes={"suspended_from": "NO_JOB"})
     db.advance_clock(engine, 1)  # the other lease is still live (60 s)
 
     got = store.claim([(suspended, 3), (held, 1), (stale, 0), (fresh, 1)])
@@ -288,3 +288,22 @@ def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals
         assert _rows(engine, db.jobs) == []  # nothing half-written
         assert store.schedule(PRODUCT, DAY)  # the pool dropped the dead connection
         assert len(_rows(engine, db.jobs)) == 1
+
+
+@pytest.mark.parametrize(("reason", "operator", "needle"), [
+    ("window_opened", False, "not a declared journal reason"),
+    (Reason.OPERATOR_SUSPEND, False, "cannot be written by the machine"),
+    (Reason.WINDOW_OPEN, True, "cannot be written by an operator command"),
+])
+def test_transition_refuses_an_undeclared_or_mismatched_reason(
+    engine: sa.Engine, reason: str, operator: bool, needle: str
+) -> None:
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+    to = State.MANUALLY_SUSPENDED if reason == Reason.OPERATOR_SUSPEND else State.CREATE_ELIGIBLE
+    with pytest.raises(IllegalTransition, match=needle):
+        store.transition(job, to, reason=reason, operator=operator)  # type: ignore[arg-type]
+    assert _rows(engine, db.jobs) == before_rows
+    assert _rows(engine, db.job_events) == before_events

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from iipub.cli import cli
-from iipub.handlers import QUARANTINE_REASONS
-from iipub.states import State
+from iipub.states import QUARANTINE_REASONS, Reason, State
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +41,12 @@ def test_runbook_covers_every_state_reason_and_command() -> None:
         if isinstance(cmd, click.Group):
             continue
         assert f"iipub {name}" in text, f"runbook does not mention `iipub {name}`"
+
+
+def test_runbook_explains_every_journal_reason() -> None:
+    text = (ROOT / "runbook.md").read_text()
+    missing = [r.value for r in Reason if f"`{r.value}`" not in text]
+    assert not missing, f"runbook.md does not explain the journal reasons {missing}"
 
 
 def test_readme_keeps_the_two_fresh_machine_commands() -> None:

@@ -12,22 +12,22 @@ from typing import Any
 import httpx
 import pytest
 
-from iipub import output
+from iipub import edition_schema
 from iipub.config import Product, ProviderSettings
 from iipub.errors import InvariantViolation, MissingApiKey
-from iipub.provider import (
+from iipub.outcomes import (
     Accepted,
     Ambiguous,
     CreateRequest,
     Deleted,
-    NotFound,
+    Missing,
     Observed,
-    Provider,
     Refused,
     Rejected,
     Transient,
     Usage,
 )
+from iipub.provider import Provider
 
 BASE = "http://provider.test/v1"
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, temperature=0.3)
@@ -215,7 +215,7 @@ def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) 
     assert "daily-brief" in body["input"] and "2025-03-01" in body["input"] and "en, es" in body["input"]
     assert body["temperature"] == 0.3
     assert body["background"] is True and body["store"] is True
-    assert body["text"] == {"format": output.text_format(PRODUCT.languages, PRODUCT.items)}
+    assert body["text"] == {"format": edition_schema.text_format(PRODUCT.languages, PRODUCT.items)}
     assert body["metadata"] == {
         "iipub_job_id": "job-42",
         "iipub_slot": "daily-brief/2025-03-01",
@@ -270,7 +270,7 @@ def test_retrieve_failed_and_incomplete_details(provider: Provider, rec: Recorde
 
 
 READ_TABLE: list[tuple[Handler, type, int | None]] = [
-    (answer(404), NotFound, None),
+    (answer(404), Missing, None),
     (answer(429, headers={"retry-after": "3"}), Transient, None),
     (answer(408), Transient, None),
     (answer(500), Transient, None),
@@ -318,7 +318,7 @@ def test_cancel_sends_post_to_cancel(provider: Provider, rec: Recorder) -> None:
     [
         (answer(200, {"id": "resp_abc123", "object": "response", "deleted": True}), Deleted),
         (answer(204, b""), Deleted),
-        (answer(404), NotFound),
+        (answer(404), Missing),
         (answer(500), Transient),
         (answer(429), Transient),
         (answer(403), Rejected),

@@ -1,0 +1,274 @@
+"""Operator actions: the thin executor of `remedies`.
+
+Every action reads the job, asks `remedies` for the decision (a refusal writes nothing),
+takes the job's lease on exactly the version it judged, like any worker (so it never races
+a live tick), calls the provider where the remedy needs it, and writes through
+`Store.transition(..., operator=True)`, journaling who acted and why. Harvested or adopted
+output enters the normal pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from . import db, remedies
+from .config import Settings
+from .errors import JobTaken, OperatorRefused, UsageError
+from .handlers import Decision
+from .jobs import Job
+from .outcomes import (
+    DEAD_STATUSES,
+    FINISHED_STATUSES,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Rejected,
+    Transient,
+)
+from .provider import Provider
+from .remedies import ReleaseMode
+from .states import State
+from .store import Store
+from .timefmt import iso_z, naive_utc
+
+__all__ = ["Operator", "Quarantined", "ReleaseMode"]
+_LEASE_TRIES = 3
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    job: Job
+    age_seconds: float  # since the job entered QUARANTINED, by the database clock
+
+    def public(self) -> dict[str, Any]:
+        return {**self.job.public(), "age_seconds": round(self.age_seconds, 3)}
+
+
+class Operator:
+    """Operator actions against one database. The provider is only needed by
+    `release(LINK)` and `cancel`; without one, it is built on first use (after the
+    API key check, before any lease) and closed by `close()`."""
+
+    def __init__(self, settings: Settings, engine: sa.Engine, provider: Provider | None = None) -> None:
+        self.settings = settings
+        self.engine = engine
+        self._provider = provider
+        self._own_provider = False
+
+    def close(self) -> None:
+        if self._own_provider and self._provider is not None:
+            self._provider.close()
+            self._provider = None
+
+    def __enter__(self) -> Operator:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- reads ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        """One job by id or unique prefix (UnknownId otherwise)."""
+        return Store(self.engine, "operator:read").get(job_id)
+
+    def quarantine_list(self) -> list[Quarantined]:
+        """Quarantined jobs, longest waiting first."""
+        store = Store(self.engine, "operator:list")
+        found = store.list_jobs(state=State.QUARANTINED.value, limit=100_000)
+        with self.engine.connect() as conn:
+            now = db.read_now(conn)
+        found.sort(key=lambda j: (j.state_entered_at, j.id))
+        return [Quarantined(j, max(0.0, (now - naive_utc(j.state_entered_at)).total_seconds())) for j in found]
+
+    # -- leaving quarantine ---------------------------------------------------------
+
+    def release(self, job_id: str, mode: ReleaseMode | str, reason: str, by: str,
+                link_response_id: str | None = None) -> Job:
+        mode = ReleaseMode(mode)
+        if (mode == ReleaseMode.LINK) != bool(link_response_id):
+            raise UsageError("a response id is required with --link, and only with --link")
+        remedies.check_input(by, reason)
+        if mode == ReleaseMode.VERIFIED_LOST:
+            max_gen = self.settings.budgets.max_generation_attempts
+            return self._act(job_id, by, lambda job: remedies.release_verified_lost(job, max_gen, by, reason))
+        if mode == ReleaseMode.RESUME_POLLING:
+            return self._act(job_id, by, lambda job: remedies.release_resume_polling(
+                job, self._fingerprint(job), by, reason))
+        assert link_response_id is not None
+        return self._release_link(job_id, link_response_id, reason, by)
+
+    def _release_link(self, job_id: str, response_id: str, reason: str, by: str) -> Job:
+        provider = self._need_provider()  # the key check comes before any lease
+        seen = self.get(job_id)
+        remedies.check_link(seen)
+        # Read-only and safe to repeat, so it happens before the lease: a refusal writes nothing.
+        try:
+            outcome = provider.retrieve(response_id)
+        except ValueError:
+            raise OperatorRefused(f"{response_id!r} is not a well-formed response id") from None
+        observed = remedies.adoptable(seen, response_id, outcome)
+        store, job, d = self._lease(seen.id, by, lambda job: remedies.link(job, observed, by, reason))
+        linked = self._write(store, job, d)
+        if linked.state != State.COMPLETED_NOT_RETRIEVED:
+            return self._finish(store, linked)
+        return self._finish(store, self._harvest(store, linked, observed, by, reason))
+
+    # -- suspend / resume -----------------------------------------------------------
+
+    def suspend(self, job_id: str, reason: str, by: str) -> Job:
+        remedies.check_input(by, reason)
+        return self._act(job_id, by, lambda job: remedies.suspend(job, by, reason))
+
+    def resume(self, job_id: str, by: str, reason: str | None = None) -> Job:
+        remedies.check_input(by, reason)
+        return self._act(job_id, by, lambda job: remedies.resume(job, by, reason))
+
+    # -- cancel / kill --------------------------------------------------------------
+
+    def cancel(self, job_id: str, reason: str, by: str) -> Job:
+        """Best-effort remote cancel; see `remedies.after_cancel` for what follows. A transient
+        failure is refused: nothing changed but the lease taken and given back."""
+        remedies.check_input(by, reason)
+        provider = self._need_provider()
+        store, job, _ = self._lease(job_id, by, remedies.check_cancel)
+        assert job.response_id
+        try:
+            outcome = _actual_status(provider, job.response_id)
+        except OperatorRefused:
+            store.release(job)
+            raise
+        done = self._write(store, job, remedies.after_cancel(job, outcome, by, reason))
+        if done.state == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed):
+            # The provider finished before the cancel landed: take custody now.
+            done = self._harvest(store, done, outcome, by, reason)
+        return self._finish(store, done)
+
+    def kill(self, job_id: str, reason: str, by: str) -> Job:
+        """Terminate: the job will not publish. The next tick cancels and deletes any remote data."""
+        remedies.check_input(by, reason)
+        return self._act(job_id, by, lambda job: remedies.kill(job, by, reason))
+
+    # -- out of a validation failure ------------------------------------------------
+
+    def revalidate(self, job_id: str, reason: str, by: str) -> Job:
+        remedies.check_input(by, reason)
+        return self._act(job_id, by, lambda job: remedies.revalidate(job, by, reason))
+
+    def regenerate(self, job_id: str, reason: str, by: str) -> Job:
+        remedies.check_input(by, reason)
+        max_gen = self.settings.budgets.max_generation_attempts
+        return self._act(job_id, by, lambda job: remedies.regenerate(job, max_gen, by, reason))
+
+    # -- internals ------------------------------------------------------------------
+
+    def _fingerprint(self, job: Job) -> str | None:
+        product = self.settings.products.get(job.product)
+        return product.fingerprint() if product is not None else None
+
+    def _need_provider(self) -> Provider:
+        if self._provider is None:
+            key = self.settings.require_api_key()
+            self._provider = Provider(self.settings.provider, key)
+            self._own_provider = True
+        return self._provider
+
+    def _act(self, job_id: str, by: str, decide: Callable[[Job], Decision]) -> Job:
+        store, job, d = self._lease(job_id, by, decide)
+        return self._finish(store, self._write(store, job, d))
+
+    def _write(self, store: Store, job: Job, d: Decision) -> Job:
+        try:
+            return store.transition(job, d.to, reason=d.reason, operator=True, changes=d.changes, detail=d.detail,
+                                    delay=d.delay, keep_lease=d.go_on)
+        except Exception:
+            _release_quietly(store, job)  # never leave the command's lease behind
+            raise
+
+    def _lease(self, job_id: str, by: str, decide: Callable[[Job], T]) -> tuple[Store, Job, T]:
+        """Read, decide (a refusal raises before anything is written), and take the lease on
+        exactly the version judged."""
+        store = Store(self.engine, _worker(by), self.settings.reconcile.lease_seconds)
+        for _ in range(_LEASE_TRIES):
+            job = store.get(job_id)
+            d = decide(job)
+            if job.lease_owner and job.lease_expiry is not None:
+                with self.engine.connect() as conn:
+                    now = db.read_now(conn)
+                if naive_utc(job.lease_expiry) >= now:
+                    raise JobTaken(
+                        f"job {job.id} is leased by {job.lease_owner} until "
+                        f"{iso_z(job.lease_expiry, 'seconds')}; retry in a minute"
+                    )
+            leased = store.acquire_lease(job.id, job.version, operator=True)
+            if leased is not None:
+                return store, leased, d
+            # Someone wrote between our read and our claim: look again.
+        raise JobTaken(f"job {job_id} keeps changing under us (a worker is active on it); retry in a minute")
+
+    def _harvest(self, store: Store, job: Job, observed: Observed, by: str, reason: str) -> Job:
+        if observed.output_text is None:
+            # A cancel reply may omit the output; fetch the full response once.
+            assert job.response_id
+            again = _finished_output(self._need_provider(), job.response_id)
+            if again is None:
+                store.release(job)  # COMPLETED_NOT_RETRIEVED: the next tick fetches it
+                return job
+            observed = again
+        max_bytes = self.settings.products[job.product].max_output_bytes if job.product in self.settings.products \
+            else None
+        return self._write(store, job, remedies.harvest(job, observed, max_bytes, by, reason))
+
+    def _finish(self, store: Store, job: Job) -> Job:
+        # The row as stored (times set by the database), not the in-memory copy.
+        return store.get(job.id)
+
+
+def _release_quietly(store: Store, job: Job) -> None:
+    try:
+        current = store.get(job.id)
+        if current.lease_owner == store.worker:
+            store.release(current)
+    except Exception:  # best effort: the lease expires on its own anyway
+        pass
+
+
+def _finished_output(provider: Provider, response_id: str) -> Observed | None:
+    """The finished response with its output, or None if it cannot be read now."""
+    outcome = provider.retrieve(response_id)
+    if isinstance(outcome, Observed) and outcome.finished and outcome.output_text is not None:
+        return outcome
+    return None
+
+
+def _actual_status(provider: Provider, response_id: str) -> Observed | Missing:
+    """Cancel, then make sure we know the response's real status (cancelling a finished
+    response answers 400: read it instead). Raises OperatorRefused when we cannot tell."""
+    outcome: ReadOutcome = provider.cancel(response_id)
+    if isinstance(outcome, Transient):
+        raise OperatorRefused(f"cancel of {response_id} failed, nothing changed; retry: {outcome.why}")
+    if isinstance(outcome, Missing):
+        return outcome
+    if isinstance(outcome, Observed) and (outcome.status in DEAD_STATUSES or
+                                          (outcome.status in FINISHED_STATUSES and outcome.output_text is not None)):
+        return outcome
+    rejected = outcome if isinstance(outcome, Rejected) else None
+    again = provider.retrieve(response_id)
+    if isinstance(again, (Observed, Missing)):
+        return again
+    why = again.why if isinstance(again, Transient) else f"HTTP {again.status}: {again.why}"
+    first = f"cancel answered HTTP {rejected.status}: {rejected.why}; " if rejected else ""
+    raise OperatorRefused(f"cannot tell what happened to {response_id}: {first}retrieve failed: {why}; "
+                          "nothing changed, retry")
+
+
+def _worker(by: str) -> str:
+    return f"operator:{by.strip()}"[:128]

@@ -1,0 +1,100 @@
+"""A job row and a journal entry as values, with their JSON views. Pure: no database import."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .states import State
+from .timefmt import iso_z, jsonable
+
+# Every column the operator-facing JSON shows, in the documented order.
+PUBLIC_FIELDS = (
+    "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
+    "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
+    "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
+    "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
+    "last_error", "created_at", "updated_at", "state_entered_at",
+)
+
+
+def new_worker_id(role: str = "reconcile") -> str:
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    product: str
+    edition_date: dt.date
+    state: State
+    version: int
+    priority: int
+    is_backfill: bool
+    opens_at: dt.datetime
+    next_attempt_at: dt.datetime
+    lease_owner: str | None
+    lease_expiry: dt.datetime | None
+    generation_attempts: int
+    poll_count: int
+    retry_count: int
+    response_id: str | None
+    config_fingerprint: str | None
+    payload: str | None
+    payload_sha256: str | None
+    composed: str | None
+    composed_sha256: str | None
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    quarantine_reason: str | None
+    last_error: str | None
+    suspended_from: str | None
+    kill_requested: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    state_entered_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        values["state"] = State(values["state"])
+        values["is_backfill"] = bool(values["is_backfill"])
+        values["kill_requested"] = bool(values["kill_requested"])
+        return cls(**values)
+
+    @property
+    def effective_state(self) -> State:
+        """What the job is for an operator's rules: a suspended job is what it was."""
+        if self.state == State.MANUALLY_SUSPENDED and self.suspended_from in State.__members__:
+            return State(self.suspended_from)
+        return self.state
+
+    def public(self) -> dict[str, Any]:
+        """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""
+        return {name: jsonable(getattr(self, name)) for name in PUBLIC_FIELDS}
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    job_id: str
+    from_state: str | None
+    to_state: str
+    version: int
+    worker: str
+    reason: str
+    detail: dict[str, Any]
+    at: dt.datetime
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "from_state": self.from_state, "to_state": self.to_state, "version": self.version,
+            "reason": self.reason, "worker": self.worker, "at": iso_z(self.at), "detail": self.detail,
+        }

@@ -1,0 +1,282 @@
+"""Operator remedies, pure: given a job (and what the provider said), refuse with a reason or
+return the decision to apply. No database, no network; `actions` takes the lease, calls the
+provider and applies what these return through the fenced write path.
+
+Every rule is judged on the job's effective state: a suspended job is what it was before the
+suspension (`Job.effective_state`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from . import handlers, states
+from .errors import OperatorRefused, UsageError
+from .handlers import Decision
+from .jobs import Job
+from .outcomes import (
+    DEAD_STATUSES,
+    FINISHED_STATUSES,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Rejected,
+    Transient,
+)
+from .states import Reason, State
+
+POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+_RESET = {"poll_count": 0, "quarantine_reason": None, "retry_count": 0, "last_error": None}
+# Operator text is journaled and shown; bounded so it always fits (jobs.last_error, detail JSON).
+MAX_REASON_CHARS = 1000
+MAX_BY_CHARS = 100
+
+
+class ReleaseMode(enum.StrEnum):
+    VERIFIED_LOST = "verified-lost"
+    LINK = "link"
+    RESUME_POLLING = "resume-polling"
+
+
+def who(by: str, why: str | None, **extra: Any) -> dict[str, Any]:
+    """The journal detail of an operator action: who acted, why, and the facts."""
+    return {"by": by, "why": why, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def check_input(by: str, reason: str | None) -> None:
+    """Operator text is bounded and named: refused before anything is read or leased."""
+    if not by or not by.strip():
+        raise UsageError("--by must name who is acting")
+    if len(by) > MAX_BY_CHARS:
+        raise UsageError(f"--by is {len(by)} characters; at most {MAX_BY_CHARS}")
+    if reason is not None:
+        if not reason.strip():
+            raise UsageError("--reason must say why")
+        if len(reason) > MAX_REASON_CHARS:
+            raise UsageError(f"--reason is {len(reason)} characters; at most {MAX_REASON_CHARS}")
+
+
+# -- leaving quarantine ---------------------------------------------------------------------------
+
+
+def release_verified_lost(job: Job, max_generation_attempts: int, by: str, reason: str) -> Decision:
+    _require_quarantined(job)
+    if job.generation_attempts >= max_generation_attempts:
+        raise OperatorRefused(
+            f"job {job.id}: all {max_generation_attempts} paid creates are used "
+            f"({job.generation_attempts}/{max_generation_attempts}); a new create would exceed the generation "
+            "budget. Raise budgets.max_generation_attempts or `iipub kill` the job"
+        )
+    return Decision(
+        State.CREATE_ELIGIBLE, Reason.OPERATOR_RELEASE_VERIFIED_LOST, delay=0,
+        changes={"response_id": None, **_RESET},
+        detail=who(by, reason, quarantine_reason=job.quarantine_reason, lost_response_id=job.response_id,
+                   attempts_used=job.generation_attempts),
+    )
+
+
+def release_resume_polling(job: Job, current_fingerprint: str | None, by: str, reason: str) -> Decision:
+    _require_quarantined(job)
+    if not job.response_id:
+        raise OperatorRefused(
+            f"job {job.id} has no response id to poll ({job.quarantine_reason}); use --link RESP_ID "
+            "if you found its response, or --verified-lost if it never ran"
+        )
+    if job.config_fingerprint and job.config_fingerprint != current_fingerprint:
+        # The first poll would quarantine it again as config_drift.
+        raise OperatorRefused(
+            f"job {job.id}: the deployed config of {job.product} differs from the one its response was "
+            "generated under; redeploy that config, or use --verified-lost to generate under the new one"
+        )
+    return Decision(
+        State.ACCEPTED, Reason.OPERATOR_RESUME_POLLING, delay=0, changes=dict(_RESET),
+        detail=who(by, reason, quarantine_reason=job.quarantine_reason, response_id=job.response_id,
+                   polls_before=job.poll_count),
+    )
+
+
+def adoptable(job: Job, response_id: str, outcome: ReadOutcome) -> Observed:
+    """The response `--link` may adopt: readable, naming this job, and not dead."""
+    if isinstance(outcome, Missing):
+        raise OperatorRefused(f"response {response_id} not found at the provider (expired, deleted or never "
+                              "existed); nothing changed")
+    if isinstance(outcome, Transient):
+        raise OperatorRefused(f"could not read response {response_id}: {outcome.why}; nothing changed, retry")
+    if isinstance(outcome, Rejected):
+        raise OperatorRefused(f"could not read response {response_id}: HTTP {outcome.status}: {outcome.why}")
+    owner = outcome.metadata.get("iipub_job_id")
+    if owner != job.id:
+        named = f"names job {owner}" if owner else "carries no iipub_job_id metadata"
+        raise OperatorRefused(f"response {response_id} {named}, not job {job.id}; refusing to link it")
+    if outcome.status in DEAD_STATUSES:
+        raise OperatorRefused(f"response {response_id} is {outcome.status}: there is no output to adopt; "
+                              "use --verified-lost to generate again")
+    if outcome.status not in FINISHED_STATUSES and outcome.status not in POLLING_STATUS:
+        raise OperatorRefused(f"response {response_id} has unknown status {outcome.status!r}")
+    return outcome
+
+
+def check_link(job: Job) -> None:
+    _require_quarantined(job)
+
+
+def link(job: Job, observed: Observed, by: str, reason: str) -> Decision:
+    """Adopt `observed` (already checked by `adoptable`). A finished one goes to
+    COMPLETED_NOT_RETRIEVED with the lease kept, so its output is harvested at once."""
+    _require_quarantined(job)
+    changes: dict[str, Any] = {"response_id": observed.response_id, **_RESET}
+    fingerprint = observed.metadata.get("iipub_fingerprint")
+    if fingerprint:
+        # Compare future polls with the config this response was generated under.
+        changes["config_fingerprint"] = fingerprint
+    if observed.usage is not None:
+        changes.update(input_tokens=observed.usage.input_tokens, output_tokens=observed.usage.output_tokens,
+                       total_tokens=observed.usage.total_tokens)
+    detail = who(by, reason, quarantine_reason=job.quarantine_reason, previous_response_id=job.response_id,
+                 response_id=observed.response_id, status=observed.status,
+                 attempt=observed.metadata.get("iipub_attempt"))
+    if observed.status in POLLING_STATUS:
+        return Decision(POLLING_STATUS[observed.status], Reason.OPERATOR_LINK, changes, detail, delay=0)
+    return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_LINK, changes, detail, delay=0, go_on=True)
+
+
+def harvest(job: Job, observed: Observed, max_output_bytes: int | None, by: str, reason: str) -> Decision:
+    """COMPLETED_NOT_RETRIEVED -> RETRIEVED_NOT_VALIDATED with the payload, due now, so the next
+    tick validates and publishes it like any other output."""
+    d = handlers.on_output(job, observed, max_output_bytes)
+    return Decision(d.to, Reason.OPERATOR_HARVEST, d.changes, {**d.detail, **who(by, reason)}, delay=0)
+
+
+# -- suspend / resume -----------------------------------------------------------------------------
+
+
+def suspend(job: Job, by: str, reason: str) -> Decision:
+    if job.state == State.MANUALLY_SUSPENDED:
+        raise OperatorRefused(f"job {job.id} is already suspended (from {job.suspended_from})")
+    if job.state == State.CREATE_IN_FLIGHT:
+        raise OperatorRefused(
+            f"job {job.id} is in CREATE_IN_FLIGHT: a paid create is being sent; retry in a minute, "
+            "once the tick has recorded its outcome"
+        )
+    if job.state not in states.SUSPENDABLE:
+        raise OperatorRefused(f"job {job.id} is {job.state}: there is nothing left to suspend")
+    return Decision(State.MANUALLY_SUSPENDED, Reason.OPERATOR_SUSPEND, changes={"suspended_from": job.state.value},
+                    detail=who(by, reason, suspended_from=job.state.value))
+
+
+def resume(job: Job, by: str, reason: str | None) -> Decision:
+    if job.state != State.MANUALLY_SUSPENDED:
+        raise OperatorRefused(f"job {job.id} is {job.state}, not suspended; nothing to resume")
+    if not job.suspended_from or job.suspended_from not in State.__members__:
+        raise OperatorRefused(f"job {job.id} does not record the state it was suspended from")
+    back = State(job.suspended_from)
+    return Decision(back, Reason.OPERATOR_RESUME, changes={"suspended_from": None}, delay=0,
+                    detail=who(by, reason, resumed_to=back.value))
+
+
+# -- cancel / kill --------------------------------------------------------------------------------
+
+
+def check_cancel(job: Job) -> None:
+    if job.state not in states.POLLING:
+        raise OperatorRefused(
+            f"job {job.id} is {job.effective_state}"
+            + (" (suspended)" if job.state == State.MANUALLY_SUSPENDED else "")
+            + ": only a job waiting on the provider (ACCEPTED, QUEUED, IN_PROGRESS) can be cancelled; "
+            "see `iipub kill` or `iipub suspend`"
+        )
+
+
+def after_cancel(job: Job, outcome: Observed | Missing, by: str, reason: str) -> Decision:
+    """What the provider says it actually did decides: finished anyway -> COMPLETED_NOT_RETRIEVED
+    with the lease kept (harvested next, paid work is never discarded); cancelled, failed or
+    gone -> QUARANTINED (operator_cancelled)."""
+    base = who(by, reason, response_id=job.response_id)
+    if isinstance(outcome, Missing):
+        note = f"response {job.response_id} not found at the provider"
+        return _cancelled(job, by, reason, {**base, "why_gone": outcome.why}, note)
+    if outcome.status in FINISHED_STATUSES:
+        return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_CANCEL, changes={"retry_count": 0},
+                        detail={**base, "status": outcome.status, "race": True}, delay=0, go_on=True)
+    note = f"provider reports {outcome.status}"
+    if outcome.status not in DEAD_STATUSES:
+        note += " after the cancel request; the response id is kept (release --resume-polling to watch it)"
+    return _cancelled(job, by, reason, {**base, "status": outcome.status}, note)
+
+
+def _cancelled(job: Job, by: str, reason: str, detail: dict[str, Any], note: str) -> Decision:
+    d = handlers.quarantine(Reason.OPERATOR_CANCELLED, f"cancelled by {by}: {reason} ({note})",
+                            journal_as=Reason.OPERATOR_CANCEL)
+    return Decision(d.to, d.reason, d.changes, {**detail, "note": note})
+
+
+def kill(job: Job, by: str, reason: str) -> Decision:
+    """Terminate: the job will not publish. The next tick cancels and deletes any remote data."""
+    effective = job.effective_state
+    suspended = " (suspended)" if job.state == State.MANUALLY_SUSPENDED else ""
+    if effective in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
+        raise OperatorRefused(
+            f"job {job.id} is {effective}{suspended}: the edition is already saved; kill only stops jobs "
+            "before their edition is saved"
+        )
+    if effective == State.CREATE_IN_FLIGHT:
+        raise OperatorRefused(
+            f"job {job.id} is in CREATE_IN_FLIGHT: a paid create is being sent; retry in a minute, "
+            "once the tick has recorded its response id"
+        )
+    if job.state not in states.KILLABLE or effective not in states.KILLABLE:
+        raise OperatorRefused(f"job {job.id} is {effective}{suspended} and cannot be killed")
+    return Decision(
+        State.CLEANUP_PENDING, Reason.OPERATOR_KILL, delay=0,
+        changes={"kill_requested": True, "suspended_from": None, "retry_count": 0},
+        detail=who(by, reason, killed_in=job.state.value, response_id=job.response_id,
+                   had_payload=job.payload is not None),
+    )
+
+
+# -- out of a validation failure ------------------------------------------------------------------
+
+
+def revalidate(job: Job, by: str, reason: str) -> Decision:
+    """Validate the retained payload again (after the product's rules were fixed): no provider
+    call, no money. The next tick validates and, if it passes, publishes."""
+    _require_state(job, State.VALIDATION_FAILED_RETAINED, "revalidate")
+    return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, delay=0,
+                    changes={"last_error": None}, detail=who(by, reason, payload_sha256=job.payload_sha256))
+
+
+def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> Decision:
+    """Pay for a new generation of a slot whose output failed validation, within the generation
+    budget. The failed payload's hash stays in the journal."""
+    _require_state(job, State.VALIDATION_FAILED_RETAINED, "regenerate")
+    if job.generation_attempts >= max_generation_attempts:
+        raise OperatorRefused(
+            f"job {job.id}: all {max_generation_attempts} paid creates are used "
+            f"({job.generation_attempts}/{max_generation_attempts}); raise budgets.max_generation_attempts "
+            "or `iipub kill` the job"
+        )
+    return Decision(
+        State.CREATE_ELIGIBLE, Reason.OPERATOR_REGENERATE, delay=0,
+        changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
+                 "composed": None, "composed_sha256": None, "last_error": None},
+        detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
+                   attempts_used=job.generation_attempts),
+    )
+
+
+# -- shared preconditions -------------------------------------------------------------------------
+
+
+def _require_quarantined(job: Job) -> None:
+    if job.state != State.QUARANTINED:
+        suspended = f" (suspended from {job.suspended_from})" if job.state == State.MANUALLY_SUSPENDED else ""
+        raise OperatorRefused(f"job {job.id} is {job.state}{suspended}, not QUARANTINED; release applies only to "
+                              "quarantined jobs" + ("; resume it first" if suspended else ""))
+
+
+def _require_state(job: Job, state: State, action: str) -> None:
+    if job.state != state:
+        suspended = f" (suspended from {job.suspended_from}; resume it first)" \
+            if job.state == State.MANUALLY_SUSPENDED else ""
+        raise OperatorRefused(f"job {job.id} is {job.state}{suspended}; only a {state} job can {action}")
