@@ -48,7 +48,7 @@ def delay_from_headers(headers: Mapping[str, str], now: dt.datetime | None = Non
             value = _decimal(raw)
             value = None if value is None else value / 1000.0
         elif name == "retry-after":
-            value = _retry_after(raw, now)
+            value = parse_retry_after(raw, now)
         else:
             value = parse_go_duration(raw)
         if value is not None:
@@ -112,21 +112,31 @@ def _decimal(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _retry_after(text: str, now: dt.datetime | None) -> float | None:
+def parse_retry_after(text: str | None, now: dt.datetime | float | None = None) -> float | None:
+    """Seconds a `retry-after` header asks for (delta-seconds or an HTTP date), capped at
+    `MAX_DELAY_SECONDS`; None when absent, malformed, negative or a date already past.
+
+    `now` (an aware datetime, a naive UTC one, or epoch seconds) anchors an HTTP date; it
+    defaults to the current UTC time. A date without a zone is GMT, as RFC 9110 requires."""
+    if text is None or not text.strip():
+        return None
     seconds = _decimal(text)
     if seconds is not None:
-        return seconds
+        return min(seconds, MAX_DELAY_SECONDS)
     try:
         when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None:
         return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT
+    if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    ref = now if now is not None else dt.datetime.now(dt.timezone.utc)
+    if isinstance(now, (int, float)):
+        ref = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+    else:
+        ref = now if now is not None else dt.datetime.now(dt.timezone.utc)
     if ref.tzinfo is None:
         ref = ref.replace(tzinfo=dt.timezone.utc)
     delta = (when - ref).total_seconds()
     # A date in the past is stale advice (or a skewed clock): not a usable hint.
-    return delta if delta >= 0 else None
+    return min(delta, MAX_DELAY_SECONDS) if delta >= 0 else None

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backoff, compose, validate
+from . import backoff, compose, states, validate
 from .compose import Artifact
 from .config import Budgets, Product, ReconcileSettings
 from .jobs import Job
@@ -149,8 +149,11 @@ def after_poll(
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
         if outcome.status in _STATUS_STATE:
+            seen = _STATUS_STATE[outcome.status]
+            # A response reported queued again after in_progress does not move the job back.
+            to = seen if states.allowed(job.state, seen) else job.state
             return Decision(
-                _STATUS_STATE[outcome.status], Reason.POLL,
+                to, Reason.POLL,
                 changes={"poll_count": polls, "retry_count": 0},
                 detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
                 delay=s.poll_interval_seconds,

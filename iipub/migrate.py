@@ -8,8 +8,10 @@ re-runs cleanly.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import re
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -22,12 +24,15 @@ _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_NAME = "iipub_migrate"
 
 
-def sql_dir() -> Path:
-    """`iipub/sql` in an installed wheel; the checkout's top-level `sql/` otherwise."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "sql", here.parent / "sql"):
-        if (candidate / "migrations").is_dir():
-            return candidate
+def sql_dir() -> Traversable:
+    """The package resource `iipub/sql` of an installed wheel; the checkout's top-level `sql/`
+    when running from a source tree."""
+    packaged = importlib.resources.files("iipub").joinpath("sql")
+    if packaged.joinpath("migrations").is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / "sql"
+    if (checkout / "migrations").is_dir():
+        return checkout
     raise MigrationError("the sql/ migrations directory is missing from this installation")
 
 
@@ -35,7 +40,7 @@ def sql_dir() -> Path:
 class Migration:
     version: str
     name: str
-    path: Path
+    path: Traversable
 
     @property
     def text(self) -> str:
@@ -59,9 +64,9 @@ class MigrationStatus:
 
 
 def available(family: str) -> list[Migration]:
-    folder = sql_dir() / "migrations" / family
+    folder = sql_dir().joinpath("migrations", family)
     found = []
-    for path in sorted(folder.glob("*.sql")):
+    for path in sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         m = _FILE_RE.match(path.name)
         if m:
             found.append(Migration(m.group(1), m.group(2), path))

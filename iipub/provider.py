@@ -129,7 +129,7 @@ class Provider:
         _check_id(response_id)
         try:
             resp: Any = self._client.responses.retrieve(response_id)
-        except Exception as exc:
+        except _read_errors() as exc:
             return _read_outcome(exc)
         return _observed(resp)
 
@@ -139,7 +139,7 @@ class Provider:
         _check_id(response_id)
         try:
             resp: Any = self._client.responses.cancel(response_id)
-        except Exception as exc:
+        except _read_errors() as exc:
             return _read_outcome(exc)
         return _observed(resp)
 
@@ -151,7 +151,7 @@ class Provider:
             _refuse_delete(response_id)
         try:
             self._client.responses.delete(response_id)
-        except Exception as exc:
+        except _read_errors() as exc:
             outcome = _read_outcome(exc)
             assert not isinstance(outcome, Observed)
             return outcome
@@ -222,6 +222,14 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
 def _never_sent(exc: openai.APIConnectionError) -> bool:
     # httpx raises these only while obtaining a connection, before any request byte is written.
     return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+
+
+def _read_errors() -> tuple[type[Exception], ...]:
+    """What a read, cancel or delete may fail with and still be an answer: the SDK's errors,
+    transport errors, and a body that is not JSON. Anything else is a bug and propagates."""
+    import openai
+
+    return (openai.APIError, httpx.HTTPError, ValueError)
 
 
 def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import email.utils
 import hashlib
 import hmac
-import re
 import time
 from collections.abc import Callable
 
 import httpx
 
+from ..backoff import parse_retry_after
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
-_MAX_DELAY = 86_400.0  # a receiver cannot push an event out by more than a day at a time
 _SNIPPET = 200
 
 
@@ -108,22 +106,6 @@ class WebhookSink:
             return RetryLater(parse_retry_after(retry_after, self._clock()), f"webhook: {why}")
         # 3xx (not followed) and other 4xx: the receiver refuses this event as it is.
         return Parked(why)
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a `retry-after` header (delta-seconds or HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return min(float(value), _MAX_DELAY)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return min(max(0.0, when.timestamp() - now), _MAX_DELAY)
 
 
 def _read_snippet(resp: httpx.Response) -> str:

@@ -15,7 +15,8 @@ import openai
 import pytest
 
 from iipub.sinks import Delivered, Event, Parked, RetryLater, Sink
-from iipub.sinks.webhook import WebhookSink, parse_retry_after, sign
+from iipub.backoff import parse_retry_after
+from iipub.sinks.webhook import WebhookSink, sign
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 
@@ -156,7 +157,7 @@ def test_429_with_http_date_retry_after(receiver: Receiver, sink: WebhookSink) -
     receiver.mode = "429-date"
     result = sink.deliver(event())
     assert isinstance(result, RetryLater)
-    assert result.delay == 0.0  # a date in the past: retry now
+    assert result.delay is None  # a date in the past is stale advice: the relay's own backoff decides
 
 
 def test_400_is_parked_with_a_short_reason(receiver: Receiver, sink: WebhookSink) -> None:
@@ -229,3 +230,7 @@ def test_parse_retry_after(value: str | None, expected: float | None) -> None:
 def test_parse_retry_after_http_date() -> None:
     now = 1_445_412_480.0  # 2015-10-21T07:28:00Z
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now) == 30.0
+    # The one parser the provider adapter and the webhook sink share: a zone-less date is GMT,
+    # a past one is no hint.
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 -0000", now) == 30.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now) is None

@@ -1,0 +1,316 @@
+"""Every per-state decision and operator remedy, table-driven, without a database or a network.
+
+Each case is (job, observation) -> (next state, journal reason, what changes); every decision
+must also be an allowed edge of the state table, taken with a reason of the right kind."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from iipub import handlers, reconcile, remedies, states, validate
+from iipub.config import Budgets, Product, ReconcileSettings
+from iipub.errors import OperatorRefused, UsageError
+from iipub.handlers import Decision
+from iipub.jobs import Job
+from iipub.outcomes import Accepted, Ambiguous, Deleted, Missing, Observed, Refused, Rejected, Transient, Usage
+from iipub.states import Reason, State
+
+T0 = dt.datetime(2026, 12, 1, 5, 0)
+PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=1, languages=("en",))
+FP = PRODUCT.fingerprint()
+S = ReconcileSettings(poll_interval_seconds=30, backoff_base_seconds=2, backoff_cap_seconds=600)
+BUDGETS = Budgets(max_generation_attempts=3, max_poll_attempts=30)
+
+
+def job(state: State = State.CREATE_ELIGIBLE, **kw: Any) -> Job:
+    base: dict[str, Any] = dict(
+        id="00000000-0000-4000-8000-000000000001", product="daily-brief", edition_date=dt.date(2026, 12, 1),
+        state=state, version=5, priority=10, is_backfill=False, opens_at=T0, next_attempt_at=T0,
+        lease_owner="w", lease_expiry=None, generation_attempts=0, poll_count=0, retry_count=0,
+        response_id=None, config_fingerprint=FP, payload=None, payload_sha256=None, composed=None,
+        composed_sha256=None, input_tokens=0, output_tokens=0, total_tokens=0, quarantine_reason=None,
+        last_error=None, suspended_from=None, kill_requested=False, created_at=T0, updated_at=T0,
+        state_entered_at=T0,
+    )
+    base.update(kw)
+    return Job(**base)
+
+
+def observed(status: str, text: str | None = None, usage: Usage | None = None, **kw: Any) -> Observed:
+    return Observed("resp_1", status, text, usage, **kw)
+
+
+def assert_allowed(j: Job, d: Decision, *, operator: bool = False) -> None:
+    assert states.allowed(j.state, d.to, operator=operator), f"{j.state} -> {d.to} is not an edge"
+    assert d.reason.operator == operator, f"{d.reason} from {'an operator' if operator else 'the machine'}"
+    if d.to == State.QUARANTINED:
+        assert d.changes["quarantine_reason"] in states.QUARANTINE_REASONS
+
+
+RNG = random.Random(7)
+IN_FLIGHT = job(State.CREATE_IN_FLIGHT, generation_attempts=2, retry_count=1)
+POLLING = job(State.IN_PROGRESS, generation_attempts=1, response_id="resp_1", poll_count=4, retry_count=2)
+GOOD = json.dumps({"en": {"title": "Daily Brief", "summary": "Today.", "items": [{"headline": "H", "summary": "S",
+                                     "sources": [{"title": "R", "url": "https://reuters.com/a"}]}]}})
+
+# (name, job, decide, expected state, expected reason, expected subset of changes)
+CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
+    ("window opens", job(State.NO_JOB, config_fingerprint=None), lambda j: handlers.on_window_open(j, FP),
+     State.CREATE_ELIGIBLE, Reason.WINDOW_OPEN, {"config_fingerprint": FP}),
+    ("dispatch charges the money budget", job(generation_attempts=1),
+     lambda j: handlers.before_dispatch(j, FP, BUDGETS), State.CREATE_IN_FLIGHT, Reason.DISPATCH,
+     {"generation_attempts": 2, "response_id": None, "poll_count": 0}),
+    ("generation budget spent", job(generation_attempts=3), lambda j: handlers.before_dispatch(j, FP, BUDGETS),
+     State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {"quarantine_reason": "generation_budget_exhausted"}),
+    ("accepted", IN_FLIGHT, lambda j: handlers.after_create(j, Accepted("resp_9", "queued"), S, RNG),
+     State.ACCEPTED, Reason.ACCEPTED, {"response_id": "resp_9", "poll_count": 0, "retry_count": 0}),
+    ("refused create is refunded", IN_FLIGHT, lambda j: handlers.after_create(j, Refused(7.0, "HTTP 429"), S, RNG),
+     State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED, {"generation_attempts": 1, "retry_count": 2}),
+    ("ambiguous create is quarantined", IN_FLIGHT, lambda j: handlers.after_create(j, Ambiguous("reset"), S, RNG),
+     State.QUARANTINED, Reason.CREATE_OUTCOME_UNKNOWN, {"quarantine_reason": "create_outcome_unknown"}),
+    ("rejected create is quarantined", IN_FLIGHT,
+     lambda j: handlers.after_create(j, Rejected(400, "bad"), S, RNG),
+     State.QUARANTINED, Reason.CREATE_REJECTED, {"quarantine_reason": "create_rejected"}),
+    ("crash mid-create", IN_FLIGHT, handlers.crashed_in_flight,
+     State.QUARANTINED, Reason.CRASHED_DURING_CREATE, {"quarantine_reason": "crashed_during_create"}),
+    ("drift before a poll", replace(POLLING, config_fingerprint="0" * 64),
+     lambda j: handlers.before_poll(j, FP, BUDGETS), State.QUARANTINED, Reason.CONFIG_DRIFT,
+     {"quarantine_reason": "config_drift"}),
+    ("poll budget spent keeps the response id", replace(POLLING, poll_count=30),
+     lambda j: handlers.before_poll(j, FP, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
+     {"quarantine_reason": "poll_budget_exhausted"}),
+    ("queued", replace(POLLING, state=State.ACCEPTED), lambda j: handlers.after_poll(j, observed("queued"), S, RNG),
+     State.QUEUED, Reason.POLL, {"poll_count": 5, "retry_count": 0}),
+    ("finished", POLLING, lambda j: handlers.after_poll(j, observed("completed", "x"), S, RNG),
+     State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
+    ("incomplete is finished too", POLLING, lambda j: handlers.after_poll(j, observed("incomplete", "x"), S, RNG),
+     State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
+    ("failed", POLLING, lambda j: handlers.after_poll(j, observed("failed", error="boom"), S, RNG),
+     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_FAILED, {"poll_count": 5}),
+    ("cancelled", POLLING, lambda j: handlers.after_poll(j, observed("cancelled"), S, RNG),
+     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_CANCELLED, {"poll_count": 5}),
+    ("404", POLLING, lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG),
+     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_MISSING, {"poll_count": 5}),
+    ("transient poll counts the poll only", POLLING,
+     lambda j: handlers.after_poll(j, Transient(None, "HTTP 503"), S, RNG),
+     State.IN_PROGRESS, Reason.POLL_FAILED, {"poll_count": 5, "retry_count": 3}),
+    ("lost response with budget left", job(State.PROVIDER_EXPIRED_OR_MISSING, generation_attempts=1,
+                                           response_id="resp_1"),
+     lambda j: handlers.after_expired(j, BUDGETS), State.CREATE_ELIGIBLE, Reason.RECREATE_AFTER_LOSS,
+     {"response_id": None, "poll_count": 0}),
+    ("lost response, budget spent", job(State.PROVIDER_EXPIRED_OR_MISSING, generation_attempts=3,
+                                        response_id="resp_1"),
+     lambda j: handlers.after_expired(j, BUDGETS), State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {}),
+    ("refetch finds the output", job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1"),
+     lambda j: handlers.after_refetch(j, observed("completed", "out"), S, 100, RNG),
+     State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, {"payload": "out"}),
+    ("a finished response never goes back to polling", job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1"),
+     lambda j: handlers.after_refetch(j, observed("in_progress"), S, 100, RNG),
+     State.COMPLETED_NOT_RETRIEVED, Reason.POLL, {}),
+    ("validated", job(State.RETRIEVED_NOT_VALIDATED, payload=GOOD),
+     lambda j: handlers.on_validation(j, validate.validate(j.payload, PRODUCT)),
+     State.READY_TO_COMPOSE, Reason.VALIDATED, {}),
+    ("validation failure keeps the payload", job(State.RETRIEVED_NOT_VALIDATED, payload="{}"),
+     lambda j: handlers.on_validation(j, validate.validate(j.payload, PRODUCT)),
+     State.VALIDATION_FAILED_RETAINED, Reason.VALIDATION_FAILED, {}),
+    ("composed", job(State.READY_TO_COMPOSE, payload=GOOD), lambda j: handlers.on_compose(j, PRODUCT),
+     State.COMPOSED_NOT_SAVED, Reason.COMPOSED, {}),
+    ("save conflict", job(State.COMPOSED_NOT_SAVED), lambda j: handlers.on_save_conflict("duplicate"),
+     State.QUARANTINED, Reason.EDITION_CONFLICT, {"quarantine_reason": "edition_conflict"}),
+    ("delivered", job(State.SAVED_NOT_PUBLIC), lambda j: handlers.on_delivered(),
+     State.PUBLISHED, Reason.ALL_EVENTS_DELIVERED, {}),
+    ("published", job(State.PUBLISHED), handlers.on_published, State.CLEANUP_PENDING, Reason.CLEANUP_START, {}),
+    ("nothing remote", job(State.CLEANUP_PENDING), handlers.before_cleanup, State.DELETED, Reason.NOTHING_REMOTE, {}),
+    ("deleted", job(State.CLEANUP_PENDING, response_id="resp_1"),
+     lambda j: handlers.after_delete(j, Deleted("resp_1"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
+    ("404 on delete counts as deleted", job(State.CLEANUP_PENDING, response_id="resp_1"),
+     lambda j: handlers.after_delete(j, Missing("gone"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
+    ("delete retries forever", job(State.CLEANUP_PENDING, response_id="resp_1"),
+     lambda j: handlers.after_delete(j, Transient(3.0, "reset"), S, RNG),
+     State.CLEANUP_PENDING, Reason.CLEANUP_RETRY, {"retry_count": 1}),
+]
+
+
+@pytest.mark.parametrize(("name", "before", "decide", "to", "reason", "changes"), CASES, ids=[c[0] for c in CASES])
+def test_decision(name: str, before: Job, decide: Any, to: State, reason: Reason, changes: dict[str, Any]) -> None:
+    d = decide(before)
+    assert (d.to, d.reason) == (to, reason)
+    assert {k: d.changes.get(k) for k in changes} == changes
+    assert_allowed(before, d)
+
+
+def test_poll_of_a_job_without_drift_or_spent_budget_goes_ahead() -> None:
+    assert handlers.before_poll(POLLING, FP, BUDGETS) is None
+    assert handlers.before_cleanup(job(State.CLEANUP_PENDING, response_id="resp_1")) is None
+
+
+def test_backoff_hints_come_first_and_are_capped() -> None:
+    hinted = handlers.after_poll(POLLING, Transient(12.5, "HTTP 429"), S, RNG)
+    assert hinted.delay == 12.5 and hinted.cooldown == 12.5
+    capped = handlers.after_poll(POLLING, Transient(10_000.0, "HTTP 429"), S, RNG)
+    assert capped.delay == S.backoff_cap_seconds
+    unhinted = handlers.after_poll(POLLING, Transient(None, "HTTP 503"), S, random.Random(1))
+    assert unhinted.delay is not None and 0.8 * 8 <= unhinted.delay <= 1.2 * 8  # retry 3: 2 * 2**2
+    assert unhinted.cooldown is None
+    refused = handlers.after_create(IN_FLIGHT, Refused(None, "connection refused"), S, random.Random(1))
+    assert refused.cooldown is None and refused.delay is not None and 0.8 * 4 <= refused.delay <= 1.2 * 4
+
+
+def test_the_generation_budget_is_charged_only_at_dispatch() -> None:
+    for name, before, decide, _, _, _ in CASES:
+        d = decide(before)
+        if d.reason == Reason.DISPATCH:
+            assert d.changes["generation_attempts"] == before.generation_attempts + 1, name
+        elif d.reason == Reason.CREATE_REFUSED:
+            assert d.changes["generation_attempts"] == before.generation_attempts - 1, name
+        else:
+            assert "generation_attempts" not in d.changes, name
+
+
+def test_custody_escapes_unencodable_text_and_truncates_oversize_output() -> None:
+    j = job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1", total_tokens=10, input_tokens=4, output_tokens=6)
+    lone = "ok \ud800 end"
+    d = handlers.on_output(j, observed("completed", lone, Usage(1, 2, 3)), max_bytes=1000)
+    assert d.changes["payload"] == "ok \\ud800 end" and d.detail["escaped_unencodable"] is True
+    assert d.changes["payload_sha256"] == hashlib.sha256(d.changes["payload"].encode()).hexdigest()
+    assert (d.changes["input_tokens"], d.changes["output_tokens"], d.changes["total_tokens"]) == (5, 8, 13)
+    big = handlers.on_output(j, observed("completed", "é" * 100), max_bytes=51)
+    stored = big.changes["payload"].encode()
+    assert len(stored) <= 52 and big.detail["stored_truncated_to"] == 52 and big.detail["bytes"] == 200
+    assert_allowed(j, big)
+
+
+def test_compose_refuses_a_payload_that_no_longer_validates() -> None:
+    with pytest.raises(handlers.NoLongerValid):
+        handlers.on_compose(job(State.READY_TO_COMPOSE, payload="{}"), PRODUCT)
+
+
+def test_save_lists_the_composed_languages() -> None:
+    composed = handlers.on_compose(job(State.READY_TO_COMPOSE, payload=GOOD), PRODUCT)
+    j = job(State.COMPOSED_NOT_SAVED, **composed.changes)
+    artifacts = handlers.composed_artifacts(j)
+    d = handlers.on_save(j, artifacts)
+    assert d.to == State.SAVED_NOT_PUBLIC and d.detail["editions"] == ["en"]
+    assert d.detail["composed_sha256"] == composed.changes["composed_sha256"]
+
+
+def test_a_killed_job_without_custody_is_cancelled_before_its_delete() -> None:
+    assert handlers.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True))
+    assert not handlers.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True,
+                                                 payload="kept"))
+
+
+# -- operator remedies --------------------------------------------------------------------------
+
+
+QUARANTINED = job(State.QUARANTINED, response_id="resp_1", generation_attempts=1, quarantine_reason="x",
+                  poll_count=9)
+SAVED = job(State.SAVED_NOT_PUBLIC, payload=GOOD)
+REMEDY_CASES: list[tuple[str, Job, Any, State, Reason]] = [
+    ("verified lost", QUARANTINED, lambda j: remedies.release_verified_lost(j, 3, "al", "why"),
+     State.CREATE_ELIGIBLE, Reason.OPERATOR_RELEASE_VERIFIED_LOST),
+    ("resume polling", QUARANTINED, lambda j: remedies.release_resume_polling(j, FP, "al", "why"),
+     State.ACCEPTED, Reason.OPERATOR_RESUME_POLLING),
+    ("link a finished response", QUARANTINED,
+     lambda j: remedies.link(j, observed("completed", "x", metadata={"iipub_job_id": j.id}), "al", "why"),
+     State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_LINK),
+    ("link a live response", QUARANTINED,
+     lambda j: remedies.link(j, observed("queued", metadata={"iipub_job_id": j.id}), "al", "why"),
+     State.QUEUED, Reason.OPERATOR_LINK),
+    ("suspend", SAVED, lambda j: remedies.suspend(j, "al", "why"), State.MANUALLY_SUSPENDED, Reason.OPERATOR_SUSPEND),
+    ("resume", job(State.MANUALLY_SUSPENDED, suspended_from="SAVED_NOT_PUBLIC"),
+     lambda j: remedies.resume(j, "al", None), State.SAVED_NOT_PUBLIC, Reason.OPERATOR_RESUME),
+    ("kill", POLLING, lambda j: remedies.kill(j, "al", "why"), State.CLEANUP_PENDING, Reason.OPERATOR_KILL),
+    ("cancel lost the race", POLLING, lambda j: remedies.after_cancel(j, observed("completed", "x"), "al", "why"),
+     State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_CANCEL),
+    ("cancelled", POLLING, lambda j: remedies.after_cancel(j, observed("cancelled"), "al", "why"),
+     State.QUARANTINED, Reason.OPERATOR_CANCEL),
+    ("revalidate", job(State.VALIDATION_FAILED_RETAINED, payload="{}"),
+     lambda j: remedies.revalidate(j, "al", "why"), State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE),
+    ("regenerate", job(State.VALIDATION_FAILED_RETAINED, payload="{}", generation_attempts=1),
+     lambda j: remedies.regenerate(j, 3, "al", "why"), State.CREATE_ELIGIBLE, Reason.OPERATOR_REGENERATE),
+    ("harvest", job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1"),
+     lambda j: remedies.harvest(j, observed("completed", "x"), 100, "al", "why"),
+     State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_HARVEST),
+]
+
+
+@pytest.mark.parametrize(("name", "before", "decide", "to", "reason"), REMEDY_CASES, ids=[c[0] for c in REMEDY_CASES])
+def test_remedy(name: str, before: Job, decide: Any, to: State, reason: Reason) -> None:
+    d = decide(before)
+    assert (d.to, d.reason) == (to, reason)
+    assert_allowed(before, d, operator=True)
+    assert d.detail.get("by") == "al"
+
+
+REFUSALS: list[tuple[str, Job, Any, str]] = [
+    ("verified lost past the budget", replace(QUARANTINED, generation_attempts=3),
+     lambda j: remedies.release_verified_lost(j, 3, "al", "why"), "paid creates are used"),
+    ("resume polling without a response", replace(QUARANTINED, response_id=None),
+     lambda j: remedies.release_resume_polling(j, FP, "al", "why"), "no response id"),
+    ("resume polling under another config", QUARANTINED,
+     lambda j: remedies.release_resume_polling(j, "0" * 64, "al", "why"), "differs"),
+    ("release of a job that is not quarantined", POLLING,
+     lambda j: remedies.release_verified_lost(j, 3, "al", "why"), "not QUARANTINED"),
+    ("link of a response naming another job", QUARANTINED,
+     lambda j: remedies.adoptable(j, "resp_1", observed("completed", metadata={"iipub_job_id": "other"})),
+     "names job other"),
+    ("link of a dead response", QUARANTINED,
+     lambda j: remedies.adoptable(j, "resp_1", observed("failed", metadata={"iipub_job_id": j.id})), "no output"),
+    ("suspend mid-create", IN_FLIGHT, lambda j: remedies.suspend(j, "al", "why"), "CREATE_IN_FLIGHT"),
+    ("kill of a saved edition", SAVED, lambda j: remedies.kill(j, "al", "why"), "already saved"),
+    ("kill of a suspended saved edition", job(State.MANUALLY_SUSPENDED, suspended_from="SAVED_NOT_PUBLIC"),
+     lambda j: remedies.kill(j, "al", "why"), "already saved"),
+    ("cancel of a suspended poll", job(State.MANUALLY_SUSPENDED, suspended_from="IN_PROGRESS"),
+     remedies.check_cancel, "only a job waiting on the provider"),
+    ("regenerate past the budget", job(State.VALIDATION_FAILED_RETAINED, generation_attempts=3),
+     lambda j: remedies.regenerate(j, 3, "al", "why"), "paid creates are used"),
+]
+
+
+@pytest.mark.parametrize(("name", "before", "decide", "needle"), REFUSALS, ids=[c[0] for c in REFUSALS])
+def test_remedy_refusal(name: str, before: Job, decide: Any, needle: str) -> None:
+    with pytest.raises(OperatorRefused, match=needle):
+        decide(before)
+
+
+@pytest.mark.parametrize(("by", "reason"), [("", "why"), ("al", ""), ("al", "x" * 70_000), ("a" * 500, "why")])
+def test_operator_input_is_bounded(by: str, reason: str) -> None:
+    with pytest.raises(UsageError):
+        remedies.check_input(by, reason)
+
+
+# -- the step table ----------------------------------------------------------------------------
+
+
+def test_reconcile_steps_cover_exactly_the_active_states() -> None:
+    assert set(reconcile.STEPS) == set(states.ACTIVE)
+
+
+def test_every_reason_is_declared_with_a_meaning() -> None:
+    assert set(states.REASON_INFO) == set(Reason)
+    assert all(r.meaning for r in Reason)
+    assert states.QUARANTINE_REASONS <= set(Reason)
+
+
+def test_the_pure_core_imports_no_database_and_no_http() -> None:
+    code = ("import iipub.handlers, iipub.remedies, iipub.jobs, iipub.outcomes, iipub.states, sys; "
+            "assert 'sqlalchemy' not in sys.modules and 'httpx' not in sys.modules, "
+            "sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'httpx'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_response_reported_queued_again_does_not_move_the_job_back() -> None:
+    d = handlers.after_poll(POLLING, observed("queued"), S, RNG)
+    assert (d.to, d.reason) == (State.IN_PROGRESS, Reason.POLL)
+    assert_allowed(POLLING, d)
