@@ -9,36 +9,44 @@ output enters the normal pipeline.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from . import db, remedies
+from .closing import Closing
 from .config import Settings
-from .errors import JobTaken, OperatorRefused, UsageError
+from .breaker import GateState
+from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UsageError
+from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job
-from .outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
-    Missing,
-    Observed,
-    ReadOutcome,
-    Rejected,
-    Transient,
-)
+from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
 from .provider import Provider
 from .remedies import ReleaseMode
-from .states import State
+from .states import QUARANTINE_REASONS, State
 from .store import Store
 from .timefmt import iso_z, naive_utc
 
-__all__ = ["Operator", "Quarantined", "ReleaseMode"]
+__all__ = ["BulkResult", "Operator", "Quarantined", "ReleaseMode"]
 _LEASE_TRIES = 3
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    job: Job
+    outcome: str  # released | would release | refused
+    state: str  # where the job is (or would be) afterwards
+    message: str
+
+    def public(self) -> dict[str, Any]:
+        return {"id": self.job.id, "product": self.job.product, "edition_date": self.job.edition_date.isoformat(),
+                "outcome": self.outcome, "state": self.state, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Quarantined:
         return {**self.job.public(), "age_seconds": round(self.age_seconds, 3)}
 
 
-class Operator:
+class Operator(Closing):
     """Operator actions against one database. The provider is only needed by
     `release(LINK)` and `cancel`; without one, it is built on first use (after the
     API key check, before any lease) and closed by `close()`."""
@@ -65,14 +73,6 @@ class Operator:
         if self._own_provider and self._provider is not None:
             self._provider.close()
             self._provider = None
-
-    def __enter__(self) -> Operator:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # -- reads ----------------------------------------------------------------------
 
@@ -121,6 +121,55 @@ class Operator:
         if linked.state != State.COMPLETED_NOT_RETRIEVED:
             return self._finish(store, linked)
         return self._finish(store, self._harvest(store, linked, observed, by, reason))
+
+    def release_all(self, quarantine_reason: str, mode: ReleaseMode | str, reason: str, by: str, *,
+                    since: dt.datetime | None = None, dry_run: bool = False) -> list[BulkResult]:
+        """One remedy for every job quarantined with `quarantine_reason` (since `since`, by the
+        time it entered quarantine): each through the same path as the single-job command, and
+        refused where that would refuse. `--link` needs a response id per job, so it is not offered."""
+        mode = ReleaseMode(mode)
+        if mode == ReleaseMode.LINK:
+            raise UsageError("--all releases with --verified-lost or --resume-polling; --link names one response")
+        if quarantine_reason not in QUARANTINE_REASONS:
+            raise UsageError(f"unknown quarantine reason {quarantine_reason!r} "
+                             f"(one of: {', '.join(sorted(QUARANTINE_REASONS))})")
+        remedies.check_input(by, reason)
+        results: list[BulkResult] = []
+        for q in self.quarantine_list():
+            job = q.job
+            if job.quarantine_reason != quarantine_reason:
+                continue
+            if since is not None and naive_utc(job.state_entered_at) < naive_utc(since):
+                continue
+            try:
+                if dry_run:
+                    d = self._release_decision(job, mode, reason, by)
+                    results.append(BulkResult(job, "would release", d.to.value, ""))
+                else:
+                    done = self.release(job.id, mode, reason, by)
+                    results.append(BulkResult(job, "released", done.state.value, ""))
+            except (OperatorRefused, JobTaken, LeaseLost, Contention) as exc:
+                results.append(BulkResult(job, "refused", job.state.value, str(exc)))
+        return results
+
+    def _release_decision(self, job: Job, mode: ReleaseMode, reason: str, by: str) -> Decision:
+        if mode == ReleaseMode.VERIFIED_LOST:
+            return remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason)
+        return remedies.release_resume_polling(job, self._fingerprint(job), by, reason)
+
+    # -- pause / unpause ------------------------------------------------------------
+
+    def pause(self, by: str, reason: str) -> GateState:
+        """Stop new paid creates in every process; custody, cleanup and the relay go on."""
+        remedies.check_input(by, reason)
+        return self._gate(by).pause(by, reason)
+
+    def unpause(self, by: str, reason: str | None = None) -> GateState:
+        remedies.check_input(by, reason)
+        return self._gate(by).unpause(by, reason)
+
+    def _gate(self, by: str) -> CreateGate:
+        return CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds)
 
     # -- suspend / resume -----------------------------------------------------------
 
@@ -233,12 +282,10 @@ class Operator:
 
 
 def _release_quietly(store: Store, job: Job) -> None:
-    try:
+    with contextlib.suppress(Exception):  # best effort: the lease expires on its own anyway
         current = store.get(job.id)
         if current.lease_owner == store.worker:
             store.release(current)
-    except Exception:  # best effort: the lease expires on its own anyway
-        pass
 
 
 def _finished_output(provider: Provider, response_id: str) -> Observed | None:

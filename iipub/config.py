@@ -16,10 +16,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import edition_schema
 from .errors import ConfigError, MissingApiKey
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Section = TypeVar("_Section", bound="DataclassInstance")
 
 DEFAULT_DATABASE_URL = "sqlite:///iipub.sqlite3"
 KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru", "ja"})
@@ -93,6 +98,18 @@ class ProviderSettings:
     timeout_seconds: float = 30.0
     max_connections: int = 32
     base_url: str | None = None  # from OPENAI_BASE_URL
+    # A 404, an unrequested `cancelled` or a `failed` is a loss only once it held over this
+    # many reads spread over at least this many seconds (well inside the ~10-minute retention).
+    loss_confirm_reads: int = 3
+    loss_confirm_seconds: float = 60.0
+    # The shared create breaker: first cool-down after an unknown create outcome, doubling per
+    # failed probe up to the cap; quota/billing problems start at the longer one.
+    breaker_cooldown_seconds: float = 60.0
+    breaker_quota_cooldown_seconds: float = 900.0
+    breaker_cooldown_cap_seconds: float = 3600.0
+    # Creates run one at a time (a probe) unless one succeeded this recently.
+    healthy_for_seconds: float = 900.0
+    max_creates_per_minute: int = 0  # 0: no global rate limit
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,8 @@ class StatusSettings:
     dwell_slo_seconds: float = 180.0
     overdue_poll_slo_seconds: float = 90.0
     stranded_after_seconds: float = 7200.0
+    late_after_minutes: float = 60.0  # an edition not published this long after its window opened: WARN
+    breaker_crit_after_seconds: float = 1800.0  # the create breaker open this long: CRIT
     outbox_lag_warn_seconds: float = 600.0
     outbox_lag_crit_seconds: float = 3600.0
     # Share of samples that must fall within each SLO (the seed's 99 % / 99 % / 95 %).
@@ -240,14 +259,15 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
     _no_unknown("[sinks]", sinks, {"static", "webhook"})
-    static = StaticSink()
+    static: StaticSink | None = StaticSink()
     if "static" in sinks:
         raw = dict(sinks["static"])
         if raw.pop("enabled", True) is False:
             static = None
         else:
             if "root" in raw:
-                raw["root"] = base_dir / str(raw["root"]) if not Path(str(raw["root"])).is_absolute() else Path(raw["root"])
+                root = Path(str(raw["root"]))
+                raw["root"] = root if root.is_absolute() else base_dir / root
             static = _section(StaticSink, raw, "sinks.static")
     webhook = None
     if "webhook" in sinks:
@@ -287,6 +307,14 @@ def _check(s: Settings) -> None:
         )
     if s.relay.lease_seconds <= 0 or s.relay.tick_seconds <= 0:
         raise ConfigError("relay lease and tick must be positive")
+    p = s.provider
+    if p.loss_confirm_reads < 1 or not 0 <= p.loss_confirm_seconds <= 300:
+        raise ConfigError("[provider] loss_confirm_reads must be at least 1 and loss_confirm_seconds between 0 "
+                          "and 300 (a finished response must still be in custody well inside its retention)")
+    if min(p.breaker_cooldown_seconds, p.breaker_quota_cooldown_seconds, p.healthy_for_seconds) < 0 \
+            or p.breaker_cooldown_cap_seconds < p.breaker_cooldown_seconds or p.max_creates_per_minute < 0:
+        raise ConfigError("[provider] breaker cool-downs must be non-negative (cap >= base) and "
+                          "max_creates_per_minute at least 0")
 
 
 def _product(raw: Any, base_dir: Path) -> Product:
@@ -331,7 +359,7 @@ def _product(raw: Any, base_dir: Path) -> Product:
     return p
 
 
-def _section(cls: type, raw: Any, where: str) -> Any:
+def _section(cls: type[_Section], raw: Any, where: str) -> _Section:
     if raw is None:
         return cls()
     if not isinstance(raw, dict):

@@ -142,6 +142,41 @@ clock = sa.Table(
     sa.Column("offset_us", sa.BigInteger, nullable=False),
 )
 
+create_gate = sa.Table(
+    "create_gate",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("breaker", sa.String(16), nullable=False),
+    sa.Column("breaker_reason", sa.String(64)),
+    sa.Column("breaker_detail", sa.Text),
+    sa.Column("opened_at", Time),
+    sa.Column("open_count", sa.Integer, nullable=False),
+    sa.Column("probe_after", Time),
+    sa.Column("probe_owner", sa.String(128)),
+    sa.Column("probe_expiry", Time),
+    sa.Column("last_ok_at", Time),
+    sa.Column("cooldown_until", Time),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("paused_reason", sa.Text),
+    sa.Column("paused_by", sa.String(128)),
+    sa.Column("paused_at", Time),
+    sa.Column("window_start", Time),
+    sa.Column("window_creates", sa.Integer, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+)
+
+gate_events = sa.Table(
+    "gate_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("detail", sa.Text),
+    sa.Column("at", Time, nullable=False),
+    sa.Index("ix_gate_events_at", "at"),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,
@@ -278,7 +313,7 @@ def now(
     """The database clock (plus `delay_seconds`) as a SQL expression, usable in any
     statement. Includes the drill offset from the `clock` table unless told not to (a
     change to it reaches other processes within a second)."""
-    delay_us = int(round(delay_seconds * 1_000_000))
+    delay_us = round(delay_seconds * 1_000_000)
     total = (_offset_us(conn_or_engine) if drill_offset else 0) + delay_us
     # The offset is a bound value, so every statement keeps one SQL text and hits
     # SQLAlchemy's compiled cache whatever the delay (jittered backoffs included).

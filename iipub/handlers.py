@@ -16,17 +16,20 @@ from typing import Any
 
 from . import backoff, compose, states, validate
 from .compose import Artifact
-from .config import Budgets, Product, ReconcileSettings
+from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
 from .outcomes import (
+    DEAD_STATUSES,
     Accepted,
     Ambiguous,
     Deleted,
+    FailureCause,
     Missing,
     Observed,
     Refused,
     Rejected,
     Transient,
+    failure_cause,
     failure_text,
 )
 from .states import POLLING, Reason, State
@@ -138,14 +141,20 @@ def before_poll(job: Job, fingerprint: str, budgets: Budgets) -> Decision | None
 
 
 _STATUS_STATE = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
-_DEAD_REASON = {"failed": Reason.PROVIDER_FAILED, "cancelled": Reason.PROVIDER_CANCELLED}
+_DEFAULT_PROVIDER = ProviderSettings()
 
 
 def after_poll(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
-    rng: random.Random | None = None,
+    rng: random.Random | None = None, *, loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
 ) -> Decision:
-    """An observation of the job's response. Counts `poll_count` only, never the generation budget."""
+    """An observation of the job's response. Counts `poll_count` only, never the generation budget.
+
+    What the provider says is evidence, not proof: a 404, a `cancelled` iipub did not ask for,
+    or a `failed` is a suspected loss (the job stays put, `loss_suspected`) until it held over
+    `loss.loss_confirm_reads` reads spread over `loss.loss_confirm_seconds`; `suspected_reads`
+    is how many such reads of this response came before this one. A status iipub does not know
+    is observed again, never taken as a loss."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
         if outcome.status in _STATUS_STATE:
@@ -166,30 +175,52 @@ def after_poll(
                         "due_at": str(job.next_attempt_at)},
                 go_on=True,
             )
+        if outcome.status not in DEAD_STATUSES:
+            why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
+            return Decision(
+                job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
+                changes={"poll_count": polls, "retry_count": 0, "last_error": why},
+                detail={"status": outcome.status[:64], "due_at": str(job.next_attempt_at)},
+                delay=s.poll_interval_seconds,
+            )
+        facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error, "error_code": outcome.error_code}
+        why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
+    elif isinstance(outcome, Missing):
+        facts, why = {"status": "not_found", "answer": outcome.why}, outcome.why
+    else:
+        # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
+        retry = job.retry_count + 1
+        hinted = outcome.retry_after if isinstance(outcome, Transient) else None
+        why = failure_text(outcome)
+        delay = _backoff(retry, hinted, s, rng)
         return Decision(
-            State.PROVIDER_EXPIRED_OR_MISSING, _DEAD_REASON.get(outcome.status, Reason.PROVIDER_UNEXPECTED_STATUS),
-            changes={"poll_count": polls, "last_error": (outcome.error or outcome.status)[:_ERROR_MAX]},
-            detail={"status": outcome.status, "error": outcome.error, "response_id": job.response_id},
-            go_on=True,
+            job.state, Reason.POLL_FAILED,
+            changes={"poll_count": polls, "retry_count": retry, "last_error": why[:_ERROR_MAX]},
+            detail={"why": why, "delay": round(delay, 3), "due_at": str(job.next_attempt_at)},
+            delay=delay,
+            cooldown=delay if hinted is not None else None,
         )
-    if isinstance(outcome, Missing):
-        return Decision(
-            State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_MISSING,
-            changes={"poll_count": polls, "last_error": outcome.why[:_ERROR_MAX]},
-            detail={"why": outcome.why, "response_id": job.response_id},
-            go_on=True,
-        )
-    # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
-    retry = job.retry_count + 1
-    hinted = outcome.retry_after if isinstance(outcome, Transient) else None
-    why = failure_text(outcome)
-    delay = _backoff(retry, hinted, s, rng)
+    return _suspected_loss(job, polls, facts, why, loss, suspected_reads)
+
+
+def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss: ProviderSettings,
+                    suspected_reads: int) -> Decision:
+    reads = suspected_reads + 1
+    detail = {**facts, "response_id": job.response_id, "read": reads, "of": loss.loss_confirm_reads}
+    if reads < loss.loss_confirm_reads:
+        spacing = loss.loss_confirm_seconds / max(1, loss.loss_confirm_reads - 1)
+        return Decision(job.state, Reason.LOSS_SUSPECTED,
+                        changes={"poll_count": polls, "retry_count": 0, "last_error": why[:_ERROR_MAX]},
+                        detail={**detail, "due_at": str(job.next_attempt_at)}, delay=spacing)
+    if facts["status"] == "failed" and failure_cause(facts.get("error_code")) == FailureCause.REFUSAL:
+        # Paying again would get the same answer: a human decides (regenerate after a fix, or kill).
+        d = quarantine(Reason.PROVIDER_REFUSED, f"{why} (error code {facts.get('error_code') or 'none'})",
+                       **detail)
+        return Decision(d.to, d.reason, {**d.changes, "poll_count": polls}, d.detail)
     return Decision(
-        job.state, Reason.POLL_FAILED,
-        changes={"poll_count": polls, "retry_count": retry, "last_error": why[:_ERROR_MAX]},
-        detail={"why": why, "delay": round(delay, 3), "due_at": str(job.next_attempt_at)},
-        delay=delay,
-        cooldown=delay if hinted is not None else None,
+        State.PROVIDER_EXPIRED_OR_MISSING, Reason.LOSS_CONFIRMED,
+        changes={"poll_count": polls, "retry_count": 0, "last_error": why[:_ERROR_MAX]},
+        detail=detail, go_on=True,
     )
 
 
@@ -265,12 +296,13 @@ def after_delete(
 
 def after_refetch(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
-    max_bytes: int | None = None, rng: random.Random | None = None,
+    max_bytes: int | None = None, rng: random.Random | None = None, *,
+    loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
 ) -> Decision:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): the output was fetched again."""
     if isinstance(outcome, Observed) and outcome.finished:
         return on_output(job, outcome, max_bytes)
-    d = after_poll(job, outcome, s, rng)
+    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads)
     if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
         d = Decision(State.COMPLETED_NOT_RETRIEVED, d.reason, d.changes, d.detail, d.delay, d.go_on, d.cooldown)
     return d

@@ -51,8 +51,8 @@ Publication
   killed_but_published   a killed job has editions
 
 Liveness
-  stranded               a job neither DELETED nor parked, live longer than `stranded_after_seconds`
-                         (database clock)
+  stranded               a job neither published nor killed nor parked, `stranded_after_seconds` past
+                         its slot's opening (database clock; `jobs.is_stranded`, as `status` reports)
 With `settled=True` (after a convergence phase, nothing running):
   unsettled              a job neither DELETED (published or killed) nor parked, nor a NO_JOB slot
                          whose window has not opened
@@ -63,6 +63,7 @@ With `settled=True` (after a convergence phase, nothing running):
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -75,6 +76,7 @@ import sqlalchemy as sa
 from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
+from .jobs import is_stranded
 from .states import AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
 
@@ -159,10 +161,11 @@ def check(
             events[r.job_id].append(_Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason,
                                         _detail(r.detail), naive_utc(r.at)))
         editions = [dict(r) for r in conn.execute(sa.select(
-            editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date, editions_table.c.lang, editions_table.c.sha256)).mappings()]
+            editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date,
+            editions_table.c.lang, editions_table.c.sha256)).mappings()]
         outbox = [dict(r) for r in conn.execute(sa.select(
-            outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id, outbox_table.c.published_at, outbox_table.c.lease_owner,
-            outbox_table.c.lease_expiry)).mappings()]
+            outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id,
+            outbox_table.c.published_at, outbox_table.c.lease_owner, outbox_table.c.lease_expiry)).mappings()]
         deliveries = [dict(r) for r in conn.execute(sa.select(deliveries_table)).mappings()]
     for job_id in sorted(set(events) - set(jobs)):
         found.add("journal_orphan", job_id, f"{len(events[job_id])} events of a job that does not exist")
@@ -188,8 +191,9 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
         found.add("journal_chain", jid, "job has no journal at all")
         return
     if evs[0].from_state is not None or evs[0].to_state != State.NO_JOB.value:
-        found.add("journal_chain", jid, f"first event {evs[0].from_state} -> {evs[0].to_state}, not the slot's creation")
-    for prev, ev in zip(evs, evs[1:], strict=False):
+        found.add("journal_chain", jid,
+                  f"first event {evs[0].from_state} -> {evs[0].to_state}, not the slot's creation")
+    for prev, ev in itertools.pairwise(evs):
         if ev.version <= prev.version:
             found.add("journal_versions", jid, f"event {ev.id} has version {ev.version} after {prev.version}")
         if ev.from_state != prev.to_state:
@@ -277,15 +281,12 @@ def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt
     jid = job["id"]
     state = State(job["state"])
     not_open = state == State.NO_JOB and naive_utc(job["opens_at"]) > now
+    # The same definition `iipub status` uses: measured from the slot's opening.
+    age = is_stranded(state, bool(job["kill_requested"]), job["opens_at"], job["created_at"], now, after)
+    if age is not None:
+        found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), unpublished {age:.0f} s "
+                                   f"after its slot opened > {after:.0f} s")
     if state not in SETTLED and not not_open:
-        since = max(naive_utc(job["opens_at"]), naive_utc(job["created_at"]))
-        for ev in evs:  # an operator taking a job out of parking starts its clock again
-            if ev.from_state in {s.value for s in states.PARKED} and ev.to_state != ev.from_state:
-                since = max(since, ev.at)
-        age = (now - since).total_seconds()
-        if age > after:
-            found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), live for {age:.0f} s "
-                                       f"> {after:.0f} s")
         if settled:
             found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
                                         f"last error: {(job['last_error'] or '-')[:200]}")
@@ -508,8 +509,7 @@ def sim_stats_from(url: str, timeout: float = 10.0) -> dict[str, Any]:
     import httpx
 
     base = url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
+    base = base.removesuffix("/v1")
     resp = httpx.get(base + "/_sim/stats", timeout=timeout)
     resp.raise_for_status()
     data = resp.json()

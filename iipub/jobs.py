@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .states import State
-from .timefmt import iso_z, jsonable
+from .timefmt import iso_z, jsonable, naive_utc
 
 # Every column the operator-facing JSON shows, in the documented order.
 PUBLIC_FIELDS = (
@@ -62,7 +62,7 @@ class Job:
     state_entered_at: dt.datetime
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
+    def from_row(cls, row: Mapping[Any, Any]) -> Job:
         values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
         values["state"] = State(values["state"])
         values["is_backfill"] = bool(values["is_backfill"])
@@ -72,7 +72,8 @@ class Job:
     @property
     def effective_state(self) -> State:
         """What the job is for an operator's rules: a suspended job is what it was."""
-        if self.state == State.MANUALLY_SUSPENDED and self.suspended_from in State.__members__:
+        if (self.state == State.MANUALLY_SUSPENDED and self.suspended_from is not None
+                and self.suspended_from in State.__members__):
             return State(self.suspended_from)
         return self.state
 
@@ -98,3 +99,35 @@ class Event:
             "from_state": self.from_state, "to_state": self.to_state, "version": self.version,
             "reason": self.reason, "worker": self.worker, "at": iso_z(self.at), "detail": self.detail,
         }
+
+
+# -- liveness: one definition for `status` and `check` ---------------------------------------
+
+# Published (or on its way out after publication): nothing is late any more.
+DONE_STATES = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
+PARKED_STATES = frozenset({State.QUARANTINED, State.VALIDATION_FAILED_RETAINED, State.MANUALLY_SUSPENDED})
+
+
+def slot_opened(opens_at: dt.datetime | str, created_at: dt.datetime | str) -> dt.datetime:
+    """When the slot's clock starts: its window's opening, or its creation for a backfill."""
+    return max(naive_utc(opens_at), naive_utc(created_at))
+
+
+def late_seconds(state: State | str, kill_requested: bool, opens_at: dt.datetime | str,
+                 created_at: dt.datetime | str, now: dt.datetime) -> float | None:
+    """How long an edition has been due and unpublished (measured from the slot's opening,
+    whatever its state history), or None if it is published, killed or not open yet."""
+    if State(state) in DONE_STATES or kill_requested:
+        return None
+    age = (naive_utc(now) - slot_opened(opens_at, created_at)).total_seconds()
+    return age if age >= 0 else None
+
+
+def is_stranded(state: State | str, kill_requested: bool, opens_at: dt.datetime | str,
+                created_at: dt.datetime | str, now: dt.datetime, after_seconds: float) -> float | None:
+    """Late by more than `after_seconds` while nobody is asked to act (parked jobs are reported
+    as quarantined or suspended instead): its age, or None."""
+    if State(state) in PARKED_STATES:
+        return None
+    age = late_seconds(state, kill_requested, opens_at, created_at, now)
+    return age if age is not None and age > after_seconds else None

@@ -8,6 +8,7 @@ a provider status uses these groups.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from dataclasses import dataclass, field
 
 from .config import Product
@@ -17,6 +18,42 @@ LIVE_STATUSES = frozenset({"queued", "in_progress"})
 FINISHED_STATUSES = frozenset({"completed", "incomplete"})  # output exists: take custody
 DEAD_STATUSES = frozenset({"failed", "cancelled"})  # nothing to adopt
 KNOWN_STATUSES = LIVE_STATUSES | FINISHED_STATUSES | DEAD_STATUSES
+
+
+
+
+class FailureCause(enum.StrEnum):
+    PROVIDER_FAULT = "provider_fault"  # the provider's own trouble: paying again may succeed
+    REFUSAL = "refusal"  # the prompt or policy: paying again gives the same answer
+
+
+# Why a response ended `failed`, by its `error.code`: the codes of the Responses API's
+# `ResponseError` (openai-python `types/responses/response_error.py`). iipub sends text only,
+# so every input-image problem is a problem of the request itself: a refusal.
+FAILURE_CAUSES: dict[str, FailureCause] = {
+    "server_error": FailureCause.PROVIDER_FAULT,
+    "rate_limit_exceeded": FailureCause.PROVIDER_FAULT,
+    "vector_store_timeout": FailureCause.PROVIDER_FAULT,
+    "invalid_prompt": FailureCause.REFUSAL,
+    "bio_policy": FailureCause.REFUSAL,
+    "data_residency_mismatch": FailureCause.REFUSAL,
+    "image_content_policy_violation": FailureCause.REFUSAL,
+    **{code: FailureCause.REFUSAL for code in (
+        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url", "image_too_large",
+        "image_too_small", "image_parse_error", "invalid_image_mode", "image_file_too_large",
+        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image", "image_file_not_found",
+    )},
+}
+
+
+def failure_cause(code: str | None) -> FailureCause:
+    """An unrecognised (or missing) code is treated as the safer of the two: a refusal, so
+    nothing is paid again without a human."""
+    return FAILURE_CAUSES.get(code or "", FailureCause.REFUSAL)
+
+
+# 429 codes that mean the account cannot pay (error `code` or `type`), not "slow down".
+QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from types import TracebackType
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the SDK is imported on first use: CLI commands that never c
     import openai
 
 from . import backoff, edition_schema
+from .closing import Closing
 from .config import Product, ProviderSettings
 from .errors import InvariantViolation, MissingApiKey
 from .outcomes import (
@@ -66,7 +67,7 @@ def create_metadata(req: CreateRequest) -> dict[str, str]:
     return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
 
 
-class Provider:
+class Provider(Closing):
     """The Responses API, reduced to the four calls iipub makes."""
 
     def __init__(self, settings: ProviderSettings, api_key: str, http_client: httpx.Client | None = None) -> None:
@@ -95,14 +96,6 @@ class Provider:
         if self._owns_http:
             self._http.close()
 
-    def __enter__(self) -> Provider:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     # -- create: the money path -------------------------------------------------------------
 
     def create(self, req: CreateRequest) -> CreateOutcome:
@@ -126,19 +119,18 @@ class Provider:
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
 
     def retrieve(self, response_id: str) -> ReadOutcome:
-        _check_id(response_id)
-        try:
-            resp: Any = self._client.responses.retrieve(response_id)
-        except _read_errors() as exc:
-            return _read_outcome(exc)
-        return _observed(resp)
+        return self._read(response_id, lambda: self._client.responses.retrieve(response_id))
 
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
+        return self._read(response_id, lambda: self._client.responses.cancel(response_id))
+
+    def _read(self, response_id: str, call: Callable[[], Any]) -> ReadOutcome:
+        """A call answered with the response as it now stands (retrieve, cancel)."""
         _check_id(response_id)
         try:
-            resp: Any = self._client.responses.cancel(response_id)
+            resp: Any = call()
         except _read_errors() as exc:
             return _read_outcome(exc)
         return _observed(resp)
@@ -192,7 +184,7 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
         status = exc.status_code
         why = _status_why(exc)
         if status == 429:
-            return Refused(backoff.delay_from_headers(exc.response.headers), why)
+            return Refused(backoff.delay_from_headers(exc.response.headers), why, _error_code(exc) or "rate_limited")
         if status in (408, 409) or status >= 500:
             return Ambiguous(why)
         if 400 <= status < 500:
@@ -283,8 +275,17 @@ def _to_observed(resp: Any) -> Observed | Transient:
         usage=usage,
         metadata={str(k): str(v) for k, v in (getattr(resp, "metadata", None) or {}).items()},
         incomplete_reason=getattr(incomplete, "reason", None) if incomplete is not None else None,
-        error=getattr(error, "message", None) if error is not None else None,
+        error=_clip(str(getattr(error, "message", "") or "")) or None if error is not None else None,
+        error_code=_clip(str(getattr(error, "code", "") or ""), 64) or None if error is not None else None,
     )
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    """The provider's error code (`insufficient_quota`, `rate_limit_exceeded`, …), or its type."""
+    for value in (getattr(exc, "code", None), getattr(exc, "type", None)):
+        if isinstance(value, str) and value:
+            return _clip(value, 64)
+    return None
 
 
 def _status_why(exc: openai.APIStatusError) -> str:

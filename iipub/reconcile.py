@@ -25,7 +25,8 @@ from .config import Product, Settings
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
 from .jobs import Job, new_worker_id
-from .outcomes import CreateRequest, Observed
+from .gate import CreateGate
+from .outcomes import DEAD_STATUSES, CreateRequest, Missing, Observed, ReadOutcome
 from .provider import Provider
 from .states import State
 from .store import Store
@@ -35,6 +36,9 @@ log = structlog.get_logger("iipub.reconcile")
 # States whose next step calls the provider: skipped while the provider cools down.
 PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
                             State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
+
+# How many times one tick goes back to creates that waited for a health probe.
+_PROBE_PASSES = 4
 
 # Set by SIGTERM (cron's `timeout`): stop taking work, finish what is in hand, release leases.
 STOP = threading.Event()
@@ -74,6 +78,14 @@ class Tick:
         self._lock = threading.Lock()
         self._cooldown_until = 0.0
         self._in_flight = store.count_in_flight()
+        self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
+        self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
+        g, now = self.gate.state()
+        # Paused, or the breaker open and no probe due: creates are not even leased this tick.
+        self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
+        if g.cooldown_until is not None and g.cooldown_until > now:
+            # Another process was rate-limited: this one cools down too.
+            self._cool_locally((g.cooldown_until - now).total_seconds())
 
     def past_deadline(self) -> bool:
         return STOP.is_set() or time.monotonic() >= self.deadline
@@ -82,11 +94,29 @@ class Tick:
         return time.monotonic() < self._cooldown_until
 
     def cool_down(self, seconds: float) -> None:
-        # One 429 stops provider calls for the rest of the tick: no stampede.
+        """One 429 stops provider calls for the rest of the tick (no stampede), and every other
+        process's creates until the provider's hint has passed."""
+        self._cool_locally(seconds)
+        try:
+            self.gate.share_cool_down(seconds)
+        except (Contention, DatabaseUnavailable) as exc:  # the local cool-down still holds
+            log.warning("cool_down_not_shared", worker=self.store.worker, error=str(exc))
+
+    def _cool_locally(self, seconds: float) -> None:
         with self._lock:
             self._cooldown_until = max(self._cooldown_until, self.deadline, time.monotonic() + seconds)
 
+    def wait_for_probe(self, job_id: str) -> None:
+        with self._lock:
+            self.probe_waiters.add(job_id)
+
+    def take_probe_waiters(self) -> set[str]:
+        with self._lock:
+            waiting, self.probe_waiters = self.probe_waiters, set()
+            return waiting
+
     def admit_create(self) -> bool:
+        """Local admission control: accepted-but-unfinished provider jobs stay under max_in_flight."""
         with self._lock:
             if self._in_flight >= self.settings.reconcile.max_in_flight:
                 self.report.held_back += 1
@@ -133,29 +163,43 @@ def _ensure_today(settings: Settings, store: Store) -> None:
 def _sweep(tick: Tick) -> None:
     s = tick.settings.reconcile
     seen: set[str] = set()  # jobs dealt with (or deferred) in this tick
-    pending: set[Future[None]] = set()
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
-        while not tick.past_deadline():
-            # The next batch is fetched while the previous one's tail still runs: no
-            # drain bubble at batch boundaries.
-            batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen)) if c[0] not in seen]
-            if not batch:
+        for _ in range(_PROBE_PASSES):
+            _pass(tick, pool, seen)
+            # Creates held back while another worker probed the provider's health go again
+            # now that the probe's outcome is recorded.
+            waiting = tick.take_probe_waiters()
+            if not waiting or tick.past_deadline():
+                return
+            seen -= waiting
+
+
+def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
+    s = tick.settings.reconcile
+    pending: set[Future[None]] = set()
+    while not tick.past_deadline():
+        # The next batch is fetched while the previous one's tail still runs: no
+        # drain bubble at batch boundaries.
+        batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen)) if c[0] not in seen]
+        if not batch:
+            break
+        for start in range(0, len(batch), s.concurrency):
+            # Claim only when a worker is about to be free, so a claimed job waits in
+            # the queue for at most about one job's time, well inside its lease.
+            while len(pending) >= s.concurrency:
+                _, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if tick.past_deadline():
+                tick.report.stopped_at_deadline = True
                 break
-            for start in range(0, len(batch), s.concurrency):
-                # Claim only when a worker is about to be free, so a claimed job waits in
-                # the queue for at most about one job's time, well inside its lease.
-                while len(pending) >= s.concurrency:
-                    _, pending = wait(pending, return_when=FIRST_COMPLETED)
-                if tick.past_deadline():
-                    tick.report.stopped_at_deadline = True
-                    break
-                chunk = batch[start : start + s.concurrency]
-                seen.update(job_id for job_id, _, _ in chunk)
-                # While the provider cools down, jobs that would call it are left for the
-                # next tick: leasing them only to hand them back would be two writes for nothing.
-                wanted = [(job_id, v) for job_id, v, state in chunk if not (state in PROVIDER_BOUND and tick.cooling())]
-                pending.update(pool.submit(_handle, tick, job) for job in _claim(tick, wanted))
-        wait(pending)
+            chunk = batch[start : start + s.concurrency]
+            seen.update(job_id for job_id, _, _ in chunk)
+            # While the provider cools down, jobs that would call it are left for the
+            # next tick: leasing them only to hand them back would be two writes for nothing.
+            wanted = [(job_id, v) for job_id, v, state in chunk
+                      if not (state in PROVIDER_BOUND and tick.cooling())
+                      and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
+            pending.update(pool.submit(_handle, tick, job) for job in _claim(tick, wanted))
+    wait(pending)
 
 
 def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
@@ -220,7 +264,7 @@ def _release_quietly(store: Store, job_id: str) -> None:
         log.warning("release_failed", job_id=job_id)
 
 
-def _apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], None] | None = None) -> Job:
+def _apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None) -> Job:
     # A dispatch always keeps its lease: the POST follows, deadline or not, and a free
     # CREATE_IN_FLIGHT row would look like a crashed worker to the next tick.
     go_on = d.to == State.CREATE_IN_FLIGHT or (d.go_on and not tick.past_deadline())
@@ -258,6 +302,15 @@ def _hold(tick: Tick, job: Job) -> None:
     tick.store.release(job)
 
 
+def _provider_waits(tick: Tick, job: Job) -> bool:
+    """Before a provider call: while the provider cools down or past the deadline, the job
+    waits (its lease handed back, no transition)."""
+    if tick.cooling() or tick.past_deadline():
+        _hold(tick, job)
+        return True
+    return False
+
+
 # -- steps, one per state -----------------------------------------------------------
 
 
@@ -271,7 +324,16 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
     if d.to == State.QUARANTINED:
         return _apply(tick, job, d)
-    if tick.cooling() or tick.past_deadline() or not tick.admit_create():
+    if _provider_waits(tick, job):
+        return None
+    verdict = tick.gate.admit()  # paused, breaker open, shared cool-down, global rate
+    if not verdict.allowed:
+        if verdict.wait_briefly:
+            tick.wait_for_probe(job.id)
+        tick.count("held_back")
+        _hold(tick, job)
+        return None
+    if not tick.admit_create():
         _hold(tick, job)
         return None
     in_flight = _apply(tick, job, d)  # committed before any byte goes out
@@ -279,8 +341,10 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         job_id=job.id, product=product, edition_date=job.edition_date,
         attempt=in_flight.generation_attempts, fingerprint=fingerprint,
     ))
-    return _apply(tick, in_flight, dataclasses.replace(
+    after = _apply(tick, in_flight, dataclasses.replace(
         handlers.after_create(in_flight, outcome, tick.settings.reconcile, tick.rng), go_on=False))
+    tick.gate.record(outcome, probe=verdict.probe)  # after the job's own outcome is safe
+    return after
 
 
 def step_create_in_flight(tick: Tick, job: Job) -> Job:
@@ -293,12 +357,12 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     pre = handlers.before_poll(job, product.fingerprint(), tick.settings.budgets)
     if pre is not None:
         return _apply(tick, job, pre)
-    if tick.cooling() or tick.past_deadline():
-        _hold(tick, job)
+    if _provider_waits(tick, job):
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng)
+    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng, loss=tick.settings.provider,
+                            suspected_reads=_suspected_reads(tick, job, outcome))
     new = _apply(tick, job, d)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
@@ -313,8 +377,18 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    return _apply(tick, job, handlers.after_refetch(job, outcome, tick.settings.reconcile,
-                                                    _product(tick, job).max_output_bytes, tick.rng))
+    return _apply(tick, job, handlers.after_refetch(
+        job, outcome, tick.settings.reconcile, _product(tick, job).max_output_bytes, tick.rng,
+        loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
+
+
+def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
+    """Earlier reads that suspected this response lost (read from the journal only when this
+    read is suspicious too)."""
+    suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES)
+    if not suspicious:
+        return 0
+    return tick.store.suspected_loss_reads(job.id, tick.settings.provider.loss_confirm_reads)
 
 
 def step_validate(tick: Tick, job: Job) -> Job:
@@ -348,8 +422,7 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     nothing = handlers.before_cleanup(job)
     if nothing is not None:
         return _apply(tick, job, nothing)
-    if tick.cooling() or tick.past_deadline():
-        _hold(tick, job)
+    if _provider_waits(tick, job):
         return None
     assert job.response_id
     if handlers.cancel_before_delete(job):

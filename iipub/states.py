@@ -137,10 +137,9 @@ class Reason(enum.StrEnum):
     POLL = "poll"
     POLL_FAILED = "poll_failed"
     PROVIDER_FINISHED = "provider_finished"
-    PROVIDER_FAILED = "provider_failed"
-    PROVIDER_CANCELLED = "provider_cancelled"
     PROVIDER_UNEXPECTED_STATUS = "provider_unexpected_status"
-    PROVIDER_MISSING = "provider_missing"
+    LOSS_SUSPECTED = "loss_suspected"
+    LOSS_CONFIRMED = "loss_confirmed"
     RETRIEVED = "retrieved"
     RECREATE_AFTER_LOSS = "recreate_after_loss"
     VALIDATED = "validated"
@@ -160,6 +159,7 @@ class Reason(enum.StrEnum):
     POLL_BUDGET_EXHAUSTED = "poll_budget_exhausted"
     CONFIG_DRIFT = "config_drift"
     EDITION_CONFLICT = "edition_conflict"
+    PROVIDER_REFUSED = "provider_refused"
     # Operator commands.
     OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
     OPERATOR_RESUME_POLLING = "operator_resume_polling"
@@ -193,10 +193,10 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
-    R.PROVIDER_FAILED: (False, "the provider reports the response failed"),
-    R.PROVIDER_CANCELLED: (False, "the provider reports the response cancelled"),
-    R.PROVIDER_UNEXPECTED_STATUS: (False, "the provider reports a status iipub does not know"),
-    R.PROVIDER_MISSING: (False, "the provider answers 404 for the response"),
+    R.PROVIDER_UNEXPECTED_STATUS: (False, "the provider reports a status iipub does not know; observed again, "
+                                          "never taken as a loss"),
+    R.LOSS_SUSPECTED: (False, "a 404, an unrequested `cancelled` or a `failed`: read again before believing it"),
+    R.LOSS_CONFIRMED: (False, "the loss held over the confirmation reads; the response is gone"),
     R.RETRIEVED: (False, "the finished output was stored on the job row (custody)"),
     R.RECREATE_AFTER_LOSS: (False, "a lost response is generated again on the same row, budget permitting"),
     R.VALIDATED: (False, "the stored output passed validation"),
@@ -215,6 +215,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.POLL_BUDGET_EXHAUSTED: (False, "quarantine: the poll budget ran out; the response id is kept"),
     R.CONFIG_DRIFT: (False, "quarantine: the deployed product config changed under the job"),
     R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
+    R.PROVIDER_REFUSED: (False, "quarantine: the provider refused the prompt or policy; paying again would fail "
+                                "again"),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
     R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
     R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),
@@ -231,12 +233,13 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
 # The values of `jobs.quarantine_reason`.
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
-    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.OPERATOR_CANCELLED,
+    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OPERATOR_CANCELLED,
 })
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).
-POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED})
+POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED, R.LOSS_SUSPECTED,
+                          R.PROVIDER_UNEXPECTED_STATUS})
 
 
 def reason_of(text: str | None) -> Reason | None:

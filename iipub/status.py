@@ -18,10 +18,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import db, outbox
+from . import breaker, db, gate, outbox
+from .breaker import GateState
 from .config import Settings, StatusSettings
-from .states import POLL_REASONS, POLLING, State
-from .timefmt import duration, iso_z, naive_utc, seconds_between
+from .jobs import is_stranded, late_seconds, slot_opened
+from .states import POLL_REASONS, POLLING, Reason, State
+from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
 
 jobs_table = db.jobs
 events_table = db.job_events
@@ -29,9 +31,6 @@ events_table = db.job_events
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
 
-# Never counted as stranded: done, waiting on the relay (outbox lag covers it), or
-# quarantined (reported on its own, with its reason).
-NOT_STRANDABLE = frozenset({State.DELETED, State.PUBLISHED, State.SAVED_NOT_PUBLIC, State.QUARANTINED})
 # A dwell that ends here lost the output it was meant to fetch.
 DWELL_LOST = (State.PROVIDER_EXPIRED_OR_MISSING.value, State.QUARANTINED.value)
 
@@ -145,6 +144,9 @@ class Status:
     outbox_lag_seconds: float
     outbox_problems: tuple[Mapping[str, Any], ...]  # from outbox.parked_or_failing
     spend: tuple[Spend, ...]
+    late: tuple[JobRef, ...] = ()  # editions unpublished past late_after_minutes, oldest first
+    gate: GateState | None = None
+    unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -183,9 +185,21 @@ class Status:
         found: list[tuple[int, str]] = []
         if self.stranded:
             o = self.stranded[0]
-            found.append((CRITICAL, f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
-                                    f"(oldest {o.product} {o.edition_date} in {o.state} for "
-                                    f"{duration(o.age_seconds)}, job {o.id[:8]})"))
+            found.append((CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
+                                     f"(oldest {o.product} {o.edition_date} in {o.state} for "
+                                     f"{duration(o.age_seconds)}, job {o.id[:8]})")))
+        if self.late:
+            o = self.late[0]
+            severe = o.age_seconds > s.stranded_after_seconds
+            limit = s.stranded_after_seconds if severe else s.late_after_minutes * 60
+            found.append((CRITICAL if severe else WARNING,
+                          f"{len(self.late)} editions late > {duration(s.late_after_minutes * 60)} (oldest "
+                          f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
+                          f"opened > {duration(limit)})"))
+        found.extend(self._gate_problems())
+        if self.unexpected_statuses:
+            found.append((WARNING, f"{self.unexpected_statuses} reads of a provider status iipub does not know "
+                                   f"in {s.window_hours:g}h"))
         if self.duplicate_publications:
             found.append((CRITICAL, f"{self.duplicate_publications} duplicate publications"))
         lag = self.outbox_lag_seconds
@@ -196,17 +210,33 @@ class Status:
         if self.quarantined:
             found.append((WARNING, f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
         if self.expired_now or self.expired_in_window:
-            found.append((WARNING, f"provider expired/missing: {self.expired_now} now, "
-                                   f"{self.expired_in_window} in {s.window_hours:g}h"))
+            found.append((WARNING, (f"provider expired/missing: {self.expired_now} now, "
+                                    f"{self.expired_in_window} in {s.window_hours:g}h")))
         if self.outbox_parked:
             found.append((WARNING, f"{self.outbox_parked} parked sink deliveries"))
         if self.outbox_failing:
             found.append((WARNING, f"{self.outbox_failing} outbox events failing"))
-        for sli in self.slis:
-            if sli.breached:
-                found.append((WARNING, f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
-                                       f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
+        found.extend((WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
+                                f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
+                     for sli in self.slis if sli.breached)
         return sorted(found, key=lambda p: -p[0])
+
+    def _gate_problems(self) -> list[tuple[int, str]]:
+        g, s = self.gate, self.settings
+        if g is None:
+            return []
+        found: list[tuple[int, str]] = []
+        if g.paused:
+            found.append((WARNING, f"creates paused by {g.paused_by} since "
+                                   f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}"))
+        if g.is_open:
+            open_for = seconds_between(self.generated_at, g.opened_at) if g.opened_at else 0.0
+            severe = g.breaker_reason in breaker.CRITICAL_REASONS or open_for > s.breaker_crit_after_seconds
+            found.append((CRITICAL if severe else WARNING,
+                          f"create breaker open ({g.breaker_reason}) for {duration(open_for)}, {g.open_count} "
+                          f"opening(s); next probe "
+                          f"{iso_z(g.probe_after, 'seconds') if g.probe_after else 'now'}: {(g.breaker_detail or '')[:120]}"))
+        return found
 
     def check(self) -> tuple[int, str]:
         """(exit code, one Nagios-style line): 0 OK, 1 WARNING, 2 CRITICAL."""
@@ -230,6 +260,9 @@ class Status:
             f"outbox_unpublished={self.outbox_unpublished}",
             f"outbox_parked={self.outbox_parked};0",
             f"duplicates={self.duplicate_publications};;0",
+            f"late={len(self.late)};0",
+            f"breaker_open={int(bool(self.gate and self.gate.is_open))};;1",
+            f"paused={int(bool(self.gate and self.gate.paused))};1",
         ]
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
@@ -279,6 +312,14 @@ class Status:
                 "jobs": [j.to_dict() for j in self.quarantined],
             },
             "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
+            "late": {
+                "count": len(self.late),
+                "after_minutes": self.settings.late_after_minutes,
+                "oldest": self.late[0].to_dict() if self.late else None,
+                "jobs": [j.to_dict() for j in self.late],
+            },
+            "create_gate": _gate_dict(self.gate),
+            "unexpected_statuses": self.unexpected_statuses,
             "spend": {
                 "days": self.settings.spend_days,
                 "rows": [r.to_dict() for r in self.spend],
@@ -295,6 +336,18 @@ class Status:
                 "problems": [{"severity": CHECK_NAMES[sev], "text": text} for sev, text in self.problems()],
             },
         }
+
+
+def _gate_dict(g: GateState | None) -> dict[str, Any] | None:
+    if g is None:
+        return None
+    return {
+        "breaker": g.breaker, "reason": g.breaker_reason, "detail": g.breaker_detail,
+        "opened_at": iso_z_or_none(g.opened_at), "openings": g.open_count, "probe_after": iso_z_or_none(g.probe_after),
+        "last_accepted_create_at": iso_z_or_none(g.last_ok_at), "cooldown_until": iso_z_or_none(g.cooldown_until),
+        "paused": g.paused, "paused_by": g.paused_by, "paused_reason": g.paused_reason,
+        "paused_at": iso_z_or_none(g.paused_at),
+    }
 
 
 # -- collection -------------------------------------------------------------------------
@@ -321,6 +374,11 @@ def collect(engine: Engine, settings: Settings) -> Status:
                 events_table.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, events_table.c.at >= cutoff)
         ).scalar_one())
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
+        gate_state = gate.read(conn)
+        unexpected = int(conn.execute(
+            sa.select(sa.func.count()).where(
+                events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
+        ).scalar_one())
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     return Status(
@@ -343,12 +401,16 @@ def collect(engine: Engine, settings: Settings) -> Status:
         outbox_lag_seconds=max(0.0, seconds_between(now, naive_utc(oldest))) if oldest is not None else 0.0,
         outbox_problems=tuple(problems),
         spend=spend,
+        late=late_editions(live, now, s.late_after_minutes * 60),
+        gate=gate_state,
+        unexpected_statuses=unexpected,
     )
 
 
 def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    rows = conn.execute(sa.select(jobs_table.c.product, jobs_table.c.state, sa.func.count()).group_by(jobs_table.c.product, jobs_table.c.state))
+    rows = conn.execute(sa.select(jobs_table.c.product, jobs_table.c.state, sa.func.count())
+                        .group_by(jobs_table.c.product, jobs_table.c.state))
     for product, state, n in rows:
         out.setdefault(product, {})[state] = int(n)
     return out
@@ -356,15 +418,12 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
 
 def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
     """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
-    cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state, jobs_table.c.opens_at, jobs_table.c.created_at,
-            jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at, jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill]
+    cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state,
+            jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
+            jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
+            jobs_table.c.kill_requested]
     q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
     return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def slot_opened(opens_at: dt.datetime, created_at: dt.datetime) -> dt.datetime:
-    """When a slot became due: its opening time, or its creation if scheduled later."""
-    return max(naive_utc(opens_at), naive_utc(created_at))
 
 
 def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
@@ -396,7 +455,8 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
     if waiting:
         dispatched = set(conn.execute(
-            sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.job_id.in_(list(waiting))).distinct()
+            sa.select(events_table.c.job_id)
+            .where(events_table.c.to_state == cif, events_table.c.job_id.in_(list(waiting))).distinct()
         ).scalars())
         waiting = {k: v for k, v in waiting.items() if k not in dispatched}
     return Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
@@ -443,7 +503,8 @@ def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequen
                    s: StatusSettings) -> Sli:
     """How late each provider observation ran: its `at` minus the `due_at` it was waiting for."""
     rows = conn.execute(
-        sa.select(events_table.c.at, events_table.c.detail).where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
+        sa.select(events_table.c.at, events_table.c.detail)
+        .where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
     ).all()
     durations = [d for d in (poll_lateness(naive_utc(r.at), r.detail) for r in rows) if d is not None]
     watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
@@ -484,8 +545,8 @@ def _duplicates(conn: Connection) -> int:
 
 def _spend(conn: Connection, since: dt.date) -> tuple[Spend, ...]:
     q = (
-        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens), sa.func.sum(jobs_table.c.output_tokens),
-                  sa.func.sum(jobs_table.c.total_tokens))
+        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens),
+                  sa.func.sum(jobs_table.c.output_tokens), sa.func.sum(jobs_table.c.total_tokens))
         .where(jobs_table.c.edition_date >= since)
         .group_by(jobs_table.c.product, jobs_table.c.edition_date)
         .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
@@ -494,17 +555,23 @@ def _spend(conn: Connection, since: dt.date) -> tuple[Spend, ...]:
 
 
 def stranded_jobs(live: Iterable[Mapping[str, Any]], now: dt.datetime, after_seconds: float) -> tuple[JobRef, ...]:
-    """Jobs sitting in one state longer than `after_seconds`, oldest first. A NO_JOB slot
-    counts from its opening time: a slot for tomorrow is not stuck."""
+    """Unpublished jobs nobody is asked to act on, `after_seconds` past their slot's opening
+    (`jobs.is_stranded`, the definition `iipub check` uses too), oldest first."""
     found = []
     for j in live:
-        if j["state"] in NOT_STRANDABLE:
-            continue
-        since = naive_utc(j["state_entered_at"])
-        if j["state"] == State.NO_JOB.value:
-            since = max(since, naive_utc(j["opens_at"]))
-        age = seconds_between(now, since)
-        if age > after_seconds:
+        age = is_stranded(j["state"], bool(j["kill_requested"]), j["opens_at"], j["created_at"], now, after_seconds)
+        if age is not None:
+            found.append(_ref(j, age))
+    return tuple(sorted(found, key=lambda r: -r.age_seconds))
+
+
+def late_editions(live: Iterable[Mapping[str, Any]], now: dt.datetime, after_seconds: float) -> tuple[JobRef, ...]:
+    """Editions unpublished `after_seconds` past their slot's opening, however their job got
+    there (parked and looping ones included), oldest first."""
+    found = []
+    for j in live:
+        age = late_seconds(j["state"], bool(j["kill_requested"]), j["opens_at"], j["created_at"], now)
+        if age is not None and age > after_seconds:
             found.append(_ref(j, age))
     return tuple(sorted(found, key=lambda r: -r.age_seconds))
 

@@ -36,7 +36,7 @@ _ID_PREFIX = re.compile(r"[0-9a-f-]+")
 jobs_table = db.jobs
 events_table = db.job_events
 
-__all__ = ["Store", "Job", "Event", "new_worker_id"]
+__all__ = ["Event", "Job", "Store", "new_worker_id"]
 
 class Store:
     def __init__(self, engine: Engine, worker: str, lease_seconds: float = 60.0) -> None:
@@ -56,7 +56,9 @@ class Store:
             row = conn.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id)).mappings().first()
             # A unique prefix of the id is enough; only id characters, so no LIKE wildcard slips in.
             if row is None and 4 <= len(job_id) < 36 and _ID_PREFIX.fullmatch(job_id):
-                rows = conn.execute(sa.select(jobs_table).where(jobs_table.c.id.like(job_id + "%")).limit(2)).mappings().all()
+                rows = conn.execute(
+                    sa.select(jobs_table).where(jobs_table.c.id.like(job_id + "%")).limit(2)
+                ).mappings().all()
                 row = rows[0] if len(rows) == 1 else None
         if row is None:
             raise UnknownId(f"no job with id {job_id!r}")
@@ -80,7 +82,8 @@ class Store:
         """Which of `products` have a slot on `day` (an index lookup on the slot key)."""
         if not products:
             return set()
-        q = sa.select(jobs_table.c.product).where(jobs_table.c.product.in_(list(products)), jobs_table.c.edition_date == day)
+        q = sa.select(jobs_table.c.product).where(jobs_table.c.product.in_(list(products)),
+                                                  jobs_table.c.edition_date == day)
         with self.engine.connect() as conn:
             return set(conn.execute(q).scalars())
 
@@ -95,6 +98,21 @@ class Store:
                 )
                 for r in conn.execute(q)
             ]
+
+    def suspected_loss_reads(self, job_id: str, most: int) -> int:
+        """How many reads in a row (transient failures between them aside) suspected the job's
+        response lost: the `loss_suspected` entries since its last other journal entry."""
+        q = (sa.select(events_table.c.reason).where(events_table.c.job_id == job_id)
+             .order_by(events_table.c.id.desc()).limit(3 * most + 3))
+        with self.engine.connect() as conn:
+            reasons = list(conn.execute(q).scalars())
+        count = 0
+        for reason in reasons:
+            if reason == Reason.LOSS_SUSPECTED:
+                count += 1
+            elif reason != Reason.POLL_FAILED:
+                break
+        return count
 
     def due_candidates(self, limit: int, exclude: Sequence[str] = ()) -> list[tuple[str, int, State]]:
         """Due, unleased (or lease-expired) jobs in the states `reconcile` works on, best
@@ -113,7 +131,8 @@ class Store:
                     jobs_table.c.next_attempt_at <= now,
                     sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now),
                 )
-                .order_by(phase, jobs_table.c.is_backfill, jobs_table.c.priority, jobs_table.c.next_attempt_at, jobs_table.c.id)
+                .order_by(phase, jobs_table.c.is_backfill, jobs_table.c.priority, jobs_table.c.next_attempt_at,
+                          jobs_table.c.id)
                 .limit(limit)
             )
             if exclude:
@@ -202,7 +221,7 @@ class Store:
         delay: float | None = None,
         keep_lease: bool = False,
         operator: bool = False,
-        extra: Callable[[Connection], None] | None = None,
+        extra: Callable[[Connection], object] | None = None,
     ) -> Job:
         """The one write path for job state. Checks the edge, runs the fenced update on
         the primary key, journals it, and runs `extra` (editions, outbox) in the same
@@ -230,7 +249,11 @@ class Store:
                 values.update(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds))
             else:
                 values.update(lease_owner=None, lease_expiry=None)
-            res = conn.execute(jobs_table.update().where(jobs_table.c.id == job.id, jobs_table.c.version == job.version).values(**values))
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version)
+                .values(**values)
+            )
             if res.rowcount != 1:
                 raise LeaseLost(
                     f"job {job.id} changed since version {job.version}; {job.state} -> {to_state} rejected",
@@ -244,7 +267,7 @@ class Store:
             from_state=job.state.value, to_state=to_state.value, version=job.version + 1, reason=reason.value,
             worker=self.worker,
         )
-        kept = {k: v for k, v in (changes or {}).items()}
+        kept = dict(changes or {})
         return dataclasses.replace(
             job, state=to_state, version=job.version + 1,
             lease_owner=self.worker if keep_lease else None, **kept,
@@ -255,7 +278,8 @@ class Store:
         with self._tx() as conn:
             res = conn.execute(
                 jobs_table.update()
-                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version, jobs_table.c.lease_owner == self.worker)
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
+                       jobs_table.c.lease_owner == self.worker)
                 .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1)
             )
             return res.rowcount == 1

@@ -99,7 +99,7 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
 
 
 @quarantine_group.command("release")
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.option("--verified-lost", is_flag=True,
               help="You checked the provider and no response for this job exists: make it eligible for a new "
                    "paid create (only if the generation budget allows).")
@@ -108,23 +108,94 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
                    "take its output now if finished.")
 @click.option("--resume-polling", is_flag=True,
               help="Go back to polling the recorded response id, with the poll count reset to 0.")
+@click.option("--all", "release_all", is_flag=True,
+              help="Release every job quarantined with --quarantine-reason instead of one ID.")
+@click.option("--quarantine-reason", metavar="R", help="With --all: the quarantine reason to release.")
+@click.option("--since", metavar="YYYY-MM-DD[THH:MM[:SS]]",
+              help="With --all: only jobs quarantined at or after this time (UTC).")
+@click.option("--dry-run", is_flag=True, help="With --all: list what would happen; write nothing.")
+@json_option
 @reason_option
 @by_option
 @pass_app
-def release_command(app: App, job_id: str, verified_lost: bool, link: str | None, resume_polling: bool,
-                    reason: str, by: str) -> None:
+def release_command(app: App, job_id: str | None, verified_lost: bool, link: str | None, resume_polling: bool,
+                    release_all: bool, quarantine_reason: str | None, since: str | None, dry_run: bool,
+                    as_json: bool, reason: str, by: str) -> None:
     """Take a QUARANTINED job out of quarantine. Give exactly one of --verified-lost,
     --link RESP_ID or --resume-polling. See runbook.md for which to use per quarantine reason.
 
-    ID is the job id (a unique prefix of at least 4 characters is enough).
+    ID is the job id (a unique prefix of at least 4 characters is enough). After an incident,
+    `--all --quarantine-reason R [--since T] (--verified-lost | --resume-polling)` applies one
+    remedy to every such job, each through the fenced path, refusing those the single-job
+    command would refuse, and lists the outcome per job (`--dry-run` first).
     """
     chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
                               (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
     if len(chosen) != 1:
         raise UsageError("quarantine release: give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
     mode = chosen[0]
+    if release_all:
+        if job_id is not None:
+            raise UsageError("quarantine release: give a job ID or --all, not both")
+        if not quarantine_reason:
+            raise UsageError("quarantine release --all needs --quarantine-reason R")
+        since_at = _since(since) if since else None
+        results = Operator(app.settings, app.engine()).release_all(
+            quarantine_reason, mode, reason, by, since=since_at, dry_run=dry_run)
+        if as_json:
+            emit_json([r.public() for r in results])
+        elif not results:
+            click.echo(f"no job quarantined as {quarantine_reason}" + (f" since {since}" if since else ""))
+        else:
+            click.echo(table([(r.job.id, r.job.product, r.job.edition_date, r.outcome, r.state, _clip(r.message, 90))
+                              for r in results], ["ID", "PRODUCT", "DATE", "OUTCOME", "STATE", "WHY"]))
+        refused = sum(r.outcome == "refused" for r in results)
+        if refused:
+            stderr(f"iipub: {refused} of {len(results)} jobs refused (see WHY)")
+            raise SystemExit(3)
+        return
+    if job_id is None:
+        raise UsageError("quarantine release: give a job ID, or --all --quarantine-reason R")
+    if quarantine_reason or since or dry_run:
+        raise UsageError("quarantine release: --quarantine-reason, --since and --dry-run go with --all")
     _act(app, job_id, lambda op: op.release(job_id, mode, reason, by, link_response_id=link),
          needs_provider=mode == ReleaseMode.LINK)
+
+
+def _since(text: str) -> dt.datetime:
+    try:
+        if len(text) == 10:
+            return dt.datetime.combine(parse_date(text), dt.time(0, 0))
+        when = dt.datetime.fromisoformat(text.removesuffix("Z"))
+    except ValueError:
+        raise UsageError(f"--since {text!r} is not a UTC time (YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS])") from None
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.UTC).replace(tzinfo=None)
+    return when
+
+
+# -- the whole provider ------------------------------------------------------------------
+
+
+@click.command("pause")
+@reason_option
+@by_option
+@pass_app
+def pause_command(app: App, reason: str, by: str) -> None:
+    """Stop new paid creates in every reconcile process (journaled; `status` shows it and
+    `--check` is WARN while paused). Polls, custody, cleanup and the relay go on."""
+    g = Operator(app.settings, app.engine()).pause(by, reason)
+    click.echo(f"creates paused by {g.paused_by}: {g.paused_reason}")
+
+
+@click.command("unpause")
+@click.option("--reason", default=None, help="Why (journaled with the action; optional).")
+@by_option
+@pass_app
+def unpause_command(app: App, reason: str | None, by: str) -> None:
+    """Let paid creates go out again."""
+    Operator(app.settings, app.engine()).unpause(by, reason)
+    click.echo("creates unpaused")
 
 
 # -- one job --------------------------------------------------------------------------
@@ -250,5 +321,5 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
                f"already present {len(report.present)}")
 
 
-COMMANDS = [quarantine_group, suspend_command, resume_command, cancel_command, kill_command, revalidate_command,
+COMMANDS = [quarantine_group, pause_command, unpause_command, suspend_command, resume_command, cancel_command, kill_command, revalidate_command,
             regenerate_command, backfill_command]

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import db, reconcile, relay, scheduling
 from iipub.config import Settings
 from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
-from iipub.operator import Operator, ReleaseMode
+from iipub.actions import Operator, ReleaseMode
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
@@ -163,6 +163,7 @@ def test_release_verified_lost_allows_one_new_paid_create(cfg: Settings, engine:
         "QUARANTINED", "CREATE_ELIGIBLE", "operator_release_verified_lost", "operator:alice")
     assert e["detail"]["by"] == "alice" and e["detail"]["why"] == "no response on the dashboard"
     assert e["detail"]["quarantine_reason"] == "create_outcome_unknown"
+    db.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)  # the unknown outcome opened the breaker
     tick(cfg, engine)
     assert row(engine, job_id)["state"] == State.ACCEPTED
     assert sim.stats()["creates_by_job"] == {job_id: 2}
@@ -425,10 +426,16 @@ def test_kill_is_refused_once_the_edition_is_saved(cfg: Settings, engine: sa.Eng
 # -- backfill -------------------------------------------------------------------------
 
 
+def backfill(cfg: Settings, engine: sa.Engine, product: str, first: dt.date, last: dt.date, *, today: dt.date,
+             dry_run: bool = False, progress: scheduling.Progress | None = None) -> scheduling.BackfillReport:
+    return scheduling.backfill(Store(engine, "test"), cfg.product(product), first, last, today,
+                               dry_run=dry_run, progress=progress)
+
+
 def test_42_backfill_yields_to_today(cfg: Settings, engine: sa.Engine, sim: Simulator, op: Operator) -> None:
     cfg = replace(cfg, reconcile=replace(cfg.reconcile, max_in_flight=1, concurrency=1))
     day = today(engine)
-    report = op.backfill(PRODUCT, day - dt.timedelta(days=3), day - dt.timedelta(days=1), today=day)
+    report = backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=3), day - dt.timedelta(days=1), today=day)
     assert len(report.created) == 3 and report.present == []
     report = reconcile.run(cfg, engine)  # schedules today's slot, then dispatches
     assert report.creates == 1 and report.held_back >= 1
@@ -443,12 +450,12 @@ def test_backfill_is_idempotent_and_dry_run_writes_nothing(cfg: Settings, engine
     day = today(engine)
     start = day - dt.timedelta(days=2)
     seen: list[tuple[dt.date, bool]] = []
-    dry = op.backfill(PRODUCT, start, day, dry_run=True, today=day, progress=lambda d, c: seen.append((d, c)))
+    dry = backfill(cfg, engine, PRODUCT, start, day, dry_run=True, today=day, progress=lambda d, c: seen.append((d, c)))
     assert dry.created == [start, start + dt.timedelta(days=1), day] and count(engine, db.jobs) == 0
     assert seen == [(d, True) for d in dry.created]
-    first = op.backfill(PRODUCT, start, day, today=day)
+    first = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert first.created == dry.created and first.present == []
-    again = op.backfill(PRODUCT, start, day, today=day)
+    again = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert again.created == [] and again.present == dry.created
     assert count(engine, db.jobs) == 3
     flags = {r["edition_date"]: r["is_backfill"] for r in jobs(engine)}
@@ -458,13 +465,13 @@ def test_backfill_is_idempotent_and_dry_run_writes_nothing(cfg: Settings, engine
 def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> None:
     day = today(engine)
     with pytest.raises(UsageError, match="is after"):
-        op.backfill(PRODUCT, day - dt.timedelta(days=1), day - dt.timedelta(days=2), today=day)
+        backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=1), day - dt.timedelta(days=2), today=day)
     with pytest.raises(UsageError, match="in the future"):
-        op.backfill(PRODUCT, day, day + dt.timedelta(days=1), today=day)
+        backfill(cfg, engine, PRODUCT, day, day + dt.timedelta(days=1), today=day)
     with pytest.raises(UsageError, match="at most 366 days"):
-        op.backfill(PRODUCT, day - dt.timedelta(days=400), day, today=day)
+        backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day, today=day)
     with pytest.raises(ConfigError, match="unknown product 'nope'"):
-        op.backfill("nope", day, day, today=day)
+        backfill(cfg, engine, "nope", day, day, today=day)
     assert count(engine, db.jobs) == 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from iipub import handlers, reconcile, remedies, states, validate
-from iipub.config import Budgets, Product, ReconcileSettings
+from iipub.config import Budgets, Product, ProviderSettings, ReconcileSettings
 from iipub.errors import OperatorRefused, UsageError
 from iipub.handlers import Decision
 from iipub.jobs import Job
@@ -29,6 +29,7 @@ PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=1, langua
 FP = PRODUCT.fingerprint()
 S = ReconcileSettings(poll_interval_seconds=30, backoff_base_seconds=2, backoff_cap_seconds=600)
 BUDGETS = Budgets(max_generation_attempts=3, max_poll_attempts=30)
+LOSS = ProviderSettings(loss_confirm_reads=3, loss_confirm_seconds=60)
 
 
 def job(state: State = State.CREATE_ELIGIBLE, **kw: Any) -> Job:
@@ -94,12 +95,30 @@ CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
      State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
     ("incomplete is finished too", POLLING, lambda j: handlers.after_poll(j, observed("incomplete", "x"), S, RNG),
      State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
-    ("failed", POLLING, lambda j: handlers.after_poll(j, observed("failed", error="boom"), S, RNG),
-     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_FAILED, {"poll_count": 5}),
-    ("cancelled", POLLING, lambda j: handlers.after_poll(j, observed("cancelled"), S, RNG),
-     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_CANCELLED, {"poll_count": 5}),
-    ("404", POLLING, lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG),
-     State.PROVIDER_EXPIRED_OR_MISSING, Reason.PROVIDER_MISSING, {"poll_count": 5}),
+    ("failed is only suspected at first", POLLING,
+     lambda j: handlers.after_poll(j, observed("failed", error="boom", error_code="server_error"), S, RNG),
+     State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
+    ("unrequested cancelled is only suspected", POLLING, lambda j: handlers.after_poll(j, observed("cancelled"), S, RNG),
+     State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
+    ("404 is only suspected", POLLING, lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG),
+     State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
+    ("404 held over the window is a loss", POLLING,
+     lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2),
+     State.PROVIDER_EXPIRED_OR_MISSING, Reason.LOSS_CONFIRMED, {"poll_count": 5}),
+    ("confirmed provider fault may be paid again", POLLING,
+     lambda j: handlers.after_poll(j, observed("failed", error_code="server_error"), S, RNG, loss=LOSS,
+                                   suspected_reads=2),
+     State.PROVIDER_EXPIRED_OR_MISSING, Reason.LOSS_CONFIRMED, {}),
+    ("confirmed refusal is quarantined", POLLING,
+     lambda j: handlers.after_poll(j, observed("failed", error_code="invalid_prompt"), S, RNG, loss=LOSS,
+                                   suspected_reads=2),
+     State.QUARANTINED, Reason.PROVIDER_REFUSED, {"quarantine_reason": "provider_refused"}),
+    ("an unknown error code is the safer of the two", POLLING,
+     lambda j: handlers.after_poll(j, observed("failed", error_code="mystery_error"), S, RNG, loss=LOSS,
+                                   suspected_reads=2),
+     State.QUARANTINED, Reason.PROVIDER_REFUSED, {"quarantine_reason": "provider_refused"}),
+    ("an unknown status is observed again", POLLING, lambda j: handlers.after_poll(j, observed("paused"), S, RNG),
+     State.IN_PROGRESS, Reason.PROVIDER_UNEXPECTED_STATUS, {"poll_count": 5, "retry_count": 0}),
     ("transient poll counts the poll only", POLLING,
      lambda j: handlers.after_poll(j, Transient(None, "HTTP 503"), S, RNG),
      State.IN_PROGRESS, Reason.POLL_FAILED, {"poll_count": 5, "retry_count": 3}),
@@ -146,6 +165,17 @@ def test_decision(name: str, before: Job, decide: Any, to: State, reason: Reason
     assert (d.to, d.reason) == (to, reason)
     assert {k: d.changes.get(k) for k in changes} == changes
     assert_allowed(before, d)
+
+
+def test_suspected_losses_are_read_again_spread_over_the_window() -> None:
+    first = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=0)
+    second = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=1)
+    assert first.reason == second.reason == Reason.LOSS_SUSPECTED
+    assert first.delay == second.delay == 30.0  # 3 reads over 60 s
+    assert (first.detail["read"], second.detail["read"], second.detail["of"]) == (1, 2, 3)
+    assert first.detail["response_id"] == "resp_1"
+    once = ProviderSettings(loss_confirm_reads=1)
+    assert handlers.after_poll(POLLING, Missing("x"), S, RNG, loss=once).reason == Reason.LOSS_CONFIRMED
 
 
 def test_poll_of_a_job_without_drift_or_spent_budget_goes_ahead() -> None:

@@ -1,0 +1,123 @@
+"""The create gate's table: the one `create_gate` row every reconcile process reads before a
+paid create, and `gate_events`, the journal of its changes. The rules are in `breaker`;
+this module reads, asks them, and writes fenced on the row's version (a lost race re-reads
+and decides again), so two processes never both take the one probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+from sqlalchemy.engine import Connection, Engine
+
+from . import breaker, db
+from .breaker import GateState, Verdict
+from .config import ProviderSettings
+from .errors import Contention, OperatorRefused
+from .outcomes import CreateOutcome
+from .timefmt import naive_utc
+
+log = structlog.get_logger("iipub.gate")
+gate_table, gate_events_table = db.create_gate, db.gate_events
+_TRIES = 5
+_FIELDS = [f.name for f in dataclasses.fields(GateState)]
+_TIMES = {"opened_at", "probe_after", "probe_expiry", "last_ok_at", "cooldown_until", "paused_at", "window_start"}
+
+
+def read(conn: Connection) -> GateState:
+    row = conn.execute(sa.select(*[gate_table.c[name] for name in _FIELDS]).where(gate_table.c.id == 1)).mappings().one()
+    values = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
+    values["paused"] = bool(values["paused"])
+    return GateState(**values)
+
+
+class CreateGate:
+    def __init__(self, engine: Engine, worker: str, settings: ProviderSettings, lease_seconds: float) -> None:
+        self.engine = engine
+        self.worker = worker
+        self.settings = settings
+        self.lease_seconds = lease_seconds
+
+    def state(self) -> tuple[GateState, dt.datetime]:
+        with self.engine.connect() as conn:
+            return read(conn), db.read_now(conn)
+
+    def admit(self) -> Verdict:
+        """Ask before charging a generation attempt; an allowed probe is recorded as this worker's."""
+        return self._decide(lambda g, now: _verdict_changes(
+            breaker.admit(g, now, self.worker, self.settings, self.lease_seconds)))
+
+    def record(self, outcome: CreateOutcome, *, probe: bool) -> None:
+        """What a create's outcome tells every other process."""
+        def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change | None]:
+            return None, breaker.on_outcome(g, now, self.worker, outcome, self.settings, probe=probe)
+
+        self._decide(decide)
+
+    def share_cool_down(self, seconds: float) -> None:
+        self._decide(lambda g, now: (None, _change(breaker.cool_down(g, now, seconds))))
+
+    def pause(self, by: str, reason: str) -> GateState:
+        def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change]:
+            if g.paused:
+                raise OperatorRefused(f"creates are already paused (by {g.paused_by} since {g.paused_at}): "
+                                      f"{g.paused_reason}")
+            return None, breaker.Change({"paused": True, "paused_reason": reason, "paused_by": by,
+                                         "paused_at": now}, "pause", {"by": by, "why": reason})
+
+        self._decide(decide)
+        return self.state()[0]
+
+    def unpause(self, by: str, reason: str | None) -> GateState:
+        def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change]:
+            if not g.paused:
+                raise OperatorRefused("creates are not paused; nothing to unpause")
+            return None, breaker.Change({"paused": False, "paused_reason": None, "paused_by": None,
+                                         "paused_at": None}, "unpause",
+                                        {"by": by, "why": reason, "paused_by": g.paused_by,
+                                         "paused_reason": g.paused_reason})
+
+        self._decide(decide)
+        return self.state()[0]
+
+    def _decide(self, decide: Callable[[GateState, dt.datetime], tuple[Any, breaker.Change | None]]) -> Any:
+        for _ in range(_TRIES):
+            with db.transaction(self.engine) as conn:
+                g, now = read(conn), db.read_now(conn)
+                result, change = decide(g, now)
+                if change is None or (not change.changes and change.event is None):
+                    return result
+                values: dict[str, Any] = {**change.changes, "version": gate_table.c.version + 1,
+                                          "updated_at": db.now(conn)}
+                res = conn.execute(gate_table.update()
+                                   .where(gate_table.c.id == 1, gate_table.c.version == g.version).values(**values))
+                if res.rowcount != 1:
+                    continue  # another process changed the gate first: decide again on what it wrote
+                if change.event is not None:
+                    conn.execute(gate_events_table.insert().values(
+                        kind=change.event, worker=self.worker, at=db.now(conn),
+                        detail=json.dumps(change.detail or {}, sort_keys=True, default=str)))
+                    log.warning("create_gate", change=change.event, worker=self.worker, **(change.detail or {}))
+                return result
+        raise Contention("the create gate kept changing under us")
+
+
+def _verdict_changes(v: Verdict) -> tuple[Verdict, breaker.Change | None]:
+    return v, (breaker.Change(v.changes) if v.allowed and v.changes else None)
+
+
+def _change(changes: Mapping[str, Any] | None) -> breaker.Change | None:
+    return breaker.Change(dict(changes)) if changes else None
+
+
+def recent_events(engine: Engine, limit: int = 20) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(gate_events_table).order_by(gate_events_table.c.id.desc()).limit(limit))
+        return [{"kind": r.kind, "worker": r.worker, "at": r.at, "detail": json.loads(r.detail or "{}")}
+                for r in rows]
