@@ -102,6 +102,17 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("script_injection", "create", 0.005, 0.015),
     ("same_text", "create", 0.005, 0.015),
     ("oversized_output", "create", 0.003, 0.008),
+    # Provider truth: what the provider says is evidence, not proof.
+    ("quota_exhausted", "create", 0.003, 0.01),
+    ("service_unavailable", "create", 0.005, 0.015),
+    ("service_unavailable", "retrieve", 0.01, 0.03),
+    ("report_cancelled", "retrieve", 0.005, 0.015),
+    ("report_failed", "retrieve", 0.005, 0.015),
+    ("unknown_status", "retrieve", 0.005, 0.015),
+    ("fail_refused", "create", 0.003, 0.01),
+    ("fail_policy", "create", 0.002, 0.006),
+    ("fail_unknown_code", "create", 0.002, 0.006),
+    ("cancelled_then_completed", "create", 0.01, 0.03),
 )
 
 # Chaos actions and their weights.

@@ -73,7 +73,7 @@ class Verdict:
 
 
 def admit(g: GateState, now: dt.datetime, worker: str, p: ProviderSettings, lease_seconds: float) -> Verdict:
-    """May `worker` send a paid create now?"""
+    """May `worker` (one claimant: a worker's job) send a paid create now?"""
     if g.paused:
         return Verdict(False, f"creates paused by {g.paused_by or 'an operator'}: {g.paused_reason or ''}".strip())
     if g.cooldown_until is not None and now < g.cooldown_until:

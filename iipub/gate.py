@@ -48,15 +48,19 @@ class CreateGate:
         with self.engine.connect() as conn:
             return read(conn), db.read_now(conn)
 
-    def admit(self) -> Verdict:
-        """Ask before charging a generation attempt; an allowed probe is recorded as this worker's."""
+    def admit(self, job_id: str) -> Verdict:
+        """Ask before charging `job_id`'s generation attempt; an allowed probe is recorded as
+        that job's (threads of one process share a worker id, so the job names the claimant)."""
+        claimant = _claimant(self.worker, job_id)
         return self._decide(lambda g, now: _verdict_changes(
-            breaker.admit(g, now, self.worker, self.settings, self.lease_seconds)))
+            breaker.admit(g, now, claimant, self.settings, self.lease_seconds)))
 
-    def record(self, outcome: CreateOutcome, *, probe: bool) -> None:
+    def record(self, job_id: str, outcome: CreateOutcome, *, probe: bool) -> None:
         """What a create's outcome tells every other process."""
+        claimant = _claimant(self.worker, job_id)
+
         def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change | None]:
-            return None, breaker.on_outcome(g, now, self.worker, outcome, self.settings, probe=probe)
+            return None, breaker.on_outcome(g, now, claimant, outcome, self.settings, probe=probe)
 
         self._decide(decide)
 
@@ -106,6 +110,10 @@ class CreateGate:
                     log.warning("create_gate", change=change.event, worker=self.worker, **(change.detail or {}))
                 return result
         raise Contention("the create gate kept changing under us")
+
+
+def _claimant(worker: str, job_id: str) -> str:
+    return f"{worker[:90]}/{job_id}"[:128]
 
 
 def _verdict_changes(v: Verdict) -> tuple[Verdict, breaker.Change | None]:

@@ -326,7 +326,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return _apply(tick, job, d)
     if _provider_waits(tick, job):
         return None
-    verdict = tick.gate.admit()  # paused, breaker open, shared cool-down, global rate
+    verdict = tick.gate.admit(job.id)  # paused, breaker open, shared cool-down, global rate
     if not verdict.allowed:
         if verdict.wait_briefly:
             tick.wait_for_probe(job.id)
@@ -343,7 +343,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     ))
     after = _apply(tick, in_flight, dataclasses.replace(
         handlers.after_create(in_flight, outcome, tick.settings.reconcile, tick.rng), go_on=False))
-    tick.gate.record(outcome, probe=verdict.probe)  # after the job's own outcome is safe
+    tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
 
 

@@ -19,6 +19,7 @@ from ..simulator.faults import (
     FAULTS,
     FaultRule,
     parse_fault_spec,
+    parse_outage_spec,
 )
 
 _FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
@@ -31,12 +32,32 @@ def _parse_faults(ctx: click.Context, param: click.Parameter, values: tuple[str,
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
+def _parse_outages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[FaultRule, ...]:
+    try:
+        return tuple(parse_outage_spec(v) for v in values)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+_SPEC_HELP = """\b
+Fault specs: NAME[@OP][:PROBABILITY][*TIMES][~START..END], parts in that order.
+  rate_limit                    every create answers 429
+  slow@retrieve:0.25            a quarter of retrieves answer late
+  server_error@create*3         the first three creates answer 500
+  rate_limit@create~30..90      creates answer 429 from simulated second 30 until 90
+  quota_exhausted:0.1*5~60..    after second 60, a tenth of creates answer 429 quota, five times at most
+START/END are simulated seconds since the simulator started (the --time-scale clock plus
+POST /_sim/advance); a rule fires while START <= now < END. --outage START:END is
+service_unavailable@create~START..END: every create answers 503 in that window."""
+
+
 @click.command(
     "simulator",
-    epilog="\b\nFaults [ops they apply to; the first is the default]:\n" + _FAULT_HELP,
+    epilog=_SPEC_HELP + "\n\n\b\nFaults [ops they apply to; the first is the default]:\n" + _FAULT_HELP,
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback only by default).")
-@click.option("--port", default=8089, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--port", default=8089, show_default=True, type=click.IntRange(0, 65535),
+              help="Port; 0 picks a free one.")
 @click.option(
     "--allow-non-loopback",
     is_flag=True,
@@ -58,9 +79,19 @@ def _parse_faults(ctx: click.Context, param: click.Parameter, values: tuple[str,
     "faults",
     multiple=True,
     callback=_parse_faults,
-    metavar="NAME[@OP][:PROBABILITY]",
-    help="Inject a fault into every matching request for the whole run (repeatable). "
-    "OP is create, retrieve, cancel or delete; PROBABILITY defaults to 1.",
+    metavar="NAME[@OP][:PROBABILITY][*TIMES][~START..END]",
+    help="Inject a fault into matching requests for the whole run (repeatable). "
+    "OP is create, retrieve, cancel or delete; PROBABILITY defaults to 1; TIMES (how often it fires) to "
+    "unlimited; START..END (simulated seconds since start) to always. See the spec examples below.",
+)
+@click.option(
+    "--outage",
+    "outages",
+    multiple=True,
+    callback=_parse_outages,
+    metavar="START:END",
+    help="A provider outage: every create answers 503 (service_unavailable) from simulated second START "
+    "until END (repeatable).",
 )
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
@@ -77,6 +108,7 @@ def simulator_command(
     slow_seconds: float,
     seed: int | None,
     faults: tuple[FaultRule, ...],
+    outages: tuple[FaultRule, ...],
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
@@ -96,7 +128,7 @@ def simulator_command(
         time_scale=time_scale,
         slow_seconds=slow_seconds,
         seed=seed,
-        faults=faults,
+        faults=faults + outages,
         log_requests=log_requests,
     )
     try:

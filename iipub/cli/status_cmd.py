@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import click
 import sqlalchemy as sa
 
@@ -9,6 +11,7 @@ from .. import status as st
 from ..db import describe_error
 from ..errors import ConfigError, DatabaseUnavailable, SchemaNotReady
 from ..states import State
+from ..timefmt import duration
 from .common import App, emit_json, json_option, pass_app, table
 
 
@@ -83,7 +86,7 @@ def _secs(value: float | None) -> str:
         return "-"
     if value < 60:
         return f"{value:.3f}s" if value < 10 else f"{value:.1f}s"
-    return st.duration(value)
+    return duration(value)
 
 
 def _aligned(rows: list[list[object]]) -> str:
@@ -91,15 +94,20 @@ def _aligned(rows: list[list[object]]) -> str:
     return table(rows, [""] * len(rows[0])).split("\n", 1)[1]
 
 
+def _when(value: dt.datetime | None) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") + " UTC" if value is not None else "never"
+
+
 def render(r: st.Status) -> str:
     """The human report: aligned sections, the same figures as the JSON document."""
     s = r.settings
-    out: list[str] = [f"iipub status at {r.generated_at.isoformat(sep=' ', timespec='seconds')} UTC "
-                      f"(SLI window {s.window_hours:g}h)", ""]
+    out: list[str] = [(f"iipub status at {r.generated_at.isoformat(sep=' ', timespec='seconds')} UTC "
+                       f"(SLI window {s.window_hours:g}h)"), ""]
 
     products = sorted(r.counts)
     states = [state.value for state in State if state.value in r.by_state]
-    rows = [[state, *[r.counts[p].get(state, 0) for p in products], r.by_state[state]] for state in states]
+    rows: list[list[object]] = [[state, *[r.counts[p].get(state, 0) for p in products], r.by_state[state]]
+                                for state in states]
     rows.append(["TOTAL", *[sum(r.counts[p].values()) for p in products], r.jobs_total])
     out += ["JOBS", table(rows, ["STATE", *products, "TOTAL"]), ""]
 
@@ -113,10 +121,28 @@ def render(r: st.Status) -> str:
     oldest_stranded = r.stranded[0] if r.stranded else None
     out += [_aligned([
         ["duplicate publications", r.duplicate_publications, "SLO 0"],
-        ["stranded", len(r.stranded), f"in one state > {st.duration(s.stranded_after_seconds)}"
-         + (f"; oldest {oldest_stranded.id} {oldest_stranded.state} {st.duration(oldest_stranded.age_seconds)}"
+        ["stranded", len(r.stranded), f"unpublished, not parked, > {duration(s.stranded_after_seconds)} "
+         "after the slot opened"
+         + (f"; oldest {oldest_stranded.id} {oldest_stranded.state} {duration(oldest_stranded.age_seconds)}"
             if oldest_stranded else "")],
+        ["late editions", len(r.late), f"unpublished > {duration(s.late_after_minutes * 60)} after the slot opened"
+         + (f"; oldest {r.late[0].id} {r.late[0].state} {duration(r.late[0].age_seconds)}" if r.late else "")],
     ]), ""]
+
+    g = r.gate
+    if g is not None:
+        breaker_line = "closed" if not g.is_open else (
+            f"OPEN ({g.breaker_reason}) since {_when(g.opened_at)}, {g.open_count} opening(s), next probe "
+            f"{_when(g.probe_after)}")
+        out += ["CREATES", _aligned([
+            ["breaker", breaker_line, (g.breaker_detail or "")[:100] if g.is_open else ""],
+            ["paused", f"yes, by {g.paused_by} since {_when(g.paused_at)}" if g.paused else "no",
+             g.paused_reason or "" if g.paused else ""],
+            ["last accepted create", _when(g.last_ok_at), ""],
+            ["rate-limit cool-down", f"until {_when(g.cooldown_until)}"
+             if g.cooldown_until and g.cooldown_until > r.generated_at else "none", ""],
+            ["unknown provider statuses", r.unexpected_statuses, f"in {s.window_hours:g}h"],
+        ]), ""]
 
     out += ["OUTBOX", _aligned([
         ["unpublished events", r.outbox_unpublished, ""],
@@ -135,7 +161,7 @@ def render(r: st.Status) -> str:
                                    ", ".join(f"{k}: {v}" for k, v in r.quarantine_reasons.items())]]
     if r.quarantined:
         o = r.quarantined[0]
-        q_rows.append(["oldest", o.id, f"{o.reason} {st.duration(o.age_seconds)}"])
+        q_rows.append(["oldest", o.id, f"{o.reason} {duration(o.age_seconds)}"])
     q_rows.append(["provider expired", r.expired_now, f"now; {r.expired_in_window} in {s.window_hours:g}h"])
     out += ["QUARANTINE", _aligned(q_rows), ""]
 

@@ -68,11 +68,17 @@ class Stored:
     in_progress_s: float
     message_id: str = field(default_factory=lambda: "msg_" + secrets.token_hex(24))
     forced: tuple[str, float] | None = None  # (status, when) set by cancel
+    race_reported: bool = False  # cancelled_then_completed: the lying read has happened
     _text: str | None = None
 
     @property
+    def error_code(self) -> str:
+        """The `error.code` of a failed end (the first failing content fault decides)."""
+        return next((code for name, code in f.FAIL_CODES.items() if name in self.faults), "server_error")
+
+    @property
     def natural_end(self) -> str:
-        if f.FAIL in self.faults:
+        if not self.faults.isdisjoint(f.FAIL_CODES):
             return "failed"
         if f.INCOMPLETE in self.faults:
             return "incomplete"
@@ -148,7 +154,7 @@ class Backend:
         self.retention_seconds = retention_seconds
         self.seed = seed
         self.clock = Clock(time_scale)
-        self.faults = FaultBook(run_faults, seed)
+        self.faults = FaultBook(run_faults, seed, now=self.clock.now)
         self._run_faults = run_faults
         self._lock = threading.RLock()
         self._responses: dict[str, Stored] = {}
@@ -189,7 +195,7 @@ class Backend:
         job_id = metadata.get("iipub_job_id")
         with self._lock:
             self._sweep_now_and_then()
-            refused = self._fire("create", job_id, (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED))
+            refused = self._fire("create", job_id, _CREATE_REFUSING)
             if refused:
                 return refused
             content_faults = frozenset(self.faults.take("create", job_id, f.CONTENT_FAULTS))
@@ -214,26 +220,22 @@ class Backend:
 
     def retrieve(self, response_id: str) -> Reply:
         with self._lock:
-            stored = self._get(response_id)
-            job_id = stored.job_id if stored else None
-            refused = self._fire("retrieve", job_id, f.REFUSING_FAULTS, response_id)
-            if refused:
-                return refused
-            if stored is None:
-                return _not_found(response_id)
+            found = self._lookup("retrieve", response_id)
+            if isinstance(found, Reply):
+                return found
+            stored, job_id = found
             self._stats.retrieves_by_response[response_id] += 1
+            now = self.clock.now()
+            shown = self._misreport(stored, job_id, now)
             delivery = self._delivery("retrieve", job_id)
-            return Reply(200, self._render(stored, self.clock.now()), _ok_headers(), delivery)
+            return Reply(200, self._render(stored, now, shown), _ok_headers(), delivery)
 
     def cancel(self, response_id: str) -> Reply:
         with self._lock:
-            stored = self._get(response_id)
-            job_id = stored.job_id if stored else None
-            refused = self._fire("cancel", job_id, f.REFUSING_FAULTS, response_id)
-            if refused:
-                return refused
-            if stored is None:
-                return _not_found(response_id)
+            found = self._lookup("cancel", response_id)
+            if isinstance(found, Reply):
+                return found
+            stored, job_id = found
             if not stored.request.get("background"):
                 return _error(400, "Only background responses can be cancelled.", "invalid_request_error")
             now = self.clock.now()
@@ -252,13 +254,10 @@ class Backend:
 
     def delete(self, response_id: str) -> Reply:
         with self._lock:
-            stored = self._get(response_id)
-            job_id = stored.job_id if stored else None
-            refused = self._fire("delete", job_id, f.REFUSING_FAULTS, response_id)
-            if refused:
-                return refused
-            if stored is None:
-                return _not_found(response_id)
+            found = self._lookup("delete", response_id)
+            if isinstance(found, Reply):
+                return found
+            _, job_id = found
             del self._responses[response_id]
             self._stats.deletes += 1
             self._stats.deleted_ids.append(response_id)
@@ -266,6 +265,18 @@ class Backend:
             return Reply(200, {"id": response_id, "object": "response", "deleted": True}, _ok_headers(), delivery)
 
     # -- internals --------------------------------------------------------------------------
+
+    def _lookup(self, op: str, response_id: str) -> tuple[Stored, str | None] | Reply:
+        """The live response an `op` on `response_id` acts on, with its job id; or the reply
+        that ends the request instead (a refusing fault, else 404). Under the lock."""
+        stored = self._get(response_id)
+        job_id = stored.job_id if stored else None
+        refused = self._fire(op, job_id, f.REFUSING_FAULTS, response_id)
+        if refused:
+            return refused
+        if stored is None:
+            return _not_found(response_id)
+        return stored, job_id
 
     def _get(self, response_id: str) -> Stored | None:
         """The live response, purging it if its retention has run out."""
@@ -306,7 +317,27 @@ class Backend:
             return _error(500, "The server had an error while processing your request.", "server_error")
         if fault == f.UNAUTHORIZED:
             return _error(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+        if fault == f.QUOTA_EXHAUSTED:  # billing, not rate: the real API sends no retry-after
+            return _error(
+                429,
+                "You exceeded your current quota, please check your plan and billing details.",
+                "insufficient_quota",
+                code="insufficient_quota",
+            )
+        if fault == f.SERVICE_UNAVAILABLE:
+            return _error(503, "The server is overloaded or not ready yet.", "server_error")
         return _not_found(response_id)
+
+    def _misreport(self, stored: Stored, job_id: str | None, now: float) -> str | None:
+        """The status a read shows instead of the truth (read faults, the cancellation race), or None."""
+        fault = self.faults.take_first("retrieve", job_id, f.READ_FAULTS)
+        if fault is not None:
+            self._stats.faults_fired[fault] += 1
+        truth, _ = stored.status_at(now)
+        if f.CANCELLED_THEN_COMPLETED in stored.faults and truth == "completed" and not stored.race_reported:
+            stored.race_reported = True  # consumed even if a read fault lies about this read too
+            return "cancelled" if fault is None else _SHOWN[fault]
+        return None if fault is None else _SHOWN[fault]
 
     def _delivery(self, op: str, job_id: str | None) -> str:
         fault = self.faults.take_first(op, job_id, (f.DROP_AFTER_ACCEPT, f.SLOW))
@@ -315,8 +346,12 @@ class Backend:
         self._stats.faults_fired[fault] += 1
         return "drop" if fault == f.DROP_AFTER_ACCEPT else "slow"
 
-    def _render(self, s: Stored, now: float) -> dict[str, Any]:
+    def _render(self, s: Stored, now: float, shown: str | None = None) -> dict[str, Any]:
+        """The response's JSON; `shown` misreports its status (output and usage follow it)."""
         status, finished = s.status_at(now)
+        error_code = s.error_code
+        if shown is not None:
+            status, error_code = shown, "server_error"
         req = s.request
         output: list[dict[str, Any]] = []
         usage = None
@@ -345,7 +380,7 @@ class Backend:
             "status": status,
             "background": bool(req.get("background")),
             "completed_at": int(self.clock.epoch(finished)) if status == "completed" and finished else None,
-            "error": {"code": "server_error", "message": "The model failed to generate a response."}
+            "error": {"code": error_code, "message": _FAIL_MESSAGES.get(error_code, _FAIL_MESSAGES["server_error"])}
             if status == "failed"
             else None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
@@ -368,6 +403,20 @@ class Backend:
             "user": None,
             "metadata": req.get("metadata") or {},
         }
+
+
+# Faults that refuse a create (nothing created, nothing counted).
+_CREATE_REFUSING = (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED, f.QUOTA_EXHAUSTED, f.SERVICE_UNAVAILABLE)
+
+# The status each read fault shows.
+_SHOWN = {f.REPORT_CANCELLED: "cancelled", f.REPORT_FAILED: "failed", f.UNKNOWN_STATUS: f.UNKNOWN_STATUS_VALUE}
+
+_FAIL_MESSAGES = {
+    "server_error": "The model failed to generate a response.",
+    "invalid_prompt": "Invalid prompt: your prompt was flagged as potentially violating our usage policy.",
+    "bio_policy": "This request was blocked under our biological and chemical safety policy.",
+    "mystery_error": "Something went wrong that this client has never heard of.",
+}
 
 
 def _invalid_create(req: Any) -> str | None:

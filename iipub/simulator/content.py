@@ -48,23 +48,29 @@ _TOPICS: tuple[dict[str, str], ...] = (
 # (edition title, edition summary, headline, item summary, source title) per language.
 _FRAMES: dict[str, tuple[str, str, str, str, str]] = {
     "en": ("{product} for {date}", "A simulated edition with {n} items from the wire.",
-           "{place}: new developments on {topic}", "Officials in {place} reported progress on {topic} on {date}, "
-           "according to wire reports.", "Wire report on {topic}"),
+           "{place}: new developments on {topic}",
+           ("Officials in {place} reported progress on {topic} on {date}, "
+            "according to wire reports."), "Wire report on {topic}"),
     "es": ("{product} del {date}", "Una edición simulada con {n} noticias de agencia.",
-           "{place}: novedades sobre {topic}", "Las autoridades de {place} informaron de avances en {topic} "
-           "el {date}, según las agencias.", "Despacho sobre {topic}"),
+           "{place}: novedades sobre {topic}",
+           ("Las autoridades de {place} informaron de avances en {topic} "
+            "el {date}, según las agencias."), "Despacho sobre {topic}"),
     "fr": ("{product} du {date}", "Une édition simulée de {n} dépêches.",
-           "{place} : du nouveau sur {topic}", "Les autorités de {place} ont fait état de progrès sur {topic} "
-           "le {date}, selon les agences.", "Dépêche sur {topic}"),
+           "{place} : du nouveau sur {topic}",
+           ("Les autorités de {place} ont fait état de progrès sur {topic} "
+            "le {date}, selon les agences."), "Dépêche sur {topic}"),
     "de": ("{product} vom {date}", "Eine simulierte Ausgabe mit {n} Agenturmeldungen.",
-           "{place}: Neues über {topic}", "Behörden in {place} meldeten am {date} Fortschritte über {topic}, "
-           "berichten Agenturen.", "Agenturmeldung über {topic}"),
+           "{place}: Neues über {topic}",
+           ("Behörden in {place} meldeten am {date} Fortschritte über {topic}, "
+            "berichten Agenturen."), "Agenturmeldung über {topic}"),
     "pt": ("{product} de {date}", "Uma edição simulada com {n} notícias de agência.",
-           "{place}: novidades sobre {topic}", "Autoridades em {place} relataram avanços sobre {topic} em {date}, "
-           "segundo as agências.", "Despacho sobre {topic}"),
+           "{place}: novidades sobre {topic}",
+           ("Autoridades em {place} relataram avanços sobre {topic} em {date}, "
+            "segundo as agências."), "Despacho sobre {topic}"),
     "it": ("{product} del {date}", "Un'edizione simulata con {n} notizie d'agenzia.",
-           "{place}: novità su {topic}", "Le autorità di {place} hanno segnalato progressi su {topic} il {date}, "
-           "secondo le agenzie.", "Dispaccio su {topic}"),
+           "{place}: novità su {topic}",
+           ("Le autorità di {place} hanno segnalato progressi su {topic} il {date}, "
+            "secondo le agenzie."), "Dispaccio su {topic}"),
 }
 
 
@@ -72,7 +78,8 @@ def edition_shape(schema: Any) -> tuple[tuple[str, ...], int]:
     """(languages, items per language) demanded by a `text.format.schema`."""
     if not isinstance(schema, dict):
         return ("en",), _DEFAULT_ITEMS
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    raw_props = schema.get("properties")
+    props: dict[str, Any] = raw_props if isinstance(raw_props, dict) else {}
     required = schema.get("required")
     langs = tuple(str(x) for x in required) if isinstance(required, list) and required else tuple(props)
     if not langs:

@@ -2,14 +2,15 @@
 
 A rule names an operation, a fault, and optionally the job it targets, how many times it
 fires and with what probability. Per-run rules (constructor / CLI) fire forever by default;
-per-request rules (control endpoint) fire once by default.
+per-request rules (control endpoint) fire once by default. A rule may also be limited to a
+window of simulated time (`after_seconds` <= now < `until_seconds`, on the simulator's clock).
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,9 +26,29 @@ SERVER_ERROR = "server_error"
 UNAUTHORIZED = "unauthorized"
 NOT_FOUND = "not_found"
 CANCEL_RACE = "cancel_race"
-EXCHANGE_FAULTS = (DROP_AFTER_ACCEPT, SLOW, RATE_LIMIT, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND, CANCEL_RACE)
+QUOTA_EXHAUSTED = "quota_exhausted"
+SERVICE_UNAVAILABLE = "service_unavailable"
+# Read faults: a retrieve answers 200 with the response misreported; the response is unchanged.
+REPORT_CANCELLED = "report_cancelled"
+REPORT_FAILED = "report_failed"
+UNKNOWN_STATUS = "unknown_status"
+READ_FAULTS = (REPORT_CANCELLED, REPORT_FAILED, UNKNOWN_STATUS)
+EXCHANGE_FAULTS = (
+    DROP_AFTER_ACCEPT,
+    SLOW,
+    RATE_LIMIT,
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    NOT_FOUND,
+    CANCEL_RACE,
+    QUOTA_EXHAUSTED,
+    SERVICE_UNAVAILABLE,
+    *READ_FAULTS,
+)
 # Faults that answer without doing anything.
-REFUSING_FAULTS = (RATE_LIMIT, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND)
+REFUSING_FAULTS = (RATE_LIMIT, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND, QUOTA_EXHAUSTED, SERVICE_UNAVAILABLE)
+# The status an `unknown_status` read reports: not one the API documents.
+UNKNOWN_STATUS_VALUE = "paused"
 
 # Faults bound to a response when it is created: they shape how it ends and what it says.
 FAIL = "fail"
@@ -38,6 +59,17 @@ HALLUCINATED_URLS = "hallucinated_urls"
 SCRIPT_INJECTION = "script_injection"
 SAME_TEXT = "same_text"
 OVERSIZED_OUTPUT = "oversized_output"
+FAIL_REFUSED = "fail_refused"
+FAIL_POLICY = "fail_policy"
+FAIL_UNKNOWN_CODE = "fail_unknown_code"
+CANCELLED_THEN_COMPLETED = "cancelled_then_completed"
+# The `error.code` each failing content fault ends with.
+FAIL_CODES: dict[str, str] = {
+    FAIL: "server_error",
+    FAIL_REFUSED: "invalid_prompt",
+    FAIL_POLICY: "bio_policy",
+    FAIL_UNKNOWN_CODE: "mystery_error",  # not in the SDK's literal list
+}
 CONTENT_FAULTS = (
     FAIL,
     INCOMPLETE,
@@ -47,6 +79,10 @@ CONTENT_FAULTS = (
     SCRIPT_INJECTION,
     SAME_TEXT,
     OVERSIZED_OUTPUT,
+    FAIL_REFUSED,
+    FAIL_POLICY,
+    FAIL_UNKNOWN_CODE,
+    CANCELLED_THEN_COMPLETED,
 )
 
 FAULTS = EXCHANGE_FAULTS + CONTENT_FAULTS
@@ -60,7 +96,10 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     UNAUTHORIZED: OPS,
     NOT_FOUND: ("retrieve", "cancel", "delete"),
     CANCEL_RACE: ("cancel",),
-    **{name: ("create",) for name in CONTENT_FAULTS},
+    QUOTA_EXHAUSTED: ("create",),
+    SERVICE_UNAVAILABLE: ("create", "retrieve", "cancel", "delete"),
+    **dict.fromkeys(READ_FAULTS, ("retrieve",)),
+    **dict.fromkeys(CONTENT_FAULTS, ("create",)),
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -71,7 +110,12 @@ DESCRIPTIONS: dict[str, str] = {
     UNAUTHORIZED: "401; nothing done",
     NOT_FOUND: "404 for a response that still exists",
     CANCEL_RACE: "cancelling an unfinished response completes it instead",
-    FAIL: "the response ends 'failed' with an error",
+    QUOTA_EXHAUSTED: "429 insufficient_quota (billing), no retry-after; nothing done",
+    SERVICE_UNAVAILABLE: "503 'The server is overloaded or not ready yet.'; nothing done",
+    REPORT_CANCELLED: "200 showing the response 'cancelled' (no output, no usage); it is unchanged",
+    REPORT_FAILED: "200 showing the response 'failed' (server_error); it is unchanged",
+    UNKNOWN_STATUS: f"200 showing the undocumented status {UNKNOWN_STATUS_VALUE!r}; the response is unchanged",
+    FAIL: "the response ends 'failed' with server_error",
     INCOMPLETE: "the response ends 'incomplete' (max_output_tokens) with truncated output",
     MALFORMED_OUTPUT: "the output text is not JSON",
     SCHEMA_BREAK: "the output JSON lacks a language",
@@ -79,6 +123,10 @@ DESCRIPTIONS: dict[str, str] = {
     SCRIPT_INJECTION: "headlines carry <script> and a source is javascript:",
     SAME_TEXT: "every language has identical text",
     OVERSIZED_OUTPUT: "the output text is larger than 1 MB",
+    FAIL_REFUSED: "the response ends 'failed' with invalid_prompt (the prompt is refused, every time)",
+    FAIL_POLICY: "the response ends 'failed' with bio_policy",
+    FAIL_UNKNOWN_CODE: "the response ends 'failed' with an error code the SDK does not list (mystery_error)",
+    CANCELLED_THEN_COMPLETED: "the first read after it completes shows 'cancelled'; later reads 'completed'",
 }
 
 
@@ -89,6 +137,13 @@ class FaultRule:
     job_id: str | None = None
     times: int | None = None  # None: unlimited
     probability: float = 1.0
+    after_seconds: float | None = None  # simulated seconds; fires only while after <= now < until
+    until_seconds: float | None = None
+
+    def active_at(self, now: float) -> bool:
+        if self.after_seconds is not None and now < self.after_seconds:
+            return False
+        return self.until_seconds is None or now < self.until_seconds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +153,7 @@ def rule_from_dict(raw: Mapping[str, Any], *, default_times: int | None) -> Faul
     """Validate one rule; `op` may be omitted and defaults to the fault's natural op."""
     if not isinstance(raw, Mapping):
         raise ConfigError("a fault rule must be a JSON object")
-    unknown = set(raw) - {"op", "fault", "job_id", "times", "probability"}
+    unknown = set(raw) - {"op", "fault", "job_id", "times", "probability", "after_seconds", "until_seconds"}
     if unknown:
         raise ConfigError(f"unknown fault rule key(s): {', '.join(sorted(unknown))}")
     fault = raw.get("fault")
@@ -116,30 +171,85 @@ def rule_from_dict(raw: Mapping[str, Any], *, default_times: int | None) -> Faul
     probability = raw.get("probability", 1.0)
     if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 <= probability <= 1:
         raise ConfigError("fault rule probability must be between 0 and 1")
-    return FaultRule(op=op, fault=fault, job_id=job_id, times=times, probability=float(probability))
+    window: list[float | None] = []
+    for key in ("after_seconds", "until_seconds"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0
+                                  or value == float("inf")):
+            raise ConfigError(f"fault rule {key} must be a finite number >= 0")
+        window.append(None if value is None else float(value))
+    after, until = window
+    if after is not None and until is not None and not after < until:
+        raise ConfigError("fault rule after_seconds must be less than until_seconds")
+    return FaultRule(
+        op=op, fault=fault, job_id=job_id, times=times, probability=float(probability),
+        after_seconds=after, until_seconds=until,
+    )
 
 
 def parse_fault_spec(spec: str) -> FaultRule:
-    """`NAME[@OP][:PROBABILITY]`, as given to `iipub simulator --fault` (fires every time)."""
+    """`NAME[@OP][:PROBABILITY][*TIMES][~START..END]`, as given to `iipub simulator --fault`.
+
+    Parts come in that order. Without `*TIMES` the rule fires every time; `~START..END` limits
+    it to simulated seconds START <= now < END since the simulator started (either end may be
+    left out: `~30..`, `~..60`)."""
     text = spec.strip()
+    raw: dict[str, Any] = {}
+    if "~" in text:
+        text, _, window = text.rpartition("~")
+        start, sep, end = window.partition("..")
+        if not sep:
+            raise ConfigError(f"--fault {spec!r}: the window must be ~START..END (simulated seconds)")
+        for key, part in (("after_seconds", start), ("until_seconds", end)):
+            if part.strip():
+                raw[key] = _number(spec, part, "window bound")
+    if "*" in text:
+        text, _, times_text = text.rpartition("*")
+        try:
+            raw["times"] = int(times_text)
+        except ValueError:
+            raise ConfigError(f"--fault {spec!r}: times must be a positive integer") from None
     probability: float = 1.0
     if ":" in text:
         text, _, prob_text = text.rpartition(":")
-        try:
-            probability = float(prob_text)
-        except ValueError:
-            raise ConfigError(f"--fault {spec!r}: probability must be a number") from None
+        probability = _number(spec, prob_text, "probability")
     name, _, op = text.partition("@")
-    raw: dict[str, Any] = {"fault": name, "probability": probability}
+    raw |= {"fault": name, "probability": probability}
     if op:
         raw["op"] = op
     return rule_from_dict(raw, default_times=None)
 
 
-class FaultBook:
-    """The active rules. Thread-safe; the random source is seeded for reproducible runs."""
+def parse_outage_spec(spec: str) -> FaultRule:
+    """`START:END`, as given to `iipub simulator --outage`: every create answers 503
+    (`service_unavailable`) while START <= simulated seconds since start < END."""
+    start, sep, end = spec.strip().partition(":")
+    if not sep or not start.strip() or not end.strip():
+        raise ConfigError(f"--outage {spec!r}: expected START:END in simulated seconds")
+    raw = {
+        "fault": SERVICE_UNAVAILABLE,
+        "op": "create",
+        "after_seconds": _number(spec, start, "outage bound", flag="--outage"),
+        "until_seconds": _number(spec, end, "outage bound", flag="--outage"),
+    }
+    return rule_from_dict(raw, default_times=None)
 
-    def __init__(self, rules: Iterable[FaultRule] = (), seed: int | None = None) -> None:
+
+def _number(spec: str, text: str, what: str, *, flag: str = "--fault") -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{flag} {spec!r}: {what} {text.strip()!r} is not a number") from None
+
+
+class FaultBook:
+    """The active rules. Thread-safe; the random source is seeded for reproducible runs.
+    `now` is the clock rule windows are read against (simulated seconds)."""
+
+    def __init__(
+        self, rules: Iterable[FaultRule] = (), seed: int | None = None, now: Callable[[], float] | None = None
+    ) -> None:
+        self._now = now or (lambda: 0.0)
         self._lock = threading.Lock()
         self._rules: list[FaultRule] = [FaultRule(**r.to_dict()) for r in rules]
         self._rng = random.Random(seed)
@@ -166,6 +276,7 @@ class FaultBook:
         wanted = set(names)
         fired: list[str] = []
         with self._lock:
+            now: float | None = None
             for rule in list(self._rules):
                 if limit is not None and len(fired) >= limit:
                     break
@@ -173,6 +284,10 @@ class FaultBook:
                     continue
                 if rule.job_id is not None and rule.job_id != job_id:
                     continue
+                if rule.after_seconds is not None or rule.until_seconds is not None:
+                    now = self._now() if now is None else now
+                    if not rule.active_at(now):
+                        continue
                 if rule.probability < 1.0 and self._rng.random() >= rule.probability:
                     continue
                 fired.append(rule.fault)

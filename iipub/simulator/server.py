@@ -10,6 +10,7 @@ Routes:
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
@@ -196,10 +197,8 @@ class _Server(ThreadingHTTPServer):
         with self._conns_lock:
             conns = list(self._conns)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
@@ -214,7 +213,8 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self) -> None:
-        self.timeout = self.server.sim.options.idle_timeout_seconds
+        # typeshed declares `timeout` a ClassVar; StreamRequestHandler.setup reads it per instance.
+        self.timeout = self.server.sim.options.idle_timeout_seconds  # type: ignore[misc]
         super().setup()
         # Headers and body go out as separate writes; without this, Nagle + delayed ACK
         # add ~40 ms to every keep-alive exchange.
@@ -281,15 +281,12 @@ class _Handler(BaseHTTPRequestHandler):
             # The work is done, but the client never hears about it: its view is a
             # connection closed mid-request, exactly the ambiguous case.
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             return
-        if reply.delivery == "slow":
-            if self.server.sim.stopping.wait(self.server.sim.options.slow_seconds):
-                self.close_connection = True
-                return
+        if reply.delivery == "slow" and self.server.sim.stopping.wait(self.server.sim.options.slow_seconds):
+            self.close_connection = True
+            return
         self._send(reply)
 
     def _control(self, method: str, path: str, body: bytes) -> Reply:
@@ -300,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
             return error_reply(400, "control body is not JSON")
         try:
             if path == "/_sim/faults" and method == "POST":
-                rules = data if isinstance(data, list) else [data]
+                rules: list[Any] = data if isinstance(data, list) else [data]
                 parsed = [rule_from_dict(r, default_times=1) for r in rules]
                 sim.add_faults(parsed)
                 return Reply(200, {"added": len(parsed), "faults": sim.backend.faults.snapshot()})
