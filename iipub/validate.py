@@ -151,15 +151,13 @@ def is_public_http_url(url: str) -> bool:
 def _host(raw: str) -> tuple[str, str | None]:
     """Normalise a host name to lower-case ASCII and say why it is not public, if it is not."""
     name = raw.lower()
-    if name.endswith("."):
-        name = name[:-1]  # a fully qualified name: `localhost.` is still localhost
+    name = name.removesuffix(".")  # a fully qualified name: `localhost.` is still localhost
     if not name:
         return name, "no host"
     if _is_ip(name):
         return name, f"host {raw!r} is an IP address"
-    try:
-        ascii_name = name.encode("idna").decode("ascii").lower()
-    except UnicodeError:
+    ascii_name = ascii_host(name)
+    if ascii_name is None:
         return name, f"host {raw!r} is not a valid host name"
     labels = ascii_name.split(".")
     if labels[-1] in _PRIVATE_SUFFIXES:
@@ -188,9 +186,24 @@ def _is_ip(name: str) -> bool:
     return bool(re.fullmatch(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", name))
 
 
+def ascii_host(name: str) -> str | None:
+    """A host name as browsers resolve it: UTS #46 mapping, non-transitional (so `faß.de` stays
+    `xn--fa-hia.de`, not `fass.de` as IDNA 2003 would have it), lower-case ASCII; None if it is
+    not a valid name."""
+    import idna
+
+    text = name.strip().removesuffix(".")
+    if not text:
+        return None
+    try:
+        return idna.encode(text, uts46=True, transitional=False).decode("ascii").lower()
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return None
+
+
 def _within(host: str, domains: Sequence[str]) -> bool:
     for domain in domains:
-        d = domain.strip().strip(".").lower()
+        d = ascii_host(domain.strip().strip("."))
         if d and (host == d or host.endswith("." + d)):
             return True
     return False

@@ -16,19 +16,32 @@ from collections.abc import Callable
 import httpx
 
 from ..backoff import parse_retry_after
+from ..closing import Closing
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 _SNIPPET = 200
 
 
+SECRET_PREFIX = "whsec_"
+
+
 def _key(secret: str) -> bytes:
-    if secret.startswith("whsec_"):
-        try:
-            return base64.b64decode(secret[len("whsec_") :], validate=True)
-        except binascii.Error:
-            raise ValueError("webhook secret after 'whsec_' is not valid base64") from None
-    return secret.encode("utf-8")
+    """The HMAC key of a Standard Webhooks secret: base64 after an optional `whsec_` prefix,
+    exactly as the reference libraries read it (so any receiver using one can verify). A
+    secret that is not base64 is refused rather than used as raw bytes, which no receiver
+    would verify."""
+    text = secret.strip()
+    text = text.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except binascii.Error:
+        raise ValueError("webhook secret must be 'whsec_' followed by base64 (Standard Webhooks); "
+                         "generate one with: python3 -c \"import base64, os; "
+                         "print('whsec_' + base64.b64encode(os.urandom(32)).decode())\"") from None
+    if len(key) < 16:
+        raise ValueError("webhook secret is shorter than 16 bytes once base64-decoded")
+    return key
 
 
 def sign(secret: str, msg_id: str, timestamp: int | str, body: bytes | str) -> str:
@@ -38,7 +51,7 @@ def sign(secret: str, msg_id: str, timestamp: int | str, body: bytes | str) -> s
     return "v1," + base64.b64encode(hmac.new(_key(secret), signed, hashlib.sha256).digest()).decode("ascii")
 
 
-class WebhookSink:
+class WebhookSink(Closing):
     name = "webhook"
 
     def __init__(
@@ -66,12 +79,6 @@ class WebhookSink:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
-
-    def __enter__(self) -> WebhookSink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def headers(self, event: Event, body: bytes) -> dict[str, str]:
         timestamp = str(int(self._clock()))

@@ -209,14 +209,33 @@ def test_sign_matches_the_standard_webhooks_example() -> None:
     assert sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body) == (
         "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
     )
-    # Without the prefix the secret's own bytes are the key.
-    assert sign("plain", "id", 1, b"{}") == sign("whsec_" + base64.b64encode(b"plain").decode(), "id", 1, b"{}")
+    # Without the prefix the rest is still base64, as the reference libraries read it.
+    assert sign(secret.removeprefix("whsec_"), "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body) == (
+        "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    )
 
 
-def test_invalid_secret_is_refused_at_construction() -> None:
+@pytest.mark.parametrize("secret", ["whsec_!!!not-base64!!!", "plain text secret", "whsec_c2hvcnQ="])
+def test_a_secret_no_standard_receiver_could_verify_is_refused_at_construction(secret: str) -> None:
     with pytest.raises(ValueError) as info:
-        WebhookSink("http://127.0.0.1:1/", "whsec_!!!not-base64!!!")
-    assert "!!!" not in str(info.value)
+        WebhookSink("http://127.0.0.1:1/", secret)
+    assert secret.removeprefix("whsec_") not in str(info.value)
+    assert "Standard Webhooks" in str(info.value) or "16 bytes" in str(info.value)
+
+
+@pytest.mark.parametrize("secret", [SECRET, SECRET.removeprefix("whsec_")])
+def test_deliveries_verify_with_the_standard_webhooks_reference_library(receiver: Receiver, secret: str) -> None:
+    from standardwebhooks.webhooks import Webhook
+
+    with WebhookSink(receiver.url, secret) as sink:
+        assert sink.deliver(event()) == Delivered()
+    (req,) = receiver.requests
+    headers = {k.lower(): v for k, v in req["headers"].items()}
+    payload = Webhook(secret).verify(req["body"], headers)  # raises on a bad signature
+    assert payload == json.loads(req["body"]) and "evt_01HZY" in json.dumps(payload)
+    with pytest.raises(Exception, match="(?i)signature"):
+        Webhook("whsec_" + base64.b64encode(b"another-secret-of-32-bytes-long!").decode()).verify(
+            req["body"], headers)
 
 
 @pytest.mark.parametrize(
