@@ -210,7 +210,7 @@ class Operator(Closing):
 
     def revalidate(self, job_id: str, reason: str, by: str) -> Job:
         remedies.check_input(by, reason)
-        return self._act(job_id, by, lambda job: remedies.revalidate(job, by, reason))
+        return self._act(job_id, by, lambda job: remedies.revalidate(job, by, reason, self._fingerprint(job)))
 
     def regenerate(self, job_id: str, reason: str, by: str) -> Job:
         remedies.check_input(by, reason)

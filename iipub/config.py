@@ -90,6 +90,7 @@ class ReconcileSettings:
     backoff_base_seconds: float = 2.0
     backoff_cap_seconds: float = 600.0
     batch_size: int = 500
+    max_step_failures: int = 5  # a step failing this many times in a row parks the job (step_failing)
 
 
 @dataclass(frozen=True)
@@ -293,8 +294,8 @@ def _check(s: Settings) -> None:
     if s.budgets.max_generation_attempts < 1 or s.budgets.max_poll_attempts < 1:
         raise ConfigError("budgets must be at least 1")
     r = s.reconcile
-    if r.concurrency < 1 or r.max_in_flight < 1 or r.batch_size < 1:
-        raise ConfigError("reconcile.concurrency, max_in_flight and batch_size must be at least 1")
+    if r.concurrency < 1 or r.max_in_flight < 1 or r.batch_size < 1 or r.max_step_failures < 1:
+        raise ConfigError("reconcile.concurrency, max_in_flight, batch_size and max_step_failures must be at least 1")
     if r.tick_seconds <= 0 or r.poll_interval_seconds < 0:
         raise ConfigError("reconcile.tick_seconds must be positive")
     # A create must finish (or time out) well inside the lease, or a live worker's

@@ -123,14 +123,10 @@ def crashed_in_flight(job: Job) -> Decision:
     )
 
 
-def before_poll(job: Job, fingerprint: str, budgets: Budgets) -> Decision | None:
-    """Checks before observing an accepted response; None means go ahead and poll."""
-    if job.config_fingerprint and job.config_fingerprint != fingerprint:
-        return quarantine(
-            Reason.CONFIG_DRIFT,
-            "the deployed product config changed under an accepted job",
-            recorded=job.config_fingerprint, current=fingerprint, response_id=job.response_id,
-        )
+def before_poll(job: Job, fingerprint: str | None, budgets: Budgets) -> Decision | None:
+    """Checks before observing an accepted response; None means go ahead and poll. A drifted or
+    removed config does not stop the poll: custody comes first (`config_check` parks the job
+    once its output is stored)."""
     if job.poll_count >= budgets.max_poll_attempts:
         return quarantine(
             Reason.POLL_BUDGET_EXHAUSTED,
@@ -140,7 +136,40 @@ def before_poll(job: Job, fingerprint: str, budgets: Budgets) -> Decision | None
     return None
 
 
+def config_check(job: Job, product: Product | None) -> Decision | None:
+    """Before validation, composition and save (and before any money is spent): the job's
+    product must still be configured, and once a response exists, configured as it was when
+    the response was generated. None means carry on."""
+    if product is None:
+        return quarantine(Reason.PRODUCT_REMOVED, f"product {job.product!r} is no longer configured"
+                          + ("; its output is kept" if job.payload is not None else ""),
+                          product=job.product, response_id=job.response_id)
+    if job.state in _BEFORE_CREATE or not job.config_fingerprint:
+        return None
+    current = product.fingerprint()
+    if job.config_fingerprint != current:
+        return quarantine(
+            Reason.CONFIG_DRIFT,
+            "the deployed product config changed under the job"
+            + ("; its output is kept" if job.payload is not None else ""),
+            recorded=job.config_fingerprint, current=current, response_id=job.response_id,
+        )
+    return None
+
+
+def step_failed(job: Job, error: str, max_failures: int) -> tuple[Decision | None, int]:
+    """A step raised an unexpected error. Returns the quarantine decision once that happened
+    `max_failures` times in a row (else None) and the failure count. Published jobs are never
+    parked: their cleanup retries forever."""
+    failures = job.retry_count + 1
+    if failures >= max_failures and states.allowed(job.state, State.QUARANTINED):
+        return quarantine(Reason.STEP_FAILING, f"{failures} failures in a row: {error}",
+                          failures=failures, failed_in=job.state.value), failures
+    return None, failures
+
+
 _STATUS_STATE = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+_BEFORE_CREATE = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING})
 _DEFAULT_PROVIDER = ProviderSettings()
 
 

@@ -110,6 +110,17 @@ class Tick:
         with self._lock:
             self.probe_waiters.add(job_id)
 
+    def wait_for_probe_outcome(self) -> None:
+        """Until another worker's (or process's) probe create has an outcome, bounded by one
+        create's timeout and the tick's deadline."""
+        p = self.settings.provider
+        until = min(self.deadline, time.monotonic() + p.connect_timeout_seconds + p.timeout_seconds + 1)
+        while time.monotonic() < until and not STOP.is_set():
+            g, now = self.gate.state()
+            if g.probe_owner is None or g.probe_expiry is None or g.probe_expiry <= now or g.is_open:
+                return
+            STOP.wait(0.2)
+
     def take_probe_waiters(self) -> set[str]:
         with self._lock:
             waiting, self.probe_waiters = self.probe_waiters, set()
@@ -171,6 +182,7 @@ def _sweep(tick: Tick) -> None:
             waiting = tick.take_probe_waiters()
             if not waiting or tick.past_deadline():
                 return
+            tick.wait_for_probe_outcome()
             seen -= waiting
 
 
@@ -249,10 +261,28 @@ def _handle(tick: Tick, job: Job) -> None:
     except DatabaseUnavailable as exc:
         tick.count("errors")
         bound.error("database_unavailable", error=str(exc))
-    except Exception as exc:  # a bug in one job must not stop the sweep
+    except Exception as exc:  # a bug in one job must not stop the sweep, nor loop silently
         tick.count("errors")
-        bound.exception("job_failed", error=str(exc))
-        _release_quietly(store, job.id)
+        bound.exception("job_failed", error=str(exc), state=job.state.value)
+        _step_failed(tick, job.id, f"{type(exc).__name__}: {exc}")
+
+
+def _step_failed(tick: Tick, job_id: str, error: str) -> None:
+    """Count the failure on the job (WARN from the first); park it `step_failing` once it
+    happened `max_step_failures` times in a row. Best effort: the lease expires anyway."""
+    store = tick.store
+    try:
+        job = store.get(job_id)
+        if job.lease_owner != store.worker:
+            return
+        d, failures = handlers.step_failed(job, error[:500], tick.settings.reconcile.max_step_failures)
+        if d is not None:
+            _apply(tick, job, d)
+        else:
+            store.note_failure(job, f"step_failed: {error}"[:2000], failures)
+    except Exception:  # the database itself may be what failed
+        log.warning("step_failure_not_recorded", job_id=job_id, worker=store.worker)
+        _release_quietly(store, job_id)
 
 
 def _release_quietly(store: Store, job_id: str) -> None:
@@ -293,8 +323,13 @@ def _drive(tick: Tick, job: Job) -> None:
             return
 
 
-def _product(tick: Tick, job: Job) -> Product:
-    return tick.settings.product(job.product)
+def _product(tick: Tick, job: Job) -> Product | None:
+    """The job's product as configured now; None if it was removed from the config."""
+    return tick.settings.products.get(job.product)
+
+
+def _max_output_bytes(product: Product | None) -> int:
+    return product.max_output_bytes if product is not None else Product.max_output_bytes
 
 
 def _hold(tick: Tick, job: Job) -> None:
@@ -315,11 +350,21 @@ def _provider_waits(tick: Tick, job: Job) -> bool:
 
 
 def step_no_job(tick: Tick, job: Job) -> Job:
-    return _apply(tick, job, handlers.on_window_open(job, _product(tick, job).fingerprint()))
+    product = _product(tick, job)
+    if product is None:
+        return _apply(tick, job, _checked(handlers.config_check(job, product)))
+    return _apply(tick, job, handlers.on_window_open(job, product.fingerprint()))
+
+
+def _checked(d: Decision | None) -> Decision:
+    assert d is not None
+    return d
 
 
 def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     product = _product(tick, job)
+    if product is None:
+        return _apply(tick, job, _checked(handlers.config_check(job, product)))
     fingerprint = product.fingerprint()
     d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
     if d.to == State.QUARANTINED:
@@ -354,7 +399,7 @@ def step_create_in_flight(tick: Tick, job: Job) -> Job:
 
 def step_poll(tick: Tick, job: Job) -> Job | None:
     product = _product(tick, job)
-    pre = handlers.before_poll(job, product.fingerprint(), tick.settings.budgets)
+    pre = handlers.before_poll(job, product.fingerprint() if product else None, tick.settings.budgets)
     if pre is not None:
         return _apply(tick, job, pre)
     if _provider_waits(tick, job):
@@ -366,7 +411,7 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     new = _apply(tick, job, d)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
-        return _apply(tick, new, handlers.on_output(new, outcome, product.max_output_bytes))
+        return _apply(tick, new, handlers.on_output(new, outcome, _max_output_bytes(product)))
     return new
 
 
@@ -378,7 +423,7 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
     return _apply(tick, job, handlers.after_refetch(
-        job, outcome, tick.settings.reconcile, _product(tick, job).max_output_bytes, tick.rng,
+        job, outcome, tick.settings.reconcile, _max_output_bytes(_product(tick, job)), tick.rng,
         loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
 
 
@@ -392,12 +437,20 @@ def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
 
 
 def step_validate(tick: Tick, job: Job) -> Job:
-    return _apply(tick, job, handlers.on_validation(job, validate.validate(job.payload, _product(tick, job))))
+    product = _product(tick, job)
+    parked = handlers.config_check(job, product)
+    if parked is not None or product is None:
+        return _apply(tick, job, _checked(parked))
+    return _apply(tick, job, handlers.on_validation(job, validate.validate(job.payload, product)))
 
 
 def step_compose(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    parked = handlers.config_check(job, product)
+    if parked is not None or product is None:
+        return _apply(tick, job, _checked(parked))
     try:
-        d = handlers.on_compose(job, _product(tick, job))
+        d = handlers.on_compose(job, product)
     except handlers.NoLongerValid as exc:
         raise InvariantViolation(str(exc), job_id=job.id) from None
     return _apply(tick, job, d)
@@ -405,6 +458,9 @@ def step_compose(tick: Tick, job: Job) -> Job:
 
 def step_save(tick: Tick, job: Job) -> Job:
     """One transaction: fenced state change, one edition per language, one outbox row each."""
+    parked = handlers.config_check(job, _product(tick, job))
+    if parked is not None:
+        return _apply(tick, job, parked)
     artifacts = handlers.composed_artifacts(job)
     try:
         return _apply(tick, job, handlers.on_save(job, artifacts),
@@ -434,6 +490,8 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
 
 
 def step_expired(tick: Tick, job: Job) -> Job:
+    if _product(tick, job) is None:  # no money for a product nobody configures any more
+        return _apply(tick, job, _checked(handlers.config_check(job, None)))
     return _apply(tick, job, handlers.after_expired(job, tick.settings.budgets))
 
 

@@ -15,16 +15,8 @@ from . import handlers, states
 from .errors import OperatorRefused, UsageError
 from .handlers import Decision
 from .jobs import Job
-from .outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
-    Missing,
-    Observed,
-    ReadOutcome,
-    Rejected,
-    Transient,
-)
-from .states import Reason, State
+from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
+from .states import PAYLOAD_QUARANTINES, Reason, State
 
 POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
 _RESET = {"poll_count": 0, "quarantine_reason": None, "retry_count": 0, "last_error": None}
@@ -238,18 +230,30 @@ def kill(job: Job, by: str, reason: str) -> Decision:
 # -- out of a validation failure ------------------------------------------------------------------
 
 
-def revalidate(job: Job, by: str, reason: str) -> Decision:
-    """Validate the retained payload again (after the product's rules were fixed): no provider
-    call, no money. The next tick validates and, if it passes, publishes."""
-    _require_state(job, State.VALIDATION_FAILED_RETAINED, "revalidate")
-    return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, delay=0,
-                    changes={"last_error": None}, detail=who(by, reason, payload_sha256=job.payload_sha256))
+def revalidate(job: Job, by: str, reason: str, current_fingerprint: str | None = None) -> Decision:
+    """Validate the retained payload again (after the product's rules were fixed, or, for a job
+    parked by config drift, a removed product or a failing step, under the rules deployed now):
+    no provider call, no money. The next tick validates and, if it passes, publishes."""
+    changes: dict[str, Any] = {"last_error": None}
+    if job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES and job.payload is not None:
+        if current_fingerprint is None:
+            raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
+                                  "or `iipub kill` the job")
+        # Accepted under the rules deployed now: later steps compare with this fingerprint.
+        changes.update(config_fingerprint=current_fingerprint, quarantine_reason=None, retry_count=0)
+    else:
+        _require_parked_payload(job, "revalidate")
+    return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, delay=0, changes=changes,
+                    detail=who(by, reason, payload_sha256=job.payload_sha256,
+                               quarantine_reason=job.quarantine_reason))
 
 
 def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> Decision:
     """Pay for a new generation of a slot whose output failed validation, within the generation
-    budget. The failed payload's hash stays in the journal."""
-    _require_state(job, State.VALIDATION_FAILED_RETAINED, "regenerate")
+    budget (also a job parked by config drift or a failing step, generated again under the rules
+    deployed now). The failed payload's hash stays in the journal."""
+    if not (job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES):
+        _require_parked_payload(job, "regenerate")
     if job.generation_attempts >= max_generation_attempts:
         raise OperatorRefused(
             f"job {job.id}: all {max_generation_attempts} paid creates are used "
@@ -259,9 +263,9 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> 
     return Decision(
         State.CREATE_ELIGIBLE, Reason.OPERATOR_REGENERATE, delay=0,
         changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
-                 "composed": None, "composed_sha256": None, "last_error": None},
+                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None},
         detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
-                   attempts_used=job.generation_attempts),
+                   attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason),
     )
 
 
@@ -273,6 +277,14 @@ def _require_quarantined(job: Job) -> None:
         suspended = f" (suspended from {job.suspended_from})" if job.state == State.MANUALLY_SUSPENDED else ""
         raise OperatorRefused(f"job {job.id} is {job.state}{suspended}, not QUARANTINED; release applies only to "
                               "quarantined jobs" + ("; resume it first" if suspended else ""))
+
+
+def _require_parked_payload(job: Job, action: str) -> None:
+    if job.state == State.QUARANTINED:
+        raise OperatorRefused(f"job {job.id} is QUARANTINED ({job.quarantine_reason}); {action} applies to "
+                              "VALIDATION_FAILED_RETAINED and to jobs parked as "
+                              f"{', '.join(sorted(PAYLOAD_QUARANTINES))}; see `iipub quarantine release`")
+    _require_state(job, State.VALIDATION_FAILED_RETAINED, action)
 
 
 def _require_state(job: Job, state: State, action: str) -> None:

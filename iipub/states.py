@@ -68,7 +68,7 @@ KILLABLE = frozenset(
 )
 
 EDGES: tuple[Edge, ...] = tuple(
-    _edges(S.NO_JOB, [S.CREATE_ELIGIBLE])
+    _edges(S.NO_JOB, [S.CREATE_ELIGIBLE, S.QUARANTINED])
     + _edges(S.CREATE_ELIGIBLE, [S.CREATE_IN_FLIGHT, S.QUARANTINED])
     + _edges(S.CREATE_IN_FLIGHT, [S.ACCEPTED, S.CREATE_ELIGIBLE, S.QUARANTINED])
     # A poll may report any provider status, including the one we already hold.
@@ -80,8 +80,9 @@ EDGES: tuple[Edge, ...] = tuple(
                              S.PROVIDER_EXPIRED_OR_MISSING, S.QUARANTINED])
     + _edges(S.COMPLETED_NOT_RETRIEVED, [S.COMPLETED_NOT_RETRIEVED, S.RETRIEVED_NOT_VALIDATED,
                                          S.PROVIDER_EXPIRED_OR_MISSING, S.QUARANTINED])
-    + _edges(S.RETRIEVED_NOT_VALIDATED, [S.READY_TO_COMPOSE, S.VALIDATION_FAILED_RETAINED])
-    + _edges(S.READY_TO_COMPOSE, [S.COMPOSED_NOT_SAVED])
+    # Config drift, a removed product or a step that keeps failing park the job with its payload kept.
+    + _edges(S.RETRIEVED_NOT_VALIDATED, [S.READY_TO_COMPOSE, S.VALIDATION_FAILED_RETAINED, S.QUARANTINED])
+    + _edges(S.READY_TO_COMPOSE, [S.COMPOSED_NOT_SAVED, S.QUARANTINED])
     + _edges(S.COMPOSED_NOT_SAVED, [S.SAVED_NOT_PUBLIC, S.QUARANTINED])
     + _edges(S.SAVED_NOT_PUBLIC, [S.PUBLISHED])
     + _edges(S.PUBLISHED, [S.CLEANUP_PENDING])
@@ -160,6 +161,8 @@ class Reason(enum.StrEnum):
     CONFIG_DRIFT = "config_drift"
     EDITION_CONFLICT = "edition_conflict"
     PROVIDER_REFUSED = "provider_refused"
+    PRODUCT_REMOVED = "product_removed"
+    STEP_FAILING = "step_failing"
     # Operator commands.
     OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
     OPERATOR_RESUME_POLLING = "operator_resume_polling"
@@ -215,6 +218,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.POLL_BUDGET_EXHAUSTED: (False, "quarantine: the poll budget ran out; the response id is kept"),
     R.CONFIG_DRIFT: (False, "quarantine: the deployed product config changed under the job"),
     R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
+    R.PRODUCT_REMOVED: (False, "quarantine: the job's product is no longer configured; any output is kept"),
+    R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
     R.PROVIDER_REFUSED: (False, "quarantine: the provider refused the prompt or policy; paying again would fail "
                                 "again"),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
@@ -233,8 +238,11 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
 # The values of `jobs.quarantine_reason`.
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
-    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OPERATOR_CANCELLED,
+    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.PRODUCT_REMOVED,
+    R.STEP_FAILING, R.OPERATOR_CANCELLED,
 })
+# Parked with the output in custody: a remedy may validate it again under the current rules.
+PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING})
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).

@@ -273,6 +273,19 @@ class Store:
             lease_owner=self.worker if keep_lease else None, **kept,
         )
 
+    def note_failure(self, job: Job, error: str, failures: int) -> bool:
+        """Give the lease back after a step failed unexpectedly (not a transition: no journal
+        row): the failure count and the error are recorded, fenced; the next tick tries again."""
+        with self._tx() as conn:
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
+                       jobs_table.c.lease_owner == self.worker)
+                .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1,
+                        retry_count=failures, last_error=error, updated_at=db.now(conn))
+            )
+            return res.rowcount == 1
+
     def release(self, job: Job) -> bool:
         """Give the lease back early (fenced). False if the job moved on without us."""
         with self._tx() as conn:

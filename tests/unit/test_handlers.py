@@ -83,9 +83,21 @@ CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
      State.QUARANTINED, Reason.CREATE_REJECTED, {"quarantine_reason": "create_rejected"}),
     ("crash mid-create", IN_FLIGHT, handlers.crashed_in_flight,
      State.QUARANTINED, Reason.CRASHED_DURING_CREATE, {"quarantine_reason": "crashed_during_create"}),
-    ("drift before a poll", replace(POLLING, config_fingerprint="0" * 64),
-     lambda j: handlers.before_poll(j, FP, BUDGETS), State.QUARANTINED, Reason.CONFIG_DRIFT,
+    ("drift after custody", job(State.RETRIEVED_NOT_VALIDATED, payload="{}", config_fingerprint="0" * 64),
+     lambda j: handlers.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
      {"quarantine_reason": "config_drift"}),
+    ("drift before the save", job(State.COMPOSED_NOT_SAVED, config_fingerprint="0" * 64),
+     lambda j: handlers.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
+     {"quarantine_reason": "config_drift"}),
+    ("a removed product spends nothing", job(State.CREATE_ELIGIBLE),
+     lambda j: handlers.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
+     {"quarantine_reason": "product_removed"}),
+    ("a removed product keeps its output", job(State.READY_TO_COMPOSE, payload="{}"),
+     lambda j: handlers.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
+     {"quarantine_reason": "product_removed"}),
+    ("a step failing five times in a row", job(State.READY_TO_COMPOSE, retry_count=4),
+     lambda j: handlers.step_failed(j, "KeyError: x", 5)[0], State.QUARANTINED, Reason.STEP_FAILING,
+     {"quarantine_reason": "step_failing"}),
     ("poll budget spent keeps the response id", replace(POLLING, poll_count=30),
      lambda j: handlers.before_poll(j, FP, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
      {"quarantine_reason": "poll_budget_exhausted"}),
@@ -180,6 +192,15 @@ def test_suspected_losses_are_read_again_spread_over_the_window() -> None:
 
 def test_poll_of_a_job_without_drift_or_spent_budget_goes_ahead() -> None:
     assert handlers.before_poll(POLLING, FP, BUDGETS) is None
+    # Drift or a removed product never stops a poll: custody first.
+    assert handlers.before_poll(replace(POLLING, config_fingerprint="0" * 64), FP, BUDGETS) is None
+    assert handlers.before_poll(POLLING, None, BUDGETS) is None
+    assert handlers.config_check(job(State.RETRIEVED_NOT_VALIDATED), PRODUCT) is None
+    assert handlers.config_check(job(State.CREATE_ELIGIBLE, config_fingerprint="0" * 64), PRODUCT) is None
+    first, count = handlers.step_failed(job(State.READY_TO_COMPOSE), "boom", 5)
+    assert first is None and count == 1
+    published, _ = handlers.step_failed(job(State.CLEANUP_PENDING, retry_count=9), "boom", 5)
+    assert published is None  # a published edition is never parked
     assert handlers.before_cleanup(job(State.CLEANUP_PENDING, response_id="resp_1")) is None
 
 

@@ -1,0 +1,192 @@
+"""A deploy that changes or removes a product under in-flight jobs, a step that keeps failing,
+and operator rules judged on the effective state: custody always comes first, nothing is
+published under rules its output was not made for, nothing loops silently."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from iipub import compose, db, invariants, reconcile, relay, status
+from iipub.actions import Operator
+from iipub.config import Settings
+from iipub.errors import OperatorRefused
+from iipub.simulator import Simulator
+from iipub.store import Store
+from tests.helpers import job_events, job_rows
+
+DAY = dt.date(2026, 11, 29)
+PRODUCT = "daily-brief"
+
+
+@pytest.fixture(autouse=True)
+def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+
+
+@pytest.fixture
+def cfg(settings: Settings) -> Settings:
+    p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+    return replace(settings, products={PRODUCT: p}, webhook_sink=None)
+
+
+def the_job(engine: sa.Engine) -> dict[str, Any]:
+    (row,) = job_rows(engine)
+    return row
+
+
+def drive_to(s: Settings, engine: sa.Engine, sim: Simulator, wanted: str, ticks: int = 6) -> dict[str, Any]:
+    for _ in range(ticks):
+        if the_job(engine)["state"] == wanted:
+            break
+        reconcile.run(s, engine)
+        sim.advance(5)
+    row = the_job(engine)
+    assert row["state"] == wanted, row["state"]
+    return row
+
+
+def drifted(s: Settings) -> Settings:
+    p = s.products[PRODUCT]
+    return replace(s, products={PRODUCT: replace(p, prompt="A new prompt, deployed mid-flight.")})
+
+
+@pytest.mark.parametrize("where", ["RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED"])
+def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    # Stop the pipeline at `where` by making the next step's own work fail once.
+    real = reconcile.STEPS[reconcile.State(where)]
+    calls = {"n": 0}
+
+    def stop_once(tick: Any, job: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            tick.store.release(job)
+            return None
+        return real(tick, job)
+
+    monkeypatch.setitem(reconcile.STEPS, reconcile.State(where), stop_once)
+    drive_to(cfg, engine, sim, where)
+    reconcile.run(drifted(cfg), engine)
+    row = the_job(engine)
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "config_drift")
+    assert row["payload"] and sim.stats()["creates_total"] == 1
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one() == 0
+
+
+def test_drift_while_polling_takes_custody_then_revalidate_publishes_under_the_new_rules(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
+    new = drifted(cfg)
+    sim.advance(5)
+    reconcile.run(new, engine)
+    row = the_job(engine)
+    assert (row["state"], row["quarantine_reason"], bool(row["payload"])) == ("QUARANTINED", "config_drift", True)
+    with Operator(new, engine) as op:
+        assert op.revalidate(row["id"], "the kept output is fine", "alice").state == "RETRIEVED_NOT_VALIDATED"
+    for _ in range(3):
+        reconcile.run(new, engine)
+        relay.run(new, engine)
+    row = the_job(engine)
+    assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    assert row["config_fingerprint"] == new.products[PRODUCT].fingerprint()
+    assert sim.stats()["creates_total"] == 1
+    assert invariants.check(engine, settings=new, sim_stats=sim.stats()) == []
+
+
+def test_regenerate_after_drift_pays_once_more_under_the_new_config(cfg: Settings, engine: sa.Engine,
+                                                                   sim: Simulator) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
+    new = drifted(cfg)
+    sim.advance(5)
+    reconcile.run(new, engine)
+    with Operator(new, engine) as op:
+        assert op.regenerate(the_job(engine)["id"], "match the new prompt", "alice").state == "CREATE_ELIGIBLE"
+    for _ in range(4):
+        reconcile.run(new, engine)
+        relay.run(new, engine)
+        sim.advance(5)
+    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    assert sim.stats()["creates_total"] == 2
+
+
+def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    store = Store(engine, "test")
+    store.schedule(cfg.products[PRODUCT], DAY)
+    drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
+    other = replace(cfg.products[PRODUCT], name="revolution-watch")
+    gone = replace(cfg, products={"revolution-watch": other})
+    store.schedule(cfg.products[PRODUCT], DAY - dt.timedelta(days=1))  # not created yet
+    sim.advance(5)
+    reports = [reconcile.run(gone, engine) for _ in range(2)]
+    assert all(r.errors == 0 for r in reports)  # no traceback loop
+    rows = {r["edition_date"]: r for r in job_rows(engine)}
+    accepted, fresh = rows[DAY], rows[DAY - dt.timedelta(days=1)]
+    assert (accepted["state"], accepted["quarantine_reason"]) == ("QUARANTINED", "product_removed")
+    assert accepted["payload"]  # custody first
+    assert (fresh["state"], fresh["quarantine_reason"]) == ("QUARANTINED", "product_removed")
+    assert sim.stats()["creates_total"] == 1
+    code, line = status.collect(engine, gone).check()
+    assert code >= status.WARNING and "product_removed" in line
+
+
+def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, engine: sa.Engine, sim: Simulator,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(compose, "compose", broken)
+    limit = cfg.reconcile.max_step_failures
+    for i in range(limit + 2):
+        reconcile.run(cfg, engine)
+        sim.advance(5)
+        row = the_job(engine)
+        if row["state"] == "QUARANTINED":
+            break
+        if row["state"] == "READY_TO_COMPOSE":
+            assert row["last_error"].startswith("step_failed: OSError: disk full"), row["last_error"]
+    row = the_job(engine)
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "step_failing")
+    assert f"{limit} failures in a row" in row["last_error"] and row["payload"]
+    reasons = [e["reason"] for e in job_events(engine, row["id"])]
+    assert reasons[-1] == "step_failing"
+    monkeypatch.undo()
+    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    with Operator(cfg, engine) as op:
+        op.revalidate(row["id"], "disk cleaned", "alice")
+    for _ in range(3):
+        reconcile.run(cfg, engine)
+        relay.run(cfg, engine)
+    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+
+
+def test_kill_of_a_suspended_saved_edition_is_refused_like_kill_of_the_saved_edition(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    row = drive_to(cfg, engine, sim, "SAVED_NOT_PUBLIC")
+    with Operator(cfg, engine) as op:
+        op.suspend(row["id"], "incident", "alice")
+        with pytest.raises(OperatorRefused, match="already saved"):
+            op.kill(row["id"], "never mind", "alice")
+        op.resume(row["id"], "alice")
+    for _ in range(2):
+        relay.run(cfg, engine)
+        reconcile.run(cfg, engine)
+    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    found = invariants.check(engine, settings=cfg, sim_stats=sim.stats())
+    assert found == [], [str(v) for v in found]
