@@ -147,6 +147,7 @@ class Status:
     late: tuple[JobRef, ...] = ()  # editions unpublished past late_after_minutes, oldest first
     gate: GateState | None = None
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
+    failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -197,6 +198,10 @@ class Status:
                           f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                           f"opened > {duration(limit)})"))
         found.extend(self._gate_problems())
+        if self.failing_steps:
+            o = self.failing_steps[0]
+            found.append((WARNING, f"{len(self.failing_steps)} jobs whose step is failing (e.g. {o.product} "
+                                   f"{o.edition_date} in {o.state}: {(o.reason or '')[:120]})"))
         if self.unexpected_statuses:
             found.append((WARNING, f"{self.unexpected_statuses} reads of a provider status iipub does not know "
                                    f"in {s.window_hours:g}h"))
@@ -320,6 +325,7 @@ class Status:
             },
             "create_gate": _gate_dict(self.gate),
             "unexpected_statuses": self.unexpected_statuses,
+            "failing_steps": [j.to_dict() for j in self.failing_steps],
             "spend": {
                 "days": self.settings.spend_days,
                 "rows": [r.to_dict() for r in self.spend],
@@ -404,6 +410,10 @@ def collect(engine: Engine, settings: Settings) -> Status:
         late=late_editions(live, now, s.late_after_minutes * 60),
         gate=gate_state,
         unexpected_statuses=unexpected,
+        failing_steps=tuple(
+            JobRef(j["id"], j["product"], j["edition_date"], j["state"], 0.0, j["last_error"])
+            for j in live if (j["last_error"] or "").startswith("step_failed:")
+        ),
     )
 
 
@@ -421,7 +431,7 @@ def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
     cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state,
             jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
             jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
-            jobs_table.c.kill_requested]
+            jobs_table.c.kill_requested, jobs_table.c.last_error]
     q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
     return [dict(r) for r in conn.execute(q).mappings()]
 

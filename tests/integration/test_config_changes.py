@@ -159,6 +159,8 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
             break
         if row["state"] == "READY_TO_COMPOSE":
             assert row["last_error"].startswith("step_failed: OSError: disk full"), row["last_error"]
+            code, line = status.collect(engine, cfg).check()
+            assert code == status.WARNING and "step is failing" in line, line
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "step_failing")
     assert f"{limit} failures in a row" in row["last_error"] and row["payload"]
