@@ -6,6 +6,7 @@ never part of `Settings.describe()` or any log line.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -16,7 +17,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass as checked
 
 from . import edition_schema
 from .errors import ConfigError, MissingApiKey
@@ -25,6 +29,18 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 _Section = TypeVar("_Section", bound="DataclassInstance")
+
+# Every section is validated when it is built (and again by `dataclasses.replace`): strict types
+# (a string is not a number, a bool is not an integer), finite numbers, no unknown keys, and
+# bounds that keep every value inside the database's column types and the clock arithmetic.
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=True)
+_WEEK = 7 * 86_400.0
+Seconds = Annotated[float, Field(ge=0, le=_WEEK)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=_WEEK)]
+Timeout = Annotated[float, Field(gt=0, le=600)]
+Count = Annotated[int, Field(ge=1, le=1_000_000)]
+Share = Annotated[float, Field(gt=0, le=1)]
+Text = Annotated[str, Field(min_length=1, max_length=10_000)]
 
 DEFAULT_DATABASE_URL = "sqlite:///iipub.sqlite3"
 KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru", "ja"})
@@ -49,18 +65,18 @@ _DEFAULT_PROMPTS = {
 }
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class Product:
-    name: str
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
     languages: tuple[str, ...] = ("en", "es")
     opens_at: dt.time = dt.time(5, 0)
-    model: str = "gpt-5-mini"
-    temperature: float = 0.2
-    prompt: str = ""
-    items: int = 14
+    model: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^\S+$")] = "gpt-5-mini"
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
+    prompt: Annotated[str, Field(max_length=200_000)] = ""
+    items: Annotated[int, Field(ge=1, le=edition_schema.MAX_ITEMS)] = 14
     allowed_domains: tuple[str, ...] = ()
-    priority: int = 10
-    max_output_bytes: int = 512_000
+    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 10  # INT column; backfills add 1000
+    max_output_bytes: Annotated[int, Field(ge=100, le=16_000_000)] = 512_000
     tools: tuple[str, ...] = ()
 
     def output_schema(self) -> dict[str, Any]:
@@ -74,86 +90,87 @@ class Product:
         return dt.datetime.combine(day, self.opens_at)
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class Budgets:
-    max_generation_attempts: int = 3
-    max_poll_attempts: int = 30
+    max_generation_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+    max_poll_attempts: Annotated[int, Field(ge=1, le=1_000_000)] = 30
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class ReconcileSettings:
-    lease_seconds: float = 60.0
-    tick_seconds: float = 50.0
-    concurrency: int = 16
-    max_in_flight: int = 100
-    poll_interval_seconds: float = 30.0
-    backoff_base_seconds: float = 2.0
-    backoff_cap_seconds: float = 600.0
-    batch_size: int = 500
-    max_step_failures: int = 5  # a step failing this many times in a row parks the job (step_failing)
+    lease_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 50.0
+    concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
+    max_in_flight: Count = 100
+    # A finished response must be polled well inside its ~10-minute retention.
+    poll_interval_seconds: Annotated[float, Field(ge=0, le=300)] = 30.0
+    backoff_base_seconds: Seconds = 2.0
+    backoff_cap_seconds: Seconds = 600.0
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    max_step_failures: Annotated[int, Field(ge=1, le=1000)] = 5  # a step failing this many times in a row parks the job (step_failing)
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class ProviderSettings:
-    connect_timeout_seconds: float = 5.0
-    timeout_seconds: float = 30.0
-    max_connections: int = 32
+    connect_timeout_seconds: Timeout = 5.0
+    timeout_seconds: Timeout = 30.0
+    max_connections: Annotated[int, Field(ge=1, le=1024)] = 32
     base_url: str | None = None  # from OPENAI_BASE_URL
     # A 404, an unrequested `cancelled` or a `failed` is a loss only once it held over this
     # many reads spread over at least this many seconds (well inside the ~10-minute retention).
-    loss_confirm_reads: int = 3
-    loss_confirm_seconds: float = 60.0
+    loss_confirm_reads: Annotated[int, Field(ge=1, le=20)] = 3
+    loss_confirm_seconds: Annotated[float, Field(ge=0, le=300)] = 60.0
     # The shared create breaker: first cool-down after an unknown create outcome, doubling per
     # failed probe up to the cap; quota/billing problems start at the longer one.
-    breaker_cooldown_seconds: float = 60.0
-    breaker_quota_cooldown_seconds: float = 900.0
-    breaker_cooldown_cap_seconds: float = 3600.0
+    breaker_cooldown_seconds: Seconds = 60.0
+    breaker_quota_cooldown_seconds: Seconds = 900.0
+    breaker_cooldown_cap_seconds: Seconds = 3600.0
     # Creates run one at a time (a probe) unless one succeeded this recently.
-    healthy_for_seconds: float = 900.0
-    max_creates_per_minute: int = 0  # 0: no global rate limit
+    healthy_for_seconds: Seconds = 900.0
+    max_creates_per_minute: Annotated[int, Field(ge=0, le=100_000)] = 0  # 0: no global rate limit
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class StaticSink:
     root: Path = Path("public")
-    site_title: str = "InternationalIntelligence.org"
-    base_url: str = ""
+    site_title: Annotated[str, Field(min_length=1, max_length=200)] = "InternationalIntelligence.org"
+    base_url: Annotated[str, Field(max_length=2000)] = ""
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class WebhookSink:
-    url: str
-    secret_env: str = "IIPUB_WEBHOOK_SECRET"
-    timeout_seconds: float = 10.0
+    url: Annotated[str, Field(min_length=1, max_length=2000)]
+    secret_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "IIPUB_WEBHOOK_SECRET"
+    timeout_seconds: Timeout = 10.0
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class RelaySettings:
-    tick_seconds: float = 50.0
-    lease_seconds: float = 60.0
-    batch_size: int = 200
-    backoff_base_seconds: float = 5.0
-    backoff_cap_seconds: float = 1800.0
-    alert_after_seconds: float = 3600.0
-    prune_after_days: float = 30.0
+    tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 50.0
+    lease_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 200
+    backoff_base_seconds: Seconds = 5.0
+    backoff_cap_seconds: Seconds = 1800.0
+    alert_after_seconds: Seconds = 3600.0
+    prune_after_days: Annotated[float, Field(ge=0, le=3650)] = 30.0
 
 
-@dataclass(frozen=True)
+@checked(frozen=True, config=_STRICT)
 class StatusSettings:
-    window_hours: float = 24.0
-    dispatch_slo_seconds: float = 120.0
-    dwell_slo_seconds: float = 180.0
-    overdue_poll_slo_seconds: float = 90.0
-    stranded_after_seconds: float = 7200.0
-    late_after_minutes: float = 60.0  # an edition not published this long after its window opened: WARN
-    breaker_crit_after_seconds: float = 1800.0  # the create breaker open this long: CRIT
-    outbox_lag_warn_seconds: float = 600.0
-    outbox_lag_crit_seconds: float = 3600.0
+    window_hours: Annotated[float, Field(gt=0, le=24 * 366)] = 24.0
+    dispatch_slo_seconds: PositiveSeconds = 120.0
+    dwell_slo_seconds: PositiveSeconds = 180.0
+    overdue_poll_slo_seconds: PositiveSeconds = 90.0
+    stranded_after_seconds: PositiveSeconds = 7200.0
+    late_after_minutes: Annotated[float, Field(gt=0, le=_WEEK / 60)] = 60.0  # an edition not published this long after its window opened: WARN
+    breaker_crit_after_seconds: PositiveSeconds = 1800.0  # the create breaker open this long: CRIT
+    outbox_lag_warn_seconds: PositiveSeconds = 600.0
+    outbox_lag_crit_seconds: PositiveSeconds = 3600.0
     # Share of samples that must fall within each SLO (the seed's 99 % / 99 % / 95 %).
-    dispatch_slo_target: float = 0.99
-    dwell_slo_target: float = 0.99
-    overdue_poll_slo_target: float = 0.95
-    spend_days: int = 7  # edition dates shown in the spend table, today included
+    dispatch_slo_target: Share = 0.99
+    dwell_slo_target: Share = 0.99
+    overdue_poll_slo_target: Share = 0.95
+    spend_days: Annotated[int, Field(ge=1, le=366)] = 7  # edition dates shown in the spend table, today included
 
 
 @dataclass(frozen=True)
@@ -261,20 +278,29 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         raise ConfigError("[sinks] must be a table")
     _no_unknown("[sinks]", sinks, {"static", "webhook"})
     static: StaticSink | None = StaticSink()
+    for name in ("static", "webhook"):
+        if name in sinks and not isinstance(sinks[name], dict):
+            raise ConfigError(f"[sinks.{name}] must be a table, got {type(sinks[name]).__name__} "
+                              f"{_shown(sinks[name])}")
     if "static" in sinks:
         raw = dict(sinks["static"])
-        if raw.pop("enabled", True) is False:
+        enabled = raw.pop("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"[sinks.static] enabled must be true or false (got {_shown(enabled)})")
+        if not enabled:
             static = None
         else:
             if "root" in raw:
-                root = Path(str(raw["root"]))
+                if not isinstance(raw["root"], str) or not raw["root"].strip():
+                    raise ConfigError(f"[sinks.static] root must be a directory path (got {_shown(raw['root'])})")
+                root = Path(raw["root"])
                 raw["root"] = root if root.is_absolute() else base_dir / root
             static = _section(StaticSink, raw, "sinks.static")
     webhook = None
     if "webhook" in sinks:
         raw = dict(sinks["webhook"])
-        if not str(raw.get("url", "")).startswith(("http://", "https://")):
-            raise ConfigError("[sinks.webhook] url must be an http(s) URL")
+        if not isinstance(raw.get("url"), str) or not raw["url"].startswith(("http://", "https://")):
+            raise ConfigError(f"[sinks.webhook] url must be an http(s) URL (got {_shown(raw.get('url'))})")
         webhook = _section(WebhookSink, raw, "sinks.webhook")
     settings = Settings(
         products=products,
@@ -291,31 +317,29 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
 
 
 def _check(s: Settings) -> None:
-    if s.budgets.max_generation_attempts < 1 or s.budgets.max_poll_attempts < 1:
-        raise ConfigError("budgets must be at least 1")
-    r = s.reconcile
-    if r.concurrency < 1 or r.max_in_flight < 1 or r.batch_size < 1 or r.max_step_failures < 1:
-        raise ConfigError("reconcile.concurrency, max_in_flight, batch_size and max_step_failures must be at least 1")
-    if r.tick_seconds <= 0 or r.poll_interval_seconds < 0:
-        raise ConfigError("reconcile.tick_seconds must be positive")
+    """Rules that span keys (each key's own bounds are checked when its section is built)."""
+    problems: list[str] = []
+    r, p = s.reconcile, s.provider
     # A create must finish (or time out) well inside the lease, or a live worker's
     # POST could be mistaken for a crash and its job quarantined needlessly.
-    worst_call = s.provider.connect_timeout_seconds + s.provider.timeout_seconds
+    worst_call = p.connect_timeout_seconds + p.timeout_seconds
     if r.lease_seconds < worst_call + 5:
-        raise ConfigError(
-            f"reconcile.lease_seconds ({r.lease_seconds:g}) must exceed the provider's connect + read "
-            f"timeout ({worst_call:g} s) by at least 5 s"
-        )
-    if s.relay.lease_seconds <= 0 or s.relay.tick_seconds <= 0:
-        raise ConfigError("relay lease and tick must be positive")
-    p = s.provider
-    if p.loss_confirm_reads < 1 or not 0 <= p.loss_confirm_seconds <= 300:
-        raise ConfigError("[provider] loss_confirm_reads must be at least 1 and loss_confirm_seconds between 0 "
-                          "and 300 (a finished response must still be in custody well inside its retention)")
-    if min(p.breaker_cooldown_seconds, p.breaker_quota_cooldown_seconds, p.healthy_for_seconds) < 0 \
-            or p.breaker_cooldown_cap_seconds < p.breaker_cooldown_seconds or p.max_creates_per_minute < 0:
-        raise ConfigError("[provider] breaker cool-downs must be non-negative (cap >= base) and "
-                          "max_creates_per_minute at least 0")
+        problems.append(f"[reconcile] lease_seconds ({r.lease_seconds:g}) must exceed the provider's connect + "
+                        f"read timeout ({worst_call:g} s) by at least 5 s")
+    if r.backoff_cap_seconds < r.backoff_base_seconds:
+        problems.append("[reconcile] backoff_cap_seconds must be at least backoff_base_seconds")
+    if s.relay.backoff_cap_seconds < s.relay.backoff_base_seconds:
+        problems.append("[relay] backoff_cap_seconds must be at least backoff_base_seconds")
+    if p.breaker_cooldown_cap_seconds < max(p.breaker_cooldown_seconds, p.breaker_quota_cooldown_seconds):
+        problems.append("[provider] breaker_cooldown_cap_seconds must be at least breaker_cooldown_seconds and "
+                        "breaker_quota_cooldown_seconds")
+    st = s.status
+    if st.outbox_lag_crit_seconds < st.outbox_lag_warn_seconds:
+        problems.append("[status] outbox_lag_crit_seconds must be at least outbox_lag_warn_seconds")
+    if st.stranded_after_seconds < st.late_after_minutes * 60:
+        problems.append("[status] stranded_after_seconds (CRITICAL) must be at least late_after_minutes (WARNING)")
+    if problems:
+        raise ConfigError("\n".join(problems))
 
 
 def _product(raw: Any, base_dir: Path) -> Product:
@@ -327,16 +351,24 @@ def _product(raw: Any, base_dir: Path) -> Product:
     if not _NAME_RE.match(name):
         raise ConfigError(f"{where}: name must be lower-case letters, digits and dashes")
     if "prompt_file" in raw:
-        pf = base_dir / str(raw.pop("prompt_file"))
+        if not isinstance(raw["prompt_file"], str) or not raw["prompt_file"]:
+            raise ConfigError(f"{where}: prompt_file must be a path (got {_shown(raw['prompt_file'])})")
+        pf = base_dir / raw.pop("prompt_file")
         try:
             raw["prompt"] = pf.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: prompt_file {pf} is not UTF-8 text") from None
         except OSError as exc:
-            raise ConfigError(f"{where}: cannot read prompt_file {pf}: {exc.strerror}") from None
+            raise ConfigError(f"{where}: cannot read prompt_file {pf}: {exc.strerror or exc}") from None
     if "opens_at" in raw:
+        text = raw["opens_at"]
         try:
-            raw["opens_at"] = dt.time.fromisoformat(str(raw["opens_at"]))
+            if not isinstance(text, str) or not re.fullmatch(r"\d{2}:\d{2}", text):
+                raise ValueError
+            raw["opens_at"] = dt.time.fromisoformat(text)
         except ValueError:
-            raise ConfigError(f"{where}: opens_at must be HH:MM (UTC)") from None
+            raise ConfigError(f"{where}: opens_at must be HH:MM, a UTC time without an offset "
+                              f"(got {_shown(text)})") from None
     for key in ("languages", "allowed_domains", "tools"):
         if key in raw:
             if not isinstance(raw[key], list) or not all(isinstance(v, str) for v in raw[key]):
@@ -363,27 +395,27 @@ def _product(raw: Any, base_dir: Path) -> Product:
 def _section(cls: type[_Section], raw: Any, where: str) -> _Section:
     if raw is None:
         return cls()
+    label = where if where.startswith(("product", "[")) else f"[{where}]"
     if not isinstance(raw, dict):
-        raise ConfigError(f"[{where}] must be a table")
-    fields = cls.__dataclass_fields__
-    _no_unknown(f"[{where}]", raw, set(fields))
-    values = {}
-    for key, value in raw.items():
-        default = fields[key].default
-        expected = type(default) if default is not None and not isinstance(default, (tuple, Path)) else None
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(default, Path):
-            value = Path(value)
-        if expected in (int, float, str, bool) and not isinstance(value, expected):
-            raise ConfigError(f"[{where}] {key} must be a {expected.__name__}, got {value!r}")
-        if expected in (int, float) and isinstance(value, bool):
-            raise ConfigError(f"[{where}] {key} must be a number")
-        values[key] = value
+        raise ConfigError(f"{label} must be a table, got {type(raw).__name__} {_shown(raw)}")
+    _no_unknown(label, raw, {f.name for f in dataclasses.fields(cls)})
     try:
-        return cls(**values)
-    except TypeError as exc:
-        raise ConfigError(f"[{where}] {exc}") from None
+        return cls(**raw)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_problem(label, e) for e in exc.errors())) from None
+
+
+def _problem(label: str, error: Mapping[str, Any]) -> str:
+    """`[section] key: what is wrong (got …)`: one line per problem."""
+    key = ".".join(str(part) for part in error.get("loc", ()) if part != "__root__") or "value"
+    msg = str(error.get("msg", "invalid"))
+    got = error.get("input")
+    return f"{label} {key}: {msg[:1].lower() + msg[1:]} (got {_shown(got)})"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _no_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:

@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except IipubError as exc:
-        click.echo(f"iipub: error: {exc}", err=True)
+        # One line per problem (a configuration can have several), each a complete error line.
+        for line in str(exc).splitlines() or [type(exc).__doc__ or "error"]:
+            click.echo(f"iipub: error: {line}", err=True)
         sys.exit(exc.exit_code)
     except sa.exc.OperationalError as exc:
         click.echo(f"iipub: error: database unavailable: {describe_error(exc)}", err=True)

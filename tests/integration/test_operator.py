@@ -480,6 +480,9 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
 def test_resume_polling_is_refused_while_the_config_has_drifted(cfg: Settings, engine: sa.Engine,
                                                                  sim: Simulator) -> None:
     job_id = accepted(cfg, engine)
+    sim.add_faults([{"op": "retrieve", "fault": "unknown_status", "job_id": job_id, "times": 1}])
+    tick(cfg, engine)  # one poll that leaves the job waiting on its response
+    assert row(engine, job_id)["poll_count"] == 1
     p = cfg.products[PRODUCT]
     # Quarantined while its response runs (here: the poll budget ran out) under a drifted config.
     drifted = replace(cfg, products={PRODUCT: replace(p, temperature=p.temperature + 0.5)},

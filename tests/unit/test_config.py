@@ -54,7 +54,7 @@ def test_toml_file_is_read(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("[budgets\n", "not valid TOML"),
-        ("[budgets]\nmax_generation_attempts = 'three'\n", "must be a int"),
+        ("[budgets]\nmax_generation_attempts = 'three'\n", "max_generation_attempts: input should be a valid integer"),
         ("[nonsense]\nx = 1\n", "unknown key"),
         ("[reconcile]\nlease_seconds = 10\n", "lease_seconds"),
         ('[[products]]\nname = "x"\nprompt = "p"\nlanguages = ["en", "xx"]\n', "unknown language"),
