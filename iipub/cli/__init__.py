@@ -43,6 +43,11 @@ for _command in (db_group, schedule_command, jobs_group, reconcile_command, rela
     cli.add_command(_command)
 
 
+def _monitoring(argv: list[str] | None) -> bool:
+    args = sys.argv[1:] if argv is None else argv
+    return "status" in args and "--check" in args
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
@@ -52,7 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as exc:
         # One line, like every other expected error; `--help` has the details.
         cmd = exc.ctx.command_path if exc.ctx else "iipub"
-        click.echo(f"iipub: error: {exc.format_message()} (see `{cmd} --help`)", err=True)
+        message = " ".join(exc.format_message().split())
+        if _monitoring(argv):  # monitoring-plugin rules: a usage error is UNKNOWN, on stdout
+            click.echo(f"IIPUB UNKNOWN - usage: {message}")
+            sys.exit(3)
+        click.echo(f"iipub: error: {message} (see `{cmd} --help`)", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
@@ -64,6 +73,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except sa.exc.OperationalError as exc:
         click.echo(f"iipub: error: database unavailable: {describe_error(exc)}", err=True)
+        sys.exit(69)
+    except sa.exc.DataError as exc:  # too long, out of range: refused whole, nothing written
+        click.echo(f"iipub: error: the database refused a value: {describe_error(exc)}", err=True)
+        sys.exit(65)  # EX_DATAERR
+    except sa.exc.DatabaseError as exc:  # e.g. a SQLite file that is not a database
+        click.echo(f"iipub: error: database unusable: {describe_error(exc)}", err=True)
         sys.exit(69)
     except KeyboardInterrupt:
         click.echo("iipub: interrupted", err=True)

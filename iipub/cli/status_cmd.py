@@ -47,7 +47,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
     """
     try:
         report = st.collect(app.engine(), app.settings)
-    except (DatabaseUnavailable, SchemaNotReady, ConfigError, sa.exc.OperationalError) as exc:
+    except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise
         _unknown(exc, as_json)
@@ -71,8 +71,13 @@ def _unknown(exc: Exception, as_json: bool) -> None:
         what = f"configuration error: {exc}"
     elif isinstance(exc, DatabaseUnavailable):
         what = str(exc) if str(exc).startswith("database") else f"database unreachable: {exc}"
-    else:
+    elif isinstance(exc, sa.exc.OperationalError):
         what = f"database unreachable: {describe_error(exc)}"
+    elif isinstance(exc, sa.exc.DatabaseError):
+        what = f"database unusable: {describe_error(exc)}"
+    else:
+        what = f"{type(exc).__name__}: {exc}"
+    what = " ".join(what.split())[:400]  # one line, whatever the error said
     line = f"IIPUB UNKNOWN - {what}"
     if as_json:
         emit_json({"check": {"code": st.UNKNOWN, "status": "UNKNOWN", "line": line,
