@@ -56,11 +56,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iipub import db, invariants, migrate  # noqa: E402
-from iipub.config import settings_from_dict  # noqa: E402
-from iipub.simulator.faults import ALLOWED_OPS, FAULTS  # noqa: E402
-from iipub.states import State  # noqa: E402
-from iipub.store import Store  # noqa: E402
+from iipub import db, invariants, migrate
+from iipub.config import settings_from_dict
+from iipub.simulator.faults import ALLOWED_OPS, FAULTS
+from iipub.states import State
+from iipub.store import Store
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
 API_KEY = "sk-chaos"
@@ -398,8 +398,8 @@ class Run:
         cmd = [*iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file), "--seed", str(self.seed),
                "--queued-seconds", "1", "--in-progress-seconds", "2", "--retention-seconds", "600",
                "--slow-seconds", "5", "--no-log-requests"]
-        for spec, p in faults:
-            cmd += ["--fault", f"{spec}:{p}"]
+        for spec, probability in faults:
+            cmd += ["--fault", f"{spec}:{probability}"]
         with open(self.logdir / "simulator.out", "ab") as out, open(self.logdir / "simulator.err", "ab") as err:
             self.sim_proc = subprocess.Popen(cmd, cwd=self.workdir, start_new_session=True, stdout=out, stderr=err)
         end = time.monotonic() + 60
@@ -489,32 +489,35 @@ class Run:
     def do_kill_relay(self) -> None:
         self._kill("relay")
 
-    def _kill(self, role: str) -> None:
-        live = self._live(role)
+    def _victim(self, of_role: str | None, missed: str, **detail: Any) -> Worker | None:
+        """A working worker (of the role, if given) chosen at random; None, recorded as `missed`
+        with `detail`, when none is working."""
+        live = self._live(of_role)
         if not live:
-            self.record("kill_missed", role=role)
+            self.record(missed, **detail)
+            return None
+        return self.rng.choice(live)
+
+    def _kill(self, role: str) -> None:
+        w = self._victim(role, "kill_missed", role=role)
+        if w is None:
             return
-        w = self.rng.choice(live)
         # A short random delay first so the kill lands at a random point of the tick.
         time.sleep(self.rng.uniform(0, 0.3))
         if w.signal(signal.SIGKILL):
             self.record(f"sigkill_{role}", worker=w.name)
 
     def do_terminate(self) -> None:
-        live = self._live()
-        if not live:
-            self.record("terminate_missed")
+        w = self._victim(None, "terminate_missed")
+        if w is None:
             return
-        w = self.rng.choice(live)
         if w.signal(signal.SIGTERM):
             self.record(f"sigterm_{w.role}", worker=w.name)
 
     def do_pause(self) -> None:
-        live = self._live()
-        if not live:
-            self.record("pause_missed")
+        w = self._victim(None, "pause_missed")
+        if w is None:
             return
-        w = self.rng.choice(live)
         # Half the pauses outlast the lease: the worker wakes up fenced out.
         seconds = self.rng.uniform(0.5, LEASE_SECONDS - 2) if self.rng.random() < 0.5 else \
             self.rng.uniform(LEASE_SECONDS + 1, LEASE_SECONDS + 15)
@@ -737,14 +740,15 @@ class Run:
         found = invariants.check(self.engine, settings=self.settings, sim_stats=stats,
                                  webhook_keys=set(self.receiver.keys), settled=True)
         with self.engine.connect() as conn:
-            states = dict(conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all())
-            reasons = dict(conn.execute(sa.select(db.jobs.c.quarantine_reason, sa.func.count())
+            states: dict[str, int] = dict(conn.execute(sa.select(db.jobs.c.state, sa.func.count())
+                                                       .group_by(db.jobs.c.state)).all())
+            reasons: dict[str | None, int] = dict(conn.execute(sa.select(db.jobs.c.quarantine_reason, sa.func.count())
                                         .where(db.jobs.c.state == State.QUARANTINED.value)
                                         .group_by(db.jobs.c.quarantine_reason)).all())
             journal = conn.execute(sa.select(sa.func.count()).select_from(db.job_events)).scalar_one()
             editions = conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one()
             outbox_n = conn.execute(sa.select(sa.func.count()).select_from(db.outbox)).scalar_one()
-            deliveries = dict(conn.execute(sa.select(db.outbox_deliveries.c.sink, sa.func.count())
+            deliveries: dict[str, int] = dict(conn.execute(sa.select(db.outbox_deliveries.c.sink, sa.func.count())
                                            .group_by(db.outbox_deliveries.c.sink)).all())
             total_jobs = conn.execute(sa.select(sa.func.count()).select_from(db.jobs)).scalar_one()
         vfr_reasons = self._validation_reasons()
@@ -960,9 +964,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--relays", type=int, default=2, help="concurrent `iipub relay` loops")
     p.add_argument("--max-actions", type=int, default=5000, help="bound on chaos actions")
     p.add_argument("--restart-db", action="store_true", help="restart MariaDB once, mid-run (start-stop-daemon)")
-    p.add_argument("--db-stop-cmd", default="start-stop-daemon --stop --exec /usr/sbin/mariadbd --retry TERM/60/KILL/10",
+    p.add_argument("--db-stop-cmd",
+                   default="start-stop-daemon --stop --exec /usr/sbin/mariadbd --retry TERM/60/KILL/10",
                    help="how --restart-db stops the server (default: every mariadbd on the host)")
-    p.add_argument("--db-start-cmd", default="start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    p.add_argument("--db-start-cmd",
+                   default="start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
                    help="how --restart-db starts it again")
     p.add_argument("--force-restart", action="store_true",
                    help="restart MariaDB even while other clients are connected to it")

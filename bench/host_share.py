@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from typing import Any
 
 import common
+import reporting
+import simproc
 import tick_throughput
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (fields 14 and 15 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+from metering import cpu_seconds
 
 
 def server_pid() -> int | None:
@@ -37,7 +29,7 @@ def server_pid() -> int | None:
     return None
 
 
-def measure(base_url: str, sim: common.SimProc, n: int, server: int | None) -> dict[str, Any]:
+def measure(base_url: str, sim: simproc.SimProc, n: int, server: int | None) -> dict[str, Any]:
     """One tick, with the CPU of the three processes over exactly the tick's interval."""
     meters = {"simulator": lambda: cpu_seconds(sim.proc.pid)}
     if server:
@@ -50,45 +42,42 @@ def measure(base_url: str, sim: common.SimProc, n: int, server: int | None) -> d
 def main() -> None:
     ap = common.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=None, help="jobs due for a poll (default 10,000; --quick 1,000)")
-    args = ap.parse_args()
-    common.production_logs_to_devnull()
-    load_before = common.loadavg()
+    run = common.start(ap)
+    args = run.args
     runs = args.runs or (1 if args.quick else 3)
     n = args.n or (1000 if args.quick else 10_000)
     cores = os.cpu_count() or 1
     server = server_pid()
-    started = time.monotonic()
     results = []
-    with common.SimProc(latency_seconds=0.2, queued_seconds=0.0, in_progress_seconds=86400.0,
-                        retention_seconds=864000.0) as sim:
+    with simproc.SimProc(latency_seconds=0.2, queued_seconds=0.0, in_progress_seconds=86400.0,
+                         retention_seconds=864000.0) as sim:
         for r in range(runs):
             m = measure(args.mysql, sim, n, server)
             results.append(m)
             print(f"run {r + 1}: {m['wall']:.1f} s, {m['polls'] / m['wall']:.0f} polls/s; CPU s: iipub "
                   f"{m['iipub']:.1f}, simulator {m['simulator']:.1f}, database {m['database']:.1f}", flush=True)
-    elapsed = time.monotonic() - started
     rows = []
     for key, label in (("iipub", "`reconcile` (one process, all threads)"), ("simulator", "simulator"),
                        ("database", "MariaDB server")):
         secs = [m[key] for m in results]
-        rows.append([label, common.spread(secs), common.spread([m[key] / m["wall"] for m in results], 2),
-                     common.spread([m[key] / m["wall"] / cores * 100 for m in results], 0) + " %",
-                     f"{common.median(m[key] / m['polls'] * 1000 for m in results):.2f}"])
+        rows.append([label, reporting.spread(secs), reporting.spread([m[key] / m["wall"] for m in results], 2),
+                     reporting.spread([m[key] / m["wall"] / cores * 100 for m in results], 0) + " %",
+                     f"{reporting.median(m[key] / m['polls'] * 1000 for m in results):.2f}"])
     idle = [100 - sum(m[k] for k in ("iipub", "simulator", "database")) / m["wall"] / cores * 100 for m in results]
-    rows.append(["left for everything else", "–", "–", common.spread(idle, 0) + " %", "–"])
-    head = common.server_header(args.mysql, f"{runs} (median, min–max)", load_before,
-                                [f"- Script wall time: {elapsed:.0f} s"])
+    rows.append(["left for everything else", "–", "–", reporting.spread(idle, 0) + " %", "–"])
+    head = run.header(f"{runs} (median, min–max)")
+    wall = reporting.spread([m["wall"] for m in results])
+    rate = reporting.spread([m["polls"] / m["wall"] for m in results])
     body = f"""{head}
 - Set-up: as for the tick benchmark (section 1), N = {n:,}, concurrency 64,
   `provider.max_connections = 64`, simulator latency 200 ms; tick wall
-  {common.spread([m['wall'] for m in results])} s, {common.spread([m['polls'] / m['wall'] for m in results])} polls/s.
+  {wall} s, {rate} polls/s.
 - CPU seconds are read from `/proc/PID/stat` (user + system) at the start and end of
   `reconcile.run`; *cores busy* is CPU seconds / wall seconds (1.00 = one core for the whole tick).
 
-{common.table(["process", "CPU s", "cores busy", f"share of the host ({cores} cores)", "CPU ms per poll"], rows)}
+{reporting.table(["process", "CPU s", "cores busy", f"share of the host ({cores} cores)", "CPU ms per poll"], rows)}
 """
-    common.write_section("host_share", "8. Where the host's CPU goes during the goal-shaped tick", body,
-                         enabled=not args.no_doc)
+    run.write_section("host_share", "8. Where the host's CPU goes during the goal-shaped tick", body)
 
 
 if __name__ == "__main__":

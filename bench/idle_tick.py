@@ -16,14 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import common
 import sqlalchemy as sa
 
+import benchdb
+import common
+import metering
+import reporting
+import simproc
 from iipub import db, reconcile
 from iipub.store import Store
 
 
-def capture(engine: sa.Engine, counter: common.RoundTrips, fn: Any) -> list[tuple[str, Any]]:
+def capture(engine: sa.Engine, counter: metering.RoundTrips, fn: Any) -> list[tuple[str, Any]]:
     counter.reset()
     counter.record_sql = True
     try:
@@ -51,7 +55,7 @@ def analyze(engine: sa.Engine, statement: str, params: Any) -> dict[str, Any]:
         if isinstance(node, dict):
             if "table_name" in node and "access_type" in node:
                 tables.append({k: node.get(k) for k in ("table_name", "access_type", "key", "rows", "r_rows",
-                                                         "r_total_time_ms", "filtered", "r_filtered")})
+                                                        "r_total_time_ms", "filtered", "r_filtered")})
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -65,7 +69,7 @@ def analyze(engine: sa.Engine, statement: str, params: Any) -> dict[str, Any]:
 
 def explain_table(rows: list[dict[str, Any]]) -> str:
     cols = ["table", "type", "possible_keys", "key", "key_len", "rows", "Extra"]
-    return common.table(cols, [[str(r.get(c) if r.get(c) is not None else "") for c in cols] for r in rows])
+    return reporting.table(cols, [[str(r.get(c) if r.get(c) is not None else "") for c in cols] for r in rows])
 
 
 def short_sql(statement: str, limit: int = 150) -> str:
@@ -80,28 +84,26 @@ def main() -> None:
     ap.add_argument("--events-per-job", type=int, default=1,
                     help="journal rows inserted per terminal job (default 1; the idle tick reads none)")
     ap.add_argument("--sizes", default=None, help="comma-separated row counts (default 0,100000,1000000)")
-    args = ap.parse_args()
-    common.production_logs_to_devnull()
-    load_before = common.loadavg()
+    run = common.start(ap)
+    args = run.args
     sizes = [int(x) for x in (args.sizes or ("0,100000" if args.quick else "0,100000,1000000")).split(",")]
     runs = args.runs or (3 if args.quick else 5)
-    started = time.monotonic()
     sections: list[str] = []
     summary: list[list[str]] = []
-    with common.SimProc(latency_seconds=0.0) as sim, common.fresh_database(args.mysql, "idle") as url, \
+    with simproc.SimProc(latency_seconds=0.0) as sim, benchdb.fresh_database(args.mysql, "idle") as url, \
             tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=20)
+        engine = benchdb.open_db(url, pool_size=20)
         try:
-            settings = common.bench_settings(url, sim.url, Path(tmp) / "public", reconcile={"tick_seconds": 3600.0})
-            common.park_today(engine, settings)
-            now = common.db_now(engine)
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", reconcile={"tick_seconds": 3600.0})
+            benchdb.park_today(engine, settings)
+            now = benchdb.db_now(engine)
             have = 0
             for size in sizes:
                 t0 = time.perf_counter()
-                added = common.insert_rows(engine, db.jobs, common.terminal_rows(have, size - have, now), chunk=5000)
-                ev = common.insert_rows(engine, db.job_events,
-                                        common.terminal_events(have, size - have, now, args.events_per_job),
-                                        chunk=10000)
+                added = benchdb.insert_rows(engine, db.jobs, benchdb.terminal_rows(have, size - have, now), chunk=5000)
+                ev = benchdb.insert_rows(engine, db.job_events,
+                                         benchdb.terminal_events(have, size - have, now, args.events_per_job),
+                                         chunk=10000)
                 load_s = time.perf_counter() - t0
                 have = size
                 with engine.connect() as conn:
@@ -109,7 +111,7 @@ def main() -> None:
                 if added:
                     print(f"inserted {added:,} jobs + {ev:,} events in {load_s:.0f} s "
                           f"({(added + ev) / load_s:,.0f} rows/s)", flush=True)
-                counter = common.RoundTrips(engine)
+                counter = metering.RoundTrips(engine)
                 walls, stmts, wires = [], [], []
                 t0 = time.perf_counter()
                 reconcile.run(settings, engine)  # warm-up (not counted)
@@ -132,7 +134,7 @@ def main() -> None:
                         per_stmt.setdefault(key, []).append(v)
                     assert report.leased == 0 and not report.transitions, report.summary()
                 tick_sql = list(counter.sql)
-                print(f"{size:>9,} terminal rows: idle tick {common.median(walls) * 1000:.1f} ms "
+                print(f"{size:>9,} terminal rows: idle tick {reporting.median(walls) * 1000:.1f} ms "
                       f"(warm-up {warm * 1000:.0f} ms; runs {', '.join(f'{w * 1000:.0f}' for w in walls)})",
                       flush=True)
                 cand_sql = capture(engine, counter, lambda: Store(engine, "bench-explain").due_candidates(500))
@@ -141,9 +143,9 @@ def main() -> None:
                 plan = explain(engine, statement, params)
                 an = analyze(engine, statement, params)
                 key_used = ", ".join(str(r.get("key")) for r in plan)
-                summary.append([f"{size:,}", f"{args.events_per_job * size:,}", str(k), common.spread(
+                summary.append([f"{size:,}", f"{args.events_per_job * size:,}", str(k), reporting.spread(
                     [w * 1000 for w in walls]), f"{warm * 1000:,.0f}",
-                    f"{common.median(stmts):.0f} / {common.median(wires):.0f}",
+                    f"{reporting.median(stmts):.0f} / {reporting.median(wires):.0f}",
                     key_used, str(sum(int(t.get("r_rows") or 0) for t in an["tables"])),
                     f"{load_s:.0f}" if added else "–"])
                 others = []
@@ -152,7 +154,7 @@ def main() -> None:
                     if not st.lstrip().upper().startswith("SELECT") or st in seen or st == statement:
                         continue
                     seen.add(st)
-                    t_ms = common.median(per_stmt.get(common._statement_key(st), [0.0])) * 1000
+                    t_ms = reporting.median(per_stmt.get(metering.statement_key(st), [0.0])) * 1000
                     if t_ms < 5000:
                         read = [(t["table_name"], t["r_rows"]) for t in analyze(engine, st, prm)["tables"]]
                         how = f"ANALYZE rows read {read}"
@@ -160,7 +162,7 @@ def main() -> None:
                         how = "not ANALYZEd (that would run it again)"
                     others.append(f"- `{short_sql(st)}` — {t_ms:,.1f} ms per tick; {how}\n\n"
                                   + explain_table(explain(engine, st, prm)))
-                cand_ms = common.median(per_stmt.get(common._statement_key(statement), [0.0])) * 1000
+                cand_ms = reporting.median(per_stmt.get(metering.statement_key(statement), [0.0])) * 1000
                 sections.append(
                     f"**{size:,} terminal rows** — candidate query ({cand_ms:.1f} ms per tick, ANALYZE: "
                     f"{an['r_total_time_ms']} ms, rows read {[(t['table_name'], t['r_rows']) for t in an['tables']]}):"
@@ -168,15 +170,9 @@ def main() -> None:
                 )
         finally:
             engine.dispose()
-    elapsed = time.monotonic() - started
+    head = run.header(f"{runs} idle ticks per size after one warm-up (median, min–max); "
+                      "one when the warm-up tick took over 10 s")
     statement_text = short_sql(statement, 1200)
-    probe = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(probe, f"{runs} idle ticks per size after one warm-up (median, min–max); "
-                                   "one when the warm-up tick took over 10 s",
-                                   load_before, [f"- Script wall time: {elapsed:.0f} s"])
-    finally:
-        probe.dispose()
     body = f"""{head}
 - Set-up: one database grown in steps; DELETED jobs with realistic columns (200 synthetic products,
   one slot per product and day, so 1,000,000 slots span ~14 years; ascending UUID-shaped ids) and
@@ -191,21 +187,21 @@ def main() -> None:
 {statement_text}
 ```
 
-{common.table(["terminal rows", "journal rows", "runs", "idle tick ms", "warm-up tick ms",
-               "statements / wire round trips", "candidate query key", "candidate rows read (ANALYZE)",
-               "insert s"], summary)}
+{reporting.table(["terminal rows", "journal rows", "runs", "idle tick ms", "warm-up tick ms",
+                  "statements / wire round trips", "candidate query key", "candidate rows read (ANALYZE)",
+                  "insert s"], summary)}
 
 """ + "\n\n".join(sections) + "\n"
-    common.write_section("idle_tick", "3. Idle tick over terminal history", body, enabled=not args.no_doc)
+    run.write_section("idle_tick", "3. Idle tick over terminal history", body)
 
 
 def buffer_pool(url: str) -> str:
-    probe = common.server_probe(url)
+    probe = benchdb.server_probe(url)
     try:
         with probe.connect() as conn:
             size = int(conn.execute(sa.text("SELECT @@innodb_buffer_pool_size")).scalar_one())
         return f"{size // (1024 * 1024)} MiB"
-    except Exception:  # noqa: BLE001
+    except Exception:  # the figure is only informative: "?" whatever went wrong
         return "?"
     finally:
         probe.dispose()

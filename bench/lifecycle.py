@@ -17,35 +17,38 @@ import time
 from pathlib import Path
 from typing import Any
 
+import benchdb
 import common
-
+import metering
+import reporting
+import simproc
 from iipub import db
 from iipub.states import State
 
 
 def measure(base_url: str, k: int) -> dict[str, Any]:
-    with common.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
-            common.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=16 + 4)
+    with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
+            benchdb.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=16 + 4)
         try:
-            settings = common.bench_settings(
+            settings = benchdb.bench_settings(
                 url, sim.url, Path(tmp) / "public",
                 reconcile={"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": k},
                 relay={"tick_seconds": 3600.0},
             )
-            common.park_today(engine, settings)
-            common.schedule_backfill(engine, settings, k)
-            first_event = common.max_event_id(engine)
+            benchdb.park_today(engine, settings)
+            benchdb.schedule_backfill(engine, settings, k)
+            first_event = benchdb.max_event_id(engine)
             requests_before = sim.requests()
-            counter = common.RoundTrips(engine)
+            counter = metering.RoundTrips(engine)
             counter.reset()
             t0 = time.perf_counter()
-            spent = common.drive(settings, engine, sim, lambda c: c.get(State.DELETED.value, 0) == k + len(
+            spent = benchdb.drive(settings, engine, sim, lambda c: c.get(State.DELETED.value, 0) == k + len(
                 settings.products), relay_too=True, max_loops=12)
             wall = time.perf_counter() - t0
             rt = counter.snapshot()
             counter.close()
-            events = common.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
+            events = benchdb.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
             dwell = dwell_seconds(engine, first_event)
             req = sim.requests()
             calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
@@ -79,7 +82,7 @@ def dwell_seconds(engine: Any, first_event: int) -> list[float]:
     return durations
 
 
-def run(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
+def repeat(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
     out = []
     for r in range(runs):
         m = measure(base_url, k)
@@ -92,40 +95,35 @@ def run(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
 
 
 def rows_for(label: str, k: int, ms: list[dict[str, Any]]) -> list[list[str]]:
-    per = lambda key: common.spread([m[key] for m in ms])  # noqa: E731
-    return [[label, f"{k:,}", str(len(ms)), common.spread([m["wall"] for m in ms], 2), per("slots_per_s"),
-             per("transitions_per_s"), f"{common.median(m['events'] / k for m in ms):.1f}",
-             common.spread([m["stmts_per_tr"] for m in ms], 2),
-             common.spread([m["wire_per_tr"] for m in ms], 2),
-             f"{common.median(m['reconcile_s'] for m in ms):.1f} / {common.median(m['relay_s'] for m in ms):.1f}",
+    def per(key: str) -> str:
+        return reporting.spread([m[key] for m in ms])
+
+    return [[label, f"{k:,}", str(len(ms)), reporting.spread([m["wall"] for m in ms], 2), per("slots_per_s"),
+             per("transitions_per_s"), f"{reporting.median(m['events'] / k for m in ms):.1f}",
+             reporting.spread([m["stmts_per_tr"] for m in ms], 2),
+             reporting.spread([m["wire_per_tr"] for m in ms], 2),
+             (f"{reporting.median(m['reconcile_s'] for m in ms):.1f} / "
+              f"{reporting.median(m['relay_s'] for m in ms):.1f}"),
              f"{max(m['dwell_max'] for m in ms):.2f} ({min(m['dwell_n'] for m in ms)})"]]
 
 
 def main() -> None:
     ap = common.parser(__doc__.split("\n\n")[0], sqlite=True)
     ap.add_argument("--slots", type=int, default=None, help="K, slots per run (default 200, --quick 40)")
-    args = ap.parse_args()
-    common.production_logs_to_devnull()
-    load_before = common.loadavg()
+    run = common.start(ap)
+    args = run.args
     k = args.slots or (40 if args.quick else 200)
     runs = args.runs or (1 if args.quick else 3)
-    started = time.monotonic()
-    results = {"MariaDB": run("MariaDB", args.mysql, k, runs)}
+    results = {"MariaDB": repeat("MariaDB", args.mysql, k, runs)}
     if args.sqlite:
-        results["SQLite (bonus)"] = run("SQLite", "sqlite", k, runs)
-    elapsed = time.monotonic() - started
+        results["SQLite (bonus)"] = repeat("SQLite", "sqlite", k, runs)
+    head = run.header(f"{runs} (median, min–max)")
     rows = [r for label, ms in results.items() for r in rows_for(label, k, ms)]
     m0 = results["MariaDB"][len(results["MariaDB"]) // 2]
     ev = m0["events"]
     wire = ", ".join(f"{name} {n / ev:.2f}" for name, n in sorted(m0["wire"].items(), key=lambda kv: -kv[1]))
     stmts = ", ".join(f"{name} {n / ev:.2f}" for name, n in sorted(m0["statements"].items(), key=lambda kv: -kv[1]))
     calls = ", ".join(f"{op} {n / k:.2f}" for op, n in m0["calls"].items())
-    probe = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(probe, f"{runs} (median, min–max)", load_before,
-                                   [f"- Script wall time: {elapsed:.0f} s"])
-    finally:
-        probe.dispose()
     body = f"""{head}
 - Set-up: fresh database; K slots of the two default products scheduled as backfill (`Store.schedule`,
   NO_JOB, due); simulator in its own process, zero latency, responses queued 1 s then in progress 2 s
@@ -138,15 +136,14 @@ def main() -> None:
   SAVED_NOT_PUBLIC → PUBLISHED → CLEANUP_PENDING → DELETED) plus a poll when the first poll finds
   it still running; it takes 3 reconcile + relay loops.
 
-{common.table(["backend", "K slots", "runs", "wall s", "slots/s", "transitions/s", "transitions/slot",
-               "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s",
-               "max unretrieved dwell s (samples)"], rows)}
+{reporting.table(["backend", "K slots", "runs", "wall s", "slots/s", "transitions/s", "transitions/slot",
+                  "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s",
+                  "max unretrieved dwell s (samples)"], rows)}
 
 Per transition (MariaDB, median run): statements {stmts}; wire commands {wire}.
 Provider calls per slot: {calls}.
 """
-    common.write_section("lifecycle", "2. Full lifecycle throughput (zero-latency provider)", body,
-                         enabled=not args.no_doc)
+    run.write_section("lifecycle", "2. Full lifecycle throughput (zero-latency provider)", body)
 
 
 if __name__ == "__main__":

@@ -11,41 +11,39 @@ first), `contention` and `lease_lost`; plus a check that no job was polled twice
 
 from __future__ import annotations
 
+import itertools
 import json
-import os
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import common
 import sqlalchemy as sa
 
+import benchdb
+import common
+import reporting
+import simproc
 from iipub import db
-from iipub.status import POLL_REASONS
+from iipub.states import POLL_REASONS
 
 KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
 
 
-def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency: int,
+def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency: int,
             max_connections: int = 32) -> dict[str, Any]:
     sim.reset()
-    with common.fresh_database(base_url, "overlap") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=4)
+    with benchdb.fresh_database(base_url, "overlap") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=4)
         try:
             sections: dict[str, dict[str, Any]] = {
                 "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
                 "provider": {"max_connections": max_connections},
             }
-            settings = common.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
-            common.park_today(engine, settings)
-            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
-            cfg = Path(tmp) / "iipub.toml"
-            cfg.write_text(common.settings_toml(Path(tmp) / "public", **sections))
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
-            env.update(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench",
-                       OPENAI_BASE_URL=sim.url)
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
+            benchdb.seed_polls(engine, settings, sim, n)
+            env = common.reconcile_env(url, sim.url, Path(tmp), sections)
             before = sim.requests().get("retrieve", 0)
             t0 = time.perf_counter()
             children = [subprocess.Popen([*common.iipub_exe(), "reconcile"], env=env, cwd=tmp,
@@ -63,7 +61,9 @@ def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency:
                 E = db.job_events
                 per_job = (sa.select(E.c.job_id, sa.func.count().label("n"))
                            .where(E.c.reason.in_(POLL_REASONS)).group_by(E.c.job_id).subquery())
-                twice = conn.execute(sa.select(sa.func.count()).select_from(per_job).where(per_job.c.n > 1)).scalar_one()
+                twice = conn.execute(
+                    sa.select(sa.func.count()).select_from(per_job).where(per_job.c.n > 1)
+                ).scalar_one()
                 journaled = conn.execute(sa.select(sa.func.count()).select_from(E)
                                          .where(E.c.reason.in_(POLL_REASONS))).scalar_one()
                 polls_at = conn.execute(sa.select(E.c.job_id, E.c.at).where(E.c.reason.in_(POLL_REASONS))
@@ -71,7 +71,7 @@ def measure(base_url: str, sim: common.SimProc, n: int, procs: int, concurrency:
             # A second poll of a job is legitimate once its poll interval has passed (a tick longer
             # than the interval finds it due again); sooner than that it is a double poll.
             interval = settings.reconcile.poll_interval_seconds
-            gaps = [(b.at - a.at).total_seconds() for a, b in zip(polls_at, polls_at[1:], strict=False)
+            gaps = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(polls_at)
                     if a.job_id == b.job_id]
             premature = sum(1 for g in gaps if g < interval - 1)
             totals = {k: sum(int(s.get(k, 0)) for s in summaries) for k in KEYS}
@@ -88,23 +88,23 @@ def main() -> None:
     ap.add_argument("--goal-runs", type=int, default=None,
                     help="runs of the goal-shaped cells (N = 10,000, concurrency 64, P = 1 and 2; default 2, "
                          "0 skips them)")
-    args = ap.parse_args()
-    load_before = common.loadavg()
+    run = common.start(ap, production_logs=False)  # the ticks run in child processes
+    args = run.args
     runs = args.runs or (1 if args.quick else 3)
     goal_runs = args.goal_runs if args.goal_runs is not None else (0 if args.quick else 2)
     # (label, latency, N, concurrency, provider.max_connections, P values, runs)
-    scenarios = [("200 ms latency", 0.2, 300 if args.quick else 1000, args.concurrency, 32, (1, 2, 4), runs),
-                 ("zero latency (database-bound)", 0.0, 500 if args.quick else 2000, args.concurrency, 32,
-                  (1, 2, 4), runs)]
+    scenarios: list[tuple[str, float, int, int, int, tuple[int, ...], int]] = [
+        ("200 ms latency", 0.2, 300 if args.quick else 1000, args.concurrency, 32, (1, 2, 4), runs),
+        ("zero latency (database-bound)", 0.0, 500 if args.quick else 2000, args.concurrency, 32, (1, 2, 4), runs),
+    ]
     if goal_runs:
         scenarios.append(("goal shape: 200 ms latency, concurrency 64, max_connections 64", 0.2, 10_000, 64, 64,
                           (1, 2), goal_runs))
-    started = time.monotonic()
     rows = []
     for label, latency, n, concurrency, max_connections, procs, k in scenarios:
         results: dict[int, list[dict[str, Any]]] = {p: [] for p in procs}
-        with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                            retention_seconds=864000.0) as sim:
+        with simproc.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                             retention_seconds=864000.0) as sim:
             for r in range(k):
                 for p in results:  # side by side within a run
                     m = measure(args.mysql, sim, n, p, concurrency, max_connections)
@@ -117,20 +117,15 @@ def main() -> None:
         for p, ms in results.items():
             ratio = [base[i] / m["wall"] for i, m in enumerate(ms) if i in base]
             rows.append([
-                label, f"{n:,}", str(p), str(len(ms)), common.spread([m["wall"] for m in ms], 2),
-                common.spread([m["rate"] for m in ms]), common.spread(ratio, 2),
-                common.fmt(common.median(common.median(m["tick_s"]) for m in ms), 2),
-                *[f"{common.median(m[k] for m in ms):.0f}" for k in KEYS],
-                f"{max(m['polls'] for m in ms)} / {max(m['twice'] for m in ms)} / {max(m['premature'] for m in ms)}",
+                label, f"{n:,}", str(p), str(len(ms)), reporting.spread([m["wall"] for m in ms], 2),
+                reporting.spread([m["rate"] for m in ms]), reporting.spread(ratio, 2),
+                reporting.fmt(reporting.median(reporting.median(m["tick_s"]) for m in ms), 2),
+                *[f"{reporting.median(m[k] for m in ms):.0f}" for k in KEYS],
+                (f"{max(m['polls'] for m in ms)} / {max(m['twice'] for m in ms)} / "
+                 f"{max(m['premature'] for m in ms)}"),
             ])
-    elapsed = time.monotonic() - started
-    probe = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(probe, f"{runs} per cell, {goal_runs} for the goal-shaped cells (median, min–max); "
-                                   "the P values of a scenario measured back to back in each run", load_before,
-                                   [f"- Script wall time: {elapsed:.0f} s"])
-    finally:
-        probe.dispose()
+    head = run.header(f"{runs} per cell, {goal_runs} for the goal-shaped cells (median, min–max); "
+                      "the P values of a scenario measured back to back in each run")
     body = f"""{head}
 - Set-up per cell: fresh database; N polling jobs seeded as for the tick benchmark (real simulator
   responses still in progress); P × `iipub reconcile` (the console script, JSON logs at info to
@@ -144,10 +139,10 @@ def main() -> None:
   (30 s) after the same job's previous poll (a second poll after the interval is due work: the
   tick outlasted the interval), worst run.
 
-{common.table(["scenario", "N", "P", "runs", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
-               "max polls / jobs polled twice / double polls"], rows)}
+{reporting.table(["scenario", "N", "P", "runs", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
+                  "max polls / jobs polled twice / double polls"], rows)}
 """
-    common.write_section("overlap", "4. Overlapping reconcilers", body, enabled=not args.no_doc)
+    run.write_section("overlap", "4. Overlapping reconcilers", body)
 
 
 if __name__ == "__main__":

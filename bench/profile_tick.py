@@ -20,19 +20,22 @@ Needs pyinstrument in the venv (`.venv/bin/pip install pyinstrument`; not a proj
 from __future__ import annotations
 
 import contextlib
-
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from unittest import mock
 
+import benchdb
 import common
-
+import metering
+import reporting
+import simproc
 from iipub import db, reconcile, relay
 from iipub.states import State
 
@@ -93,19 +96,34 @@ class SyncExecutor:
         f: Future[Any] = Future()
         try:
             f.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - mirrored into the future, as the pool does
+        except BaseException as exc:  # mirrored into the future, as the pool does
             f.set_exception(exc)
         return f
 
 
 @contextmanager
 def synchronous_ticks() -> Iterator[None]:
-    saved = reconcile.ThreadPoolExecutor
-    reconcile.ThreadPoolExecutor = SyncExecutor  # type: ignore[misc,assignment]
-    try:
+    with mock.patch.object(reconcile, "ThreadPoolExecutor", SyncExecutor):
         yield
-    finally:
-        reconcile.ThreadPoolExecutor = saved  # type: ignore[misc]
+
+
+_T = TypeVar("_T")
+
+
+def profiled(name: str, work: Callable[[], _T]) -> tuple[_T, float, Any]:
+    """Run `work` under pyinstrument (0.5 ms interval): its result, the wall seconds and the
+    profiler; the full text profile goes to bench/profiles/`name`."""
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.0005)
+    t0 = time.perf_counter()
+    profiler.start()
+    result = work()
+    profiler.stop()
+    wall = time.perf_counter() - t0
+    PROFILES.mkdir(exist_ok=True)
+    (PROFILES / name).write_text(profiler.output_text(unicode=True, color=False))
+    return result, wall, profiler
 
 
 def package_of(path: str | None) -> str:
@@ -167,36 +185,26 @@ def summarise(profiler: Any, wall: float, work: str) -> tuple[str, dict[str, flo
     rows = [[k, f"{v:.2f}", f"{v / total * 100:.0f} %"] for k, v in pkgs]
     text = [f"*{work}* — profiled wall time {wall:.2f} s (sampled {total:.2f} s)", "",
             "Self time by package (where the samples landed):", "",
-            common.table(["package / module", "s", "share"], rows), "",
+            reporting.table(["package / module", "s", "share"], rows), "",
             "Inclusive time of the functions that matter:", "",
-            common.table(["function", "s", "share"],
-                         [[k, f"{v:.2f}", f"{v / total * 100:.0f} %"] for k, v in inclusive.most_common()])]
+            reporting.table(["function", "s", "share"],
+                            [[k, f"{v:.2f}", f"{v / total * 100:.0f} %"] for k, v in inclusive.most_common()])]
     return "\n".join(text), {k: v / total for k, v in inclusive.items()}
 
 
 def profile_poll(base_url: str, n: int) -> str:
-    from pyinstrument import Profiler
-
-    with common.SimProc(latency_seconds=0.0, queued_seconds=0.0, in_progress_seconds=86400.0,
-                        retention_seconds=864000.0) as sim, \
-            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=8)
+    with simproc.SimProc(latency_seconds=0.0, queued_seconds=0.0, in_progress_seconds=86400.0,
+                         retention_seconds=864000.0) as sim, \
+            benchdb.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=8)
         try:
-            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
-                                             reconcile={"concurrency": 1, "tick_seconds": 3600.0})
-            common.park_today(engine, settings)
-            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public",
+                                              reconcile={"concurrency": 1, "tick_seconds": 3600.0})
+            benchdb.seed_polls(engine, settings, sim, n)
             warm_openai(settings)
-            profiler = Profiler(interval=0.0005)
             with synchronous_ticks():
-                t0 = time.perf_counter()
-                profiler.start()
-                report = reconcile.run(settings, engine)
-                profiler.stop()
-                wall = time.perf_counter() - t0
+                report, wall, profiler = profiled("poll_tick.txt", lambda: reconcile.run(settings, engine))
             moved = sum(report.transitions.values())
-            PROFILES.mkdir(exist_ok=True)
-            (PROFILES / "poll_tick.txt").write_text(profiler.output_text(unicode=True, color=False))
             text, _ = summarise(profiler, wall, f"tick over {n:,} due polls, zero latency, one thread "
                                 f"({moved} transitions, {wall / max(moved, 1) * 1000:.1f} ms per poll)")
             return text
@@ -210,7 +218,7 @@ _TALLY = threading.Lock()  # the tallies are shared by the tick's threads
 class _TimedLogger:
     """Delegates to a structlog logger, adding up the thread CPU its `info` calls take."""
 
-    def __init__(self, inner: Any, totals: Counter[str], counts: Counter[str], label: str) -> None:
+    def __init__(self, inner: Any, totals: defaultdict[str, float], counts: Counter[str], label: str) -> None:
         self._inner, self._totals, self._counts, self._label = inner, totals, counts, label
 
     def info(self, *args: Any, **kwargs: Any) -> Any:
@@ -228,7 +236,7 @@ class _TimedLogger:
 
 
 @contextmanager
-def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
+def cpu_accounting() -> Iterator[tuple[defaultdict[str, float], Counter[str]]]:
     """Wrap the calls that make up a poll and add up the *thread CPU time* each takes
     (inclusive; nested labels overlap), so the per-poll CPU cost can be split by layer."""
     import httpx
@@ -237,7 +245,7 @@ def cpu_accounting() -> Iterator[tuple[Counter[str], Counter[str]]]:
 
     from iipub import config, provider, store
 
-    totals: Counter[str] = Counter()
+    totals: defaultdict[str, float] = defaultdict(float)
     counts: Counter[str] = Counter()
     targets = [
         (provider.Provider, "retrieve", "Provider.retrieve (SDK + HTTP + parse)"),
@@ -283,16 +291,15 @@ def cpu_per_poll(base_url: str, n: int, *, threaded: bool = False) -> str:
     """CPU per poll, by layer: a synchronous tick at zero latency, or (`threaded`) the
     shape of the 10,000-job goal: concurrency 64, 64 provider connections, 200 ms latency."""
     latency, concurrency = (0.2, 64) if threaded else (0.0, 1)
-    with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                        retention_seconds=864000.0) as sim, \
-            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=concurrency + 4)
+    with simproc.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                         retention_seconds=864000.0) as sim, \
+            benchdb.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=concurrency + 4)
         try:
-            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
-                                             reconcile={"concurrency": concurrency, "tick_seconds": 3600.0},
-                                             provider={"max_connections": max(concurrency, 32)})
-            common.park_today(engine, settings)
-            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public",
+                                              reconcile={"concurrency": concurrency, "tick_seconds": 3600.0},
+                                              provider={"max_connections": max(concurrency, 32)})
+            benchdb.seed_polls(engine, settings, sim, n)
             warm_openai(settings)
             mode = contextlib.nullcontext() if threaded else synchronous_ticks()
             with mode, cpu_accounting() as (totals, counts):
@@ -308,7 +315,7 @@ def cpu_per_poll(base_url: str, n: int, *, threaded: bool = False) -> str:
             return (f"*CPU per poll by layer* — {polls:,} polls, {shape}, no profiler attached "
                     f"(process CPU {cpu:.2f} s of {wall:.2f} s wall; each layer is the thread CPU spent inside "
                     "it; indented rows are contained in the row above them, so shares overlap):\n\n"
-                    + common.table(["layer", "CPU ms per poll", "share of tick CPU", "calls per poll"], rows))
+                    + reporting.table(["layer", "CPU ms per poll", "share of tick CPU", "calls per poll"], rows))
         finally:
             engine.dispose()
 
@@ -340,23 +347,21 @@ def engine_experiment(base_url: str, n: int, runs: int, latency: float = 0.2, co
     """The same tick (N polls, 200 ms latency, concurrency 16) on engines that differ only in
     pool options, side by side per run: what the pings and reset rollbacks cost."""
     results: dict[str, list[dict[str, float]]] = {label: [] for label, _ in ENGINE_VARIANTS}
-    with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                        retention_seconds=864000.0) as sim:
-        warm_openai(common.bench_settings("sqlite://", sim.url, Path("public")))
+    with simproc.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                         retention_seconds=864000.0) as sim:
+        warm_openai(benchdb.bench_settings("sqlite://", sim.url, Path("public")))
         for r in range(runs):
             for label, overrides in ENGINE_VARIANTS:
                 sim.reset()
-                with common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
-                    common.open_db(url).dispose()  # migrate
+                with benchdb.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+                    benchdb.open_db(url).dispose()  # migrate
                     engine = variant_engine(url, concurrency + 4, overrides)
                     try:
-                        settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
-                                                         reconcile={"concurrency": concurrency,
-                                                                    "tick_seconds": 3600.0})
-                        common.park_today(engine, settings)
-                        common.insert_rows(engine, db.jobs,
-                                           common.polling_rows(settings, sim, n, common.db_now(engine)))
-                        counter = common.RoundTrips(engine)
+                        settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public",
+                                                          reconcile={"concurrency": concurrency,
+                                                                     "tick_seconds": 3600.0})
+                        benchdb.seed_polls(engine, settings, sim, n)
+                        counter = metering.RoundTrips(engine)
                         counter.reset()
                         t0 = time.perf_counter()
                         report = reconcile.run(settings, engine)
@@ -373,35 +378,26 @@ def engine_experiment(base_url: str, n: int, runs: int, latency: float = 0.2, co
     base = {m["run"]: m["wall"] for m in results[ENGINE_VARIANTS[0][0]]}
     rows = []
     for label, ms in results.items():
-        rows.append([label, common.spread([m["wall"] for m in ms], 2), common.fmt(common.median(
-            m["rate"] for m in ms)), f"{common.median(m['wire'] for m in ms):.1f}",
-            common.spread([base[m["run"]] / m["wall"] for m in ms], 2)])
+        rows.append([label, reporting.spread([m["wall"] for m in ms], 2), reporting.fmt(reporting.median(
+            m["rate"] for m in ms)), f"{reporting.median(m['wire'] for m in ms):.1f}",
+            reporting.spread([base[m["run"]] / m["wall"] for m in ms], 2)])
     return (f"*Engine pool options* — one tick over {n:,} due polls, {latency * 1000:g} ms latency, "
             f"concurrency {concurrency}, {runs} runs, variants side by side per run (the engine is built in "
             "the benchmark and passed to `reconcile.run`; iipub unchanged):\n\n"
-            + common.table(["engine", "tick wall s", "polls/s", "wire round trips per poll",
-                            "speed-up vs shipped"], rows))
+            + reporting.table(["engine", "tick wall s", "polls/s", "wire round trips per poll",
+                               "speed-up vs shipped"], rows))
 
 
 def profile_relay(base_url: str, m: int) -> str:
-    from pyinstrument import Profiler
-
     import relay_throughput
 
-    with common.SimProc(latency_seconds=0.0, queued_seconds=0.5, in_progress_seconds=1.0) as sim, \
-            common.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=20)
+    with simproc.SimProc(latency_seconds=0.0, queued_seconds=0.5, in_progress_seconds=1.0) as sim, \
+            benchdb.fresh_database(base_url, "prof") as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=20)
         try:
             settings = relay_throughput.relay_settings(url, sim.url, Path(tmp) / "public", m)
             relay_throughput.prepare(engine, settings, sim, m)
-            profiler = Profiler(interval=0.0005)
-            t0 = time.perf_counter()
-            profiler.start()
-            report = relay.run(settings, engine)
-            profiler.stop()
-            wall = time.perf_counter() - t0
-            PROFILES.mkdir(exist_ok=True)
-            (PROFILES / "relay_run.txt").write_text(profiler.output_text(unicode=True, color=False))
+            report, wall, profiler = profiled("relay_run.txt", lambda: relay.run(settings, engine))
             text, _ = summarise(profiler, wall, f"relay run delivering {report.published} events of {m} slots "
                                 f"to the static sink ({wall / max(report.published, 1) * 1000:.1f} ms per event)")
             return text
@@ -410,27 +406,18 @@ def profile_relay(base_url: str, m: int) -> str:
 
 
 def profile_idle(base_url: str, terminal: int) -> str:
-    from pyinstrument import Profiler
-
-    with common.SimProc(latency_seconds=0.0) as sim, common.fresh_database(base_url, "prof") as url, \
+    with simproc.SimProc(latency_seconds=0.0) as sim, benchdb.fresh_database(base_url, "prof") as url, \
             tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=8)
+        engine = benchdb.open_db(url, pool_size=8)
         try:
-            settings = common.bench_settings(url, sim.url, Path(tmp) / "public",
-                                             reconcile={"tick_seconds": 3600.0})
-            common.park_today(engine, settings)
-            now = common.db_now(engine)
-            common.insert_rows(engine, db.jobs, common.terminal_rows(0, terminal, now), chunk=5000)
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public",
+                                              reconcile={"tick_seconds": 3600.0})
+            benchdb.park_today(engine, settings)
+            now = benchdb.db_now(engine)
+            benchdb.insert_rows(engine, db.jobs, benchdb.terminal_rows(0, terminal, now), chunk=5000)
             reconcile.run(settings, engine)  # warm the buffer pool
-            profiler = Profiler(interval=0.0005)
-            t0 = time.perf_counter()
-            profiler.start()
-            report = reconcile.run(settings, engine)
-            profiler.stop()
-            wall = time.perf_counter() - t0
+            report, wall, profiler = profiled("idle_tick.txt", lambda: reconcile.run(settings, engine))
             assert report.leased == 0, report
-            PROFILES.mkdir(exist_ok=True)
-            (PROFILES / "idle_tick.txt").write_text(profiler.output_text(unicode=True, color=False))
             text, _ = summarise(profiler, wall, f"idle tick over {terminal:,} {State.DELETED.value} rows")
             return text
         finally:
@@ -443,9 +430,8 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=None, help="jobs in the poll profile (default 500)")
     ap.add_argument("--slots", type=int, default=None, help="slots in the relay profile (default 100)")
     ap.add_argument("--terminal", type=int, default=None, help="rows in the idle profile (default 100000)")
-    args = ap.parse_args()
-    common.production_logs_to_devnull()
-    load_before = common.loadavg()
+    run = common.start(ap)
+    args = run.args
     what = [w.strip() for w in args.what.split(",") if w.strip()]
     parts = []
     if "poll" in what:
@@ -458,16 +444,11 @@ def main() -> None:
         parts.append(engine_experiment(args.mysql, 300 if args.quick else 1000, args.runs or (1 if args.quick else 3)))
     if "idle" in what:
         parts.append(profile_idle(args.mysql, args.terminal or (20_000 if args.quick else 100_000)))
-    probe = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(probe, "1 (a profile, not a timing)", load_before, [
-            "- pyinstrument 5 (interval 0.5 ms), wall-clock sampling: time waiting on MariaDB or the "
-            "simulator shows up under the socket read of the client library (pymysql `_read_packet`, "
-            "httpx/httpcore); full trees in `bench/profiles/*.txt`"])
-    finally:
-        probe.dispose()
-    common.write_section("profile", "7. Profiles (pyinstrument)", head + "\n\n" + "\n\n".join(parts) + "\n",
-                         enabled=not args.no_doc)
+    head = reporting.server_header(args.mysql, "1 (a profile, not a timing)", run.load_before, [
+        ("- pyinstrument 5 (interval 0.5 ms), wall-clock sampling: time waiting on MariaDB or the "
+         "simulator shows up under the socket read of the client library (pymysql `_read_packet`, "
+         "httpx/httpcore); full trees in `bench/profiles/*.txt`")])
+    run.write_section("profile", "7. Profiles (pyinstrument)", head + "\n\n" + "\n\n".join(parts) + "\n")
 
 
 if __name__ == "__main__":

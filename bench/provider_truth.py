@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # running from a checkout without the install
     sys.path.insert(0, str(ROOT))
 
-import sqlalchemy as sa  # noqa: E402
+import sqlalchemy as sa
 
-from iipub import db, invariants, logs, migrate, reconcile, relay  # noqa: E402
-from iipub.config import Settings, settings_from_dict  # noqa: E402
-from iipub.simulator import Simulator, SimulatorOptions  # noqa: E402
-from iipub.store import Store  # noqa: E402
-from iipub.timefmt import seconds_between  # noqa: E402
+from iipub import db, invariants, logs, migrate, reconcile, relay
+from iipub.config import Settings, settings_from_dict
+from iipub.simulator import Simulator, SimulatorOptions
+from iipub.store import Store
+from iipub.timefmt import seconds_between
 
 DAY = dt.date(2026, 11, 30)
 PRODUCT = "daily-brief"
@@ -167,8 +167,8 @@ def run_scenario(sc: Scenario, mysql: str | None, workdir: Path, index: int) -> 
 
 
 def render(results: Sequence[dict[str, Any]]) -> str:
-    lines = ["| fault | slots | paid creates per slot | quarantined | published | minutes to last publication "
-             "| after the fault cleared |", "|---|---|---|---|---|---|---|"]
+    lines = [("| fault | slots | paid creates per slot | quarantined | published | minutes to last publication "
+              "| after the fault cleared |"), "|---|---|---|---|---|---|---|"]
     for r in results:
         per = ", ".join(f"{n} create{'s' if n != 1 else ''}: {k} slot{'s' if k != 1 else ''}"
                         for n, k in r["paid_creates_per_slot"].items()) or "none"
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args(argv)
     # Only the drill's own slots: today's schedule would add one more slot per product and day.
-    reconcile._ensure_today = lambda settings, store: None  # type: ignore[assignment]
+    reconcile._ensure_today = lambda settings, store: None
     logs.configure("warning")  # the breaker's own warnings stay visible, transitions do not
     with tempfile.TemporaryDirectory(prefix="iipub-truth-") as tmp:
         results = [run_scenario(sc, args.mysql, Path(tmp), i) for i, sc in enumerate(SCENARIOS)]

@@ -24,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import common
 import sqlalchemy as sa
 
+import benchdb
+import common
+import metering
+import reporting
+import simproc
 from iipub import db, reconcile
-from iipub.status import POLL_REASONS
+from iipub.states import POLL_REASONS
 
 
 @dataclass(frozen=True)
@@ -45,24 +49,23 @@ C64W = Config("c=64, max_connections=64", 64, 64)
 CONFIGS = (C1, C16, C64, C64W)
 
 
-def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: float,
+def measure(base_url: str, sim: simproc.SimProc, n: int, cfg: Config, latency: float,
             meters: Mapping[str, Callable[[], float]] | None = None) -> dict[str, Any]:
     """One tick. `cpu` in the result is this process's CPU over the tick; each of `meters`
     (a reading such as another process's CPU seconds) is read before and after the tick too."""
     sim.reset()
     with fresh(base_url) as url, tempfile.TemporaryDirectory() as tmp:
-        engine = common.open_db(url, pool_size=cfg.concurrency + 4)  # as the CLI sizes it
+        engine = benchdb.open_db(url, pool_size=cfg.concurrency + 4)  # as the CLI sizes it
         try:
-            settings = common.bench_settings(
+            settings = benchdb.bench_settings(
                 url, sim.url, Path(tmp) / "public",
                 reconcile={"concurrency": cfg.concurrency, "tick_seconds": 3600.0},
                 provider={"max_connections": cfg.max_connections},
             )
-            common.park_today(engine, settings)
-            common.insert_rows(engine, db.jobs, common.polling_rows(settings, sim, n, common.db_now(engine)))
-            counter = common.RoundTrips(engine)
+            benchdb.seed_polls(engine, settings, sim, n)
+            counter = metering.RoundTrips(engine)
             before = sim.requests().get("retrieve", 0)
-            start_db = common.db_now(engine)
+            start_db = benchdb.db_now(engine)
             counter.reset()
             readings = {name: read() for name, read in (meters or {}).items()}
             cpu0, t0 = time.process_time(), time.perf_counter()
@@ -77,9 +80,10 @@ def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: fl
             if report.errors or polls != n or moved != n:
                 print(f"  !! n={n} {cfg.label}: polls={polls} transitions={moved} errors={report.errors}")
             return {
-                "wall": wall, "cpu": cpu, **readings, "polls": polls, "rate": polls / wall, "per_poll": wall / max(polls, 1),
+                "wall": wall, "cpu": cpu, **readings, "polls": polls, "rate": polls / wall,
+                "per_poll": wall / max(polls, 1),
                 "within_50s": sum(1 for o in offsets if o <= 50.0) / max(len(offsets), 1),
-                "p95_offset": common.percentile(offsets, 95),
+                "p95_offset": reporting.percentile(offsets, 95),
                 "stmts_per_poll": rt["statement_total"] / max(polls, 1),
                 "wire_per_poll": rt["wire_total"] / max(polls, 1) if rt["wire_total"] else float("nan"),
                 "statements": rt["statements"],
@@ -89,7 +93,7 @@ def measure(base_url: str, sim: common.SimProc, n: int, cfg: Config, latency: fl
 
 
 def fresh(base_url: str) -> Any:
-    return common.fresh_database(base_url, "tick")
+    return benchdb.fresh_database(base_url, "tick")
 
 
 def poll_offsets(engine: sa.Engine, start: Any) -> list[float]:
@@ -110,7 +114,7 @@ def estimate(results: dict[tuple[int, str], list[dict[str, Any]]], n: int, cfg: 
     else the latency floor with a margin (plus set-up)."""
     smaller = [nn for (nn, label) in results if label == cfg.label and nn < n]
     if smaller:
-        return n * common.median(m["per_poll"] for m in results[(max(smaller), cfg.label)]) + 5
+        return n * reporting.median(m["per_poll"] for m in results[(max(smaller), cfg.label)]) + 5
     return 1.5 * n * latency / min(cfg.concurrency, cfg.max_connections) + 5
 
 
@@ -119,8 +123,8 @@ def run_backend(label: str, base_url: str, sizes: list[int], runs: int, big_runs
                 started: float, c1_max: int) -> None:
     """Cells in priority order: every N with c=16 and c=64 (side by side within each run), then
     c=1 at the sizes it is measured at (N <= c1_max), as long as the time budget allows."""
-    with common.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                        retention_seconds=864000.0) as sim:
+    with simproc.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
+                         retention_seconds=864000.0) as sim:
         plan: list[tuple[int, list[Config], int]] = []
         for n in sizes:
             if n <= 100:  # cheap: all four side by side
@@ -148,44 +152,46 @@ def run_backend(label: str, base_url: str, sizes: list[int], runs: int, big_runs
 def render(label: str, sizes: list[int], results: dict[tuple[int, str], list[dict[str, Any]]],
            latency: float) -> str:
     measured_c1 = [n for n in sizes if results.get((n, C1.label))]
-    c1_per_poll = common.median(m["per_poll"] for m in results[(max(measured_c1), C1.label)]) if measured_c1 else None
+    c1_per_poll = (reporting.median(m["per_poll"] for m in results[(max(measured_c1), C1.label)])
+                   if measured_c1 else None)
     rows = []
     for n in sizes:
         c1 = {m["run"]: m["wall"] for m in results.get((n, C1.label), [])}
         c16 = {m["run"]: m["wall"] for m in results.get((n, C16.label), [])}
         for cfg in CONFIGS:
             ms = results.get((n, cfg.label), [])
-            floor = common.fmt(n * latency / min(cfg.concurrency, cfg.max_connections))
+            floor = reporting.fmt(n * latency / min(cfg.concurrency, cfg.max_connections))
             if not ms:
                 if cfg is C1 and c1_per_poll:
                     est = c1_per_poll * n
                     rows.append([f"{n:,}", cfg.label, "0 (extrapolated)",
-                                 f"≈ {common.fmt(est)} ({c1_per_poll * 1000:.0f} ms/poll × {n:,})",
-                                 common.fmt(n / est), "–", "1", "–", f"{min(1.0, 50 / est) * 100:.0f} %", "–", floor])
+                                 f"≈ {reporting.fmt(est)} ({c1_per_poll * 1000:.0f} ms/poll × {n:,})",
+                                 reporting.fmt(n / est), "–", "1", "–", f"{min(1.0, 50 / est) * 100:.0f} %", "–",
+                                 floor])
                 continue
             walls = [m["wall"] for m in ms]
             pairs = [c1[m["run"]] / m["wall"] for m in ms if m["run"] in c1]
             if pairs:
-                speedup = common.spread(pairs)
+                speedup = reporting.spread(pairs)
             elif c1_per_poll:
-                speedup = f"≈ {common.fmt(c1_per_poll * n / common.median(walls))} (vs extrapolated)"
+                speedup = f"≈ {reporting.fmt(c1_per_poll * n / reporting.median(walls))} (vs extrapolated)"
             else:
                 speedup = "–"
             pairs16 = [c16[m["run"]] / m["wall"] for m in ms if m["run"] in c16]
-            vs16 = common.spread(pairs16, 2) if pairs16 and cfg is not C16 else "–"
+            vs16 = reporting.spread(pairs16, 2) if pairs16 and cfg is not C16 else "–"
             rows.append([
-                f"{n:,}", cfg.label, str(len(ms)), common.spread(walls, 2),
-                common.fmt(common.median(m["rate"] for m in ms)),
-                common.fmt(common.median(m["p95_offset"] for m in ms)), speedup, vs16,
-                f"{common.median(m['within_50s'] for m in ms) * 100:.0f} %",
-                common.fmt(common.median(m["stmts_per_poll"] for m in ms)) + " / "
-                + common.fmt(common.median(m["wire_per_poll"] for m in ms)),
+                f"{n:,}", cfg.label, str(len(ms)), reporting.spread(walls, 2),
+                reporting.fmt(reporting.median(m["rate"] for m in ms)),
+                reporting.fmt(reporting.median(m["p95_offset"] for m in ms)), speedup, vs16,
+                f"{reporting.median(m['within_50s'] for m in ms) * 100:.0f} %",
+                reporting.fmt(reporting.median(m["stmts_per_poll"] for m in ms)) + " / "
+                + reporting.fmt(reporting.median(m["wire_per_poll"] for m in ms)),
                 floor,
             ])
     headers = ["N", "config", "runs", "tick wall s, median (min–max)", "polls/s", "p95 poll at s",
                "speed-up vs c=1", "c=16 wall / this wall", "polls in first 50 s",
                "SQL stmts / wire round trips per poll", "latency floor s"]
-    return f"**{label}**\n\n" + common.table(headers, rows)
+    return f"**{label}**\n\n" + reporting.table(headers, rows)
 
 
 def main() -> None:
@@ -196,9 +202,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; a cell whose estimated time would overrun it is skipped and listed "
                          "(default 600, --quick 240)")
-    args = ap.parse_args()
-    common.production_logs_to_devnull()
-    load_before = common.loadavg()
+    run = common.start(ap)
+    args = run.args
     runs = args.runs or (1 if args.quick else 3)
     big_runs = args.big_runs or 1
     budget = args.budget or (240.0 if args.quick else 600.0)
@@ -206,27 +211,21 @@ def main() -> None:
     c1_max = 100 if args.quick else 1000
     results: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     skipped: list[str] = []
-    started = time.monotonic()
-    run_backend("MariaDB", args.mysql, sizes, runs, big_runs, args.latency, results, skipped, budget, started,
+    run_backend("MariaDB", args.mysql, sizes, runs, big_runs, args.latency, results, skipped, budget, run.started,
                 c1_max)
     mysql_table = render("MariaDB", sizes, results, args.latency)
     sqlite_table = ""
     if args.sqlite:
         sresults: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
         run_backend("SQLite", "sqlite", [100, 1000], runs, big_runs, args.latency, sresults, skipped,
-                    budget + 300, started, 100)
+                    budget + 300, run.started, 100)
         sqlite_table = render("SQLite (bonus)", [100, 1000], sresults, args.latency)
-    elapsed = time.monotonic() - started
-    eng = common.server_probe(args.mysql)
-    try:
-        head = common.header_lines(
-            eng, f"{runs} per cell at N ≤ 1,000, {big_runs} at N = 10,000 and for c=1 at N = 1,000; "
-            "within a run the configurations of one N are measured back to back (c=1 at N = 1,000 "
-            "runs last, after the N = 10,000 cells)", load_before,
-            [f"- Script wall time: {elapsed:.0f} s (budget {budget:.0f} s)",
-             "- Skipped for the time budget: " + ("; ".join(skipped) if skipped else "none")])
-    finally:
-        eng.dispose()
+    head = reporting.server_header(
+        args.mysql, f"{runs} per cell at N ≤ 1,000, {big_runs} at N = 10,000 and for c=1 at N = 1,000; "
+        "within a run the configurations of one N are measured back to back (c=1 at N = 1,000 "
+        "runs last, after the N = 10,000 cells)", run.load_before,
+        [f"- Script wall time: {run.elapsed():.0f} s (budget {budget:.0f} s)",
+         "- Skipped for the time budget: " + ("; ".join(skipped) if skipped else "none")])
     body = f"""{head}
 - Set-up per tick: fresh database; N jobs inserted directly (half ACCEPTED, half IN_PROGRESS, due,
   unleased, current config fingerprint), each with a real response created on the simulator
@@ -247,7 +246,7 @@ def main() -> None:
     if sqlite_table:
         body += f"\n{sqlite_table}\n"
     title = f"1. Tick throughput (polls at {args.latency * 1000:g} ms provider latency)"
-    common.write_section("tick_throughput", title, body, enabled=not args.no_doc)
+    run.write_section("tick_throughput", title, body)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from . import db, remedies
+from .breaker import GateState
 from .closing import Closing
 from .config import Settings
-from .breaker import GateState
 from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UsageError
 from .gate import CreateGate
 from .handlers import Decision

@@ -59,8 +59,7 @@ def delay_from_headers(headers: Mapping[str, str], now: dt.datetime | None = Non
 def parse_go_duration(text: str) -> float | None:
     """Seconds in a Go duration string (`1m30.5s`), or None if it is not one (or is negative)."""
     s = text.strip()
-    if s.startswith("+"):
-        s = s[1:]
+    s = s.removeprefix("+")
     if s == "0":
         return 0.0
     if not s or s.startswith("-"):
@@ -130,13 +129,13 @@ def parse_retry_after(text: str | None, now: dt.datetime | float | None = None) 
     if when is None:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     if isinstance(now, (int, float)):
-        ref = dt.datetime.fromtimestamp(now, dt.timezone.utc)
+        ref = dt.datetime.fromtimestamp(now, dt.UTC)
     else:
-        ref = now if now is not None else dt.datetime.now(dt.timezone.utc)
+        ref = now if now is not None else dt.datetime.now(dt.UTC)
     if ref.tzinfo is None:
-        ref = ref.replace(tzinfo=dt.timezone.utc)
+        ref = ref.replace(tzinfo=dt.UTC)
     delta = (when - ref).total_seconds()
     # A date in the past is stale advice (or a skewed clock): not a usable hint.
     return min(delta, MAX_DELAY_SECONDS) if delta >= 0 else None

@@ -107,7 +107,8 @@ class ReconcileSettings:
     backoff_base_seconds: Seconds = 2.0
     backoff_cap_seconds: Seconds = 600.0
     batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
-    max_step_failures: Annotated[int, Field(ge=1, le=1000)] = 5  # a step failing this many times in a row parks the job (step_failing)
+    # A step failing this many times in a row parks the job (step_failing).
+    max_step_failures: Annotated[int, Field(ge=1, le=1000)] = 5
 
 
 @checked(frozen=True, config=_STRICT)
@@ -162,7 +163,8 @@ class StatusSettings:
     dwell_slo_seconds: PositiveSeconds = 180.0
     overdue_poll_slo_seconds: PositiveSeconds = 90.0
     stranded_after_seconds: PositiveSeconds = 7200.0
-    late_after_minutes: Annotated[float, Field(gt=0, le=_WEEK / 60)] = 60.0  # an edition not published this long after its window opened: WARN
+    # An edition not published this long after its window opened: WARN.
+    late_after_minutes: Annotated[float, Field(gt=0, le=_WEEK / 60)] = 60.0
     breaker_crit_after_seconds: PositiveSeconds = 1800.0  # the create breaker open this long: CRIT
     outbox_lag_warn_seconds: PositiveSeconds = 600.0
     outbox_lag_crit_seconds: PositiveSeconds = 3600.0

@@ -140,7 +140,7 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
         sim.stop()
 
 
-def _jobs(engine: sa.Engine, day: dt.date) -> list[sa.Row[tuple[str, dt.date, str]]]:
+def _jobs(engine: sa.Engine, day: dt.date) -> list[sa.Row[str, dt.date, str]]:
     j = db.jobs
     # Slots after the demo's day (a tick past midnight schedules them) are not waited for.
     q = sa.select(j.c.product, j.c.edition_date, j.c.state).where(j.c.edition_date <= day).order_by(j.c.product)

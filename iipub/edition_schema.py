@@ -52,8 +52,8 @@ def output_model(languages: tuple[str, ...], items: int) -> type[BaseModel]:
         __base__=LanguageEdition,
         items=(list[Item], Field(min_length=items, max_length=items)),
     )
-    fields: dict[str, Any] = {lang: (edition, ...) for lang in languages}
-    return create_model(  # type: ignore[call-overload,no-any-return]
+    fields: dict[str, Any] = dict.fromkeys(languages, (edition, ...))
+    return create_model(
         "EditionOutput_" + "_".join(languages), __base__=_Strict, **fields
     )
 
@@ -82,7 +82,8 @@ def _json_schema_cached(languages: tuple[str, ...], items: int) -> str:
 
 def json_schema(languages: tuple[str, ...], items: int) -> dict[str, Any]:
     """The strict JSON schema sent as `text.format` (a fresh copy each call)."""
-    return json.loads(_json_schema_cached(languages, items))  # type: ignore[no-any-return]
+    schema: dict[str, Any] = json.loads(_json_schema_cached(languages, items))
+    return schema
 
 
 def text_format(languages: tuple[str, ...], items: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import structlog
@@ -26,13 +26,16 @@ from .timefmt import naive_utc
 log = structlog.get_logger("iipub.gate")
 gate_table, gate_events_table = db.create_gate, db.gate_events
 _TRIES = 5
+_R = TypeVar("_R")
 _FIELDS = [f.name for f in dataclasses.fields(GateState)]
 _TIMES = {"opened_at", "probe_after", "probe_expiry", "last_ok_at", "cooldown_until", "paused_at", "window_start"}
 
 
 def read(conn: Connection) -> GateState:
-    row = conn.execute(sa.select(*[gate_table.c[name] for name in _FIELDS]).where(gate_table.c.id == 1)).mappings().one()
-    values = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
+    row = conn.execute(
+        sa.select(*[gate_table.c[name] for name in _FIELDS]).where(gate_table.c.id == 1)
+    ).mappings().one()
+    values: dict[str, Any] = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
     values["paused"] = bool(values["paused"])
     return GateState(**values)
 
@@ -90,7 +93,7 @@ class CreateGate:
         self._decide(decide)
         return self.state()[0]
 
-    def _decide(self, decide: Callable[[GateState, dt.datetime], tuple[Any, breaker.Change | None]]) -> Any:
+    def _decide(self, decide: Callable[[GateState, dt.datetime], tuple[_R, breaker.Change | None]]) -> _R:
         for _ in range(_TRIES):
             with db.transaction(self.engine) as conn:
                 g, now = read(conn), db.read_now(conn)

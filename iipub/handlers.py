@@ -337,6 +337,18 @@ def after_refetch(
     return d
 
 
+def custody_while_suspended(job: Job, outcome: Observed | Missing | Transient | Rejected,
+                            max_bytes: int | None = None) -> Decision | None:
+    """A suspended job's response was read: finished output is stored (the job stays suspended,
+    now to resume into validation). Anything else decides nothing while it is suspended."""
+    if not (isinstance(outcome, Observed) and outcome.finished):
+        return None
+    d = on_output(job, outcome, max_bytes)
+    return Decision(State.MANUALLY_SUSPENDED, Reason.RETRIEVED,
+                    {**d.changes, "suspended_from": State.RETRIEVED_NOT_VALIDATED.value},
+                    {**d.detail, "while_suspended": True, "response_id": job.response_id})
+
+
 def on_validation(job: Job, result: validate.Validation) -> Decision:
     """RETRIEVED_NOT_VALIDATED: a failure parks with the payload kept (never pay twice for
     known-bad output)."""

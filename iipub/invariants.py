@@ -286,10 +286,9 @@ def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt
     if age is not None:
         found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), unpublished {age:.0f} s "
                                    f"after its slot opened > {after:.0f} s")
-    if state not in SETTLED and not not_open:
-        if settled:
-            found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
-                                        f"last error: {(job['last_error'] or '-')[:200]}")
+    if state not in SETTLED and not not_open and settled:
+        found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
+                                    f"last error: {(job['last_error'] or '-')[:200]}")
     if state == State.QUARANTINED and not job["quarantine_reason"]:
         found.add("parked_without_reason", jid, "QUARANTINED without a quarantine_reason")
     if state == State.VALIDATION_FAILED_RETAINED:

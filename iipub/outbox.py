@@ -38,6 +38,7 @@ def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact])
             job_id=job.id, product=job.product, edition_date=job.edition_date, lang=lang,
             title=art.title[:400], content=art.body.decode(), sha256=art.sha256, created_at=saved_at,
         ))
+        assert res.inserted_primary_key is not None  # a single-row insert always reports its key
         edition_id = res.inserted_primary_key[0]
         event_id = str(uuid.uuid4())
         payload = {
@@ -96,7 +97,8 @@ class Outbox:
             now = db.now(conn)
             res = conn.execute(
                 outbox_table.update()
-                .where(outbox_table.c.id == row_id, outbox_table.c.version == seen_version, outbox_table.c.published_at.is_(None),
+                .where(outbox_table.c.id == row_id, outbox_table.c.version == seen_version,
+                       outbox_table.c.published_at.is_(None),
                        sa.or_(outbox_table.c.lease_expiry.is_(None), outbox_table.c.lease_expiry < now))
                 .values(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds),
                         version=outbox_table.c.version + 1)
@@ -110,7 +112,10 @@ class Outbox:
     def settled_sinks(self, event_id: str) -> dict[str, str]:
         """sink -> 'delivered' | 'parked' for sinks that need no further attempt."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(deliveries_table.c.sink, deliveries_table.c.delivered_at, deliveries_table.c.parked_at).where(deliveries_table.c.event_id == event_id))
+            rows = conn.execute(
+                sa.select(deliveries_table.c.sink, deliveries_table.c.delivered_at, deliveries_table.c.parked_at)
+                .where(deliveries_table.c.event_id == event_id)
+            )
             return {r.sink: "delivered" if r.delivered_at else "parked"
                     for r in rows if r.delivered_at or r.parked_at}
 
@@ -119,12 +124,17 @@ class Outbox:
         """Upsert the per-sink delivery record."""
         with db.transaction(self.engine) as conn:
             now = db.now(conn)
-            values: dict[str, Any] = {"attempts": deliveries_table.c.attempts + 1, "last_error": error, "updated_at": now}
+            values: dict[str, Any] = {"attempts": deliveries_table.c.attempts + 1, "last_error": error,
+                                      "updated_at": now}
             if delivered:
                 values["delivered_at"] = now
             if parked:
                 values["parked_at"] = now
-            res = conn.execute(deliveries_table.update().where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink).values(**values))
+            res = conn.execute(
+                deliveries_table.update()
+                .where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink)
+                .values(**values)
+            )
             if res.rowcount == 0:
                 conn.execute(deliveries_table.insert().values(
                     event_id=event_id, sink=sink, attempts=1, last_error=error, updated_at=now,
@@ -161,11 +171,13 @@ class Outbox:
     def requeue_parked(self, event_id: str, sink: str | None = None) -> int:
         """Operator: clear parked deliveries of an event so the relay tries them again."""
         with db.transaction(self.engine) as conn:
-            q = deliveries_table.update().where(deliveries_table.c.event_id == event_id, deliveries_table.c.parked_at.is_not(None))
+            q = deliveries_table.update().where(deliveries_table.c.event_id == event_id,
+                                                deliveries_table.c.parked_at.is_not(None))
             if sink:
                 q = q.where(deliveries_table.c.sink == sink)
             n = conn.execute(q.values(parked_at=None, updated_at=db.now(conn))).rowcount
-            conn.execute(outbox_table.update().where(outbox_table.c.event_id == event_id, outbox_table.c.published_at.is_(None))
+            conn.execute(outbox_table.update()
+                         .where(outbox_table.c.event_id == event_id, outbox_table.c.published_at.is_(None))
                          .values(next_attempt_at=db.now(conn), version=outbox_table.c.version + 1))
             return int(n)
 
@@ -183,7 +195,9 @@ class Outbox:
                 ).all()
                 if not rows:
                     return total
-                conn.execute(deliveries_table.delete().where(deliveries_table.c.event_id.in_([r.event_id for r in rows])))
+                conn.execute(
+                    deliveries_table.delete().where(deliveries_table.c.event_id.in_([r.event_id for r in rows]))
+                )
                 conn.execute(outbox_table.delete().where(outbox_table.c.id.in_([r.id for r in rows])))
                 total += len(rows)
 
@@ -193,14 +207,19 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
     with engine.connect() as conn:
         cutoff = db.now(conn, -failing_after_seconds)
         parked = conn.execute(
-            sa.select(deliveries_table.c.event_id, deliveries_table.c.sink, deliveries_table.c.last_error, deliveries_table.c.parked_at).where(deliveries_table.c.parked_at.is_not(None))
+            sa.select(deliveries_table.c.event_id, deliveries_table.c.sink, deliveries_table.c.last_error,
+                      deliveries_table.c.parked_at)
+            .where(deliveries_table.c.parked_at.is_not(None))
         ).all()
         failing = conn.execute(
-            sa.select(outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts, outbox_table.c.last_error, outbox_table.c.first_failed_at)
-            .where(outbox_table.c.published_at.is_(None), outbox_table.c.first_failed_at.is_not(None), outbox_table.c.first_failed_at < cutoff)
+            sa.select(outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts,
+                      outbox_table.c.last_error, outbox_table.c.first_failed_at)
+            .where(outbox_table.c.published_at.is_(None), outbox_table.c.first_failed_at.is_not(None),
+                   outbox_table.c.first_failed_at < cutoff)
         ).all()
     out: list[dict[str, Any]] = [
-        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error, "since": iso_z_or_none(r.parked_at)}
+        {"event_id": r.event_id, "sink": r.sink, "kind": "parked", "error": r.last_error,
+         "since": iso_z_or_none(r.parked_at)}
         for r in parked
     ]
     out += [

@@ -38,11 +38,11 @@ FAILURE_CAUSES: dict[str, FailureCause] = {
     "bio_policy": FailureCause.REFUSAL,
     "data_residency_mismatch": FailureCause.REFUSAL,
     "image_content_policy_violation": FailureCause.REFUSAL,
-    **{code: FailureCause.REFUSAL for code in (
+    **dict.fromkeys((
         "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url", "image_too_large",
         "image_too_small", "image_parse_error", "invalid_image_mode", "image_file_too_large",
         "unsupported_image_media_type", "empty_image_file", "failed_to_download_image", "image_file_not_found",
-    )},
+    ), FailureCause.REFUSAL),
 }
 
 

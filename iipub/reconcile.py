@@ -23,9 +23,9 @@ import structlog
 from . import db, handlers, outbox, scheduling, validate
 from .config import Product, Settings
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
+from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job, new_worker_id
-from .gate import CreateGate
 from .outcomes import DEAD_STATUSES, CreateRequest, Missing, Observed, ReadOutcome
 from .provider import Provider
 from .states import State
@@ -175,6 +175,9 @@ def _sweep(tick: Tick) -> None:
     s = tick.settings.reconcile
     seen: set[str] = set()  # jobs dealt with (or deferred) in this tick
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
+        if not tick.cooling():
+            suspended = tick.store.suspended_awaiting_custody(s.batch_size)
+            wait([pool.submit(_guarded, tick, job, custody_while_suspended) for job in suspended])
         for _ in range(_PROBE_PASSES):
             _pass(tick, pool, seen)
             # Creates held back while another worker probed the provider's health go again
@@ -283,6 +286,17 @@ def _step_failed(tick: Tick, job_id: str, error: str) -> None:
     except Exception:  # the database itself may be what failed
         log.warning("step_failure_not_recorded", job_id=job_id, worker=store.worker)
         _release_quietly(store, job_id)
+
+
+def _guarded(tick: Tick, job: Job, action: Callable[[Tick, Job], None]) -> None:
+    """One side task of the sweep: a lost race or an unreachable database is logged, not raised."""
+    try:
+        action(tick, job)
+    except (LeaseLost, Contention) as exc:
+        log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
+    except Exception as exc:  # logged as an error; the job is untouched and looked at next tick
+        tick.count("errors")
+        log.error("custody_failed", job_id=job.id, worker=tick.store.worker, error=f"{type(exc).__name__}: {exc}")
 
 
 def _release_quietly(store: Store, job_id: str) -> None:
@@ -487,6 +501,18 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
                                    kill_requested=job.kill_requested)
     return _apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
+
+
+def custody_while_suspended(tick: Tick, job: Job) -> None:
+    """A job suspended while its response ran is never leased and nothing is decided for it,
+    but output that finished is stored (custody is never frozen): a fenced write on the version
+    read, so an operator's resume or another process's custody wins cleanly."""
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    d = handlers.custody_while_suspended(job, outcome, _max_output_bytes(_product(tick, job)))
+    if d is not None:
+        tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+        tick.counted(d.to)
 
 
 def step_expired(tick: Tick, job: Job) -> Job:

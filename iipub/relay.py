@@ -90,7 +90,7 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
         if client is not None:
             client.close()
     report.seconds = round(time.monotonic() - started, 3)
-    log.info("relay_done", **{k: v for k, v in report.__dict__.items()})
+    log.info("relay_done", **vars(report))
     return report
 
 
@@ -148,10 +148,13 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) 
     each relay pass, so a crash between the two writes heals on the next run."""
     jobs_table, outbox_table = db.jobs, db.outbox
     with engine.connect() as conn:
-        pending = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)).exists()
+        pending = sa.select(outbox_table.c.id).where(
+            outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
+        ).exists()
         has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
         rows = conn.execute(
-            sa.select(jobs_table.c.id, jobs_table.c.version).where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value, has_events, ~pending)
+            sa.select(jobs_table.c.id, jobs_table.c.version)
+            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value, has_events, ~pending)
         ).all()
     store = Store(engine, worker, lease_seconds)
     done = 0

@@ -48,6 +48,8 @@ def _edges(src: State, dsts: Iterable[State], operator: bool = False) -> list[Ed
 
 # States where a job has an accepted response we may still observe.
 POLLING = frozenset({S.ACCEPTED, S.QUEUED, S.IN_PROGRESS})
+# Suspended from one of these, a job's finished output is still taken into custody.
+CUSTODY_PENDING = POLLING | {S.COMPLETED_NOT_RETRIEVED}
 # States an operator may suspend (everything alive that is not mid-POST).
 SUSPENDABLE = frozenset(
     {
@@ -96,6 +98,8 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS,
                              S.COMPLETED_NOT_RETRIEVED, S.RETRIEVED_NOT_VALIDATED], operator=True)
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
+    # Suspension freezes decisions and spending, never custody: output that finishes is stored.
+    + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
     + [Edge(S.MANUALLY_SUSPENDED, s, operator=True) for s in sorted(SUSPENDABLE)]
     + [Edge(s, S.CLEANUP_PENDING, operator=True) for s in sorted(KILLABLE)
        if s not in (S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED)]
@@ -196,8 +200,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
-    R.PROVIDER_UNEXPECTED_STATUS: (False, "the provider reports a status iipub does not know; observed again, "
-                                          "never taken as a loss"),
+    R.PROVIDER_UNEXPECTED_STATUS: (False, ("the provider reports a status iipub does not know; observed again, "
+                                           "never taken as a loss")),
     R.LOSS_SUSPECTED: (False, "a 404, an unrequested `cancelled` or a `failed`: read again before believing it"),
     R.LOSS_CONFIRMED: (False, "the loss held over the confirmation reads; the response is gone"),
     R.RETRIEVED: (False, "the finished output was stored on the job row (custody)"),
@@ -220,8 +224,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
     R.PRODUCT_REMOVED: (False, "quarantine: the job's product is no longer configured; any output is kept"),
     R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
-    R.PROVIDER_REFUSED: (False, "quarantine: the provider refused the prompt or policy; paying again would fail "
-                                "again"),
+    R.PROVIDER_REFUSED: (False, ("quarantine: the provider refused the prompt or policy; paying again would fail "
+                                 "again")),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
     R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
     R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),

@@ -194,17 +194,17 @@ class Status:
             severe = o.age_seconds > s.stranded_after_seconds
             limit = s.stranded_after_seconds if severe else s.late_after_minutes * 60
             found.append((CRITICAL if severe else WARNING,
-                          f"{len(self.late)} editions late > {duration(s.late_after_minutes * 60)} (oldest "
-                          f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
-                          f"opened > {duration(limit)})"))
+                          (f"{len(self.late)} editions late > {duration(s.late_after_minutes * 60)} (oldest "
+                           f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
+                           f"opened > {duration(limit)})")))
         found.extend(self._gate_problems())
         if self.failing_steps:
             o = self.failing_steps[0]
-            found.append((WARNING, f"{len(self.failing_steps)} jobs whose step is failing (e.g. {o.product} "
-                                   f"{o.edition_date} in {o.state}: {(o.reason or '')[:120]})"))
+            found.append((WARNING, (f"{len(self.failing_steps)} jobs whose step is failing (e.g. {o.product} "
+                                    f"{o.edition_date} in {o.state}: {(o.reason or '')[:120]})")))
         if self.unexpected_statuses:
-            found.append((WARNING, f"{self.unexpected_statuses} reads of a provider status iipub does not know "
-                                   f"in {s.window_hours:g}h"))
+            found.append((WARNING, (f"{self.unexpected_statuses} reads of a provider status iipub does not know "
+                                    f"in {s.window_hours:g}h")))
         if self.duplicate_publications:
             found.append((CRITICAL, f"{self.duplicate_publications} duplicate publications"))
         lag = self.outbox_lag_seconds
@@ -232,15 +232,15 @@ class Status:
             return []
         found: list[tuple[int, str]] = []
         if g.paused:
-            found.append((WARNING, f"creates paused by {g.paused_by} since "
-                                   f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}"))
+            found.append((WARNING, (f"creates paused by {g.paused_by} since "
+                                    f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}")))
         if g.is_open:
             open_for = seconds_between(self.generated_at, g.opened_at) if g.opened_at else 0.0
             severe = g.breaker_reason in breaker.CRITICAL_REASONS or open_for > s.breaker_crit_after_seconds
+            next_probe = iso_z(g.probe_after, "seconds") if g.probe_after else "now"
             found.append((CRITICAL if severe else WARNING,
-                          f"create breaker open ({g.breaker_reason}) for {duration(open_for)}, {g.open_count} "
-                          f"opening(s); next probe "
-                          f"{iso_z(g.probe_after, 'seconds') if g.probe_after else 'now'}: {(g.breaker_detail or '')[:120]}"))
+                          (f"create breaker open ({g.breaker_reason}) for {duration(open_for)}, {g.open_count} "
+                           f"opening(s); next probe {next_probe}: {(g.breaker_detail or '')[:120]}")))
         return found
 
     def check(self) -> tuple[int, str]:

@@ -139,6 +139,19 @@ class Store:
                 q = q.where(jobs_table.c.id.not_in(list(exclude)))
             return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
 
+    def suspended_awaiting_custody(self, limit: int) -> list[Job]:
+        """Suspended jobs whose response may still finish (never leased: custody of their
+        output is written fenced on the version read here, with no lease taken)."""
+        with self.engine.connect() as conn:
+            now = db.now(conn)
+            q = (sa.select(jobs_table)
+                 .where(jobs_table.c.state == State.MANUALLY_SUSPENDED.value,
+                        jobs_table.c.suspended_from.in_([s.value for s in states.CUSTODY_PENDING]),
+                        jobs_table.c.response_id.is_not(None),
+                        sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now))
+                 .order_by(jobs_table.c.id).limit(limit))
+            return [Job.from_row(r) for r in conn.execute(q).mappings()]
+
     def count_in_flight(self) -> int:
         """Accepted-but-unfinished provider jobs (admission control for new creates)."""
         live = [State.CREATE_IN_FLIGHT, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]

@@ -16,7 +16,7 @@ def naive_utc(value: dt.datetime | str) -> dt.datetime:
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -46,7 +46,7 @@ def seconds_between(later: dt.datetime | str, earlier: dt.datetime | str) -> flo
 
 def duration(seconds: float) -> str:
     """Short human duration: 45s, 12m05s, 3h01m, 2d04h."""
-    s = int(round(max(0.0, seconds)))
+    s = round(max(0.0, seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:

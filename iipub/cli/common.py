@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from sqlalchemy.engine import Engine
@@ -68,7 +68,13 @@ def reason_option(f: F) -> F:
     return click.option("--reason", required=True, help="Why (journaled with the action).")(f)
 
 
-class DateType(click.ParamType):
+if TYPE_CHECKING:
+    _DateParam = click.ParamType[dt.date]
+else:  # click < 8.5: ParamType is not subscriptable at run time
+    _DateParam = click.ParamType
+
+
+class DateType(_DateParam):
     name = "YYYY-MM-DD"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> dt.date:

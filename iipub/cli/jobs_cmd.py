@@ -38,7 +38,8 @@ def jobs_group() -> None:
 @click.option("--state", help="Only jobs in this state.")
 @click.option("--product", help="Only this product.")
 @click.option("--date", "day", type=DATE, help="Only this edition date.")
-@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000), help="At most this many jobs.")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000),
+              help="At most this many jobs.")
 @json_option
 @pass_app
 def list_command(app: App, state: str | None, product: str | None, day: dt.date | None, limit: int,

@@ -321,5 +321,5 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
                f"already present {len(report.present)}")
 
 
-COMMANDS = [quarantine_group, pause_command, unpause_command, suspend_command, resume_command, cancel_command, kill_command, revalidate_command,
-            regenerate_command, backfill_command]
+COMMANDS = [quarantine_group, pause_command, unpause_command, suspend_command, resume_command, cancel_command,
+            kill_command, revalidate_command, regenerate_command, backfill_command]

@@ -192,3 +192,31 @@ def test_kill_of_a_suspended_saved_edition_is_refused_like_kill_of_the_saved_edi
     assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
     found = invariants.check(engine, settings=cfg, sim_stats=sim.stats())
     assert found == [], [str(v) for v in found]
+
+
+def test_a_polling_job_suspended_past_the_retention_keeps_its_output(cfg: Settings, engine: sa.Engine,
+                                                                     sim: Simulator) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    row = drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
+    with Operator(cfg, engine) as op:
+        op.suspend(row["id"], "incident", "alice")
+    sim.add_faults([{"op": "retrieve", "fault": "unknown_status", "times": 1}])
+    reconcile.run(cfg, engine)  # still running (as far as the provider says): nothing decided, nothing stored
+    assert (the_job(engine)["state"], the_job(engine)["payload"]) == ("MANUALLY_SUSPENDED", None)
+    sim.advance(5)  # the response finishes while the job is suspended
+    from iipub import db as iipub_db
+    iipub_db.advance_clock(engine, 60)
+    reconcile.run(cfg, engine)
+    row = the_job(engine)
+    assert row["state"] == "MANUALLY_SUSPENDED" and row["payload"]
+    assert row["suspended_from"] == "RETRIEVED_NOT_VALIDATED"
+    sim.advance(700)  # past the provider's retention: the output is ours already
+    with Operator(cfg, engine) as op:
+        op.resume(row["id"], "alice", "over")
+    for _ in range(3):
+        reconcile.run(cfg, engine)
+        relay.run(cfg, engine)
+    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    assert sim.stats()["creates_total"] == 1
+    found = invariants.check(engine, settings=cfg, sim_stats=sim.stats())
+    assert found == [], [str(v) for v in found]

@@ -280,25 +280,32 @@ def test_32_manual_release_resets_poll_count(cfg: Settings, engine: sa.Engine, s
 # -- suspend / resume ---------------------------------------------------------------
 
 
-def test_33_suspended_job_is_never_leased(cfg: Settings, engine: sa.Engine, sim: Simulator, op: Operator) -> None:
+def test_33_suspended_job_is_never_leased_but_its_output_is_kept(cfg: Settings, engine: sa.Engine, sim: Simulator,
+                                                                  op: Operator) -> None:
     job_id = accepted(cfg, engine)
     response_id = row(engine, job_id)["response_id"]
     job = op.suspend(job_id, "incident 42", "frank")
     assert job.state == State.MANUALLY_SUSPENDED and job.suspended_from == "ACCEPTED"
     frozen = row(engine, job_id)
-    polls = sim.stats()["retrieves_by_response"].get(response_id, 0)
-    sim.advance(120)  # it would be finished, if anyone looked
+    tick(cfg, engine)  # still running: looked at, nothing written
+    assert row(engine, job_id) == frozen
+    sim.advance(120)  # it finishes while suspended
     for _ in range(3):
         db.advance_clock(engine, 60)
         tick(cfg, engine)
-    assert row(engine, job_id) == frozen  # same version: never leased
-    assert sim.stats()["retrieves_by_response"].get(response_id, 0) == polls
+    r = row(engine, job_id)
+    # Never leased and no decision taken, but custody is never frozen: the output is stored once.
+    assert r["state"] == State.MANUALLY_SUSPENDED and r["lease_owner"] is None and r["payload"]
+    assert r["version"] == frozen["version"] + 1 and r["suspended_from"] == "RETRIEVED_NOT_VALIDATED"
+    assert [e["reason"] for e in events(engine, job_id)][-2:] == ["operator_suspend", "retrieved"]
+    assert sim.stats()["creates_total"] == 1 and response_id
 
     job = op.resume(job_id, "frank", "incident over")
     r = row(engine, job_id)
-    assert job.state == r["state"] == State.ACCEPTED and r["suspended_from"] is None
-    assert [e["reason"] for e in events(engine, job_id)][-2:] == ["operator_suspend", "operator_resume"]
-    assert last_event(engine, job_id)["detail"] == {"by": "frank", "why": "incident over", "resumed_to": "ACCEPTED"}
+    assert job.state == r["state"] == State.RETRIEVED_NOT_VALIDATED and r["suspended_from"] is None
+    assert [e["reason"] for e in events(engine, job_id)][-3:] == ["operator_suspend", "retrieved", "operator_resume"]
+    assert last_event(engine, job_id)["detail"] == {"by": "frank", "why": "incident over",
+                                                   "resumed_to": "RETRIEVED_NOT_VALIDATED"}
     finish(cfg, engine, sim, job_id, State.SAVED_NOT_PUBLIC)
     assert sim.stats()["creates_total"] == 1
 

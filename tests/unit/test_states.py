@@ -47,12 +47,15 @@ def test_every_non_terminal_state_can_reach_terminal_or_quarantine() -> None:
 def test_operator_only_edges_are_marked() -> None:
     ops = {(e.src, e.dst) for e in EDGES if e.operator}
     # Every way out of quarantine and out of suspension needs an operator.
-    assert all(e.operator for e in EDGES if e.src in (State.QUARANTINED, State.MANUALLY_SUSPENDED))
+    custody = (State.MANUALLY_SUSPENDED, State.MANUALLY_SUSPENDED)  # output stored while suspended
+    assert all(e.operator for e in EDGES if e.src in (State.QUARANTINED, State.MANUALLY_SUSPENDED)
+               and (e.src, e.dst) != custody)
+    assert states.allowed(*custody) and not states.edge(*custody).operator  # type: ignore[union-attr]
     assert (State.QUARANTINED, State.CREATE_ELIGIBLE) in ops
     assert not states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE)
     assert states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE, operator=True)
     # Suspension is only ever an operator action.
-    assert all(e.operator for e in EDGES if e.dst == State.MANUALLY_SUSPENDED)
+    assert all(e.operator for e in EDGES if e.dst == State.MANUALLY_SUSPENDED and (e.src, e.dst) != custody)
 
 
 def test_edges_are_declared_once() -> None:

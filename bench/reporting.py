@@ -1,0 +1,161 @@
+"""Figures and the benchmark document: median / percentile / spread helpers, Markdown
+tables, the machine description and the writer of a script's section of
+docs/benchmarks.md (`write_section`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import platform
+import re
+import shlex
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import benchdb
+
+ROOT = benchdb.ROOT
+DOC = ROOT / "docs" / "benchmarks.md"
+VENV_PY = ".venv/bin/python"
+
+
+def command_line() -> str:
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    return " ".join([VENV_PY, shlex.quote(script), *map(shlex.quote, sys.argv[1:])])
+
+
+
+
+def median(values: Iterable[float]) -> float:
+    vals = list(values)
+    return statistics.median(vals) if vals else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def fmt(x: float, digits: int = 1) -> str:
+    if x != x:  # NaN
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def spread(values: Sequence[float], digits: int = 1) -> str:
+    """`median (min–max, n)` for tables."""
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return fmt(values[0], digits)
+    return f"{fmt(median(values), digits)} ({fmt(min(values), digits)}–{fmt(max(values), digits)})"
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+# -- the document ---------------------------------------------------------------------------
+
+SECTIONS = ("tick_throughput", "lifecycle", "idle_tick", "overlap", "relay_throughput", "memory", "profile",
+            "host_share", "before_after")
+
+DOC_HEADER = """# iipub benchmarks
+
+Figures produced by the scripts in `bench/` (commands in `bench/README.md`). Each numbered
+section is rewritten by its script between its `bench:` markers; everything outside the
+markers is written by hand.
+
+## Design goal
+
+One 2-core host keeps **10,000 in-flight provider jobs, each polled at least once a minute**:
+a reconcile tick over 10,000 due polls must finish inside the 50 s tick budget
+(`reconcile.tick_seconds`, cron every minute), i.e. at least 200 polls/s sustained, with the
+dwell SLO intact (a finished response taken into custody within 180 s, 99 %; polls at most
+90 s late, 95 %).
+
+"""
+
+
+def machine(engine: sa.Engine | None = None) -> str:
+    import pymysql
+
+    mem = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    parts = [
+        f"`nproc` {os.cpu_count()} ({cpu})", f"memory {mem}", f"Linux {platform.release()}",
+        f"Python {platform.python_version()}", f"SQLAlchemy {sa.__version__}", f"PyMySQL {pymysql.__version__}",
+    ]
+    if engine is not None:
+        parts.append(benchdb.server_version(engine))
+    return ", ".join(parts)
+
+
+def header_lines(engine: sa.Engine | None, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
+    lines = [
+        f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Machine: {machine(engine)}",
+        f"- Command: `{command_line()}`",
+        f"- Runs: {runs}",
+        (f"- Load average (1/5/15 min) before / after: {load_before} / {loadavg()} "
+         "(a shared machine: other processes may have been running on the same 2 cores)"),
+        *extra,
+    ]
+    return "\n".join(lines)
+
+
+def server_header(base_url: str, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
+    """`header_lines` with the server's version read through a short-lived probe engine."""
+    probe = benchdb.server_probe(base_url)
+    try:
+        return header_lines(probe, runs, load_before, extra)
+    finally:
+        probe.dispose()
+
+
+def write_section(key: str, title: str, body: str, *, enabled: bool = True) -> None:
+    """Replace this script's section of docs/benchmarks.md (creating the file, with the
+    sections in a fixed order, if needed)."""
+    block_body = f"## {title}\n\n{body.rstrip()}\n"
+    print("\n" + block_body)
+    if not enabled:
+        return
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text(encoding="utf-8") if DOC.exists() else DOC_HEADER
+    for k in SECTIONS:  # placeholders keep the order stable whatever runs first
+        if f"<!-- bench:{k}:begin -->" not in text:
+            text = text.rstrip() + f"\n\n<!-- bench:{k}:begin -->\n<!-- bench:{k}:end -->\n"
+    begin, end = f"<!-- bench:{key}:begin -->", f"<!-- bench:{key}:end -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    text = pattern.sub(lambda _m: f"{begin}\n{block_body}{end}", text, count=1)
+    DOC.write_text(text, encoding="utf-8")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
