@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from . import db, remedies
+from . import db, outbox, remedies
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings
@@ -156,6 +156,17 @@ class Operator(Closing):
         if mode == ReleaseMode.VERIFIED_LOST:
             return remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason)
         return remedies.release_resume_polling(job, self._fingerprint(job), by, reason)
+
+    # -- republish -------------------------------------------------------------------
+
+    def republish(self, job_id: str, reason: str, by: str) -> int:
+        """Let a job's editions replace pages that are live with different content (parked as
+        `conflicting_republish`); returns the deliveries re-queued."""
+        remedies.check_input(by, reason)
+        job = self.get(job_id)
+        if job.effective_state not in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
+            raise OperatorRefused(f"job {job.id} is {job.state}: it has no saved editions to republish")
+        return outbox.grant_republish(self.engine, job.id, by, reason)
 
     # -- pause / unpause ------------------------------------------------------------
 

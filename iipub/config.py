@@ -146,6 +146,15 @@ class WebhookSink:
 
 
 @checked(frozen=True, config=_STRICT)
+class LedgerSettings:
+    # The spend ledger's file, outside the database (so a restored backup cannot forget a paid
+    # create). Default: next to a SQLite database file, else `iipub-ledger.jsonl` in the working
+    # directory; `enabled = false` turns it off (not recommended).
+    path: Path | None = None
+    enabled: bool = True
+
+
+@checked(frozen=True, config=_STRICT)
 class RelaySettings:
     tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 50.0
     lease_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
@@ -186,6 +195,7 @@ class Settings:
     status: StatusSettings = StatusSettings()
     static_sink: StaticSink | None = StaticSink()
     webhook_sink: WebhookSink | None = None
+    ledger: LedgerSettings = LedgerSettings()
     api_key: str | None = field(default=None, repr=False)
     config_path: Path | None = None
 
@@ -195,6 +205,16 @@ class Settings:
         except KeyError:
             known = ", ".join(sorted(self.products)) or "none"
             raise ConfigError(f"unknown product {name!r} (configured: {known})") from None
+
+    def ledger_path(self) -> Path | None:
+        """Where the spend ledger lives, or None when it is off."""
+        if not self.ledger.enabled:
+            return None
+        if self.ledger.path is not None:
+            return self.ledger.path
+        if self.database_url.startswith("sqlite:///") and not self.database_url.endswith(":memory:"):
+            return Path(self.database_url[len("sqlite:///"):] + ".ledger.jsonl")
+        return Path("iipub-ledger.jsonl")
 
     def require_api_key(self) -> str:
         if not self.api_key:
@@ -258,13 +278,20 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> Settings:
-    known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks"}
+    known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
     reconcile = _section(ReconcileSettings, data.get("reconcile"), "reconcile")
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
     status = _section(StatusSettings, data.get("status"), "status")
+    ledger_raw = data.get("ledger")
+    if isinstance(ledger_raw, dict) and "path" in ledger_raw:
+        if not isinstance(ledger_raw["path"], str) or not ledger_raw["path"].strip():
+            raise ConfigError(f"[ledger] path must be a file path (got {_shown(ledger_raw['path'])})")
+        given = Path(ledger_raw["path"])
+        ledger_raw = {**ledger_raw, "path": given if given.is_absolute() else base_dir / given}
+    ledger = _section(LedgerSettings, ledger_raw, "ledger")
     products = default_products()
     if "products" in data:
         if not isinstance(data["products"], list) or not data["products"]:
@@ -313,6 +340,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         status=status,
         static_sink=static,
         webhook_sink=webhook,
+        ledger=ledger,
     )
     _check(settings)
     return settings

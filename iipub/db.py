@@ -177,6 +177,15 @@ gate_events = sa.Table(
     sa.Index("ix_gate_events_at", "at"),
 )
 
+republish_grants = sa.Table(
+    "republish_grants",
+    metadata,
+    sa.Column("job_id", sa.String(36), primary_key=True),
+    sa.Column("granted_by", sa.String(128), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("granted_at", Time, nullable=False),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,

@@ -18,6 +18,7 @@ from . import backoff, compose, states, validate
 from .compose import Artifact
 from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
+from .ledger import SlotSpend
 from .outcomes import (
     DEAD_STATUSES,
     Accepted,
@@ -347,6 +348,42 @@ def custody_while_suspended(job: Job, outcome: Observed | Missing | Transient | 
     return Decision(State.MANUALLY_SUSPENDED, Reason.RETRIEVED,
                     {**d.changes, "suspended_from": State.RETRIEVED_NOT_VALIDATED.value},
                     {**d.detail, "while_suspended": True, "response_id": job.response_id})
+
+
+def restored_behind_ledger(job: Job, spend: SlotSpend) -> Decision:
+    """CREATE_ELIGIBLE, but the spend ledger knows of paid creates this row has forgotten (a
+    database restored from a backup): no create; park it with what the ledger knows. The lease
+    is kept so the ledger's response can be adopted at once if the provider still has it."""
+    d = quarantine(Reason.RESTORED_BEHIND_LEDGER,
+                   f"the spend ledger records {spend.charged} paid create(s) for {spend.slot}; this row knows of "
+                   f"{job.generation_attempts}" + (f"; last accepted response {spend.response_id}"
+                                                   if spend.response_id else ""),
+                   ledger_charged=spend.charged, ledger_response_id=spend.response_id,
+                   ledger_job_ids=spend.job_ids[-3:], attempts_here=job.generation_attempts)
+    return Decision(d.to, d.reason, {**d.changes, "response_id": spend.response_id}, d.detail, go_on=True)
+
+
+def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Transient | Rejected) -> Decision | None:
+    """QUARANTINED restored_behind_ledger: adopt the ledger's response when the provider still
+    has it and its metadata names this slot and config; None leaves the job for an operator."""
+    if not isinstance(outcome, Observed) or spend.response_id is None:
+        return None
+    meta = outcome.metadata
+    if meta.get("iipub_slot") != spend.slot or outcome.status in DEAD_STATUSES:
+        return None
+    if spend.fingerprint and meta.get("iipub_fingerprint") not in (None, spend.fingerprint):
+        return None
+    to = _STATUS_STATE.get(outcome.status, State.COMPLETED_NOT_RETRIEVED if outcome.finished else None)
+    if to is None:
+        return None
+    changes: dict[str, Any] = {"response_id": spend.response_id, "generation_attempts": spend.charged,
+                               "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None}
+    if meta.get("iipub_fingerprint"):
+        changes["config_fingerprint"] = meta["iipub_fingerprint"]
+    return Decision(to, Reason.RESTORED_ADOPTED, changes,
+                    {"response_id": spend.response_id, "status": outcome.status, "attempt": spend.response_attempt,
+                     "attempts_added": spend.charged - job.generation_attempts},
+                    delay=0, go_on=outcome.finished)
 
 
 def on_validation(job: Job, result: validate.Validation) -> Decision:

@@ -50,6 +50,11 @@ Publication
                          its reasons or payload, MANUALLY_SUSPENDED without the state to resume
   killed_but_published   a killed job has editions
 
+Spend ledger (`check_ledger`, `iipub check --ledger`)
+  behind_ledger          the ledger charged paid creates for a slot that this database does not know
+                         of and has not quarantined (a restored backup)
+  ledger_unreadable      ledger lines that could not be parsed
+
 Liveness
   stranded               a job neither published nor killed nor parked, `stranded_after_seconds` past
                          its slot's opening (database clock; `jobs.is_stranded`, as `status` reports)
@@ -77,7 +82,8 @@ from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import is_stranded
-from .states import AMBIGUOUS_CREATE, Reason, State, is_operator_reason
+from .ledger import SlotSpend
+from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
 
 jobs_table, events_table, editions_table = db.jobs, db.job_events, db.editions
@@ -88,7 +94,7 @@ outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
 UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
 # Entries that take output into custody, save editions, publish them.
 CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST})
-ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK})
+ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
 STRANDED_AFTER_SECONDS = 7200.0
@@ -209,7 +215,7 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
             found.add("journal_edge", jid, f"event {ev.id}: operator-only {ev.from_state} -> {ev.to_state} "
                                            f"taken with reason {ev.reason!r}")
         if ev.from_state == State.QUARANTINED.value and ev.to_state != State.QUARANTINED.value \
-                and not is_operator_reason(ev.reason):
+                and not is_operator_reason(ev.reason) and ev.reason not in ADOPTION_REASONS:
             found.add("unreleased_exit", jid, f"event {ev.id} left QUARANTINED with reason {ev.reason!r}")
     last = evs[-1]
     if last.to_state != job["state"]:
@@ -217,6 +223,9 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     if last.version > job["version"]:
         found.add("journal_versions", jid, f"journal version {last.version} > job version {job['version']}")
     charged = sum(e.reason == Reason.DISPATCH for e in evs) - sum(e.reason == Reason.CREATE_REFUSED for e in evs)
+    # After a restore the journal is as old as the backup; the spend ledger's adoption names the
+    # paid creates it no longer shows.
+    charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason == Reason.RESTORED_ADOPTED)
     if charged != job["generation_attempts"]:
         found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
                                             f"charged {charged} (dispatches minus refunds)")
@@ -440,6 +449,8 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
                     uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
             elif ev.reason == Reason.CREATE_REFUSED:
                 allowed[str(ev.detail.get("refunded_attempt"))] -= 1
+            elif ev.reason == Reason.RESTORED_ADOPTED:
+                allowed[str(ev.detail.get("attempt"))] += 1
         charged = sum(allowed.values())
         seen = by_job.get(jid, 0)
         if seen > charged:
@@ -496,6 +507,30 @@ def _detail(text: str | None) -> dict[str, Any]:
 
 def _is_state(name: str) -> bool:
     return name in State.__members__
+
+
+def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: int = 0) -> list[Violation]:
+    """The database against the spend ledger: every slot the ledger charged must be a job of this
+    database that knows of at least as many paid creates (`behind_ledger` otherwise: a restore)."""
+    found = _Found()
+    if unreadable:
+        found.add("ledger_unreadable", None, f"{unreadable} ledger line(s) could not be read")
+    with engine.connect() as conn:
+        rows = {f"{r.product}/{r.edition_date.isoformat() if hasattr(r.edition_date, 'isoformat') else r.edition_date}":
+                r for r in conn.execute(sa.select(jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date,
+                                                  jobs_table.c.generation_attempts, jobs_table.c.state))}
+    for slot, s in sorted(spend.items()):
+        row = rows.get(slot)
+        if s.charged <= 0:
+            continue
+        if row is None:
+            found.add("behind_ledger", None, f"{slot}: the ledger charged {s.charged} paid create(s); the database "
+                                             "has no such slot")
+        elif row.generation_attempts < s.charged and row.state != State.QUARANTINED.value:
+            found.add("behind_ledger", row.id, f"{slot}: the ledger charged {s.charged} paid create(s) (last "
+                                               f"response {s.response_id or '-'}); the job knows of "
+                                               f"{row.generation_attempts} and is {row.state}")
+    return found.items
 
 
 def summarize(violations: Iterable[Violation]) -> dict[str, int]:

@@ -232,3 +232,32 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
 
 def events_of(conn: Connection, job_ids: Sequence[str]) -> list[Any]:
     return list(conn.execute(sa.select(outbox_table).where(outbox_table.c.job_id.in_(list(job_ids)))))
+
+
+def grant_republish(engine: Engine, job_id: str, by: str, reason: str) -> int:
+    """An operator lets the job's editions replace live pages; its parked deliveries go again.
+    Returns how many parked deliveries were re-queued."""
+    grants = db.republish_grants
+    with db.transaction(engine) as conn:
+        now = db.now(conn)
+        if conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is None:
+            conn.execute(grants.insert().values(job_id=job_id, granted_by=by, reason=reason, granted_at=now))
+        else:
+            conn.execute(grants.update().where(grants.c.job_id == job_id)
+                         .values(granted_by=by, reason=reason, granted_at=now))
+        events = [r.event_id for r in conn.execute(
+            sa.select(outbox_table.c.event_id).where(outbox_table.c.job_id == job_id))]
+        n = conn.execute(deliveries_table.update()
+                         .where(deliveries_table.c.event_id.in_(events), deliveries_table.c.parked_at.is_not(None))
+                         .values(parked_at=None, updated_at=now)).rowcount if events else 0
+        if events:
+            conn.execute(outbox_table.update()
+                         .where(outbox_table.c.job_id == job_id, outbox_table.c.published_at.is_(None))
+                         .values(next_attempt_at=now, version=outbox_table.c.version + 1))
+        return int(n)
+
+
+def republish_granted(engine: Engine, job_id: str) -> bool:
+    with engine.connect() as conn:
+        grants = db.republish_grants
+        return conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is not None

@@ -20,13 +20,24 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, outbox, scheduling, validate
+from . import db, handlers, ledger, outbox, scheduling, validate
 from .config import Product, Settings
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job, new_worker_id
-from .outcomes import DEAD_STATUSES, CreateRequest, Missing, Observed, ReadOutcome
+from .outcomes import (
+    DEAD_STATUSES,
+    Accepted,
+    Ambiguous,
+    CreateOutcome,
+    CreateRequest,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Refused,
+    Rejected,
+)
 from .provider import Provider
 from .states import State
 from .store import Store
@@ -80,6 +91,9 @@ class Tick:
         self._in_flight = store.count_in_flight()
         self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
+        path = settings.ledger_path()
+        self.ledger = ledger.SpendLedger(path) if path is not None else None
+        self._spend: dict[str, ledger.SlotSpend] | None = None
         g, now = self.gate.state()
         # Paused, or the breaker open and no probe due: creates are not even leased this tick.
         self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
@@ -105,6 +119,40 @@ class Tick:
     def _cool_locally(self, seconds: float) -> None:
         with self._lock:
             self._cooldown_until = max(self._cooldown_until, self.deadline, time.monotonic() + seconds)
+
+    def spend(self, slot: str) -> ledger.SlotSpend | None:
+        """What the spend ledger records for `slot` (the file is read once per tick, when the
+        first create is considered; this tick's own creates are added as they happen)."""
+        if self.ledger is None:
+            return None
+        with self._lock:
+            if self._spend is None:
+                self._spend, bad = self.ledger.read()
+                if bad:
+                    log.warning("ledger_unreadable_lines", path=str(self.ledger.path), lines=bad)
+            return self._spend.get(slot)
+
+    def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:
+        if self.ledger is None:
+            return
+        self.ledger.intent(job_id, slot, attempt, fingerprint, self.store.worker)
+        with self._lock:
+            if self._spend is not None:
+                spend = self._spend.setdefault(slot, ledger.SlotSpend(slot))
+                spend.charged += 1
+
+    def record_outcome(self, job_id: str, slot: str, attempt: int, outcome: CreateOutcome) -> None:
+        if self.ledger is None:
+            return
+        kind = {Accepted: "accepted", Refused: "refused", Ambiguous: "ambiguous", Rejected: "rejected"}[type(outcome)]
+        rid = outcome.response_id if isinstance(outcome, Accepted) else None
+        try:
+            self.ledger.outcome(job_id, slot, attempt, kind, rid)
+        except ledger.LedgerError as exc:  # the intent is on disk: a restore still cannot pay twice
+            log.error("ledger_unwritable", job_id=job_id, worker=self.store.worker, error=str(exc))
+        with self._lock:
+            if self._spend is not None and kind == "refused" and slot in self._spend:
+                self._spend[slot].charged -= 1
 
     def wait_for_probe(self, job_id: str) -> None:
         with self._lock:
@@ -383,6 +431,11 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
     if d.to == State.QUARANTINED:
         return _apply(tick, job, d)
+    slot = ledger.slot_of(job.product, job.edition_date.isoformat())
+    spend = tick.spend(slot)
+    if ledger.behind(job, spend):
+        assert spend is not None
+        return _adopt_from_ledger(tick, _apply(tick, job, handlers.restored_behind_ledger(job, spend)), spend)
     if _provider_waits(tick, job):
         return None
     verdict = tick.gate.admit(job.id)  # paused, breaker open, shared cool-down, global rate
@@ -396,14 +449,38 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         _hold(tick, job)
         return None
     in_flight = _apply(tick, job, d)  # committed before any byte goes out
-    outcome = tick.provider.create(CreateRequest(
-        job_id=job.id, product=product, edition_date=job.edition_date,
-        attempt=in_flight.generation_attempts, fingerprint=fingerprint,
-    ))
+    attempt = in_flight.generation_attempts
+    outcome: CreateOutcome
+    try:
+        tick.record_intent(job.id, slot, attempt, fingerprint)  # fsync'd before the POST
+    except ledger.LedgerError as exc:
+        log.error("ledger_unwritable", job_id=job.id, worker=tick.store.worker, error=str(exc))
+        outcome = Refused(None, f"not sent: {exc}")  # nothing went out: the attempt is refunded
+    else:
+        outcome = tick.provider.create(CreateRequest(
+            job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
+        ))
+        tick.record_outcome(job.id, slot, attempt, outcome)
     after = _apply(tick, in_flight, dataclasses.replace(
         handlers.after_create(in_flight, outcome, tick.settings.reconcile, tick.rng), go_on=False))
     tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
+
+
+def _adopt_from_ledger(tick: Tick, parked: Job, spend: ledger.SlotSpend) -> Job | None:
+    """Right after `restored_behind_ledger`: if the provider still has the response the ledger
+    recorded, and it names this slot, take it back (nothing is paid again)."""
+    if parked.lease_owner != tick.store.worker:
+        return parked
+    if spend.response_id is None or tick.cooling():
+        tick.store.release(parked)
+        return None
+    outcome = tick.provider.retrieve(spend.response_id)
+    d = handlers.adopt_restored(parked, spend, outcome)
+    if d is None:
+        tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
+        return None
+    return _apply(tick, parked, d)
 
 
 def step_create_in_flight(tick: Tick, job: Job) -> Job:

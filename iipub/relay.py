@@ -17,7 +17,7 @@ import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, db, handlers
+from . import backoff, db, handlers, outbox
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
 from .jobs import new_worker_id
@@ -44,11 +44,12 @@ class RelayReport:
     seconds: float = 0.0
 
 
-def build_sinks(settings: Settings, client: httpx.Client | None = None) -> list[Sink]:
+def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: sa.Engine | None = None) -> list[Sink]:
     sinks: list[Sink] = []
     if settings.static_sink is not None:
         s = settings.static_sink
-        sinks.append(StaticSink(s.root, site_title=s.site_title, base_url=s.base_url))
+        grants = (lambda job_id: outbox.republish_granted(engine, job_id)) if engine is not None else None
+        sinks.append(StaticSink(s.root, site_title=s.site_title, base_url=s.base_url, may_replace=grants))
     if settings.webhook_sink is not None:
         w = settings.webhook_sink
         try:
@@ -69,7 +70,7 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
     box = Outbox(engine, worker, rs.lease_seconds)
     client = httpx.Client() if sinks is None and settings.webhook_sink is not None else None
     try:
-        sinks = sinks if sinks is not None else build_sinks(settings, client)
+        sinks = sinks if sinks is not None else build_sinks(settings, client, engine)
         seen: set[int] = set()
         while time.monotonic() < deadline:
             batch = [(i, v) for i, v in box.due(rs.batch_size + len(seen)) if i not in seen]

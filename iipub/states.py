@@ -95,8 +95,10 @@ EDGES: tuple[Edge, ...] = tuple(
     # rules (free), or pay for a new generation (budget permitting), or kill.
     + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
              operator=True)
-    + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS,
-                             S.COMPLETED_NOT_RETRIEVED, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # Adopting a response the job provably paid for (an operator's --link, or iipub itself on
+    # proof: the spend ledger after a restore); `unreleased_exit` checks the reason.
+    + _edges(S.QUARANTINED, [S.ACCEPTED, S.QUEUED, S.IN_PROGRESS, S.COMPLETED_NOT_RETRIEVED])
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     # Suspension freezes decisions and spending, never custody: output that finishes is stored.
     + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
@@ -166,6 +168,8 @@ class Reason(enum.StrEnum):
     EDITION_CONFLICT = "edition_conflict"
     PROVIDER_REFUSED = "provider_refused"
     PRODUCT_REMOVED = "product_removed"
+    RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
+    RESTORED_ADOPTED = "restored_adopted"
     STEP_FAILING = "step_failing"
     # Operator commands.
     OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
@@ -223,6 +227,10 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CONFIG_DRIFT: (False, "quarantine: the deployed product config changed under the job"),
     R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
     R.PRODUCT_REMOVED: (False, "quarantine: the job's product is no longer configured; any output is kept"),
+    R.RESTORED_BEHIND_LEDGER: (False, ("quarantine: the spend ledger knows of paid creates this row has forgotten "
+                                       "(a restored backup); no create until it is settled")),
+    R.RESTORED_ADOPTED: (False, ("the response the ledger recorded was still at the provider, naming this slot: "
+                                 "adopted, nothing paid again")),
     R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
     R.PROVIDER_REFUSED: (False, ("quarantine: the provider refused the prompt or policy; paying again would fail "
                                  "again")),
@@ -243,8 +251,10 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
     R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.PRODUCT_REMOVED,
-    R.STEP_FAILING, R.OPERATOR_CANCELLED,
+    R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED,
 })
+# The machine may take a job out of quarantine only with one of these: proof, not a guess.
+ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
 PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING})
 # A dispatch that ended in one of these may or may not have reached the provider.

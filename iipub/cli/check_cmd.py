@@ -9,6 +9,7 @@ import httpx
 
 from .. import invariants
 from ..errors import IipubError
+from ..ledger import SpendLedger
 from .common import App, emit_json, pass_app, table
 
 
@@ -28,10 +29,13 @@ class CheckFailed(IipubError):
               help="Static site to verify (default: [sinks.static] root of the configuration).")
 @click.option("--stranded-after", default=invariants.STRANDED_AFTER_SECONDS, show_default=True,
               type=click.FloatRange(min=0), help="Seconds a job may stay live before it counts as stranded.")
+@click.option("--ledger", "with_ledger", is_flag=True,
+              help="Also compare the database with the spend ledger ([ledger] path): slots it paid for that "
+                   "the database has forgotten (a restore).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 @pass_app
 def check_command(app: App, simulator_url: str | None, settled: bool, static_root: Path | None,
-                  stranded_after: float, as_json: bool) -> None:
+                  stranded_after: float, with_ledger: bool, as_json: bool) -> None:
     """Check the invariants iipub promises against the database: journal versions and
     transitions, one publication per slot and language (or a parked job with its reason),
     paid creates explained by the journal, no output lost without a journaled expiry, every
@@ -45,8 +49,15 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
             stats = invariants.sim_stats_from(simulator_url)
         except (httpx.HTTPError, ValueError) as exc:
             raise click.ClickException(f"cannot read simulator stats from {simulator_url}: {exc}") from None
-    found = invariants.check(app.engine(), settings=app.settings, sim_stats=stats, static_root=static_root,
+    engine = app.engine()
+    found = invariants.check(engine, settings=app.settings, sim_stats=stats, static_root=static_root,
                              settled=settled, stranded_after_seconds=stranded_after)
+    if with_ledger:
+        path = app.settings.ledger_path()
+        if path is None:
+            raise click.ClickException("the spend ledger is off ([ledger] enabled = false)")
+        spend, unreadable = SpendLedger(path).read()
+        found += invariants.check_ledger(engine, spend, unreadable)
     if as_json:
         emit_json({"ok": not found, "counts": invariants.summarize(found), "violations": [v.to_dict() for v in found]})
     elif found:

@@ -174,6 +174,19 @@ def _since(text: str) -> dt.datetime:
     return when
 
 
+@click.command("republish")
+@click.argument("job_id")
+@reason_option
+@by_option
+@pass_app
+def republish_command(app: App, job_id: str, reason: str, by: str) -> None:
+    """Let a job's editions replace pages that are already live with different content. The
+    static sink never does that by itself (the delivery parks as `conflicting_republish`, e.g.
+    after a restore); this records who allowed it and why, and re-queues the parked deliveries."""
+    n = Operator(app.settings, app.engine()).republish(job_id, reason, by)
+    click.echo(f"job {job_id}: republish allowed; {n} parked deliveries re-queued")
+
+
 # -- the whole provider ------------------------------------------------------------------
 
 
@@ -321,5 +334,5 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
                f"already present {len(report.present)}")
 
 
-COMMANDS = [quarantine_group, pause_command, unpause_command, suspend_command, resume_command, cancel_command,
-            kill_command, revalidate_command, regenerate_command, backfill_command]
+COMMANDS = [quarantine_group, republish_command, pause_command, unpause_command, suspend_command, resume_command,
+            cancel_command, kill_command, revalidate_command, regenerate_command, backfill_command]

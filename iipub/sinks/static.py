@@ -13,7 +13,7 @@ import html
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
@@ -45,10 +45,13 @@ class StaticSink:
 
     name = "static"
 
-    def __init__(self, root: Path, site_title: str = "InternationalIntelligence.org", base_url: str = "") -> None:
+    def __init__(self, root: Path, site_title: str = "InternationalIntelligence.org", base_url: str = "",
+                 may_replace: Callable[[str], bool] | None = None) -> None:
         self.root = Path(root)
         self.site_title = site_title
         self.base_url = base_url.rstrip("/")
+        # Whether an operator let this job's editions replace live pages (`iipub republish`).
+        self.may_replace: Callable[[str], bool] = may_replace or (lambda job_id: False)
 
     def deliver(self, event: Event) -> DeliveryResult:
         problem = _check_parts(event.product, event.edition_date, event.lang)
@@ -63,10 +66,29 @@ class StaticSink:
         if artifact.sha256 != event.sha256:
             return Parked(f"static: artifact sha256 {artifact.sha256} does not match the event's {event.sha256}")
         try:
+            live = self._live_sha256(artifact)
+        except OSError as exc:
+            return RetryLater(None, f"static: {exc}")
+        if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
+            # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
+            return Parked(f"conflicting_republish: {artifact.product} {artifact.edition_date} {artifact.lang} is "
+                          f"live with sha256 {live[:12]}…, this edition is {artifact.sha256[:12]}…; "
+                          f"`iipub republish {event.job_id} --reason …` lets it replace the page")
+        try:
             self._publish(artifact)
         except OSError as exc:
             return RetryLater(None, f"static: {exc}")
         return Delivered()
+
+    def _live_sha256(self, art: Artifact) -> str | None:
+        """The hash of the edition already published for this product, date and language."""
+        path = self.root / art.product / art.edition_date / f"{art.lang}.json"
+        try:
+            return artifact_from_json(path.read_bytes()).sha256
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except ValueError:
+            return "unreadable"  # something is there that we did not write: not ours to replace
 
     def _publish(self, art: Artifact) -> None:
         product_dir = self.root / art.product

@@ -1,0 +1,380 @@
+"""Helpers shared by the tests (tests/conftest.py keeps only fixtures and hooks).
+
+- the `iipub` command line, in process (`run_cli`: `iipub.cli.main` with its own environment,
+  working directory, stdout and stderr) and, where the process itself is the subject, as the
+  installed console script (`run_iipub`, `iipub_exe`);
+- settings and subprocess environments for runs against the simulator;
+- reads of the stored rows that assertions compare;
+- a webhook receiver on loopback for relay tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import openai
+import sqlalchemy as sa
+import structlog
+from click.testing import CliRunner
+
+from iipub import db, logs
+from iipub.config import Settings, settings_from_dict
+from iipub.simulator import Simulator
+
+# Read at import, which tests/conftest.py does before it scrubs IIPUB_* and OPENAI_* from the
+# environment of the test run.
+MYSQL_URL = os.environ.get("IIPUB_TEST_MYSQL_URL", "").strip()
+BACKEND = "mysql" if MYSQL_URL else "sqlite"
+ENV_PREFIXES = ("IIPUB_", "OPENAI_")
+
+UNKNOWN_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def clean_env() -> dict[str, str]:
+    """The test run's environment without any IIPUB_* / OPENAI_* setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+# -- the command line, in process -------------------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    """What one `iipub` invocation left: like `subprocess.CompletedProcess`."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextmanager
+def _logging_restored() -> Iterator[None]:
+    """`iipub.logs.configure` binds structlog and the root logger to the sys.stderr of the
+    moment, once per process. Let each invocation configure them afresh (so its JSON log
+    lines land in its own stderr), then put back what was there."""
+    saved_structlog = structlog.get_config()
+    was_configured = structlog.is_configured()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_flag = logs._configured
+    logs._configured = False
+    try:
+        yield
+    finally:
+        logs._configured = saved_flag
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        if was_configured:
+            structlog.configure(**saved_structlog)
+        else:
+            structlog.reset_defaults()
+
+
+def run_cli(*args: str, env: Mapping[str, str], cwd: Path | None = None, check: bool = False) -> CliResult:
+    """`iipub ARGS` in this process: `iipub.cli.main` exactly as the console script calls it,
+    with os.environ replaced by `env` (missing keys unset), `cwd` as working directory, and
+    stdout / stderr captured separately. An exception `main` does not turn into an exit code
+    propagates (the console script would have printed a traceback)."""
+    from iipub.cli import main as cli_main
+
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k not in env}
+    overrides.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+    old_cwd = os.getcwd()
+    old_sigterm = signal.getsignal(signal.SIGTERM)  # `iipub reconcile` installs its own
+    code: int | None = None
+    with _logging_restored(), CliRunner().isolation(env=overrides) as (out, err, _mixed):
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            cli_main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.chdir(old_cwd)
+            signal.signal(signal.SIGTERM, old_sigterm)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout = out.getvalue().decode("utf-8", "replace")
+        stderr = err.getvalue().decode("utf-8", "replace")
+    if code is None:
+        raise AssertionError(f"iipub {' '.join(args)}: main() returned instead of exiting")
+    result = CliResult(args, code, stdout, stderr)
+    if check and code != 0:
+        raise AssertionError(f"iipub {' '.join(args)} exited {code}: {stderr[-2000:]}")
+    return result
+
+
+def one_line_error(result: CliResult | subprocess.CompletedProcess[str], code: int, needle: str,
+                   prefix: str = "iipub: error: ") -> None:
+    """Exit `code`, and stderr is exactly one line that starts with `prefix` and contains
+    `needle` (no traceback, no log lines)."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix) and needle in lines[0], result.stderr
+
+
+# -- the command line, as a process ---------------------------------------------------------------------
+
+
+def iipub_exe() -> list[str]:
+    """The installed console script (falls back to the module when run from a checkout)."""
+    exe = shutil.which("iipub", path=str(Path(sys.executable).parent)) or shutil.which("iipub")
+    return [exe] if exe else [sys.executable, "-m", "iipub"]
+
+
+def run_iipub(*args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60,
+              check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`iipub ARGS` as a child process. Only for tests whose subject is the process itself
+    (signals, overlapping processes, the installed script): everything else uses `run_cli`."""
+    proc = subprocess.run(
+        [*iipub_exe(), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"iipub {' '.join(args)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def start_iipub(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """`iipub ARGS` started as a child process (to be signalled, paused or overlapped)."""
+    return subprocess.Popen([*iipub_exe(), *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+# -- one TLS context for every HTTP client ----------------------------------------------------------
+
+
+@contextmanager
+def shared_ssl_contexts() -> Iterator[None]:
+    """Every httpx client loads the CA bundle into a new SSL context (~30-70 ms here), and
+    the tests create hundreds: one per Provider, that is per reconcile tick, plus the SDK
+    clients and webhook sinks. All test traffic is plain HTTP on loopback, so let clients
+    with the same verification settings share one context. Nothing else changes; without
+    httpx's hook (another httpx version) this does nothing."""
+    try:
+        import httpx._transports.default as transport
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    original = getattr(transport, "create_ssl_context", None)
+    if original is None:  # pragma: no cover
+        yield
+        return
+    cache: dict[tuple[Any, ...], Any] = {}
+    lock = threading.Lock()
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if cert is not None or not isinstance(verify, bool):
+            return original(verify=verify, cert=cert, trust_env=trust_env)
+        key = (verify, trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        with lock:
+            if key not in cache:
+                cache[key] = original(verify=verify, cert=cert, trust_env=trust_env)
+            return cache[key]
+
+    transport.create_ssl_context = create_ssl_context
+    try:
+        yield
+    finally:
+        transport.create_ssl_context = original
+
+
+# -- prompt shutdown of loopback servers -----------------------------------------------------------
+
+
+def stop_promptly(stop: Callable[[], None], address: tuple[str, int]) -> None:
+    """Call `stop` (which shuts a socketserver down) while knocking at `address`.
+
+    `serve_forever` notices a shutdown request only when its select() wakes up: after its poll
+    interval (50 ms for the simulator), or at once when a connection arrives. Knocking every
+    few milliseconds while `stop` runs saves that wait at the end of every test using a server.
+    A knock is a connection closed without a request: no handler records anything for it."""
+    done = threading.Event()
+
+    def knock() -> None:
+        while not done.is_set():
+            try:
+                socket.create_connection(address, timeout=0.5).close()
+            except OSError:
+                return  # closed already: nothing left to wake
+            done.wait(0.002)
+
+    knocker = threading.Thread(target=knock, name="stop-promptly", daemon=True)
+    knocker.start()
+    try:
+        stop()
+    finally:
+        done.set()
+        knocker.join(timeout=5)
+
+
+# -- settings and environments ----------------------------------------------------------------------------
+
+
+def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, Any]) -> Settings:
+    """Settings for in-process ticks: short timeouts, immediate polls, a static root in tmp."""
+    data: dict[str, Any] = {
+        "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 15, "tick_seconds": 30, "concurrency": 8,
+                      "backoff_base_seconds": 1, "backoff_cap_seconds": 60},
+        # Suspected losses are read again on the next tick, not half a minute later.
+        "provider": {"timeout_seconds": 4, "connect_timeout_seconds": 1, "loss_confirm_seconds": 0},
+        "relay": {"backoff_base_seconds": 1, "backoff_cap_seconds": 60},
+        "sinks": {"static": {"root": str(root)}},
+        "ledger": {"path": str(root.parent / "spend-ledger.jsonl")},  # this test's own, never the checkout's
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    base = settings_from_dict(data)
+    return replace(base, database_url=db_url, api_key="sk-test",
+                   provider=replace(base.provider, base_url=sim_url))
+
+
+def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str = "") -> dict[str, str]:
+    """Environment for `iipub reconcile` / `relay` (in process or as a child) against `sim`,
+    with a config file in `tmp_path` (`config` appended to it)."""
+    cfg = tmp_path / "iipub.toml"
+    cfg.write_text(
+        "[reconcile]\npoll_interval_seconds = 0\nlease_seconds = 10\ntick_seconds = 20\n"
+        "[provider]\ntimeout_seconds = 2\nconnect_timeout_seconds = 1\nloss_confirm_seconds = 0\n"
+        f"[sinks.static]\nroot = \"{tmp_path / 'public'}\"\n"
+        f"[ledger]\npath = \"{tmp_path / 'spend-ledger.jsonl'}\"\n" + config
+    )
+    return {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "IIPUB_CONFIG": str(cfg)}
+
+
+# -- stored rows --------------------------------------------------------------------------------------------
+
+
+def utc_today() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+def job_rows(engine: sa.Engine) -> list[dict[str, Any]]:
+    """Every job row, oldest edition first."""
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.edition_date)).mappings()]
+
+
+def job_events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
+    """One job's journal, oldest first."""
+    with engine.connect() as conn:
+        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
+        return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def job_versions(engine: sa.Engine) -> dict[str, int]:
+    return {r["id"]: r["version"] for r in job_rows(engine)}
+
+
+def stored(engine: sa.Engine) -> dict[str, Any]:
+    """Everything a command could damage: every job row and the size of every other table."""
+    with engine.connect() as conn:
+        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(db.jobs)).mappings()}
+        counts = {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+                  for t in (db.job_events, db.editions, db.outbox, db.outbox_deliveries)}
+    return {"jobs": jobs, "counts": counts}
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+# -- a webhook receiver --------------------------------------------------------------------------------------
+
+SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-32byte").decode()
+
+
+@dataclass
+class Receiver:
+    """Records every request; answers 200, 503 with retry-after, 400, or hangs (so a relay
+    can be killed mid-delivery), as `mode` says."""
+
+    url: str
+    mode: str = "ok"  # ok | 503 | 400 | hang
+    hang_seconds: float = 30.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keys(self) -> Counter[str]:
+        with self.lock:
+            return Counter(r["headers"]["idempotency-key"] for r in self.requests)
+
+    def verified(self) -> int:
+        """How many recorded requests carry a valid Standard Webhooks signature (checked
+        with the official SDK's verifier; tolerance ±5 min, so checked soon after)."""
+        client = openai.OpenAI(api_key="unused", webhook_secret=SECRET)
+        ok = 0
+        try:
+            for r in list(self.requests):
+                client.webhooks.verify_signature(r["body"], r["headers"], secret=SECRET)
+                ok += 1
+        finally:
+            client.close()
+        return ok
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        rec: Receiver = self.server.receiver  # type: ignore[attr-defined]
+        with rec.lock:
+            rec.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+        if rec.mode == "hang":
+            time.sleep(rec.hang_seconds)
+        status, extra = {"ok": (200, {}), "503": (503, {"retry-after": "120"}), "400": (400, {}),
+                         "hang": (200, {})}[rec.mode]
+        reply = b'{"ok":true}' if status == 200 else b'{"error":"nope"}'
+        try:
+            self.send_response(status)
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+        except OSError:
+            pass  # the client is gone (killed relay)
+
+
+@contextmanager
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on loopback for the duration of the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/iipub")
+    server.receiver = rec  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        stop_promptly(server.shutdown, ("127.0.0.1", server.server_address[1]))
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,150 @@
+"""The restore drill: back up the database, let iipub pay (and publish), restore the backup,
+tick again. The spend ledger outside the database keeps iipub from paying twice, and the live
+page is never replaced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from iipub import db, reconcile, relay
+from iipub.config import Settings
+from iipub.ledger import SpendLedger
+from iipub.simulator import Simulator
+from iipub.store import Store
+from tests.helpers import job_events, job_rows, run_cli, sim_env
+
+DAY = dt.date(2026, 11, 29)
+PRODUCT = "daily-brief"
+Backup = dict[str, list[dict[str, Any]]]
+
+
+@pytest.fixture(autouse=True)
+def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+
+
+@pytest.fixture
+def cfg(settings: Settings) -> Settings:
+    p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+    return replace(settings, products={PRODUCT: p}, webhook_sink=None)
+
+
+def backup(engine: sa.Engine) -> Backup:
+    """Every row of every table (a logical dump, the same on SQLite and MariaDB)."""
+    with engine.connect() as conn:
+        return {t.name: [dict(r) for r in conn.execute(sa.select(t)).mappings()] for t in db.metadata.sorted_tables}
+
+
+def restore(engine: sa.Engine, dump: Backup) -> None:
+    with engine.begin() as conn:
+        for t in reversed(db.metadata.sorted_tables):
+            conn.execute(t.delete())
+        for t in db.metadata.sorted_tables:
+            if dump[t.name]:
+                conn.execute(t.insert(), dump[t.name])
+
+
+def ticks(s: Settings, engine: sa.Engine, sim: Simulator, n: int) -> None:
+    for _ in range(n):
+        reconcile.run(s, engine)
+        relay.run(s, engine)
+        sim.advance(5)
+
+
+def pages(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_restore_from_before_the_create_adopts_the_paid_response_instead_of_paying_again(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    dump = backup(engine)  # the nightly backup: the slot exists, nothing paid yet
+    reconcile.run(cfg, engine)  # paid create, accepted
+    (paid,) = job_rows(engine)
+    assert paid["state"] == "ACCEPTED" and sim.stats()["creates_total"] == 1
+    restore(engine, dump)
+    assert job_rows(engine)[0]["state"] == "NO_JOB"
+    ticks(cfg, engine, sim, 5)
+    (row,) = job_rows(engine)
+    assert sim.stats()["creates_total"] == 1  # nothing paid twice
+    assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED") and row["response_id"] == paid["response_id"]
+    reasons = [e["reason"] for e in job_events(engine, row["id"])]
+    assert "restored_behind_ledger" in reasons and "restored_adopted" in reasons and "dispatch" not in reasons
+    assert row["generation_attempts"] == 1
+
+
+def test_a_restore_from_before_a_published_edition_pays_nothing_and_leaves_the_page_alone(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    assert cfg.static_sink is not None
+    root = Path(cfg.static_sink.root)
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    dump = backup(engine)
+    ticks(cfg, engine, sim, 6)  # created, published, cleaned up (the remote response is deleted)
+    (done,) = job_rows(engine)
+    assert done["state"] == "DELETED"
+    live = pages(root)
+    restore(engine, dump)
+    sim.advance(700)  # and the provider forgot the response anyway
+    ticks(cfg, engine, sim, 4)
+    (row,) = job_rows(engine)
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "restored_behind_ledger")
+    assert row["response_id"] == done["response_id"]
+    assert sim.stats()["creates_total"] == 1
+    assert pages(root) == live  # the live page is unchanged
+
+
+def test_check_ledger_reports_the_slots_the_database_is_behind_on(
+    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
+) -> None:
+    env = sim_env(cli_env, sim, tmp_path)
+    run_cli("schedule", env=env, cwd=tmp_path, check=True)
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # today's slots, created
+    assert run_cli("check", "--ledger", env=env, cwd=tmp_path).returncode == 0
+    ledger = SpendLedger(tmp_path / "spend-ledger.jsonl")
+    spend, bad = ledger.read()
+    assert bad == 0 and spend and all(s.charged == 1 and s.response_id for s in spend.values())
+    with engine.begin() as conn:  # a restore from before the creates
+        conn.execute(db.jobs.update().values(generation_attempts=0, response_id=None, state="CREATE_ELIGIBLE"))
+    result = run_cli("check", "--ledger", env=env, cwd=tmp_path)
+    assert result.returncode == 1 and "behind_ledger" in result.stdout
+
+
+def test_a_different_edition_never_replaces_a_live_page_without_republish(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    assert cfg.static_sink is not None
+    root = Path(cfg.static_sink.root)
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    dump = backup(engine)
+    ticks(cfg, engine, sim, 6)
+    live = pages(root)
+    restore(engine, dump)
+    ledger = cfg.ledger_path()
+    assert ledger is not None
+    ledger.unlink()  # the ledger is gone too (the worst case): the slot is generated again ...
+    cfg = replace(cfg, products={PRODUCT: replace(cfg.products[PRODUCT], items=2)})  # ... differently
+    ticks(cfg, engine, sim, 6)
+    (row,) = job_rows(engine)
+    assert sim.stats()["creates_total"] == 2 and row["state"] == "SAVED_NOT_PUBLIC"
+    assert pages(root) == live  # ... but the new, different edition does not replace the live page
+    with engine.connect() as conn:
+        parked = conn.execute(sa.select(db.outbox_deliveries.c.last_error)
+                              .where(db.outbox_deliveries.c.parked_at.is_not(None))).scalars().all()
+    assert parked and all("conflicting_republish" in e for e in parked)
+    from iipub.actions import Operator
+
+    with Operator(cfg, engine) as op:
+        assert op.republish(row["id"], "the regenerated edition is the one we want", "alice") == len(parked)
+    ticks(cfg, engine, sim, 3)
+    assert job_rows(engine)[0]["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    assert pages(root) != live
