@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iipub import db, invariants, migrate
+from iipub import db, gate, invariants, migrate
 from iipub.config import settings_from_dict
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS
 from iipub.states import State
@@ -125,7 +125,8 @@ ACTIONS = (
     ("advance_small", 20),  # 1-8 s: backoffs come due
     ("advance_lease", 6),  # 13-40 s: every lease held now expires
     ("advance_outage", 1),  # 610-700 s: cron was down longer than the provider's retention
-    ("operator", 2),  # an operator cancels or kills a running job
+    ("operator", 4),  # an operator cancels, kills, suspends (and later resumes) a job, or pauses creates
+    ("config_swap", 1),  # a careless deploy changes a prompt under in-flight jobs, then is rolled back
     ("nothing", 12),
 )
 
@@ -145,7 +146,7 @@ def iipub_exe() -> list[str]:
 # -- configuration -------------------------------------------------------------------------------
 
 
-def config_toml(public: Path, webhook_url: str) -> str:
+def config_toml(public: Path, webhook_url: str, prompt_suffix: str = "") -> str:
     lines = [
         "[budgets]", "max_generation_attempts = 3", "max_poll_attempts = 30", "",
         "[reconcile]", f"lease_seconds = {LEASE_SECONDS}", f"tick_seconds = {TICK_SECONDS}", "concurrency = 4",
@@ -158,7 +159,7 @@ def config_toml(public: Path, webhook_url: str) -> str:
     for name, langs in PRODUCTS:
         lines += [
             "[[products]]", f'name = "{name}"', f"languages = {json.dumps(list(langs))}", 'opens_at = "00:00"',
-            f'prompt = "Write the {name} edition."', "items = 3", "",
+            f'prompt = "Write the {name} edition.{prompt_suffix}"', "items = 3", "",
         ]
     lines += [
         "[sinks.static]", f'root = "{public}"', "",
@@ -364,6 +365,8 @@ class Run:
         self.receiver: Receiver | None = None
         self.report: dict[str, Any] = {"seed": self.seed, "database": self.dbname, "workdir": str(self.workdir)}
         self.paused: list[tuple[float, Worker, int]] = []
+        self.undo: list[tuple[float, list[str]]] = []  # operator commands to run later (resume, unpause)
+        self.config_restore_at: float | None = None
         self.t0 = time.monotonic()
 
     # -- recording ---------------------------------------------------------------------
@@ -447,7 +450,7 @@ class Run:
             self.threads.append(t)
         restart_at = start + self.rng.uniform(0.4, 0.6) * a.seconds if a.restart_db else None
         outages_left = max(1, int(a.seconds // 150))
-        operator_left = max(1, a.slots // 100)
+        operator_left = max(3, a.slots // 40)
         names = [n for n, _ in ACTIONS]
         weights = [w for _, w in ACTIONS]
         n = 0
@@ -466,11 +469,12 @@ class Run:
                     action = "advance_small"
                 else:
                     outages_left -= 1
-            if action == "operator":
+            if action in ("operator", "config_swap"):
                 if operator_left <= 0:
                     action = "nothing"
                 else:
                     operator_left -= 1
+            self._operator_due()
             try:
                 getattr(self, "do_" + action)()
             except Exception as exc:  # the database may be down: the chaos goes on
@@ -600,20 +604,56 @@ class Run:
         return True
 
     def do_operator(self) -> None:
-        """An operator cancels (or kills) a job that is waiting on the provider."""
+        """An operator acts while the tick runs: cancels or kills a job waiting on the provider,
+        suspends a live job (resumed a few seconds later), or pauses creates for a while. Kills
+        and cancels race the suspended state too: they are judged on what the job was."""
         assert self.engine is not None
+        verb = self.rng.choices(["cancel", "kill", "suspend", "pause"], [30, 15, 40, 15])[0]
+        if verb == "pause":
+            self._iipub("operator_pause", ["pause", "--reason", "chaos drill", "--by", "chaos"])
+            self.undo.append((time.monotonic() + self.rng.uniform(3, 10), ["unpause", "--by", "chaos"]))
+            return
+        wanted = [State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]
+        if verb != "cancel":
+            wanted += [State.CREATE_ELIGIBLE, State.COMPLETED_NOT_RETRIEVED, State.RETRIEVED_NOT_VALIDATED,
+                       State.READY_TO_COMPOSE, State.SAVED_NOT_PUBLIC, State.MANUALLY_SUSPENDED]
         with self.engine.connect() as conn:
             ids = sorted(conn.execute(sa.select(db.jobs.c.id).where(
-                db.jobs.c.state.in_([State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value]))).scalars())
+                db.jobs.c.state.in_([s.value for s in wanted]))).scalars())
         if not ids:
             self.record("operator_missed")
             return
         job_id = self.rng.choice(ids)
-        verb = "cancel" if self.rng.random() < 0.7 else "kill"
-        proc = subprocess.run([*iipub_exe(), verb, job_id, "--reason", "chaos drill", "--by", "chaos"],
-                              env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=60)
-        self.record(f"operator_{verb}", job_id=job_id, rc=proc.returncode,
-                    out=(proc.stdout.strip() or proc.stderr.strip())[-300:])
+        self._iipub(f"operator_{verb}", [verb, job_id, "--reason", "chaos drill", "--by", "chaos"], job_id=job_id)
+        if verb == "suspend":
+            self.undo.append((time.monotonic() + self.rng.uniform(2, 8),
+                              ["resume", job_id, "--by", "chaos", "--reason", "drill over"]))
+
+    def do_config_swap(self) -> None:
+        """A deploy changes the prompt under in-flight jobs (they drift: custody first, then
+        quarantine), and is rolled back a few seconds later."""
+        assert self.receiver is not None
+        cfg = self.workdir / "iipub.toml"
+        cfg.write_text(config_toml(self.public, self.receiver.url, " Changed."), encoding="utf-8")
+        self.config_restore_at = time.monotonic() + self.rng.uniform(3, 10)
+        self.record("config_swap")
+
+    def _operator_due(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        due = [cmd for at, cmd in self.undo if everything or at <= now]
+        self.undo = [(at, cmd) for at, cmd in self.undo if not (everything or at <= now)]
+        for cmd in due:
+            self._iipub(f"operator_{cmd[0]}", cmd)
+        if self.config_restore_at is not None and (everything or now >= self.config_restore_at):
+            assert self.receiver is not None
+            (self.workdir / "iipub.toml").write_text(config_toml(self.public, self.receiver.url), encoding="utf-8")
+            self.config_restore_at = None
+            self.record("config_restored")
+
+    def _iipub(self, label: str, args: list[str], **facts: Any) -> None:
+        proc = subprocess.run([*iipub_exe(), *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
+                              timeout=60)
+        self.record(label, rc=proc.returncode, out=(proc.stdout.strip() or proc.stderr.strip())[-300:], **facts)
 
     def do_nothing(self) -> None:
         self.record("nothing")
@@ -682,6 +722,7 @@ class Run:
         log("stopping the chaos")
         self.stop.set()
         self._resume_due(everything=True)
+        self._operator_due(everything=True)
         for t in self.threads:
             t.join(timeout=TICK_SECONDS + 120)
         for w in self.workers:
@@ -701,8 +742,10 @@ class Run:
         _wait_for_db(self.admin, 120)
         while rounds < a.convergence_rounds and time.monotonic() - started < a.convergence_seconds:
             rounds += 1
-            # Past every lease (12 s) and backoff cap (20 s): what a dead worker held is free again.
-            while not self.advance(25.0, "converge_advance", wait=10):
+            # Past every lease (12 s) and backoff cap (20 s): what a dead worker held is free again;
+            # and past the create breaker's cool-down, so its probe can close it (the provider is
+            # healthy now).
+            while not self.advance(max(25.0, self._breaker_wait()), "converge_advance", wait=10):
                 time.sleep(1)
             procs = [self._spawn(role, f"converge-{role}-{rounds}-{i}")
                      for i, role in enumerate(("reconcile", "reconcile", "relay"))]
@@ -714,6 +757,19 @@ class Run:
                 break
         self.report["convergence"] = {"rounds": rounds, "seconds": round(time.monotonic() - started, 1),
                                       "settled": pending == 0}
+
+    def _breaker_wait(self) -> float:
+        """Seconds (database clock) until the open create breaker allows its probe; 0 if closed."""
+        try:
+            assert self.engine is not None
+            with self.engine.connect() as conn:
+                g = gate.read(conn)
+                now = db.read_now(conn)
+        except sa.exc.DBAPIError:
+            return 0.0
+        if not g.is_open or g.probe_after is None:
+            return 0.0
+        return max(0.0, (g.probe_after - now).total_seconds() + 1.0)
 
     def _spawn(self, role: str, name: str) -> subprocess.Popen[bytes]:
         with open(self.logdir / f"{name}.out", "ab") as out, open(self.logdir / f"{name}.err", "ab") as err:
