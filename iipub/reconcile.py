@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 import structlog
@@ -23,26 +20,24 @@ import structlog
 from . import db, handlers, ledger, outbox, scheduling, validate
 from .config import Product, Settings
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
-from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job, new_worker_id
 from .outcomes import (
     DEAD_STATUSES,
-    Accepted,
-    Ambiguous,
     CreateOutcome,
     CreateRequest,
     Missing,
     Observed,
     ReadOutcome,
     Refused,
-    Rejected,
 )
 from .provider import Provider
 from .states import State
 from .store import Store
+from .tick import STOP, Tick, TickReport
 
 log = structlog.get_logger("iipub.reconcile")
+__all__ = ["STEPS", "STOP", "Tick", "TickReport", "run"]
 
 # States whose next step calls the provider: skipped while the provider cools down.
 PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
@@ -50,148 +45,6 @@ PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED,
 
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
-
-# Set by SIGTERM (cron's `timeout`): stop taking work, finish what is in hand, release leases.
-STOP = threading.Event()
-
-
-@dataclass
-class TickReport:
-    worker: str
-    leased: int = 0
-    taken: int = 0
-    contention: int = 0
-    lease_lost: int = 0
-    errors: int = 0
-    creates: int = 0
-    held_back: int = 0
-    transitions: Counter[str] = field(default_factory=Counter)
-    stopped_at_deadline: bool = False
-    seconds: float = 0.0
-
-    def summary(self) -> dict[str, object]:
-        d = dataclasses.asdict(self)
-        d["transitions"] = dict(self.transitions)
-        return d
-
-
-class Tick:
-    """State shared by the threads of one sweep."""
-
-    def __init__(self, settings: Settings, store: Store, provider: Provider, deadline: float,
-                 rng: random.Random) -> None:
-        self.settings = settings
-        self.store = store
-        self.provider = provider
-        self.deadline = deadline
-        self.rng = rng
-        self.report = TickReport(worker=store.worker)
-        self._lock = threading.Lock()
-        self._cooldown_until = 0.0
-        self._in_flight = store.count_in_flight()
-        self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
-        self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
-        path = settings.ledger_path()
-        self.ledger = ledger.SpendLedger(path) if path is not None else None
-        self._spend: dict[str, ledger.SlotSpend] | None = None
-        g, now = self.gate.state()
-        # Paused, or the breaker open and no probe due: creates are not even leased this tick.
-        self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
-        if g.cooldown_until is not None and g.cooldown_until > now:
-            # Another process was rate-limited: this one cools down too.
-            self._cool_locally((g.cooldown_until - now).total_seconds())
-
-    def past_deadline(self) -> bool:
-        return STOP.is_set() or time.monotonic() >= self.deadline
-
-    def cooling(self) -> bool:
-        return time.monotonic() < self._cooldown_until
-
-    def cool_down(self, seconds: float) -> None:
-        """One 429 stops provider calls for the rest of the tick (no stampede), and every other
-        process's creates until the provider's hint has passed."""
-        self._cool_locally(seconds)
-        try:
-            self.gate.share_cool_down(seconds)
-        except (Contention, DatabaseUnavailable) as exc:  # the local cool-down still holds
-            log.warning("cool_down_not_shared", worker=self.store.worker, error=str(exc))
-
-    def _cool_locally(self, seconds: float) -> None:
-        with self._lock:
-            self._cooldown_until = max(self._cooldown_until, self.deadline, time.monotonic() + seconds)
-
-    def spend(self, slot: str) -> ledger.SlotSpend | None:
-        """What the spend ledger records for `slot` (the file is read once per tick, when the
-        first create is considered; this tick's own creates are added as they happen)."""
-        if self.ledger is None:
-            return None
-        with self._lock:
-            if self._spend is None:
-                self._spend, bad = self.ledger.read()
-                if bad:
-                    log.warning("ledger_unreadable_lines", path=str(self.ledger.path), lines=bad)
-            return self._spend.get(slot)
-
-    def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:
-        if self.ledger is None:
-            return
-        self.ledger.intent(job_id, slot, attempt, fingerprint, self.store.worker)
-        with self._lock:
-            if self._spend is not None:
-                spend = self._spend.setdefault(slot, ledger.SlotSpend(slot))
-                spend.charged += 1
-
-    def record_outcome(self, job_id: str, slot: str, attempt: int, outcome: CreateOutcome) -> None:
-        if self.ledger is None:
-            return
-        kind = {Accepted: "accepted", Refused: "refused", Ambiguous: "ambiguous", Rejected: "rejected"}[type(outcome)]
-        rid = outcome.response_id if isinstance(outcome, Accepted) else None
-        try:
-            self.ledger.outcome(job_id, slot, attempt, kind, rid)
-        except ledger.LedgerError as exc:  # the intent is on disk: a restore still cannot pay twice
-            log.error("ledger_unwritable", job_id=job_id, worker=self.store.worker, error=str(exc))
-        with self._lock:
-            if self._spend is not None and kind == "refused" and slot in self._spend:
-                self._spend[slot].charged -= 1
-
-    def wait_for_probe(self, job_id: str) -> None:
-        with self._lock:
-            self.probe_waiters.add(job_id)
-
-    def wait_for_probe_outcome(self) -> None:
-        """Until another worker's (or process's) probe create has an outcome, bounded by one
-        create's timeout and the tick's deadline."""
-        p = self.settings.provider
-        until = min(self.deadline, time.monotonic() + p.connect_timeout_seconds + p.timeout_seconds + 1)
-        while time.monotonic() < until and not STOP.is_set():
-            g, now = self.gate.state()
-            if g.probe_owner is None or g.probe_expiry is None or g.probe_expiry <= now or g.is_open:
-                return
-            STOP.wait(0.2)
-
-    def take_probe_waiters(self) -> set[str]:
-        with self._lock:
-            waiting, self.probe_waiters = self.probe_waiters, set()
-            return waiting
-
-    def admit_create(self) -> bool:
-        """Local admission control: accepted-but-unfinished provider jobs stay under max_in_flight."""
-        with self._lock:
-            if self._in_flight >= self.settings.reconcile.max_in_flight:
-                self.report.held_back += 1
-                return False
-            self._in_flight += 1
-            self.report.creates += 1
-            return True
-
-    def count(self, attr: str, n: int = 1) -> None:
-        with self._lock:
-            setattr(self.report, attr, getattr(self.report, attr) + n)
-
-    def counted(self, to: State) -> None:
-        with self._lock:
-            self.report.transitions[to.value] += 1
-
 
 def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
         worker: str | None = None, rng: random.Random | None = None) -> TickReport:
