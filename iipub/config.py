@@ -47,7 +47,8 @@ KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru
 # No product is authorised to give the model tools (web search, code, files): the
 # output must come from the prompt alone, so a config that asks for tools is refused.
 AUTHORISED_TOOLS: frozenset[str] = frozenset()
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"  # product names: in paths, URLs and metadata
+_NAME_RE = re.compile(NAME_PATTERN)
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 _DEFAULT_PROMPTS = {
@@ -67,7 +68,7 @@ _DEFAULT_PROMPTS = {
 
 @checked(frozen=True, config=_STRICT)
 class Product:
-    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
     languages: tuple[str, ...] = ("en", "es")
     opens_at: dt.time = dt.time(5, 0)
     model: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^\S+$")] = "gpt-5-mini"

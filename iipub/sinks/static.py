@@ -18,12 +18,13 @@ from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
+from ..config import NAME_PATTERN
 from ..compose import Artifact, artifact_from_document, artifact_from_json
 from ..validate import is_public_http_url
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 
 FEED_ENTRIES = 50
-_PRODUCT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_PRODUCT_RE = re.compile(NAME_PATTERN)
 _LANG_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{2,8})*$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _RTL = frozenset({"ar", "fa", "he", "ur"})
