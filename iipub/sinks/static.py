@@ -18,8 +18,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
-from ..config import NAME_PATTERN
 from ..compose import Artifact, artifact_from_document, artifact_from_json
+from ..config import NAME_PATTERN
 from ..validate import is_public_http_url
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 
