@@ -17,10 +17,12 @@ import os
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -36,7 +38,7 @@ from click.testing import CliRunner
 
 from iipub import db, logs
 from iipub.config import Settings, settings_from_dict
-from iipub.simulator import Simulator
+from iipub.simulator import Simulator, SimulatorOptions
 
 # Read at import, which tests/conftest.py does before it scrubs IIPUB_* and OPENAI_* from the
 # environment of the test run.
@@ -192,11 +194,11 @@ def shared_ssl_contexts() -> Iterator[None]:
                 cache[key] = original(verify=verify, cert=cert, trust_env=trust_env)
             return cache[key]
 
-    transport.create_ssl_context = create_ssl_context
+    setattr(transport, "create_ssl_context", create_ssl_context)  # noqa: B010 - not re-exported by httpx
     try:
         yield
     finally:
-        transport.create_ssl_context = original
+        setattr(transport, "create_ssl_context", original)  # noqa: B010
 
 
 # -- prompt shutdown of loopback servers -----------------------------------------------------------
@@ -226,6 +228,35 @@ def stop_promptly(stop: Callable[[], None], address: tuple[str, int]) -> None:
     finally:
         done.set()
         knocker.join(timeout=5)
+
+
+@contextmanager
+def prompt_server_shutdown() -> Iterator[None]:
+    """Within the block, every socketserver's `shutdown()` (the simulator's, the webhook
+    receivers', the tests' own fake servers) returns as soon as its loop has stopped instead of
+    after up to one poll interval (see `stop_promptly`)."""
+    original = socketserver.BaseServer.shutdown
+
+    def shutdown(self: socketserver.BaseServer) -> None:
+        address = self.server_address
+        if isinstance(address, tuple) and len(address) >= 2:
+            stop_promptly(lambda: original(self), (str(address[0]), int(address[1])))
+        else:  # pragma: no cover - not a TCP server
+            original(self)
+
+    socketserver.BaseServer.shutdown = shutdown  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        socketserver.BaseServer.shutdown = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def fast_simulator() -> Iterator[Simulator]:
+    """The provider simulator over real HTTP on loopback, with a fast lifecycle (the `sim`
+    fixture)."""
+    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
+        yield sim
 
 
 # -- settings and environments ----------------------------------------------------------------------------
@@ -260,6 +291,49 @@ def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str
         f"[ledger]\npath = \"{tmp_path / 'spend-ledger.jsonl'}\"\n" + config
     )
     return {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "IIPUB_CONFIG": str(cfg)}
+
+
+# -- databases -------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def fresh_database(directory: Path) -> Iterator[str]:
+    """A URL to an empty database of the selected backend: a SQLite file in `directory`, or a
+    new MariaDB/MySQL database on IIPUB_TEST_MYSQL_URL's server, dropped afterwards."""
+    if not MYSQL_URL:
+        yield f"sqlite:///{directory / 'iipub.sqlite3'}"
+        return
+    name = f"iipub_t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(MYSQL_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        yield sa.engine.make_url(MYSQL_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
+
+
+Snapshot = dict[str, list[dict[str, Any]]]
+
+
+def snapshot_rows(engine: sa.Engine) -> Snapshot:
+    """Every row of every table iipub declares (the schema bookkeeping aside)."""
+    with engine.connect() as conn:
+        return {t.name: [dict(r) for r in conn.execute(sa.select(t)).mappings()]
+                for t in db.metadata.sorted_tables if t is not db.schema_migrations}
+
+
+def restore_rows(engine: sa.Engine, snapshot: Snapshot) -> None:
+    """Make a migrated database hold exactly the rows of `snapshot` (ids included)."""
+    tables = [t for t in db.metadata.sorted_tables if t.name in snapshot]
+    with engine.begin() as conn:
+        for t in reversed(tables):
+            conn.execute(t.delete())
+        for t in tables:
+            if snapshot[t.name]:
+                conn.execute(t.insert(), snapshot[t.name])
 
 
 # -- stored rows --------------------------------------------------------------------------------------------
@@ -375,6 +449,6 @@ def receiver() -> Iterator[Receiver]:
     try:
         yield rec
     finally:
-        stop_promptly(server.shutdown, ("127.0.0.1", server.server_address[1]))
+        server.shutdown()
         server.server_close()
         thread.join(timeout=5)

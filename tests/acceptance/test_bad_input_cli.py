@@ -1,6 +1,7 @@
-"""Bad input at the command line, as an operator or cron gives it: the installed `iipub` as a
-subprocess. Every case must end in one clear `iipub: error:` line on stderr with a non-zero
-exit code (no traceback), and leave every stored row exactly as it was.
+"""Bad input at the command line, as an operator or cron gives it: `iipub` in process
+(`iipub.cli.main` with its own environment, working directory, stdout and stderr). Every case
+must end in one clear `iipub: error:` line on stderr with a non-zero exit code (no traceback),
+and leave every stored row exactly as it was.
 
 Covered elsewhere and not repeated here: a bad `schedule --date`, an unknown `jobs show` id,
 `schedule --product nope`, `jobs list --state BOGUS` (tests/acceptance/test_cli_basics.py);
@@ -18,7 +19,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -27,30 +27,10 @@ from iipub import db
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.conftest import MYSQL_URL, run_iipub
+from tests.helpers import MYSQL_URL, one_line_error, run_cli, stored, utc_today
+from tests.helpers import UNKNOWN_ID as UNKNOWN
 
-UNKNOWN = "00000000-0000-0000-0000-000000000000"
 ONE_PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write the brief."\nitems = 3\nopens_at = "00:00"\n'
-
-
-def utc_today() -> dt.date:
-    return dt.datetime.now(dt.UTC).date()
-
-
-def stored(engine: sa.Engine) -> dict[str, Any]:
-    """Everything a command could damage: every job row and the size of every other table."""
-    with engine.connect() as conn:
-        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(db.jobs)).mappings()}
-        counts = {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
-                  for t in (db.job_events, db.editions, db.outbox, db.outbox_deliveries)}
-    return {"jobs": jobs, "counts": counts}
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("iipub: error: ") and needle in lines[0], proc.stderr
 
 
 def slots(engine: sa.Engine, settings: Settings, *days: dt.date) -> list[str]:
@@ -87,13 +67,13 @@ def test_unknown_ids_and_bad_arguments_are_one_line_and_change_nothing(
         (("backfill", "--product", "Daily-Brief", "--from", yesterday, "--to", yesterday), 78, "unknown product"),
     ]
     for args, code, needle in cases:
-        one_line_error(run_iipub(*args, env=cli_env, cwd=tmp_path), code, needle)
+        one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), code, needle)
     assert stored(engine) == before
 
 
 def test_bad_dates_on_every_command_are_one_line(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
     for args in (("schedule", "--date", "2026-1-1"), ("jobs", "list", "--date", "2026-13-01")):
-        one_line_error(run_iipub(*args, env=cli_env, cwd=tmp_path), 2, "is not a date in YYYY-MM-DD form")
+        one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), 2, "is not a date in YYYY-MM-DD form")
 
 
 # -- bad configuration ----------------------------------------------------------------------------------
@@ -104,7 +84,8 @@ BAD_CONFIGS: list[tuple[str, bytes | None, str]] = [
     ("not_utf8", b"[budgets]\nmax_generation_attempts = 3\n# \xff\xfe\n", "is not valid TOML"),
     ("truncated", b'[[products]]\nname = "daily-brief"\nprompt = "Write the', "is not valid TOML"),
     ("no_products", b"products = []\n", "[[products]] must be a non-empty array"),
-    ("zero_items", b'[[products]]\nname = "daily-brief"\nprompt = "p"\nitems = 0\n', "items must be between"),
+    ("zero_items", b'[[products]]\nname = "daily-brief"\nprompt = "p"\nitems = 0\n',
+     "items: input should be greater than"),
     ("is_a_directory", None, "cannot read config file"),
 ]
 
@@ -123,7 +104,7 @@ def test_bad_config_stops_every_command_before_any_write(
     env = {**cli_env, "IIPUB_CONFIG": str(cfg), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
     before = stored(engine)
     for args in (("reconcile",), ("relay",), ("schedule",), ("quarantine", "list")):
-        one_line_error(run_iipub(*args, env=env, cwd=tmp_path), 78, needle)
+        one_line_error(run_cli(*args, env=env, cwd=tmp_path), 78, needle)
     assert stored(engine) == before
     assert sum(sim.stats()["requests"].values()) == 0
 
@@ -143,14 +124,14 @@ def test_unreachable_or_wrong_database_is_one_line(cli_env: dict[str, str], tmp_
     for url, needle in urls:
         for args in (("reconcile",), ("relay",), ("schedule",), ("quarantine", "list"),
                      ("backfill", "--product", "daily-brief", "--from", "2026-01-01", "--to", "2026-01-02")):
-            one_line_error(run_iipub(*args, env={**env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path), 69, needle)
+            one_line_error(run_cli(*args, env={**env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path), 69, needle)
 
 
 @pytest.mark.mysql
 def test_wrong_database_password_is_one_line_and_not_echoed(cli_env: dict[str, str], tmp_path: Path) -> None:
     url = sa.engine.make_url(MYSQL_URL).set(password="Wr0ng-pa55word").render_as_string(hide_password=False)
     for args in (("relay",), ("jobs", "list")):
-        proc = run_iipub(*args, env={**cli_env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path)
+        proc = run_cli(*args, env={**cli_env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path)
         one_line_error(proc, 69, "Access denied")
         assert "Wr0ng-pa55word" not in proc.stderr + proc.stdout
 
@@ -167,7 +148,7 @@ def test_api_key_that_cannot_be_sent_is_a_config_error(
     cfg = tmp_path / "iipub.toml"
     cfg.write_text(ONE_PRODUCT, encoding="utf-8")
     env = {**cli_env, "IIPUB_CONFIG": str(cfg), "OPENAI_API_KEY": key, "OPENAI_BASE_URL": sim.url}
-    proc = run_iipub("reconcile", env=env, cwd=tmp_path)
+    proc = run_cli("reconcile", env=env, cwd=tmp_path)
     with engine.connect() as conn:
         quarantined = conn.execute(sa.select(sa.func.count()).where(db.jobs.c.state == "QUARANTINED")).scalar_one()
     assert sum(sim.stats()["requests"].values()) == 0
@@ -180,13 +161,13 @@ def test_malformed_webhook_secret_is_a_config_error(engine: sa.Engine, cli_env: 
     cfg = tmp_path / "iipub.toml"
     cfg.write_text('[sinks.webhook]\nurl = "http://127.0.0.1:9/hooks"\n', encoding="utf-8")
     env = {**cli_env, "IIPUB_CONFIG": str(cfg), "IIPUB_WEBHOOK_SECRET": "whsec_!!!not-base64"}
-    one_line_error(run_iipub("relay", env=env, cwd=tmp_path), 78, "IIPUB_WEBHOOK_SECRET")
+    one_line_error(run_cli("relay", env=env, cwd=tmp_path), 78, "IIPUB_WEBHOOK_SECRET")
 
 
 def test_missing_webhook_secret_is_a_config_error(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
     cfg = tmp_path / "iipub.toml"
     cfg.write_text('[sinks.webhook]\nurl = "http://127.0.0.1:9/hooks"\n', encoding="utf-8")
-    one_line_error(run_iipub("relay", env={**cli_env, "IIPUB_CONFIG": str(cfg)}, cwd=tmp_path), 78,
+    one_line_error(run_cli("relay", env={**cli_env, "IIPUB_CONFIG": str(cfg)}, cwd=tmp_path), 78,
                    "IIPUB_WEBHOOK_SECRET is not set")
 
 

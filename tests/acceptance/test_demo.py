@@ -7,21 +7,17 @@ import os
 import re
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import run_iipub
+from tests.helpers import clean_env, run_cli, run_iipub
 
 PRODUCTS = ("daily-brief", "revolution-watch")
 LANGS = ("en", "es")
-
-
-def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def processes_in(directory: Path) -> list[int]:
@@ -38,7 +34,7 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
-def read_db(directory: Path) -> tuple[list[sa.Row], int, int]:
+def read_db(directory: Path) -> tuple[Sequence[sa.Row[Any]], int, int]:
     engine = sa.create_engine(f"sqlite:///{directory / 'iipub-demo' / 'iipub.sqlite3'}")
     try:
         with engine.connect() as conn:
@@ -81,8 +77,9 @@ def test_demo_runs_the_whole_pipeline_and_leaves_nothing_running(tmp_path: Path)
         pass
     assert processes_in(tmp_path) == []
 
-    # Again in the same directory: nothing new is paid for or journaled, the editions are reported.
-    again = run_iipub("demo", env=clean_env(), cwd=tmp_path, timeout=60)
+    # Again in the same directory (in process this time: the process was checked above): nothing
+    # new is paid for or journaled, the editions are reported.
+    again = run_cli("demo", env=clean_env(), cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already present" in again.stdout and "nothing to do" in again.stdout
     jobs2, editions2, events2 = read_db(tmp_path)

@@ -1,8 +1,7 @@
-"""The operator commands through the installed `iipub` console script, against a real
-database (and the simulator over real HTTP where a job must first be quarantined).
-
-Each CLI start costs a few seconds (the SDK import), so setup runs in-process and only
-the command under test is a subprocess; assertions read the database directly.
+"""The operator commands through the `iipub` command line (in process: `iipub.cli.main` with
+its own environment and stdout/stderr), against a real database (and the simulator over real
+HTTP where a job must first be quarantined). Setup runs in-process through the library;
+assertions read the database directly.
 """
 
 from __future__ import annotations
@@ -10,52 +9,32 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
-from iipub import db, reconcile
+from iipub import reconcile
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.conftest import run_iipub
+from tests.helpers import (
+    CliResult,
+    job_events,
+    job_rows,
+    job_versions,
+    one_line_error,
+    run_cli,
+    utc_today,
+)
 
 JOB_KEYS = {"id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
             "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
             "config_fingerprint"}
 
 
-def iipub(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_iipub(*args, env=env, cwd=cwd)
-
-
-def rows(engine: sa.Engine) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.edition_date)).mappings()]
-
-
-def events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def versions(engine: sa.Engine) -> dict[str, int]:
-    return {r["id"]: r["version"] for r in rows(engine)}
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], proc.stderr
-
-
-def utc_today() -> dt.date:
-    return dt.datetime.now(dt.UTC).date()
+def iipub(*args: str, env: dict[str, str], cwd: Path) -> CliResult:
+    return run_cli(*args, env=env, cwd=cwd)
 
 
 def slot(engine: sa.Engine, settings: Settings, day: dt.date) -> str:
@@ -76,7 +55,7 @@ def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
     """One job quarantined as create_outcome_unknown by a real tick."""
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
     tick(engine, settings)
-    (job,) = rows(engine)
+    (job,) = job_rows(engine)
     assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "create_outcome_unknown")
     return str(job["id"])
 
@@ -90,13 +69,13 @@ def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, s
     proc = iipub("quarantine", "list", "--json", env=cli_env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (item,) = json.loads(proc.stdout)
-    assert JOB_KEYS <= set(item) and "events" not in item
+    assert set(item) >= JOB_KEYS and "events" not in item
     assert (item["id"], item["state"], item["quarantine_reason"]) == (job_id, "QUARANTINED", "create_outcome_unknown")
     assert item["generation_attempts"] == 1 and item["poll_count"] == 0 and item["age_seconds"] >= 0
     human = iipub("quarantine", "list", env=cli_env, cwd=tmp_path).stdout.splitlines()
     assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST",
                                 "ERROR"]
-    assert human[1].split()[:4] == [job_id, "daily-brief", str(rows(engine)[0]["edition_date"]),
+    assert human[1].split()[:4] == [job_id, "daily-brief", str(job_rows(engine)[0]["edition_date"]),
                                     "create_outcome_unknown"]
     assert "1/3" in human[1] and "0/30" in human[1]
 
@@ -104,14 +83,14 @@ def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, s
 def test_release_usage_errors_and_unknown_id(engine: sa.Engine, settings: Settings, cli_env: dict[str, str],
                                              tmp_path: Path) -> None:
     job_id = slot(engine, settings, utc_today())
-    before = versions(engine)
+    before = job_versions(engine)
     for modes in ([], ["--verified-lost", "--link", "resp_abc"]):
         proc = iipub("quarantine", "release", job_id, *modes, "--reason", "r", env=cli_env, cwd=tmp_path)
         one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
     proc = iipub("quarantine", "release", "00000000-0000-0000-0000-000000000000", "--verified-lost",
                  "--reason", "r", env=cli_env, cwd=tmp_path)
     one_line_error(proc, 4, "no job with id")
-    assert versions(engine) == before
+    assert job_versions(engine) == before
 
 
 def test_release_verified_lost_journals_who_and_why(engine: sa.Engine, settings: Settings, sim: Simulator,
@@ -120,10 +99,10 @@ def test_release_verified_lost_journals_who_and_why(engine: sa.Engine, settings:
     proc = iipub("quarantine", "release", job_id[:8], "--verified-lost", "--reason", "checked the dashboard",
                  "--by", "alice", env=cli_env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    (job,) = rows(engine)
+    (job,) = job_rows(engine)
     assert proc.stdout.strip() == f"job {job_id}: QUARANTINED -> CREATE_ELIGIBLE (version {job['version']})"
     assert job["state"] == "CREATE_ELIGIBLE" and job["quarantine_reason"] is None and job["lease_owner"] is None
-    last = events(engine, job_id)[-1]
+    last = job_events(engine, job_id)[-1]
     assert (last["reason"], last["worker"]) == ("operator_release_verified_lost", "operator:alice")
     detail = json.loads(last["detail"])
     assert (detail["by"], detail["why"]) == ("alice", "checked the dashboard")
@@ -143,20 +122,20 @@ def test_suspend_resume_kill(engine: sa.Engine, settings: Settings, cli_env: dic
         m = re.fullmatch(rf"job {job_id}: (\w+) -> (\w+) \(version (\d+)\)", proc.stdout.strip())
         assert m, proc.stdout
         moves.append((m.group(1), m.group(2), int(m.group(3))))
-    (job,) = rows(engine)
+    (job,) = job_rows(engine)
     assert [m[:2] for m in moves] == [("NO_JOB", "MANUALLY_SUSPENDED"), ("MANUALLY_SUSPENDED", "NO_JOB"),
                                       ("NO_JOB", "CLEANUP_PENDING")]
     assert moves[-1][2] == job["version"] and job["kill_requested"]
-    assert [(e["reason"], e["worker"]) for e in events(engine, job_id)][-3:] == [
+    assert [(e["reason"], e["worker"]) for e in job_events(engine, job_id)][-3:] == [
         ("operator_suspend", "operator:bob"), ("operator_resume", "operator:bob"), ("operator_kill", "operator:bob")]
 
 
 def test_refusal_is_one_line_and_changes_nothing(engine: sa.Engine, settings: Settings, cli_env: dict[str, str],
                                                  tmp_path: Path) -> None:
     job_id = slot(engine, settings, utc_today())
-    before = versions(engine)
+    before = job_versions(engine)
     one_line_error(iipub("resume", job_id, env=cli_env, cwd=tmp_path), 3, "not suspended; nothing to resume")
-    assert versions(engine) == before
+    assert job_versions(engine) == before
 
 
 # -- backfill -----------------------------------------------------------------------------
@@ -171,7 +150,7 @@ def test_backfill_reports_created_and_present(engine: sa.Engine, cli_env: dict[s
     dry = iipub("backfill", "--product", "daily-brief", "--from", day(2), "--to", day(0), "--dry-run",
                 env=cli_env, cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout.splitlines()[-1] == "dry run: would create 3, already present 0"
-    assert rows(engine) == []
+    assert job_rows(engine) == []
     short = iipub("backfill", "--product", "daily-brief", "--from", day(1), "--to", day(0), env=cli_env, cwd=tmp_path)
     assert short.stdout.splitlines() == [f"daily-brief {day(1)}: created", f"daily-brief {day(0)}: created",
                                          "created 2, already present 0"]
@@ -179,7 +158,7 @@ def test_backfill_reports_created_and_present(engine: sa.Engine, cli_env: dict[s
     assert long.returncode == 0 and long.stdout.strip() == "created 43, already present 2"
     progress = [ln for ln in long.stderr.splitlines() if ln.startswith("daily-brief ")]
     assert len(progress) == 45 and progress[-1] == f"daily-brief {day(0)}: already present"
-    found = rows(engine)
+    found = job_rows(engine)
     assert len(found) == 45 and all(r["is_backfill"] and r["state"] == "NO_JOB" for r in found)
 
 
@@ -194,7 +173,7 @@ def test_backfill_bad_ranges_are_one_line_errors(engine: sa.Engine, cli_env: dic
     for (product, start, end), code, needle in cases:
         proc = iipub("backfill", "--product", product, "--from", start, "--to", end, env=cli_env, cwd=tmp_path)
         one_line_error(proc, code, needle)
-    assert rows(engine) == []
+    assert job_rows(engine) == []
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -207,13 +186,13 @@ def test_37_missing_api_key_before_any_lease(engine: sa.Engine, settings: Settin
     env = {**cli_env, "OPENAI_BASE_URL": sim.url}
     job_id = slot(engine, settings, utc_today() - dt.timedelta(days=1))
     slot(engine, settings, utc_today())
-    before = versions(engine)
+    before = job_versions(engine)
     one_line_error(iipub("reconcile", env=env, cwd=tmp_path), 78, "OPENAI_API_KEY")
     one_line_error(iipub("cancel", job_id, "--reason", "stop", env=env, cwd=tmp_path), 78, "OPENAI_API_KEY")
     one_line_error(iipub("quarantine", "release", job_id, "--link", "resp_abc", "--reason", "r", env=env,
                          cwd=tmp_path), 78, "OPENAI_API_KEY")
-    assert versions(engine) == before
-    assert all(r["lease_owner"] is None for r in rows(engine))
+    assert job_versions(engine) == before
+    assert all(r["lease_owner"] is None for r in job_rows(engine))
     assert sum(sim.stats()["requests"].values()) == 0
 
 
@@ -221,13 +200,13 @@ def test_cancel_after_the_provider_finished_keeps_the_output(engine: sa.Engine, 
                                                              sim: Simulator, cli_env: dict[str, str],
                                                              tmp_path: Path) -> None:
     tick(engine, settings)
-    (job,) = rows(engine)
+    (job,) = job_rows(engine)
     assert job["state"] == "ACCEPTED", job
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
-    # The simulator finishes in half a second: the cancel arrives too late and is refused.
+    sim.advance(5)  # the provider has finished: the cancel arrives too late and is refused
     proc = iipub("cancel", job["id"], "--reason", "wrong prompt", "--by", "ivan", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    (after,) = rows(engine)
+    (after,) = job_rows(engine)
     first, note = proc.stdout.strip().splitlines()
     assert first == f"job {job['id']}: ACCEPTED -> RETRIEVED_NOT_VALIDATED (version {after['version']})"
     assert "output is kept" in note

@@ -1,22 +1,22 @@
-"""`iipub reconcile` as real processes: killed mid-create, paused past its lease, overlapping."""
+"""`iipub reconcile` as real processes: killed mid-create, paused past its lease, overlapping.
+Only the process under test is a child; the ticks around it run in process (`run_cli`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from iipub import db
 from iipub.config import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.conftest import iipub_exe, run_iipub, sim_env
+from tests.helpers import job_events, job_rows, run_cli, sim_env, start_iipub, wait_for
 
 # A product whose slot opens at midnight, so the tick's own scheduling of today is harmless.
 ONE_PRODUCT = (
@@ -24,31 +24,6 @@ ONE_PRODUCT = (
     'prompt = "Write the brief."\nitems = 3\n'
 )
 DAY = dt.date(2026, 11, 28)
-
-
-def _jobs(engine: sa.Engine) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.edition_date)).mappings()]
-
-
-def _events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-def _start(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([*iipub_exe(), "reconcile"], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def _setup(engine: sa.Engine, days: list[dt.date]) -> None:
@@ -59,6 +34,7 @@ def _setup(engine: sa.Engine, days: list[dt.date]) -> None:
         store.schedule(product, d)
 
 
+@pytest.mark.slow
 def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_post(
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -66,10 +42,10 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
     cfg = Path(env["IIPUB_CONFIG"])  # a lease long enough that a slow machine cannot expire it early
     cfg.write_text(cfg.read_text().replace("lease_seconds = 10", "lease_seconds = 60"))
     sim.add_faults([{"op": "create", "fault": "slow"}])  # the POST hangs: the worker is mid-create
-    proc = _start(env, tmp_path)
+    proc = start_iipub("reconcile", env=env, cwd=tmp_path)
     try:
-        _wait_for(lambda: any(j["state"] == "CREATE_IN_FLIGHT" for j in _jobs(engine)))
-        _wait_for(lambda: sim.stats()["requests"]["create"] == 1)
+        wait_for(lambda: any(j["state"] == "CREATE_IN_FLIGHT" for j in job_rows(engine)))
+        wait_for(lambda: sim.stats()["requests"]["create"] == 1)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -78,38 +54,39 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
             proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
-    job = next(j for j in _jobs(engine) if j["state"] == "CREATE_IN_FLIGHT")
+    job = next(j for j in job_rows(engine) if j["state"] == "CREATE_IN_FLIGHT")
     # A tick while the dead worker's lease is still live leaves the job alone.
-    run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
-    assert next(j for j in _jobs(engine) if j["id"] == job["id"])["state"] == "CREATE_IN_FLIGHT"
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    assert next(j for j in job_rows(engine) if j["id"] == job["id"])["state"] == "CREATE_IN_FLIGHT"
     db.advance_clock(engine, 61)
-    run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
-    after = next(j for j in _jobs(engine) if j["id"] == job["id"])
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    after = next(j for j in job_rows(engine) if j["id"] == job["id"])
     assert after["state"] == "QUARANTINED" and after["quarantine_reason"] == "crashed_during_create"
     assert sim.stats()["requests"]["create"] == 1  # no second POST, ever
-    run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     assert sim.stats()["requests"]["create"] == 1
 
 
+@pytest.mark.slow
 def test_worker_paused_past_its_lease_has_its_late_write_rejected(
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = sim_env(cli_env, sim, tmp_path, ONE_PRODUCT)
     _setup(engine, [DAY])
-    run_iipub("reconcile", env=env, cwd=tmp_path, check=True)  # creates today's and DAY's jobs
-    job = next(j for j in _jobs(engine) if j["edition_date"] == DAY)
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # creates today's and DAY's jobs
+    job = next(j for j in job_rows(engine) if j["edition_date"] == DAY)
     assert job["state"] == "ACCEPTED"
     sim.advance(5)  # the response is complete
     sim.add_faults([{"op": "retrieve", "fault": "slow", "times": 2}])
-    paused = _start(env, tmp_path)
+    paused = start_iipub("reconcile", env=env, cwd=tmp_path)
     try:
-        _wait_for(lambda: sim.stats()["requests"]["retrieve"] >= 1)
+        wait_for(lambda: sim.stats()["requests"]["retrieve"] >= 1)
         paused.send_signal(signal.SIGSTOP)  # holding a lease, mid-poll
-        leased = next(j for j in _jobs(engine) if j["lease_owner"])
+        leased = next(j for j in job_rows(engine) if j["lease_owner"])
         sim.clear_faults()
         db.advance_clock(engine, 11)  # its lease expires by the database clock
-        run_iipub("reconcile", env=env, cwd=tmp_path, check=True)  # a new tick takes over and finishes
-        taken_over = next(j for j in _jobs(engine) if j["id"] == leased["id"])
+        run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # a new tick takes over and finishes
+        taken_over = next(j for j in job_rows(engine) if j["id"] == leased["id"])
         assert taken_over["state"] == "SAVED_NOT_PUBLIC"
         paused.send_signal(signal.SIGCONT)
         out, err = paused.communicate(timeout=30)
@@ -122,15 +99,16 @@ def test_worker_paused_past_its_lease_has_its_late_write_rejected(
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["lease_lost"] >= 1
     assert "lease_lost" in err
-    final = next(j for j in _jobs(engine) if j["id"] == leased["id"])
+    final = next(j for j in job_rows(engine) if j["id"] == leased["id"])
     assert final["state"] == "SAVED_NOT_PUBLIC" and final["version"] == taken_over["version"]
-    history = _events(engine, leased["id"])
+    history = job_events(engine, leased["id"])
     versions = [e["version"] for e in history]
     assert versions == sorted(set(versions))
     assert [e["to_state"] for e in history].count("SAVED_NOT_PUBLIC") == 1
     assert sim.stats()["creates_total"] == 2  # one per slot, never more
 
 
+@pytest.mark.slow
 def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
                                                   tmp_path: Path) -> None:
     env = sim_env(cli_env, sim, tmp_path, ONE_PRODUCT)
@@ -138,12 +116,13 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
     # Generous timeouts: a slow answer on a loaded machine would be a legitimate retry, not the
     # duplicate this test looks for.
     cfg.write_text(cfg.read_text().replace("poll_interval_seconds = 0", "poll_interval_seconds = 300")
-                   .replace("tick_seconds = 20", "tick_seconds = 120").replace("lease_seconds = 10", "lease_seconds = 60")
+                   .replace("tick_seconds = 20", "tick_seconds = 120")
+                   .replace("lease_seconds = 10", "lease_seconds = 60")
                    .replace("timeout_seconds = 2", "timeout_seconds = 20"))
     _setup(engine, [DAY - dt.timedelta(days=i) for i in range(100)])
     all_summaries: list[list[dict[str, Any]]] = []
     for _phase in ("create", "poll"):
-        procs = [_start(env, tmp_path) for _ in range(2)]
+        procs = [start_iipub("reconcile", env=env, cwd=tmp_path) for _ in range(2)]
         outs = [p.communicate(timeout=180) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
         summaries = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
@@ -155,8 +134,8 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
     assert stats["creates_total"] == 101  # 100 backfilled days + today's slot, once each
     assert set(stats["creates_by_job"].values()) == {1}
     assert set(stats["retrieves_by_response"].values()) == {1}  # no duplicate GET
-    assert {j["state"] for j in _jobs(engine)} == {"SAVED_NOT_PUBLIC"}, [
-        (j["state"], j["last_error"]) for j in _jobs(engine) if j["state"] != "SAVED_NOT_PUBLIC"]
-    for j in _jobs(engine)[:10]:
-        versions = [e["version"] for e in _events(engine, j["id"])]
+    assert {j["state"] for j in job_rows(engine)} == {"SAVED_NOT_PUBLIC"}, [
+        (j["state"], j["last_error"]) for j in job_rows(engine) if j["state"] != "SAVED_NOT_PUBLIC"]
+    for j in job_rows(engine)[:10]:
+        versions = [e["version"] for e in job_events(engine, j["id"])]
         assert versions == sorted(set(versions))

@@ -1,4 +1,5 @@
-"""`iipub relay` as a real process, killed after a sink wrote and before the event was marked."""
+"""`iipub relay` as a real process, killed after a sink wrote and before the event was marked.
+Only the relay that is killed is a child; the ticks around it run in process (`run_cli`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import datetime as dt
 import hashlib
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,8 +16,7 @@ from iipub import db
 from iipub.config import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.conftest import iipub_exe, run_iipub, sim_env
-from tests.relay_support import SECRET, receiver
+from tests.helpers import SECRET, receiver, run_cli, sim_env, start_iipub
 
 PRODUCT = (
     '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
@@ -39,13 +38,14 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     with receiver() as hook:
-        env = sim_env(cli_env, sim, tmp_path, PRODUCT + f'[sinks.webhook]\nurl = "{hook.url}"\ntimeout_seconds = 30.0\n')
+        env = sim_env(cli_env, sim, tmp_path,
+                      PRODUCT + f'[sinks.webhook]\nurl = "{hook.url}"\ntimeout_seconds = 30.0\n')
         env["IIPUB_WEBHOOK_SECRET"] = SECRET
         product = settings_from_dict({"products": [{"name": "daily-brief", "prompt": "Write the brief.", "items": 3,
                                                     "opens_at": "00:00"}]}).products["daily-brief"]
         Store(engine, "test").schedule(product, dt.date(2026, 11, 28))
         for _ in range(4):
-            run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
+            run_cli("reconcile", env=env, cwd=tmp_path, check=True)
             sim.advance(5)
         with engine.connect() as conn:
             assert set(conn.execute(sa.select(db.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}
@@ -53,8 +53,7 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
         assert events == 4
 
         hook.mode = "hang"  # the static sink writes, then the webhook POST never returns
-        proc = subprocess.Popen([*iipub_exe(), "relay"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = start_iipub("relay", env=env, cwd=tmp_path)
         try:
             end = time.monotonic() + 30
             while not hook.requests and time.monotonic() < end:
@@ -74,7 +73,7 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
 
         hook.mode = "ok"
         db.advance_clock(engine, 61)  # the dead relay's claim expires
-        out = run_iipub("relay", env=env, cwd=tmp_path, check=True).stdout
+        out = run_cli("relay", env=env, cwd=tmp_path, check=True).stdout
         report = json.loads(out.strip().splitlines()[-1])
         assert report["published"] == 4 and report["jobs_published"] == 2  # DAY and today
         assert _unpublished(engine) == 0
@@ -86,10 +85,10 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
         keys = hook.keys()
         assert keys[first_key] == 2 and len(keys) == 4  # same Idempotency-Key again, once more
         assert hook.verified() == len(hook.requests)
-        run_iipub("relay", env=env, cwd=tmp_path, check=True)
+        run_cli("relay", env=env, cwd=tmp_path, check=True)
         assert sum(hook.keys().values()) == 5  # nothing more once marked
         assert _tree(root) == after
-        run_iipub("reconcile", env=env, cwd=tmp_path, check=True)
+        run_cli("reconcile", env=env, cwd=tmp_path, check=True)
         with engine.connect() as conn:
             assert set(conn.execute(sa.select(db.jobs.c.state).where(db.jobs.c.edition_date == dt.date(2026, 11, 28)))
                        .scalars()) == {"DELETED"}

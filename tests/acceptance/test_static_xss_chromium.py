@@ -12,7 +12,7 @@ import pytest
 
 from iipub.compose import compose
 from iipub.config import Product
-from iipub.output import output_model
+from iipub.edition_schema import output_model
 from iipub.sinks import Delivered, Event
 from iipub.sinks.static import StaticSink
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from iipub import db, reconcile
 from iipub.config import Settings
 from iipub.simulator import Simulator
-from iipub.states import State
+from iipub.states import Reason, State
 from iipub.store import Store
 
 DAY = dt.date(2026, 11, 28)
@@ -25,7 +25,7 @@ def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def versions(engine: sa.Engine) -> dict[str, int]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(db.jobs.c.id, db.jobs.c.version)).all())  # type: ignore[arg-type]
+        return dict(conn.execute(sa.select(db.jobs.c.id, db.jobs.c.version)).all())
 
 
 def test_a_cooled_down_tick_leaves_the_jobs_it_cannot_work_on_alone(settings: Settings, engine: sa.Engine,
@@ -38,7 +38,7 @@ def test_a_cooled_down_tick_leaves_the_jobs_it_cannot_work_on_alone(settings: Se
     for job in store.list_jobs():  # windows open; nothing sent yet
         leased = store.acquire_lease(job.id, job.version)
         assert leased is not None
-        store.transition(leased, State.CREATE_ELIGIBLE, reason="window_open",
+        store.transition(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN,
                          changes={"config_fingerprint": p.fingerprint()})
     before = versions(engine)
     sim.add_faults([{"op": "create", "fault": "rate_limit"}])  # the first create of the tick: 429
@@ -66,7 +66,12 @@ def test_advancing_the_drill_clock_does_not_wait_for_open_transactions(engine: s
         conn.execute(db.job_events.insert().values(job_id=job.id, from_state="NO_JOB", to_state="NO_JOB",
                                                    version=99, worker="paused", reason="x", at=db.now(conn)))
         start = time.monotonic()
-        t = threading.Thread(target=lambda: (db.advance_clock(engine, 1), done.append(time.monotonic() - start)))
+
+        def advance() -> None:
+            db.advance_clock(engine, 1)
+            done.append(time.monotonic() - start)
+
+        t = threading.Thread(target=advance)
         t.start()
         t.join(timeout=3)
         finished_while_open = bool(done)

@@ -5,24 +5,35 @@ asserts the checker names it, so none of these checks can pass vacuously."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
-import subprocess
-from collections.abc import Callable
-from dataclasses import replace
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay
+from iipub import db, invariants, migrate, reconcile, relay
 from iipub.config import Settings, WebhookSink
 from iipub.simulator import Simulator
 from iipub.states import State
 from iipub.store import Store
-from tests.conftest import run_iipub
-from tests.relay_support import SECRET, receiver
+from tests.helpers import (
+    SECRET,
+    CliResult,
+    Snapshot,
+    fast_simulator,
+    fresh_database,
+    make_settings,
+    receiver,
+    restore_rows,
+    run_cli,
+    snapshot_rows,
+)
 
 DAY = dt.date(2026, 11, 28)
 PRODUCT = "daily-brief"
@@ -209,10 +220,10 @@ def _stale_lease(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
 
 def _stranded(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     jid = job_ids(engine)[0]
-    with engine.begin() as conn:  # a job back in flight (journal included), then 3 h pass
+    with engine.begin() as conn:  # a job back in flight, unpublished (journal included), then 3 h pass
         version = conn.execute(sa.select(db.jobs.c.version).where(db.jobs.c.id == jid)).scalar_one() + 1
-        conn.execute(db.jobs.update().where(db.jobs.c.id == jid).values(state="CLEANUP_PENDING", version=version))
-        conn.execute(db.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="CLEANUP_PENDING",
+        conn.execute(db.jobs.update().where(db.jobs.c.id == jid).values(state="IN_PROGRESS", version=version))
+        conn.execute(db.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="IN_PROGRESS",
                                                    version=version, worker="x", reason="bogus",
                                                    at=dt.datetime(2026, 11, 29)))
     db.advance_clock(engine, 3 * 3600)
@@ -254,11 +265,42 @@ DAMAGE: list[tuple[str, Tamper, set[str]]] = [
 ]
 
 
+@dataclass
+class SettledRun:
+    rows: Snapshot
+    sim_stats: dict[str, Any]
+    static_root: Path
+
+
+@pytest.fixture(scope="module")
+def settled_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SettledRun]:
+    """One real run to the end, as `run_to_end` drives it (reconcile + relay + cleanup against
+    the simulator over HTTP, on a database of the selected backend), kept as its rows, its
+    static site and the simulator's stats. Each damage test damages its own copy of it."""
+    base = tmp_path_factory.mktemp("settled-run")
+    with pytest.MonkeyPatch.context() as mp, fresh_database(base) as url, fast_simulator() as sim:
+        mp.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+        settings = make_settings(url, sim.url, base / "public")
+        p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+        s = replace(settings, products={PRODUCT: p})
+        engine = db.make_engine(url)
+        try:
+            migrate.migrate(engine)
+            run_to_end(s, engine, sim)
+            assert states(engine) == ["DELETED", "DELETED"]
+            yield SettledRun(snapshot_rows(engine), sim.stats(), base / "public")
+        finally:
+            engine.dispose()
+
+
 @pytest.mark.parametrize(("name", "tamper", "expected"), DAMAGE, ids=[d[0] for d in DAMAGE])
-def test_damage_is_named(cfg: Settings, engine: sa.Engine, sim: Simulator, name: str, tamper: Tamper,
+def test_damage_is_named(cfg: Settings, engine: sa.Engine, settled_run: SettledRun, name: str, tamper: Tamper,
                          expected: set[str]) -> None:
-    run_to_end(cfg, engine, sim)
-    stats = sim.stats()
+    restore_rows(engine, settled_run.rows)
+    assert states(engine) == ["DELETED", "DELETED"]
+    assert cfg.static_sink is not None
+    shutil.copytree(settled_run.static_root, cfg.static_sink.root, dirs_exist_ok=True)
+    stats = copy.deepcopy(settled_run.sim_stats)
     assert invariants.check(engine, settings=cfg, sim_stats=stats, settled=True) == []
     stats = tamper(engine, cfg, stats) or stats
     found = invariants.check(engine, settings=cfg, sim_stats=stats, settled=True)
@@ -310,7 +352,7 @@ def _fake_job(engine: sa.Engine, moves: list[tuple[str, str, dict[str, Any]]], *
     return jid
 
 
-OPEN = [("NO_JOB", "scheduled", {}), ("CREATE_ELIGIBLE", "window_open", {})]
+OPEN: list[tuple[str, str, dict[str, Any]]] = [("NO_JOB", "scheduled", {}), ("CREATE_ELIGIBLE", "window_open", {})]
 
 
 def test_a_new_create_after_an_ambiguous_one_needs_an_operator(engine: sa.Engine) -> None:
@@ -352,8 +394,8 @@ def test_parked_jobs_need_their_reason(engine: sa.Engine) -> None:
 # -- the command ----------------------------------------------------------------------------------------------
 
 
-def _check_cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_iipub("check", *args, env=env, cwd=cwd, timeout=120)
+def _check_cli(env: dict[str, str], cwd: Path, *args: str) -> CliResult:
+    return run_cli("check", *args, env=env, cwd=cwd)
 
 
 def test_check_command(cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],

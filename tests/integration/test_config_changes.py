@@ -16,6 +16,7 @@ from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
 from iipub.simulator import Simulator
+from iipub.states import State
 from iipub.store import Store
 from tests.helpers import job_events, job_rows
 
@@ -61,7 +62,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
 ) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     # Stop the pipeline at `where` by making the next step's own work fail once.
-    real = reconcile.STEPS[reconcile.State(where)]
+    real = reconcile.STEPS[State(where)]
     calls = {"n": 0}
 
     def stop_once(tick: Any, job: Any) -> Any:
@@ -71,7 +72,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
             return None
         return real(tick, job)
 
-    monkeypatch.setitem(reconcile.STEPS, reconcile.State(where), stop_once)
+    monkeypatch.setitem(reconcile.STEPS, State(where), stop_once)
     drive_to(cfg, engine, sim, where)
     reconcile.run(drifted(cfg), engine)
     row = the_job(engine)
@@ -151,7 +152,7 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
 
     monkeypatch.setattr(compose, "compose", broken)
     limit = cfg.reconcile.max_step_failures
-    for i in range(limit + 2):
+    for _ in range(limit + 2):
         reconcile.run(cfg, engine)
         sim.advance(5)
         row = the_job(engine)

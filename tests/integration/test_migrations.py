@@ -15,8 +15,9 @@ def _schema(engine: sa.Engine) -> dict[str, dict[str, object]]:
     for name in sorted(insp.get_table_names()):
         columns = {c["name"]: bool(c["nullable"]) for c in insp.get_columns(name)}
         pk = tuple(insp.get_pk_constraint(name)["constrained_columns"])
-        uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints(name)}
-        indexes = set()
+        # SQLAlchemy types an index's column_names as list[str | None] (None for an expression).
+        uniques: set[tuple[str | None, ...]] = {tuple(u["column_names"]) for u in insp.get_unique_constraints(name)}
+        indexes: set[tuple[str | None, ...]] = set()
         for ix in insp.get_indexes(name):
             cols = tuple(ix["column_names"])
             if ix.get("unique"):

@@ -15,11 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import db, reconcile, relay, scheduling
+from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
 from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
-from iipub.actions import Operator, ReleaseMode
 from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
+from iipub.states import Reason, State
 from iipub.store import Store
 
 PRODUCT = "daily-brief"
@@ -318,8 +318,8 @@ def test_suspend_and_resume_refusals(cfg: Settings, engine: sa.Engine, op: Opera
         op.resume(job.id, "gina")
     leased = store.acquire_lease(job.id, job.version)
     assert leased is not None
-    eligible = store.transition(leased, State.CREATE_ELIGIBLE, reason="window_open", keep_lease=True)
-    in_flight = store.transition(eligible, State.CREATE_IN_FLIGHT, reason="dispatch",
+    eligible = store.transition(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, keep_lease=True)
+    in_flight = store.transition(eligible, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH,
                                  changes={"generation_attempts": 1})  # lease given back: as if it crashed
     with pytest.raises(OperatorRefused, match="CREATE_IN_FLIGHT"):
         op.suspend(in_flight.id, "no", "gina")
@@ -334,7 +334,7 @@ def test_operator_never_takes_a_live_workers_lease(cfg: Settings, engine: sa.Eng
     (job,) = worker.list_jobs()
     assert worker.acquire_lease(job.id, job.version) is not None
     before = row(engine, job.id)
-    with pytest.raises(JobTaken, match="leased by reconcile:busy .*retry in a minute"):
+    with pytest.raises(JobTaken, match=r"leased by reconcile:busy .*retry in a minute"):
         op.suspend(job.id, "incident", "hank")
     assert row(engine, job.id) == before
     db.advance_clock(engine, 61)
@@ -393,7 +393,7 @@ def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim
     job_id = accepted(cfg, engine)
     before, journal = row(engine, job_id), events(engine, job_id)
     sim.add_faults([{"op": "cancel", "fault": "server_error"}])
-    with pytest.raises(OperatorRefused, match="cancel of resp_.* failed, nothing changed"):
+    with pytest.raises(OperatorRefused, match=r"cancel of resp_.* failed, nothing changed"):
         op.cancel(job_id, "stop", "kim")
     after = row(engine, job_id)
     assert {k: v for k, v in after.items() if k != "version"} == {k: v for k, v in before.items() if k != "version"}
@@ -446,8 +446,8 @@ def test_42_backfill_yields_to_today(cfg: Settings, engine: sa.Engine, sim: Simu
     day = today(engine)
     report = backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=3), day - dt.timedelta(days=1), today=day)
     assert len(report.created) == 3 and report.present == []
-    report = reconcile.run(cfg, engine)  # schedules today's slot, then dispatches
-    assert report.creates == 1 and report.held_back >= 1
+    tick = reconcile.run(cfg, engine)  # schedules today's slot, then dispatches
+    assert tick.creates == 1 and tick.held_back >= 1
     (first,) = sim.stats()["create_metadata"]
     assert first["iipub_slot"] == f"{PRODUCT}/{day.isoformat()}"
     slots = {r["edition_date"]: r for r in jobs(engine)}

@@ -12,13 +12,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
 from click.testing import CliRunner
-from openai.types.responses import Response
+from openai.types.responses import Response, ResponseFormatTextJSONSchemaConfigParam
 from pydantic import ValidationError
 
 from iipub import edition_schema
@@ -92,6 +92,7 @@ def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: Provid
         observed = provider.retrieve(rid)
         assert isinstance(observed, Observed)
         seen.append((observed.status, observed.output_text is None, observed.usage is None))
+    assert isinstance(observed, Observed)  # for mypy: the loop's last read, checked in the loop
     assert seen == [("queued", True, True), ("in_progress", True, True), ("completed", False, False)]
     assert observed.metadata == {
         "iipub_job_id": "job-1",
@@ -99,7 +100,8 @@ def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: Provid
         "iipub_attempt": "1",
         "iipub_fingerprint": PRODUCT.fingerprint(),
     }
-    assert observed.usage is not None and observed.usage.total_tokens == observed.usage.input_tokens + observed.usage.output_tokens
+    assert observed.usage is not None
+    assert observed.usage.total_tokens == observed.usage.input_tokens + observed.usage.output_tokens
     assert observed.output_text is not None
     edition = edition_schema.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(observed.output_text)
     en, es = edition.en, edition.es  # type: ignore[attr-defined]
@@ -132,12 +134,13 @@ def test_same_request_same_text(sim: Simulator, provider: Provider) -> None:
 def test_strict_sdk_parses_every_status(sim: Simulator, strict_sdk: openai.OpenAI) -> None:
     sim.add_faults([{"op": "create", "fault": "fail", "job_id": "job-failed"}])
     sim.add_faults([{"op": "create", "fault": "incomplete", "job_id": "job-incomplete"}])
-    fmt = edition_schema.text_format(PRODUCT.languages, PRODUCT.items)
+    # text_format builds the json_schema `text.format` object as a plain dict.
+    fmt = cast(ResponseFormatTextJSONSchemaConfigParam, edition_schema.text_format(PRODUCT.languages, PRODUCT.items))
 
     def create(job_id: str) -> Response:
         return strict_sdk.responses.create(
             model="gpt-5-mini", instructions="x", input="y", background=True, store=True,
-            text={"format": fmt}, metadata={"iipub_job_id": job_id},  # type: ignore[typeddict-item]
+            text={"format": fmt}, metadata={"iipub_job_id": job_id},
         )
 
     created = {job: create(job) for job in ("job-ok", "job-failed", "job-incomplete", "job-cancelled")}
@@ -157,7 +160,9 @@ def test_strict_sdk_parses_every_status(sim: Simulator, strict_sdk: openai.OpenA
     assert final["job-incomplete"].incomplete_details.reason == "max_output_tokens"
     assert final["job-cancelled"].output == []
     assert final["job-ok"].metadata == {"iipub_job_id": "job-ok"}
-    assert strict_sdk.responses.delete(created["job-ok"].id) is None
+    # The SDK types delete() as returning None; the test checks at run time that the simulator's
+    # answer parses to exactly that, so the call's value is used on purpose.
+    assert strict_sdk.responses.delete(created["job-ok"].id) is None  # type: ignore[func-returns-value]
     with pytest.raises(openai.NotFoundError) as err:
         strict_sdk.responses.retrieve(created["job-ok"].id)
     assert err.value.code is None and "not found" in err.value.message
@@ -209,7 +214,8 @@ def test_connection_refused_is_refused() -> None:
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = ProviderSettings(base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=1.0, connect_timeout_seconds=1.0)
+    settings = ProviderSettings(base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=1.0,
+                                connect_timeout_seconds=1.0)
     with Provider(settings, "sk-test") as p:
         outcome = p.create(request())
     assert isinstance(outcome, Refused) and "ConnectError" in outcome.why
@@ -279,7 +285,8 @@ def test_not_found_before_expiry(sim: Simulator, provider: Provider) -> None:
 
 def test_retrieve_faults_are_transient(sim: Simulator, provider: Provider) -> None:
     rid = accepted(provider)
-    sim.add_faults([{"op": "retrieve", "fault": name} for name in ("rate_limit", "server_error", "drop_after_accept", "slow")])
+    faults = ("rate_limit", "server_error", "drop_after_accept", "slow")
+    sim.add_faults([{"op": "retrieve", "fault": name} for name in faults])
     kinds = [type(provider.retrieve(rid)).__name__ for _ in range(5)]
     assert kinds == ["Transient", "Transient", "Transient", "Transient", "Observed"]
 

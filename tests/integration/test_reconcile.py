@@ -19,10 +19,10 @@ from sqlalchemy import event
 from iipub import db, reconcile, relay
 from iipub.config import Settings
 from iipub.errors import InvariantViolation
+from iipub.jobs import Job
 from iipub.provider import Provider
 from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.jobs import Job
+from iipub.states import Reason, State
 from iipub.store import Store
 
 DAY = dt.date(2026, 11, 28)
@@ -33,7 +33,8 @@ DAY = dt.date(2026, 11, 28)
 
 def jobs(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.product, db.jobs.c.edition_date)).mappings()]
+        rows = conn.execute(sa.select(db.jobs).order_by(db.jobs.c.product, db.jobs.c.edition_date)).mappings()
+        return [dict(r) for r in rows]
 
 
 def one(engine: sa.Engine) -> dict[str, Any]:
@@ -81,7 +82,8 @@ def ticks_until(settings: Settings, engine: sa.Engine, sim: Simulator, states: s
             return
         tick(settings, engine)
         sim.advance(5)
-    assert {r["state"] for r in jobs(engine)} <= states, [(r["product"], r["state"], r["last_error"]) for r in jobs(engine)]
+    assert {r["state"] for r in jobs(engine)} <= states, [
+        (r["product"], r["state"], r["last_error"]) for r in jobs(engine)]
 
 
 def drive_to(settings: Settings, engine: sa.Engine, sim: Simulator, state: str) -> dict[str, Any]:
@@ -243,8 +245,8 @@ def test_21_ambiguous_create_quarantines_and_never_posts_again(
 ) -> None:
     schedule(s1, engine)
     sim.add_faults([{"op": "create", "fault": fault}])
-    # A slow create hangs (8 s) past the client timeout: 1 s instead of 4 s keeps the test short.
-    tick(replace(s1, provider=replace(s1.provider, timeout_seconds=1)), engine)
+    # A slow create hangs (8 s) past the client timeout: 0.5 s instead of 4 s keeps the test short.
+    tick(replace(s1, provider=replace(s1.provider, timeout_seconds=0.5)), engine)
     row = one(engine)
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "create_outcome_unknown"
     assert row["generation_attempts"] == 1 and row["response_id"] is None
@@ -329,8 +331,8 @@ def test_24_poll_budget_exhausted_quarantines_keeping_the_response(s1: Settings,
     tick(s, engine)
     response_id = one(engine)["response_id"]
     sim.add_faults([{"op": "retrieve", "fault": "slow", "times": 10}])
-    # Every poll hangs (8 s) past the client timeout; 1 s instead of 4 s keeps the test short.
-    s = replace(s, provider=replace(s.provider, timeout_seconds=1))
+    # Every poll hangs (8 s) past the client timeout; 0.5 s instead of 4 s keeps the test short.
+    s = replace(s, provider=replace(s.provider, timeout_seconds=0.5))
     for _ in range(5):
         db.advance_clock(engine, 600)
         tick(s, engine)
@@ -432,8 +434,8 @@ def test_crashed_during_create_is_quarantined(s1: Settings, engine: sa.Engine, s
     row = one(engine)
     job = store.acquire_lease(row["id"], row["version"])
     assert job is not None
-    job = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open", keep_lease=True)
-    store.transition(job, State.CREATE_IN_FLIGHT, reason="dispatch", changes={"generation_attempts": 1},
+    job = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, keep_lease=True)
+    store.transition(job, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH, changes={"generation_attempts": 1},
                      keep_lease=True)
     tick(s1, engine)  # lease still live: nobody touches it
     assert one(engine)["state"] == "CREATE_IN_FLIGHT"
@@ -591,9 +593,8 @@ def test_39_cleanup_network_failure_retries_without_touching_publication(
 
 
 def test_35_delete_before_custody_is_an_invariant_error_and_sends_nothing(s1: Settings, sim: Simulator) -> None:
-    with Provider(s1.provider, "sk-test") as provider:
-        with pytest.raises(InvariantViolation):
-            provider.delete("resp_abc", has_custody=False)
+    with Provider(s1.provider, "sk-test") as provider, pytest.raises(InvariantViolation):
+        provider.delete("resp_abc", has_custody=False)
     assert sim.stats()["requests"]["delete"] == 0
 
 
@@ -607,6 +608,7 @@ def test_missing_api_key_takes_no_lease(s1: Settings, engine: sa.Engine) -> None
     assert one(engine) == before
 
 
+@pytest.mark.slow
 def test_tick_deadline_stops_taking_new_work(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
     s = replace(settings, reconcile=replace(settings.reconcile, tick_seconds=1, concurrency=1),
                 provider=replace(settings.provider, timeout_seconds=2))
@@ -683,6 +685,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     assert len(candidate_queries) <= len(jobs(engine)) + 1
 
 
+@pytest.mark.slow
 def test_the_sweep_waits_for_its_workers_without_spinning(settings: Settings, engine: sa.Engine) -> None:
     # While workers wait on a slow provider, the thread that feeds them must block, not spin:
     # a spinning feeder burns a core and starves the workers of the GIL.

@@ -19,7 +19,7 @@ from iipub.config import Settings, WebhookSink
 from iipub.outbox import Outbox
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.relay_support import SECRET, Receiver, receiver
+from tests.helpers import SECRET, Receiver, receiver
 
 DAY = dt.date(2026, 11, 28)
 
@@ -195,6 +195,7 @@ def test_webhook_4xx_parks_for_an_operator_and_requeue_delivers(settings: Settin
     assert report.published == 4 and job_states(engine) == {"PUBLISHED"}
 
 
+@pytest.mark.slow
 def test_two_relays_at_once_over_200_events(settings: Settings, db_url: str, engine: sa.Engine, sim: Simulator,
                                             hook: Receiver) -> None:
     s = with_webhook(settings, hook.url)

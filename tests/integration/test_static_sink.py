@@ -11,7 +11,7 @@ import pytest
 
 from iipub.compose import canonical_json, compose
 from iipub.config import Product
-from iipub.output import output_model
+from iipub.edition_schema import output_model
 from iipub.sinks import Delivered, Event, Parked, RetryLater, Sink
 from iipub.sinks.static import StaticSink
 
@@ -217,7 +217,7 @@ def test_failure_mid_publication_leaves_no_temp_files(tmp_path: Path) -> None:
     (tmp_path / "daily-brief" / "en" / "index.html").mkdir()
     result = sink.deliver(events(DAY2)["en"])
     assert isinstance(result, RetryLater)
-    assert not [p for p in tmp_path.rglob("*.tmp")]
+    assert not list(tmp_path.rglob("*.tmp"))
     # The feed of the earlier edition is untouched: no half-written state.
     assert (tmp_path / "daily-brief" / "en" / "feed.atom").read_bytes() == before["daily-brief/en/feed.atom"][0]
     # Once the obstacle is gone, the retry completes the publication.

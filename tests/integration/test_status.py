@@ -16,8 +16,9 @@ from iipub import status as st
 from iipub.config import Settings
 from iipub.outbox import Outbox
 from iipub.simulator import Simulator
-from iipub.states import State
+from iipub.states import POLL_REASONS, State
 from iipub.store import Store
+from iipub.timefmt import duration
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +102,7 @@ def test_counts_and_slis_match_the_journal_and_healthy_is_ok(s: Settings, engine
     assert report.dwell.share == 1.0
 
     # Overdue polls: one sample per journaled provider observation, from its `due_at`.
-    polls = [e for e in events if e["reason"] in st.POLL_REASONS]
+    polls = [e for e in events if e["reason"] in POLL_REASONS]
     assert polls and all("due_at" in json.loads(e["detail"]) for e in polls)
     assert report.overdue_polls.count == len(polls) == sum(j["poll_count"] for j in rows)
     lateness = sorted(
@@ -255,4 +256,4 @@ def test_sli_arithmetic() -> None:
     assert st.poll_lateness(t0, json.dumps({"due_at": "2026-01-01 04:59:30.500000"})) == 29.5
     assert st.poll_lateness(t0, json.dumps({"due_at": "2026-01-01 04:59:30"})) == 30.0
     assert st.poll_lateness(t0, None) is None and st.poll_lateness(t0, "{}") is None
-    assert st.duration(45) == "45s" and st.duration(7260) == "2h01m" and st.duration(725) == "12m05s"
+    assert duration(45) == "45s" and duration(7260) == "2h01m" and duration(725) == "12m05s"

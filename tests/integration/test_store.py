@@ -6,6 +6,7 @@ import datetime as dt
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +23,7 @@ DAY = dt.date(2026, 11, 29)
 PRODUCT = settings_from_dict({}).products["daily-brief"]
 
 
-def _rows(engine: sa.Engine, table: sa.Table) -> list[dict]:
+def _rows(engine: sa.Engine, table: sa.Table) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(table)).mappings()]
 
@@ -90,7 +91,7 @@ def test_12_stale_version_write_is_rejected_and_changes_nothing(engine: sa.Engin
     store, job_id = _scheduled(engine)
     job = store.acquire_lease(job_id, 1)
     assert job is not None
-    moved = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open")
+    moved = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
     before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
     with pytest.raises(LeaseLost):
         store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)  # job.version is stale
@@ -109,7 +110,7 @@ def test_failure_after_update_before_commit_leaves_nothing(engine: sa.Engine) ->
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        store.transition(job, State.CREATE_ELIGIBLE, reason="window_open", extra=boom)
+        store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, extra=boom)
     assert _rows(engine, db.jobs) == before_rows
     assert _rows(engine, db.job_events) == before_events
 
@@ -125,10 +126,17 @@ def test_illegal_edge_raises_before_any_sql(engine: sa.Engine) -> None:
 
     event.listen(engine, "before_cursor_execute", count)
     try:
-        with pytest.raises(IllegalTransition):
-            store.transition(job, State.PUBLISHED, reason="skip ahead")
-        with pytest.raises(IllegalTransition):  # operator-only edge, taken by a worker
-            store.transition(job, State.MANUALLY_SUSPENDED, reason="not an operator")
+        with pytest.raises(IllegalTransition, match="not an allowed transition"):
+            store.transition(job, State.PUBLISHED, reason=Reason.ALL_EVENTS_DELIVERED)  # NO_JOB -> PUBLISHED
+        with pytest.raises(IllegalTransition, match="not an allowed transition"):
+            # an operator-only edge, taken by a worker
+            store.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.WINDOW_OPEN)
+        with pytest.raises(IllegalTransition, match="cannot be written by the machine"):
+            # ... and an operator's reason written by a worker
+            store.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND)
+        with pytest.raises(IllegalTransition, match="not an allowed transition"):
+            # ... or with an operator's flag but no operator edge from NO_JOB to PUBLISHED
+            store.transition(job, State.PUBLISHED, reason=Reason.OPERATOR_KILL, operator=True)
     finally:
         event.remove(engine, "before_cursor_execute", count)
     assert statements == []
@@ -149,7 +157,7 @@ def test_15_lease_expiry_follows_database_time(engine: sa.Engine) -> None:
     # A wakes up after its lease expired: its write is fenced out.
     with pytest.raises(LeaseLost):
         a.transition(job_a, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
-    b.transition(job_b, State.CREATE_ELIGIBLE, reason="window_open")
+    b.transition(job_b, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
     events = a.events(job_id)
     assert [(e.to_state, e.worker) for e in events] == [("NO_JOB", "A"), ("CREATE_ELIGIBLE", "B")]
 
@@ -171,8 +179,8 @@ def test_version_increases_on_every_write_and_journal_follows(engine: sa.Engine)
     store, job_id = _scheduled(engine)
     job = store.acquire_lease(job_id, 1)
     assert job is not None
-    job = store.transition(job, State.CREATE_ELIGIBLE, reason="window_open", keep_lease=True)
-    job = store.transition(job, State.CREATE_IN_FLIGHT, reason="dispatch",
+    job = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, keep_lease=True)
+    job = store.transition(job, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH,
                            changes={"generation_attempts": 1}, keep_lease=True)
     row = _rows(engine, db.jobs)[0]
     assert row["version"] == job.version == 4
@@ -205,7 +213,7 @@ def test_suspended_job_is_never_leased_by_a_worker(engine: sa.Engine) -> None:
 def test_mysql_rowcount_counts_matched_rows(engine: sa.Engine) -> None:
     """The fence relies on rowcount == matched rows (CLIENT_FOUND_ROWS), even when an
     UPDATE changes nothing."""
-    store, job_id = _scheduled(engine)
+    _store, job_id = _scheduled(engine)
     with engine.begin() as conn:
         res = conn.execute(db.jobs.update().where(db.jobs.c.id == job_id).values(product=PRODUCT.name))
         assert res.rowcount == 1
@@ -231,7 +239,8 @@ def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engin
     op = Store(engine, "operator:alice")
     job = op.acquire_lease(suspended, 1, operator=True)
     assert job is not None
-    op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True, changes={"suspended_from": "NO_JOB"})
+    op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True,
+                  changes={"suspended_from": "NO_JOB"})
     db.advance_clock(engine, 1)  # the other lease is still live (60 s)
 
     got = store.claim([(suspended, 3), (held, 1), (stale, 0), (fresh, 1)])

@@ -6,17 +6,18 @@ import datetime as dt
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from iipub import db, reconcile
+from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
-from iipub.operator import Operator
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.conftest import run_iipub
+from tests.helpers import run_cli
 
 DAY = dt.date(2026, 11, 27)
 
@@ -26,12 +27,12 @@ def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
 
 
-def _row(engine: sa.Engine) -> dict:
+def _row(engine: sa.Engine) -> dict[str, Any]:
     with engine.connect() as conn:
         return dict(conn.execute(sa.select(db.jobs)).mappings().one())
 
 
-def _failed(settings: Settings, engine: sa.Engine, sim: Simulator) -> tuple[Settings, dict]:
+def _failed(settings: Settings, engine: sa.Engine, sim: Simulator) -> tuple[Settings, dict[str, Any]]:
     """A daily-brief job whose (good) output failed a too-narrow allowed_domains rule."""
     narrow = replace(settings.products["daily-brief"], allowed_domains=("bbc.co.uk",))
     s = replace(settings, products={"daily-brief": narrow})
@@ -87,6 +88,6 @@ def test_revalidate_cli_refuses_other_states(settings: Settings, engine: sa.Engi
                                              tmp_path: Path) -> None:
     Store(engine, "test").schedule(settings.products["daily-brief"], DAY)
     job_id = _row(engine)["id"]
-    proc = run_iipub("revalidate", job_id, "--reason", "x", env=cli_env, cwd=tmp_path)
+    proc = run_cli("revalidate", job_id, "--reason", "x", env=cli_env, cwd=tmp_path)
     assert proc.returncode == 3 and "only a VALIDATION_FAILED_RETAINED job" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from typing import Any
 
 import httpx
 import pytest
 
 from iipub import backoff
 
-NOW = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,8 @@ def test_http_date_with_naive_now_is_treated_as_utc() -> None:
 
 
 def test_non_string_values_never_crash() -> None:
-    weird: dict = {"retry-after": None, "retry-after-ms": 5, 3: "1s", "x-ratelimit-reset-tokens": "3s"}
+    # Deliberately not the Mapping[str, str] delay_from_headers is typed for.
+    weird: dict[Any, Any] = {"retry-after": None, "retry-after-ms": 5, 3: "1s", "x-ratelimit-reset-tokens": "3s"}
     assert backoff.delay_from_headers(weird, now=NOW) == 3.0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from iipub.compose import Artifact, artifact_from_json, canonical_json, compose
 from iipub.config import Product
-from iipub.output import output_model
+from iipub.edition_schema import output_model
 
 PRODUCT = Product(name="daily-brief", languages=("en", "es"), items=3, prompt="p")
 DAY = dt.date(2025, 3, 7)
@@ -107,10 +107,12 @@ def test_document_copy_cannot_change_the_artifact() -> None:
         b'{"product": "daily-brief"}',
         b'{"product":"p","edition_date":"7 March","lang":"en","title":"t","summary":"s","items":[],"sources":[]}',
         b'{"product":"p","edition_date":"2025-03-07","lang":"en","title":"t","summary":"s","items":[{}],"sources":[]}',
-        b'{"product":"p","edition_date":"2025-03-07","lang":"en","title":"t","summary":"s","items":[],'
-        b'"sources":[{"title":"x","url":"https://a.org/"}]}',
+        (
+            b'{"product":"p","edition_date":"2025-03-07","lang":"en","title":"t","summary":"s","items":[],'
+            b'"sources":[{"title":"x","url":"https://a.org/"}]}'
+        ),
     ],
 )
 def test_artifact_from_json_rejects_malformed(body: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^artifact "):
         artifact_from_json(body)

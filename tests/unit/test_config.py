@@ -74,7 +74,7 @@ def test_bad_config_is_one_clear_error(tmp_path: Path, text: str, message: str) 
 def test_47_product_with_unauthorised_tools_is_rejected_at_load(tmp_path: Path) -> None:
     cfg = tmp_path / "tools.toml"
     cfg.write_text('[[products]]\nname = "daily-brief"\nprompt = "p"\ntools = ["web_search"]\n')
-    with pytest.raises(ConfigError, match="tools not authorised.*web_search"):
+    with pytest.raises(ConfigError, match=r"tools not authorised.*web_search"):
         load_settings({"IIPUB_CONFIG": str(cfg)})
 
 

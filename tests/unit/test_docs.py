@@ -27,7 +27,7 @@ def test_every_command_and_option_has_help() -> None:
     for name, cmd in _commands(cli).items():
         assert (cmd.help or "").strip(), f"`iipub {name}` has no help text"
         for param in cmd.params:
-            if isinstance(param, click.Option) and param.name not in ("help",):
+            if isinstance(param, click.Option) and param.name != "help":
                 assert (param.help or "").strip(), f"`iipub {name}` option {param.opts} has no help"
 
 

@@ -105,7 +105,8 @@ def answer(status: int, body: Any = None, headers: dict[str, str] | None = None)
     def handler(request: httpx.Request) -> httpx.Response:
         if isinstance(body, (bytes, str)):
             return httpx.Response(status, content=body, headers=headers or {"content-type": "application/json"})
-        payload = body if body is not None else {"error": {"message": f"status {status}", "type": "x", "param": None, "code": None}}
+        error = {"message": f"status {status}", "type": "x", "param": None, "code": None}
+        payload = body if body is not None else {"error": error}
         return httpx.Response(status, json=payload, headers=headers)
 
     return handler
@@ -148,7 +149,9 @@ CREATE_STATUS_TABLE: list[tuple[Handler, type, int | None]] = [
 
 
 @pytest.mark.parametrize(("handler", "kind", "status"), CREATE_STATUS_TABLE)
-def test_create_status_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None) -> None:
+def test_create_status_mapping(
+    provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None
+) -> None:
     rec.handler = handler
     outcome = provider.create(REQ)
     assert type(outcome) is kind, outcome
@@ -173,10 +176,13 @@ def test_create_status_mapping(provider: Provider, rec: Recorder, handler: Handl
         (httpx.ProxyError, Ambiguous),
     ],
 )
-def test_create_transport_mapping(provider: Provider, rec: Recorder, exc_type: type[httpx.TransportError], kind: type) -> None:
+def test_create_transport_mapping(
+    provider: Provider, rec: Recorder, exc_type: type[httpx.TransportError], kind: type
+) -> None:
     rec.handler = fail_with(exc_type)
     outcome = provider.create(REQ)
     assert type(outcome) is kind, outcome
+    assert not isinstance(outcome, Accepted)  # for mypy: implied by the line above
     assert exc_type.__name__ in outcome.why
     assert len(rec.requests) == 1
 
@@ -196,7 +202,9 @@ def test_create_accepted_carries_id_and_status(provider: Provider, rec: Recorder
         ({}, None),
     ],
 )
-def test_refused_carries_header_delay(provider: Provider, rec: Recorder, headers: dict[str, str], delay: float | None) -> None:
+def test_refused_carries_header_delay(
+    provider: Provider, rec: Recorder, headers: dict[str, str], delay: float | None
+) -> None:
     rec.handler = answer(429, headers=headers)
     outcome = provider.create(REQ)
     assert isinstance(outcome, Refused)
@@ -260,10 +268,12 @@ def test_retrieve_unfinished_has_no_output(provider: Provider, rec: Recorder) ->
 
 
 def test_retrieve_failed_and_incomplete_details(provider: Provider, rec: Recorder) -> None:
-    rec.handler = answer(200, response_json(status="failed", text=None, error={"code": "server_error", "message": "it broke"}))
+    error = {"code": "server_error", "message": "it broke"}
+    rec.handler = answer(200, response_json(status="failed", text=None, error=error))
     failed = provider.retrieve("resp_abc123")
     assert isinstance(failed, Observed) and failed.error == "it broke"
-    rec.handler = answer(200, response_json(status="incomplete", text='{"en"', incomplete_details={"reason": "max_output_tokens"}))
+    details = {"reason": "max_output_tokens"}
+    rec.handler = answer(200, response_json(status="incomplete", text='{"en"', incomplete_details=details))
     incomplete = provider.retrieve("resp_abc123")
     assert isinstance(incomplete, Observed)
     assert incomplete.incomplete_reason == "max_output_tokens" and incomplete.output_text == '{"en"'
@@ -290,7 +300,9 @@ READ_TABLE: list[tuple[Handler, type, int | None]] = [
 
 
 @pytest.mark.parametrize(("handler", "kind", "status"), READ_TABLE)
-def test_retrieve_and_cancel_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None) -> None:
+def test_retrieve_and_cancel_mapping(
+    provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None
+) -> None:
     rec.handler = handler
     for call in (provider.retrieve, provider.cancel):
         outcome = call("resp_abc123")
@@ -361,8 +373,8 @@ def test_empty_api_key_is_refused() -> None:
 @pytest.mark.parametrize("bad", ["", "resp_1/../admin", "resp 1", "resp_1?x=1"])
 def test_malformed_response_ids_are_refused_before_sending(provider: Provider, rec: Recorder, bad: str) -> None:
     for call in (provider.retrieve, provider.cancel):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="malformed response id"):
             call(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="malformed response id"):
         provider.delete(bad, has_custody=True)
     assert rec.requests == []

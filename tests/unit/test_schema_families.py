@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from iipub import db, migrate
 
-_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.S)
-_COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?(.*)$", re.M)
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.DOTALL)
+_COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?(.*)$", re.MULTILINE)
 _KEYWORDS = {"PRIMARY", "UNIQUE", "KEY", "INDEX", "CONSTRAINT", "FOREIGN", "CHECK"}
 # What a declared type is, whichever dialect spells it.
 _FAMILY = {
