@@ -59,6 +59,7 @@ def _dump_dom(page: Path, profile: Path) -> str:
     return dom
 
 
+@pytest.mark.slow  # a headless browser start: seconds
 def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
     product = Product(name="daily-brief", languages=("en", "es"), items=2, prompt="p")
     doc = {
