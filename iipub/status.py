@@ -236,10 +236,11 @@ class Status:
                                     f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}")))
         if g.is_open:
             open_for = seconds_between(self.generated_at, g.opened_at) if g.opened_at else 0.0
+            since = iso_z(g.opened_at, "seconds") if g.opened_at else "?"  # stable between two reports
             severe = g.breaker_reason in breaker.CRITICAL_REASONS or open_for > s.breaker_crit_after_seconds
             next_probe = iso_z(g.probe_after, "seconds") if g.probe_after else "now"
             found.append((CRITICAL if severe else WARNING,
-                          (f"create breaker open ({g.breaker_reason}) for {duration(open_for)}, {g.open_count} "
+                          (f"create breaker open ({g.breaker_reason}) since {since}, {g.open_count} "
                            f"opening(s); next probe {next_probe}: {(g.breaker_detail or '')[:120]}")))
         return found
 

@@ -24,6 +24,7 @@ SEED = 7
 
 
 @pytest.mark.mysql
+@pytest.mark.slow
 def test_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "bench" / "chaos.py"), "--mysql", MYSQL_URL, "--slots", str(SLOTS),
