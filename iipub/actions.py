@@ -294,9 +294,7 @@ class Operator(Closing):
 
 def _release_quietly(store: Store, job: Job) -> None:
     with contextlib.suppress(Exception):  # best effort: the lease expires on its own anyway
-        current = store.get(job.id)
-        if current.lease_owner == store.worker:
-            store.release(current)
+        store.release_if_held(job.id)
 
 
 def _finished_output(provider: Provider, response_id: str) -> Observed | None:

@@ -82,7 +82,7 @@ from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import is_stranded
-from .ledger import SlotSpend
+from .ledger import SlotSpend, slot_of
 from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
 
@@ -516,9 +516,9 @@ def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: 
     if unreadable:
         found.add("ledger_unreadable", None, f"{unreadable} ledger line(s) could not be read")
     with engine.connect() as conn:
-        rows = {f"{r.product}/{r.edition_date.isoformat() if hasattr(r.edition_date, 'isoformat') else r.edition_date}":
-                r for r in conn.execute(sa.select(jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date,
-                                                  jobs_table.c.generation_attempts, jobs_table.c.state))}
+        q = sa.select(jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date,
+                      jobs_table.c.generation_attempts, jobs_table.c.state)
+        rows = {slot_of(r.product, r.edition_date.isoformat()): r for r in conn.execute(q)}
     for slot, s in sorted(spend.items()):
         row = rows.get(slot)
         if s.charged <= 0:

@@ -202,9 +202,7 @@ def _guarded(tick: Tick, job: Job, action: Callable[[Tick, Job], None]) -> None:
 
 def _release_quietly(store: Store, job_id: str) -> None:
     try:
-        job = store.get(job_id)
-        if job.lease_owner == store.worker:
-            store.release(job)
+        store.release_if_held(job_id)
     except Exception:  # best effort: the lease expires on its own anyway
         log.warning("release_failed", job_id=job_id)
 

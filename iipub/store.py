@@ -299,6 +299,12 @@ class Store:
             )
             return res.rowcount == 1
 
+    def release_if_held(self, job_id: str) -> bool:
+        """Give back the lease this worker may still hold on `job_id` (after a failed step or
+        command); False if it holds none. Fenced like `release`."""
+        job = self.get(job_id)
+        return job.lease_owner == self.worker and self.release(job)
+
     def release(self, job: Job) -> bool:
         """Give the lease back early (fenced). False if the job moved on without us."""
         with self._tx() as conn:
