@@ -4,10 +4,12 @@ is set), the simulator over real HTTP, and a clean environment for the command l
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,18 @@ def sim() -> Iterator[Simulator]:
 @pytest.fixture
 def settings(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
     return make_settings(db_url, sim.url, tmp_path / "public")
+
+
+@pytest.fixture
+def no_today_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ticks schedule only the slots a test made (not today's as well)."""
+    from iipub import reconcile
+
+    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+
+
+@pytest.fixture
+def cfg(settings: Settings) -> Settings:
+    """`settings` with one product, daily-brief (3 items, open since midnight), and no webhook sink."""
+    p = replace(settings.products["daily-brief"], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+    return replace(settings, products={"daily-brief": p}, webhook_sink=None)

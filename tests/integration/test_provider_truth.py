@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -28,15 +27,7 @@ DAY = dt.date(2026, 11, 30)
 PRODUCT = "daily-brief"
 
 
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
-
-
-@pytest.fixture
-def cfg(settings: Settings) -> Settings:
-    p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(settings, products={PRODUCT: p}, webhook_sink=None)
+pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one product
 
 
 def schedule(s: Settings, engine: sa.Engine, n: int = 1) -> list[str]:

@@ -25,15 +25,7 @@ PRODUCT = "daily-brief"
 Backup = dict[str, list[dict[str, Any]]]
 
 
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
-
-
-@pytest.fixture
-def cfg(settings: Settings) -> Settings:
-    p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(settings, products={PRODUCT: p}, webhook_sink=None)
+pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one product
 
 
 def backup(engine: sa.Engine) -> Backup:
