@@ -6,6 +6,8 @@ never part of `Settings.describe()` or any log line.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime as dt
 import functools
@@ -147,6 +149,23 @@ class WebhookSink:
 
 
 @checked(frozen=True, config=_STRICT)
+class WebhookSettings:
+    """The provider's webhooks (`iipub.webhook`). `enabled` says a receiver is deployed: polls
+    of in-flight jobs then relax to `poll_interval_seconds` while verified deliveries keep
+    arriving (a completion found by a poll first, or no delivery for `healthy_for_seconds`,
+    puts polling back to [reconcile] poll_interval_seconds)."""
+
+    enabled: bool = False
+    # A safety net: a lost webhook costs at most this much delay, well inside the provider's
+    # ~10-minute retention of a finished response (the same bound as [reconcile]'s).
+    poll_interval_seconds: Annotated[float, Field(ge=0, le=300)] = 240.0
+    healthy_for_seconds: Annotated[float, Field(gt=0, le=_WEEK)] = 3600.0
+    max_body_bytes: Annotated[int, Field(ge=1024, le=10 * 1024 * 1024)] = 256 * 1024
+    request_seconds: Annotated[float, Field(ge=1, le=120)] = 20.0  # one delivery's time budget
+    lease_wait_seconds: Annotated[float, Field(ge=0, le=60)] = 3.0  # for a worker's lease to end
+
+
+@checked(frozen=True, config=_STRICT)
 class LedgerSettings:
     # The spend ledger's file, outside the database (so a restored backup cannot forget a paid
     # create). Default: next to a SQLite database file, else `iipub-ledger.jsonl` in the working
@@ -197,7 +216,9 @@ class Settings:
     static_sink: StaticSink | None = StaticSink()
     webhook_sink: WebhookSink | None = None
     ledger: LedgerSettings = LedgerSettings()
+    webhooks: WebhookSettings = WebhookSettings()
     api_key: str | None = field(default=None, repr=False)
+    provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
 
     def product(self, name: str) -> Product:
@@ -225,6 +246,22 @@ class Settings:
         if not _HEADER_SAFE.fullmatch(self.api_key):
             raise ConfigError("OPENAI_API_KEY contains whitespace or non-ASCII characters")
         return self.api_key
+
+    def require_provider_webhook_secret(self) -> str:
+        """The secret the provider signs its webhooks with (`whsec_` + base64, or raw text)."""
+        secret = self.provider_webhook_secret
+        if not secret:
+            raise ConfigError("OPENAI_WEBHOOK_SECRET is not set: the webhook receiver cannot verify deliveries")
+        if not _HEADER_SAFE.fullmatch(secret):
+            raise ConfigError("OPENAI_WEBHOOK_SECRET contains whitespace or non-ASCII characters")
+        if secret.startswith("whsec_"):
+            try:
+                key = base64.b64decode(secret[len("whsec_"):], validate=True)
+            except binascii.Error:
+                raise ConfigError("OPENAI_WEBHOOK_SECRET: the part after whsec_ is not base64") from None
+            if len(key) < 16:
+                raise ConfigError("OPENAI_WEBHOOK_SECRET is too short (under 16 bytes of key)")
+        return secret
 
     def webhook_secret(self) -> str:
         assert self.webhook_sink is not None
@@ -273,19 +310,22 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         settings,
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
         api_key=env.get("OPENAI_API_KEY") or None,
+        provider_webhook_secret=env.get("OPENAI_WEBHOOK_SECRET") or None,
         provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url),
         config_path=path,
     )
 
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> Settings:
-    known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger"}
+    known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
+             "webhooks"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
     reconcile = _section(ReconcileSettings, data.get("reconcile"), "reconcile")
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
     status = _section(StatusSettings, data.get("status"), "status")
+    webhooks = _section(WebhookSettings, data.get("webhooks"), "webhooks")
     ledger_raw = data.get("ledger")
     if isinstance(ledger_raw, dict) and "path" in ledger_raw:
         if not isinstance(ledger_raw["path"], str) or not ledger_raw["path"].strip():
@@ -342,6 +382,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         static_sink=static,
         webhook_sink=webhook,
         ledger=ledger,
+        webhooks=webhooks,
     )
     _check(settings)
     return settings
@@ -364,6 +405,10 @@ def _check(s: Settings) -> None:
     if p.breaker_cooldown_cap_seconds < max(p.breaker_cooldown_seconds, p.breaker_quota_cooldown_seconds):
         problems.append("[provider] breaker_cooldown_cap_seconds must be at least breaker_cooldown_seconds and "
                         "breaker_quota_cooldown_seconds")
+    if s.webhooks.poll_interval_seconds < r.poll_interval_seconds:
+        problems.append(f"[webhooks] poll_interval_seconds ({s.webhooks.poll_interval_seconds:g}) is the relaxed "
+                        f"safety-net interval: it must be at least [reconcile] poll_interval_seconds "
+                        f"({r.poll_interval_seconds:g})")
     st = s.status
     if st.outbox_lag_crit_seconds < st.outbox_lag_warn_seconds:
         problems.append("[status] outbox_lag_crit_seconds must be at least outbox_lag_warn_seconds")

@@ -186,6 +186,51 @@ republish_grants = sa.Table(
     sa.Column("granted_at", Time, nullable=False),
 )
 
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("webhook_id", sa.String(255), primary_key=True),
+    sa.Column("event_type", sa.String(64), nullable=False),
+    sa.Column("event_id", sa.String(255)),
+    sa.Column("response_id", sa.String(128)),
+    sa.Column("job_id", sa.String(36)),
+    sa.Column("outcome", sa.String(32), nullable=False),
+    sa.Column("detail", sa.Text),
+    sa.Column("event_created_at", Time),
+    sa.Column("received_at", Time, nullable=False),
+    sa.Column("settled_at", Time),
+    sa.Index("ix_webhook_deliveries_received", "received_at"),
+    sa.Index("ix_webhook_deliveries_response", "response_id"),
+    sa.Index("ix_webhook_deliveries_outcome", "outcome"),
+)
+
+webhook_misses = sa.Table(
+    "webhook_misses",
+    metadata,
+    sa.Column("response_id", sa.String(128), primary_key=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("noticed_at", Time, nullable=False),
+    sa.Index("ix_webhook_misses_noticed", "noticed_at"),
+)
+
+orphans = sa.Table(
+    "orphans",
+    metadata,
+    sa.Column("response_id", sa.String(128), primary_key=True),
+    sa.Column("named_job_id", sa.String(64)),
+    sa.Column("slot", sa.String(128)),
+    sa.Column("attempt", sa.String(16)),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("why", sa.Text, nullable=False),
+    sa.Column("output", LongText),
+    sa.Column("output_sha256", sa.String(64)),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("total_tokens", sa.BigInteger),
+    sa.Column("first_seen_at", Time, nullable=False),
+    sa.Column("remote_deleted_at", Time),
+    sa.Index("ix_orphans_seen", "first_seen_at"),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,

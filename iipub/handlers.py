@@ -455,3 +455,40 @@ def before_cleanup(job: Job) -> Decision | None:
 def cancel_before_delete(job: Job) -> bool:
     """A killed job whose output never reached custody: stop the provider's spend first."""
     return job.kill_requested and job.payload is None
+
+
+# -- proof from a verified webhook ------------------------------------------------------
+
+
+def proves_unknown_create(job: Job, observed: Observed) -> bool:
+    """Whether `observed` is the response a create of `job` with an unknown outcome made: its
+    metadata names this job, the attempt that was charged and the config it was sent with."""
+    meta = observed.metadata
+    return (job.state == State.QUARANTINED
+            and job.quarantine_reason in states.AMBIGUOUS_CREATE
+            and job.response_id is None
+            and meta.get("iipub_job_id") == job.id
+            and meta.get("iipub_attempt") == str(job.generation_attempts)
+            and job.config_fingerprint is not None
+            and meta.get("iipub_fingerprint") == job.config_fingerprint)
+
+
+def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
+    """QUARANTINED create_outcome_unknown / crashed_during_create, and a verified event proved
+    which response the create made (`proves_unknown_create`): adopt it, nothing is paid again.
+    A finished one goes straight to custody; any other (a failure, a status iipub does not
+    know) is adopted as ACCEPTED and read again at once, so the poll's own decisions (loss
+    confirmation, the generation budget) apply to it exactly as to any other response."""
+    if not proves_unknown_create(job, observed):
+        return None
+    finished = observed.finished and observed.status not in DEAD_STATUSES
+    to = _STATUS_STATE.get(observed.status) or (State.COMPLETED_NOT_RETRIEVED if finished else State.ACCEPTED)
+    changes: dict[str, Any] = {"response_id": observed.response_id, "poll_count": 0, "retry_count": 0,
+                               "quarantine_reason": None, "last_error": None}
+    if observed.usage is not None:
+        changes.update(input_tokens=observed.usage.input_tokens, output_tokens=observed.usage.output_tokens,
+                       total_tokens=observed.usage.total_tokens)
+    return Decision(to, Reason.AUTO_LINKED, changes,
+                    {"response_id": observed.response_id, "status": observed.status, "via": via,
+                     "quarantine_reason": job.quarantine_reason, "attempt": job.generation_attempts},
+                    delay=0, go_on=to in (State.COMPLETED_NOT_RETRIEVED, State.ACCEPTED))

@@ -94,7 +94,7 @@ outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
 UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
 # Entries that take output into custody, save editions, publish them.
 CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST})
-ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED})
+ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
 STRANDED_AFTER_SECONDS = 7200.0
@@ -236,8 +236,9 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     for ev in evs:
         if ev.to_state == State.QUARANTINED.value and ev.reason in AMBIGUOUS_CREATE:
             ambiguous = ev.reason
-        elif is_operator_reason(ev.reason) and ev.from_state == State.QUARANTINED.value:
-            ambiguous = None
+        elif ev.from_state == State.QUARANTINED.value and (is_operator_reason(ev.reason)
+                                                            or ev.reason == Reason.AUTO_LINKED):
+            ambiguous = None  # an operator's release, or proof of which response the create made
         elif ev.reason == Reason.DISPATCH and ambiguous is not None:
             found.add("create_after_ambiguous", jid, f"event {ev.id}: dispatch after {ambiguous} without an "
                                                      "operator release")

@@ -17,8 +17,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, ledger, outbox, scheduling, validate
+from . import db, handlers, ledger, outbox, scheduling, settle, validate
 from .config import Product, Settings
+from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
 from .jobs import Job, new_worker_id
@@ -32,7 +33,7 @@ from .outcomes import (
     Refused,
 )
 from .provider import Provider
-from .states import State
+from .states import Reason, State
 from .store import Store
 from .tick import STOP, Tick, TickReport
 
@@ -75,6 +76,8 @@ def _ensure_today(settings: Settings, store: Store) -> None:
 def _sweep(tick: Tick) -> None:
     s = tick.settings.reconcile
     seen: set[str] = set()  # jobs dealt with (or deferred) in this tick
+    if tick.settings.webhooks.enabled:
+        _settle_awaiting(tick)
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
         if not tick.cooling():
             suspended = tick.store.suspended_awaiting_custody(s.batch_size)
@@ -88,6 +91,14 @@ def _sweep(tick: Tick) -> None:
                 return
             tick.wait_for_probe_outcome()
             seen -= waiting
+
+
+def _settle_awaiting(tick: Tick) -> None:
+    """Webhooks that arrived before their job's create answer was recorded (see `settle`)."""
+    try:
+        settle.awaiting_creates(tick, Deliveries(tick.store.engine), SETTLE_STEPS)
+    except (Contention, DatabaseUnavailable) as exc:
+        log.warning("awaiting_creates_deferred", worker=tick.store.worker, error=str(exc))
 
 
 def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
@@ -313,7 +324,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         ))
         tick.record_outcome(job.id, slot, attempt, outcome)
     after = _apply(tick, in_flight, dataclasses.replace(
-        handlers.after_create(in_flight, outcome, tick.settings.reconcile, tick.rng), go_on=False))
+        handlers.after_create(in_flight, outcome, tick.poll_settings, tick.rng), go_on=False))
     tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
 
@@ -348,13 +359,26 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    d = handlers.after_poll(job, outcome, tick.settings.reconcile, tick.rng, loss=tick.settings.provider,
+    d = handlers.after_poll(job, outcome, tick.poll_settings, tick.rng, loss=tick.settings.provider,
                             suspected_reads=_suspected_reads(tick, job, outcome))
     new = _apply(tick, job, d)
+    if d.reason == Reason.PROVIDER_FINISHED and tick.settings.webhooks.enabled:
+        _note_if_missed(tick, job)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
         return _apply(tick, new, handlers.on_output(new, outcome, _max_output_bytes(product)))
     return new
+
+
+def _note_if_missed(tick: Tick, job: Job) -> None:
+    """A poll found the response finished before any webhook said so: polling stops relaxing
+    until deliveries arrive again (a late webhook clears this)."""
+    assert job.response_id
+    try:
+        if Deliveries(tick.store.engine).note_miss(job.response_id, job.id):
+            log.info("webhook_missed", job_id=job.id, response_id=job.response_id, relaxed=tick.webhooks_healthy)
+    except (Contention, DatabaseUnavailable) as exc:  # only the relaxation depends on it
+        log.warning("webhook_miss_not_recorded", job_id=job.id, error=str(exc))
 
 
 def step_completed(tick: Tick, job: Job) -> Job | None:
@@ -441,6 +465,14 @@ def custody_while_suspended(tick: Tick, job: Job) -> None:
     if d is not None:
         tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
         tick.counted(d.to)
+
+
+def _custody_guarded(tick: Tick, job: Job) -> None:
+    _guarded(tick, job, custody_while_suspended)
+
+
+# What `settle` (webhook deliveries) runs for a job: exactly what a sweep runs.
+SETTLE_STEPS = settle.Steps(drive=_handle, custody_while_suspended=_custody_guarded)
 
 
 def step_expired(tick: Tick, job: Job) -> Job:

@@ -170,6 +170,7 @@ class Reason(enum.StrEnum):
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
     RESTORED_ADOPTED = "restored_adopted"
+    AUTO_LINKED = "auto_linked"
     STEP_FAILING = "step_failing"
     # Operator commands.
     OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
@@ -231,6 +232,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
                                        "(a restored backup); no create until it is settled")),
     R.RESTORED_ADOPTED: (False, ("the response the ledger recorded was still at the provider, naming this slot: "
                                  "adopted, nothing paid again")),
+    R.AUTO_LINKED: (False, ("a verified webhook proved which response an unknown create made (its metadata names "
+                            "this job, attempt and config): the job adopted it, nothing paid again")),
     R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
     R.PROVIDER_REFUSED: (False, ("quarantine: the provider refused the prompt or policy; paying again would fail "
                                  "again")),
@@ -254,7 +257,7 @@ QUARANTINE_REASONS = frozenset({
     R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.
-ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED})
+ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.AUTO_LINKED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
 PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING})
 # A dispatch that ended in one of these may or may not have reached the provider.

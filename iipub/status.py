@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db, gate, outbox
+from . import breaker, db, deliveries, gate, outbox
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .jobs import is_stranded, late_seconds, slot_opened
@@ -148,6 +148,7 @@ class Status:
     gate: GateState | None = None
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
     failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
+    webhooks: deliveries.Summary | None = None
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -219,6 +220,8 @@ class Status:
                                     f"{self.expired_in_window} in {s.window_hours:g}h")))
         if self.outbox_parked:
             found.append((WARNING, f"{self.outbox_parked} parked sink deliveries"))
+        if self.webhooks is not None:
+            found.extend((WARNING, text) for text in self.webhooks.problems())
         if self.outbox_failing:
             found.append((WARNING, f"{self.outbox_failing} outbox events failing"))
         found.extend((WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
@@ -325,6 +328,7 @@ class Status:
                 "jobs": [j.to_dict() for j in self.late],
             },
             "create_gate": _gate_dict(self.gate),
+            "webhooks": self.webhooks.to_dict() if self.webhooks is not None else None,
             "unexpected_statuses": self.unexpected_statuses,
             "failing_steps": [j.to_dict() for j in self.failing_steps],
             "spend": {
@@ -388,6 +392,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         ).scalar_one())
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
+    hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
     return Status(
         generated_at=now,
         settings=s,
@@ -415,6 +420,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
             JobRef(j["id"], j["product"], j["edition_date"], j["state"], 0.0, j["last_error"])
             for j in live if (j["last_error"] or "").startswith("step_failed:")
         ),
+        webhooks=hooks,
     )
 
 

@@ -64,6 +64,19 @@ class Store:
             raise UnknownId(f"no job with id {job_id!r}")
         return Job.from_row(row)
 
+    def find(self, job_id: str) -> Job | None:
+        """The job with exactly this id, or None (ids from untrusted input: no prefix match)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id[:36])).mappings().first()
+        return Job.from_row(row) if row is not None else None
+
+    def by_response(self, response_id: str) -> Job | None:
+        """The job that recorded `response_id` as its response, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(jobs_table).where(jobs_table.c.response_id == response_id)
+                               .order_by(jobs_table.c.updated_at.desc()).limit(1)).mappings().first()
+        return Job.from_row(row) if row is not None else None
+
     def list_jobs(
         self, *, state: str | None = None, product: str | None = None, day: dt.date | None = None,
         limit: int = 1000,
@@ -296,6 +309,20 @@ class Store:
                        jobs_table.c.lease_owner == self.worker)
                 .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1,
                         retry_count=failures, last_error=error, updated_at=db.now(conn))
+            )
+            return res.rowcount == 1
+
+    def make_due(self, job: Job) -> bool:
+        """Bring the next look at `job` forward to now (a webhook says its response finished but
+        another worker holds it). Fenced on the version read; neither a transition nor a new
+        version: the lease holder's own next write stays valid and decides for itself."""
+        with self._tx() as conn:
+            now = db.now(conn)
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
+                       jobs_table.c.next_attempt_at > now)
+                .values(next_attempt_at=now)
             )
             return res.rowcount == 1
 

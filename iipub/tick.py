@@ -15,6 +15,7 @@ import structlog
 
 from . import ledger
 from .config import Settings
+from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
 from .gate import CreateGate
 from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected
@@ -67,6 +68,12 @@ class Tick:
         path = settings.ledger_path()
         self.ledger = ledger.SpendLedger(path) if path is not None else None
         self._spend: dict[str, ledger.SlotSpend] | None = None
+        # While verified webhooks carry completions, in-flight jobs are polled only as a safety net.
+        self.webhooks_healthy = (settings.webhooks.enabled
+                                 and Deliveries(store.engine).health(settings.webhooks.healthy_for_seconds).healthy)
+        self.poll_settings = (dataclasses.replace(settings.reconcile,
+                                                  poll_interval_seconds=settings.webhooks.poll_interval_seconds)
+                              if self.webhooks_healthy else settings.reconcile)
         g, now = self.gate.state()
         # Paused, or the breaker open and no probe due: creates are not even leased this tick.
         self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)

@@ -20,6 +20,7 @@ from .operator_cmd import COMMANDS as OPERATOR_COMMANDS
 from .run_cmd import reconcile_command, relay_command
 from .simulator_cmd import simulator_command
 from .status_cmd import status_command
+from .webhook_cmd import orphans_group, webhook_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,7 +40,7 @@ def cli(ctx: click.Context, log_level: str) -> None:
 
 
 for _command in (db_group, schedule_command, jobs_group, reconcile_command, relay_command, status_command,
-                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command):
+                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command, webhook_group, orphans_group):
     cli.add_command(_command)
 
 

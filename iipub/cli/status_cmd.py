@@ -149,6 +149,20 @@ def render(r: st.Status) -> str:
             ["unknown provider statuses", r.unexpected_statuses, f"in {s.window_hours:g}h"],
         ]), ""]
 
+    w = r.webhooks
+    if w is not None and (w.enabled or w.last is not None or w.orphans):
+        last = w.last
+        out += ["WEBHOOKS", _aligned([
+            ["last verified delivery", _when(last.received_at) if last else "never",
+             f"{last.event_type} {last.response_id or ''} -> {last.outcome}" if last else ""],
+            ["polling", f"relaxed (safety net every {w.poll_interval_seconds:g}s)"
+             if w.enabled and w.health.healthy else "normal", "" if w.enabled else "[webhooks] enabled = false"],
+            ["deliveries", sum(w.outcomes.values()),
+             f"in {s.window_hours:g}h: " + ", ".join(f"{k} {v}" for k, v in sorted(w.outcomes.items()))],
+            ["found by polling first", w.misses, f"in {s.window_hours:g}h"],
+            ["orphan responses", w.orphans, "iipub orphans list" if w.orphans else ""],
+        ]), ""]
+
     out += ["OUTBOX", _aligned([
         ["unpublished events", r.outbox_unpublished, ""],
         ["lag", f"{r.outbox_lag_seconds:.0f}s",

@@ -119,7 +119,7 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     doc = json.loads(raw)
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "stranded",
                         "outbox", "quarantine", "provider_expired", "spend", "check", "late", "create_gate",
-                        "unexpected_statuses", "failing_steps"}
+                        "unexpected_statuses", "failing_steps", "webhooks"}
     figures = human_figures(human)
     assert figures == json_figures(doc)
     assert figures["jobs_total"] == 2 and figures["time_to_dispatch"] == 2 and figures["unretrieved_dwell"] == 2

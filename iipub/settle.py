@@ -1,0 +1,200 @@
+"""What a verified webhook does: it is a hint that a response finished, never proof of how.
+
+A known response's job is read now, through the same steps and the same fenced writes as any
+worker (custody in seconds instead of a poll interval later). An unknown response is retrieved:
+when its metadata proves it is the response of a create whose outcome was unknown, that job
+adopts it (`auto_linked`); otherwise it is an orphan, recorded with its output because someone
+paid for it. Called by the receiver (`iipub.webhook`) per delivery and by `reconcile` for
+deliveries that arrived while their job's create was still being recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from . import db, deliveries, handlers, states
+from .deliveries import Deliveries
+from .errors import Contention, LeaseLost
+from .jobs import Job
+from .outcomes import FINISHED_STATUSES, Deleted, Missing, Observed, Rejected, Transient
+from .states import State
+from .tick import Tick
+
+log = structlog.get_logger("iipub.settle")
+
+Drive = Callable[[Tick, Job], None]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """reconcile's entry points (passed in: reconcile itself calls this module)."""
+
+    drive: Drive  # a leased job: the steps from its state, as far as is safe
+    custody_while_suspended: Drive  # a suspended job whose response finished: store the output
+
+# States in which a finished response is news: the job is waiting to read it.
+AWAITING_OUTPUT = frozenset({State.ACCEPTED, State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED})
+# After this long a delivery still awaiting its job's create is judged as it stands.
+_AWAIT_CREATE_SECONDS = 3600.0
+
+
+class Retry(Exception):
+    """The event cannot be settled now (the provider or the database did not answer): nothing was
+    decided, and the sender should deliver it again."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    outcome: str
+    job_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def response_event(tick: Tick, ds: Deliveries, response_id: str, event_type: str, steps: Steps,
+                   *, lease_wait: float) -> Settled:
+    job = tick.store.by_response(response_id)
+    if job is None:
+        return unknown_response(tick, ds, response_id, steps, lease_wait=lease_wait)
+    ds.clear_miss(response_id)  # a late webhook: it was not lost after all
+    return _known(tick, job, event_type, steps, lease_wait)
+
+
+def _known(tick: Tick, job: Job, event_type: str, steps: Steps, lease_wait: float) -> Settled:
+    facts = {"event": event_type, "state": job.state.value}
+    if job.state == State.MANUALLY_SUSPENDED:
+        if job.suspended_from in {s.value for s in states.CUSTODY_PENDING} and job.payload is None:
+            steps.custody_while_suspended(tick, job)
+            return Settled(_after(tick, job.id), job.id, facts)
+        return Settled(deliveries.NO_OP, job.id, facts)
+    if job.state not in AWAITING_OUTPUT:
+        # Published, kept, parked, or in custody already (a duplicate, or the poll was first).
+        return Settled(deliveries.NO_OP, job.id, facts)
+    claimed = _claim(tick, job, lease_wait)
+    if claimed is None:
+        current = tick.store.find(job.id)
+        if current is not None and current.state in AWAITING_OUTPUT and tick.store.make_due(current):
+            return Settled(deliveries.DEFERRED, job.id, facts)
+        return Settled(deliveries.NO_OP, job.id, facts | {"moved_to": current.state.value if current else None})
+    steps.drive(tick, claimed)
+    return Settled(_after(tick, job.id), job.id, facts)
+
+
+def _after(tick: Tick, job_id: str) -> str:
+    job = tick.store.find(job_id)
+    return deliveries.CUSTODY if job is not None and job.payload is not None else deliveries.POLLED
+
+
+def _claim(tick: Tick, job: Job, lease_wait: float) -> Job | None:
+    """Lease `job` like any worker; while another holds it, wait up to `lease_wait` seconds (a
+    poll in hand ends in well under a second). None if it stays held or moved on."""
+    until = min(tick.deadline, time.monotonic() + lease_wait)
+    while True:
+        got = tick.store.claim([(job.id, job.version)])
+        if got:
+            return got[0]
+        if time.monotonic() >= until:
+            return None
+        time.sleep(0.1)
+        current = tick.store.find(job.id)
+        if current is None or current.state not in AWAITING_OUTPUT:
+            return None
+        job = current
+
+
+def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps, *,
+                     lease_wait: float) -> Settled:
+    """A response no job recorded: read it, and let its metadata prove whose it is."""
+    outcome = tick.provider.retrieve(response_id)
+    if isinstance(outcome, Transient):
+        raise Retry(f"could not read response {response_id}: {outcome.why}")
+    if not isinstance(outcome, Observed):
+        status = "not_found" if isinstance(outcome, Missing) else "unreadable"
+        why = (outcome.why if isinstance(outcome, Missing) else f"HTTP {outcome.status}: {outcome.why}")
+        return _orphan(tick, ds, None, response_id, status, f"announced but not readable: {why}")
+    named = outcome.metadata.get("iipub_job_id")
+    job = tick.store.find(named) if named else None
+    if job is None:
+        return _orphan(tick, ds, outcome, response_id, outcome.status,
+                       f"its metadata names job {named!r}, which does not exist" if named
+                       else "it carries no iipub_job_id metadata")
+    if job.response_id == response_id:  # recorded meanwhile by the create's own answer
+        return _known(tick, job, "response", steps, lease_wait)
+    if handlers.proves_unknown_create(job, outcome):
+        return _auto_link(tick, job, outcome, steps, lease_wait)
+    if job.state == State.CREATE_IN_FLIGHT and outcome.metadata.get("iipub_attempt") == str(job.generation_attempts):
+        # The webhook beat the create's answer. `reconcile` looks again once the job moved on.
+        return Settled(deliveries.AWAITING_CREATE, job.id, {"attempt": job.generation_attempts})
+    return _orphan(tick, ds, outcome, response_id, outcome.status,
+                   f"its metadata names job {job.id} (attempt {outcome.metadata.get('iipub_attempt')!r}), which "
+                   f"is {job.state.value} with attempt {job.generation_attempts} and response {job.response_id}")
+
+
+def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wait: float) -> Settled:
+    claimed = _claim(tick, job, lease_wait)
+    if claimed is None:  # an operator command holds it: look again from the tick
+        return Settled(deliveries.AWAITING_CREATE, job.id, {"held": True})
+    d = handlers.auto_link(claimed, observed, via="webhook")
+    if d is None:  # changed while we waited for the lease
+        tick.store.release(claimed)
+        return Settled(deliveries.AWAITING_CREATE, job.id, {"changed": True})
+    linked = tick.store.transition(claimed, d.to, reason=d.reason, changes=d.changes, detail=d.detail,
+                                   delay=d.delay, keep_lease=True)
+    tick.counted(d.to)
+    log.info("auto_linked", job_id=job.id, response_id=observed.response_id, status=observed.status,
+             quarantine_reason=job.quarantine_reason)
+    steps.drive(tick, linked)
+    return Settled(deliveries.AUTO_LINKED, job.id, {"response_id": observed.response_id, "status": observed.status})
+
+
+def _orphan(tick: Tick, ds: Deliveries, observed: Observed | None, response_id: str, status: str,
+            why: str) -> Settled:
+    """Nobody's response: keep it (output included), then delete it remotely once finished and
+    kept (an unfinished one is left running: deleting it would lose what it is paid to make)."""
+    limit = max((p.max_output_bytes for p in tick.settings.products.values()), default=1_000_000)
+    new = ds.record_orphan(observed, response_id, why, status, limit)
+    log.warning("orphan_response", response_id=response_id, status=status, why=why, new=new)
+    detail: dict[str, Any] = {"status": status, "why": why}
+    if status in FINISHED_STATUSES and ds.orphan_kept(response_id):
+        deleted = tick.provider.delete(response_id, has_custody=True, kill_requested=False)
+        if isinstance(deleted, (Deleted, Missing)):
+            ds.orphan_deleted(response_id)
+            detail["remote_deleted"] = True
+        elif isinstance(deleted, (Transient, Rejected)):
+            detail["remote_delete_failed"] = deleted.why
+    return Settled(deliveries.ORPHAN, observed.metadata.get("iipub_job_id") if observed else None, detail)
+
+
+def awaiting_creates(tick: Tick, ds: Deliveries, steps: Steps) -> int:
+    """Deliveries that arrived before their job's create answer was recorded: settle those whose
+    job has moved on (recorded the response, or was quarantined with an unknown outcome)."""
+    settled = 0
+    for d in ds.awaiting_create():
+        if tick.past_deadline() or tick.cooling():
+            break
+        job = tick.store.find(d.job_id) if d.job_id else None
+        waited = (_db_now(tick) - d.received_at).total_seconds()
+        if job is not None and job.state == State.CREATE_IN_FLIGHT and waited < _AWAIT_CREATE_SECONDS:
+            continue
+        if job is not None and job.state == State.QUARANTINED and job.lease_owner is not None:
+            continue  # an operator is on it
+        assert d.response_id is not None
+        try:
+            result = unknown_response(tick, ds, d.response_id, steps, lease_wait=0)
+        except (Retry, LeaseLost, Contention) as exc:
+            log.info("awaiting_create_deferred", webhook_id=d.webhook_id, error=str(exc))
+            continue
+        if result.outcome != deliveries.AWAITING_CREATE:
+            ds.settle(d.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail | {"late": True})
+            settled += 1
+    return settled
+
+
+def _db_now(tick: Tick) -> dt.datetime:
+    with tick.store.engine.connect() as conn:
+        return db.read_now(conn)
