@@ -81,8 +81,9 @@ service_unavailable@create~START..END: every create answers 503 in that window."
     callback=_parse_faults,
     metavar="NAME[@OP][:PROBABILITY][*TIMES][~START..END]",
     help="Inject a fault into matching requests for the whole run (repeatable). "
-    "OP is create, retrieve, cancel or delete; PROBABILITY defaults to 1; TIMES (how often it fires) to "
-    "unlimited; START..END (simulated seconds since start) to always. See the spec examples below.",
+    "OP is create, retrieve, cancel, delete or webhook (the webhook_* faults); PROBABILITY defaults to 1; "
+    "TIMES (how often it fires) to unlimited; START..END (simulated seconds since start) to always. "
+    "See the spec examples below.",
 )
 @click.option(
     "--outage",
@@ -93,6 +94,13 @@ service_unavailable@create~START..END: every create answers 503 in that window."
     help="A provider outage: every create answers 503 (service_unavailable) from simulated second START "
     "until END (repeatable).",
 )
+@click.option("--webhook-url", metavar="URL",
+              help="Send OpenAI's signed webhooks (response.completed, ...) here when a background response "
+              "finishes. Loopback only unless --allow-non-loopback.")
+@click.option("--webhook-secret", metavar="whsec_…", envvar="IIPUB_SIM_WEBHOOK_SECRET", show_envvar=True,
+              help="The Standard Webhooks secret the webhooks are signed with (required with --webhook-url).")
+@click.option("--webhook-late-seconds", default=2.0, show_default=True, type=click.FloatRange(min=0),
+              help="Real seconds the webhook_late fault holds an event back (at most, for webhook_out_of_order).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
 @click.option("--log-requests/--no-log-requests", default=True, show_default=True,
@@ -109,6 +117,9 @@ def simulator_command(
     seed: int | None,
     faults: tuple[FaultRule, ...],
     outages: tuple[FaultRule, ...],
+    webhook_url: str | None,
+    webhook_secret: str | None,
+    webhook_late_seconds: float,
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
@@ -119,7 +130,8 @@ def simulator_command(
     queued -> in_progress -> completed, forgets it after the retention period, and counts every
     request. Point OPENAI_BASE_URL at the printed URL. Control endpoints under /_sim/ add faults
     (POST/DELETE /_sim/faults), move the clock (POST /_sim/advance), report counts
-    (GET /_sim/stats) and start over (POST /_sim/reset).
+    (GET /_sim/stats) and start over (POST /_sim/reset). With --webhook-url it POSTs one signed
+    event per finished background response, as OpenAI does (retried on failure).
     """
     options = SimulatorOptions(
         queued_seconds=queued_seconds,
@@ -130,6 +142,9 @@ def simulator_command(
         seed=seed,
         faults=faults + outages,
         log_requests=log_requests,
+        webhook_url=webhook_url,
+        webhook_secret=webhook_secret,
+        webhook_late_seconds=webhook_late_seconds,
     )
     try:
         sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)
@@ -151,6 +166,8 @@ def simulator_command(
             tmp.write_text(f"{sim.port}\n", encoding="utf-8")
             os.replace(tmp, port_file)  # readers never see a half-written file
         click.echo(f"iipub simulator listening on {sim.url}")
+        if webhook_url:
+            click.echo(f"iipub simulator sending webhooks to {webhook_url}", err=True)
         sys.stdout.flush()
         while not done.wait(1.0):
             pass

@@ -2,7 +2,8 @@
 
 `Simulator(SimulatorOptions(...)).start()` serves on a loopback port; point OPENAI_BASE_URL at
 `sim.url`. It counts every request it receives, so a test can prove how many paid creates
-happened. `iipub simulator` runs the same server from the command line.
+happened. With `webhook_url` and `webhook_secret` it also sends OpenAI's signed webhooks when
+background responses finish. `iipub simulator` runs the same server from the command line.
 """
 
 from .faults import (
@@ -11,6 +12,8 @@ from .faults import (
     EXCHANGE_FAULTS,
     FAULTS,
     OPS,
+    WEBHOOK_FAULTS,
+    WEBHOOK_OP,
     FaultRule,
     parse_fault_spec,
     rule_from_dict,
@@ -23,6 +26,8 @@ __all__ = [
     "EXCHANGE_FAULTS",
     "FAULTS",
     "OPS",
+    "WEBHOOK_FAULTS",
+    "WEBHOOK_OP",
     "FaultRule",
     "Simulator",
     "SimulatorOptions",

@@ -69,6 +69,7 @@ class Stored:
     message_id: str = field(default_factory=lambda: "msg_" + secrets.token_hex(24))
     forced: tuple[str, float] | None = None  # (status, when) set by cancel
     race_reported: bool = False  # cancelled_then_completed: the lying read has happened
+    announced: bool = False  # its finish has been handed to the webhook sender
     _text: str | None = None
 
     @property
@@ -110,6 +111,16 @@ class Stored:
         return self._text
 
 
+@dataclass(frozen=True)
+class Finished:
+    """A background response's true end, as the webhook sender announces it."""
+
+    response_id: str
+    job_id: str | None
+    status: str
+    finished_at: int  # unix time of the finish on the simulated clock (the event's created_at)
+
+
 @dataclass
 class Stats:
     creates_total: int = 0
@@ -148,6 +159,7 @@ class Backend:
         time_scale: float,
         seed: int | None,
         run_faults: tuple[FaultRule, ...],
+        announce: bool = False,
     ) -> None:
         self.queued_seconds = queued_seconds
         self.in_progress_seconds = in_progress_seconds
@@ -160,6 +172,11 @@ class Backend:
         self._responses: dict[str, Stored] = {}
         self._stats = Stats()
         self._swept_at = 0.0
+        # Background responses whose finish is still to be announced (only tracked when a
+        # webhook sender reads them: without one they would pile up). A deleted or purged
+        # response that had finished stays here until announced, as the real API still sends it.
+        self._announce = announce
+        self._unannounced: dict[str, Stored] = {}
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -174,10 +191,37 @@ class Backend:
             self._sweep()
             return self._stats.to_dict() | {"responses_live": len(self._responses)}
 
+    def record_faults(self, names: list[str]) -> None:
+        """Count faults fired outside a request (the webhook sender's)."""
+        with self._lock:
+            self._stats.faults_fired.update(names)
+
+    def take_finished(self) -> list[Finished]:
+        """Background responses that have reached a finished status (on the simulated clock, or
+        by cancel) and were not announced yet, oldest finish first; they are marked announced."""
+        with self._lock:
+            now = self.clock.now()
+            out: list[Finished] = []
+            for response_id, stored in list(self._unannounced.items()):
+                status, finished = stored.status_at(now)
+                if finished is None or status not in FINISHED or stored.announced:
+                    continue
+                stored.announced = True
+                del self._unannounced[response_id]
+                out.append(Finished(response_id, stored.job_id, status, int(self.clock.epoch(finished))))
+            return sorted(out, key=lambda e: e.finished_at)
+
+    def unannounced_finished(self) -> int:
+        """How many finished background responses `take_finished` would hand out now."""
+        with self._lock:
+            now = self.clock.now()
+            return sum(1 for s in self._unannounced.values() if s.status_at(now)[1] is not None)
+
     def reset(self) -> None:
         """Forget responses, counters and per-request faults; per-run faults are restored."""
         with self._lock:
             self._responses.clear()
+            self._unannounced.clear()
             self._stats = Stats()
             self.faults.replace(self._run_faults)
 
@@ -212,6 +256,8 @@ class Backend:
                 in_progress_s=self.in_progress_seconds,
             )
             self._responses[stored.id] = stored
+            if self._announce and req.get("background"):
+                self._unannounced[stored.id] = stored
             self._stats.creates_total += 1
             if job_id is not None:
                 self._stats.creates_by_job[job_id] += 1
@@ -257,8 +303,10 @@ class Backend:
             found = self._lookup("delete", response_id)
             if isinstance(found, Reply):
                 return found
-            _, job_id = found
+            stored, job_id = found
             del self._responses[response_id]
+            if stored.status_at(self.clock.now())[1] is None:
+                self._unannounced.pop(response_id, None)  # deleted before it finished: no event
             self._stats.deletes += 1
             self._stats.deleted_ids.append(response_id)
             delivery = self._delivery("delete", job_id)

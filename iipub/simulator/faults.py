@@ -4,6 +4,8 @@ A rule names an operation, a fault, and optionally the job it targets, how many 
 fires and with what probability. Per-run rules (constructor / CLI) fire forever by default;
 per-request rules (control endpoint) fire once by default. A rule may also be limited to a
 window of simulated time (`after_seconds` <= now < `until_seconds`, on the simulator's clock).
+Webhook faults use the op `webhook`: they are drawn when a background response's finish is
+announced, against its `iipub_job_id` like any other fault.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from ..errors import ConfigError
 
-OPS = ("create", "retrieve", "cancel", "delete")
+OPS = ("create", "retrieve", "cancel", "delete")  # the API operations requests are counted by
+WEBHOOK_OP = "webhook"  # not a request the simulator receives: one it sends
 
 # Faults that decide how one HTTP exchange goes.
 DROP_AFTER_ACCEPT = "drop_after_accept"
@@ -85,7 +88,23 @@ CONTENT_FAULTS = (
     CANCELLED_THEN_COMPLETED,
 )
 
-FAULTS = EXCHANGE_FAULTS + CONTENT_FAULTS
+# Faults on the webhook the simulator sends when a background response finishes.
+WEBHOOK_DROPPED = "webhook_dropped"
+WEBHOOK_DUPLICATE = "webhook_duplicate"
+WEBHOOK_LATE = "webhook_late"
+WEBHOOK_OUT_OF_ORDER = "webhook_out_of_order"
+WEBHOOK_BAD_SIGNATURE = "webhook_bad_signature"
+WEBHOOK_REPLAYED = "webhook_replayed"
+WEBHOOK_FAULTS = (
+    WEBHOOK_DROPPED,
+    WEBHOOK_DUPLICATE,
+    WEBHOOK_LATE,
+    WEBHOOK_OUT_OF_ORDER,
+    WEBHOOK_BAD_SIGNATURE,
+    WEBHOOK_REPLAYED,
+)
+
+FAULTS = EXCHANGE_FAULTS + CONTENT_FAULTS + WEBHOOK_FAULTS
 
 # Which operations each fault makes sense for; the first is the default op.
 ALLOWED_OPS: dict[str, tuple[str, ...]] = {
@@ -100,6 +119,7 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     SERVICE_UNAVAILABLE: ("create", "retrieve", "cancel", "delete"),
     **dict.fromkeys(READ_FAULTS, ("retrieve",)),
     **dict.fromkeys(CONTENT_FAULTS, ("create",)),
+    **dict.fromkeys(WEBHOOK_FAULTS, (WEBHOOK_OP,)),
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -127,6 +147,14 @@ DESCRIPTIONS: dict[str, str] = {
     FAIL_POLICY: "the response ends 'failed' with bio_policy",
     FAIL_UNKNOWN_CODE: "the response ends 'failed' with an error code the SDK does not list (mystery_error)",
     CANCELLED_THEN_COMPLETED: "the first read after it completes shows 'cancelled'; later reads 'completed'",
+    WEBHOOK_DROPPED: "the response's finish event is never sent",
+    WEBHOOK_DUPLICATE: "the event is delivered twice in a row (same webhook-id and body, each freshly signed)",
+    WEBHOOK_LATE: "the event is sent only after webhook_late_seconds (real time)",
+    WEBHOOK_OUT_OF_ORDER: "the event is held until another response's event has been sent "
+    "(webhook_late_seconds at most)",
+    WEBHOOK_BAD_SIGNATURE: "the first attempt is signed with a wrong key; the retry is signed correctly",
+    WEBHOOK_REPLAYED: "after the genuine delivery the same webhook-id and body arrive again, "
+    "correctly signed for a timestamp 600 s old",
 }
 
 

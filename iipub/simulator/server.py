@@ -6,6 +6,9 @@ Routes:
   POST   /v1/responses/{id}/cancel     cancel
   DELETE /v1/responses/{id}            delete
   /_sim/...                            control (faults, clock, stats, reset) for tests and demos
+
+With `webhook_url` set it also sends the signed webhooks OpenAI sends when a background
+response finishes (see `webhooks`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +33,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError
 from .backend import Backend, Reply, error_reply
 from .faults import FaultRule, rule_from_dict
+from .webhooks import WebhookLog, WebhookSender, parse_secret
 
 _RESPONSE_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_\-]{1,200})(/cancel)?$")
 
@@ -46,6 +51,11 @@ class SimulatorOptions:
     max_body_bytes: int = 8 * 1024 * 1024
     idle_timeout_seconds: float = 60.0  # keep-alive connections idle longer are closed
     latency_seconds: float = 0.0  # real seconds slept before answering every /v1 request
+    webhook_url: str | None = None  # where finished background responses are announced
+    webhook_secret: str | None = None  # whsec_<base64>; required with webhook_url
+    webhook_late_seconds: float = 2.0  # real seconds webhook_late holds an event back
+    webhook_retries: int = 3  # retries after a failed attempt (0.25 s, 0.5 s, 1 s ... apart)
+    webhook_timeout_seconds: float = 5.0  # per attempt
 
 
 class Simulator:
@@ -68,6 +78,7 @@ class Simulator:
         if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds,
                o.latency_seconds) < 0 or o.time_scale <= 0:
             raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
+        self._webhook_key = _webhook_key(o, allow_non_loopback)
         self.host = host
         self.port = port
         self.backend = Backend(
@@ -77,10 +88,13 @@ class Simulator:
             time_scale=o.time_scale,
             seed=o.seed,
             run_faults=tuple(_checked(r, None) for r in o.faults),
+            announce=o.webhook_url is not None,
         )
         self.stopping = threading.Event()
+        self.webhook_log = WebhookLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._sender: WebhookSender | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -94,13 +108,24 @@ class Simulator:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="iipub-simulator", daemon=True
         )
         self._thread.start()
+        o = self.options
+        if o.webhook_url is not None and self._webhook_key is not None:
+            self._sender = WebhookSender(
+                self.backend, self.webhook_log, self.stopping, url=o.webhook_url, key=self._webhook_key,
+                late_seconds=o.webhook_late_seconds, retries=o.webhook_retries,
+                timeout_seconds=o.webhook_timeout_seconds, log_sends=o.log_requests,
+            )
+            self._sender.start()
         return self
 
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
-        self.stopping.set()  # wakes handlers sleeping on a `slow` fault
+        self.stopping.set()  # wakes handlers sleeping on a `slow` fault, and the webhook sender
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.stop()
         server.shutdown()
         server.close_connections()
         server.server_close()  # joins the handler threads
@@ -144,15 +169,57 @@ class Simulator:
         self.backend.faults.clear()
 
     def stats(self) -> dict[str, Any]:
-        return self.backend.stats()
+        return self.backend.stats() | self.webhook_log.to_dict()
 
     def reset(self) -> None:
-        self.backend.reset()
+        sender = self._sender
+        with sender.resetting() if sender is not None else contextlib.nullcontext():
+            self.backend.reset()
+            self.webhook_log.reset()
+
+    def flush_webhooks(self, timeout: float = 5.0) -> bool:
+        """Wait (real time) until every finished background response has been announced and no
+        send is pending: none held late or out of order, retrying or in flight. False on timeout."""
+        if self.options.webhook_url is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            sender = self._sender
+            if sender.idle() if sender is not None else self.backend.unannounced_finished() == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
 
 def _checked(rule: FaultRule | Mapping[str, Any], default_times: int | None) -> FaultRule:
     raw = rule.to_dict() if isinstance(rule, FaultRule) else rule
     return rule_from_dict(raw, default_times=default_times)
+
+
+def _webhook_key(o: SimulatorOptions, allow_non_loopback: bool) -> bytes | None:
+    """The HMAC key, once the webhook options are known to be usable (one-line ConfigErrors)."""
+    key = parse_secret(o.webhook_secret) if o.webhook_secret is not None else None
+    if o.webhook_url is None:
+        return key
+    if key is None:
+        raise ConfigError("a webhook URL needs a secret: webhook_secret / --webhook-secret / "
+                          "IIPUB_SIM_WEBHOOK_SECRET (whsec_<base64>)")
+    try:
+        parts = urlsplit(o.webhook_url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ConfigError(f"webhook URL {o.webhook_url!r} is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"webhook URL {o.webhook_url!r} must be http(s)://HOST[:PORT]/PATH")
+    if not allow_non_loopback and not is_loopback(parts.hostname):
+        raise ConfigError(
+            f"refusing to send webhooks to {parts.hostname!r}: not a loopback address "
+            "(pass allow_non_loopback / --allow-non-loopback to override)"
+        )
+    if o.webhook_late_seconds < 0 or o.webhook_timeout_seconds <= 0 or o.webhook_retries < 0:
+        raise ConfigError("webhook_late_seconds and webhook_retries must be >= 0, webhook_timeout_seconds > 0")
+    return key
 
 
 def is_loopback(host: str) -> bool:
