@@ -438,17 +438,24 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[None]:
+    """`server` answering from a background thread for the duration of the block."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextmanager
 def receiver() -> Iterator[Receiver]:
     """A webhook receiver on loopback for the duration of the block."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/iipub")
     server.receiver = rec  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -24,7 +24,7 @@ from iipub.cli import simulator_cmd
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
-from tests.helpers import SECRET, clean_env, one_line_error, run_cli, wait_for
+from tests.helpers import SECRET, clean_env, one_line_error, run_cli, serving, wait_for
 
 QUEUED = 5.0
 RUNNING = 5.0
@@ -99,15 +99,11 @@ def hooks() -> Iterator[Hooks]:
     server.daemon_threads = True
     rec = Hooks(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/openai")
     server.hooks = rec  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        rec.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(server):
+        try:
+            yield rec
+        finally:
+            rec.release.set()
 
 
 # -- verifying as a receiver would ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from iipub.config import Settings, WebhookSettings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, make_settings
+from tests.helpers import job_events, job_rows, make_settings, serving
 from tests.integration.test_webhooks import SECRET
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -68,13 +68,11 @@ class World:
 def world(db_url: str, engine: sa.Engine, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[World]:
     """Receiver listening first (the simulator needs its URL), then the simulator sending to it."""
     server = make_server("127.0.0.1", 0, lambda e, s: [], server_class=_ThreadingServer, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
     timeout = getattr(request, "param", 4.0)
     options = SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8,
                                webhook_url=f"http://127.0.0.1:{server.server_port}/", webhook_secret=SECRET,
                                webhook_late_seconds=0.5)
-    with Simulator(options) as sim:
+    with serving(server), Simulator(options) as sim:
         base = make_settings(db_url, sim.url, tmp_path / "public",
                              provider={"timeout_seconds": timeout, "connect_timeout_seconds": 1})
         p = replace(base.products["daily-brief"], items=3, prompt="Write the brief.")
@@ -90,8 +88,6 @@ def world(db_url: str, engine: sa.Engine, tmp_path: Any, request: pytest.Fixture
         try:
             yield World(settings, engine, sim)
         finally:
-            server.shutdown()
-            server.server_close()
             receiver.close()
 
 

@@ -9,7 +9,6 @@ import base64
 import datetime as dt
 import json
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -29,7 +28,7 @@ from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, run_cli, sim_env, start_iipub
+from tests.helpers import job_events, job_rows, run_cli, serving, sim_env, start_iipub
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"somebody-else-entirely-9876543210").decode()
@@ -64,11 +63,8 @@ def receiver(hooked: Settings, engine: sa.Engine) -> Iterator[webhook.Receiver]:
 def url(receiver: webhook.Receiver) -> Iterator[str]:
     """The receiver as WSGI on a loopback port (what `iipub webhook serve` runs)."""
     server = make_server("127.0.0.1", 0, receiver, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield f"http://127.0.0.1:{server.server_port}/"
 
 
 def event(response_id: str, kind: str = "response.completed", event_id: str = "evt_test") -> bytes:
