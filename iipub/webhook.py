@@ -15,12 +15,14 @@ import datetime as dt
 import json
 import random
 import re
+import socketserver
 import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import openai
 import sqlalchemy as sa
@@ -239,6 +241,29 @@ def _when(epoch: int | None) -> dt.datetime | None:
     if epoch is None or not 0 < epoch < 2**33:
         return None
     return naive_utc(dt.datetime.fromtimestamp(epoch, dt.UTC))
+
+
+# -- serving it ------------------------------------------------------------------------------
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # deliveries overlap (a duplicate, a retry): one thread each
+    block_on_close = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # a client that stops sending mid-body is cut off
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # the receiver logs every delivery itself
+
+    def address_string(self) -> str:
+        return str(self.client_address[0])  # no reverse DNS per request
+
+
+def make_wsgi_server(host: str, port: int, app: Callable[..., Iterable[bytes]]) -> WSGIServer:
+    """A threaded stdlib WSGI server for `app` (`iipub webhook serve`; tests; benchmarks)."""
+    return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
 
 
 # -- the WSGI entry point -------------------------------------------------------------------

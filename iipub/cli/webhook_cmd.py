@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import signal
-import socketserver
 import threading
 from types import FrameType
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import click
 import structlog
@@ -25,21 +22,6 @@ def webhook_group() -> None:
     """The provider's webhooks: verified deliveries take custody in seconds."""
 
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    block_on_close = True
-
-
-class _Quiet(WSGIRequestHandler):
-    timeout = 30  # a client that stops sending mid-body is cut off
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass  # the receiver logs every delivery itself
-
-    def address_string(self) -> str:
-        return str(self.client_address[0])  # no reverse DNS per request
-
-
 @webhook_group.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; the site's web server proxies the public URL here.")
@@ -50,12 +32,12 @@ def serve_command(app: App, host: str, port: int) -> None:
     """Receive provider webhooks (POST at /) until SIGTERM or Ctrl-C.
 
     Needs OPENAI_WEBHOOK_SECRET (whsec_…) and OPENAI_API_KEY besides the usual settings."""
-    from ..webhook import Receiver
+    from ..webhook import Receiver, make_wsgi_server
 
     app.settings.require_provider_webhook_secret()  # before the database: the likelier mistake
     receiver = Receiver(app.settings, engine=app.engine())
     try:
-        server = make_server(host, port, receiver, server_class=_ThreadingServer, handler_class=_Quiet)
+        server = make_wsgi_server(host, port, receiver)
     except OSError as exc:
         receiver.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

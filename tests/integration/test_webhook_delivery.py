@@ -5,12 +5,10 @@ asserted: the simulator's paid creates and reads, the receiver's delivery rows, 
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 import sqlalchemy as sa
@@ -26,24 +24,6 @@ from tests.integration.test_webhooks import SECRET
 pytestmark = pytest.mark.usefixtures("no_today_slots")
 DAYS = (dt.date(2026, 11, 29), dt.date(2026, 11, 30))
 SAVED = {State.SAVED_NOT_PUBLIC.value, State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value}
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
-class _ThreadingServer(WSGIServer):
-    """Deliveries may overlap (a duplicate, a retry): one thread each, like mod_wsgi's."""
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
-
-    def _serve_one(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        finally:
-            self.shutdown_request(request)
 
 
 @dataclass
@@ -67,7 +47,7 @@ class World:
 @pytest.fixture
 def world(db_url: str, engine: sa.Engine, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[World]:
     """Receiver listening first (the simulator needs its URL), then the simulator sending to it."""
-    server = make_server("127.0.0.1", 0, lambda e, s: [], server_class=_ThreadingServer, handler_class=_Quiet)
+    server = webhook.make_wsgi_server("127.0.0.1", 0, lambda e, s: [])
     timeout = getattr(request, "param", 4.0)
     options = SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8,
                                webhook_url=f"http://127.0.0.1:{server.server_port}/", webhook_secret=SECRET,

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import openai
@@ -47,11 +46,6 @@ def hooked(cfg: Settings) -> Settings:
     )
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture
 def receiver(hooked: Settings, engine: sa.Engine) -> Iterator[webhook.Receiver]:
     r = webhook.Receiver(hooked, engine=engine)
@@ -62,7 +56,7 @@ def receiver(hooked: Settings, engine: sa.Engine) -> Iterator[webhook.Receiver]:
 @pytest.fixture
 def url(receiver: webhook.Receiver) -> Iterator[str]:
     """The receiver as WSGI on a loopback port (what `iipub webhook serve` runs)."""
-    server = make_server("127.0.0.1", 0, receiver, handler_class=_Quiet)
+    server = webhook.make_wsgi_server("127.0.0.1", 0, receiver)
     with serving(server):
         yield f"http://127.0.0.1:{server.server_port}/"
 
