@@ -81,7 +81,7 @@ import sqlalchemy as sa
 from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
-from .jobs import is_stranded
+from .jobs import STRANDED_AFTER_SECONDS, is_stranded
 from .ledger import SlotSpend, slot_of
 from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
@@ -97,7 +97,6 @@ CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST})
 ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
-STRANDED_AFTER_SECONDS = 7200.0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from typing import Any
 from .states import State
 from .timefmt import iso_z, jsonable, naive_utc
 
+# Unpublished and not parked this long after its slot opened: stranded (`iipub check`).
+STRANDED_AFTER_SECONDS = 7200.0
+
 # Every column the operator-facing JSON shows, in the documented order.
 PUBLIC_FIELDS = (
     "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -79,18 +80,27 @@ class Provider(Closing):
             timeout=timeout,
             limits=httpx.Limits(max_connections=settings.max_connections),
         )
-        # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx with
-        # no idempotency key, creating duplicate paid jobs. It still sends x-stainless-retry-count
-        # (always "0" here), which lets the simulator prove no retry happened.
-        import openai
+        self._api_key = api_key
+        self._base_url = settings.base_url
+        self._timeout = timeout
+        self._sdk: openai.OpenAI | None = None
+        self._sdk_lock = threading.Lock()
 
-        self._client = openai.OpenAI(
-            api_key=api_key,
-            base_url=settings.base_url,
-            max_retries=0,
-            timeout=timeout,
-            http_client=self._http,
-        )
+    @property
+    def _client(self) -> openai.OpenAI:
+        """The SDK client, built at the first call: an idle tick never imports the SDK (about
+        half a second of CPU, 1,440 times a day)."""
+        with self._sdk_lock:
+            if self._sdk is None:
+                import openai
+
+                # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
+                # with no idempotency key, creating duplicate paid jobs. It still sends
+                # x-stainless-retry-count (always "0" here), which lets the simulator prove no
+                # retry happened.
+                self._sdk = openai.OpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0,
+                                          timeout=self._timeout, http_client=self._http)
+            return self._sdk
 
     def close(self) -> None:
         if self._owns_http:

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import httpx
 
-from .. import invariants
 from ..errors import IipubError
-from ..ledger import SpendLedger
+from ..jobs import STRANDED_AFTER_SECONDS
 from .common import App, emit_json, pass_app, table
 
 
@@ -27,7 +25,7 @@ class CheckFailed(IipubError):
                    "slot published or parked, every outbox event published, no lease held past its expiry.")
 @click.option("--static-root", type=click.Path(file_okay=False, path_type=Path),
               help="Static site to verify (default: [sinks.static] root of the configuration).")
-@click.option("--stranded-after", default=invariants.STRANDED_AFTER_SECONDS, show_default=True,
+@click.option("--stranded-after", default=STRANDED_AFTER_SECONDS, show_default=True,
               type=click.FloatRange(min=0), help="Seconds a job may stay live before it counts as stranded.")
 @click.option("--ledger", "with_ledger", is_flag=True,
               help="Also compare the database with the spend ledger ([ledger] path): slots it paid for that "
@@ -43,6 +41,11 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
 
     Reads only. Exit 0 when every invariant holds, 1 when any is violated.
     """
+    import httpx
+
+    from .. import invariants
+    from ..ledger import SpendLedger
+
     stats = None
     if simulator_url:
         try:

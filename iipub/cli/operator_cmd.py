@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import db, scheduling
-from ..actions import Operator, ReleaseMode
 from ..errors import UsageError
 from ..jobs import Job
-from ..provider import Provider
 from ..states import State
 from ..store import Store
 from ..timefmt import duration, parse_date
@@ -26,6 +25,16 @@ from .common import (
     table,
 )
 
+if TYPE_CHECKING:
+    from ..actions import Operator
+
+
+def _operator(app: App) -> Operator:
+    from ..actions import Operator  # the remedies and their provider calls load only for these commands
+
+    return Operator(app.settings, app.engine())
+
+
 # Longer ranges print one progress line per date.
 PROGRESS_AFTER_DAYS = 30
 
@@ -34,6 +43,9 @@ def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_prov
     """Run one job action and print the move it made."""
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
+    from ..actions import Operator
+    from ..provider import Provider
+
     provider = Provider(settings.provider, settings.require_api_key()) if needs_provider else None
     try:
         op = Operator(settings, app.engine(), provider)
@@ -82,7 +94,7 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
 
     --json prints a list of job objects (as `jobs list --json`) with `age_seconds` added.
     """
-    items = Operator(app.settings, app.engine()).quarantine_list()
+    items = _operator(app).quarantine_list()
     if as_json:
         emit_json([q.public() for q in items])
         return
@@ -129,6 +141,8 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
     remedy to every such job, each through the fenced path, refusing those the single-job
     command would refuse, and lists the outcome per job (`--dry-run` first).
     """
+    from ..actions import ReleaseMode
+
     chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
                               (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
     if len(chosen) != 1:
@@ -140,7 +154,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
         if not quarantine_reason:
             raise UsageError("quarantine release --all needs --quarantine-reason R")
         since_at = _since(since) if since else None
-        results = Operator(app.settings, app.engine()).release_all(
+        results = _operator(app).release_all(
             quarantine_reason, mode, reason, by, since=since_at, dry_run=dry_run)
         if as_json:
             emit_json([r.public() for r in results])
@@ -183,7 +197,7 @@ def republish_command(app: App, job_id: str, reason: str, by: str) -> None:
     """Let a job's editions replace pages that are already live with different content. The
     static sink never does that by itself (the delivery parks as `conflicting_republish`, e.g.
     after a restore); this records who allowed it and why, and re-queues the parked deliveries."""
-    n = Operator(app.settings, app.engine()).republish(job_id, reason, by)
+    n = _operator(app).republish(job_id, reason, by)
     click.echo(f"job {job_id}: republish allowed; {n} parked deliveries re-queued")
 
 
@@ -197,7 +211,7 @@ def republish_command(app: App, job_id: str, reason: str, by: str) -> None:
 def pause_command(app: App, reason: str, by: str) -> None:
     """Stop new paid creates in every reconcile process (journaled; `status` shows it and
     `--check` is WARN while paused). Polls, custody, cleanup and the relay go on."""
-    g = Operator(app.settings, app.engine()).pause(by, reason)
+    g = _operator(app).pause(by, reason)
     click.echo(f"creates paused by {g.paused_by}: {g.paused_reason}")
 
 
@@ -207,7 +221,7 @@ def pause_command(app: App, reason: str, by: str) -> None:
 @pass_app
 def unpause_command(app: App, reason: str | None, by: str) -> None:
     """Let paid creates go out again."""
-    Operator(app.settings, app.engine()).unpause(by, reason)
+    _operator(app).unpause(by, reason)
     click.echo("creates unpaused")
 
 

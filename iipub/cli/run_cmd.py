@@ -8,7 +8,6 @@ from types import FrameType
 
 import click
 
-from .. import reconcile, relay
 from .common import App, pass_app
 
 
@@ -21,6 +20,8 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
     Checks the configuration (including OPENAI_API_KEY) before any lease is taken, then
     exits. Prints a one-line JSON summary to stdout; transitions are logged to stderr.
     """
+    from .. import reconcile  # each cron command imports only its own machinery
+
     settings = app.settings
     settings.require_api_key()
     if tick_seconds is not None:
@@ -43,6 +44,8 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
 @pass_app
 def relay_command(app: App, prune: bool) -> None:
     """The second cron command: deliver due outbox events to every configured sink, then exit."""
+    from .. import relay
+
     settings = app.settings
     engine = app.engine()
     if prune:

@@ -12,7 +12,6 @@ from types import FrameType
 import click
 
 from ..errors import ConfigError
-from ..simulator import Simulator, SimulatorOptions
 from ..simulator.faults import (
     ALLOWED_OPS,
     DESCRIPTIONS,
@@ -133,6 +132,8 @@ def simulator_command(
     (GET /_sim/stats) and start over (POST /_sim/reset). With --webhook-url it POSTs one signed
     event per finished background response, as OpenAI does (retried on failure).
     """
+    from ..simulator import Simulator, SimulatorOptions  # the server loads only for this command
+
     options = SimulatorOptions(
         queued_seconds=queued_seconds,
         in_progress_seconds=in_progress_seconds,

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import click
 import sqlalchemy as sa
 
-from .. import status as st
 from ..db import describe_error
 from ..errors import ConfigError, DatabaseUnavailable, SchemaNotReady
 from ..states import State
 from ..timefmt import duration
 from .common import App, emit_json, json_option, pass_app, table
+
+if TYPE_CHECKING:
+    from ..status import Status
+
+UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing the report
 
 
 @click.command("status")
@@ -45,13 +50,15 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
     Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
     With --check, an unreachable database prints only {"check": {...}} (status UNKNOWN).
     """
+    from .. import status as st
+
     try:
         report = st.collect(app.engine(), app.settings)
     except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise
         _unknown(exc, as_json)
-        ctx.exit(st.UNKNOWN)
+        ctx.exit(UNKNOWN)
         return
     code, line = report.check()
     if as_json:
@@ -80,7 +87,7 @@ def _unknown(exc: Exception, as_json: bool) -> None:
     what = " ".join(what.split())[:400]  # one line, whatever the error said
     line = f"IIPUB UNKNOWN - {what}"
     if as_json:
-        emit_json({"check": {"code": st.UNKNOWN, "status": "UNKNOWN", "line": line,
+        emit_json({"check": {"code": UNKNOWN, "status": "UNKNOWN", "line": line,
                              "problems": [{"severity": "UNKNOWN", "text": what}]}})
     else:
         click.echo(line)
@@ -103,7 +110,7 @@ def _when(value: dt.datetime | None) -> str:
     return value.isoformat(sep=" ", timespec="seconds") + " UTC" if value is not None else "never"
 
 
-def render(r: st.Status) -> str:
+def render(r: Status) -> str:
     """The human report: aligned sections, the same figures as the JSON document."""
     s = r.settings
     out: list[str] = [(f"iipub status at {r.generated_at.isoformat(sep=' ', timespec='seconds')} UTC "

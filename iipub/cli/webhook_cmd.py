@@ -10,7 +10,6 @@ from types import FrameType
 import click
 import structlog
 
-from ..deliveries import Deliveries
 from ..timefmt import iso_z
 from .common import App, emit_json, json_option, pass_app, stderr, table
 
@@ -69,6 +68,8 @@ def orphans_group() -> None:
 @pass_app
 def orphans_list_command(app: App, as_json: bool) -> None:
     """Every orphan: what its metadata claims, why no job took it, whether its output is kept."""
+    from ..deliveries import Deliveries
+
     rows = Deliveries(app.engine()).orphans()
     if as_json:
         emit_json({"orphans": rows})

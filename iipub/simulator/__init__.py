@@ -6,6 +6,8 @@ happened. With `webhook_url` and `webhook_secret` it also sends OpenAI's signed 
 background responses finish. `iipub simulator` runs the same server from the command line.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .faults import (
     CONTENT_FAULTS,
     DESCRIPTIONS,
@@ -18,7 +20,21 @@ from .faults import (
     parse_fault_spec,
     rule_from_dict,
 )
-from .server import Simulator, SimulatorOptions, is_loopback
+
+if TYPE_CHECKING:
+    from .server import Simulator, SimulatorOptions, is_loopback
+
+_LAZY = frozenset({"Simulator", "SimulatorOptions", "is_loopback"})
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP server (and httpx, for its webhooks) load only when a simulator is wanted: the
+    # CLI imports the fault catalogue for its help text on every command.
+    if name in _LAZY:
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CONTENT_FAULTS",

@@ -20,9 +20,9 @@ import openai
 import pytest
 import standardwebhooks
 
-from iipub.cli import simulator_cmd
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator import server as simulator_server
 from iipub.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
 from tests.helpers import SECRET, clean_env, one_line_error, run_cli, serving, wait_for
 
@@ -437,7 +437,7 @@ def test_cli_wires_the_webhook_options(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(options)
         raise ConfigError("stop here")
 
-    monkeypatch.setattr(simulator_cmd, "Simulator", fake)
+    monkeypatch.setattr(simulator_server, "Simulator", fake)
     env = {**clean_env(), "IIPUB_SIM_WEBHOOK_SECRET": SECRET}
     args = ("simulator", "--webhook-url", "http://127.0.0.1:9/h", "--webhook-late-seconds", "0.5",
             "--fault", "webhook_replayed*2")
