@@ -132,7 +132,8 @@ def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps,
         return Settled(deliveries.AWAITING_CREATE, job.id, {"attempt": job.generation_attempts})
     return _orphan(tick, ds, outcome, response_id, outcome.status,
                    f"its metadata names job {job.id} (attempt {outcome.metadata.get('iipub_attempt')!r}), which "
-                   f"is {job.state.value} with attempt {job.generation_attempts} and response {job.response_id}")
+                   f"is {job.state.value} with attempt {job.generation_attempts} and response {job.response_id}",
+                   named=job)
 
 
 def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wait: float) -> Settled:
@@ -153,14 +154,19 @@ def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wai
 
 
 def _orphan(tick: Tick, ds: Deliveries, observed: Observed | None, response_id: str, status: str,
-            why: str) -> Settled:
+            why: str, named: Job | None = None) -> Settled:
     """Nobody's response: keep it (output included), then delete it remotely once finished and
-    kept (an unfinished one is left running: deleting it would lose what it is paid to make)."""
+    kept (an unfinished one is left running: deleting it would lose what it is paid to make).
+    A response whose job still waits for an operator stays at the provider too: `--link` may
+    adopt it."""
     limit = max((p.max_output_bytes for p in tick.settings.products.values()), default=1_000_000)
     new = ds.record_orphan(observed, response_id, why, status, limit)
     log.warning("orphan_response", response_id=response_id, status=status, why=why, new=new)
     detail: dict[str, Any] = {"status": status, "why": why}
-    if status in FINISHED_STATUSES and ds.orphan_kept(response_id):
+    linkable = named is not None and named.state in (State.QUARANTINED, State.MANUALLY_SUSPENDED)
+    if linkable:
+        detail["kept_remotely"] = f"job {named.id if named else ''} may still adopt it (--link)"
+    if status in FINISHED_STATUSES and not linkable and ds.orphan_kept(response_id):
         deleted = tick.provider.delete(response_id, has_custody=True, kill_requested=False)
         if isinstance(deleted, (Deleted, Missing)):
             ds.orphan_deleted(response_id)

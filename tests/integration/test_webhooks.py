@@ -354,3 +354,21 @@ def test_webhook_serve_without_a_secret_is_one_error_line(cli_env: dict[str, str
         "iipub: error: OPENAI_WEBHOOK_SECRET is not set: the webhook receiver cannot verify deliveries"]
     bad = run_cli("webhook", "serve", "--port", "0", env=env | {"OPENAI_WEBHOOK_SECRET": "whsec_***"})
     assert bad.returncode == 78 and "not base64" in bad.stderr
+
+
+def test_a_response_naming_a_quarantined_job_for_another_attempt_is_an_orphan_left_for_link(
+        url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    sim.add_faults([{"fault": "drop_after_accept", "op": "create"}])
+    reconcile.run(hooked, engine)
+    job = the_job(engine)
+    assert job["state"] == State.QUARANTINED.value and job["quarantine_reason"] == "create_outcome_unknown"
+    client = openai.OpenAI(api_key="sk-test", base_url=sim.url, max_retries=0)
+    stale = client.responses.create(model="gpt-test", input="hi", background=True, metadata={
+        "iipub_job_id": job["id"], "iipub_attempt": "7", "iipub_fingerprint": job["config_fingerprint"]})
+    sim.advance(5)
+    body = event(stale.id)
+    assert post(url, body, signed(body)).status_code == 200
+    assert the_job(engine)["state"] == State.QUARANTINED.value  # no proof for the attempt that was charged
+    (orphan,) = Deliveries(engine).orphans()
+    assert orphan["response_id"] == stale.id and orphan["named_job_id"] == job["id"]
+    assert orphan["remote_deleted_at"] is None and stale.id not in sim.stats()["deleted_ids"]
