@@ -231,6 +231,24 @@ orphans = sa.Table(
     sa.Index("ix_orphans_seen", "first_seen_at"),
 )
 
+# One row per `iipub reconcile` / `iipub relay` run (`iipub.heartbeat`).
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("command", sa.String(16), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("started_at", Time, nullable=False),
+    sa.Column("finished_at", Time),
+    sa.Column("ok", sa.Boolean),
+    sa.Column("summary", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Index("ix_runs_command_finished", "command", "finished_at"),
+    sa.Index("ix_runs_started", "started_at"),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,
@@ -372,15 +390,31 @@ def now(
     # The offset is a bound value, so every statement keeps one SQL text and hits
     # SQLAlchemy's compiled cache whatever the delay (jittered backoffs included).
     if dialect_family(conn_or_engine) == "mysql":
-        expr = sa.func.timestampadd(
-            sa.literal_column("MICROSECOND"), sa.literal(total, sa.BigInteger), sa.literal_column("UTC_TIMESTAMP(6)")
-        )
+        return _clock_expr("mysql", sa.literal(total, sa.BigInteger))
+    return _clock_expr("sqlite", sa.literal(f"{total / 1_000_000:+.6f} seconds", sa.String))
+
+
+def clock_at(family: str, name: str) -> sa.ColumnElement[Any]:
+    """The database clock plus the offset bound as `name` (its value from `clock_offset`): for
+    statements built once per shape and executed many times with only values changing."""
+    return _clock_expr(family, sa.bindparam(name, type_=sa.BigInteger if family == "mysql" else sa.String))
+
+
+def _clock_expr(family: str, offset: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    if family == "mysql":
+        expr = sa.func.timestampadd(sa.literal_column("MICROSECOND"), offset, sa.literal_column("UTC_TIMESTAMP(6)"))
         return sa.type_coerce(expr, Time)
-    mod = sa.literal(f"{total / 1_000_000:+.6f} seconds", sa.String)
     # Six fractional digits, the format SQLAlchemy writes, so text comparison is time order.
-    whole = sa.func.strftime(sa.literal_column("'%Y-%m-%d %H:%M:%S'"), sa.literal_column("'now'"), mod)
-    micros = sa.func.substr(sa.func.strftime(sa.literal_column("'%f'"), sa.literal_column("'now'"), mod), 3, 4)
+    whole = sa.func.strftime(sa.literal_column("'%Y-%m-%d %H:%M:%S'"), sa.literal_column("'now'"), offset)
+    micros = sa.func.substr(sa.func.strftime(sa.literal_column("'%f'"), sa.literal_column("'now'"), offset), 3, 4)
     return sa.type_coerce(whole.op("||")(micros).op("||")(sa.literal_column("'000'")), Time)
+
+
+def clock_offset(conn: Connection, delay_seconds: float = 0.0) -> int | str:
+    """The value for a `clock_at` parameter: the drill offset plus `delay_seconds`, in the form the
+    dialect's expression takes (microseconds on MySQL, a date modifier on SQLite)."""
+    total = _offset_us(conn) + round(delay_seconds * 1_000_000)
+    return total if dialect_family(conn) == "mysql" else f"{total / 1_000_000:+.6f} seconds"
 
 
 def read_now(conn: Connection) -> dt.datetime:

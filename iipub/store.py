@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import re
 import uuid
@@ -208,31 +209,13 @@ class Store:
             return []
         ids = [job_id for job_id, _ in seen]
         with self._tx() as conn:
-            now = db.now(conn)
-            q = (
-                jobs_table.update()
-                .where(
-                    jobs_table.c.id.in_(ids),  # the primary key drives the lookup; the pair is the fence
-                    sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(list(seen)),
-                    sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now),
-                )
-                .values(
-                    lease_owner=self.worker,
-                    lease_expiry=db.now(conn, self.lease_seconds),
-                    version=jobs_table.c.version + 1,
-                )
-            )
-            if not operator:
-                q = q.where(jobs_table.c.state != State.MANUALLY_SUSPENDED.value)
-            if conn.execute(q).rowcount == 0:
+            update, select = _claim_statements(db.dialect_family(conn), operator)
+            params = {"k_ids": ids, "k_pairs": [tuple(p) for p in seen], "c_now": db.clock_offset(conn),
+                      "c_lease": db.clock_offset(conn, self.lease_seconds), "v_worker": self.worker}
+            if conn.execute(update, params).rowcount == 0:
                 return []
-            rows = conn.execute(
-                sa.select(jobs_table).where(
-                    jobs_table.c.id.in_(ids),
-                    sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_([(job_id, v + 1) for job_id, v in seen]),
-                    jobs_table.c.lease_owner == self.worker,
-                )
-            ).mappings().all()
+            rows = conn.execute(select, {"k_ids": ids, "k_pairs": [(job_id, v + 1) for job_id, v in seen],
+                                         "v_worker": self.worker}).mappings().all()
         leased = {row["id"]: Job.from_row(row) for row in rows}
         return [leased[job_id] for job_id in ids if job_id in leased]
 
@@ -265,27 +248,23 @@ class Store:
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
         with self._tx() as conn:
-            now = db.now(conn)
-            values.update(state=to_state.value, version=jobs_table.c.version + 1, updated_at=now)
-            if to_state != job.state:
-                values["state_entered_at"] = now
+            family = db.dialect_family(conn)
+            now = db.clock_offset(conn)
+            params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
+            params.update(k_id=job.id, k_version=job.version, v_state=to_state.value, c_now=now)
             if delay is not None:
-                values["next_attempt_at"] = db.now(conn, delay)
+                params["c_due"] = db.clock_offset(conn, delay)
             if keep_lease:
-                values.update(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds))
-            else:
-                values.update(lease_owner=None, lease_expiry=None)
-            res = conn.execute(
-                jobs_table.update()
-                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version)
-                .values(**values)
-            )
+                params.update(v_lease_owner=self.worker, c_lease=db.clock_offset(conn, self.lease_seconds))
+            stmt = _transition_statement(family, tuple(sorted(values)), to_state != job.state, delay is not None,
+                                         keep_lease)
+            res = conn.execute(stmt, params)
             if res.rowcount != 1:
                 raise LeaseLost(
                     f"job {job.id} changed since version {job.version}; {job.state} -> {to_state} rejected",
                     job_id=job.id,
                 )
-            self._journal(conn, job.id, job.state, to_state, job.version + 1, reason, detail)
+            self._journal(conn, job.id, job.state, to_state, job.version + 1, reason, detail, now=now)
             if extra is not None:
                 extra(conn)
         log.info(
@@ -345,16 +324,68 @@ class Store:
 
     def _journal(
         self, conn: Connection, job_id: str, from_state: State | None, to_state: State, version: int,
-        reason: Reason, detail: Mapping[str, Any] | None,
+        reason: Reason, detail: Mapping[str, Any] | None, *, now: int | str | None = None,
     ) -> None:
-        conn.execute(
-            events_table.insert().values(
-                job_id=job_id, from_state=from_state.value if from_state else None, to_state=to_state.value,
-                version=version, worker=self.worker, reason=reason.value,
-                detail=json.dumps(dict(detail), sort_keys=True, default=str) if detail else None,
-                at=db.now(conn),
-            )
-        )
+        conn.execute(_journal_statement(db.dialect_family(conn)), {
+            "e_job_id": job_id, "e_from_state": from_state.value if from_state else None,
+            "e_to_state": to_state.value, "e_version": version, "e_worker": self.worker, "e_reason": reason.value,
+            "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None,
+            "c_now": db.clock_offset(conn) if now is None else now,
+        })
+
+
+# -- statements built once per shape ---------------------------------------------------------
+# Building an UPDATE with its clock expressions cost more than its round trips; the hot writes
+# take a statement made once per shape and send only values.
+
+
+@functools.lru_cache(maxsize=1024)
+def _transition_statement(family: str, keys: tuple[str, ...], entered: bool, due: bool,
+                          keep_lease: bool) -> sa.Update:
+    values: dict[str, Any] = {k: sa.bindparam(f"v_{k}", type_=jobs_table.c[k].type) for k in keys}
+    values.update(state=sa.bindparam("v_state", type_=jobs_table.c.state.type), version=jobs_table.c.version + 1,
+                  updated_at=db.clock_at(family, "c_now"))
+    if entered:
+        values["state_entered_at"] = db.clock_at(family, "c_now")
+    if due:
+        values["next_attempt_at"] = db.clock_at(family, "c_due")
+    if keep_lease:
+        values.update(lease_owner=sa.bindparam("v_lease_owner", type_=jobs_table.c.lease_owner.type),
+                      lease_expiry=db.clock_at(family, "c_lease"))
+    else:
+        values.update(lease_owner=sa.null(), lease_expiry=sa.null())
+    return (jobs_table.update()
+            .where(jobs_table.c.id == sa.bindparam("k_id"), jobs_table.c.version == sa.bindparam("k_version"))
+            .values(values))
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select[Any]]:
+    """The chunk lease (each (id, version) pair fenced on its own; the primary key drives the
+    lookup) and the read of what was leased; one statement whatever the chunk's size."""
+    ids: sa.BindParameter[Any] = sa.bindparam("k_ids", expanding=True)
+    pairs: sa.BindParameter[Any] = sa.bindparam("k_pairs", expanding=True)
+    fenced = sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(pairs)
+    free = sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < db.clock_at(family, "c_now"))
+    update = (jobs_table.update()
+              .where(jobs_table.c.id.in_(ids), fenced, free)
+              .values(lease_owner=sa.bindparam("v_worker"), lease_expiry=db.clock_at(family, "c_lease"),
+                      version=jobs_table.c.version + 1))
+    if not operator:
+        update = update.where(jobs_table.c.state != State.MANUALLY_SUSPENDED.value)
+    select = sa.select(jobs_table).where(jobs_table.c.id.in_(sa.bindparam("k_ids", expanding=True)),
+                                         sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(
+                                             sa.bindparam("k_pairs", expanding=True)),
+                                         jobs_table.c.lease_owner == sa.bindparam("v_worker"))
+    return update, select
+
+
+@functools.lru_cache(maxsize=4)
+def _journal_statement(family: str) -> sa.Insert:
+    return events_table.insert().values(
+        {c: sa.bindparam(f"e_{c}", type_=events_table.c[c].type)
+         for c in ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail")}
+        | {"at": db.clock_at(family, "c_now")})
 
 
 def _declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:
