@@ -35,7 +35,7 @@ from .outcomes import (
 from .provider import Provider
 from .states import Reason, State
 from .store import Store
-from .tick import STOP, Tick, TickReport
+from .tick import STOP, Tick, TickReport, WriteBatch
 
 log = structlog.get_logger("iipub.reconcile")
 __all__ = ["STEPS", "STOP", "Tick", "TickReport", "run"]
@@ -125,7 +125,9 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
             wanted = [(job_id, v) for job_id, v, state in chunk
                       if not (state in PROVIDER_BOUND and tick.cooling())
                       and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
-            pending.update(pool.submit(_handle, tick, job) for job in _claim(tick, wanted))
+            claimed = _claim(tick, wanted)
+            writes = tick.batch([job.id for job in claimed])
+            pending.update(pool.submit(_handle_in_batch, tick, job, writes) for job in claimed)
     wait(pending)
 
 
@@ -156,6 +158,13 @@ def _counted_claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
     tick.count("leased", len(jobs))
     tick.count("taken", len(wanted) - len(jobs))  # another worker wrote first
     return jobs
+
+
+def _handle_in_batch(tick: Tick, job: Job, batch: WriteBatch) -> None:
+    try:
+        _handle(tick, job)
+    finally:
+        batch.done(job.id)  # the chunk's last job writes the chunk's deferred polls
 
 
 def _handle(tick: Tick, job: Job) -> None:
@@ -361,6 +370,13 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     outcome = tick.provider.retrieve(job.response_id)
     d = handlers.after_poll(job, outcome, tick.poll_settings, tick.rng, loss=tick.settings.provider,
                             suspected_reads=_suspected_reads(tick, job, outcome))
+    batch = tick.batch_of(job.id)
+    if batch is not None and not d.go_on:
+        # Nothing more to do for this job this tick: its write joins the chunk's one commit.
+        if d.cooldown is not None:
+            tick.cool_down(d.cooldown)
+        batch.defer(tick.store.plan(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay))
+        return None
     new = _apply(tick, job, d)
     if d.reason == Reason.PROVIDER_FINISHED and tick.settings.webhooks.enabled:
         _note_if_missed(tick, job)

@@ -39,6 +39,19 @@ events_table = db.job_events
 
 __all__ = ["Event", "Job", "Store", "new_worker_id"]
 
+@dataclasses.dataclass(frozen=True)
+class PlannedWrite:
+    """One checked transition (edge, reason, columns) waiting to be written."""
+
+    job: Job
+    to_state: State
+    reason: Reason
+    values: Mapping[str, Any]
+    journal: dict[str, Any]
+    delay: float | None
+    keep_lease: bool
+
+
 class Store:
     def __init__(self, engine: Engine, worker: str, lease_seconds: float = 60.0) -> None:
         self.engine = engine
@@ -239,6 +252,40 @@ class Store:
         Returns the job as written, without another read: state, version, lease owner and
         `changes` are current; database-clock columns (`next_attempt_at`, `lease_expiry`,
         `updated_at`, `state_entered_at`) keep their old values — read with `get` if needed."""
+        w = self._planned(job, to_state, reason=reason, changes=changes, detail=detail, delay=delay,
+                          keep_lease=keep_lease, operator=operator)
+        with self._tx() as conn:
+            if not self._write(conn, w):
+                raise LeaseLost(f"job {job.id} changed since version {job.version}; {job.state} -> {w.to_state} "
+                                "rejected", job_id=job.id)
+            conn.execute(_journal_statement(db.dialect_family(conn)), w.journal)
+            if extra is not None:
+                extra(conn)
+        return self._written(w)
+
+    def transition_many(self, writes: Sequence[PlannedWrite]) -> list[Job | None]:
+        """Several jobs' transitions in one transaction: each UPDATE fenced on its own (id,
+        version) with its row count checked, the journal rows in one multi-row INSERT, one
+        COMMIT. A job whose fence no longer holds is dropped (None in its place; nothing written
+        for it); the others commit. Contention rolls the whole batch back (`Contention`)."""
+        if not writes:
+            return []
+        with self._tx() as conn:
+            done = [self._write(conn, w) for w in writes]
+            journal = [w.journal for w, ok in zip(writes, done, strict=True) if ok]
+            if journal:
+                conn.execute(_journal_statement(db.dialect_family(conn)), journal)
+        return [self._written(w) if ok else None for w, ok in zip(writes, done, strict=True)]
+
+    def plan(self, job: Job, to_state: State, *, reason: Reason, changes: Mapping[str, Any] | None = None,
+             detail: Mapping[str, Any] | None = None, delay: float | None = None) -> PlannedWrite:
+        """A machine transition checked now and written later by `transition_many`."""
+        return self._planned(job, to_state, reason=reason, changes=changes, detail=detail, delay=delay,
+                             keep_lease=False, operator=False)
+
+    def _planned(self, job: Job, to_state: State, *, reason: Reason, changes: Mapping[str, Any] | None,
+                 detail: Mapping[str, Any] | None, delay: float | None, keep_lease: bool,
+                 operator: bool) -> PlannedWrite:
         to_state = State(to_state)
         reason = _declared(reason, operator=operator, job_id=job.id)
         if not states.allowed(job.state, to_state, operator=operator):
@@ -247,36 +294,35 @@ class Store:
         bad = set(values) - {c.name for c in jobs_table.columns} | ({"id", "version", "state"} & set(values))
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
-        with self._tx() as conn:
-            family = db.dialect_family(conn)
-            now = db.clock_offset(conn)
-            params: dict[str, Any] = {f"v_{k}": v for k, v in values.items()}
-            params.update(k_id=job.id, k_version=job.version, v_state=to_state.value, c_now=now)
-            if delay is not None:
-                params["c_due"] = db.clock_offset(conn, delay)
-            if keep_lease:
-                params.update(v_lease_owner=self.worker, c_lease=db.clock_offset(conn, self.lease_seconds))
-            stmt = _transition_statement(family, tuple(sorted(values)), to_state != job.state, delay is not None,
-                                         keep_lease)
-            res = conn.execute(stmt, params)
-            if res.rowcount != 1:
-                raise LeaseLost(
-                    f"job {job.id} changed since version {job.version}; {job.state} -> {to_state} rejected",
-                    job_id=job.id,
-                )
-            self._journal(conn, job.id, job.state, to_state, job.version + 1, reason, detail, now=now)
-            if extra is not None:
-                extra(conn)
+        journal = {"e_job_id": job.id, "e_from_state": job.state.value, "e_to_state": to_state.value,
+                   "e_version": job.version + 1, "e_worker": self.worker, "e_reason": reason.value,
+                   "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None}
+        return PlannedWrite(job, to_state, reason, values, journal, delay, keep_lease)
+
+    def _write(self, conn: Connection, w: PlannedWrite) -> bool:
+        """The fenced UPDATE of one planned write; True if it matched its (id, version)."""
+        job = w.job
+        now = db.clock_offset(conn)
+        params: dict[str, Any] = {f"v_{k}": v for k, v in w.values.items()}
+        params.update(k_id=job.id, k_version=job.version, v_state=w.to_state.value, c_now=now)
+        if w.delay is not None:
+            params["c_due"] = db.clock_offset(conn, w.delay)
+        if w.keep_lease:
+            params.update(v_lease_owner=self.worker, c_lease=db.clock_offset(conn, self.lease_seconds))
+        stmt = _transition_statement(db.dialect_family(conn), tuple(sorted(w.values)), w.to_state != job.state,
+                                     w.delay is not None, w.keep_lease)
+        w.journal["c_now"] = now
+        return bool(conn.execute(stmt, params).rowcount == 1)
+
+    def _written(self, w: PlannedWrite) -> Job:
+        job = w.job
         log.info(
             "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),
-            from_state=job.state.value, to_state=to_state.value, version=job.version + 1, reason=reason.value,
+            from_state=job.state.value, to_state=w.to_state.value, version=job.version + 1, reason=w.reason.value,
             worker=self.worker,
         )
-        kept = dict(changes or {})
-        return dataclasses.replace(
-            job, state=to_state, version=job.version + 1,
-            lease_owner=self.worker if keep_lease else None, **kept,
-        )
+        return dataclasses.replace(job, state=w.to_state, version=job.version + 1,
+                                   lease_owner=self.worker if w.keep_lease else None, **w.values)
 
     def note_failure(self, job: Job, error: str, failures: int) -> bool:
         """Give the lease back after a step failed unexpectedly (not a transition: no journal

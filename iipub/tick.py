@@ -18,10 +18,11 @@ from .config import Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
 from .gate import CreateGate
+from .jobs import Job
 from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected
 from .provider import Provider
 from .states import State
-from .store import Store
+from .store import PlannedWrite, Store
 
 log = structlog.get_logger("iipub.reconcile")
 
@@ -65,6 +66,7 @@ class Tick:
         self._in_flight = store.count_in_flight()
         self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
+        self._batches: dict[str, WriteBatch] = {}
         path = settings.ledger_path()
         self.ledger = ledger.SpendLedger(path) if path is not None else None
         self._spend: dict[str, ledger.SlotSpend] | None = None
@@ -80,6 +82,17 @@ class Tick:
         if g.cooldown_until is not None and g.cooldown_until > now:
             # Another process was rate-limited: this one cools down too.
             self._cool_locally((g.cooldown_until - now).total_seconds())
+
+    def batch(self, job_ids: list[str]) -> WriteBatch:
+        """A write batch for a claimed chunk (see `WriteBatch`)."""
+        batch = WriteBatch(self, job_ids)
+        with self._lock:
+            self._batches.update(dict.fromkeys(job_ids, batch))
+        return batch
+
+    def batch_of(self, job_id: str) -> WriteBatch | None:
+        with self._lock:
+            return self._batches.get(job_id)
 
     def past_deadline(self) -> bool:
         return STOP.is_set() or time.monotonic() >= self.deadline
@@ -173,3 +186,55 @@ class Tick:
             self.report.transitions[to.value] += 1
 
 
+
+
+class WriteBatch:
+    """The poll decisions of one claimed chunk, written in one transaction once the chunk's last
+    job is done (`Store.transition_many`): one COMMIT for the chunk instead of one per job. Each
+    UPDATE is still fenced on its own; a job whose fence failed is dropped, the rest commit. If
+    contention rolls the batch back, each write is tried again on its own."""
+
+    def __init__(self, tick: Tick, job_ids: list[str]) -> None:
+        self.tick = tick
+        self._left = set(job_ids)
+        self._writes: list[PlannedWrite] = []
+        self._lock = threading.Lock()
+
+    def defer(self, write: PlannedWrite) -> None:
+        with self._lock:
+            self._writes.append(write)
+
+    def done(self, job_id: str) -> None:
+        with self._lock:
+            self._left.discard(job_id)
+            if self._left or not self._writes:
+                return
+            writes, self._writes = self._writes, []
+        self._flush(writes)
+
+    def _flush(self, writes: list[PlannedWrite]) -> None:
+        store = self.tick.store
+        try:
+            results: list[Job | None] = list(store.transition_many(writes))
+        except Contention as exc:
+            self.tick.count("contention")
+            log.warning("contention", job_ids=[w.job.id for w in writes], worker=store.worker, error=str(exc))
+            results = [self._alone(w) for w in writes]
+        except DatabaseUnavailable as exc:  # nothing written: the leases expire and the polls repeat
+            self.tick.count("errors", len(writes))
+            log.error("database_unavailable", job_ids=[w.job.id for w in writes], worker=store.worker,
+                      error=str(exc))
+            return
+        for w, job in zip(writes, results, strict=True):
+            if job is None:
+                self.tick.count("lease_lost")
+                log.warning("lease_lost", job_id=w.job.id, worker=store.worker)
+            else:
+                self.tick.counted(w.to_state)
+
+    def _alone(self, w: PlannedWrite) -> Job | None:
+        try:
+            return self.tick.store.transition_many([w])[0]
+        except (Contention, DatabaseUnavailable) as exc:
+            log.warning("poll_write_lost", job_id=w.job.id, worker=self.tick.store.worker, error=str(exc))
+            return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from iipub import db, invariants, reconcile, relay, status
 from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
-from iipub.simulator import Simulator
+from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
 
 DAY = dt.date(2026, 11, 30)
@@ -259,3 +260,20 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     assert rows(engine)[job_id]["generation_attempts"] == 0
     doc = report.to_dict()
     assert doc["late"]["count"] == 1 and json.dumps(doc)
+
+
+def test_a_tick_of_polls_commits_once_per_chunk_not_once_per_job(cfg: Settings, engine: sa.Engine) -> None:
+    with Simulator(SimulatorOptions(queued_seconds=60, in_progress_seconds=60)) as slow:
+        s = replace(cfg, provider=replace(cfg.provider, base_url=slow.url))
+        ids = schedule(s, engine, 16)
+        reconcile.run(s, engine)  # the creates (a probe first, the rest in later passes)
+        assert {r["state"] for r in rows(engine).values()} == {"ACCEPTED"}
+        commits: list[int] = []
+        sa.event.listen(engine, "commit", lambda conn: commits.append(1))
+        reconcile.run(s, engine)  # every job polled once: still queued
+        assert slow.stats()["requests"]["retrieve"] == 16
+    assert all(r["poll_count"] == 1 and r["lease_owner"] is None and r["state"] == "QUEUED"
+               for r in rows(engine).values())
+    assert all(reasons(engine, job_id)[-1] == "poll" for job_id in ids)
+    # Two chunks of 8: a claim and a write each, plus the tick's own bookkeeping; not 16 writes.
+    assert len(commits) <= 8, len(commits)

@@ -316,3 +316,39 @@ def test_transition_refuses_an_undeclared_or_mismatched_reason(
         store.transition(job, to, reason=reason, operator=operator)  # type: ignore[arg-type]
     assert _rows(engine, db.jobs) == before_rows
     assert _rows(engine, db.job_events) == before_events
+
+
+def _accepted(store: Store, n: int) -> list[Any]:
+    jobs = []
+    for i in range(n):
+        store.schedule(PRODUCT, DAY - dt.timedelta(days=i + 1))
+    for row in _rows(store.engine, db.jobs):
+        j = store.get(row["id"])
+        j = store.transition(j, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, changes={"config_fingerprint": "f"})
+        j = store.transition(j, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH, changes={"generation_attempts": 1},
+                             detail={"attempt": 1})
+        j = store.transition(j, State.ACCEPTED, reason=Reason.ACCEPTED, changes={"response_id": f"resp_{i}"})
+        jobs.append(j)
+    return jobs
+
+
+def test_a_batch_of_transitions_commits_once_and_drops_only_the_job_that_lost_its_fence(engine: sa.Engine) -> None:
+    store = Store(engine, "w1", 60)
+    a, b, c = _accepted(store, 3)
+    Store(engine, "other", 60).transition(b, State.QUEUED, reason=Reason.POLL, detail={"status": "queued"})
+    commits: list[int] = []
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+    writes = [store.plan(j, State.IN_PROGRESS, reason=Reason.POLL, changes={"poll_count": 1},
+                         detail={"status": "in_progress"}, delay=30) for j in (a, b, c)]
+    results = store.transition_many(writes)
+    assert [r is not None for r in results] == [True, False, True]
+    assert len(commits) == 1
+    rows = {r["id"]: r for r in _rows(engine, db.jobs)}
+    assert rows[a.id]["state"] == rows[c.id]["state"] == State.IN_PROGRESS.value
+    assert rows[a.id]["version"] == a.version + 1 and rows[a.id]["poll_count"] == 1
+    assert rows[b.id]["state"] == State.QUEUED.value and rows[b.id]["poll_count"] == 0  # the other writer's
+    polls = [e for e in _rows(engine, db.job_events) if e["reason"] == "poll"]
+    assert sorted((e["job_id"], e["worker"]) for e in polls) == sorted(
+        [(a.id, "w1"), (c.id, "w1"), (b.id, "other")])
+    with pytest.raises(IllegalTransition):
+        store.plan(a, State.NO_JOB, reason=Reason.POLL)
