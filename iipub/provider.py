@@ -10,6 +10,7 @@ Nothing here retries: iipub owns every retry decision.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -129,12 +130,16 @@ class Provider(Closing):
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
 
     def retrieve(self, response_id: str) -> ReadOutcome:
-        return self._read(response_id, lambda: self._client.responses.retrieve(response_id))
+        # The SDK's own request path (auth, base URL, its error classes), but the body is read
+        # as JSON once and mapped here: building its full response model cost more CPU than
+        # the rest of a poll.
+        return self._read(response_id, lambda: self._client.get(f"/responses/{response_id}", cast_to=httpx.Response))
 
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
-        return self._read(response_id, lambda: self._client.responses.cancel(response_id))
+        return self._read(response_id, lambda: self._client.post(f"/responses/{response_id}/cancel",
+                                                                 cast_to=httpx.Response))
 
     def _read(self, response_id: str, call: Callable[[], Any]) -> ReadOutcome:
         """A call answered with the response as it now stands (retrieve, cancel)."""
@@ -254,40 +259,55 @@ def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:
     return Transient(None, f"unreadable answer: {type(exc).__name__}: {_clip(str(exc))}")
 
 
-def _observed(resp: Any) -> Observed | Transient:
+def _observed(resp: httpx.Response) -> Observed | Transient:
+    """A 2xx read's body, as the provider's response object (JSON) says it."""
     try:
-        return _to_observed(resp)
-    except Exception as exc:  # a 2xx whose shape the SDK could not make sense of
+        doc = json.loads(resp.content)
+    except ValueError as exc:  # not JSON (or not UTF-8): asking again is harmless
+        return Transient(None, f"unreadable answer: {type(exc).__name__}: {_clip(str(exc))}")
+    try:
+        return _to_observed(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # JSON of another shape
         return Transient(None, f"unreadable 2xx body: {type(exc).__name__}: {_clip(str(exc))}")
 
 
-def _to_observed(resp: Any) -> Observed | Transient:
-    from openai.types.responses import Response
-
-    if not isinstance(resp, Response):
-        return Transient(None, f"2xx with an unparsable body ({type(resp).__name__})")
-    response_id = getattr(resp, "id", None)
-    status = getattr(resp, "status", None)
+def _to_observed(doc: Any) -> Observed | Transient:
+    if not isinstance(doc, dict):
+        return Transient(None, f"2xx with an unparsable body ({type(doc).__name__})")
+    response_id, status = doc.get("id"), doc.get("status")
     if not isinstance(response_id, str) or not isinstance(status, str):
         return Transient(None, "2xx without an id or status")
-    items = getattr(resp, "output", None) or []
-    has_message = any(getattr(item, "type", None) == "message" for item in items)
+    items = doc.get("output") or []
+    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"]
     usage = None
-    if resp.usage is not None:
-        u = resp.usage
-        usage = Usage(int(u.input_tokens), int(u.output_tokens), int(u.total_tokens))
-    incomplete = getattr(resp, "incomplete_details", None)
-    error = getattr(resp, "error", None)
+    if doc.get("usage") is not None:
+        u = doc["usage"]
+        usage = Usage(int(u["input_tokens"]), int(u["output_tokens"]), int(u["total_tokens"]))
+    incomplete = doc.get("incomplete_details")
+    error = doc.get("error")
     return Observed(
         response_id=response_id,
         status=status,
-        output_text=resp.output_text if has_message else None,
+        output_text=_output_text(messages) if messages else None,
         usage=usage,
-        metadata={str(k): str(v) for k, v in (getattr(resp, "metadata", None) or {}).items()},
-        incomplete_reason=getattr(incomplete, "reason", None) if incomplete is not None else None,
-        error=_clip(str(getattr(error, "message", "") or "")) or None if error is not None else None,
-        error_code=_clip(str(getattr(error, "code", "") or ""), 64) or None if error is not None else None,
+        metadata={str(k): str(v) for k, v in (doc.get("metadata") or {}).items()},
+        incomplete_reason=incomplete.get("reason") if isinstance(incomplete, dict) else None,
+        error=_clip(str(error.get("message") or "")) or None if isinstance(error, dict) else None,
+        error_code=_clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None,
     )
+
+
+def _output_text(messages: list[dict[str, Any]]) -> str:
+    """What the SDK's `Response.output_text` gives: the `output_text` parts of every message."""
+    texts = []
+    for message in messages:
+        for part in message.get("content") or []:
+            if isinstance(part, dict) and part.get("type") == "output_text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise TypeError("output_text part without text")
+                texts.append(text)
+    return "".join(texts)
 
 
 def _error_code(exc: openai.APIStatusError) -> str | None:
