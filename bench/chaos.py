@@ -855,6 +855,8 @@ class Run:
         library: Counter[str] = Counter()
         raw: Counter[str] = Counter()
         errors: Counter[str] = Counter()
+        plain: Counter[str] = Counter()
+        lines = 0
         for path in sorted(self.logdir.glob("*.err")):
             if path.name.startswith("simulator"):
                 continue
@@ -865,6 +867,7 @@ class Run:
                     line = line.rstrip("\n")
                     if not line.strip():
                         continue
+                    lines += 1
                     if in_tb:
                         if line.startswith((" ", "\t", "Traceback", "During handling", "The above exception")):
                             continue
@@ -877,6 +880,8 @@ class Run:
                         except ValueError:
                             errors["(unparsable log line)"] += 1
                             continue
+                        if doc.get("event") == "error" and "message" in doc:  # the CLI's own error line
+                            errors[_shorten(str(doc["message"]))] += 1
                         if doc.get("level") in ("warning", "error", "critical"):
                             events[str(doc.get("event"))] += 1
                         if "logger" in doc:  # a library's record (SQLAlchemy's pool, httpx)
@@ -886,16 +891,17 @@ class Run:
                             exceptions[f"{doc.get('event')} | {_shorten(str(doc.get('error', '')), 14)}"] += 1
                     elif line.startswith("Traceback"):
                         in_tb = True
-                    elif line.startswith("iipub: "):
-                        errors[_shorten(line)] += 1
                     else:
+                        plain[_shorten(line, 10)] += 1  # every stderr line should be one JSON object
                         context = line.strip()[:80]
         return {"warnings_and_errors_by_event": dict(events.most_common()),
                 "handler_exceptions": dict(exceptions.most_common()),
                 "library_errors": dict(library.most_common()),
                 "raw_tracebacks": dict(raw.most_common()),
                 "uncaught_tracebacks": sum(n for k, n in raw.items() if k.startswith("(uncaught)")),
-                "cli_errors": dict(errors.most_common(20))}
+                "cli_errors": dict(errors.most_common(20)),
+                "stderr_lines": lines,
+                "non_json_lines": dict(plain.most_common(20))}
 
     def finish(self, found: list[invariants.Violation]) -> None:
         self.report["actions"] = dict(sorted(self.counts.items()))

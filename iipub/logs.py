@@ -6,8 +6,11 @@ renderer, so a library's error never breaks the one-JSON-object-per-line format.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import sys
+from typing import Any
 
 import structlog
 
@@ -43,3 +46,19 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(numeric, logging.WARNING))  # libraries: warnings and errors only
+
+
+def error_line(message: str, **fields: Any) -> str:
+    """The command line's own error report: the same one-object-per-line JSON as every log line
+    (`level`, `event`, `timestamp`), with the message an operator reads."""
+    doc = {"event": "error", "level": "error", "message": message,
+           "timestamp": dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z"),
+           **{k: v for k, v in fields.items() if v is not None}}
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False)
+
+
+def note_line(message: str, **fields: Any) -> str:
+    """A command's own informational line on stderr, in the same JSON shape."""
+    doc = {"event": "note", "level": "info", "message": message,
+           "timestamp": dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z"), **fields}
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False)

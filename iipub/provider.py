@@ -14,9 +14,10 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import httpx
+import structlog
 
 if TYPE_CHECKING:  # the SDK is imported on first use: CLI commands that never call it start fast
     import openai
@@ -40,6 +41,8 @@ from .outcomes import (
     Transient,
     Usage,
 )
+
+log = structlog.get_logger("iipub.provider")
 
 # Responses API metadata limits.
 METADATA_MAX_KEYS = 16
@@ -124,7 +127,7 @@ class Provider(Closing):
         try:
             resp: Any = self._client.responses.create(**kwargs)
         except Exception as exc:
-            return _create_outcome(exc)
+            return _trouble("create", req.job_id, exc, _create_outcome(exc))
         return _accepted_or_ambiguous(resp)
 
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
@@ -147,7 +150,7 @@ class Provider(Closing):
         try:
             resp: Any = call()
         except _read_errors() as exc:
-            return _read_outcome(exc)
+            return _trouble("read", response_id, exc, _read_outcome(exc))
         return _observed(resp)
 
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
@@ -159,10 +162,22 @@ class Provider(Closing):
         try:
             self._client.responses.delete(response_id)
         except _read_errors() as exc:
-            outcome = _read_outcome(exc)
+            outcome = _trouble("delete", response_id, exc, _read_outcome(exc))
             assert not isinstance(outcome, Observed)
             return outcome
         return Deleted(response_id)
+
+
+_T = TypeVar("_T")
+
+
+def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
+    """Every failed provider call is a warning in the log with its HTTP status and message (the
+    journal keeps the decision; the log keeps what the provider said)."""
+    status = getattr(exc, "status_code", None)
+    why = getattr(outcome, "why", None) or f"{type(exc).__name__}: {_clip(str(exc))}"
+    log.warning("provider_trouble", op=op, subject=subject, status=status, outcome=type(outcome).__name__, why=why)
+    return outcome
 
 
 def _check_id(response_id: str) -> None:

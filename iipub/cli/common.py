@@ -104,7 +104,8 @@ def setup_logging(level: str) -> None:
 
 
 def stderr(message: str) -> None:
-    click.echo(message, err=True)
+    """A line for the operator on stderr, as one JSON object like every other stderr line."""
+    click.echo(logs.note_line(message), err=True)
 
 
 def is_tty() -> bool:

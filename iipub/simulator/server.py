@@ -339,8 +339,11 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             reply = backend.delete(response_id)
         if self.server.sim.options.log_requests:
-            extra = "" if reply.delivery == "normal" else f" ({reply.delivery})"
-            print(f"{method} {path} -> {reply.status}{extra}", file=sys.stderr, flush=True)
+            # One JSON object per line, like every iipub log line.
+            print(json.dumps({"event": "sim_request", "level": "info", "method": method, "path": path,
+                              "status": reply.status, "delivery": reply.delivery,
+                              "message": f"{method} {path} -> {reply.status}"}, sort_keys=True),
+                  file=sys.stderr, flush=True)
         self._deliver(reply)
 
     def _deliver(self, reply: Reply) -> None:

@@ -295,10 +295,11 @@ class WebhookSender:
             "stale": phase == "replay",
         })
         if self._log_sends:
-            extra = f" ({fault})" if fault else ""
             shown = "error" if answer is None else answer
-            print(f"webhook response.{d.event.status} {d.event.response_id} -> {shown}{extra}", file=sys.stderr,
-                  flush=True)
+            print(json.dumps({"event": "sim_webhook", "level": "info", "type": f"response.{d.event.status}",
+                              "response_id": d.event.response_id, "answer": shown, "fault": fault,
+                              "message": f"webhook response.{d.event.status} {d.event.response_id} -> {shown}"},
+                             sort_keys=True), file=sys.stderr, flush=True)
         now = time.monotonic()
         for other in self._pending:  # an event has been sent: out-of-order ones held for it may go
             if other.held and other.event.response_id != d.event.response_id:

@@ -1,6 +1,6 @@
 """Bad input at the command line, as an operator or cron gives it: `iipub` in process
 (`iipub.cli.main` with its own environment, working directory, stdout and stderr). Every case
-must end in one clear `iipub: error:` line on stderr with a non-zero exit code (no traceback),
+must end in one clear JSON error line on stderr with a non-zero exit code (no traceback),
 and leave every stored row exactly as it was.
 
 Covered elsewhere and not repeated here: a bad `schedule --date`, an unknown `jobs show` id,

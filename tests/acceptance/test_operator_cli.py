@@ -156,7 +156,9 @@ def test_backfill_reports_created_and_present(engine: sa.Engine, cli_env: dict[s
                                          "created 2, already present 0"]
     long = iipub("backfill", "--product", "daily-brief", "--from", day(44), "--to", day(0), env=cli_env, cwd=tmp_path)
     assert long.returncode == 0 and long.stdout.strip() == "created 43, already present 2"
-    progress = [ln for ln in long.stderr.splitlines() if ln.startswith("daily-brief ")]
+    # Progress lines go to stderr as JSON objects, like every other stderr line.
+    progress = [m for m in (json.loads(ln).get("message", "") for ln in long.stderr.splitlines())
+                if m.startswith("daily-brief ")]
     assert len(progress) == 45 and progress[-1] == f"daily-brief {day(0)}: already present"
     found = job_rows(engine)
     assert len(found) == 45 and all(r["is_backfill"] and r["state"] == "NO_JOB" for r in found)

@@ -59,4 +59,6 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert report["unexpected_exits"] == {} and report["hung_killed"] == 0, report["processes"]
     logs = report["logs"]
     assert logs["uncaught_tracebacks"] == 0 and logs["raw_tracebacks"] == {}, logs
+    # Every line every worker wrote to stderr was parsed, and each is one JSON object.
+    assert logs["stderr_lines"] > 100 and logs["non_json_lines"] == {}, logs
     assert all("OperationalError" in k for k in logs["handler_exceptions"]), logs

@@ -26,6 +26,7 @@ from tests.helpers import (
     SECRET,
     CliResult,
     Snapshot,
+    error_messages,
     fast_simulator,
     fresh_database,
     make_settings,
@@ -422,7 +423,7 @@ def test_check_command(cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env
     assert bad.returncode == 1
     doc = json.loads(bad.stdout)
     assert doc["ok"] is False and doc["counts"] == {"static_missing": 1}
-    assert bad.stderr.strip() == "iipub: error: 1 invariant violation(s): static_missing=1"
+    assert error_messages(bad.stderr) == ["1 invariant violation(s): static_missing=1"]
     human = _check_cli(env, tmp_path)
     assert human.returncode == 1 and human.stdout.splitlines()[0].split() == ["KIND", "JOB", "DETAIL"]
 

@@ -27,7 +27,7 @@ from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, run_cli, serving, sim_env, start_iipub
+from tests.helpers import error_messages, job_events, job_rows, run_cli, serving, sim_env, start_iipub
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"somebody-else-entirely-9876543210").decode()
@@ -333,7 +333,7 @@ def test_webhook_serve_verifies_settles_and_stops_on_sigterm(
         deadline = time.monotonic() + 20
         while "listening on" not in line and time.monotonic() < deadline:
             line = proc.stderr.readline()
-        served = line.rsplit(" ", 1)[-1].strip()
+        served = json.loads(line)["message"].rsplit(" ", 1)[-1] if "listening on" in line else ""
         assert served.startswith("http://127.0.0.1:"), line
         body = event(job["response_id"])
         assert post(served, body, signed(body, secret=OTHER_SECRET)).status_code == 400
@@ -350,8 +350,8 @@ def test_webhook_serve_without_a_secret_is_one_error_line(cli_env: dict[str, str
     env = sim_env(cli_env, sim, tmp_path)
     result = run_cli("webhook", "serve", "--port", "0", env=env)
     assert result.returncode == 78, result.stderr
-    assert result.stderr.strip().splitlines() == [
-        "iipub: error: OPENAI_WEBHOOK_SECRET is not set: the webhook receiver cannot verify deliveries"]
+    assert error_messages(result.stderr) == [
+        "OPENAI_WEBHOOK_SECRET is not set: the webhook receiver cannot verify deliveries"]
     bad = run_cli("webhook", "serve", "--port", "0", env=env | {"OPENAI_WEBHOOK_SECRET": "whsec_***"})
     assert bad.returncode == 78 and "not base64" in bad.stderr
 

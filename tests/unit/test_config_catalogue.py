@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from iipub.config import load_settings
 from iipub.errors import ConfigError
-from tests.helpers import clean_env, run_cli
+from tests.helpers import clean_env, error_messages, run_cli
 
 PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\n'
 
@@ -61,7 +61,7 @@ def test_each_invalid_value_is_one_line_per_problem_and_exit_78(tmp_path: Path, 
     result = run_cli("reconcile", env=env, cwd=tmp_path)
     assert result.returncode == 78, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()
-    assert lines and all(line.startswith("iipub: error: ") for line in lines), result.stderr
+    assert lines and error_messages(result.stderr), result.stderr
     assert any(needle in line for line in lines), result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "db.sqlite3").exists()  # nothing was opened, let alone written
