@@ -287,6 +287,8 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
     detail["total_tokens"] = usage.total_tokens if usage else None
+    if outcome.completed_at is not None:  # the dwell SLI measures from here, not from the poll
+        detail["provider_completed_at"] = outcome.completed_at
     return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, changes=changes, detail=detail, go_on=True)
 
 

@@ -92,6 +92,7 @@ class Observed:
     incomplete_reason: str | None = None
     error: str | None = None
     error_code: str | None = None
+    completed_at: float | None = None  # the provider's own completion time (Unix seconds), if it says
 
     @property
     def finished(self) -> bool:

@@ -309,7 +309,15 @@ def _to_observed(doc: Any) -> Observed | Transient:
         incomplete_reason=incomplete.get("reason") if isinstance(incomplete, dict) else None,
         error=_clip(str(error.get("message") or "")) or None if isinstance(error, dict) else None,
         error_code=_clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None,
+        completed_at=_epoch(doc.get("completed_at")),
     )
+
+
+def _epoch(value: Any) -> float | None:
+    """A plausible Unix time from the provider (2020..2100), else None: it only feeds a metric."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 1_577_836_800 <= value <= 4_102_444_800 else None
 
 
 def _output_text(messages: list[dict[str, Any]]) -> str:
