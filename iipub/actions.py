@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from . import db, outbox, remedies
 from .breaker import GateState
 from .closing import Closing
-from .config import Settings
+from .config import Product, Settings
 from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UsageError
 from .gate import CreateGate
 from .handlers import Decision
@@ -227,6 +228,29 @@ class Operator(Closing):
         remedies.check_input(by, reason)
         max_gen = self.settings.budgets.max_generation_attempts
         return self._act(job_id, by, lambda job: remedies.regenerate(job, max_gen, by, reason))
+
+    # -- output recovered by hand ---------------------------------------------------
+
+    def import_payload(self, job_id: str, path: Path, reason: str, by: str) -> Job:
+        """Take output an operator recovered (the provider's dashboard) into custody: the job goes
+        to RETRIEVED_NOT_VALIDATED, due now, and the next tick validates and publishes it. See
+        `remedies.parse_import` for what the file may hold. Nothing is written on a refusal."""
+        remedies.check_input(by, reason)
+        seen = self.get(job_id)
+        remedies.check_import(seen)  # before the file is read: the likelier mistake is the job
+        product = self.settings.products.get(seen.product)
+        max_bytes = product.max_output_bytes if product is not None else Product.max_output_bytes
+        limit = remedies.import_file_limit(max_bytes)
+        try:
+            with path.open("rb") as f:
+                raw = f.read(limit + 1)  # bounded: a device or a huge file is never read whole
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if len(raw) > limit:
+            raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing "
+                                  "written")
+        imported = remedies.parse_import(raw, max_bytes)
+        return self._act(seen.id, by, lambda job: remedies.import_payload(job, imported, max_bytes, by, reason))
 
     # -- internals ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from . import db, migrate, reconcile, relay, scheduling
+from . import db, heartbeat, migrate, reconcile, relay, scheduling
 from .config import Product, Settings, settings_from_dict
 from .errors import ConfigError
 from .jobs import new_worker_id
@@ -123,8 +123,15 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
         ticks = 0
         while not _settled(engine, day) and time.monotonic() - started < max_seconds:
             ticks += 1
-            rec = reconcile.run(settings, engine)
-            rel = relay.run(settings, engine)
+            # Recorded like the cron commands' runs, so `iipub status` on the demo sees them.
+            worker = new_worker_id("reconcile")
+            with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
+                rec = reconcile.run(settings, engine, worker=worker)
+                run.summary = rec.summary()
+            worker = new_worker_id("relay")
+            with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
+                rel = relay.run(settings, engine, worker=worker)
+                run.summary = dict(rel.__dict__)
             echo(_progress(ticks, time.monotonic() - started, engine, day, rec, rel))
             if not _settled(engine, day):
                 time.sleep(pause_seconds)

@@ -89,3 +89,9 @@ class Contention(IipubError):
     """The database reported a deadlock or lock-wait timeout; the work was rolled back."""
 
     exit_code = 75
+
+
+class CannotWrite(IipubError):
+    """An output file could not be written."""
+
+    exit_code = 73  # EX_CANTCREAT

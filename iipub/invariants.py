@@ -93,7 +93,7 @@ outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
 # these certainly created nothing, but the journal cannot tell from the outcome alone.
 UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
 # Entries that take output into custody, save editions, publish them.
-CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST})
+CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD})
 ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED

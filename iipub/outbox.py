@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,8 +17,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db
 from .compose import Artifact
+from .errors import JobTaken, OperatorRefused, UnknownId, UsageError
 from .states import State
-from .timefmt import iso_z, iso_z_or_none
+from .timefmt import iso_z, iso_z_or_none, naive_utc
 
 if TYPE_CHECKING:
     from .jobs import Job
@@ -162,6 +164,16 @@ class Outbox:
             )
             return res.rowcount == 1
 
+    def release(self, ev: OutboxEvent) -> bool:
+        """Give the claim back untouched (a sink was not reached in this run): due again as it
+        was, no attempt counted, no error recorded."""
+        with db.transaction(self.engine) as conn:
+            res = conn.execute(
+                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
+                .values(lease_owner=None, lease_expiry=None, version=outbox_table.c.version + 1)
+            )
+            return res.rowcount == 1
+
     def unpublished_for_job(self, job_id: str) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(
@@ -228,6 +240,141 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
         for r in failing
     ]
     return out
+
+
+# -- the operator's view: `iipub outbox list|requeue` ----------------------------------------------
+
+LIST_STATES = ("unpublished", "parked", "failing", "all")
+_EVENT_ID_PREFIX = re.compile(r"[0-9a-f-]{4,35}")
+
+
+def event_status(published_at: Any, first_failed_at: Any, sinks: Sequence[Mapping[str, Any]]) -> str:
+    """published | parked (a sink refused it: only an operator moves it) | failing (a delivery
+    failed and is retried with backoff) | pending (not yet delivered, nothing failed)."""
+    if published_at is not None:
+        return "published"
+    if any(d["parked_at"] is not None for d in sinks):
+        return "parked"
+    if first_failed_at is not None:
+        return "failing"
+    return "pending"
+
+
+def list_events(engine: Engine, state: str = "unpublished", limit: int = 1000) -> list[dict[str, Any]]:
+    """Outbox events with their per-sink delivery records, oldest first. `state` is one of
+    LIST_STATES: `unpublished` (every event not yet published: pending, failing and parked),
+    `parked`, `failing` or `all` (published ones too)."""
+    if state not in LIST_STATES:
+        raise UsageError(f"unknown outbox state {state!r} (one of: {', '.join(LIST_STATES)})")
+    ed = db.editions
+    q = (
+        sa.select(outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts,
+                  outbox_table.c.next_attempt_at, outbox_table.c.first_failed_at, outbox_table.c.published_at,
+                  outbox_table.c.last_error, outbox_table.c.lease_owner, outbox_table.c.lease_expiry,
+                  outbox_table.c.created_at, ed.c.product, ed.c.edition_date, ed.c.lang)
+        .select_from(outbox_table.outerjoin(ed, ed.c.id == outbox_table.c.edition_id))
+        .order_by(outbox_table.c.id)
+    )
+    parked = (sa.select(deliveries_table.c.id)
+              .where(deliveries_table.c.event_id == outbox_table.c.event_id, deliveries_table.c.parked_at.is_not(None))
+              .exists())
+    if state != "all":
+        q = q.where(outbox_table.c.published_at.is_(None))
+    if state == "parked":
+        q = q.where(parked)
+    elif state == "failing":
+        q = q.where(outbox_table.c.first_failed_at.is_not(None), ~parked)
+    with engine.connect() as conn:
+        rows = conn.execute(q.limit(limit)).all()
+        sinks: dict[str, list[dict[str, Any]]] = {}
+        ids = [r.event_id for r in rows]
+        for start in range(0, len(ids), 500):
+            for d in conn.execute(
+                sa.select(deliveries_table).where(deliveries_table.c.event_id.in_(ids[start:start + 500]))
+                .order_by(deliveries_table.c.sink)
+            ).mappings():
+                sinks.setdefault(d["event_id"], []).append(dict(d))
+    out = []
+    for r in rows:
+        mine = sinks.get(r.event_id, [])
+        out.append({
+            "event_id": r.event_id, "job_id": r.job_id, "product": r.product,
+            "edition_date": r.edition_date.isoformat() if r.edition_date is not None else None, "lang": r.lang,
+            "status": event_status(r.published_at, r.first_failed_at, mine), "attempts": r.attempts,
+            "next_attempt_at": iso_z_or_none(r.next_attempt_at), "first_failed_at": iso_z_or_none(r.first_failed_at),
+            "published_at": iso_z_or_none(r.published_at), "last_error": r.last_error,
+            "lease_owner": r.lease_owner, "lease_expiry": iso_z_or_none(r.lease_expiry),
+            "created_at": iso_z_or_none(r.created_at),
+            "sinks": [{"sink": d["sink"], "state": _sink_state(d), "attempts": d["attempts"],
+                       "delivered_at": iso_z_or_none(d["delivered_at"]), "parked_at": iso_z_or_none(d["parked_at"]),
+                       "last_error": d["last_error"]} for d in mine],
+        })
+    return out
+
+
+def _sink_state(d: Mapping[str, Any]) -> str:
+    if d["delivered_at"] is not None:
+        return "delivered"
+    return "parked" if d["parked_at"] is not None else "failing"
+
+
+@dataclass(frozen=True)
+class Requeued:
+    event_id: str
+    cleared: tuple[str, ...]  # the sinks whose parked delivery was cleared
+    pending: tuple[str, ...]  # the sinks the next relay will try
+
+
+def requeue(engine: Engine, event_id: str, sink: str | None = None, configured: Sequence[str] = ()) -> Requeued:
+    """Operator: make an unpublished event due now and clear its parked deliveries (only `sink`'s
+    if given), so the next relay tries every sink that has not delivered it. Refuses an unknown
+    event (`UnknownId`), a published one or a sink that already delivered it (`OperatorRefused`),
+    a sink that is neither configured nor recorded for the event (`UsageError`), and an event a
+    relay is delivering right now (`JobTaken`). Fenced on the event's version: a relay claim in
+    between makes it refuse rather than race."""
+    with db.transaction(engine) as conn:
+        now_at = db.read_now(conn)
+        row = _find_event(conn, event_id)
+        eid = row.event_id
+        if row.published_at is not None:
+            raise OperatorRefused(f"outbox event {eid} was published at {iso_z(row.published_at, 'seconds')}; "
+                                  "nothing to re-queue")
+        if row.lease_owner and row.lease_expiry is not None and naive_utc(row.lease_expiry) >= now_at:
+            raise JobTaken(f"outbox event {eid} is being delivered by {row.lease_owner} until "
+                           f"{iso_z(row.lease_expiry, 'seconds')}; retry in a minute")
+        records = {d.sink: d for d in conn.execute(sa.select(deliveries_table)
+                                                   .where(deliveries_table.c.event_id == eid))}
+        known = sorted(set(configured) | set(records))
+        if sink is not None:
+            if sink not in known:
+                raise UsageError(f"--sink {sink!r}: not a sink of outbox event {eid} (one of: {', '.join(known)})")
+            if sink in records and records[sink].delivered_at is not None:
+                raise OperatorRefused(f"outbox event {eid} is already delivered to {sink}; nothing to re-queue")
+        chosen = [sink] if sink is not None else known
+        cleared = tuple(s for s in chosen if s in records and records[s].parked_at is not None)
+        pending = tuple(s for s in known if s not in records or records[s].delivered_at is None)
+        if cleared:
+            conn.execute(deliveries_table.update()
+                         .where(deliveries_table.c.event_id == eid, deliveries_table.c.sink.in_(cleared))
+                         .values(parked_at=None, updated_at=db.now(conn)))
+        res = conn.execute(outbox_table.update()
+                           .where(outbox_table.c.id == row.id, outbox_table.c.version == row.version)
+                           .values(next_attempt_at=db.now(conn), version=outbox_table.c.version + 1))
+        if res.rowcount != 1:
+            raise JobTaken(f"outbox event {eid} changed under us (a relay claimed it); retry in a minute")
+    return Requeued(eid, cleared, pending)
+
+
+def _find_event(conn: Connection, event_id: str) -> Any:
+    """The outbox row of `event_id`, or of the one event whose id starts with it (UnknownId otherwise)."""
+    row = conn.execute(sa.select(outbox_table).where(outbox_table.c.event_id == event_id)).first()
+    if row is None and _EVENT_ID_PREFIX.fullmatch(event_id):
+        rows = conn.execute(sa.select(outbox_table).where(outbox_table.c.event_id.like(event_id + "%"))
+                            .limit(2)).all()
+        row = rows[0] if len(rows) == 1 else None
+    if row is None:
+        raise UnknownId(f"no outbox event with id {event_id!r}")
+    return row
 
 
 def events_of(conn: Connection, job_ids: Sequence[str]) -> list[Any]:

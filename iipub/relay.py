@@ -5,30 +5,40 @@ Claims are fenced by primary key and version, so overlapping relays never delive
 same claim twice; a relay killed after a sink wrote re-delivers (byte-identical) next run.
 When every event of a job is delivered, the job moves SAVED_NOT_PUBLIC -> PUBLISHED
 through the job store.
+
+The webhook sink is delivered from a small thread pool beside the static sink (`_Background`:
+`[sinks.webhook] concurrency` requests at once, none started after `deadline_seconds`), so a
+hung receiver never holds up the static site: an event whose webhook delivery was not reached
+is given back untried and goes again on the next run. Each sink's receipt is recorded per
+event as before, so a sink that has an event is never asked again.
 """
 
 from __future__ import annotations
 
+import queue
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, db, handlers, outbox
+from . import backoff, config, db, handlers, outbox
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
 from .jobs import new_worker_id
 from .outbox import Outbox, OutboxEvent
-from .sinks import Delivered, Event, Parked, RetryLater, Sink
+from .sinks import Delivered, DeliveryResult, Event, Parked, RetryLater, Sink
 from .sinks.static import StaticSink
 from .sinks.webhook import WebhookSink
 from .states import State
 from .store import Store
 
 log = structlog.get_logger("iipub.relay")
+# Sinks delivered from a thread pool beside the others, under their own deadline (`_Background`).
+BACKGROUND_SINKS = frozenset({WebhookSink.name})
 
 
 @dataclass
@@ -38,6 +48,7 @@ class RelayReport:
     published: int = 0
     retried: int = 0
     parked: int = 0
+    deferred: int = 0  # events given back untried by a sink whose deadline passed (due again next run)
     deliveries: dict[str, int] = field(default_factory=dict)
     jobs_published: int = 0
     stopped_at_deadline: bool = False
@@ -49,7 +60,8 @@ def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: 
     if settings.static_sink is not None:
         s = settings.static_sink
         grants = (lambda job_id: outbox.republish_granted(engine, job_id)) if engine is not None else None
-        sinks.append(StaticSink(s.root, site_title=s.site_title, base_url=s.base_url, may_replace=grants))
+        sinks.append(StaticSink(s.root, site_title=s.site_title, base_url=s.base_url, may_replace=grants,
+                                products=settings.products, state_dir=s.state_dir))
     if settings.webhook_sink is not None:
         w = settings.webhook_sink
         try:
@@ -69,8 +81,11 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
     report = RelayReport(worker=worker)
     box = Outbox(engine, worker, rs.lease_seconds)
     client = httpx.Client() if sinks is None and settings.webhook_sink is not None else None
+    hooks: _Background | None = None
     try:
         sinks = sinks if sinks is not None else build_sinks(settings, client, engine)
+        if any(s.name in BACKGROUND_SINKS for s in sinks):
+            hooks = _Background(settings, started)
         seen: set[int] = set()
         while time.monotonic() < deadline:
             batch = [(i, v) for i, v in box.due(rs.batch_size + len(seen)) if i not in seen]
@@ -85,9 +100,15 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
                 if ev is None:
                     continue
                 report.claimed += 1
-                _deliver(box, ev, sinks, settings, rng, report)
+                _deliver(box, ev, sinks, settings, rng, report, hooks)
+                if hooks is not None:
+                    hooks.settle(box, settings, rng, report)
+        if hooks is not None:
+            hooks.settle(box, settings, rng, report, wait=True)
         report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds)
     finally:
+        if hooks is not None:
+            hooks.close()
         if client is not None:
             client.close()
     report.seconds = round(time.monotonic() - started, 3)
@@ -95,8 +116,83 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
     return report
 
 
+@dataclass
+class _Delivery:
+    """One claimed event on its way through the sinks: what each answered so far."""
+
+    ev: OutboxEvent
+    event: Event
+    waits: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    parked: bool = False
+    deferred: list[str] = field(default_factory=list)  # sinks not reached before their deadline
+    outstanding: int = 0  # background deliveries not answered yet
+
+
+class _Background:
+    """Deliveries to remote sinks (the webhook) in a small thread pool, so a hung receiver
+    delays neither the static site nor the other events: at most `[sinks.webhook] concurrency`
+    requests at once, and none started after `deadline_seconds` into the run (each is bounded
+    by its own timeout). The threads only talk HTTP; every database write stays in the relay's
+    thread (`settle`), so each sink's receipt is recorded exactly as before."""
+
+    def __init__(self, settings: Settings, started: float) -> None:
+        conf = settings.webhook_sink
+        concurrency = conf.concurrency if conf is not None else config.WebhookSink.concurrency
+        deadline = conf.deadline_seconds if conf is not None else config.WebhookSink.deadline_seconds
+        self.until = started + deadline
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="relay-webhook")
+        self._answers: queue.SimpleQueue[tuple[_Delivery, str, Future[DeliveryResult | None]]] = queue.SimpleQueue()
+        self._pending = 0
+
+    def submit(self, d: _Delivery, sink: Sink) -> None:
+        d.outstanding += 1
+        self._pending += 1
+        future = self._pool.submit(_deliver_before, sink, d.event, self.until)
+        future.add_done_callback(lambda f: self._answers.put((d, sink.name, f)))
+
+    def settle(self, box: Outbox, settings: Settings, rng: random.Random, report: RelayReport, *,
+               wait: bool = False) -> None:
+        """Record the answers that arrived and finish their events; with `wait`, until every
+        delivery is answered (a queued one past the deadline answers at once: not reached)."""
+        while self._pending:
+            try:
+                d, name, future = self._answers.get(block=wait)
+            except queue.Empty:
+                return
+            self._pending -= 1
+            d.outstanding -= 1
+            result = future.result()  # `_deliver_before` never raises
+            if result is None:
+                d.deferred.append(name)
+            else:
+                _record(box, d, name, result, settings, rng, report)
+            if not d.outstanding:
+                _finish(box, d, settings, report)
+
+    def close(self) -> None:
+        # Normally idle by now; after an error, queued deliveries are dropped (their events
+        # stay claimed until the lease expires, then go again: the receiver deduplicates).
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _deliver_before(sink: Sink, event: Event, until: float) -> DeliveryResult | None:
+    """A background delivery, or None if its deadline passed before a thread was free."""
+    if time.monotonic() >= until:
+        return None
+    return _attempt(sink, event)
+
+
+def _attempt(sink: Sink, event: Event) -> DeliveryResult:
+    try:
+        return sink.deliver(event)
+    except Exception as exc:  # a sink bug must not stop the other sinks or events
+        log.exception("sink_failed", sink=sink.name, event_id=event.event_id)
+        return RetryLater(None, f"{type(exc).__name__}: {exc}")
+
+
 def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings, rng: random.Random,
-             report: RelayReport) -> None:
+             report: RelayReport, hooks: _Background | None = None) -> None:
     rs = settings.relay
     try:
         event = Event.from_payload(ev.payload)
@@ -105,43 +201,59 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         report.parked += 1
         return
     settled = box.settled_sinks(ev.event_id)
-    waits: list[float] = []
-    errors: list[str] = []
-    parked = False
+    d = _Delivery(ev, event)
     for sink in sinks:
         if sink.name in settled:
-            parked = parked or settled[sink.name] == "parked"
+            d.parked = d.parked or settled[sink.name] == "parked"
             continue
-        try:
-            result = sink.deliver(event)
-        except Exception as exc:  # a sink bug must not stop the other sinks or events
-            log.exception("sink_failed", sink=sink.name, event_id=ev.event_id)
-            result = RetryLater(None, f"{type(exc).__name__}: {exc}")
-        if isinstance(result, Delivered):
-            box.record(ev.event_id, sink.name, delivered=True)
-            report.deliveries[sink.name] = report.deliveries.get(sink.name, 0) + 1
-        elif isinstance(result, Parked):
-            box.record(ev.event_id, sink.name, parked=True, error=result.why)
-            log.warning("sink_parked", sink=sink.name, event_id=ev.event_id, why=result.why)
-            parked = True
-            errors.append(f"{sink.name}: parked: {result.why}")
-        else:
-            box.record(ev.event_id, sink.name, error=result.why)
-            hinted = result.delay
-            waits.append(hinted if hinted is not None else
-                         backoff.exponential(ev.attempts + 1, rs.backoff_base_seconds, rs.backoff_cap_seconds, rng))
-            errors.append(f"{sink.name}: {result.why}")
-    if not errors and not parked:
+        if hooks is not None and sink.name in BACKGROUND_SINKS:
+            hooks.submit(d, sink)
+            continue
+        _record(box, d, sink.name, _attempt(sink, event), settings, rng, report)
+    if not d.outstanding:
+        _finish(box, d, settings, report)
+
+
+def _record(box: Outbox, d: _Delivery, sink: str, result: DeliveryResult, settings: Settings, rng: random.Random,
+            report: RelayReport) -> None:
+    """One sink's answer: its per-sink delivery record, and what it means for the event."""
+    rs = settings.relay
+    if isinstance(result, Delivered):
+        box.record(d.ev.event_id, sink, delivered=True)
+        report.deliveries[sink] = report.deliveries.get(sink, 0) + 1
+    elif isinstance(result, Parked):
+        box.record(d.ev.event_id, sink, parked=True, error=result.why)
+        log.warning("sink_parked", sink=sink, event_id=d.ev.event_id, why=result.why)
+        d.parked = True
+        d.errors.append(f"{sink}: parked: {result.why}")
+    else:
+        box.record(d.ev.event_id, sink, error=result.why)
+        hinted = result.delay
+        d.waits.append(hinted if hinted is not None else
+                       backoff.exponential(d.ev.attempts + 1, rs.backoff_base_seconds, rs.backoff_cap_seconds, rng))
+        d.errors.append(f"{sink}: {result.why}")
+
+
+def _finish(box: Outbox, d: _Delivery, settings: Settings, report: RelayReport) -> None:
+    """Every sink answered (or was not reached): mark the event published, or give it back."""
+    rs = settings.relay
+    ev = d.ev
+    if not d.errors and not d.parked and not d.deferred:
         if box.mark_published(ev):
             report.published += 1
         return
-    if parked and not waits:
-        # Only an operator can move a parked sink; look again at the cap.
-        box.retry_later(ev, rs.backoff_cap_seconds, "; ".join(errors) or "a sink is parked")
-        report.parked += 1
+    if d.waits:
+        box.retry_later(ev, min(min(d.waits), rs.backoff_cap_seconds), "; ".join(d.errors))
+        report.retried += 1
         return
-    box.retry_later(ev, min(min(waits), rs.backoff_cap_seconds), "; ".join(errors))
-    report.retried += 1
+    if d.deferred:
+        # Nothing failed; a sink was not reached before its deadline: due again at once, no attempt counted.
+        box.release(ev)
+        report.deferred += 1
+        return
+    # Only an operator can move a parked sink; look again at the cap.
+    box.retry_later(ev, rs.backoff_cap_seconds, "; ".join(d.errors) or "a sink is parked")
+    report.parked += 1
 
 
 def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) -> int:

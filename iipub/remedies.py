@@ -9,13 +9,17 @@ suspension (`Job.effective_state`).
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import handlers, states
 from .errors import OperatorRefused, UsageError
 from .handlers import Decision
 from .jobs import Job
-from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
+from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient, Usage
 from .states import PAYLOAD_QUARANTINES, Reason, State
 
 POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
@@ -266,6 +270,150 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> 
                  "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None},
         detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
                    attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason),
+    )
+
+
+# -- output recovered by hand ---------------------------------------------------------------------
+
+# The states `import-payload` takes a job out of: each has an edge into RETRIEVED_NOT_VALIDATED.
+IMPORTABLE = frozenset({State.QUARANTINED, State.COMPLETED_NOT_RETRIEVED, State.PROVIDER_EXPIRED_OR_MISSING})
+# A response object wraps the output in JSON (escapes can triple its size) beside its own fields.
+IMPORT_ENVELOPE_BYTES = 1_048_576
+_MAX_TOKENS = 10**12
+
+
+def import_file_limit(max_output_bytes: int) -> int:
+    """The largest file `import-payload` reads; a larger one is refused unread."""
+    return 4 * max_output_bytes + IMPORT_ENVELOPE_BYTES
+
+
+@dataclass(frozen=True)
+class Imported:
+    """Output an operator recovered (e.g. from the provider's dashboard), as read from a file."""
+
+    text: str
+    source: str  # output_text (a JSON object's `output_text`) | response (a Responses API object) | text
+    file_bytes: int
+    file_sha256: str
+    response_id: str | None = None
+    status: str | None = None
+    usage: Usage | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def parse_import(raw: bytes, max_output_bytes: int) -> Imported:
+    """What a file holds, pure. Accepted, in this order:
+    - a JSON object with a string `output_text` (the SDK's `response.output_text`, or a hand-made
+      `{"output_text": "..."}`); if it is also a response object, its id, status, usage and
+      metadata are kept;
+    - a Responses API response object (`"object": "response"` or an `output` list): the text of
+      its `output_text` content parts, in order, as the SDK joins them; its status must be a
+      finished one (completed, incomplete);
+    - anything else: the file's text itself is the output (the model's output is the edition's
+      JSON document, whose keys are language codes, so it never looks like either of the above).
+    Refuses (OperatorRefused) text that is not UTF-8, an empty output, and an output over
+    `max_output_bytes` (it could only fail validation)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OperatorRefused(f"the file is not UTF-8 text (byte {exc.start}: {exc.reason}); nothing written") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+    data: Any = None
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:  # the raw output text, however malformed: validation judges it
+            data = None
+    imported = _from_json(data, len(raw), digest) if isinstance(data, dict) else None
+    if imported is None:
+        imported = Imported(text, "text", len(raw), digest)
+    if not imported.text.strip():
+        raise OperatorRefused(f"the file holds no output text ({imported.source}); nothing written")
+    size = len(imported.text.encode("utf-8", "surrogatepass"))
+    if size > max_output_bytes:
+        raise OperatorRefused(f"the output is {size} bytes, over the product's max_output_bytes ({max_output_bytes}): "
+                              "it could only fail validation; nothing written")
+    return imported
+
+
+def _from_json(data: Mapping[str, Any], file_bytes: int, digest: str) -> Imported | None:
+    is_response = data.get("object") == "response" or isinstance(data.get("output"), list)
+    if "output_text" in data:
+        if not isinstance(data["output_text"], str):
+            raise OperatorRefused("the file's `output_text` is not a string; nothing written")
+        text, source = data["output_text"], "output_text"
+    elif is_response:
+        text, source = _response_text(data.get("output")), "response"
+    else:
+        return None
+    if not is_response:
+        return Imported(text, source, file_bytes, digest)
+    status = data.get("status")
+    if status is not None and status not in FINISHED_STATUSES:
+        raise OperatorRefused(f"the response in the file is {str(status)[:40]!r}, not finished (completed or "
+                              "incomplete): it holds no output to import; nothing written")
+    rid = data.get("id")
+    meta = data.get("metadata")
+    return Imported(
+        text, source, file_bytes, digest,
+        response_id=rid[:128] if isinstance(rid, str) and rid else None,
+        status=status if isinstance(status, str) else None,
+        usage=_usage(data.get("usage")),
+        metadata={str(k)[:64]: str(v)[:512] for k, v in meta.items()} if isinstance(meta, dict) else {},
+    )
+
+
+def _response_text(output: Any) -> str:
+    """The output text of a response object's `output` items, as the SDK's `output_text` joins it."""
+    parts: list[str] = []
+    for item in output if isinstance(output, list) else []:
+        if not isinstance(item, dict) or item.get("type") != "message" or not isinstance(item.get("content"), list):
+            continue
+        parts.extend(c["text"] for c in item["content"]
+                     if isinstance(c, dict) and c.get("type") == "output_text" and isinstance(c.get("text"), str))
+    return "".join(parts)
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    values = [raw.get(k) for k in ("input_tokens", "output_tokens", "total_tokens")]
+    counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_TOKENS]
+    return Usage(*counts) if len(counts) == 3 else None
+
+
+def check_import(job: Job) -> None:
+    """The job can take imported output: in a state with the edge, and no payload in custody yet."""
+    if job.state not in IMPORTABLE:
+        suspended = f" (suspended from {job.suspended_from}; resume it first)" \
+            if job.state == State.MANUALLY_SUSPENDED else ""
+        raise OperatorRefused(f"job {job.id} is {job.state}{suspended}; import-payload applies only to "
+                              f"{', '.join(sorted(IMPORTABLE))} jobs")
+    assert states.allowed(job.state, State.RETRIEVED_NOT_VALIDATED, operator=True)
+    if job.payload is not None:
+        raise OperatorRefused(f"job {job.id} already holds a payload in custody (sha256 {job.payload_sha256}); "
+                              "nothing written. See `iipub revalidate` or `iipub regenerate`")
+
+
+def import_payload(job: Job, imported: Imported, max_output_bytes: int | None, by: str, reason: str) -> Decision:
+    """Custody of output an operator recovered: stored exactly as `handlers.on_output` stores a
+    finished response (the same escaping, bounds and sha256), into RETRIEVED_NOT_VALIDATED, due
+    now, so the next tick validates and publishes it like any other output."""
+    check_import(job)
+    owner = imported.metadata.get("iipub_job_id")
+    if owner and owner != job.id:
+        raise OperatorRefused(f"the response in the file names job {owner}, not job {job.id}; nothing written")
+    observed = Observed(response_id=imported.response_id or job.response_id or "", status=imported.status or
+                        "completed", output_text=imported.text, usage=imported.usage, metadata=imported.metadata)
+    d = handlers.on_output(job, observed, max_output_bytes)
+    return Decision(
+        State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_IMPORT_PAYLOAD, {**d.changes, "quarantine_reason": None},
+        {**d.detail, **who(by, reason, source=imported.source, file_bytes=imported.file_bytes,
+                           file_sha256=imported.file_sha256, imported_from=job.state.value,
+                           quarantine_reason=job.quarantine_reason, response_id=job.response_id,
+                           file_response_id=imported.response_id)},
+        delay=0,
     )
 
 

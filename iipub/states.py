@@ -96,6 +96,9 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
              operator=True)
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # Output an operator recovered from the provider's dashboard after the response was lost
+    # (`iipub jobs import-payload`): custody by hand, validated by the next tick as usual.
+    + _edges(S.PROVIDER_EXPIRED_OR_MISSING, [S.RETRIEVED_NOT_VALIDATED], operator=True)
     # Adopting a response the job provably paid for (an operator's --link, or iipub itself on
     # proof: the spend ledger after a restore); `unreleased_exit` checks the reason.
     + _edges(S.QUARANTINED, [S.ACCEPTED, S.QUEUED, S.IN_PROGRESS, S.COMPLETED_NOT_RETRIEVED])
@@ -184,6 +187,7 @@ class Reason(enum.StrEnum):
     OPERATOR_KILL = "operator_kill"
     OPERATOR_REVALIDATE = "operator_revalidate"
     OPERATOR_REGENERATE = "operator_regenerate"
+    OPERATOR_IMPORT_PAYLOAD = "operator_import_payload"
 
     @property
     def operator(self) -> bool:
@@ -248,6 +252,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.OPERATOR_KILL: (True, "operator: the job will not publish; remote data is cancelled and deleted"),
     R.OPERATOR_REVALIDATE: (True, "operator: re-check the kept payload under fixed rules (free)"),
     R.OPERATOR_REGENERATE: (True, "operator: pay for a new generation of output that failed validation"),
+    R.OPERATOR_IMPORT_PAYLOAD: (True, ("operator: output recovered from the provider's dashboard was stored "
+                                       "(custody); validated as usual")),
 }
 
 # The values of `jobs.quarantine_reason`.

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db, deliveries, gate, outbox
+from . import breaker, db, deliveries, gate, heartbeat, outbox
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .jobs import is_stranded, late_seconds, slot_opened
@@ -149,6 +149,8 @@ class Status:
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
     failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
     webhooks: deliveries.Summary | None = None
+    heartbeats: heartbeat.Summary | None = None  # the last reconcile and relay runs
+    extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -199,6 +201,8 @@ class Status:
                            f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                            f"opened > {duration(limit)})")))
         found.extend(self._gate_problems())
+        if self.heartbeats is not None:
+            found.extend(self.heartbeats.problems())
         if self.failing_steps:
             o = self.failing_steps[0]
             found.append((WARNING, (f"{len(self.failing_steps)} jobs whose step is failing (e.g. {o.product} "
@@ -227,6 +231,7 @@ class Status:
         found.extend((WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
                                 f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
                      for sli in self.slis if sli.breached)
+        found.extend(self.extra_problems)
         return sorted(found, key=lambda p: -p[0])
 
     def _gate_problems(self) -> list[tuple[int, str]]:
@@ -329,6 +334,7 @@ class Status:
             },
             "create_gate": _gate_dict(self.gate),
             "webhooks": self.webhooks.to_dict() if self.webhooks is not None else None,
+            "heartbeats": self.heartbeats.to_dict() if self.heartbeats is not None else None,
             "unexpected_statuses": self.unexpected_statuses,
             "failing_steps": [j.to_dict() for j in self.failing_steps],
             "spend": {
@@ -390,6 +396,8 @@ def collect(engine: Engine, settings: Settings) -> Status:
             sa.select(sa.func.count()).where(
                 events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
         ).scalar_one())
+        beats = heartbeat.summary(conn, now, settings.monitoring, window_hours=s.window_hours,
+                                  stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -421,7 +429,16 @@ def collect(engine: Engine, settings: Settings) -> Status:
             for j in live if (j["last_error"] or "").startswith("step_failed:")
         ),
         webhooks=hooks,
+        heartbeats=beats,
     )
+
+
+def _stale_after(settings: Settings) -> float:
+    """How long a run may go unfinished before it counts as dead: longer than any tick with its
+    leases, and never shorter than the heartbeat limit."""
+    longest = max(settings.reconcile.tick_seconds + settings.reconcile.lease_seconds,
+                  settings.relay.tick_seconds + settings.relay.lease_seconds)
+    return max(settings.monitoring.heartbeat_after_seconds, longest + 60.0)
 
 
 def _counts(conn: Connection) -> dict[str, dict[str, int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import logging
 import os
 import shutil
@@ -126,14 +127,26 @@ def run_cli(*args: str, env: Mapping[str, str], cwd: Path | None = None, check: 
     return result
 
 
-def one_line_error(result: CliResult | subprocess.CompletedProcess[str], code: int, needle: str,
-                   prefix: str = "iipub: error: ") -> None:
-    """Exit `code`, and stderr is exactly one line that starts with `prefix` and contains
-    `needle` (no traceback, no log lines)."""
+def one_line_error(result: CliResult | subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+    """Exit `code`, and stderr is exactly one line: a JSON error object whose message contains
+    `needle` (no traceback, no other log line)."""
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(prefix) and needle in lines[0], result.stderr
+    assert len(lines) == 1, result.stderr
+    assert needle in error_message(lines[0]), result.stderr
+
+
+def error_message(line: str) -> str:
+    """The message of one of the command line's JSON error lines (AssertionError if it is not one)."""
+    doc = json.loads(line)
+    assert isinstance(doc, dict) and doc.get("level") == "error" and doc.get("event") == "error", line
+    return str(doc["message"])
+
+
+def error_messages(stderr: str) -> list[str]:
+    """Every stderr line, each required to be a JSON error object: their messages."""
+    return [error_message(line) for line in stderr.strip().splitlines()]
 
 
 # -- the command line, as a process ---------------------------------------------------------------------
@@ -272,6 +285,9 @@ def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, A
         "relay": {"backoff_base_seconds": 1, "backoff_cap_seconds": 60},
         "sinks": {"static": {"root": str(root)}},
         "ledger": {"path": str(root.parent / "spend-ledger.jsonl")},  # this test's own, never the checkout's
+        # In-process ticks (`reconcile.run`, `relay.run`) record no heartbeat: only the cron
+        # commands do. Tests of heartbeats turn the check on (tests/integration/test_heartbeats.py).
+        "monitoring": {"heartbeat_after_seconds": 0},
     }
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
@@ -337,6 +353,16 @@ def restore_rows(engine: sa.Engine, snapshot: Snapshot) -> None:
 
 
 # -- stored rows --------------------------------------------------------------------------------------------
+
+
+def record_heartbeats(engine: sa.Engine, *commands: str, ok: bool = True) -> None:
+    """Record a finished run of each of `commands` (default: reconcile and relay), as the cron
+    commands do: for in-process ticks checked by `iipub status` with its heartbeat check on."""
+    from iipub import heartbeat
+
+    for command in commands or heartbeat.COMMANDS:
+        heartbeat.finish(heartbeat.start(engine, command, f"{command}:test"), ok=ok,
+                         error=None if ok else "RuntimeError: test")
 
 
 def utc_today() -> dt.date:

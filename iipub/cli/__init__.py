@@ -4,6 +4,7 @@ errors into one stderr line and an exit code."""
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import click
 import sqlalchemy as sa
@@ -11,12 +12,14 @@ import sqlalchemy as sa
 from .. import __version__
 from ..db import describe_error
 from ..errors import IipubError
+from ..logs import error_line
 from .check_cmd import check_command
 from .common import App, setup_logging
 from .db_cmd import db_group
 from .demo_cmd import demo_command
 from .jobs_cmd import jobs_group, schedule_command
 from .operator_cmd import COMMANDS as OPERATOR_COMMANDS
+from .outbox_cmd import outbox_group
 from .run_cmd import reconcile_command, relay_command
 from .simulator_cmd import simulator_command
 from .status_cmd import status_command
@@ -40,7 +43,8 @@ def cli(ctx: click.Context, log_level: str) -> None:
 
 
 for _command in (db_group, schedule_command, jobs_group, reconcile_command, relay_command, status_command,
-                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command, webhook_group, orphans_group):
+                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command, webhook_group, orphans_group,
+                 outbox_group):
     cli.add_command(_command)
 
 
@@ -53,8 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("iipub: aborted", err=True)
-        sys.exit(130)
+        _fail(130, "aborted")
     except click.UsageError as exc:
         # One line, like every other expected error; `--help` has the details.
         cmd = exc.ctx.command_path if exc.ctx else "iipub"
@@ -62,26 +65,26 @@ def main(argv: list[str] | None = None) -> None:
         if _monitoring(argv):  # monitoring-plugin rules: a usage error is UNKNOWN, on stdout
             click.echo(f"IIPUB UNKNOWN - usage: {message}")
             sys.exit(3)
-        click.echo(f"iipub: error: {message} (see `{cmd} --help`)", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, f"{message} (see `{cmd} --help`)", kind="usage")
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, " ".join(exc.format_message().split()))
     except IipubError as exc:
         # One line per problem (a configuration can have several), each a complete error line.
-        for line in str(exc).splitlines() or [type(exc).__doc__ or "error"]:
-            click.echo(f"iipub: error: {line}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, *(str(exc).splitlines() or [type(exc).__doc__ or "error"]), kind=type(exc).__name__)
     except sa.exc.OperationalError as exc:
-        click.echo(f"iipub: error: database unavailable: {describe_error(exc)}", err=True)
-        sys.exit(69)
+        _fail(69, f"database unavailable: {describe_error(exc)}", kind="database")
     except sa.exc.DataError as exc:  # too long, out of range: refused whole, nothing written
-        click.echo(f"iipub: error: the database refused a value: {describe_error(exc)}", err=True)
-        sys.exit(65)  # EX_DATAERR
+        _fail(65, f"the database refused a value: {describe_error(exc)}", kind="database")  # EX_DATAERR
     except sa.exc.DatabaseError as exc:  # e.g. a SQLite file that is not a database
-        click.echo(f"iipub: error: database unusable: {describe_error(exc)}", err=True)
-        sys.exit(69)
+        _fail(69, f"database unusable: {describe_error(exc)}", kind="database")
     except KeyboardInterrupt:
-        click.echo("iipub: interrupted", err=True)
-        sys.exit(130)
+        _fail(130, "interrupted")
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(code: int, *lines: str, kind: str | None = None) -> NoReturn:
+    """Every error the command line reports itself: one JSON object per line on stderr (like every
+    log line), then the exit code."""
+    for line in lines:
+        click.echo(error_line(line, exit_code=code, kind=kind), err=True)
+    sys.exit(code)

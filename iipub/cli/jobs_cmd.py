@@ -1,15 +1,16 @@
-"""`iipub schedule` and `iipub jobs list|show`."""
+"""`iipub schedule` and `iipub jobs list|show|import-payload`."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import db, scheduling
-from .common import DATE, App, emit_json, json_option, pass_app, table
+from .common import DATE, App, by_option, emit_json, json_option, pass_app, reason_option, table
 
 
 @click.command("schedule")
@@ -79,6 +80,34 @@ def show_command(app: App, job_id: str, as_json: bool) -> None:
         [(e.at, e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail)) for e in events],
         ["AT", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"],
     ))
+
+
+@jobs_group.command("import-payload")
+@click.argument("job_id")
+@click.argument("file", type=click.Path(path_type=Path))
+@reason_option
+@by_option
+@pass_app
+def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: str) -> None:
+    """Take output you recovered (e.g. from the provider's dashboard) into custody for a job
+    whose own copy is lost: QUARANTINED (any reason), COMPLETED_NOT_RETRIEVED or
+    PROVIDER_EXPIRED_OR_MISSING, without a payload yet. The job goes to RETRIEVED_NOT_VALIDATED,
+    due now; the next `iipub reconcile` validates it and publishes it if it passes. Free: nothing
+    is sent to the provider.
+
+    FILE is one of: the response JSON as the dashboard or API shows it (a Responses API object:
+    the text of its output_text parts is taken; it must be completed or incomplete, and its
+    metadata must not name another job); a JSON object with a string "output_text"; or the raw
+    output text itself. It must be UTF-8 and the output at most the product's max_output_bytes.
+    ID is the job id (a unique prefix of at least 4 characters is enough).
+    """
+    from ..actions import Operator  # the remedies load only for operator commands
+
+    with Operator(app.settings, app.engine()) as op:
+        before = op.get(job_id)
+        after = op.import_payload(job_id, file, reason, by)
+    click.echo(f"job {after.id}: {before.state} -> {after.state} (version {after.version}); payload sha256 "
+               f"{after.payload_sha256} stored; the next `iipub reconcile` validates it")
 
 
 DETAIL_WIDTH = 100

@@ -18,9 +18,12 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
     """The cron command: one bounded sweep that advances every due job as far as is safe.
 
     Checks the configuration (including OPENAI_API_KEY) before any lease is taken, then
-    exits. Prints a one-line JSON summary to stdout; transitions are logged to stderr.
+    exits. Prints a one-line JSON summary to stdout; transitions are logged to stderr. Each
+    run is recorded in the `runs` table (heartbeats for `iipub status`); after a successful
+    one, [monitoring] ping_url is fetched.
     """
-    from .. import reconcile  # each cron command imports only its own machinery
+    from .. import heartbeat, reconcile  # each cron command imports only its own machinery
+    from ..jobs import new_worker_id
 
     settings = app.settings
     settings.require_api_key()
@@ -34,7 +37,10 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
         reconcile.STOP.set()  # stop taking work; what is in hand finishes and lets go of its lease
 
     signal.signal(signal.SIGTERM, stop)
-    report = reconcile.run(settings, engine)
+    worker = new_worker_id("reconcile")
+    with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
+        report = reconcile.run(settings, engine, worker=worker)
+        run.summary = report.summary()
     click.echo(json.dumps(report.summary(), sort_keys=True))
 
 
@@ -43,8 +49,13 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
               "relay.prune_after_days (in primary-key batches).")
 @pass_app
 def relay_command(app: App, prune: bool) -> None:
-    """The second cron command: deliver due outbox events to every configured sink, then exit."""
-    from .. import relay
+    """The second cron command: deliver due outbox events to every configured sink, then exit.
+
+    Each delivering run is recorded in the `runs` table (heartbeats for `iipub status`; a
+    --prune run is not); after a successful one, [monitoring] ping_url is fetched.
+    """
+    from .. import heartbeat, relay
+    from ..jobs import new_worker_id
 
     settings = app.settings
     engine = app.engine()
@@ -54,5 +65,8 @@ def relay_command(app: App, prune: bool) -> None:
         n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
         click.echo(json.dumps({"pruned": n}))
         return
-    report = relay.run(settings, engine)
+    worker = new_worker_id("relay")
+    with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
+        report = relay.run(settings, engine, worker=worker)
+        run.summary = dict(report.__dict__)
     click.echo(json.dumps(report.__dict__, sort_keys=True))

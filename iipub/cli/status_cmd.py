@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 import sqlalchemy as sa
 
 from ..db import describe_error
-from ..errors import ConfigError, DatabaseUnavailable, SchemaNotReady
+from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady
 from ..states import State
 from ..timefmt import duration
 from .common import App, emit_json, json_option, pass_app, table
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
     from ..status import Status
 
 UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing the report
+WARNING = 1
 
 
 @click.command("status")
@@ -25,10 +29,14 @@ UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing 
 @click.option("--check", is_flag=True,
               help="Monitoring mode: print one Nagios-style line and exit 0 OK, 1 WARNING, 2 CRITICAL, "
                    "3 UNKNOWN (database unreachable). With --json, print the document and exit likewise.")
+@click.option("--prometheus", "prometheus", metavar="PATH", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the figures as Prometheus metrics (node_exporter textfile-collector format) "
+                   "to PATH, atomically; the usual output is printed as well. Combines with --json and --check.")
 @pass_app
 @click.pass_context
-def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> None:
-    """Counts by state, SLIs from the journal, outbox lag, quarantine, stranded jobs, spend.
+def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, prometheus: Path | None) -> None:
+    """Counts by state, SLIs from the journal, outbox lag, quarantine, stranded jobs, spend,
+    and the heartbeats of the cron commands (the last reconcile and relay runs).
 
     \b
     --json prints one document with these keys:
@@ -46,9 +54,19 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
       provider_expired      {current, in_window}
       spend                 {days, rows: [{product, edition_date, input_tokens,
                              output_tokens, total_tokens}], total}
+      heartbeats            {after_seconds, recorded, ping_configured, reconcile, relay},
+                            each command {last, last_ok, age_seconds (since the last
+                            OK run), in_window: {ok, failed, unfinished}, running}; a
+                            run is {id, command, host, pid, worker, started_at,
+                            finished_at, seconds, ok, summary, error}
       check                 {code, status, line, problems: [{severity, text}]}
     Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
     With --check, an unreachable database prints only {"check": {...}} (status UNKNOWN).
+
+    \b
+    --check is CRITICAL when no reconcile (or no relay) run finished OK within
+    [monitoring] heartbeat_after_seconds (default 300; 0 turns it off), and WARNING
+    "no run recorded yet" on a database that has neither a job nor a run.
     """
     from .. import status as st
 
@@ -60,6 +78,18 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
         _unknown(exc, as_json)
         ctx.exit(UNKNOWN)
         return
+    unwritable = None
+    if prometheus is not None:
+        try:
+            unwritable = _write_metrics(prometheus, report, app.settings.products)
+        except Exception as exc:  # not a file problem: under --check UNKNOWN, like any failure
+            if not check:
+                raise
+            _unknown(exc, as_json)
+            ctx.exit(UNKNOWN)
+            return
+        if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
+            report = dataclasses.replace(report, extra_problems=((WARNING, unwritable),))
     code, line = report.check()
     if as_json:
         emit_json(report.to_dict())
@@ -69,6 +99,19 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool) -> 
         click.echo(render(report))
     if check:
         ctx.exit(code)
+    if unwritable is not None:
+        raise CannotWrite(unwritable)
+
+
+def _write_metrics(path: Path, report: Status, products: Iterable[str]) -> str | None:
+    """Write the Prometheus textfile; None when done, else the one-line reason it was not."""
+    from .. import metrics  # prometheus_client only for the runs that ask for it
+
+    try:
+        metrics.write_textfile(path, report, products)
+    except OSError as exc:
+        return f"cannot write metrics file {path}: {exc.strerror or exc}"
+    return None
 
 
 def _unknown(exc: Exception, as_json: bool) -> None:
@@ -141,6 +184,9 @@ def render(r: Status) -> str:
          + (f"; oldest {r.late[0].id} {r.late[0].state} {duration(r.late[0].age_seconds)}" if r.late else "")],
     ]), ""]
 
+    if r.heartbeats is not None:
+        out += _heartbeat_lines(r)
+
     g = r.gate
     if g is not None:
         breaker_line = "closed" if not g.is_open else (
@@ -199,3 +245,30 @@ def render(r: Status) -> str:
 
     out.append(r.check()[1])
     return "\n".join(out)
+
+
+def _heartbeat_lines(r: Status) -> list[str]:
+    """The last finished run of each cron command: when, how long ago, ok or not, where."""
+    b = r.heartbeats
+    assert b is not None
+    limit = (f"CRITICAL after {duration(b.after_seconds)} without an OK run" if b.after_seconds > 0
+             else "check off: [monitoring] heartbeat_after_seconds = 0")
+    rows: list[list[object]] = []
+    for beat in b.commands:
+        counts = (f"in {b.window_hours:g}h: {beat.ok} ok, {beat.failed} failed, {beat.unfinished} unfinished"
+                  + (f"; {beat.running} running" if beat.running else ""))
+        last = beat.last
+        if last is None or last.finished_at is None:
+            rows.append([beat.command, "no finished run recorded", "", counts])
+            continue
+        ago = duration(max(0.0, (r.generated_at - last.finished_at).total_seconds()))
+        outcome = "ok" if last.ok else f"FAILED: {(last.error or '?')[:100]}"
+        took = f"{last.seconds:.1f}s" if last.seconds is not None else "?"
+        ok_line = ""
+        if not last.ok:
+            ok = beat.last_ok
+            ok_line = (f"last OK {_when(ok.finished_at)} on {ok.host}" if ok is not None and ok.finished_at
+                       else "no OK run recorded")
+        rows.append([beat.command, f"last run {_when(last.finished_at)} ({ago} ago) on {last.host}, {took}: {outcome}",
+                     ok_line, counts])
+    return [f"CRON RUNS ({limit})", _aligned(rows), ""]

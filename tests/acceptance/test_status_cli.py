@@ -19,7 +19,7 @@ from iipub import db, reconcile, relay
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import run_cli
+from tests.helpers import record_heartbeats, run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +49,7 @@ def states(engine: sa.Engine) -> list[str]:
 def drive_to_deleted(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     for _ in range(15):
         if states(engine) == ["DELETED", "DELETED"]:
+            record_heartbeats(engine)  # as the cron commands would have
             return
         reconcile.run(s, engine)
         relay.run(s, engine)
@@ -119,7 +120,9 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     doc = json.loads(raw)
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "stranded",
                         "outbox", "quarantine", "provider_expired", "spend", "check", "late", "create_gate",
-                        "unexpected_statuses", "failing_steps", "webhooks"}
+                        "unexpected_statuses", "failing_steps", "webhooks", "heartbeats"}
+    assert set(doc["heartbeats"]) == {"after_seconds", "recorded", "ping_configured", "reconcile", "relay"}
+    assert doc["heartbeats"]["reconcile"]["last"]["ok"] is True
     figures = human_figures(human)
     assert figures == json_figures(doc)
     assert figures["jobs_total"] == 2 and figures["time_to_dispatch"] == 2 and figures["unretrieved_dwell"] == 2
@@ -136,6 +139,7 @@ def test_one_quarantined_job_warns(
     schedule_today(s, engine)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
     reconcile.run(s, engine)
+    record_heartbeats(engine)
     # The first create is the health probe: its unknown outcome opened the breaker, the other waits.
     assert sorted(states(engine)) in (["ACCEPTED", "QUARANTINED"], ["CREATE_ELIGIBLE", "QUARANTINED"])
 
@@ -160,8 +164,9 @@ def test_a_job_stranded_for_three_hours_is_critical(
 ) -> None:
     schedule_today(s, engine)
     reconcile.run(s, engine)
+    record_heartbeats(engine)
     assert states(engine) == ["ACCEPTED", "ACCEPTED"]
-    db.advance_clock(engine, 3 * 3600)
+    db.advance_clock(engine, 3 * 3600)  # cron stopped too: the heartbeats say so after the stranded jobs
 
     code, out, _ = status(cli_env, tmp_path, "--check")
     assert code == 2, out

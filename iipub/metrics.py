@@ -1,0 +1,163 @@
+"""`iipub status --prometheus PATH`: the status report as node_exporter textfile-collector
+metrics (`prometheus_client`'s text format), written atomically (a temp file in the same
+directory, fsync, rename), so the collector never reads half a file.
+
+Every metric is a gauge named `iipub_…`, built on a fresh registry per report (nothing of the
+process's own default registry leaks in). Figures come from `iipub.status.Status`, the same
+ones `status --json` shows; a figure with no sample (an SLI with no interval in the window, a
+command that never ran) is NaN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from .states import QUARANTINE_REASONS, State
+from .status import Status
+from .timefmt import naive_utc
+
+NAN = math.nan
+
+
+def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegistry:
+    """A fresh registry holding the report's figures. `products` (the configured ones) get a
+    zero for every state even before they have a job."""
+    reg = CollectorRegistry(auto_describe=True)
+
+    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return Gauge(f"iipub_{name}", doc, labelnames=labels, registry=reg)
+
+    jobs = gauge("jobs", "Jobs (publication slots) by product and state.", ("product", "state"))
+    for product in sorted(set(products) | set(report.counts)):
+        by_state = report.counts.get(product, {})
+        for state in State:
+            jobs.labels(product=product, state=state.value).set(by_state.get(state.value, 0))
+
+    quarantined = gauge("quarantined_jobs", "Jobs in QUARANTINED, by quarantine reason.", ("reason",))
+    by_reason = report.quarantine_reasons
+    for reason in sorted(set(QUARANTINE_REASONS) | set(by_reason)):
+        quarantined.labels(reason=reason).set(by_reason.get(reason, 0))
+
+    within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
+                   ("sli",))
+    p99 = gauge("sli_p99_seconds", "99th percentile of the SLI's durations in the window (NaN: none).", ("sli",))
+    samples = gauge("sli_samples", "Samples of the SLI in the window (breaches without a duration included).",
+                    ("sli",))
+    slo = gauge("sli_slo_seconds", "The SLI's objective: a sample within this is good.", ("sli",))
+    target = gauge("sli_target_ratio", "The share of samples that must be within the SLO.", ("sli",))
+    for sli in report.slis:
+        share, p = sli.share, sli.percentile(99)
+        within.labels(sli=sli.name).set(NAN if share is None else share)
+        p99.labels(sli=sli.name).set(NAN if p is None else p)
+        samples.labels(sli=sli.name).set(sli.count)
+        slo.labels(sli=sli.name).set(sli.slo_seconds)
+        target.labels(sli=sli.name).set(sli.target)
+    gauge("duplicate_publications", "Editions per product, date and language beyond the first (SLO 0).").set(
+        report.duplicate_publications)
+    gauge("stranded_jobs", "Unpublished jobs nobody is asked to act on, past stranded_after_seconds.").set(
+        len(report.stranded))
+    gauge("late_editions", "Editions unpublished past late_after_minutes after their slot opened.").set(
+        len(report.late))
+    gauge("provider_expired_jobs", "Jobs in PROVIDER_EXPIRED_OR_MISSING now.").set(report.expired_now)
+
+    spend = gauge("spend_tokens", "Provider tokens of the editions dated within the spend window, by product.",
+                  ("product", "kind"))
+    totals: dict[str, dict[str, int]] = {}
+    for row in report.spend:
+        t = totals.setdefault(row.product, {"input": 0, "output": 0, "total": 0})
+        t["input"] += row.input_tokens
+        t["output"] += row.output_tokens
+        t["total"] += row.total_tokens
+    for product in sorted(set(products) | set(totals)):
+        for kind, n in totals.get(product, {"input": 0, "output": 0, "total": 0}).items():
+            spend.labels(product=product, kind=kind).set(n)
+    gauge("spend_window_days", "Edition dates the spend figures cover, today included.").set(
+        report.settings.spend_days)
+
+    gauge("outbox_lag_seconds", "Age of the oldest unpublished outbox event (0: none).").set(
+        report.outbox_lag_seconds)
+    gauge("outbox_unpublished_events", "Outbox events not yet delivered to every sink.").set(
+        report.outbox_unpublished)
+    gauge("outbox_parked_deliveries", "Sink deliveries parked until an operator acts.").set(report.outbox_parked)
+    gauge("outbox_failing_events", "Outbox events failing for longer than relay.alert_after_seconds.").set(
+        report.outbox_failing)
+
+    g = report.gate
+    gauge("create_breaker_open", "1 while the shared create circuit breaker is open.").set(
+        int(bool(g and g.is_open)))
+    gauge("creates_paused", "1 while an operator has paused new paid creates.").set(int(bool(g and g.paused)))
+
+    w = report.webhooks
+    gauge("orphan_responses", "Paid responses no job owns (see `iipub orphans list`).").set(w.orphans if w else 0)
+    gauge("webhooks_enabled", "1 when [webhooks] enabled is true.").set(int(bool(w and w.enabled)))
+    gauge("webhooks_healthy", "1 while verified provider webhooks arrive (polling relaxed).").set(
+        int(bool(w and w.enabled and w.health.healthy)))
+
+    beats = report.heartbeats
+    age = gauge("heartbeat_age_seconds", "Seconds since the command last finished OK (NaN: never).", ("command",))
+    last_ok = gauge("heartbeat_last_ok_timestamp_seconds",
+                    "When the command last finished OK, Unix time (NaN: never).", ("command",))
+    last_run_ok = gauge("heartbeat_last_run_ok", "1 if the command's last finished run succeeded, 0 if it failed, "
+                        "NaN if none finished.", ("command",))
+    unfinished = gauge("heartbeat_unfinished_runs", "Runs started in the window that never finished (died).",
+                       ("command",))
+    if beats is not None:
+        gauge("heartbeat_after_seconds", "Without an OK run this long, `status --check` is CRITICAL (0: off).").set(
+            beats.after_seconds)
+        for b in beats.commands:
+            a = beats.age_seconds(b)
+            age.labels(command=b.command).set(NAN if a is None else a)
+            ts = b.last_ok.finished_at if b.last_ok else None
+            last_ok.labels(command=b.command).set(NAN if ts is None else _unix(ts))
+            last_run_ok.labels(command=b.command).set(NAN if b.last is None else int(bool(b.last.ok)))
+            unfinished.labels(command=b.command).set(b.unfinished)
+
+    code, _ = report.check()
+    gauge("check_status", "What `iipub status --check` says: 0 OK, 1 WARNING, 2 CRITICAL.").set(code)
+    gauge("status_generated_timestamp_seconds", "When this report was made (database clock), Unix time.").set(
+        _unix(report.generated_at))
+    return reg
+
+
+def render(report: Status, products: Iterable[str] = ()) -> bytes:
+    """The text exposition format of `registry_for`."""
+    return generate_latest(registry_for(report, products))
+
+
+def write_textfile(path: Path, report: Status, products: Iterable[str] = ()) -> None:
+    """Write the metrics to `path` atomically: a hidden temp file beside it (which the textfile
+    collector ignores: it reads `*.prom` only), fsync, rename, fsync of the directory. Raises
+    OSError when the directory is missing or not writable."""
+    data = render(report, products)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # the collector usually runs as another user
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename is done; this only makes it durable sooner
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _unix(value: dt.datetime) -> float:
+    """A naive UTC time (the database clock) as Unix time."""
+    return naive_utc(value).replace(tzinfo=dt.UTC).timestamp()

@@ -1,0 +1,109 @@
+"""What `pip install .` promises: every third-party package the code imports is declared in
+[project].dependencies (an import that works here only because a test tool pulled the package
+in would fail on a fresh host), and the licence and the operator's documents ship in the sdist."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "iipub"
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pyproject() -> dict[str, object]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _declared() -> set[str]:
+    project = _pyproject()["project"]
+    assert isinstance(project, dict)
+    names = set()
+    for spec in project["dependencies"]:
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", spec)
+        assert match, spec
+        names.add(_normalized(match.group(1)))
+    return names
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """Top-level names of every absolute import that runs (at import time or inside a function),
+    leaving out what only a type checker reads (`if TYPE_CHECKING:`)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            for branch in node.orelse:
+                visit(branch)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def third_party_imports() -> dict[str, set[str]]:
+    """import name -> the modules of iipub that import it."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if name in sys.stdlib_module_names or name in ("__future__", "iipub"):
+                continue
+            out.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return out
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    declared = _declared()
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for name, where in sorted(third_party_imports().items()):
+        dists = {_normalized(d) for d in providers.get(name, [])}
+        if not dists:
+            missing.append(f"{name} (imported by {', '.join(sorted(where))}) is not installed here at all")
+        elif not dists & declared:
+            missing.append(f"{name} (imported by {', '.join(sorted(where))}) comes from {', '.join(sorted(dists))}, "
+                           "which [project].dependencies does not declare")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_import_scan_sees_the_known_dependencies_and_skips_type_checking_blocks() -> None:
+    found = third_party_imports()
+    assert {"click", "sqlalchemy", "httpx", "openai", "structlog", "pydantic", "idna"} <= set(found)
+    assert "_typeshed" not in found  # iipub/config.py imports it under `if TYPE_CHECKING:`
+    tree = ast.parse("import a.b\nfrom c import d\nfrom . import e\nif TYPE_CHECKING:\n    import f\n"
+                     "else:\n    import g\ndef h():\n    import i\n")
+    assert _imports(tree) == {"a", "c", "g", "i"}
+
+
+def test_the_licence_and_the_operators_documents_ship() -> None:
+    project = _pyproject()["project"]
+    assert isinstance(project, dict)
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License") and "the iipub authors" in text
+    tool = _pyproject()["tool"]
+    assert isinstance(tool, dict)
+    build = tool["hatch"]["build"]["targets"]
+    sdist = set(build["sdist"]["include"])
+    assert {"iipub", "sql", "docs", "tests", "README.md", "runbook.md", "crontab.example", "LICENSE"} <= sdist
+    assert build["wheel"]["force-include"] == {"sql": "iipub/sql"}  # the migrations ship inside the package
