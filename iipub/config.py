@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass as checked
@@ -66,6 +67,19 @@ _DEFAULT_PROMPTS = {
         "at least one source link. Produce the edition in every requested language."
     ),
 }
+# The static site's product names per language when `[[products]] titles` does not give one.
+DEFAULT_TITLES: Mapping[str, Mapping[str, str]] = {
+    "daily-brief": {"en": "Daily Brief", "es": "Resumen diario"},
+    "revolution-watch": {"en": "Revolution Watch", "es": "Observatorio de revoluciones"},
+}
+TITLE_MAX = 200
+
+
+def display_title(name: str, lang: str, titles: Mapping[str, str] | None = None) -> str:
+    """A product's name for readers in `lang`: the configured title, else the built-in default,
+    else one made from the product name (`world-report` -> `World Report`)."""
+    return ((titles or {}).get(lang) or DEFAULT_TITLES.get(name, {}).get(lang)
+            or " ".join(part.capitalize() for part in name.split("-") if part) or name)
 
 
 @checked(frozen=True, config=_STRICT)
@@ -81,6 +95,13 @@ class Product:
     priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 10  # INT column; backfills add 1000
     max_output_bytes: Annotated[int, Field(ge=100, le=16_000_000)] = 512_000
     tools: tuple[str, ...] = ()
+    # Display only (the static site's headings, per language, as sorted (lang, title) pairs): not
+    # part of the fingerprint, so renaming a product never makes a job's generation drift.
+    titles: tuple[tuple[str, str], ...] = ()
+
+    def title(self, lang: str) -> str:
+        """The product's name for readers in `lang` (`display_title`)."""
+        return display_title(self.name, lang, dict(self.titles))
 
     def output_schema(self) -> dict[str, Any]:
         return edition_schema.json_schema(self.languages, self.items)
@@ -138,7 +159,16 @@ class ProviderSettings:
 class StaticSink:
     root: Path = Path("public")
     site_title: Annotated[str, Field(min_length=1, max_length=200)] = "InternationalIntelligence.org"
-    base_url: Annotated[str, Field(max_length=2000)] = ""
+    base_url: Annotated[str, Field(max_length=2000)] = ""  # "" = relative links only
+    # The sink's manifest, lock and temporary files, never inside the public tree
+    # (default: `default_state_dir(root)`).
+    state_dir: Path | None = None
+
+
+def default_state_dir(root: Path) -> Path:
+    """Where the static sink keeps its state by default: `<root's parent>/.iipub-state/<root's name>`."""
+    root = Path(os.path.abspath(root))
+    return root.parent / ".iipub-state" / (root.name or "root")
 
 
 @checked(frozen=True, config=_STRICT)
@@ -146,6 +176,8 @@ class WebhookSink:
     url: Annotated[str, Field(min_length=1, max_length=2000)]
     secret_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "IIPUB_WEBHOOK_SECRET"
     timeout_seconds: Timeout = 10.0
+    concurrency: Annotated[int, Field(ge=1, le=32)] = 4  # deliveries in flight at once, beside the static sink's
+    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 20.0  # no new delivery starts later in a relay run
 
 
 @checked(frozen=True, config=_STRICT)
@@ -159,7 +191,9 @@ class WebhookSettings:
     # A safety net: a lost webhook costs at most this much delay, well inside the provider's
     # ~10-minute retention of a finished response (the same bound as [reconcile]'s).
     poll_interval_seconds: Annotated[float, Field(ge=0, le=300)] = 240.0
-    healthy_for_seconds: Annotated[float, Field(gt=0, le=_WEEK)] = 3600.0
+    # Deliveries are as rare as completions (a few a day): a window of two days keeps the day's
+    # first batch relaxed; a completion found by a poll first tightens polling at once anyway.
+    healthy_for_seconds: Annotated[float, Field(gt=0, le=_WEEK)] = 172_800.0
     max_body_bytes: Annotated[int, Field(ge=1024, le=10 * 1024 * 1024)] = 256 * 1024
     request_seconds: Annotated[float, Field(ge=1, le=120)] = 20.0  # one delivery's time budget
     lease_wait_seconds: Annotated[float, Field(ge=0, le=60)] = 3.0  # for a worker's lease to end
@@ -202,6 +236,20 @@ class StatusSettings:
     dwell_slo_target: Share = 0.99
     overdue_poll_slo_target: Share = 0.95
     spend_days: Annotated[int, Field(ge=1, le=366)] = 7  # edition dates shown in the spend table, today included
+    # The name PRODUCT.md gives [monitoring] heartbeat_after_seconds; either spelling is accepted.
+    heartbeat_after_seconds: Seconds | None = None
+
+
+@checked(frozen=True, config=_STRICT)
+class MonitoringSettings:
+    """Heartbeats (`iipub.heartbeat`): `status --check` is CRITICAL when no `reconcile` (or no
+    `relay`) run finished OK within `heartbeat_after_seconds` (0 turns that check off). After each
+    successful run, `ping_url` (optional; `{command}` in it becomes `reconcile` or `relay`) is
+    fetched with a GET: a dead-man's switch watched from outside the host."""
+
+    heartbeat_after_seconds: Seconds = 300.0
+    ping_url: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
+    ping_timeout_seconds: Annotated[float, Field(gt=0, le=30)] = 5.0
 
 
 @dataclass(frozen=True)
@@ -217,6 +265,7 @@ class Settings:
     webhook_sink: WebhookSink | None = None
     ledger: LedgerSettings = LedgerSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    monitoring: MonitoringSettings = MonitoringSettings()
     api_key: str | None = field(default=None, repr=False)
     provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
@@ -246,6 +295,12 @@ class Settings:
         if not _HEADER_SAFE.fullmatch(self.api_key):
             raise ConfigError("OPENAI_API_KEY contains whitespace or non-ASCII characters")
         return self.api_key
+
+    def heartbeat_limit(self) -> float:
+        """How long without an OK reconcile/relay run before `status --check` is CRITICAL (0: off):
+        the configured limit, and never less than a tick plus a minute."""
+        beat = self.monitoring.heartbeat_after_seconds
+        return max(beat, self.reconcile.tick_seconds + 60.0, self.relay.tick_seconds + 60.0) if beat else 0.0
 
     def require_provider_webhook_secret(self) -> str:
         """The secret the provider signs its webhooks with (`whsec_` + base64, or raw text)."""
@@ -318,7 +373,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> Settings:
     known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
-             "webhooks"}
+             "webhooks", "monitoring"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
     reconcile = _section(ReconcileSettings, data.get("reconcile"), "reconcile")
@@ -326,6 +381,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
     relay = _section(RelaySettings, data.get("relay"), "relay")
     status = _section(StatusSettings, data.get("status"), "status")
     webhooks = _section(WebhookSettings, data.get("webhooks"), "webhooks")
+    monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
     if isinstance(ledger_raw, dict) and "path" in ledger_raw:
         if not isinstance(ledger_raw["path"], str) or not ledger_raw["path"].strip():
@@ -365,7 +421,19 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
                     raise ConfigError(f"[sinks.static] root must be a directory path (got {_shown(raw['root'])})")
                 root = Path(raw["root"])
                 raw["root"] = root if root.is_absolute() else base_dir / root
+            if "state_dir" in raw:
+                if not isinstance(raw["state_dir"], str) or not raw["state_dir"].strip():
+                    raise ConfigError(f"[sinks.static] state_dir must be a directory path "
+                                      f"(got {_shown(raw['state_dir'])})")
+                state = Path(raw["state_dir"])
+                raw["state_dir"] = state if state.is_absolute() else base_dir / state
+            if "base_url" in raw and raw["base_url"] != "" and not _is_base_url(raw["base_url"]):
+                raise ConfigError(f"[sinks.static] base_url must be an http(s) URL without query or fragment "
+                                  f"(got {_shown(raw['base_url'])})")
             static = _section(StaticSink, raw, "sinks.static")
+            if static.state_dir is not None and _inside(static.state_dir, static.root):
+                raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
+                                  f"({static.root}): the public tree holds pages, feeds and editions only")
     webhook = None
     if "webhook" in sinks:
         raw = dict(sinks["webhook"])
@@ -383,6 +451,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         webhook_sink=webhook,
         ledger=ledger,
         webhooks=webhooks,
+        monitoring=monitoring,
     )
     _check(settings)
     return settings
@@ -405,7 +474,7 @@ def _check(s: Settings) -> None:
     if p.breaker_cooldown_cap_seconds < max(p.breaker_cooldown_seconds, p.breaker_quota_cooldown_seconds):
         problems.append("[provider] breaker_cooldown_cap_seconds must be at least breaker_cooldown_seconds and "
                         "breaker_quota_cooldown_seconds")
-    if s.webhooks.poll_interval_seconds < r.poll_interval_seconds:
+    if s.webhooks.enabled and s.webhooks.poll_interval_seconds < r.poll_interval_seconds:
         problems.append(f"[webhooks] poll_interval_seconds ({s.webhooks.poll_interval_seconds:g}) is the relaxed "
                         f"safety-net interval: it must be at least [reconcile] poll_interval_seconds "
                         f"({r.poll_interval_seconds:g})")
@@ -414,8 +483,57 @@ def _check(s: Settings) -> None:
         problems.append("[status] outbox_lag_crit_seconds must be at least outbox_lag_warn_seconds")
     if st.stranded_after_seconds < st.late_after_minutes * 60:
         problems.append("[status] stranded_after_seconds (CRITICAL) must be at least late_after_minutes (WARNING)")
+    beat = s.monitoring.heartbeat_after_seconds
+    # A limit shorter than a tick is raised to the tick (status uses `heartbeat_limit`), not refused.
+    if beat and beat < 60.0:
+        problems.append(f"[monitoring] heartbeat_after_seconds ({beat:g}) must be 0 (off) or at least 60 s (cron runs "
+                        f"every minute)")
+    w = s.webhook_sink
+    if w is not None and w.deadline_seconds >= s.relay.tick_seconds:
+        problems.append(f"[sinks.webhook] deadline_seconds ({w.deadline_seconds:g}) must be below [relay] "
+                        f"tick_seconds ({s.relay.tick_seconds:g})")
+    if w is not None and w.deadline_seconds + w.timeout_seconds >= s.relay.lease_seconds:
+        problems.append(f"[sinks.webhook] deadline_seconds + timeout_seconds "
+                        f"({w.deadline_seconds + w.timeout_seconds:g}) must be below [relay] lease_seconds "
+                        f"({s.relay.lease_seconds:g}): a delivery must end while its event is leased")
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def _monitoring(raw: Any, status: StatusSettings) -> MonitoringSettings:
+    """[monitoring], with [status] heartbeat_after_seconds (PRODUCT.md's name) folded in."""
+    if isinstance(raw, dict) and "ping_url" in raw:
+        problem = _ping_url_problem(raw["ping_url"])
+        if problem:
+            raise ConfigError(f"[monitoring] ping_url {problem} (got {_shown(raw['ping_url'])})")
+    monitoring = _section(MonitoringSettings, raw, "monitoring")
+    alias = status.heartbeat_after_seconds
+    if alias is None:
+        return monitoring
+    if isinstance(raw, dict) and "heartbeat_after_seconds" in raw and raw["heartbeat_after_seconds"] != alias:
+        raise ConfigError("[status] heartbeat_after_seconds and [monitoring] heartbeat_after_seconds disagree: "
+                          "set one of them")
+    return replace(monitoring, heartbeat_after_seconds=alias)
+
+
+def _ping_url_problem(url: Any) -> str | None:
+    """Why `url` cannot be the dead-man's-switch URL, or None."""
+    if not isinstance(url, str):
+        return "must be an http(s) URL"
+    if not url.startswith(("http://", "https://")) or not _HEADER_SAFE.fullmatch(url):
+        return "must be an http(s) URL without spaces or non-ASCII characters"
+    try:
+        parts = urlsplit(url.replace("{command}", "command"))
+        parts.port  # noqa: B018 - parsing the port validates it
+    except ValueError:
+        return "is not a valid URL"
+    if not parts.hostname:
+        return "has no host"
+    if "{" in parts.geturl() or "}" in parts.geturl():
+        return "may hold only the placeholder {command}"
+    if parts.username or parts.password:
+        return "must not carry credentials"
+    return None
 
 
 def _product(raw: Any, base_dir: Path) -> Product:
@@ -450,6 +568,8 @@ def _product(raw: Any, base_dir: Path) -> Product:
             if not isinstance(raw[key], list) or not all(isinstance(v, str) for v in raw[key]):
                 raise ConfigError(f"{where}: {key} must be a list of strings")
             raw[key] = tuple(raw[key])
+    if "titles" in raw:
+        raw["titles"] = _titles(raw["titles"], where)
     p = _section(Product, raw, where)
     if not p.prompt.strip():
         raise ConfigError(f"{where}: prompt (or prompt_file) is required")
@@ -461,11 +581,44 @@ def _product(raw: Any, base_dir: Path) -> Product:
     bad_tools = [t for t in p.tools if t not in AUTHORISED_TOOLS]
     if bad_tools:
         raise ConfigError(f"{where}: tools not authorised for this product: {', '.join(bad_tools)}")
+    stray = [lang for lang, _ in p.titles if lang not in p.languages]
+    if stray:
+        raise ConfigError(f"{where}: titles names language(s) the product does not publish: {', '.join(stray)}")
     if not 0 <= p.temperature <= 2:
         raise ConfigError(f"{where}: temperature must be between 0 and 2")
     if not 1 <= p.items <= edition_schema.MAX_ITEMS:
         raise ConfigError(f"{where}: items must be between 1 and {edition_schema.MAX_ITEMS}")
     return p
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return path == folder or folder in path.parents
+
+
+def _is_base_url(url: Any) -> bool:
+    if not isinstance(url, str) or not _HEADER_SAFE.fullmatch(url) or not url.startswith(("http://", "https://")):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port validates it
+    except ValueError:
+        return False
+    return bool(parts.hostname) and not parts.query and not parts.fragment and "#" not in url and "?" not in url
+
+
+def _titles(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """`titles = { en = "Daily Brief", es = "Resumen diario" }` as sorted (lang, title) pairs."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: titles must be a table of language = \"title\" (got {_shown(raw)})")
+    for lang, text in raw.items():
+        if not re.fullmatch(r"[a-z]{2,3}(?:-[a-z0-9]{2,8})*", lang):
+            raise ConfigError(f"{where}: titles names {_shown(lang)}, not a language code")
+        if (not isinstance(text, str) or not text.strip() or len(text) > TITLE_MAX
+                or re.search(r"[\x00-\x1f\x7f]", text)):
+            raise ConfigError(f"{where}: titles.{lang} must be one line of 1 to {TITLE_MAX} characters "
+                              f"(got {_shown(text)})")
+    return tuple(sorted(raw.items()))
 
 
 def _section(cls: type[_Section], raw: Any, where: str) -> _Section:

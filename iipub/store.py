@@ -274,7 +274,10 @@ class Store:
             done = [self._write(conn, w) for w in writes]
             journal = [w.journal for w, ok in zip(writes, done, strict=True) if ok]
             if journal:
-                conn.execute(_journal_statement(db.dialect_family(conn)), journal)
+                # The database clock read once for the batch, so the journal INSERT carries only
+                # plain values and the driver sends it as one multi-row INSERT.
+                at = db.read_now(conn)
+                conn.execute(_journal_rows_statement(), [{**row, "e_at": at} for row in journal])
         return [self._written(w) if ok else None for w, ok in zip(writes, done, strict=True)]
 
     def plan(self, job: Job, to_state: State, *, reason: Reason, changes: Mapping[str, Any] | None = None,
@@ -424,6 +427,13 @@ def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select
                                              sa.bindparam("k_pairs", expanding=True)),
                                          jobs_table.c.lease_owner == sa.bindparam("v_worker"))
     return update, select
+
+
+@functools.lru_cache(maxsize=1)
+def _journal_rows_statement() -> sa.Insert:
+    return events_table.insert().values(
+        {c: sa.bindparam(f"e_{c}", type_=events_table.c[c].type)
+         for c in ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail", "at")})
 
 
 @functools.lru_cache(maxsize=4)

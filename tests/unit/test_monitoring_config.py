@@ -53,9 +53,13 @@ def test_good_values_and_the_status_spelling() -> None:
     assert settings_from_dict(both).monitoring.heartbeat_after_seconds == 900
     with pytest.raises(ConfigError, match="disagree"):
         settings_from_dict({"status": {"heartbeat_after_seconds": 900}, "monitoring": {"heartbeat_after_seconds": 60}})
-    with pytest.raises(ConfigError, match="at least"):  # a limit shorter than a tick would always be CRITICAL
-        settings_from_dict({"monitoring": {"heartbeat_after_seconds": 100}, "reconcile": {"tick_seconds": 200,
-                                                                                         "lease_seconds": 300}})
+    # A limit shorter than a tick would always be CRITICAL: it is raised to the tick plus a minute.
+    long_ticks = settings_from_dict({"monitoring": {"heartbeat_after_seconds": 100},
+                                     "reconcile": {"tick_seconds": 200, "lease_seconds": 300}})
+    assert long_ticks.heartbeat_limit() == 260
+    assert settings_from_dict({"monitoring": {"heartbeat_after_seconds": 0}}).heartbeat_limit() == 0
+    with pytest.raises(ConfigError, match="at least 60"):
+        settings_from_dict({"monitoring": {"heartbeat_after_seconds": 30}})
 
 
 def test_the_command_line_refuses_it_with_exit_78(tmp_path: Path) -> None:
