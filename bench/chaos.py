@@ -164,6 +164,7 @@ def config_toml(public: Path, webhook_url: str, prompt_suffix: str = "") -> str:
     lines += [
         "[sinks.static]", f'root = "{public}"', "",
         "[sinks.webhook]", f'url = "{webhook_url}"', 'secret_env = "IIPUB_WEBHOOK_SECRET"', "timeout_seconds = 3.0",
+        "deadline_seconds = 6.0",  # a delivery ends while its event is leased (12 s)
         "",
     ]
     return "\n".join(lines)

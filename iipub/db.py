@@ -474,12 +474,19 @@ def mysql_error_code(exc: BaseException) -> int | None:
 
 # Client-side MySQL errors: the server cannot be reached or the connection died.
 MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
+# Galera node outside the primary component (partitioned, evicted after a pause, still joining):
+# 1047 "WSREP has not yet prepared node for application use" on any statement, 1180 "Error
+# while appending streaming replication fragment (... Not connected to Primary Component)" at
+# COMMIT. The transaction is rolled back and nothing is written: the database is unavailable
+# from this node, not a fault of the job (seen in bench/galera.py; docs/scale-out.md).
+WSREP_NOT_PRIMARY = {1047, 1180}
 
 
 def is_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
-    return mysql_error_code(exc) in MYSQL_UNREACHABLE
+    code = mysql_error_code(exc)
+    return code in MYSQL_UNREACHABLE or code in WSREP_NOT_PRIMARY
 
 
 def is_contention(exc: BaseException) -> bool:

@@ -1,15 +1,28 @@
 """Applies the numbered migrations in `sql/migrations/<dialect>/`, once each.
 
-Safe when two run at once: MySQL serialises on `GET_LOCK`, SQLite on its write lock
-(`BEGIN IMMEDIATE`). Every statement is idempotent, so a migration cut short by a crash
-re-runs cleanly.
+Safe when two run at once, on one server or on several nodes of a Galera cluster. SQLite
+serialises on its write lock (`BEGIN IMMEDIATE`). MySQL/MariaDB serialises on a lock *row*
+in `schema_migrations` (version `!lock`, the holder in `name`, the expiry in `applied_at`),
+not on `GET_LOCK`: a named lock lives on one server only and Galera does not replicate it,
+so two nodes could migrate at once. A row is certified like any other write: a second
+migrator's INSERT fails with a duplicate key (1062) once the row has replicated, or with a
+certification conflict (1213) when both commit at the same moment on different nodes; either
+way it waits and retries until `LOCK_WAIT_SECONDS`. The holder refreshes the expiry from a
+heartbeat thread (its own connection) while it migrates, so a long ALTER keeps the lock and
+a crashed migrator's lock expires after `LOCK_TTL_SECONDS`; it is deleted on release. Every
+statement is idempotent, so a migration cut short by a crash re-runs cleanly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import os
 import re
+import socket
+import threading
+import time
+import uuid
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -21,7 +34,13 @@ from . import db
 from .errors import DatabaseUnavailable, MigrationError
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_NAME = "iipub_migrate"
+_LOCK_VERSION = "!lock"  # sorts before every "NNNN" version; never a migration's own
+LOCK_TTL_SECONDS = 120.0  # a crashed migrator's lock is free again after this
+LOCK_WAIT_SECONDS = 180.0  # how long a second migrator waits for the lock
+_HEARTBEAT_SECONDS = 10.0
+# 1062 duplicate key: the lock row exists (replicated); 1213/1205/1020: contention, including a
+# Galera certification failure when two nodes insert the row at once.
+_LOCK_TAKEN = {1062} | db.MYSQL_CONTENTION
 
 
 def sql_dir() -> Traversable:
@@ -81,7 +100,7 @@ def _applied(conn: Connection) -> dict[str, tuple[str, str]]:
         if "schema_migrations" in str(exc.orig) or "no such table" in str(exc.orig).lower():
             return {}
         raise
-    return {r.version: (r.checksum, str(r.applied_at)) for r in rows}
+    return {r.version: (r.checksum, str(r.applied_at)) for r in rows if r.version != _LOCK_VERSION}
 
 
 def status(engine: Engine) -> list[MigrationStatus]:
@@ -118,17 +137,115 @@ def migrate(engine: Engine) -> list[Migration]:
 
 
 def _migrate_mysql(engine: Engine, migrations: list[Migration]) -> list[Migration]:
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     with engine.connect() as conn:
-        got = conn.execute(sa.text("SELECT GET_LOCK(:n, 120)"), {"n": _LOCK_NAME}).scalar()
-        if got != 1:
-            raise MigrationError("another `iipub db migrate` holds the migration lock")
+        _galera_session(conn)
+        # The bookkeeping table first (idempotent DDL; on Galera it runs in total order).
+        for m in migrations:
+            if m.version == "0000":
+                for stmt in m.statements():
+                    conn.exec_driver_sql(stmt)
+        conn.commit()
+        _take_lock(conn, holder)
+        beat = _Heartbeat(engine, holder)
+        beat.start()
         try:
             done = _apply_pending(conn, migrations)
             conn.commit()
+            if beat.lost:
+                raise MigrationError("the migration lock expired while migrating (another migrate may have run)")
             return done
         finally:
-            conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": _LOCK_NAME})
+            beat.stop()
+            conn.rollback()
+            _release_lock(conn, holder)
+
+
+def _galera_session(conn: Connection) -> None:
+    """On a Galera node, make every read of this session wait until the node has applied
+    everything committed cluster-wide before it (the lock row, another node's migrations)."""
+    row = conn.exec_driver_sql("SHOW VARIABLES LIKE 'wsrep_on'").first()
+    if row is not None and str(row[1]).upper() == "ON":
+        conn.exec_driver_sql("SET SESSION wsrep_sync_wait = 15")
+    conn.commit()
+
+
+def _take_lock(conn: Connection, holder: str) -> None:
+    t = db.schema_migrations
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    delay = 0.2
+    while True:
+        try:
+            expiry = db.now(conn, LOCK_TTL_SECONDS, drill_offset=False)
+            got = conn.execute(
+                t.update()
+                .where(t.c.version == _LOCK_VERSION, t.c.applied_at < db.now(conn, drill_offset=False))
+                .values(name=holder, checksum="lock", applied_at=expiry)
+            ).rowcount
+            if not got:
+                conn.execute(t.insert().values(version=_LOCK_VERSION, name=holder, checksum="lock", applied_at=expiry))
+            conn.commit()  # certification happens here on Galera
+            return
+        except sa.exc.DBAPIError as exc:
+            conn.rollback()
+            if db.mysql_error_code(exc) not in _LOCK_TAKEN:
+                raise
+        if time.monotonic() >= deadline:
+            row = conn.execute(sa.select(t.c.name, t.c.applied_at).where(t.c.version == _LOCK_VERSION)).first()
+            conn.rollback()
+            who = f" ({row.name}, until {row.applied_at})" if row is not None else ""
+            raise MigrationError(f"another `iipub db migrate` holds the migration lock{who}")
+        time.sleep(delay)
+        delay = min(2.0, delay * 1.5)
+
+
+def _release_lock(conn: Connection, holder: str) -> None:
+    t = db.schema_migrations
+    for _ in range(5):
+        try:
+            conn.execute(t.delete().where(t.c.version == _LOCK_VERSION, t.c.name == holder))
             conn.commit()
+            return
+        except sa.exc.DBAPIError as exc:
+            conn.rollback()
+            if not db.is_contention(exc):
+                raise
+            time.sleep(0.2)
+    # Still held: it expires after LOCK_TTL_SECONDS.
+
+
+class _Heartbeat:
+    """Pushes the lock's expiry forward from its own connection while the migration runs."""
+
+    def __init__(self, engine: Engine, holder: str) -> None:
+        self.engine = engine
+        self.holder = holder
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="migrate-lock-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        t = db.schema_migrations
+        while not self._stop.wait(_HEARTBEAT_SECONDS):
+            try:
+                with self.engine.begin() as conn:
+                    n = conn.execute(
+                        t.update()
+                        .where(t.c.version == _LOCK_VERSION, t.c.name == self.holder)
+                        .values(applied_at=db.now(conn, LOCK_TTL_SECONDS, drill_offset=False))
+                    ).rowcount
+                if n == 0:
+                    self.lost = True
+                    return
+            except sa.exc.DBAPIError:
+                continue  # contention or a lost connection: the next beat tries again
 
 
 def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[Migration]:

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from . import db
 from .compose import Artifact
-from .errors import JobTaken, OperatorRefused, UnknownId, UsageError
+from .errors import Contention, JobTaken, OperatorRefused, UnknownId, UsageError
 from .states import State
 from .timefmt import iso_z, iso_z_or_none, naive_utc
+
+log = structlog.get_logger("iipub.outbox")
 
 if TYPE_CHECKING:
     from .jobs import Job
@@ -94,7 +97,16 @@ class Outbox:
             return [(r.id, r.version) for r in conn.execute(q)]
 
     def claim(self, row_id: int, seen_version: int) -> OutboxEvent | None:
-        """Fenced claim by primary key; None if another relay got there first."""
+        """Fenced claim by primary key; None if another relay got there first (also when the two
+        collided and the database rolled this claim back: a deadlock, a Galera certification
+        failure)."""
+        try:
+            return self._claim(row_id, seen_version)
+        except Contention as exc:
+            log.info("outbox_claim_contended", row_id=row_id, worker=self.worker, error=str(exc))
+            return None
+
+    def _claim(self, row_id: int, seen_version: int) -> OutboxEvent | None:
         with db.transaction(self.engine) as conn:
             now = db.now(conn)
             res = conn.execute(
@@ -138,10 +150,18 @@ class Outbox:
                 .values(**values)
             )
             if res.rowcount == 0:
-                conn.execute(deliveries_table.insert().values(
-                    event_id=event_id, sink=sink, attempts=1, last_error=error, updated_at=now,
-                    delivered_at=now if delivered else None, parked_at=now if parked else None,
-                ))
+                try:
+                    with conn.begin_nested():
+                        conn.execute(deliveries_table.insert().values(
+                            event_id=event_id, sink=sink, attempts=1, last_error=error, updated_at=now,
+                            delivered_at=now if delivered else None, parked_at=now if parked else None,
+                        ))
+                except sa.exc.IntegrityError:
+                    # Another relay wrote the row between our UPDATE and INSERT (a lagging cluster
+                    # node sees it late): the update applies to it now.
+                    conn.execute(deliveries_table.update()
+                                 .where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink)
+                                 .values(**values))
 
     def mark_published(self, ev: OutboxEvent) -> bool:
         with db.transaction(self.engine) as conn:

@@ -228,6 +228,7 @@ def _record(box: Outbox, d: _Delivery, sink: str, result: DeliveryResult, settin
         d.errors.append(f"{sink}: parked: {result.why}")
     else:
         box.record(d.ev.event_id, sink, error=result.why)
+        log.warning("sink_failed_retry_later", sink=sink, event_id=d.ev.event_id, job_id=d.ev.job_id, why=result.why)
         hinted = result.delay
         d.waits.append(hinted if hinted is not None else
                        backoff.exponential(d.ev.attempts + 1, rs.backoff_base_seconds, rs.backoff_cap_seconds, rng))

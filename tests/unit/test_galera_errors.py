@@ -1,0 +1,30 @@
+"""How Galera's errors are classified (docs/scale-out.md, section 5)."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+import sqlalchemy as sa
+
+from iipub import db
+
+
+def _err(code: int, text: str) -> sa.exc.OperationalError:
+    return sa.exc.OperationalError("COMMIT", {}, pymysql.err.OperationalError(code, text))
+
+
+def test_a_certification_failure_is_contention() -> None:
+    exc = _err(1213, "Deadlock found when trying to get lock; try restarting transaction")
+    assert db.is_contention(exc)
+    assert not db.is_unreachable(exc)
+
+
+@pytest.mark.parametrize(("code", "text"), [
+    (1047, "WSREP has not yet prepared node for application use"),
+    (1180, ("Error while appending streaming replication fragment(provider status: Not connected to Primary "
+           "Component)")),
+])
+def test_a_node_outside_the_primary_component_is_unavailable_not_a_job_fault(code: int, text: str) -> None:
+    exc = _err(code, text)
+    assert db.is_unreachable(exc)
+    assert not db.is_contention(exc)
