@@ -1,4 +1,17 @@
-"""Static-site sink: per edition an HTML page and its JSON; per product and language an index and an Atom feed.
+"""Static-site sink: per edition an HTML page and its JSON; per product and language an index,
+a page per month and an Atom feed; a site index (the pages: `site`).
+
+A delivery costs the same whatever the size of the archive: a small manifest outside the public
+tree (`manifest`) says what is published, and only the pages the new edition changes are
+rendered again: the edition, its previous and next editions (their links), its month and the
+neighbouring months, the product's index, its feed when the edition is among the latest, the
+site index, and the other languages' pages of the same date, month and product until they link
+to it (their alternates). Every page is a pure function of the manifest and the editions, so
+delivering an event again (or out of order) yields byte-identical files, and a file whose bytes
+would not change is not written at all.
+
+The sink's state (manifest, lock, temporary files) lives in its state directory, by default
+`<root's parent>/.iipub-state/<root's name>`, never under the public root.
 
 Templating is stdlib `html.escape` / `xml.sax.saxutils`, not Jinja2: the pages are a few fixed shapes,
 and one explicit escape per interpolation is easier to audit than autoescape rules that differ for .html and .atom.
@@ -9,50 +22,61 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
-import html
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from xml.sax.saxutils import escape as xml_escape
-from xml.sax.saxutils import quoteattr
 
 from ..compose import Artifact, artifact_from_document, artifact_from_json
-from ..config import NAME_PATTERN
-from ..validate import is_public_http_url
+from ..config import NAME_PATTERN, Product, default_state_dir
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
-
-FEED_ENTRIES = 50
-_PRODUCT_RE = re.compile(NAME_PATTERN)
-_LANG_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{2,8})*$")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_RTL = frozenset({"ar", "fa", "he", "ur"})
-# Characters that are invalid in XML 1.0 or can disguise text (bidi overrides). Validation
-# already refuses them; the sink replaces them anyway so no event can break a page or feed.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
-_CSS = (
-    "body{font:16px/1.5 system-ui,sans-serif;max-width:46rem;margin:0 auto;padding:1rem;color:#222}"
-    "h1{font-size:1.6rem}h2{font-size:1.15rem;margin-bottom:.25rem}"
-    ".meta{color:#666}.text{white-space:pre-line}.sources{font-size:.9rem;padding-left:1.2rem}"
-    "a{color:#0645ad}header a{color:inherit;text-decoration:none;font-weight:600}"
+from .manifest import FileCache, Manifest, ManifestError
+from .site import (
+    FEED_ENTRIES,
+    INDEX_ENTRIES,
+    LANG_PATTERN,
+    SITE_INDEX,
+    Entry,
+    Site,
+    edition_path,
+    feed_path,
+    index_path,
+    json_path,
+    midnight,
+    month_path,
+    published_in_page,
 )
+
+__all__ = ["FEED_ENTRIES", "StaticSink", "scan_editions"]
+
+_PRODUCT_RE = re.compile(NAME_PATTERN)
+_LANG_RE = re.compile(LANG_PATTERN)
+_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# Temporary files of `_Files.write` (mkstemp: `.<name>.<8 random>.tmp`).
+_TMP_RE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+_ARTIFACT_CACHE = 512  # parsed artifacts kept between deliveries of one sink (a feed needs 50 per series)
 
 
 class StaticSink:
-    """Writes under `root`; every file is replaced atomically and is a pure function of what
-    is on disk, so delivering an event again (or out of order) yields byte-identical files."""
+    """Writes under `root`, keeps its manifest, lock and temporary files in `state_dir`."""
 
     name = "static"
 
     def __init__(self, root: Path, site_title: str = "InternationalIntelligence.org", base_url: str = "",
-                 may_replace: Callable[[str], bool] | None = None) -> None:
+                 may_replace: Callable[[str], bool] | None = None, *,
+                 products: Mapping[str, Product] | None = None, state_dir: Path | None = None) -> None:
         self.root = Path(root)
-        self.site_title = site_title
-        self.base_url = base_url.rstrip("/")
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir(self.root)
+        self.site = Site(site_title, base_url, products)
+        self.site_title = self.site.site_title
+        self.base_url = self.site.base_url
         # Whether an operator let this job's editions replace live pages (`iipub republish`).
         self.may_replace: Callable[[str], bool] = may_replace or (lambda job_id: False)
+        self._artifacts: OrderedDict[tuple[str, str, str], Artifact] = OrderedDict()
+        self._fingerprint: str | None = None
+        self._cache = FileCache()  # the manifest's files as parsed, while they stay the same
 
     def deliver(self, event: Event) -> DeliveryResult:
         problem = _check_parts(event.product, event.edition_date, event.lang)
@@ -66,24 +90,58 @@ class StaticSink:
             return Parked("static: artifact product/date/lang do not match the event")
         if artifact.sha256 != event.sha256:
             return Parked(f"static: artifact sha256 {artifact.sha256} does not match the event's {event.sha256}")
+        published = _utc_stamp(event.published_at)
+        if published is None:
+            return Parked(f"static: published_at {event.published_at[:40]!r} is not an ISO 8601 time")
         try:
-            live = self._live_sha256(artifact)
-        except OSError as exc:
-            return RetryLater(None, f"static: {exc}")
-        if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
-            # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
-            return Parked(f"conflicting_republish: {artifact.product} {artifact.edition_date} {artifact.lang} is "
-                          f"live with sha256 {live[:12]}…, this edition is {artifact.sha256[:12]}…; "
-                          f"`iipub republish {event.job_id} --reason …` lets it replace the page")
-        try:
-            self._publish(artifact)
-        except OSError as exc:
+            # The root first: one that cannot be a directory fails before the state directory exists.
+            _ensure_dir(self.root)
+            files = self._files()
+            with _locked(self.state_dir / "lock"):
+                _clear_tmp(self.state_dir / "tmp")
+                live = self._live_sha256(artifact)
+                if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
+                    # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
+                    return Parked(
+                        f"conflicting_republish: {artifact.product} {artifact.edition_date} {artifact.lang} is "
+                        f"live with sha256 {live[:12]}…, this edition is {artifact.sha256[:12]}…; "
+                        f"`iipub republish {event.job_id} --reason …` lets it replace the page")
+                try:
+                    self._publish(files, artifact, published)
+                except ManifestError:
+                    self._rebuild(files)  # a damaged shard: the manifest is made again from the public tree
+                    self._publish(files, artifact, published)
+                files.sync()
+        except (OSError, ManifestError) as exc:
             return RetryLater(None, f"static: {exc}")
         return Delivered()
 
+    def rebuild(self) -> None:
+        """Make the manifest again from the editions on disk and render every page (the
+        first delivery does this by itself when the manifest is missing or damaged)."""
+        _ensure_dir(self.root)
+        files = self._files()
+        with _locked(self.state_dir / "lock"):
+            _clear_tmp(self.state_dir / "tmp")
+            self._render_all(files, self._rebuild(files))
+            files.sync()
+
+    # -- state ------------------------------------------------------------------------
+
+    def _files(self) -> _Files:
+        tmp = self.state_dir / "tmp"
+        _ensure_dir(tmp)
+        # A rename is atomic only within one filesystem: with the state elsewhere, temporary
+        # files go next to their target (dot-named, for the instant before the rename).
+        same = os.stat(tmp).st_dev == os.stat(self.root).st_dev
+        return _Files(tmp if same else None)
+
+    def _root_key(self) -> str:
+        return os.path.abspath(self.root)
+
     def _live_sha256(self, art: Artifact) -> str | None:
         """The hash of the edition already published for this product, date and language."""
-        path = self.root / art.product / art.edition_date / f"{art.lang}.json"
+        path = self.root / json_path(art.product, art.edition_date, art.lang)
         try:
             return artifact_from_json(path.read_bytes()).sha256
         except (FileNotFoundError, NotADirectoryError):
@@ -91,167 +149,215 @@ class StaticSink:
         except ValueError:
             return "unreadable"  # something is there that we did not write: not ours to replace
 
-    def _publish(self, art: Artifact) -> None:
-        product_dir = self.root / art.product
-        edition_dir = product_dir / art.edition_date
-        lang_dir = product_dir / art.lang
-        _ensure_dir(edition_dir)
-        _ensure_dir(lang_dir)
-        _atomic_write(edition_dir / f"{art.lang}.json", art.body)
-        _atomic_write(edition_dir / f"{art.lang}.html", render_edition(art, self.site_title).encode("utf-8"))
-        # Index and feed are rebuilt from the files on disk; the lock stops two relay workers
-        # from writing an index that each built before seeing the other's edition.
-        with _locked(lang_dir / ".lock"):
-            editions = scan_editions(self.root, art.product, art.lang)
-            _atomic_write(
-                lang_dir / "index.html",
-                render_index(editions, art.product, art.lang, self.site_title).encode("utf-8"),
-            )
-            _atomic_write(
-                lang_dir / "feed.atom",
-                render_feed(editions, art.product, art.lang, self.site_title, self.base_url).encode("utf-8"),
-            )
+    def _rebuild(self, files: _Files) -> Manifest:
+        """A new manifest from `<root>/<product>/<date>/<lang>.json`, each edition's publication
+        time read back from its page (midnight of its date, marked guessed, when the page does
+        not say). Also clears what earlier versions of this sink left in the public tree."""
+        entries: list[tuple[str, str, Entry]] = []
+        _drop_leftovers(self.root)
+        for product_dir in sorted(self.root.iterdir()):
+            if not (_PRODUCT_RE.match(product_dir.name) and product_dir.is_dir()):
+                continue
+            product = product_dir.name
+            for sub in sorted(product_dir.iterdir()):
+                if _LANG_RE.match(sub.name) and sub.is_dir():
+                    _drop_leftovers(sub)
+                    continue
+                if not (_DATE_RE.match(sub.name) and sub.is_dir()):
+                    continue
+                for path in sorted(sub.iterdir()):
+                    if _TMP_RE.match(path.name) and path.is_file():
+                        path.unlink()
+                        continue
+                    lang = path.name.removesuffix(".json")
+                    if not (path.name.endswith(".json") and _LANG_RE.match(lang)):
+                        continue
+                    art = _read_artifact(path, product, sub.name, lang)
+                    if art is None:
+                        continue
+                    try:
+                        published = published_in_page((sub / f"{lang}.html").read_bytes())
+                    except OSError:
+                        published = None
+                    entries.append((product, lang, Entry(art.edition_date, art.title, art.sha256,
+                                                         published or midnight(art.edition_date),
+                                                         guessed=published is None)))
+                    self._remember(art)
+        return Manifest.create(self.state_dir, self._root_key(), files.write, entries, self._cache)
+
+    def _manifest(self, files: _Files) -> Manifest:
+        return Manifest.open(self.state_dir, self._root_key(), files.write, self._cache) or self._rebuild(files)
+
+    def _render_key(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = self.site.fingerprint()
+        return self._fingerprint
+
+    # -- publishing -------------------------------------------------------------------
+
+    def _publish(self, files: _Files, art: Artifact, published: str) -> None:
+        m = self._manifest(files)
+        product, date, lang = art.product, art.edition_date, art.lang
+        _ensure_dir(self.root / product / date)
+        _ensure_dir(self.root / product / lang)
+        files.write(self.root / json_path(product, date, lang), art.body)
+        old = m.get(product, lang, date)
+        if old is not None and old.sha256 == art.sha256 and not old.guessed:
+            entry = old  # the same content again: it keeps the time it was first published
+        else:
+            entry = Entry(date, art.title, art.sha256, published)
+        m.put(product, lang, entry)
+        self._remember(art)
+        if m.render != self._render_key():
+            self._render_all(files, m)  # another version or configuration rendered this site
+            return
+        self._render_around(files, m, art, entry)
+
+    def _render_around(self, files: _Files, m: Manifest, art: Artifact, entry: Entry) -> None:
+        """The pages whose content depends on this edition's place in the manifest."""
+        product, date, lang = art.product, art.edition_date, art.lang
+        langs = self.site.order_langs(product, m.langs(product))
+        self._edition(files, m, art, entry)
+        for neighbour in (m.prev(product, lang, date), m.next(product, lang, date)):
+            if neighbour is not None:
+                self._edition_of(files, m, product, lang, neighbour)
+        # The other languages' pages name this one (alternates, switcher) once it exists, and
+        # depend on it for nothing else: each is rendered while it does not name it yet.
+        month = date[:7]
+        for other in langs:
+            if other == lang:
+                continue
+            if (e := m.get(product, other, date)) is not None and not self._names(
+                    edition_path(product, date, other), lang):
+                self._edition_of(files, m, product, other, e)
+            if m.has_month(product, other, month) and not self._names(month_path(product, other, month), lang):
+                self._month(files, m, product, other, month)
+            if not self._names(index_path(product, other), lang):
+                self._index(files, m, product, other)
+        self._month(files, m, product, lang, month)
+        for near in (m.prev_month(product, lang, month), m.next_month(product, lang, month)):
+            if near is not None:
+                self._month(files, m, product, lang, near)
+        self._index(files, m, product, lang)
+        recent = m.recent(product, lang, FEED_ENTRIES)
+        if any(e.date == date for e in recent) or not (self.root / feed_path(product, lang)).is_file():
+            self._feed(files, m, product, lang, recent)
+        self._site_index(files, m)
+
+    def _names(self, page: str, lang: str) -> bool:
+        """Whether the page links to its version in `lang` (every such link, alternate or
+        switcher, carries `hreflang`; escaped text cannot hold the attribute)."""
+        try:
+            return f'hreflang="{lang}"'.encode() in (self.root / page).read_bytes()
+        except OSError:
+            return False
+
+    def _render_all(self, files: _Files, m: Manifest) -> None:
+        for product in m.products():
+            for lang in m.langs(product):
+                _ensure_dir(self.root / product / lang)
+                months = m.months(product, lang)
+                entries = [e for month in months for e in m.month_entries(product, lang, month)]
+                for i, e in enumerate(entries):
+                    art = self._artifact(product, lang, e)
+                    if art is not None:
+                        around = (entries[i - 1] if i else None, entries[i + 1] if i + 1 < len(entries) else None)
+                        self._edition(files, m, art, e, around)
+                for month in months:
+                    self._month(files, m, product, lang, month)
+                self._index(files, m, product, lang)
+                self._feed(files, m, product, lang, m.recent(product, lang, FEED_ENTRIES))
+        self._site_index(files, m)
+        m.set_render(self._render_key())
+
+    # -- pages ------------------------------------------------------------------------
+
+    def _edition(self, files: _Files, m: Manifest, art: Artifact, entry: Entry,
+                 around: tuple[Entry | None, Entry | None] | None = None) -> None:
+        product, date, lang = art.product, art.edition_date, art.lang
+        prev, nxt = around if around is not None else (m.prev(product, lang, date), m.next(product, lang, date))
+        langs = [code for code in self.site.order_langs(product, m.langs(product))
+                 if code == lang or m.get(product, code, date) is not None]
+        page = self.site.edition_page(art, entry, prev, nxt, langs)
+        files.write(self.root / edition_path(product, date, lang), page.encode("utf-8"))
+
+    def _edition_of(self, files: _Files, m: Manifest, product: str, lang: str, entry: Entry) -> None:
+        art = self._artifact(product, lang, entry)
+        if art is not None:
+            self._edition(files, m, art, entry)
+
+    def _month(self, files: _Files, m: Manifest, product: str, lang: str, month: str) -> None:
+        langs = [code for code in self.site.order_langs(product, m.langs(product))
+                 if code == lang or m.has_month(product, code, month)]
+        page = self.site.month_page(product, lang, month, m.month_entries(product, lang, month),
+                                    m.prev_month(product, lang, month), m.next_month(product, lang, month), langs)
+        files.write(self.root / month_path(product, lang, month), page.encode("utf-8"))
+
+    def _index(self, files: _Files, m: Manifest, product: str, lang: str) -> None:
+        counts = m.month_counts(product, lang)
+        months = sorted(counts.items(), reverse=True)
+        page = self.site.index_page(product, lang, m.recent(product, lang, INDEX_ENTRIES), months,
+                                    m.total(product, lang), self.site.order_langs(product, m.langs(product)))
+        files.write(self.root / index_path(product, lang), page.encode("utf-8"))
+
+    def _feed(self, files: _Files, m: Manifest, product: str, lang: str, recent: list[Entry]) -> None:
+        entries = [(e, art) for e in recent if (art := self._artifact(product, lang, e)) is not None]
+        files.write(self.root / feed_path(product, lang), self.site.feed(product, lang, entries).encode("utf-8"))
+
+    def _site_index(self, files: _Files, m: Manifest) -> None:
+        series = []
+        for product in self.site.order_products(m.products()):
+            for lang in self.site.order_langs(product, m.langs(product)):
+                latest = m.recent(product, lang, 1)
+                if latest:
+                    series.append((product, lang, latest[0], m.total(product, lang)))
+        files.write(self.root / SITE_INDEX, self.site.site_index(series).encode("utf-8"))
+
+    # -- artifacts --------------------------------------------------------------------
+
+    def _remember(self, art: Artifact) -> None:
+        key = (art.product, art.edition_date, art.lang)
+        self._artifacts[key] = art
+        self._artifacts.move_to_end(key)
+        while len(self._artifacts) > _ARTIFACT_CACHE:
+            self._artifacts.popitem(last=False)
+
+    def _artifact(self, product: str, lang: str, entry: Entry) -> Artifact | None:
+        """The published artifact the manifest entry names (None if its file is gone or damaged)."""
+        cached = self._artifacts.get((product, entry.date, lang))
+        if cached is not None and cached.sha256 == entry.sha256:
+            self._artifacts.move_to_end((product, entry.date, lang))
+            return cached
+        art = _read_artifact(self.root / json_path(product, entry.date, lang), product, entry.date, lang)
+        if art is not None:
+            self._remember(art)
+        return art
+
+
+def _read_artifact(path: Path, product: str, date: str, lang: str) -> Artifact | None:
+    try:
+        art = artifact_from_json(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:
+        return None  # a foreign or damaged file must not take the site down
+    return art if (art.product, art.edition_date, art.lang) == (product, date, lang) else None
 
 
 def scan_editions(root: Path, product: str, lang: str) -> list[Artifact]:
-    """Every readable edition of `product` in `lang` under `root`, newest first."""
-    found: list[Artifact] = []
-    product_dir = root / product
-    for entry in sorted(product_dir.iterdir()):
-        if not (_DATE_RE.match(entry.name) and entry.is_dir()):
-            continue
-        path = entry / f"{lang}.json"
-        try:
-            art = artifact_from_json(path.read_bytes())
-        except FileNotFoundError:
-            continue
-        except ValueError:
-            continue  # a foreign or damaged file must not take the whole index down
-        if (art.product, art.edition_date, art.lang) == (product, entry.name, lang):
-            found.append(art)
+    """Every readable edition of `product` in `lang` under `root`, newest first (reads the whole
+    archive: for checks and tools, never on the delivery path)."""
+    found = []
+    for entry in sorted((root / product).iterdir()):
+        if _DATE_RE.match(entry.name) and entry.is_dir():
+            art = _read_artifact(entry / f"{lang}.json", product, entry.name, lang)
+            if art is not None:
+                found.append(art)
     found.sort(key=lambda a: a.edition_date, reverse=True)
     return found
 
 
-# --- rendering ------------------------------------------------------------------------------
-
-
-def _clean(text: str) -> str:
-    return _UNSAFE.sub("\ufffd", text)
-
-
-def _h(text: str) -> str:
-    return html.escape(_clean(text), quote=True)
-
-
-def _source_html(source: dict[str, str]) -> str:
-    # Only http(s) links to public hosts become links; anything else is shown as inert text.
-    if is_public_http_url(source["url"]):
-        return f'<a href="{_h(source["url"])}" rel="noopener nofollow">{_h(source["title"])}</a>'
-    return f'<span class="source">{_h(source["title"])}</span>'
-
-
-def _items_html(art: Artifact) -> str:
-    parts = []
-    for item in art.items:
-        sources = "".join(f"<li>{_source_html(s)}</li>" for s in item["sources"])
-        parts.append(
-            f'<li><h2>{_h(item["headline"])}</h2><p class="text">{_h(item["summary"])}</p>'
-            f'<ul class="sources">{sources}</ul></li>'
-        )
-    return "\n".join(parts)
-
-
-def _page(lang: str, title: str, feed_href: str, feed_title: str, body: str) -> str:
-    direction = ' dir="rtl"' if lang.split("-")[0] in _RTL else ""
-    return (
-        "<!doctype html>\n"
-        f'<html lang="{_h(lang)}"{direction}>\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
-        f"<title>{_h(title)}</title>\n"
-        f'<link rel="alternate" type="application/atom+xml" title="{_h(feed_title)}" href="{_h(feed_href)}">\n'
-        f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-    )
-
-
-def render_edition(art: Artifact, site_title: str) -> str:
-    """The HTML page at `<product>/<date>/<lang>.html`."""
-    body = (
-        f'<header><a href="../{_h(art.lang)}/index.html">{_h(site_title)}</a></header>\n<main><article>\n'
-        f"<h1>{_h(art.title)}</h1>\n"
-        f'<p class="meta"><time datetime="{_h(art.edition_date)}">{_h(art.edition_date)}</time>'
-        f" · {_h(art.product)}</p>\n"
-        f'<p class="text">{_h(art.summary)}</p>\n<ol>\n{_items_html(art)}\n</ol>\n</article></main>\n'
-        f'<footer><a href="{_h(art.lang)}.json" type="application/json">JSON</a></footer>'
-    )
-    title = f"{art.title} — {art.product} — {art.edition_date}"
-    return _page(art.lang, title, f"../{art.lang}/feed.atom", f"{art.product} ({art.lang})", body)
-
-
-def render_index(editions: list[Artifact], product: str, lang: str, site_title: str) -> str:
-    """The HTML page at `<product>/<lang>/index.html`, newest edition first."""
-    rows = "\n".join(
-        f'<li><a href="../{_h(a.edition_date)}/{_h(lang)}.html">'
-        f'<time datetime="{_h(a.edition_date)}">{_h(a.edition_date)}</time></a> — {_h(a.title)}</li>'
-        for a in editions
-    )
-    body = (
-        f"<header>{_h(site_title)}</header>\n<main>\n<h1>{_h(product)} ({_h(lang)})</h1>\n"
-        f'<p><a href="feed.atom" type="application/atom+xml">Atom feed</a></p>\n'
-        f'<ol class="editions">\n{rows}\n</ol>\n</main>'
-    )
-    return _page(lang, f"{product} ({lang}) — {site_title}", "feed.atom", f"{product} ({lang})", body)
-
-
-def _x(text: str) -> str:
-    return xml_escape(_clean(text))
-
-
-def _xa(text: str) -> str:
-    return quoteattr(_clean(text))
-
-
-def _updated(art: Artifact) -> str:
-    # From the edition itself, never the wall clock: re-delivery must produce the same bytes.
-    return f"{art.edition_date}T00:00:00Z"
-
-
-def render_feed(editions: list[Artifact], product: str, lang: str, site_title: str, base_url: str = "") -> str:
-    """The Atom 1.0 feed at `<product>/<lang>/feed.atom`, newest entry first."""
-    prefix = f"{base_url}/{product}/{lang}/" if base_url else ""  # relative links resolve against the feed
-    entries = []
-    for art in editions[:FEED_ENTRIES]:
-        href = (
-            f"{base_url}/{product}/{art.edition_date}/{lang}.html" if base_url else f"../{art.edition_date}/{lang}.html"
-        )
-        content = f"<p>{_h(art.summary)}</p><ol>{_items_html(art)}</ol>"
-        entries.append(
-            "  <entry>\n"
-            f"    <id>{_x(f'urn:iipub:{product}:{lang}:{art.edition_date}')}</id>\n"
-            f"    <title>{_x(art.title)}</title>\n"
-            f"    <updated>{_updated(art)}</updated>\n"
-            f'    <link rel="alternate" type="text/html" href={_xa(href)}/>\n'
-            f'    <summary type="text">{_x(art.summary)}</summary>\n'
-            f'    <content type="html">{_x(content)}</content>\n'
-            "  </entry>\n"
-        )
-    updated = _updated(editions[0]) if editions else "1970-01-01T00:00:00Z"
-    return (
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<feed xmlns="http://www.w3.org/2005/Atom" xml:lang={_xa(lang)}>\n'
-        f"  <id>{_x(f'urn:iipub:{product}:{lang}')}</id>\n"
-        f"  <title>{_x(f'{product} ({lang}) — {site_title}')}</title>\n"
-        f"  <updated>{updated}</updated>\n"
-        f"  <author><name>{_x(site_title)}</name></author>\n"
-        f'  <link rel="self" type="application/atom+xml" href={_xa(prefix + "feed.atom")}/>\n'
-        f'  <link rel="alternate" type="text/html" href={_xa(prefix + "index.html")}/>\n'
-        + "".join(entries)
-        + "</feed>\n"
-    )
-
-
-# --- files ----------------------------------------------------------------------------------
+# --- checks ---------------------------------------------------------------------------------
 
 
 def _check_parts(product: str, date: str, lang: str) -> str | None:
@@ -267,6 +373,20 @@ def _check_parts(product: str, date: str, lang: str) -> str | None:
     except ValueError:
         return f"invalid edition date {date!r}"
     return None
+
+
+def _utc_stamp(text: str) -> str | None:
+    """`published_at` as `YYYY-MM-DDTHH:MM:SSZ` (UTC), or None if it is not a time with an offset."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None or not 1970 <= when.year <= 9999:
+        return None
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- files ----------------------------------------------------------------------------------
 
 
 def _fsync_dir(path: Path) -> None:
@@ -295,24 +415,57 @@ def _ensure_dir(path: Path) -> None:
         _fsync_dir(d.parent)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never a mix."""
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        if path.read_bytes() == data:
-            return  # already published: leave the file (and its mtime) alone
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server must be able to read it
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+class _Files:
+    """Replaces files so readers see the old or the new one, never a mix: a temporary file
+    (in `tmp_dir`, outside the public tree, when it is on the same filesystem), fsync, rename.
+    The directories are fsynced once per delivery (`sync`), before it is acknowledged: a
+    delivery cut short before that is delivered again, and the manifest repairs itself then."""
+
+    def __init__(self, tmp_dir: Path | None) -> None:
+        self.tmp_dir = tmp_dir
+        self._dirty: set[Path] = set()
+
+    def write(self, path: Path, data: bytes) -> bool:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            if path.read_bytes() == data:
+                return False  # already there: leave the file (and its mtime) alone
+        fd, tmp = tempfile.mkstemp(dir=self.tmp_dir or path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server must be able to read it
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._dirty.add(path.parent)
+        return True
+
+    def sync(self) -> None:
+        for d in sorted(self._dirty):
+            _fsync_dir(d)
+        self._dirty.clear()
+
+
+def _drop_leftovers(folder: Path) -> None:
+    """What earlier sinks (or a dead one) left in a public folder: the per-index `.lock` of sinks
+    before the manifest, and temporary files."""
+    with os.scandir(folder) as found:
+        for leftover in found:
+            if (leftover.name == ".lock" or _TMP_RE.match(leftover.name)) and leftover.is_file():
+                os.unlink(leftover.path)
+
+
+def _clear_tmp(tmp: Path) -> None:
+    """Under the lock no other delivery is writing: a temporary file left here is a dead one's."""
+    with os.scandir(tmp) as found:
+        for leftover in found:
+            if _TMP_RE.match(leftover.name):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover.path)
 
 
 @contextlib.contextmanager

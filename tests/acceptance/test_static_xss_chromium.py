@@ -99,7 +99,9 @@ def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
     root = tmp_path / "site"
     assert StaticSink(root).deliver(ev) == Delivered()
 
-    for page in (root / "daily-brief" / "2025-03-07" / "en.html", root / "daily-brief" / "en" / "index.html"):
+    pages = (root / "daily-brief" / "2025-03-07" / "en.html", root / "daily-brief" / "en" / "index.html",
+             root / "daily-brief" / "en" / "2025-03.html", root / "index.html")
+    for page in pages:
         dom = _dump_dom(page, tmp_path / "profile")
         lower = dom.lower()
         # The hostile markup is there as visible text, escaped in the serialised DOM.
@@ -112,7 +114,7 @@ def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
 
     edition_dom = _dump_dom(root / "daily-brief" / "2025-03-07" / "en.html", tmp_path / "profile")
     assert (
-        "<title>Title en &lt;script&gt;document.title='pwned'&lt;/script&gt; — daily-brief — 2025-03-07</title>"
+        "<title>Title en &lt;script&gt;document.title='pwned'&lt;/script&gt; — Daily Brief — 7 March 2025</title>"
         in edition_dom
     )
     assert "&lt;img src=x onerror=\"document.title='pwned'\"&gt;" in edition_dom
