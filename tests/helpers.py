@@ -37,9 +37,10 @@ import sqlalchemy as sa
 import structlog
 from click.testing import CliRunner
 
-from iipub import db, logs
+from iipub import db, logs, reconcile
 from iipub.config import Settings, settings_from_dict
 from iipub.simulator import Simulator, SimulatorOptions
+from iipub.store import Store
 
 # Read at import, which tests/conftest.py does before it scrubs IIPUB_* and OPENAI_* from the
 # environment of the test run.
@@ -307,6 +308,24 @@ def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str
         f"[ledger]\npath = \"{tmp_path / 'spend-ledger.jsonl'}\"\n" + config
     )
     return {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "IIPUB_CONFIG": str(cfg)}
+
+
+def drive_to_saved(settings: Settings, engine: sa.Engine, sim: Simulator, last_day: dt.date, days: int = 1) -> None:
+    """Schedule every product for `days` dates up to `last_day` and tick until every job is
+    SAVED_NOT_PUBLIC (editions and outbox rows written, nothing delivered yet)."""
+    store = Store(engine, "test")
+    for i in range(days):
+        for p in settings.products.values():
+            store.schedule(p, last_day - dt.timedelta(days=i))
+    states: set[str] = set()
+    for _ in range(6):
+        reconcile.run(settings, engine)
+        sim.advance(5)
+        with engine.connect() as conn:
+            states = set(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        if states == {"SAVED_NOT_PUBLIC"}:
+            return
+    raise AssertionError(f"jobs did not reach SAVED_NOT_PUBLIC: {states}")
 
 
 # -- databases -------------------------------------------------------------------------------------------

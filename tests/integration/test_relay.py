@@ -18,8 +18,7 @@ from iipub import db, reconcile, relay
 from iipub.config import Settings, WebhookSink
 from iipub.outbox import Outbox
 from iipub.simulator import Simulator
-from iipub.store import Store
-from tests.helpers import SECRET, Receiver, receiver
+from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
 
 DAY = dt.date(2026, 11, 28)
 
@@ -41,18 +40,7 @@ def with_webhook(settings: Settings, url: str) -> Settings:
 
 
 def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) -> None:
-    store = Store(engine, "test")
-    for i in range(days):
-        for p in settings.products.values():
-            store.schedule(p, DAY - dt.timedelta(days=i))
-    for _ in range(6):
-        reconcile.run(settings, engine)
-        sim.advance(5)
-        with engine.connect() as conn:
-            states = set(conn.execute(sa.select(db.jobs.c.state)).scalars())
-        if states == {"SAVED_NOT_PUBLIC"}:
-            return
-    raise AssertionError(f"jobs did not reach SAVED_NOT_PUBLIC: {states}")
+    drive_to_saved(settings, engine, sim, DAY, days)
 
 
 def tree(root: Path) -> dict[str, str]:

@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import db, relay
 from iipub.config import Settings, WebhookSink, settings_from_dict
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator
-from iipub.store import Store
 from iipub.timefmt import naive_utc
-from tests.helpers import SECRET, Receiver, receiver
+from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
 
 DAY = dt.date(2026, 11, 28)
 
@@ -37,18 +36,8 @@ def hook() -> Iterator[Receiver]:
         yield rec
 
 
-def saved(s: Settings, engine: sa.Engine, sim: Simulator, days: int) -> None:
-    store = Store(engine, "test")
-    for i in range(days):
-        for p in s.products.values():
-            store.schedule(p, DAY - dt.timedelta(days=i))
-    for _ in range(6):
-        reconcile.run(s, engine)
-        sim.advance(5)
-        with engine.connect() as conn:
-            if set(conn.execute(sa.select(db.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}:
-                return
-    raise AssertionError("jobs did not reach SAVED_NOT_PUBLIC")
+def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) -> None:
+    drive_to_saved(settings, engine, sim, DAY, days)
 
 
 def deliveries(engine: sa.Engine, sink: str) -> list[dict[str, Any]]:
