@@ -5,7 +5,8 @@ real simulator response still in progress), on the same schema (iipub's migratio
 engine settings (`iipub.db.make_engine`: SQLAlchemy + PyMySQL, READ COMMITTED) and the same
 simulator process, it does what iipub's tick does on the wire and nothing else:
 
-* the candidate SELECT (the WHERE and ORDER BY of `Store.due_candidates`, `batch` rows);
+* the candidate SELECT (the WHERE and ORDER BY of `Store.due_candidates`, `batch` rows more
+  than the sweep has seen, those it has seen left out: one poll per job per sweep, as iipub);
 * a chunk of `concurrency` candidates leased in one transaction: one UPDATE fenced on each
   (id, version) pair with the lease free, the re-read of what was leased, COMMIT;
 * per job, in one of `concurrency` threads: GET the response through the official openai SDK
@@ -202,15 +203,19 @@ class Floor:
         if writer is not None:
             writer.start()
         pending: set[Future[None]] = set()
+        seen: set[str] = set()  # one poll per job per sweep, as iipub's tick: a job polled early
+        # comes due again 30 s later, which a sweep longer than that would otherwise chase forever
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="floor-job") as pool:
             while True:
-                batch = self.candidates()
+                batch = [c for c in self.candidates(self.batch + len(seen)) if c[0] not in seen]
                 if not batch:
                     break
                 for start in range(0, len(batch), self.concurrency):
                     while len(pending) >= self.concurrency:
                         _, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    jobs = self.lease(batch[start : start + self.concurrency])
+                    wanted = batch[start : start + self.concurrency]
+                    seen.update(job_id for job_id, _ in wanted)
+                    jobs = self.lease(wanted)
                     chunk = _Chunk(len(jobs)) if writer is not None else None
                     pending.update(pool.submit(self.poll, job, chunk) for job in jobs)
             wait(pending)
@@ -218,10 +223,10 @@ class Floor:
             self._chunks.put(None)
             writer.join()
 
-    def candidates(self) -> list[tuple[str, int]]:
+    def candidates(self, limit: int) -> list[tuple[str, int]]:
         with self.engine.connect() as conn:
             rows = conn.execute(CANDIDATES, {"active": _ACTIVE, "create_phase": _CREATE_PHASE,
-                                             "cleanup_phase": _CLEANUP_PHASE, "limit": self.batch}).all()
+                                             "cleanup_phase": _CLEANUP_PHASE, "limit": limit}).all()
         return [(r[0], r[1]) for r in rows]
 
     def lease(self, chunk: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:

@@ -130,11 +130,11 @@ def per_poll(m: dict[str, Any], key: str) -> float:
 
 def floor_table(results: dict[str, list[dict[str, Any]]]) -> str:
     rows = []
-    for program in PROGRAMS:
-        ms = results[program]
+    floors = [f for f in FLOORS if f in results]
+    for program, ms in results.items():
         cpu = [m["cpu"] / m["polls"] * 1000 for m in ms]
         ratios = [[m["cpu"] / m["polls"] / (f["cpu"] / f["polls"]) for m, f in zip(ms, results[ref], strict=True)]
-                  for ref in FLOORS]
+                  for ref in floors]
         rows.append([
             f"`{program}`", str(len(ms)), reporting.spread([m["wall"] for m in ms], 2),
             reporting.spread([m["polls"] / m["wall"] for m in ms]), reporting.spread(cpu, 2),
@@ -144,7 +144,7 @@ def floor_table(results: dict[str, list[dict[str, Any]]]) -> str:
             f"{reporting.median(per_poll(m, 'COMMIT') for m in ms):.2f}",
         ])
     return reporting.table(["program", "runs", "wall s", "polls/s", "CPU ms per poll",
-                            *(f"÷ `{f}` (same run)" for f in FLOORS), "SQL statements / wire round trips per poll",
+                            *(f"÷ `{f}` (same run)" for f in floors), "SQL statements / wire round trips per poll",
                             "COMMITs per poll"], rows)
 
 
@@ -300,6 +300,8 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.2, help="provider latency in seconds (default 0.2)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--max-connections", type=int, default=32, help="HTTP connections (iipub's default 32)")
+    ap.add_argument("--programs", default=",".join(PROGRAMS),
+                    help=f"comma-separated subset of part 1's programs (default {','.join(PROGRAMS)})")
     ap.add_argument("--peer-python", default=None,
                     help="a Python with bench/requirements-peer.txt installed: also run the DBOS peer")
     ap.add_argument("--pg", default=DEFAULT_PG, help=f"PostgreSQL server for the peer (default {DEFAULT_PG})")
@@ -316,11 +318,14 @@ def main() -> None:
     runs = args.runs or (1 if args.quick else 3)
     n = args.n or (200 if args.quick else 1000)
     c, mc = args.concurrency, args.max_connections
-    results: dict[str, list[dict[str, Any]]] = {p: [] for p in PROGRAMS}
+    programs = [p.strip() for p in args.programs.split(",") if p.strip()]
+    if unknown := set(programs) - set(PROGRAMS):
+        ap.error(f"--programs: unknown {sorted(unknown)}; choose from {list(PROGRAMS)}")
+    results: dict[str, list[dict[str, Any]]] = {p: [] for p in programs}
     with simproc.SimProc(latency_seconds=args.latency, queued_seconds=0.0, in_progress_seconds=86400.0,
                          retention_seconds=864000.0) as sim:
         for r in range(runs):
-            for program in PROGRAMS:  # side by side within a run
+            for program in programs:  # side by side within a run
                 m = measure(program, args.mysql, sim, n, c, mc)
                 results[program].append(m)
                 print(f"run {r + 1} {program:<12} {m['wall']:7.2f} s {m['polls'] / m['wall']:7.1f} polls/s "
@@ -360,7 +365,7 @@ def main() -> None:
                 print(f"!! iipub lifecycle failed: {type(exc).__name__}: {exc}", flush=True)
 
     versions = peer[0]["versions"] if peer else {}
-    head = run.header(f"{runs} per program, alternating {' → '.join(PROGRAMS)} within each run "
+    head = run.header(f"{runs} per program, alternating {' → '.join(programs)} within each run "
                       "(median, min–max)", [f"- Part 1 wall time: {part1_wall:.0f} s"])
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=benchdb.ROOT, capture_output=True, text=True,
                          check=False).stdout.strip()
@@ -412,7 +417,7 @@ def main() -> None:
   two editions with their outbox rows, relay delivery, remote delete), zero provider latency, MariaDB; CPU of
   this process (reconcile and relay, all threads); COMMITs counted on the wire.
 
-{peer_table(peer, life, results['iipub'])}
+{peer_table(peer, life, results.get('iipub', []))}
 
 {marginal(peer)} Baselines: launch + warm-up job + destroy {baselines['launch']:.0f} commits;
 DBOS idle (its background threads, {IDLE_SECONDS:g} s launched with nothing to do) {baselines['idle_per_s']:.1f}
