@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import queue
+import resource
 import threading
 import time
 from collections import Counter
@@ -138,8 +139,8 @@ class WireCounter:
 
 @contextmanager
 def measured() -> Iterator[dict[str, Any]]:
-    """Wall, process CPU (all threads) and wire commands over the block, written into the dict
-    it yields."""
+    """Wall, process CPU (all threads) and wire commands over the block, and the process's peak
+    RSS at its end, written into the dict it yields."""
     out: dict[str, Any] = {}
     with WireCounter() as wire:
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -147,6 +148,7 @@ def measured() -> Iterator[dict[str, Any]]:
         out["wall"] = time.perf_counter() - t0
         out["cpu"] = time.process_time() - cpu0
         out["wire"] = wire.snapshot()
+        out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 # -- the floor ------------------------------------------------------------------------------

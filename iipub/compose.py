@@ -12,11 +12,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from .config import Product
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DOC_KEYS = frozenset({"product", "edition_date", "lang", "title", "summary", "items", "sources"})

@@ -22,28 +22,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, Field, ValidationError
-from pydantic.dataclasses import dataclass as checked
-
-from . import edition_schema
+from .edition_limits import MAX_ITEMS
 from .errors import ConfigError, MissingApiKey
+from .strict import Bounds, Checked, InvalidValues
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 _Section = TypeVar("_Section", bound="DataclassInstance")
 
-# Every section is validated when it is built (and again by `dataclasses.replace`): strict types
-# (a string is not a number, a bool is not an integer), finite numbers, no unknown keys, and
-# bounds that keep every value inside the database's column types and the clock arithmetic.
-_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=True)
+# Every section is validated when it is built (and again by `dataclasses.replace`, see
+# `strict`): strict types (a string is not a number, a bool is not an integer), finite numbers,
+# no unknown keys, and bounds that keep every value inside the database's column types and the
+# clock arithmetic.
 _WEEK = 7 * 86_400.0
-Seconds = Annotated[float, Field(ge=0, le=_WEEK)]
-PositiveSeconds = Annotated[float, Field(gt=0, le=_WEEK)]
-Timeout = Annotated[float, Field(gt=0, le=600)]
-Count = Annotated[int, Field(ge=1, le=1_000_000)]
-Share = Annotated[float, Field(gt=0, le=1)]
-Text = Annotated[str, Field(min_length=1, max_length=10_000)]
+Seconds = Annotated[float, Bounds(ge=0, le=_WEEK)]
+PositiveSeconds = Annotated[float, Bounds(gt=0, le=_WEEK)]
+Timeout = Annotated[float, Bounds(gt=0, le=600)]
+Count = Annotated[int, Bounds(ge=1, le=1_000_000)]
+Share = Annotated[float, Bounds(gt=0, le=1)]
+Text = Annotated[str, Bounds(min_length=1, max_length=10_000)]
 
 DEFAULT_DATABASE_URL = "sqlite:///iipub.sqlite3"
 KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru", "ja"})
@@ -82,18 +80,18 @@ def display_title(name: str, lang: str, titles: Mapping[str, str] | None = None)
             or " ".join(part.capitalize() for part in name.split("-") if part) or name)
 
 
-@checked(frozen=True, config=_STRICT)
-class Product:
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+@dataclass(frozen=True)
+class Product(Checked):
+    name: Annotated[str, Bounds(pattern=NAME_PATTERN)]
     languages: tuple[str, ...] = ("en", "es")
     opens_at: dt.time = dt.time(5, 0)
-    model: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^\S+$")] = "gpt-5-mini"
-    temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
-    prompt: Annotated[str, Field(max_length=200_000)] = ""
-    items: Annotated[int, Field(ge=1, le=edition_schema.MAX_ITEMS)] = 14
+    model: Annotated[str, Bounds(min_length=1, max_length=128, pattern=r"^\S+$")] = "gpt-5-mini"
+    temperature: Annotated[float, Bounds(ge=0, le=2)] = 0.2
+    prompt: Annotated[str, Bounds(max_length=200_000)] = ""
+    items: Annotated[int, Bounds(ge=1, le=MAX_ITEMS)] = 14
     allowed_domains: tuple[str, ...] = ()
-    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 10  # INT column; backfills add 1000
-    max_output_bytes: Annotated[int, Field(ge=100, le=16_000_000)] = 512_000
+    priority: Annotated[int, Bounds(ge=-1_000_000, le=1_000_000)] = 10  # INT column; backfills add 1000
+    max_output_bytes: Annotated[int, Bounds(ge=100, le=16_000_000)] = 512_000
     tools: tuple[str, ...] = ()
     # Display only (the static site's headings, per language, as sorted (lang, title) pairs): not
     # part of the fingerprint, so renaming a product never makes a job's generation drift.
@@ -104,6 +102,8 @@ class Product:
         return display_title(self.name, lang, dict(self.titles))
 
     def output_schema(self) -> dict[str, Any]:
+        from . import edition_schema  # pydantic, only once a generation is in question
+
         return edition_schema.json_schema(self.languages, self.items)
 
     def fingerprint(self) -> str:
@@ -114,37 +114,37 @@ class Product:
         return dt.datetime.combine(day, self.opens_at)
 
 
-@checked(frozen=True, config=_STRICT)
-class Budgets:
-    max_generation_attempts: Annotated[int, Field(ge=1, le=100)] = 3
-    max_poll_attempts: Annotated[int, Field(ge=1, le=1_000_000)] = 30
+@dataclass(frozen=True)
+class Budgets(Checked):
+    max_generation_attempts: Annotated[int, Bounds(ge=1, le=100)] = 3
+    max_poll_attempts: Annotated[int, Bounds(ge=1, le=1_000_000)] = 30
 
 
-@checked(frozen=True, config=_STRICT)
-class ReconcileSettings:
-    lease_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
-    tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 50.0
-    concurrency: Annotated[int, Field(ge=1, le=1024)] = 16
+@dataclass(frozen=True)
+class ReconcileSettings(Checked):
+    lease_seconds: Annotated[float, Bounds(ge=1, le=3600)] = 60.0
+    tick_seconds: Annotated[float, Bounds(gt=0, le=3600)] = 50.0
+    concurrency: Annotated[int, Bounds(ge=1, le=1024)] = 16
     max_in_flight: Count = 100
     # A finished response must be polled well inside its ~10-minute retention.
-    poll_interval_seconds: Annotated[float, Field(ge=0, le=300)] = 30.0
+    poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 30.0
     backoff_base_seconds: Seconds = 2.0
     backoff_cap_seconds: Seconds = 600.0
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 500
+    batch_size: Annotated[int, Bounds(ge=1, le=100_000)] = 500
     # A step failing this many times in a row parks the job (step_failing).
-    max_step_failures: Annotated[int, Field(ge=1, le=1000)] = 5
+    max_step_failures: Annotated[int, Bounds(ge=1, le=1000)] = 5
 
 
-@checked(frozen=True, config=_STRICT)
-class ProviderSettings:
+@dataclass(frozen=True)
+class ProviderSettings(Checked):
     connect_timeout_seconds: Timeout = 5.0
     timeout_seconds: Timeout = 30.0
-    max_connections: Annotated[int, Field(ge=1, le=1024)] = 32
+    max_connections: Annotated[int, Bounds(ge=1, le=1024)] = 32
     base_url: str | None = None  # from OPENAI_BASE_URL
     # A 404, an unrequested `cancelled` or a `failed` is a loss only once it held over this
     # many reads spread over at least this many seconds (well inside the ~10-minute retention).
-    loss_confirm_reads: Annotated[int, Field(ge=1, le=20)] = 3
-    loss_confirm_seconds: Annotated[float, Field(ge=0, le=300)] = 60.0
+    loss_confirm_reads: Annotated[int, Bounds(ge=1, le=20)] = 3
+    loss_confirm_seconds: Annotated[float, Bounds(ge=0, le=300)] = 60.0
     # The shared create breaker: first cool-down after an unknown create outcome, doubling per
     # failed probe up to the cap; quota/billing problems start at the longer one.
     breaker_cooldown_seconds: Seconds = 60.0
@@ -152,14 +152,14 @@ class ProviderSettings:
     breaker_cooldown_cap_seconds: Seconds = 3600.0
     # Creates run one at a time (a probe) unless one succeeded this recently.
     healthy_for_seconds: Seconds = 900.0
-    max_creates_per_minute: Annotated[int, Field(ge=0, le=100_000)] = 0  # 0: no global rate limit
+    max_creates_per_minute: Annotated[int, Bounds(ge=0, le=100_000)] = 0  # 0: no global rate limit
 
 
-@checked(frozen=True, config=_STRICT)
-class StaticSink:
+@dataclass(frozen=True)
+class StaticSink(Checked):
     root: Path = Path("public")
-    site_title: Annotated[str, Field(min_length=1, max_length=200)] = "InternationalIntelligence.org"
-    base_url: Annotated[str, Field(max_length=2000)] = ""  # "" = relative links only
+    site_title: Annotated[str, Bounds(min_length=1, max_length=200)] = "InternationalIntelligence.org"
+    base_url: Annotated[str, Bounds(max_length=2000)] = ""  # "" = relative links only
     # The sink's manifest, lock and temporary files, never inside the public tree
     # (default: `default_state_dir(root)`).
     state_dir: Path | None = None
@@ -171,17 +171,17 @@ def default_state_dir(root: Path) -> Path:
     return root.parent / ".iipub-state" / (root.name or "root")
 
 
-@checked(frozen=True, config=_STRICT)
-class WebhookSink:
-    url: Annotated[str, Field(min_length=1, max_length=2000)]
-    secret_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "IIPUB_WEBHOOK_SECRET"
+@dataclass(frozen=True)
+class WebhookSink(Checked):
+    url: Annotated[str, Bounds(min_length=1, max_length=2000)]
+    secret_env: Annotated[str, Bounds(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "IIPUB_WEBHOOK_SECRET"
     timeout_seconds: Timeout = 10.0
-    concurrency: Annotated[int, Field(ge=1, le=32)] = 4  # deliveries in flight at once, beside the static sink's
-    deadline_seconds: Annotated[float, Field(gt=0, le=3600)] = 20.0  # no new delivery starts later in a relay run
+    concurrency: Annotated[int, Bounds(ge=1, le=32)] = 4  # deliveries in flight at once, beside the static sink's
+    deadline_seconds: Annotated[float, Bounds(gt=0, le=3600)] = 20.0  # no new delivery starts later in a relay run
 
 
-@checked(frozen=True, config=_STRICT)
-class WebhookSettings:
+@dataclass(frozen=True)
+class WebhookSettings(Checked):
     """The provider's webhooks (`iipub.webhook`). `enabled` says a receiver is deployed: polls
     of in-flight jobs then relax to `poll_interval_seconds` while verified deliveries keep
     arriving (a completion found by a poll first, or no delivery for `healthy_for_seconds`,
@@ -190,17 +190,17 @@ class WebhookSettings:
     enabled: bool = False
     # A safety net: a lost webhook costs at most this much delay, well inside the provider's
     # ~10-minute retention of a finished response (the same bound as [reconcile]'s).
-    poll_interval_seconds: Annotated[float, Field(ge=0, le=300)] = 240.0
+    poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 240.0
     # Deliveries are as rare as completions (a few a day): a window of two days keeps the day's
     # first batch relaxed; a completion found by a poll first tightens polling at once anyway.
-    healthy_for_seconds: Annotated[float, Field(gt=0, le=_WEEK)] = 172_800.0
-    max_body_bytes: Annotated[int, Field(ge=1024, le=10 * 1024 * 1024)] = 256 * 1024
-    request_seconds: Annotated[float, Field(ge=1, le=120)] = 20.0  # one delivery's time budget
-    lease_wait_seconds: Annotated[float, Field(ge=0, le=60)] = 3.0  # for a worker's lease to end
+    healthy_for_seconds: Annotated[float, Bounds(gt=0, le=_WEEK)] = 172_800.0
+    max_body_bytes: Annotated[int, Bounds(ge=1024, le=10 * 1024 * 1024)] = 256 * 1024
+    request_seconds: Annotated[float, Bounds(ge=1, le=120)] = 20.0  # one delivery's time budget
+    lease_wait_seconds: Annotated[float, Bounds(ge=0, le=60)] = 3.0  # for a worker's lease to end
 
 
-@checked(frozen=True, config=_STRICT)
-class LedgerSettings:
+@dataclass(frozen=True)
+class LedgerSettings(Checked):
     # The spend ledger's file, outside the database (so a restored backup cannot forget a paid
     # create). Default: next to a SQLite database file, else `iipub-ledger.jsonl` in the working
     # directory; `enabled = false` turns it off (not recommended).
@@ -208,26 +208,26 @@ class LedgerSettings:
     enabled: bool = True
 
 
-@checked(frozen=True, config=_STRICT)
-class RelaySettings:
-    tick_seconds: Annotated[float, Field(gt=0, le=3600)] = 50.0
-    lease_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 200
+@dataclass(frozen=True)
+class RelaySettings(Checked):
+    tick_seconds: Annotated[float, Bounds(gt=0, le=3600)] = 50.0
+    lease_seconds: Annotated[float, Bounds(ge=1, le=3600)] = 60.0
+    batch_size: Annotated[int, Bounds(ge=1, le=100_000)] = 200
     backoff_base_seconds: Seconds = 5.0
     backoff_cap_seconds: Seconds = 1800.0
     alert_after_seconds: Seconds = 3600.0
-    prune_after_days: Annotated[float, Field(ge=0, le=3650)] = 30.0
+    prune_after_days: Annotated[float, Bounds(ge=0, le=3650)] = 30.0
 
 
-@checked(frozen=True, config=_STRICT)
-class StatusSettings:
-    window_hours: Annotated[float, Field(gt=0, le=24 * 366)] = 24.0
+@dataclass(frozen=True)
+class StatusSettings(Checked):
+    window_hours: Annotated[float, Bounds(gt=0, le=24 * 366)] = 24.0
     dispatch_slo_seconds: PositiveSeconds = 120.0
     dwell_slo_seconds: PositiveSeconds = 180.0
     overdue_poll_slo_seconds: PositiveSeconds = 90.0
     stranded_after_seconds: PositiveSeconds = 7200.0
     # An edition not published this long after its window opened: WARN.
-    late_after_minutes: Annotated[float, Field(gt=0, le=_WEEK / 60)] = 60.0
+    late_after_minutes: Annotated[float, Bounds(gt=0, le=_WEEK / 60)] = 60.0
     breaker_crit_after_seconds: PositiveSeconds = 1800.0  # the create breaker open this long: CRIT
     outbox_lag_warn_seconds: PositiveSeconds = 600.0
     outbox_lag_crit_seconds: PositiveSeconds = 3600.0
@@ -235,21 +235,21 @@ class StatusSettings:
     dispatch_slo_target: Share = 0.99
     dwell_slo_target: Share = 0.99
     overdue_poll_slo_target: Share = 0.95
-    spend_days: Annotated[int, Field(ge=1, le=366)] = 7  # edition dates shown in the spend table, today included
+    spend_days: Annotated[int, Bounds(ge=1, le=366)] = 7  # edition dates shown in the spend table, today included
     # The name PRODUCT.md gives [monitoring] heartbeat_after_seconds; either spelling is accepted.
     heartbeat_after_seconds: Seconds | None = None
 
 
-@checked(frozen=True, config=_STRICT)
-class MonitoringSettings:
+@dataclass(frozen=True)
+class MonitoringSettings(Checked):
     """Heartbeats (`iipub.heartbeat`): `status --check` is CRITICAL when no `reconcile` (or no
     `relay`) run finished OK within `heartbeat_after_seconds` (0 turns that check off). After each
     successful run, `ping_url` (optional; `{command}` in it becomes `reconcile` or `relay`) is
     fetched with a GET: a dead-man's switch watched from outside the host."""
 
     heartbeat_after_seconds: Seconds = 300.0
-    ping_url: Annotated[str, Field(min_length=1, max_length=2000)] | None = None
-    ping_timeout_seconds: Annotated[float, Field(gt=0, le=30)] = 5.0
+    ping_url: Annotated[str, Bounds(min_length=1, max_length=2000)] | None = None
+    ping_timeout_seconds: Annotated[float, Bounds(gt=0, le=30)] = 5.0
 
 
 @dataclass(frozen=True)
@@ -586,8 +586,8 @@ def _product(raw: Any, base_dir: Path) -> Product:
         raise ConfigError(f"{where}: titles names language(s) the product does not publish: {', '.join(stray)}")
     if not 0 <= p.temperature <= 2:
         raise ConfigError(f"{where}: temperature must be between 0 and 2")
-    if not 1 <= p.items <= edition_schema.MAX_ITEMS:
-        raise ConfigError(f"{where}: items must be between 1 and {edition_schema.MAX_ITEMS}")
+    if not 1 <= p.items <= MAX_ITEMS:
+        raise ConfigError(f"{where}: items must be between 1 and {MAX_ITEMS}")
     return p
 
 
@@ -630,16 +630,9 @@ def _section(cls: type[_Section], raw: Any, where: str) -> _Section:
     _no_unknown(label, raw, {f.name for f in dataclasses.fields(cls)})
     try:
         return cls(**raw)
-    except ValidationError as exc:
-        raise ConfigError("\n".join(_problem(label, e) for e in exc.errors())) from None
-
-
-def _problem(label: str, error: Mapping[str, Any]) -> str:
-    """`[section] key: what is wrong (got …)`: one line per problem."""
-    key = ".".join(str(part) for part in error.get("loc", ()) if part != "__root__") or "value"
-    msg = str(error.get("msg", "invalid"))
-    got = error.get("input")
-    return f"{label} {key}: {msg[:1].lower() + msg[1:]} (got {_shown(got)})"
+    except InvalidValues as exc:  # `[section] key: what is wrong (got …)`: one line per problem
+        raise ConfigError("\n".join(f"{label} {p.key}: {p.message} (got {_shown(p.value)})"
+                                     for p in exc.problems)) from None
 
 
 def _shown(value: Any) -> str:

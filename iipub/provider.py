@@ -16,13 +16,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import httpx
 import structlog
 
-if TYPE_CHECKING:  # the SDK is imported on first use: CLI commands that never call it start fast
+if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that calls no provider
+    import httpx  # (an idle cron run) never pays for them
     import openai
 
-from . import backoff, edition_schema
+from . import backoff
 from .closing import Closing
 from .config import Product, ProviderSettings
 from .errors import InvariantViolation, MissingApiKey
@@ -78,37 +78,38 @@ class Provider(Closing):
     def __init__(self, settings: ProviderSettings, api_key: str, http_client: httpx.Client | None = None) -> None:
         if not api_key:
             raise MissingApiKey()
-        timeout = httpx.Timeout(settings.timeout_seconds, connect=settings.connect_timeout_seconds)
+        self._settings = settings
         self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=settings.max_connections),
-        )
+        self._http = http_client
         self._api_key = api_key
-        self._base_url = settings.base_url
-        self._timeout = timeout
         self._sdk: openai.OpenAI | None = None
         self._sdk_lock = threading.Lock()
 
     @property
     def _client(self) -> openai.OpenAI:
-        """The SDK client, built at the first call: an idle tick never imports the SDK (about
-        half a second of CPU, 1,440 times a day)."""
+        """The SDK client and its HTTP pool, built at the first call: an idle tick imports
+        neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day)."""
         with self._sdk_lock:
             if self._sdk is None:
+                import httpx
                 import openai
 
+                s = self._settings
+                timeout = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
+                if self._http is None:
+                    self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=s.max_connections))
                 # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
                 # with no idempotency key, creating duplicate paid jobs. It still sends
                 # x-stainless-retry-count (always "0" here), which lets the simulator prove no
                 # retry happened.
-                self._sdk = openai.OpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0,
-                                          timeout=self._timeout, http_client=self._http)
+                self._sdk = openai.OpenAI(api_key=self._api_key, base_url=s.base_url, max_retries=0,
+                                          timeout=timeout, http_client=self._http)
             return self._sdk
 
     def close(self) -> None:
-        if self._owns_http:
-            self._http.close()
+        with self._sdk_lock:
+            if self._owns_http and self._http is not None:
+                self._http.close()
 
     # -- create: the money path -------------------------------------------------------------
 
@@ -121,7 +122,7 @@ class Provider(Closing):
             "temperature": p.temperature,
             "background": True,
             "store": True,
-            "text": {"format": edition_schema.text_format(p.languages, p.items)},
+            "text": {"format": _text_format(p)},
             "metadata": create_metadata(req),
         }
         try:
@@ -136,13 +137,13 @@ class Provider(Closing):
         # The SDK's own request path (auth, base URL, its error classes), but the body is read
         # as JSON once and mapped here: building its full response model cost more CPU than
         # the rest of a poll.
-        return self._read(response_id, lambda: self._client.get(f"/responses/{response_id}", cast_to=httpx.Response))
+        return self._read(response_id, lambda: self._client.get(f"/responses/{response_id}", cast_to=_raw()))
 
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
         return self._read(response_id, lambda: self._client.post(f"/responses/{response_id}/cancel",
-                                                                 cast_to=httpx.Response))
+                                                                 cast_to=_raw()))
 
     def _read(self, response_id: str, call: Callable[[], Any]) -> ReadOutcome:
         """A call answered with the response as it now stands (retrieve, cancel)."""
@@ -169,6 +170,19 @@ class Provider(Closing):
 
 
 _T = TypeVar("_T")
+
+
+def _text_format(product: Product) -> dict[str, Any]:
+    from . import edition_schema  # pydantic: only when a create is made
+
+    return edition_schema.text_format(product.languages, product.items)
+
+
+def _raw() -> type[httpx.Response]:
+    """`cast_to` for a body read as JSON here, not through the SDK's model."""
+    import httpx
+
+    return httpx.Response
 
 
 def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
@@ -243,12 +257,15 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
 
 def _never_sent(exc: openai.APIConnectionError) -> bool:
     # httpx raises these only while obtaining a connection, before any request byte is written.
+    import httpx
+
     return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
 
 
 def _read_errors() -> tuple[type[Exception], ...]:
     """What a read, cancel or delete may fail with and still be an answer: the SDK's errors,
     transport errors, and a body that is not JSON. Anything else is a bug and propagates."""
+    import httpx
     import openai
 
     return (openai.APIError, httpx.HTTPError, ValueError)

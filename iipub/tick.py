@@ -20,7 +20,7 @@ from .errors import Contention, DatabaseUnavailable
 from .gate import CreateGate
 from .jobs import Job
 from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected
-from .provider import Provider
+from .provider import Provider  # cheap: the SDK and httpx load at its first call
 from .states import State
 from .store import PlannedWrite, Store
 

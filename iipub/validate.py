@@ -12,13 +12,14 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ValidationError
-
-from . import edition_schema
 from .config import Product
+from .edition_limits import MAX_URL
+
+if TYPE_CHECKING:  # pydantic is imported when a payload is validated, not by every cron run
+    from pydantic import BaseModel
 
 MAX_REASONS = 50
 
@@ -78,6 +79,10 @@ def validate(payload_text: str | None, product: Product) -> Validation:
     except RecursionError:
         return _fail(["not_json: nesting too deep"])
 
+    from pydantic import ValidationError
+
+    from . import edition_schema
+
     model = edition_schema.output_model(tuple(product.languages), product.items)
     edition: BaseModel | None = None
     try:
@@ -113,8 +118,8 @@ def url_problem(url: str, allowed_domains: Sequence[str] = ()) -> tuple[str, str
     that is non-empty); otherwise `(kind, detail)` with kind `bad_url` or `domain_not_allowed`."""
     if not isinstance(url, str) or not url:
         return "bad_url", "empty"
-    if len(url) > edition_schema.MAX_URL:
-        return "bad_url", f"longer than {edition_schema.MAX_URL} characters"
+    if len(url) > MAX_URL:
+        return "bad_url", f"longer than {MAX_URL} characters"
     if _URL_BAD_CHARS.search(url):
         return "bad_url", "contains whitespace, control characters or a backslash"
     try:

@@ -3,6 +3,7 @@ errors into one stderr line and an exit code."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import NoReturn
 
@@ -13,20 +14,45 @@ from .. import __version__
 from ..db import describe_error
 from ..errors import IipubError
 from ..logs import error_line
-from .check_cmd import check_command
 from .common import App, setup_logging
-from .db_cmd import db_group
-from .demo_cmd import demo_command
-from .jobs_cmd import jobs_group, schedule_command
-from .operator_cmd import COMMANDS as OPERATOR_COMMANDS
-from .outbox_cmd import outbox_group
-from .run_cmd import reconcile_command, relay_command
-from .simulator_cmd import simulator_command
-from .status_cmd import status_command
-from .webhook_cmd import orphans_group, webhook_group
+
+# Where each command lives: its module is imported only when that command runs (or `--help`
+# lists it), so a cron run of `iipub reconcile` loads the reconcile machinery and nothing else.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "db": ("db_cmd", "db_group"),
+    "schedule": ("jobs_cmd", "schedule_command"),
+    "jobs": ("jobs_cmd", "jobs_group"),
+    "reconcile": ("run_cmd", "reconcile_command"),
+    "relay": ("run_cmd", "relay_command"),
+    "status": ("status_cmd", "status_command"),
+    "quarantine": ("operator_cmd", "quarantine_group"),
+    **{name: ("operator_cmd", f"{name}_command") for name in (
+        "republish", "pause", "unpause", "suspend", "resume", "cancel", "kill", "revalidate", "regenerate",
+        "backfill")},
+    "simulator": ("simulator_cmd", "simulator_command"),
+    "demo": ("demo_cmd", "demo_command"),
+    "check": ("check_cmd", "check_command"),
+    "webhook": ("webhook_cmd", "webhook_group"),
+    "orphans": ("webhook_cmd", "orphans_group"),
+    "outbox": ("outbox_cmd", "outbox_group"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """The top-level group, each subcommand loaded from `COMMANDS` when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        command: click.Command = getattr(importlib.import_module(f"{__name__}.{where[0]}"), where[1])
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="iipub")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
               help="Minimum level of the JSON log lines written to stderr.")
@@ -40,12 +66,6 @@ def cli(ctx: click.Context, log_level: str) -> None:
     setup_logging(log_level)
     app = ctx.ensure_object(App)
     ctx.call_on_close(app.close)
-
-
-for _command in (db_group, schedule_command, jobs_group, reconcile_command, relay_command, status_command,
-                 *OPERATOR_COMMANDS, simulator_command, demo_command, check_command, webhook_group, orphans_group,
-                 outbox_group):
-    cli.add_command(_command)
 
 
 def _monitoring(argv: list[str] | None) -> bool:

@@ -346,7 +346,3 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
             click.echo(f"{product} {day}: {verb if day in report.created else 'already present'}")
     click.echo(f"{'dry run: would create' if dry_run else 'created'} {len(report.created)}, "
                f"already present {len(report.present)}")
-
-
-COMMANDS = [quarantine_group, republish_command, pause_command, unpause_command, suspend_command, resume_command,
-            cancel_command, kill_command, revalidate_command, regenerate_command, backfill_command]

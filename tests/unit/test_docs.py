@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
     out: dict[str, click.Command] = {}
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None and cmd.name == name, (name, cmd)
         full = f"{prefix}{name}"
         out[full] = cmd
         if isinstance(cmd, click.Group):

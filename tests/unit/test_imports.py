@@ -3,14 +3,21 @@ operator/report machinery are imported by the commands that need them, not by ev
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import clean_env
 
 
-def _loaded_after(code: str) -> set[str]:
+def _loaded_after(code: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
-    return set(out.split())
+                         capture_output=True, text=True, check=True, timeout=60, env=env, cwd=cwd).stdout
+    return set(out.strip().splitlines()[-1].split())  # the last line: what the command printed comes first
 
 
 def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server() -> None:
@@ -34,3 +41,25 @@ def test_the_provider_builds_its_sdk_client_at_the_first_call() -> None:
         "p.close()\n"
     )
     assert "openai" in loaded
+
+
+def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_library(tmp_path: Path) -> None:
+    """`iipub reconcile` with nothing due (1,440 runs a day) loads neither the openai SDK, httpx
+    nor pydantic: the configuration checks itself (`iipub.strict`), the provider and the edition
+    schema load at their first use."""
+    if dt.datetime.now(dt.UTC).time() >= dt.time(23, 58):
+        pytest.skip("the product's window opens now: the run would have work")
+    (tmp_path / "iipub.toml").write_text('[[products]]\nname = "daily-brief"\nopens_at = "23:59"\nprompt = "x"\n')
+    env = {**clean_env(), "IIPUB_DATABASE_URL": f"sqlite:///{tmp_path / 'iipub.sqlite3'}",
+           "IIPUB_CONFIG": str(tmp_path / "iipub.toml"), "OPENAI_API_KEY": "sk-idle",
+           "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+    code = ("from iipub.cli import main\n"
+            "for args in (['db', 'migrate'], ['reconcile']):\n"
+            "    try:\n"
+            "        main(args)\n"
+            "    except SystemExit as exc:\n"
+            "        assert not exc.code, exc.code\n")
+    loaded = _loaded_after(code, env=env, cwd=tmp_path)
+    assert "iipub.reconcile" in loaded  # it did run the tick
+    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.simulator.server"}
+    assert not heavy & loaded, sorted(heavy & loaded)
