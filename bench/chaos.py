@@ -1052,9 +1052,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    run = Run(args)
+def campaign(run: Run, keep_db: bool) -> tuple[list[invariants.Violation], bool]:
+    """Set-up, chaos, convergence and verdict; the report is written and the run cleaned up
+    whatever happens (Ctrl-C, SIGTERM or an error included). The database is kept when
+    `keep_db`, when the run failed, or when violations were found. Returns (violations, failed)."""
     found: list[invariants.Violation] | None = None
     failed = False
     try:
@@ -1072,18 +1073,26 @@ def main(argv: list[str] | None = None) -> int:
         run.report["error"] = f"{type(exc).__name__}: {exc}"
         failed = True
     finally:
-        keep = args.keep_db or failed or bool(found)
+        keep = keep_db or failed or bool(found)
         try:
             run.finish(found or [])
         finally:
             run.cleanup(keep_db=keep)
+    return found or [], failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = Run(args)
+    found, failed = campaign(run, keep_db=args.keep_db)
+    keep = args.keep_db or failed or bool(found)
     r = run.report
     log(f"seed {r['seed']}: {r.get('jobs_total')} slots, {r.get('process_runs')} worker runs, "
         f"actions {r.get('actions')}, advanced {r.get('advanced')}")
     log(f"final states {r.get('final_states')}; quarantine {r.get('quarantine_reasons')}")
     log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}"
         + (f"; database kept: {run.dbname}" if keep else ""))
-    for v in (found or [])[:20]:
+    for v in found[:20]:
         log(f"  {v}")
     if failed:
         return 2

@@ -10,8 +10,10 @@ and the document).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -107,3 +109,18 @@ def reconcile_env(url: str, sim_url: str, workdir: Path, sections: Mapping[str, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
     env.update(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=sim_url)
     return env
+
+
+def run_reconcilers(envs: Sequence[Mapping[str, str]], cwd: str | Path, timeout: float = 900) -> list[dict[str, Any]]:
+    """Start one `iipub reconcile` per environment, all at once (as overlapping cron runs would),
+    wait for every one and return their JSON summaries (the last line each prints), in order."""
+    children = [subprocess.Popen([*iipub_exe(), "reconcile"], env=dict(env), cwd=cwd,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                for env in envs]
+    summaries = []
+    for child in children:
+        out, _ = child.communicate(timeout=timeout)
+        if child.returncode != 0:
+            raise RuntimeError(f"iipub reconcile exited {child.returncode}: {out[-500:]}")
+        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    return summaries

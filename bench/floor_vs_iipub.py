@@ -12,7 +12,7 @@ process CPU around it, the SDK imported before) and counts the commands PyMySQL 
 Part 2, the peer (with `--peer-python`, a Python that has `bench/requirements-peer.txt`): the DBOS
 app in a child process on the local PostgreSQL, one workflow per job (create, then durable sleep +
 retrieve until completed, then store), at two response durations so the cost of one more poll
-can be told from the cost of a job; and iipub's full lifecycle (`lifecycle.measure`) for its
+can be told from the cost of a job; and iipub's full lifecycle (`lifecycle.driven`) for its
 commits per job.
 
     .venv/bin/python bench/floor_vs_iipub.py [--mysql URL] [--n 1000] [--runs 3] [--latency 0.2]
@@ -142,10 +142,11 @@ def floor_table(results: dict[str, list[dict[str, Any]]]) -> str:
             (f"{reporting.median(per_poll(m, 'statements') for m in ms):.2f} / "
              f"{reporting.median(per_poll(m, 'wire') for m in ms):.2f}"),
             f"{reporting.median(per_poll(m, 'COMMIT') for m in ms):.2f}",
+            reporting.spread([m.get("peak_rss_mib", float("nan")) for m in ms], 0),
         ])
     return reporting.table(["program", "runs", "wall s", "polls/s", "CPU ms per poll",
                             *(f"÷ `{f}` (same run)" for f in floors), "SQL statements / wire round trips per poll",
-                            "COMMITs per poll"], rows)
+                            "COMMITs per poll", "peak RSS MiB"], rows)
 
 
 # -- part 2: the DBOS peer, and iipub's lifecycle commits --------------------------------------
@@ -231,48 +232,22 @@ def lifecycle_run(base_url: str, k: int) -> dict[str, Any]:
     """`bench/lifecycle.py`'s measurement (K backfill slots NO_JOB → DELETED, reconcile + relay
     loops, zero latency) with this process's CPU, and a slot the tree quarantines counted as
     finished (its reason reported) instead of failing the run."""
-    import time
-
-    import metering
+    import lifecycle
     from iipub.states import State
 
-    with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
-            benchdb.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = benchdb.open_db(url, pool_size=16 + 4)
-        try:
-            # tick_seconds 290, not lifecycle.py's 3600: the config refuses a tick budget past the
-            # heartbeat's (300 s); these ticks take seconds.
-            settings = benchdb.bench_settings(
-                url, sim.url, Path(tmp) / "public",
-                reconcile={"poll_interval_seconds": 0.0, "tick_seconds": 290.0, "max_in_flight": k},
-                relay={"tick_seconds": 290.0},
-                ledger={"path": str(Path(tmp) / "ledger.jsonl")},  # not the working directory's
-            )
-            benchdb.park_today(engine, settings)
-            benchdb.schedule_backfill(engine, settings, k)
-            first_event = benchdb.max_event_id(engine)
-            requests_before = sim.requests()
-            counter = metering.RoundTrips(engine)
-            counter.reset()
-            ends = (State.DELETED.value, State.QUARANTINED.value)
-            cpu0, t0 = time.process_time(), time.perf_counter()
-            benchdb.drive(settings, engine, sim, lambda c: sum(c.get(s, 0) for s in ends) == k + len(settings.products),
-                          relay_too=True, max_loops=12)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-            rt = counter.snapshot()
-            counter.close()
-            events = benchdb.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
-            J = db.jobs
-            with engine.connect() as conn:
-                parked: dict[Any, Any] = dict(conn.execute(sa.select(J.c.quarantine_reason, sa.func.count())
-                                           .where(J.c.state == State.QUARANTINED.value)
-                                           .group_by(J.c.quarantine_reason)).all())
-            req = sim.requests()
-            calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
-        finally:
-            engine.dispose()
-    return {"k": k, "wall": wall, "cpu": cpu, "events": events, "wire": rt["wire"], "statements": rt["statements"],
-            "calls": calls, "quarantined": {str(r): int(n) for r, n in parked.items()}}
+    # tick_seconds 290, not lifecycle.py's 3600: the config refuses a tick budget past the
+    # heartbeat's (300 s); these ticks take seconds.
+    with lifecycle.driven(base_url, k, ends=(State.DELETED.value, State.QUARANTINED.value), tick_seconds=290.0,
+                          ledger_in_temp_dir=True) as d:
+        J = db.jobs
+        with d.engine.connect() as conn:
+            parked: dict[Any, Any] = dict(conn.execute(sa.select(J.c.quarantine_reason, sa.func.count())
+                                       .where(J.c.state == State.QUARANTINED.value)
+                                       .group_by(J.c.quarantine_reason)).all())
+    rt = d.round_trips
+    return {"k": k, "wall": d.wall, "cpu": d.cpu, "events": d.events, "wire": rt["wire"],
+            "statements": rt["statements"], "calls": d.calls,
+            "quarantined": {str(r): int(n) for r, n in parked.items()}}
 
 
 # -- the document ---------------------------------------------------------------------------------

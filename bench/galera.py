@@ -495,32 +495,13 @@ class GaleraRun(chaos.Run):
 
 def campaign(args: argparse.Namespace) -> int:
     base = Path(args.cluster_dir or tempfile.mkdtemp(prefix="iipub-galera-"))
-    found: list[invariants.Violation] | None = None
-    failed = False
     with running_cluster(args.nodes, base, sql_port=args.sql_port, gcomm_port=args.gcomm_port,
                          ist_port=args.ist_port, sst_port=args.sst_port) as cluster:
         if args.workdir is None:
             args.workdir = str(base / "run")
         run = GaleraRun(args, cluster)
-        try:
-            with chaos._signals_raise():
-                run.setup()
-                run.chaos()
-                run.stop_chaos()
-                run.converge()
-                found = run.verdict()
-        except KeyboardInterrupt:
-            log("interrupted")
-            failed = True
-        except Exception as exc:
-            log(f"run failed: {type(exc).__name__}: {exc}")
-            run.report["error"] = f"{type(exc).__name__}: {exc}"
-            failed = True
-        finally:
-            try:
-                run.finish(found or [])
-            finally:
-                run.cleanup(keep_db=True)  # the cluster (and the database) go away below anyway
+        # The database is not dropped: the cluster (and the database with it) goes away below anyway.
+        found, failed = chaos.campaign(run, keep_db=True)
     r = run.report
     log(f"seed {r['seed']}: {r.get('jobs_total')} slots on {args.nodes} nodes, {r.get('process_runs')} worker runs")
     log(f"node events: {[(e['t'], e['event'], e['node']) for e in r.get('node_events', [])]}")
@@ -560,16 +541,8 @@ def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurr
             cluster.wait_synced(120)
             before = sim.requests().get("retrieve", 0)
             t0 = time.perf_counter()
-            children = [subprocess.Popen([*common.iipub_exe(), "reconcile"], cwd=tmp, text=True,
-                                         env=dict(env, IIPUB_DATABASE_URL=cluster.nodes[i - 1].url(dbname)),
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-                        for i in nodes]
-            summaries = []
-            for child in children:
-                out, _ = child.communicate(timeout=900)
-                if child.returncode != 0:
-                    raise RuntimeError(f"iipub reconcile exited {child.returncode}: {out[-500:]}")
-                summaries.append(json.loads(out.strip().splitlines()[-1]))
+            summaries = common.run_reconcilers(
+                [dict(env, IIPUB_DATABASE_URL=cluster.nodes[i - 1].url(dbname)) for i in nodes], tmp)
             wall = time.perf_counter() - t0
             polls = sim.requests().get("retrieve", 0) - before
             keys = ("leased", "taken", "contention", "lease_lost", "errors")

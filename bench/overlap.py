@@ -12,8 +12,6 @@ first), `contention` and `lease_lost`; plus a check that no job was polled twice
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -46,15 +44,7 @@ def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency
             env = common.reconcile_env(url, sim.url, Path(tmp), sections)
             before = sim.requests().get("retrieve", 0)
             t0 = time.perf_counter()
-            children = [subprocess.Popen([*common.iipub_exe(), "reconcile"], env=env, cwd=tmp,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                        for _ in range(procs)]
-            summaries = []
-            for child in children:
-                out, _ = child.communicate(timeout=900)
-                if child.returncode != 0:
-                    raise RuntimeError(f"iipub reconcile exited {child.returncode}: {out[-500:]}")
-                summaries.append(json.loads(out.strip().splitlines()[-1]))
+            summaries = common.run_reconcilers([env] * procs, tmp)
             wall = time.perf_counter() - t0
             polls = sim.requests().get("retrieve", 0) - before
             with engine.connect() as conn:

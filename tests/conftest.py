@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,6 +31,13 @@ from tests.helpers import (
 for _name in list(os.environ):
     if _name.startswith(("IIPUB_", "OPENAI_")):
         del os.environ[_name]
+
+# Bytecode is cached whatever the caller's environment says: the suite imports iipub in this
+# process and in every interpreter it starts, and with PYTHONDONTWRITEBYTECODE each of them
+# would compile the package (and pytest re-rewrite every test module) from source, some seconds
+# per run. What the tests observe is the same.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Each test's files (SQLite database, static site, spend ledger) live in memory when the machine
 # has a tmpfs: iipub fsyncs every published file and ledger line, and a few milliseconds per

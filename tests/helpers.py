@@ -26,20 +26,23 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
+import pytest
 import sqlalchemy as sa
 import structlog
 from click.testing import CliRunner
 
 from iipub import db, logs, reconcile
 from iipub.config import Settings, settings_from_dict
+from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator import server as simulator_server
 from iipub.store import Store
 
 # Read at import, which tests/conftest.py does before it scrubs IIPUB_* and OPENAI_* from the
@@ -47,6 +50,8 @@ from iipub.store import Store
 MYSQL_URL = os.environ.get("IIPUB_TEST_MYSQL_URL", "").strip()
 BACKEND = "mysql" if MYSQL_URL else "sqlite"
 ENV_PREFIXES = ("IIPUB_", "OPENAI_")
+
+R = TypeVar("R")
 
 UNKNOWN_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -297,6 +302,25 @@ def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, A
                    provider=replace(base.provider, base_url=sim_url))
 
 
+def open_at_midnight(settings: Settings) -> Settings:
+    """Every product opening at midnight, so today's slots are due whenever the test runs."""
+    products = {name: replace(p, opens_at=dt.time(0, 0)) for name, p in settings.products.items()}
+    return replace(settings, products=products)
+
+
+def simulator_options_seen(monkeypatch: pytest.MonkeyPatch) -> list[SimulatorOptions]:
+    """The options `iipub simulator` builds, collected instead of starting a simulator: each
+    attempt to start one fails with ConfigError("stop here"), so the command exits 2."""
+    seen: list[SimulatorOptions] = []
+
+    def refuse(options: SimulatorOptions, **kwargs: Any) -> Simulator:
+        seen.append(options)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(simulator_server, "Simulator", refuse)
+    return seen
+
+
 def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str = "") -> dict[str, str]:
     """Environment for `iipub reconcile` / `relay` (in process or as a child) against `sim`,
     with a config file in `tmp_path` (`config` appended to it)."""
@@ -401,6 +425,11 @@ def job_events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
+def row_count(engine: sa.Engine, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
 def job_versions(engine: sa.Engine) -> dict[str, int]:
     return {r["id"]: r["version"] for r in job_rows(engine)}
 
@@ -463,7 +492,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        rec: Receiver = self.server.receiver  # type: ignore[attr-defined]
+        rec: Receiver = self.server.recorder  # type: ignore[attr-defined]
         with rec.lock:
             rec.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
         if rec.mode == "hang":
@@ -471,15 +500,18 @@ class _Handler(BaseHTTPRequestHandler):
         status, extra = {"ok": (200, {}), "503": (503, {"retry-after": "120"}), "400": (400, {}),
                          "hang": (200, {})}[rec.mode]
         reply = b'{"ok":true}' if status == 200 else b'{"error":"nope"}'
-        try:
-            self.send_response(status)
-            for k, v in extra.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-        except OSError:
-            pass  # the client is gone (killed relay)
+        with suppress(OSError):  # the client is gone (killed relay)
+            send_reply(self, status, extra, reply)
+
+
+def send_reply(handler: BaseHTTPRequestHandler, status: int, headers: Mapping[str, str], body: bytes) -> None:
+    """An answer with `headers`, a Content-Length and `body`."""
+    handler.send_response(status)
+    for k, v in headers.items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 @contextmanager
@@ -496,11 +528,21 @@ def serving(server: socketserver.BaseServer) -> Iterator[None]:
 
 
 @contextmanager
+def recording_server(handler: type[BaseHTTPRequestHandler], recorder: Callable[[str], R],
+                     path: str = "") -> Iterator[R]:
+    """An HTTP server on loopback answering with `handler` (a thread per request) for the
+    duration of the block. Yields `recorder(url)` (the server's URL ending in `path`), which the
+    handler finds as `self.server.recorder`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    rec = recorder(f"http://127.0.0.1:{server.server_address[1]}{path}")
+    server.recorder = rec  # type: ignore[attr-defined]
+    with serving(server):
+        yield rec
+
+
+@contextmanager
 def receiver() -> Iterator[Receiver]:
     """A webhook receiver on loopback for the duration of the block."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/iipub")
-    server.receiver = rec  # type: ignore[attr-defined]
-    with serving(server):
+    with recording_server(_Handler, Receiver, "/hooks/iipub") as rec:
         yield rec

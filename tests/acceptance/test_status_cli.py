@@ -5,10 +5,8 @@ the same database."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +17,14 @@ from iipub import db, reconcile, relay
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import record_heartbeats, run_cli
+from tests.helpers import open_at_midnight, record_heartbeats, run_cli
 
-
-@pytest.fixture(autouse=True)
-def _no_auto_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 @pytest.fixture
 def s(settings: Settings) -> Settings:
-    products = {name: replace(p, opens_at=dt.time(0, 0)) for name, p in settings.products.items()}
-    return replace(settings, products=products)
+    return open_at_midnight(settings)
 
 
 def schedule_today(s: Settings, engine: sa.Engine) -> None:

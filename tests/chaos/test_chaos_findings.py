@@ -16,11 +16,7 @@ from iipub.states import Reason, State
 from iipub.store import Store
 
 DAY = dt.date(2026, 11, 28)
-
-
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 def versions(engine: sa.Engine) -> dict[str, int]:

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,12 +45,17 @@ pytestmark = [
 ]
 
 
-def test_short_campaign_on_three_nodes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+def import_galera() -> Any:
+    """bench/galera.py (bench/ is not a package: on sys.path just for the import)."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        galera = importlib.import_module("galera")
+        return importlib.import_module("galera")
     finally:
         sys.path.remove(str(ROOT / "bench"))
+
+
+def test_short_campaign_on_three_nodes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    galera = import_galera()
     report = tmp_path / "report.json"
     cluster_dir = Path("/tmp") / f"iipub-galera-test-{os.getpid()}"
     try:
@@ -77,11 +83,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 
     from iipub import db, migrate
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        galera = importlib.import_module("galera")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-mig-{os.getpid()}"
     try:
         with galera.running_cluster(2, cluster_dir, sql_port=33071, gcomm_port=45771, ist_port=45781,

@@ -27,6 +27,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,6 +45,8 @@ PRODUCT = "daily-brief"
 GOOD_DAY = dt.date(2026, 11, 27)
 BAD_DAY = dt.date(2026, 11, 28)
 POLL_BUDGET = 3
+
+pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 # -- just enough of the Responses API -------------------------------------------------------------
@@ -204,11 +207,6 @@ def fake() -> Iterator[FakeResponses]:
         f.server.server_close()
 
 
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
-
-
 def one_product(settings: Settings, base_url: str) -> Settings:
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
     return replace(settings, products={PRODUCT: p}, budgets=replace(settings.budgets, max_poll_attempts=POLL_BUDGET),
@@ -272,6 +270,26 @@ def ticks(s: Settings, engine: sa.Engine, n: int = 6) -> None:
         db.advance_clock(engine, 700)  # past every backoff and lease
 
 
+@contextmanager
+def bad_answer_beside_published_work(settings: Settings, engine: sa.Engine, fake: FakeResponses, *,
+                                     get_mode: str = "", create_mode: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """A slot published end to end, then a slot whose provider answers are bad (`get_mode` for
+    its retrieves, `create_mode` for its create) ticked until it rests; yields the bad slot's id
+    and row. After the block: the published slot's rows and pages are as they were, and the
+    invariants hold."""
+    s = one_product(settings, fake.url)
+    good, before = publish_neighbour(s, engine)
+    job_id = bad_slot(s, engine)
+    if get_mode:
+        fake.get_mode[job_id] = get_mode
+    if create_mode:
+        fake.create_mode[job_id] = create_mode
+    ticks(s, engine)
+    yield job_id, job_row(engine, job_id)
+    assert snapshot(engine, good, Path(s.static_sink.root)) == before  # type: ignore[union-attr]
+    assert invariants.check(engine, settings=s, settled=True) == []
+
+
 # -- payloads that cannot be read are polled to the budget, then parked with the response id ---------------------
 
 
@@ -279,76 +297,56 @@ def ticks(s: Settings, engine: sa.Engine, n: int = 6) -> None:
 def test_unreadable_completed_response_is_parked_with_its_response_id(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:
-    s = one_product(settings, fake.url)
-    good, before = publish_neighbour(s, engine)
-    job_id = bad_slot(s, engine)
-    fake.get_mode[job_id] = mode
-    ticks(s, engine)
-    row = job_row(engine, job_id)
-    assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "poll_budget_exhausted"
-    assert row["response_id"] and row["payload"] is None and row["generation_attempts"] == 1
-    assert fake.count("create", job_id) == 1 and fake.count("retrieve", job_id) == POLL_BUDGET
-    assert snapshot(engine, good, Path(s.static_sink.root)) == before  # type: ignore[union-attr]
-    assert invariants.check(engine, settings=s, settled=True) == []
+    with bad_answer_beside_published_work(settings, engine, fake, get_mode=mode) as (job_id, row):
+        assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "poll_budget_exhausted"
+        assert row["response_id"] and row["payload"] is None and row["generation_attempts"] == 1
+        assert fake.count("create", job_id) == 1 and fake.count("retrieve", job_id) == POLL_BUDGET
 
 
 @pytest.mark.parametrize("mode", ["invalid_utf8", "no_id", "truncated_body"])
 def test_unreadable_create_answer_is_an_unknown_outcome_never_retried(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:
-    s = one_product(settings, fake.url)
-    good, before = publish_neighbour(s, engine)
-    job_id = bad_slot(s, engine)
-    fake.create_mode[job_id] = mode
-    ticks(s, engine)
-    row = job_row(engine, job_id)
-    assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "create_outcome_unknown"
-    assert row["response_id"] is None and row["generation_attempts"] == 1
-    assert fake.count("create", job_id) == 1  # the provider did create it: never a second POST
-    assert snapshot(engine, good, Path(s.static_sink.root)) == before  # type: ignore[union-attr]
-    assert invariants.check(engine, settings=s, settled=True) == []
+    with bad_answer_beside_published_work(settings, engine, fake, create_mode=mode) as (job_id, row):
+        assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "create_outcome_unknown"
+        assert row["response_id"] is None and row["generation_attempts"] == 1
+        assert fake.count("create", job_id) == 1  # the provider did create it: never a second POST
 
 
 def test_control_characters_are_retained_not_published(settings: Settings, engine: sa.Engine,
                                                         fake: FakeResponses) -> None:
+    with bad_answer_beside_published_work(settings, engine, fake, get_mode="control_chars") as (job_id, row):
+        assert row["state"] == "VALIDATION_FAILED_RETAINED"
+        assert "\\u0000\\u001b[31m" in row["payload"] and "\u202e" in row["payload"]  # stored as received
+        assert row["payload_sha256"] == hashlib.sha256(row["payload"].encode()).hexdigest()
+        assert "control_chars: en.items[0].headline (U+0000)" in row["last_error"]
+        assert "control_chars: es.title (U+202E)" in row["last_error"]
+        assert fake.count("create", job_id) == 1
+
+
+def paid_once_before_the_provider_forgets(settings: Settings, engine: sa.Engine, fake: FakeResponses,
+                                          get_mode: str) -> tuple[str, dict[str, Any]]:
+    """A slot whose output is `get_mode`, from a provider that forgets a response after three
+    reads, ticked six times: created once. Returns its id and row."""
     s = one_product(settings, fake.url)
-    good, before = publish_neighbour(s, engine)
     job_id = bad_slot(s, engine)
-    fake.get_mode[job_id] = "control_chars"
-    ticks(s, engine)
-    row = job_row(engine, job_id)
-    assert row["state"] == "VALIDATION_FAILED_RETAINED"
-    assert "\\u0000\\u001b[31m" in row["payload"] and "\u202e" in row["payload"]  # stored as received
-    assert row["payload_sha256"] == hashlib.sha256(row["payload"].encode()).hexdigest()
-    assert "control_chars: en.items[0].headline (U+0000)" in row["last_error"]
-    assert "control_chars: es.title (U+202E)" in row["last_error"]
+    fake.get_mode[job_id] = get_mode
+    fake.forget_after = 3
+    ticks(s, engine, n=6)
     assert fake.count("create", job_id) == 1
-    assert snapshot(engine, good, Path(s.static_sink.root)) == before  # type: ignore[union-attr]
-    assert invariants.check(engine, settings=s, settled=True) == []
+    return job_id, job_row(engine, job_id)
 
 
 def test_lone_surrogate_in_the_output_is_retained_and_paid_once(settings: Settings, engine: sa.Engine,
                                                                  fake: FakeResponses) -> None:
-    s = one_product(settings, fake.url)
-    job_id = bad_slot(s, engine)
-    fake.get_mode[job_id] = "lone_surrogate"
-    fake.forget_after = 3
-    ticks(s, engine, n=6)
-    row = job_row(engine, job_id)
-    assert fake.count("create", job_id) == 1
+    job_id, row = paid_once_before_the_provider_forgets(settings, engine, fake, "lone_surrogate")
     assert fake.count("retrieve", job_id) <= 2
     assert row["state"] == "VALIDATION_FAILED_RETAINED" and row["payload"]
 
 
 def test_output_beyond_what_the_database_takes_is_parked_and_paid_once(settings: Settings, engine: sa.Engine,
                                                                        fake: FakeResponses) -> None:
-    s = one_product(settings, fake.url)
-    job_id = bad_slot(s, engine)
-    fake.get_mode[job_id] = "huge"
-    fake.forget_after = 3
-    ticks(s, engine, n=6)
-    row = job_row(engine, job_id)
-    assert fake.count("create", job_id) == 1
+    _, row = paid_once_before_the_provider_forgets(settings, engine, fake, "huge")
     assert row["state"] == "VALIDATION_FAILED_RETAINED" and "too_large" in (row["last_error"] or "")
 
 

@@ -43,6 +43,17 @@ def drive_to(s: Settings, engine: sa.Engine, sim: Simulator, wanted: str, ticks:
     return row
 
 
+def ticked_to_publication(s: Settings, engine: sa.Engine, ticks: int = 3) -> dict[str, Any]:
+    """`ticks` reconcile + relay pairs, after which the slot is published (or already past it);
+    returns its row."""
+    for _ in range(ticks):
+        reconcile.run(s, engine)
+        relay.run(s, engine)
+    row = the_job(engine)
+    assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    return row
+
+
 def drifted(s: Settings) -> Settings:
     p = s.products[PRODUCT]
     return replace(s, products={PRODUCT: replace(p, prompt="A new prompt, deployed mid-flight.")})
@@ -86,11 +97,7 @@ def test_drift_while_polling_takes_custody_then_revalidate_publishes_under_the_n
     assert (row["state"], row["quarantine_reason"], bool(row["payload"])) == ("QUARANTINED", "config_drift", True)
     with Operator(new, engine) as op:
         assert op.revalidate(row["id"], "the kept output is fine", "alice").state == "RETRIEVED_NOT_VALIDATED"
-    for _ in range(3):
-        reconcile.run(new, engine)
-        relay.run(new, engine)
-    row = the_job(engine)
-    assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    row = ticked_to_publication(new, engine)
     assert row["config_fingerprint"] == new.products[PRODUCT].fingerprint()
     assert sim.stats()["creates_total"] == 1
     assert invariants.check(engine, settings=new, sim_stats=sim.stats()) == []
@@ -163,10 +170,7 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
     monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
     with Operator(cfg, engine) as op:
         op.revalidate(row["id"], "disk cleaned", "alice")
-    for _ in range(3):
-        reconcile.run(cfg, engine)
-        relay.run(cfg, engine)
-    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    ticked_to_publication(cfg, engine)
 
 
 def test_kill_of_a_suspended_saved_edition_is_refused_like_kill_of_the_saved_edition(
@@ -206,10 +210,7 @@ def test_a_polling_job_suspended_past_the_retention_keeps_its_output(cfg: Settin
     sim.advance(700)  # past the provider's retention: the output is ours already
     with Operator(cfg, engine) as op:
         op.resume(row["id"], "alice", "over")
-    for _ in range(3):
-        reconcile.run(cfg, engine)
-        relay.run(cfg, engine)
-    assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+    ticked_to_publication(cfg, engine)
     assert sim.stats()["creates_total"] == 1
     found = invariants.check(engine, settings=cfg, sim_stats=sim.stats())
     assert found == [], [str(v) for v in found]

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from iipub import db, heartbeat, reconcile
 from iipub.errors import DatabaseUnavailable
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import one_line_error, record_heartbeats, run_cli, serving, sim_env
+from tests.helpers import one_line_error, record_heartbeats, recording_server, run_cli, send_reply, sim_env
 
 # One product whose slot opens late in the day: a run has nothing to pay for.
 LATE_PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\nitems = 3\nopens_at = "23:59"\n'
@@ -45,29 +45,22 @@ class _PingHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        rec: PingReceiver = self.server.receiver  # type: ignore[attr-defined]
+        rec: PingReceiver = self.server.recorder  # type: ignore[attr-defined]
         rec.requests.append((self.path, self.headers.get("User-Agent", "")))
         if rec.mode == "hang":
             rec.release.wait(10)
             return
         status = 200 if rec.mode == "ok" else 500
-        self.send_response(status)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"OK")
+        send_reply(self, status, {}, b"OK")
 
 
 @contextmanager
 def ping_receiver(mode: str = "ok") -> Iterator[PingReceiver]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PingHandler)
-    server.daemon_threads = True
-    rec = PingReceiver(base=f"http://127.0.0.1:{server.server_address[1]}", mode=mode)
-    server.receiver = rec  # type: ignore[attr-defined]
-    try:
-        with serving(server):
+    with recording_server(_PingHandler, lambda base: PingReceiver(base=base, mode=mode)) as rec:
+        try:
             yield rec
-    finally:
-        rec.release.set()
+        finally:
+            rec.release.set()
 
 
 def closed_port() -> int:

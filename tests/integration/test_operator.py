@@ -21,6 +21,7 @@ from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import Reason, State
 from iipub.store import Store
+from tests.helpers import job_events, row_count
 
 PRODUCT = "daily-brief"
 
@@ -62,17 +63,6 @@ def row(engine: sa.Engine, job_id: str) -> dict[str, Any]:
         return dict(conn.execute(sa.select(db.jobs).where(db.jobs.c.id == job_id)).mappings().one())
 
 
-def events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def count(engine: sa.Engine, table: sa.Table) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
-
-
 def today(engine: sa.Engine) -> dt.date:
     with engine.connect() as conn:
         return db.read_now(conn).date()
@@ -94,6 +84,12 @@ def accepted(cfg: Settings, engine: sa.Engine) -> str:
     job_id = only_job(cfg, engine)
     assert row(engine, job_id)["state"] == State.ACCEPTED
     return job_id
+
+
+def accepted_response(cfg: Settings, engine: sa.Engine) -> tuple[str, str]:
+    """`accepted`'s job and the id of its response at the provider."""
+    job_id = accepted(cfg, engine)
+    return job_id, row(engine, job_id)["response_id"]
 
 
 def create_unknown(cfg: Settings, engine: sa.Engine, sim: Simulator) -> str:
@@ -131,7 +127,7 @@ def finish(cfg: Settings, engine: sa.Engine, sim: Simulator, job_id: str, until:
 
 
 def last_event(engine: sa.Engine, job_id: str) -> dict[str, Any]:
-    e = events(engine, job_id)[-1]
+    e = job_events(engine, job_id)[-1]
     return {**e, "detail": json.loads(e["detail"]) if e["detail"] else {}}
 
 
@@ -174,10 +170,10 @@ def test_release_verified_lost_past_the_budget_is_refused(cfg: Settings, engine:
                                                           sim: Simulator) -> None:
     cfg = replace(cfg, budgets=replace(cfg.budgets, max_generation_attempts=1))
     job_id = create_unknown(cfg, engine, sim)
-    before, journal = row(engine, job_id), events(engine, job_id)
+    before, journal = row(engine, job_id), job_events(engine, job_id)
     with Operator(cfg, engine) as op, pytest.raises(OperatorRefused, match=r"all 1 paid creates are used \(1/1\)"):
         op.release(job_id, ReleaseMode.VERIFIED_LOST, "lost", "alice")
-    assert row(engine, job_id) == before and events(engine, job_id) == journal
+    assert row(engine, job_id) == before and job_events(engine, job_id) == journal
     assert sim.stats()["creates_total"] == 1
 
 
@@ -191,13 +187,13 @@ def test_release_link_adopts_the_dropped_response(cfg: Settings, engine: sa.Engi
     r = row(engine, job_id)
     assert r["response_id"] == response_id and r["poll_count"] == 0 and r["quarantine_reason"] is None
     assert r["lease_owner"] is None
-    reasons = [e["reason"] for e in events(engine, job_id)]
+    reasons = [e["reason"] for e in job_events(engine, job_id)]
     if finished:
         # Custody in the same command: the payload and its cost are on the row.
         assert job.state == r["state"] == State.RETRIEVED_NOT_VALIDATED
         assert r["payload"] and r["payload_sha256"] and r["total_tokens"] > 0
         assert reasons[-2:] == ["operator_link", "operator_harvest"]
-        assert [e["to_state"] for e in events(engine, job_id)][-2:] == ["COMPLETED_NOT_RETRIEVED",
+        assert [e["to_state"] for e in job_events(engine, job_id)][-2:] == ["COMPLETED_NOT_RETRIEVED",
                                                                        "RETRIEVED_NOT_VALIDATED"]
     else:
         assert job.state == r["state"] == State.IN_PROGRESS
@@ -206,7 +202,7 @@ def test_release_link_adopts_the_dropped_response(cfg: Settings, engine: sa.Engi
     finish(cfg, engine, sim, job_id, State.SAVED_NOT_PUBLIC)
     stats = sim.stats()
     assert stats["creates_total"] == 1  # adopting never pays twice
-    assert count(engine, db.editions) == len(cfg.products[PRODUCT].languages)
+    assert row_count(engine, db.editions) == len(cfg.products[PRODUCT].languages)
 
 
 def test_release_link_refuses_a_response_of_another_job(cfg: Settings, engine: sa.Engine, sim: Simulator,
@@ -224,7 +220,7 @@ def test_release_link_refuses_a_response_of_another_job(cfg: Settings, engine: s
     assert row(engine, lost_id)["state"] == State.QUARANTINED
     other_response = row(engine, other_id)["response_id"]
     assert other_response
-    before, journal = row(engine, lost_id), events(engine, lost_id)
+    before, journal = row(engine, lost_id), job_events(engine, lost_id)
 
     with pytest.raises(OperatorRefused, match=f"names job {other_id}, not job {lost_id}"):
         op.release(lost_id, ReleaseMode.LINK, "looks like ours", "carol", link_response_id=other_response)
@@ -232,7 +228,7 @@ def test_release_link_refuses_a_response_of_another_job(cfg: Settings, engine: s
         op.release(lost_id, ReleaseMode.LINK, "typo", "carol", link_response_id="resp_doesnotexist")
     with pytest.raises(OperatorRefused, match="not a well-formed response id"):
         op.release(lost_id, ReleaseMode.LINK, "typo", "carol", link_response_id="resp/../x")
-    assert row(engine, lost_id) == before and events(engine, lost_id) == journal
+    assert row(engine, lost_id) == before and job_events(engine, lost_id) == journal
     assert row(engine, other_id)["state"] in (State.ACCEPTED, State.QUEUED, State.IN_PROGRESS)
 
 
@@ -252,8 +248,7 @@ def test_release_refusals_leave_the_job_alone(cfg: Settings, engine: sa.Engine, 
 
 def test_32_manual_release_resets_poll_count(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     cfg = replace(cfg, budgets=replace(cfg.budgets, max_poll_attempts=2))
-    job_id = accepted(cfg, engine)
-    response_id = row(engine, job_id)["response_id"]
+    job_id, response_id = accepted_response(cfg, engine)
     sim.add_faults([{"op": "retrieve", "fault": "server_error", "times": 2}])
     for _ in range(3):  # two failed polls, then the budget check
         db.advance_clock(engine, 30)  # past the poll backoff
@@ -282,8 +277,7 @@ def test_32_manual_release_resets_poll_count(cfg: Settings, engine: sa.Engine, s
 
 def test_33_suspended_job_is_never_leased_but_its_output_is_kept(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                                                   op: Operator) -> None:
-    job_id = accepted(cfg, engine)
-    response_id = row(engine, job_id)["response_id"]
+    job_id, response_id = accepted_response(cfg, engine)
     job = op.suspend(job_id, "incident 42", "frank")
     assert job.state == State.MANUALLY_SUSPENDED and job.suspended_from == "ACCEPTED"
     frozen = row(engine, job_id)
@@ -297,13 +291,14 @@ def test_33_suspended_job_is_never_leased_but_its_output_is_kept(cfg: Settings, 
     # Never leased and no decision taken, but custody is never frozen: the output is stored once.
     assert r["state"] == State.MANUALLY_SUSPENDED and r["lease_owner"] is None and r["payload"]
     assert r["version"] == frozen["version"] + 1 and r["suspended_from"] == "RETRIEVED_NOT_VALIDATED"
-    assert [e["reason"] for e in events(engine, job_id)][-2:] == ["operator_suspend", "retrieved"]
+    assert [e["reason"] for e in job_events(engine, job_id)][-2:] == ["operator_suspend", "retrieved"]
     assert sim.stats()["creates_total"] == 1 and response_id
 
     job = op.resume(job_id, "frank", "incident over")
     r = row(engine, job_id)
     assert job.state == r["state"] == State.RETRIEVED_NOT_VALIDATED and r["suspended_from"] is None
-    assert [e["reason"] for e in events(engine, job_id)][-3:] == ["operator_suspend", "retrieved", "operator_resume"]
+    assert [e["reason"] for e in job_events(engine, job_id)][-3:] == ["operator_suspend", "retrieved",
+                                                                      "operator_resume"]
     assert last_event(engine, job_id)["detail"] == {"by": "frank", "why": "incident over",
                                                    "resumed_to": "RETRIEVED_NOT_VALIDATED"}
     finish(cfg, engine, sim, job_id, State.SAVED_NOT_PUBLIC)
@@ -354,7 +349,7 @@ def test_cancel_race_harvests_and_publishes_exactly_once(cfg: Settings, engine: 
     r = row(engine, job_id)
     assert job.state == r["state"] == State.RETRIEVED_NOT_VALIDATED
     assert r["payload"] and r["total_tokens"] > 0 and r["next_attempt_at"] is not None
-    assert [(e["to_state"], e["reason"]) for e in events(engine, job_id)][-2:] == [
+    assert [(e["to_state"], e["reason"]) for e in job_events(engine, job_id)][-2:] == [
         ("COMPLETED_NOT_RETRIEVED", "operator_cancel"), ("RETRIEVED_NOT_VALIDATED", "operator_harvest")]
 
     tick(cfg, engine)
@@ -363,8 +358,8 @@ def test_cancel_race_harvests_and_publishes_exactly_once(cfg: Settings, engine: 
     relay.run(cfg, engine)
     assert row(engine, job_id)["state"] == State.PUBLISHED
     langs = cfg.products[PRODUCT].languages
-    assert count(engine, db.editions) == len(langs)
-    assert count(engine, db.outbox) == len(langs)
+    assert row_count(engine, db.editions) == len(langs)
+    assert row_count(engine, db.outbox) == len(langs)
     day = row(engine, job_id)["edition_date"].isoformat()
     for lang in langs:
         assert (tmp_path / "public" / PRODUCT / day / f"{lang}.html").is_file()
@@ -373,8 +368,7 @@ def test_cancel_race_harvests_and_publishes_exactly_once(cfg: Settings, engine: 
 
 def test_cancel_of_a_running_response_quarantines_it(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                                      op: Operator) -> None:
-    job_id = accepted(cfg, engine)
-    response_id = row(engine, job_id)["response_id"]
+    job_id, response_id = accepted_response(cfg, engine)
     job = op.cancel(job_id, "runaway spend", "judy")
     r = row(engine, job_id)
     assert job.state == r["state"] == State.QUARANTINED
@@ -391,13 +385,13 @@ def test_cancel_of_a_running_response_quarantines_it(cfg: Settings, engine: sa.E
 def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                            op: Operator) -> None:
     job_id = accepted(cfg, engine)
-    before, journal = row(engine, job_id), events(engine, job_id)
+    before, journal = row(engine, job_id), job_events(engine, job_id)
     sim.add_faults([{"op": "cancel", "fault": "server_error"}])
     with pytest.raises(OperatorRefused, match=r"cancel of resp_.* failed, nothing changed"):
         op.cancel(job_id, "stop", "kim")
     after = row(engine, job_id)
     assert {k: v for k, v in after.items() if k != "version"} == {k: v for k, v in before.items() if k != "version"}
-    assert events(engine, job_id) == journal
+    assert job_events(engine, job_id) == journal
     with pytest.raises(OperatorRefused, match="only a job waiting on the provider"):
         op.cancel(unticked_slot(cfg, engine), "stop", "kim")
 
@@ -407,8 +401,7 @@ def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim
 
 def test_kill_deletes_remote_data_and_never_publishes(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                                       op: Operator) -> None:
-    job_id = accepted(cfg, engine)
-    response_id = row(engine, job_id)["response_id"]
+    job_id, response_id = accepted_response(cfg, engine)
     job = op.kill(job_id, "duplicate edition", "leo")
     r = row(engine, job_id)
     assert job.state == r["state"] == State.CLEANUP_PENDING and r["kill_requested"]
@@ -419,7 +412,7 @@ def test_kill_deletes_remote_data_and_never_publishes(cfg: Settings, engine: sa.
     stats = sim.stats()
     assert stats["deleted_ids"] == [response_id] and stats["deletes"] == 1
     relay.run(cfg, engine)
-    assert count(engine, db.editions) == 0 and count(engine, db.outbox) == 0
+    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
 
 
 def test_kill_is_refused_once_the_edition_is_saved(cfg: Settings, engine: sa.Engine, sim: Simulator,
@@ -460,13 +453,13 @@ def test_backfill_is_idempotent_and_dry_run_writes_nothing(cfg: Settings, engine
     start = day - dt.timedelta(days=2)
     seen: list[tuple[dt.date, bool]] = []
     dry = backfill(cfg, engine, PRODUCT, start, day, dry_run=True, today=day, progress=lambda d, c: seen.append((d, c)))
-    assert dry.created == [start, start + dt.timedelta(days=1), day] and count(engine, db.jobs) == 0
+    assert dry.created == [start, start + dt.timedelta(days=1), day] and row_count(engine, db.jobs) == 0
     assert seen == [(d, True) for d in dry.created]
     first = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert first.created == dry.created and first.present == []
     again = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert again.created == [] and again.present == dry.created
-    assert count(engine, db.jobs) == 3
+    assert row_count(engine, db.jobs) == 3
     flags = {r["edition_date"]: r["is_backfill"] for r in jobs(engine)}
     assert flags == {start: True, start + dt.timedelta(days=1): True, day: False}
 
@@ -481,7 +474,7 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
         backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day, today=day)
     with pytest.raises(ConfigError, match="unknown product 'nope'"):
         backfill(cfg, engine, "nope", day, day, today=day)
-    assert count(engine, db.jobs) == 0
+    assert row_count(engine, db.jobs) == 0
 
 
 def test_resume_polling_is_refused_while_the_config_has_drifted(cfg: Settings, engine: sa.Engine,

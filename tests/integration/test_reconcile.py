@@ -24,6 +24,7 @@ from iipub.provider import Provider
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import Reason, State
 from iipub.store import Store
+from tests.helpers import job_events, row_count
 
 DAY = dt.date(2026, 11, 28)
 
@@ -41,17 +42,6 @@ def one(engine: sa.Engine) -> dict[str, Any]:
     rows = jobs(engine)
     assert len(rows) == 1, rows
     return rows[0]
-
-
-def events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
-def count(engine: sa.Engine, table: sa.Table) -> int:
-    with engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
 
 def only(settings: Settings, name: str = "daily-brief", **changes: Any) -> Settings:
@@ -122,11 +112,11 @@ def test_01_to_10_full_run_both_products_both_languages_one_paid_create_each(
         assert r["generation_attempts"] == 1 and r["poll_count"] >= 1
         assert r["payload"] and r["payload_sha256"] and r["composed_sha256"]
         assert r["total_tokens"] > 0
-        path = [e["to_state"] for e in events(engine, r["id"])]
+        path = [e["to_state"] for e in job_events(engine, r["id"])]
         for expected in ["NO_JOB", "CREATE_ELIGIBLE", "CREATE_IN_FLIGHT", "ACCEPTED", "COMPLETED_NOT_RETRIEVED",
                          "RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED", "SAVED_NOT_PUBLIC"]:
             assert expected in path
-        versions = [e["version"] for e in events(engine, r["id"])]
+        versions = [e["version"] for e in job_events(engine, r["id"])]
         assert versions == sorted(set(versions))
     # 10 and 17: one edition and one outbox event per language, from one payload.
     with engine.connect() as conn:
@@ -181,7 +171,7 @@ def test_06_07_completion_is_taken_into_custody_in_the_same_tick(s1: Settings, e
     assert report.transitions["COMPLETED_NOT_RETRIEVED"] == 1 and report.transitions["RETRIEVED_NOT_VALIDATED"] == 1
     row = one(engine)
     assert row["payload"] and json.loads(row["payload"])["en"]["items"]
-    trail = [(e["from_state"], e["to_state"]) for e in events(engine, row["id"])]
+    trail = [(e["from_state"], e["to_state"]) for e in job_events(engine, row["id"])]
     assert ("COMPLETED_NOT_RETRIEVED", "RETRIEVED_NOT_VALIDATED") in trail
 
 
@@ -207,12 +197,12 @@ def test_08_28_36_44_45_bad_output_is_retained_not_paid_again(
     row = drive_to(s1, engine, sim, "VALIDATION_FAILED_RETAINED")
     assert row["payload"] is not None and row["payload_sha256"]  # kept: never pay twice for known-bad output
     assert reason in (row["last_error"] or "")
-    failed = [e for e in events(engine, row["id"]) if e["to_state"] == "VALIDATION_FAILED_RETAINED"]
+    failed = [e for e in job_events(engine, row["id"]) if e["to_state"] == "VALIDATION_FAILED_RETAINED"]
     assert any(r.startswith(reason) for r in json.loads(failed[0]["detail"])["reasons"])
     for _ in range(2):
         tick(s1, engine)
     assert sim.stats()["creates_total"] == 1
-    assert count(engine, db.editions) == 0 and count(engine, db.outbox) == 0
+    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
 
 
 def test_09_46_valid_output_with_exactly_the_configured_items_passes(s1: Settings, engine: sa.Engine,
@@ -275,7 +265,7 @@ def test_22_43_rate_limit_refunds_and_respects_reset_headers(s1: Settings, engin
     report = tick(s1, engine)
     row = one(engine)
     assert row["state"] == "CREATE_ELIGIBLE" and row["generation_attempts"] == 0  # refunded
-    refused = [e for e in events(engine, row["id"]) if e["reason"] == "create_refused"]
+    refused = [e for e in job_events(engine, row["id"]) if e["reason"] == "create_refused"]
     assert len(refused) == 1 and json.loads(refused[0]["detail"])["delay"] == pytest.approx(2.0)
     assert report.transitions["CREATE_IN_FLIGHT"] == 1
     tick(s1, engine)  # not due yet: x-ratelimit-reset-requests said 2s
@@ -351,13 +341,13 @@ def test_26_31_expiry_then_recreate_with_budget_carried_over(s1: Settings, engin
     for _ in range(3):  # the 404 is read loss_confirm_reads times before it is believed
         tick(s1, engine)
     row = one(engine)
-    trail = [e["to_state"] for e in events(engine, row["id"])]
-    reasons = [e["reason"] for e in events(engine, row["id"])]
+    trail = [e["to_state"] for e in job_events(engine, row["id"])]
+    reasons = [e["reason"] for e in job_events(engine, row["id"])]
     assert "PROVIDER_EXPIRED_OR_MISSING" in trail
     assert reasons.count("loss_suspected") == 2 and reasons.count("loss_confirmed") == 1
     assert row["generation_attempts"] == 2 and row["response_id"] != first  # re-created on the same row
     assert sim.stats()["creates_total"] == 2
-    lost = [e for e in events(engine, row["id"]) if e["reason"] == "recreate_after_loss"]
+    lost = [e for e in job_events(engine, row["id"]) if e["reason"] == "recreate_after_loss"]
     assert json.loads(lost[0]["detail"])["lost_response_id"] == first
 
 
@@ -380,7 +370,7 @@ def test_a_failed_response_is_a_loss_once_confirmed(s1: Settings, engine: sa.Eng
     for _ in range(3):
         tick(s1, engine)
     row = one(engine)
-    assert "PROVIDER_EXPIRED_OR_MISSING" in [e["to_state"] for e in events(engine, row["id"])]
+    assert "PROVIDER_EXPIRED_OR_MISSING" in [e["to_state"] for e in job_events(engine, row["id"])]
     assert row["generation_attempts"] == 2
 
 
@@ -405,7 +395,7 @@ def test_30_config_drift_under_an_accepted_job_takes_custody_then_quarantines(
     # it was not made for.
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "config_drift"
     assert row["response_id"] and row["payload"] and sim.stats()["requests"]["retrieve"] == 1
-    trail = [e["reason"] for e in events(engine, row["id"])]
+    trail = [e["reason"] for e in job_events(engine, row["id"])]
     assert trail[-2:] == ["retrieved", "config_drift"] and "validated" not in trail
     assert sim.stats()["creates_total"] == 1
 
@@ -489,7 +479,7 @@ def test_41_50_hundred_jobs_two_products_no_contention(settings: Settings, engin
     assert {r["state"] for r in jobs(engine)} == {"SAVED_NOT_PUBLIC"}
     assert sum(r.contention + r.errors + r.lease_lost for r in reports) == 0
     assert sim.stats()["creates_total"] == 100
-    assert count(engine, db.editions) == 200
+    assert row_count(engine, db.editions) == 200
 
 
 def test_42_backfill_yields_to_today(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -527,10 +517,10 @@ def test_27_database_error_during_save_rolls_back_everything(s1: Settings, engin
     assert fired and report.errors == 1
     row = one(engine)
     assert row["state"] == "COMPOSED_NOT_SAVED" and row["lease_owner"] is None
-    assert count(engine, db.editions) == 0 and count(engine, db.outbox) == 0
+    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
     tick(s1, engine)
     assert one(engine)["state"] == "SAVED_NOT_PUBLIC"
-    assert count(engine, db.editions) == 2 and count(engine, db.outbox) == 2
+    assert row_count(engine, db.editions) == 2 and row_count(engine, db.outbox) == 2
 
 
 def test_38_failure_while_storing_the_payload_rolls_back(s1: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -555,7 +545,7 @@ def test_edition_conflict_is_reported_not_half_written(s1: Settings, engine: sa.
             sha256="0" * 64, created_at=dt.datetime(2026, 1, 1)))
     row = drive_to(s1, engine, sim, "QUARANTINED")
     assert row["quarantine_reason"] == "edition_conflict"
-    assert count(engine, db.editions) == 1 and count(engine, db.outbox) == 0
+    assert row_count(engine, db.editions) == 1 and row_count(engine, db.outbox) == 0
 
 
 def _published(s: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
@@ -587,7 +577,7 @@ def test_39_cleanup_network_failure_retries_without_touching_publication(
         db.advance_clock(engine, 3600)
     after = one(engine)
     assert after["state"] == "CLEANUP_PENDING" and after["retry_count"] == 3
-    assert {p: p.read_bytes() for p in files} == before and count(engine, db.editions) == 2
+    assert {p: p.read_bytes() for p in files} == before and row_count(engine, db.editions) == 2
     tick(s1, engine)
     assert one(engine)["state"] == "DELETED" and sim.stats()["deleted_ids"] == [row["response_id"]]
 

@@ -16,8 +16,8 @@ from openai.types.responses import Response
 from iipub.cli import simulator_cmd
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator import server as simulator_server
 from iipub.simulator.faults import DESCRIPTIONS, FAULTS, FaultRule, parse_fault_spec, parse_outage_spec, rule_from_dict
+from tests.helpers import simulator_options_seen
 
 QUEUED = 10.0
 RUNNING = 10.0
@@ -324,13 +324,7 @@ def test_bad_outage_specs(bad: str) -> None:
 
 
 def test_cli_wires_faults_and_outages(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[SimulatorOptions] = []
-
-    def fake(options: SimulatorOptions, **kwargs: Any) -> Simulator:
-        seen.append(options)
-        raise ConfigError("stop here")
-
-    monkeypatch.setattr(simulator_server, "Simulator", fake)
+    seen = simulator_options_seen(monkeypatch)
     args = ["--fault", "server_error@create*2", "--outage", "10:20", "--outage", "30:40", "--port", "0"]
     result = CliRunner().invoke(simulator_cmd.simulator_command, args)
     assert result.exit_code == 2 and "stop here" in result.output

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -22,9 +22,8 @@ import standardwebhooks
 
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator import server as simulator_server
 from iipub.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
-from tests.helpers import SECRET, clean_env, one_line_error, run_cli, serving, wait_for
+from tests.helpers import SECRET, clean_env, one_line_error, recording_server, run_cli, simulator_options_seen, wait_for
 
 QUEUED = 5.0
 RUNNING = 5.0
@@ -75,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
-        hooks: Hooks = self.server.hooks  # type: ignore[attr-defined]
+        hooks: Hooks = self.server.recorder  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
         hit = Hit({k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
         with hooks.lock:
@@ -95,11 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hooks() -> Iterator[Hooks]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    rec = Hooks(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/openai")
-    server.hooks = rec  # type: ignore[attr-defined]
-    with serving(server):
+    with recording_server(_Handler, Hooks, "/hooks/openai") as rec:
         try:
             yield rec
         finally:
@@ -359,15 +354,22 @@ def test_out_of_order_alone_goes_after_the_late_bound(hooks: Hooks) -> None:
     assert len(hits) == 1 and hits[0].at - finished >= 0.28
 
 
-def test_bad_signature_first_then_a_correct_retry(hooks: Hooks) -> None:
-    hooks.verify = True  # answers 400 to a signature that does not verify
+def sent_twice(hooks: Hooks, fault: str) -> tuple[Hit, Hit, list[dict[str, Any]]]:
+    """One response finished under webhook `fault`, whose event arrives twice: both arrivals, in
+    order (checked to carry the same webhook id and body), and the simulator's attempt rows."""
     with simulator(hooks) as (sim, client):
-        sim.add_faults([{"fault": "webhook_bad_signature"}])
+        sim.add_faults([{"fault": fault}])
         create(client, "j-1")
         finish_all(sim)
         rows = attempts(sim)
-    forged, genuine = hooks.got()
-    assert forged.headers["webhook-id"] == genuine.headers["webhook-id"] and forged.body == genuine.body
+    first, second = hooks.got()
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] and first.body == second.body
+    return first, second, rows
+
+
+def test_bad_signature_first_then_a_correct_retry(hooks: Hooks) -> None:
+    hooks.verify = True  # answers 400 to a signature that does not verify
+    forged, genuine, rows = sent_twice(hooks, "webhook_bad_signature")
     assert not both_accept(forged) and both_accept(genuine)
     with pytest.raises(openai.InvalidWebhookSignatureError, match="signature"):
         sdk_check(forged)
@@ -377,13 +379,7 @@ def test_bad_signature_first_then_a_correct_retry(hooks: Hooks) -> None:
 
 
 def test_replayed_is_correctly_signed_but_stale(hooks: Hooks) -> None:
-    with simulator(hooks) as (sim, client):
-        sim.add_faults([{"fault": "webhook_replayed"}])
-        create(client, "j-1")
-        finish_all(sim)
-        rows = attempts(sim)
-    genuine, replay = hooks.got()
-    assert replay.headers["webhook-id"] == genuine.headers["webhook-id"] and replay.body == genuine.body
+    genuine, replay, rows = sent_twice(hooks, "webhook_replayed")
     assert both_accept(genuine) and not both_accept(replay)
     assert replay.timestamp <= genuine.timestamp - 600 and replay.timestamp <= time.time() - 600
     with pytest.raises(openai.InvalidWebhookSignatureError, match="too old"):
@@ -431,13 +427,7 @@ def test_cli_refuses_a_missing_or_bad_secret() -> None:
 
 
 def test_cli_wires_the_webhook_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[SimulatorOptions] = []
-
-    def fake(options: SimulatorOptions, **kwargs: Any) -> Simulator:
-        seen.append(options)
-        raise ConfigError("stop here")
-
-    monkeypatch.setattr(simulator_server, "Simulator", fake)
+    seen = simulator_options_seen(monkeypatch)
     env = {**clean_env(), "IIPUB_SIM_WEBHOOK_SECRET": SECRET}
     args = ("simulator", "--webhook-url", "http://127.0.0.1:9/h", "--webhook-late-seconds", "0.5",
             "--fault", "webhook_replayed*2")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,19 +18,15 @@ from iipub.simulator import Simulator
 from iipub.states import POLL_REASONS, State
 from iipub.store import Store
 from iipub.timefmt import duration
+from tests.helpers import open_at_midnight
 
-
-@pytest.fixture(autouse=True)
-def _no_auto_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tests schedule their own slots; a tick across midnight must not add more.
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+# The tests schedule their own slots; a tick across midnight must not add more.
+pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 @pytest.fixture
 def s(settings: Settings) -> Settings:
-    """Both products, opening at midnight so today's slots are due whenever the test runs."""
-    products = {name: replace(p, opens_at=dt.time(0, 0)) for name, p in settings.products.items()}
-    return replace(settings, products=products)
+    return open_at_midnight(settings)
 
 
 def today(engine: sa.Engine) -> dt.date:

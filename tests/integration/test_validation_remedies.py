@@ -20,11 +20,7 @@ from iipub.store import Store
 from tests.helpers import run_cli
 
 DAY = dt.date(2026, 11, 27)
-
-
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 def _row(engine: sa.Engine) -> dict[str, Any]:

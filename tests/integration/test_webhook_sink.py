@@ -3,11 +3,10 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from iipub.backoff import parse_retry_after
 from iipub.sinks import Delivered, Event, Parked, RetryLater, Sink
 from iipub.sinks.webhook import WebhookSink, sign
+from tests.helpers import recording_server, send_reply
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 
@@ -37,7 +37,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        rec = self.server.receiver  # type: ignore[attr-defined]
+        rec = self.server.recorder  # type: ignore[attr-defined]
         rec.requests.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
         if rec.mode == "close":
             self.close_connection = True  # drop the connection without answering
@@ -49,28 +49,13 @@ class _Handler(BaseHTTPRequestHandler):
             "400": (400, {}, b'{"error":"unknown product"}\n' + b"x" * 5000),
             "redirect": (302, {"location": "http://127.0.0.1:1/"}, b""),
         }[rec.mode]
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
+        send_reply(self, status, headers, reply)
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/iipub")
-    server.receiver = rec  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with recording_server(_Handler, Receiver, "/hooks/iipub") as rec:
         yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture
