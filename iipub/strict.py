@@ -132,9 +132,13 @@ def _int(v: Any) -> tuple[str | None, Any]:
 def _float(v: Any) -> tuple[str | None, Any]:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return "input should be a valid number", v
-    if not math.isfinite(v):
+    try:
+        number = float(v)
+    except OverflowError:  # an integer past any float
         return "input should be a finite number", v
-    return None, float(v) if type(v) is not float else v
+    if not math.isfinite(number):
+        return "input should be a finite number", v
+    return None, number
 
 
 def _instance(kind: type, message: str) -> _Checker:

@@ -50,6 +50,7 @@ def test_defaults_and_good_values_pass_and_an_int_for_a_float_is_stored_as_float
     ({"ratio": float("nan")}, "ratio", "input should be a finite number"),
     ({"ratio": float("inf")}, "ratio", "input should be a finite number"),
     ({"ratio": "0.5"}, "ratio", "input should be a valid number"),
+    ({"limit": 10**400}, "limit", "input should be a finite number"),
     ({"ratio": False}, "ratio", "input should be a valid number"),
     ({"name": ""}, "name", "string should have at least 1 character"),
     ({"name": "abcdef"}, "name", "string should have at most 5 characters"),
