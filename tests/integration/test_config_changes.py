@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import compose, db, invariants, reconcile, relay, status
+from iipub import compose, db, invariants, reconcile, relay, status, steps
 from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
@@ -65,7 +65,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
 ) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     # Stop the pipeline at `where` by making the next step's own work fail once.
-    real = reconcile.STEPS[State(where)]
+    real = steps.STEPS[State(where)]
     calls = {"n": 0}
 
     def stop_once(tick: Any, job: Any) -> Any:
@@ -75,7 +75,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
             return None
         return real(tick, job)
 
-    monkeypatch.setitem(reconcile.STEPS, State(where), stop_once)
+    monkeypatch.setitem(steps.STEPS, State(where), stop_once)
     drive_to(cfg, engine, sim, where)
     reconcile.run(drifted(cfg), engine)
     row = the_job(engine)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, handlers, invariants, reconcile, relay
+from iipub import db, handlers, invariants, reconcile, relay, steps
 from iipub.config import Settings
 from iipub.jobs import Job
 from iipub.outcomes import Observed
@@ -114,7 +114,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
         if where == State.COMPLETED_NOT_RETRIEVED:  # a poll takes custody in the same step
             mp.setattr(handlers, "on_output", crash)
         else:
-            mp.setitem(reconcile.STEPS, where, stop)
+            mp.setitem(steps.STEPS, where, stop)
         Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
         reconcile.run(cfg, engine)
         job_id = str(the_job(engine)["id"])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from iipub import handlers, reconcile, remedies, states, validate
+from iipub import handlers, remedies, states, steps, validate
 from iipub.config import Budgets, Product, ProviderSettings, ReconcileSettings
 from iipub.errors import OperatorRefused, UsageError
 from iipub.handlers import Decision
@@ -346,7 +346,7 @@ def test_operator_input_is_bounded(by: str, reason: str) -> None:
 
 
 def test_reconcile_steps_cover_exactly_the_active_states() -> None:
-    assert set(reconcile.STEPS) == set(states.ACTIVE)
+    assert set(steps.STEPS) == set(states.ACTIVE)
 
 
 def test_every_reason_is_declared_with_a_meaning() -> None:

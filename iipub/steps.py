@@ -1,0 +1,305 @@
+"""What each state's step does in a sweep: the provider call or database write around one
+`handlers` decision, and the table of steps by state. `reconcile` (the sweep) loads this module
+with the first job it has leased, so an idle run never imports the provider, validation or
+outbox machinery behind it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import sqlalchemy as sa
+import structlog
+
+from . import db, handlers, ledger, outbox, validate
+from .config import Product
+from .deliveries import Deliveries
+from .errors import Contention, DatabaseUnavailable, InvariantViolation
+from .handlers import Decision
+from .jobs import Job
+from .outcomes import DEAD_STATUSES, CreateOutcome, CreateRequest, Missing, Observed, ReadOutcome, Refused
+from .states import Reason, State
+from .tick import Tick
+
+log = structlog.get_logger("iipub.reconcile")
+__all__ = ["STEPS", "StepFn", "apply", "custody_while_suspended", "drive", "hold"]
+
+
+def apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None) -> Job:
+    # A dispatch always keeps its lease: the POST follows, deadline or not, and a free
+    # CREATE_IN_FLIGHT row would look like a crashed worker to the next tick.
+    go_on = d.to == State.CREATE_IN_FLIGHT or (d.go_on and not tick.past_deadline())
+    new = tick.store.transition(
+        job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay,
+        keep_lease=go_on, extra=extra,
+    )
+    tick.counted(d.to)
+    if d.cooldown is not None:
+        tick.cool_down(d.cooldown)
+    return new
+
+
+def drive(tick: Tick, job: Job) -> None:
+    """Take as many safe steps as this tick allows; the last write releases the lease."""
+    while True:
+        step = STEPS.get(job.state)
+        if step is None:
+            tick.store.release(job)
+            return
+        result = step(tick, job)
+        if result is None:  # the step gave the lease back without a transition
+            return
+        job = result
+        if job.lease_owner != tick.store.worker:
+            return
+
+
+def _product(tick: Tick, job: Job) -> Product | None:
+    """The job's product as configured now; None if it was removed from the config."""
+    return tick.settings.products.get(job.product)
+
+
+def _max_output_bytes(product: Product | None) -> int:
+    return product.max_output_bytes if product is not None else Product.max_output_bytes
+
+
+def hold(tick: Tick, job: Job) -> None:
+    """Nothing to do now (cool-down, admission control, deadline): hand the lease back."""
+    tick.store.release(job)
+
+
+def _provider_waits(tick: Tick, job: Job) -> bool:
+    """Before a provider call: while the provider cools down or past the deadline, the job
+    waits (its lease handed back, no transition)."""
+    if tick.cooling() or tick.past_deadline():
+        hold(tick, job)
+        return True
+    return False
+
+
+# -- steps, one per state -----------------------------------------------------------
+
+
+def step_no_job(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    if product is None:
+        return apply(tick, job, _checked(handlers.config_check(job, product)))
+    return apply(tick, job, handlers.on_window_open(job, product.fingerprint()))
+
+
+def _checked(d: Decision | None) -> Decision:
+    assert d is not None
+    return d
+
+
+def step_create_eligible(tick: Tick, job: Job) -> Job | None:
+    product = _product(tick, job)
+    if product is None:
+        return apply(tick, job, _checked(handlers.config_check(job, product)))
+    fingerprint = product.fingerprint()
+    d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
+    if d.to == State.QUARANTINED:
+        return apply(tick, job, d)
+    slot = ledger.slot_of(job.product, job.edition_date.isoformat())
+    spend = tick.spend(slot)
+    if ledger.behind(job, spend):
+        assert spend is not None
+        return _adopt_from_ledger(tick, apply(tick, job, handlers.restored_behind_ledger(job, spend)), spend)
+    if _provider_waits(tick, job):
+        return None
+    verdict = tick.gate.admit(job.id)  # paused, breaker open, shared cool-down, global rate
+    if not verdict.allowed:
+        if verdict.wait_briefly:
+            tick.wait_for_probe(job.id)
+        tick.count("held_back")
+        hold(tick, job)
+        return None
+    if not tick.admit_create():
+        hold(tick, job)
+        return None
+    in_flight = apply(tick, job, d)  # committed before any byte goes out
+    attempt = in_flight.generation_attempts
+    outcome: CreateOutcome
+    try:
+        tick.record_intent(job.id, slot, attempt, fingerprint)  # fsync'd before the POST
+    except ledger.LedgerError as exc:
+        log.error("ledger_unwritable", job_id=job.id, worker=tick.store.worker, error=str(exc))
+        outcome = Refused(None, f"not sent: {exc}")  # nothing went out: the attempt is refunded
+    else:
+        outcome = tick.provider.create(CreateRequest(
+            job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
+        ))
+        tick.record_outcome(job.id, slot, attempt, outcome)
+    after = apply(tick, in_flight, dataclasses.replace(
+        handlers.after_create(in_flight, outcome, tick.poll_settings, tick.rng), go_on=False))
+    tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
+    return after
+
+
+def _adopt_from_ledger(tick: Tick, parked: Job, spend: ledger.SlotSpend) -> Job | None:
+    """Right after `restored_behind_ledger`: if the provider still has the response the ledger
+    recorded, and it names this slot, take it back (nothing is paid again)."""
+    if parked.lease_owner != tick.store.worker:
+        return parked
+    if spend.response_id is None or tick.cooling():
+        tick.store.release(parked)
+        return None
+    outcome = tick.provider.retrieve(spend.response_id)
+    d = handlers.adopt_restored(parked, spend, outcome)
+    if d is None:
+        tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
+        return None
+    return apply(tick, parked, d)
+
+
+def step_create_in_flight(tick: Tick, job: Job) -> Job:
+    # We only ever lease this state when the previous owner's lease expired mid-POST.
+    return apply(tick, job, handlers.crashed_in_flight(job))
+
+
+def step_poll(tick: Tick, job: Job) -> Job | None:
+    product = _product(tick, job)
+    pre = handlers.before_poll(job, product.fingerprint() if product else None, tick.settings.budgets)
+    if pre is not None:
+        return apply(tick, job, pre)
+    if _provider_waits(tick, job):
+        return None
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    d = handlers.after_poll(job, outcome, tick.poll_settings, tick.rng, loss=tick.settings.provider,
+                            suspected_reads=_suspected_reads(tick, job, outcome))
+    batch = tick.batch_of(job.id)
+    if batch is not None and not d.go_on:
+        # Nothing more to do for this job this tick: its write joins the chunk's one commit.
+        if d.cooldown is not None:
+            tick.cool_down(d.cooldown)
+        batch.defer(tick.store.plan(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay))
+        return None
+    new = apply(tick, job, d)
+    if d.reason == Reason.PROVIDER_FINISHED and tick.settings.webhooks.enabled:
+        _note_if_missed(tick, job)
+    if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
+        # The poll already carried the output: take custody in the same tick.
+        return apply(tick, new, handlers.on_output(new, outcome, _max_output_bytes(product)))
+    return new
+
+
+def _note_if_missed(tick: Tick, job: Job) -> None:
+    """A poll found the response finished before any webhook said so: polling stops relaxing
+    until deliveries arrive again (a late webhook clears this)."""
+    assert job.response_id
+    try:
+        if Deliveries(tick.store.engine).note_miss(job.response_id, job.id):
+            log.info("webhook_missed", job_id=job.id, response_id=job.response_id, relaxed=tick.webhooks_healthy)
+    except (Contention, DatabaseUnavailable) as exc:  # only the relaxation depends on it
+        log.warning("webhook_miss_not_recorded", job_id=job.id, error=str(exc))
+
+
+def step_completed(tick: Tick, job: Job) -> Job | None:
+    """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): fetch the output now."""
+    if tick.cooling():
+        hold(tick, job)
+        return None
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    return apply(tick, job, handlers.after_refetch(
+        job, outcome, tick.settings.reconcile, _max_output_bytes(_product(tick, job)), tick.rng,
+        loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
+
+
+def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
+    """Earlier reads that suspected this response lost (read from the journal only when this
+    read is suspicious too)."""
+    suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES)
+    if not suspicious:
+        return 0
+    return tick.store.suspected_loss_reads(job.id, tick.settings.provider.loss_confirm_reads)
+
+
+def step_validate(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    parked = handlers.config_check(job, product)
+    if parked is not None or product is None:
+        return apply(tick, job, _checked(parked))
+    return apply(tick, job, handlers.on_validation(job, validate.validate(job.payload, product)))
+
+
+def step_compose(tick: Tick, job: Job) -> Job:
+    product = _product(tick, job)
+    parked = handlers.config_check(job, product)
+    if parked is not None or product is None:
+        return apply(tick, job, _checked(parked))
+    try:
+        d = handlers.on_compose(job, product)
+    except handlers.NoLongerValid as exc:
+        raise InvariantViolation(str(exc), job_id=job.id) from None
+    return apply(tick, job, d)
+
+
+def step_save(tick: Tick, job: Job) -> Job:
+    """One transaction: fenced state change, one edition per language, one outbox row each."""
+    parked = handlers.config_check(job, _product(tick, job))
+    if parked is not None:
+        return apply(tick, job, parked)
+    artifacts = handlers.composed_artifacts(job)
+    try:
+        return apply(tick, job, handlers.on_save(job, artifacts),
+                      extra=lambda conn: outbox.save_editions(conn, job, artifacts))
+    except sa.exc.IntegrityError as exc:
+        # Rolled back whole; an edition for this slot exists already. Report, never half-write.
+        return apply(tick, job, handlers.on_save_conflict(db.describe_error(exc)))
+
+
+def step_published(tick: Tick, job: Job) -> Job:
+    return apply(tick, job, handlers.on_published(job))
+
+
+def step_cleanup(tick: Tick, job: Job) -> Job | None:
+    nothing = handlers.before_cleanup(job)
+    if nothing is not None:
+        return apply(tick, job, nothing)
+    if _provider_waits(tick, job):
+        return None
+    assert job.response_id
+    if handlers.cancel_before_delete(job):
+        tick.provider.cancel(job.response_id)  # best effort: stop the spend first
+    # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
+    outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
+                                   kill_requested=job.kill_requested)
+    return apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
+
+
+def custody_while_suspended(tick: Tick, job: Job) -> None:
+    """A job suspended while its response ran is never leased and nothing is decided for it,
+    but output that finished is stored (custody is never frozen): a fenced write on the version
+    read, so an operator's resume or another process's custody wins cleanly."""
+    assert job.response_id
+    outcome = tick.provider.retrieve(job.response_id)
+    d = handlers.custody_while_suspended(job, outcome, _max_output_bytes(_product(tick, job)))
+    if d is not None:
+        tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+        tick.counted(d.to)
+
+
+def step_expired(tick: Tick, job: Job) -> Job:
+    if _product(tick, job) is None:  # no money for a product nobody configures any more
+        return apply(tick, job, _checked(handlers.config_check(job, None)))
+    return apply(tick, job, handlers.after_expired(job, tick.settings.budgets))
+
+
+StepFn = Callable[[Tick, Job], "Job | None"]
+STEPS: dict[State, StepFn] = {
+    State.NO_JOB: step_no_job,
+    State.CREATE_ELIGIBLE: step_create_eligible,
+    State.CREATE_IN_FLIGHT: step_create_in_flight,
+    State.ACCEPTED: step_poll,
+    State.QUEUED: step_poll,
+    State.IN_PROGRESS: step_poll,
+    State.COMPLETED_NOT_RETRIEVED: step_completed,
+    State.RETRIEVED_NOT_VALIDATED: step_validate,
+    State.READY_TO_COMPOSE: step_compose,
+    State.COMPOSED_NOT_SAVED: step_save,
+    State.PUBLISHED: step_published,
+    State.CLEANUP_PENDING: step_cleanup,
+    State.PROVIDER_EXPIRED_OR_MISSING: step_expired,
+}
