@@ -46,7 +46,7 @@ def test_the_provider_builds_its_sdk_client_at_the_first_call() -> None:
 def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_library(tmp_path: Path) -> None:
     """`iipub reconcile` with nothing due (1,440 runs a day) loads neither the openai SDK, httpx
     nor pydantic: the configuration checks itself (`iipub.strict`), the provider and the edition
-    schema load at their first use."""
+    schema load at their first use, the per-state steps with the first leased job."""
     if dt.datetime.now(dt.UTC).time() >= dt.time(23, 58):
         pytest.skip("the product's window opens now: the run would have work")
     (tmp_path / "iipub.toml").write_text('[[products]]\nname = "daily-brief"\nopens_at = "23:59"\nprompt = "x"\n')
@@ -61,5 +61,6 @@ def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_l
             "        assert not exc.code, exc.code\n")
     loaded = _loaded_after(code, env=env, cwd=tmp_path)
     assert "iipub.reconcile" in loaded  # it did run the tick
-    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.simulator.server"}
+    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.simulator.server",
+             "iipub.steps", "iipub.handlers", "iipub.validate", "iipub.outbox", "iipub.settle"}
     assert not heavy & loaded, sorted(heavy & loaded)
