@@ -9,7 +9,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub import db
-from tests.helpers import run_cli, run_iipub
+from iipub.cli import COMMANDS
+from tests.helpers import one_line_error, run_cli, run_iipub
 
 JOB_KEYS = {
     "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
@@ -64,6 +65,14 @@ def test_expected_errors_are_one_line_and_nonzero(cli_env: dict[str, str], tmp_p
         proc = run_cli(*args, env=cli_env, cwd=tmp_path)
         assert proc.returncode != 0, args
         assert needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_unknown_command_is_one_usage_line_and_every_listed_command_loads(cli_env: dict[str, str]) -> None:
+    one_line_error(run_cli("frobnicate", env=cli_env), 2, "No such command 'frobnicate'")
+    listed = run_cli("--help", env=cli_env, check=True).stdout
+    for name in COMMANDS:  # each subcommand's module loads on demand: every name must resolve
+        assert name in listed
+        assert run_cli(name, "--help", env=cli_env).returncode == 0, name
 
 
 def test_unreachable_database_and_missing_schema(cli_env: dict[str, str], tmp_path: Path) -> None:
