@@ -89,6 +89,9 @@ class Provider(Closing):
     def _client(self) -> openai.OpenAI:
         """The SDK client and its HTTP pool, built at the first call: an idle tick imports
         neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day)."""
+        sdk = self._sdk
+        if sdk is not None:  # built: every later call skips the lock
+            return sdk
         with self._sdk_lock:
             if self._sdk is None:
                 import httpx
