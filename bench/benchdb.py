@@ -37,6 +37,7 @@ import sqlalchemy as sa
 
 from iipub import db, edition_schema, migrate
 from iipub.config import Product, Settings, settings_from_dict
+from iipub.jobs import slot_row
 from iipub.outcomes import CreateRequest
 from iipub.provider import create_input, create_metadata
 from iipub.states import POLL_REASONS, State
@@ -131,16 +132,9 @@ def _toml_value(v: Any) -> str:
 def job_row(*, job_id: str, product: str, priority: int, day: dt.date, state: State | str, now: dt.datetime,
             opens_at: dt.datetime | None = None, **overrides: Any) -> dict[str, Any]:
     """A complete, valid `jobs` row (every NOT NULL column set) in `state`, due now."""
-    row: dict[str, Any] = {
-        "id": job_id, "product": product, "edition_date": day, "state": State(state).value, "version": 1,
-        "priority": priority, "is_backfill": False, "opens_at": opens_at or dt.datetime.combine(day, dt.time(5)),
-        "next_attempt_at": now - dt.timedelta(seconds=1), "lease_owner": None, "lease_expiry": None,
-        "generation_attempts": 0, "poll_count": 0, "retry_count": 0, "response_id": None,
-        "config_fingerprint": None, "payload": None, "payload_sha256": None, "composed": None,
-        "composed_sha256": None, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-        "quarantine_reason": None, "last_error": None, "suspended_from": None, "kill_requested": False,
-        "created_at": now, "updated_at": now, "state_entered_at": now,
-    }
+    row = slot_row(job_id=job_id, product=product, day=day, priority=priority,
+                   opens_at=opens_at or dt.datetime.combine(day, dt.time(5)), now=now)
+    row.update(state=State(state).value, next_attempt_at=now - dt.timedelta(seconds=1))
     row.update(overrides)
     return row
 

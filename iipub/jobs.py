@@ -85,6 +85,21 @@ class Job:
         return {name: jsonable(getattr(self, name)) for name in PUBLIC_FIELDS}
 
 
+def slot_row(*, job_id: str, product: str, day: dt.date, priority: int, opens_at: Any, now: Any,
+             backfill: bool = False) -> dict[str, Any]:
+    """Every column of a new slot's row: NO_JOB at version 1, due when its window opens, nothing
+    spent, nothing held. `now` may be a value or a database-clock expression."""
+    return {
+        "id": job_id, "product": product, "edition_date": day, "state": State.NO_JOB.value, "version": 1,
+        "priority": priority, "is_backfill": backfill, "opens_at": opens_at, "next_attempt_at": opens_at,
+        "lease_owner": None, "lease_expiry": None, "generation_attempts": 0, "poll_count": 0, "retry_count": 0,
+        "response_id": None, "config_fingerprint": None, "payload": None, "payload_sha256": None,
+        "composed": None, "composed_sha256": None, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+        "quarantine_reason": None, "last_error": None, "suspended_from": None, "kill_requested": False,
+        "created_at": now, "updated_at": now, "state_entered_at": now,
+    }
+
+
 @dataclass(frozen=True)
 class Event:
     id: int

@@ -29,7 +29,7 @@ from .errors import (
     LeaseLost,
     UnknownId,
 )
-from .jobs import Event, Job, new_worker_id
+from .jobs import Event, Job, new_worker_id, slot_row
 from .states import Reason, State
 
 log = structlog.get_logger("iipub.store")
@@ -194,16 +194,9 @@ class Store:
         try:
             with self._tx() as conn:
                 now = db.now(conn)
-                conn.execute(
-                    jobs_table.insert().values(
-                        id=job_id, product=product.name, edition_date=day, state=State.NO_JOB.value,
-                        version=1, priority=product.priority + (1000 if backfill else 0),
-                        is_backfill=backfill, opens_at=opens, next_attempt_at=opens,
-                        generation_attempts=0, poll_count=0, retry_count=0, input_tokens=0, output_tokens=0,
-                        total_tokens=0, kill_requested=False, created_at=now, updated_at=now,
-                        state_entered_at=now,
-                    )
-                )
+                conn.execute(jobs_table.insert().values(slot_row(
+                    job_id=job_id, product=product.name, day=day, priority=product.priority + (1000 if backfill else 0),
+                    opens_at=opens, now=now, backfill=backfill)))
                 self._journal(conn, job_id, None, State.NO_JOB, 1, Reason.SCHEDULED, {"backfill": backfill})
         except sa.exc.IntegrityError:
             return False

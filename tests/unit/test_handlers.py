@@ -20,7 +20,7 @@ from iipub import handlers, remedies, states, steps, validate
 from iipub.config import Budgets, Product, ProviderSettings, ReconcileSettings
 from iipub.errors import OperatorRefused, UsageError
 from iipub.handlers import Decision
-from iipub.jobs import Job
+from iipub.jobs import Job, slot_row
 from iipub.outcomes import Accepted, Ambiguous, Deleted, Missing, Observed, Refused, Rejected, Transient, Usage
 from iipub.states import Reason, State
 
@@ -33,16 +33,9 @@ LOSS = ProviderSettings(loss_confirm_reads=3, loss_confirm_seconds=60)
 
 
 def job(state: State = State.CREATE_ELIGIBLE, **kw: Any) -> Job:
-    base: dict[str, Any] = {
-        "id": "00000000-0000-4000-8000-000000000001", "product": "daily-brief",
-        "edition_date": dt.date(2026, 12, 1), "state": state, "version": 5, "priority": 10,
-        "is_backfill": False, "opens_at": T0, "next_attempt_at": T0, "lease_owner": "w", "lease_expiry": None,
-        "generation_attempts": 0, "poll_count": 0, "retry_count": 0, "response_id": None,
-        "config_fingerprint": FP, "payload": None, "payload_sha256": None, "composed": None,
-        "composed_sha256": None, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-        "quarantine_reason": None, "last_error": None, "suspended_from": None, "kill_requested": False,
-        "created_at": T0, "updated_at": T0, "state_entered_at": T0,
-    }
+    base = slot_row(job_id="00000000-0000-4000-8000-000000000001", product="daily-brief",
+                    day=dt.date(2026, 12, 1), priority=10, opens_at=T0, now=T0)
+    base.update(state=state, version=5, lease_owner="w", config_fingerprint=FP)
     base.update(kw)
     return Job(**base)
 
