@@ -17,16 +17,47 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from .errors import Contention, DatabaseUnavailable, SchemaNotReady
 
 metadata = sa.MetaData()
 
-# DATETIME(6) on MySQL; six-digit text on SQLite (SQLAlchemy's own format).
-Time = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-LongText = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+
+def _for(dialect: Dialect, generic: TypeEngine[Any], mysql_type: str, **args: Any) -> TypeEngine[Any]:
+    """`generic`, or on MySQL/MariaDB the named type of that dialect: imported on a MySQL
+    connection only, so a SQLite run never loads the MySQL dialect."""
+    if dialect.name not in ("mysql", "mariadb"):
+        return dialect.type_descriptor(generic)
+    from sqlalchemy.dialects import mysql
+
+    return dialect.type_descriptor(getattr(mysql, mysql_type)(**args))
+
+
+class _Time(TypeDecorator[dt.datetime]):
+    """DATETIME(6) on MySQL (microseconds); six-digit text on SQLite (SQLAlchemy's own format)."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return _for(dialect, sa.DateTime(), "DATETIME", fsp=6)
+
+
+class _LongText(TypeDecorator[str]):
+    """LONGTEXT on MySQL (payloads past TEXT's 64 KiB); TEXT elsewhere."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return _for(dialect, sa.Text(), "LONGTEXT")
+
+
+Time = _Time()
+LongText = _LongText()
 
 jobs = sa.Table(
     "jobs",

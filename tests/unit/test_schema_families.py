@@ -38,6 +38,8 @@ def _columns(family: str) -> dict[str, dict[str, tuple[str, int | None]]]:
 
 def _declared_family(column: sa.Column[object]) -> str:
     t = column.type
+    if isinstance(t, sa.types.TypeDecorator):  # iipub.db's per-dialect types: their generic side
+        t = t.impl_instance
     if isinstance(t, sa.Boolean):
         return "bool"
     if isinstance(t, sa.BigInteger):
