@@ -87,7 +87,7 @@ def artifact_from_document(doc: Any) -> Artifact:
     for key in ("product", "edition_date", "lang", "title", "summary"):
         if not isinstance(doc[key], str):
             raise ValueError(f"artifact {key} must be a string")
-    if not _DATE_RE.match(doc["edition_date"]):
+    if not _DATE_RE.fullmatch(doc["edition_date"]):
         raise ValueError("artifact edition_date must be YYYY-MM-DD")
     items = doc["items"]
     if not isinstance(items, list):

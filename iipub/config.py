@@ -542,7 +542,7 @@ def _product(raw: Any, base_dir: Path) -> Product:
     raw = dict(raw)
     name = str(raw.get("name", ""))
     where = f"product {name!r}" if name else "a [[products]] entry"
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: name must be lower-case letters, digits and dashes")
     if "prompt_file" in raw:
         if not isinstance(raw["prompt_file"], str) or not raw["prompt_file"]:

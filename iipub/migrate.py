@@ -86,7 +86,7 @@ def available(family: str) -> list[Migration]:
     folder = sql_dir().joinpath("migrations", family)
     found = []
     for path in sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
-        m = _FILE_RE.match(path.name)
+        m = _FILE_RE.fullmatch(path.name)
         if m:
             found.append(Migration(m.group(1), m.group(2), path))
     return found

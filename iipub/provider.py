@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that ca
 from . import backoff
 from .closing import Closing
 from .config import Product, ProviderSettings
-from .errors import InvariantViolation, MissingApiKey
+from .errors import ConfigError, InvariantViolation, MissingApiKey
 from .outcomes import (
     Accepted,
     Ambiguous,
@@ -84,6 +84,18 @@ class Provider(Closing):
         self._api_key = api_key
         self._sdk: openai.OpenAI | None = None
         self._sdk_lock = threading.Lock()
+        self._closed = False
+
+    def ready(self) -> None:
+        """Build the SDK client and its HTTP pool now, or say in one line why they cannot be
+        built (a CA bundle that is not there, a proxy URL httpx refuses, ...). The sweep calls
+        this before it leases work for the provider, so a broken environment fails the run
+        before any job is touched, as it did when the client was built up front."""
+        try:
+            self._client  # noqa: B018 - built by the property
+        except Exception as exc:
+            raise ConfigError(f"cannot set up the provider's HTTP client: {type(exc).__name__}: "
+                              f"{_clip(str(exc))}") from exc
 
     @property
     def _client(self) -> openai.OpenAI:
@@ -93,6 +105,8 @@ class Provider(Closing):
         if sdk is not None:  # built: every later call skips the lock
             return sdk
         with self._sdk_lock:
+            if self._closed:  # a caller bug: nothing may build a pool that nothing would close
+                raise RuntimeError("the provider was closed")
             if self._sdk is None:
                 import httpx
                 import openai
@@ -111,6 +125,7 @@ class Provider(Closing):
 
     def close(self) -> None:
         with self._sdk_lock:
+            self._closed = True
             if self._owns_http and self._http is not None:
                 self._http.close()
 
@@ -129,7 +144,12 @@ class Provider(Closing):
             "metadata": create_metadata(req),
         }
         try:
-            resp: Any = self._client.responses.create(**kwargs)
+            client = self._client
+        except Exception as exc:  # the client could not even be built: not a byte was sent
+            return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {type(exc).__name__}: "
+                                                                     f"{_clip(str(exc))}"))
+        try:
+            resp: Any = client.responses.create(**kwargs)
         except Exception as exc:
             return _trouble("create", req.job_id, exc, _create_outcome(exc))
         return _accepted_or_ambiguous(resp)

@@ -37,6 +37,11 @@ __all__ = ["STOP", "Tick", "TickReport", "run", "settle_steps"]
 PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
                             State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
 
+# States whose steps in this tick never reach the provider (they end at SAVED_NOT_PUBLIC or in
+# quarantine); any other may, directly or by the steps it goes on to (NO_JOB -> a create,
+# PUBLISHED -> a delete), so the provider's client is set up before such a job is leased.
+LOCAL_ONLY = frozenset({State.RETRIEVED_NOT_VALIDATED, State.READY_TO_COMPOSE, State.COMPOSED_NOT_SAVED})
+
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
 
@@ -121,6 +126,8 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
             wanted = [(job_id, v) for job_id, v, state in chunk
                       if not (state in PROVIDER_BOUND and tick.cooling())
                       and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
+            if any(state not in LOCAL_ONLY for _, _, state in chunk):
+                tick.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
             claimed = _claim(tick, wanted)
             writes = tick.batch([job.id for job in claimed])
             pending.update(pool.submit(_handle_in_batch, tick, job, writes) for job in claimed)
@@ -164,11 +171,11 @@ def _handle_in_batch(tick: Tick, job: Job, batch: WriteBatch) -> None:
 
 
 def _handle(tick: Tick, job: Job) -> None:
-    from . import steps  # with the provider, validation and outbox machinery: not for an idle run
-
     store = tick.store
     bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
     try:
+        from . import steps  # with the decisions, validation and outbox machinery: not for an idle run
+
         if job.state in PROVIDER_BOUND and tick.cooling():
             steps.hold(tick, job)  # the provider cooled down while this job waited in the queue
             return
@@ -192,10 +199,10 @@ def _handle(tick: Tick, job: Job) -> None:
 def _step_failed(tick: Tick, job_id: str, error: str) -> None:
     """Count the failure on the job (WARN from the first); park it `step_failing` once it
     happened `max_step_failures` times in a row. Best effort: the lease expires anyway."""
-    from . import handlers, steps
-
     store = tick.store
     try:
+        from . import handlers, steps
+
         job = store.get(job_id)
         if job.lease_owner != store.worker:
             return
@@ -227,10 +234,14 @@ def _release_quietly(store: Store, job_id: str) -> None:
         log.warning("release_failed", job_id=job_id)
 
 
-def _custody_guarded(tick: Tick, job: Job) -> None:
+def _custody_while_suspended(tick: Tick, job: Job) -> None:
     from . import steps
 
-    _guarded(tick, job, steps.custody_while_suspended)
+    steps.custody_while_suspended(tick, job)
+
+
+def _custody_guarded(tick: Tick, job: Job) -> None:
+    _guarded(tick, job, _custody_while_suspended)
 
 
 def settle_steps() -> settle.Steps:

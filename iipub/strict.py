@@ -156,7 +156,12 @@ _SIMPLE: dict[Any, _Checker] = {
 
 
 def _bounded(base: _Checker, b: Bounds) -> _Checker:
-    pattern = re.compile(b.pattern) if b.pattern is not None else None
+    # A pattern's `$` means the end of the text, as in the regular-expression dialects of JSON
+    # Schema and pydantic: Python's `$` would also accept a final newline ("daily-brief\n").
+    pattern = None
+    if b.pattern is not None:
+        pattern = re.compile(b.pattern[:-1] + r"\Z" if b.pattern.endswith("$") and not b.pattern.endswith("\\$")
+                             else b.pattern)
 
     def check(v: Any) -> tuple[str | None, Any]:
         message, stored = base(v)

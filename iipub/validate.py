@@ -169,12 +169,12 @@ def _host(raw: str) -> tuple[str, str | None]:
         return ascii_name, f"host {raw!r} is not public"
     if len(labels) < 2:
         return ascii_name, f"host {raw!r} is not public (no dot)"
-    if len(ascii_name) > 253 or not all(_LABEL.match(label) for label in labels):
+    if len(ascii_name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         return ascii_name, f"host {raw!r} is not a valid host name"
     if labels[-1].isdigit() or labels[-1].startswith("0x"):
         # WHATWG URL parsing treats a numeric last label as IPv4 (`127.1`, `0x7f.1`).
         return ascii_name, f"host {raw!r} is an IP address"
-    if not _TLD.match(labels[-1]):
+    if not _TLD.fullmatch(labels[-1]):
         return ascii_name, f"host {raw!r} has an invalid top-level domain"
     if "example" in labels:
         return ascii_name, f"host {raw!r} is a documentation example"

@@ -51,6 +51,13 @@ class _LazyGroup(click.Group):
         command: click.Command = getattr(importlib.import_module(f"{__name__}.{where[0]}"), where[1])
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        if args and args[0] not in COMMANDS and not args[0].startswith("-") and not ctx.resilient_parsing:
+            # click suggests close names from `self.commands`, which a lazy group leaves empty
+            raise click.exceptions.NoSuchCommand(args[0], possibilities=list(COMMANDS), ctx=ctx)
+        return super().resolve_command(ctx, args)
+
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="iipub")

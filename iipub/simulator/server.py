@@ -321,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         op, response_id = _route(method, path)
         if op is None:
-            known = path == "/v1/responses" or _RESPONSE_PATH.match(path)
+            known = path == "/v1/responses" or _RESPONSE_PATH.fullmatch(path)
             status = 405 if known else 404
             self._send(error_reply(status, f"Unknown request URL: {method} {path}."))
             return
@@ -427,7 +427,7 @@ class _Handler(BaseHTTPRequestHandler):
 def _route(method: str, path: str) -> tuple[str | None, str]:
     if path == "/v1/responses":
         return ("create", "") if method == "POST" else (None, "")
-    m = _RESPONSE_PATH.match(path)
+    m = _RESPONSE_PATH.fullmatch(path)
     if not m:
         return None, ""
     response_id, cancel = m.group(1), m.group(2)

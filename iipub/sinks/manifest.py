@@ -95,9 +95,9 @@ def _entry_doc(e: Entry) -> dict[str, Any]:
 
 
 def _entry(date: str, doc: Any) -> Entry:
-    if not (_DATE_RE.match(date) and isinstance(doc, dict) and isinstance(doc.get("title"), str)
-            and isinstance(doc.get("sha256"), str) and _SHA_RE.match(doc["sha256"])
-            and isinstance(doc.get("published"), str) and _STAMP_RE.match(doc["published"])
+    if not (_DATE_RE.fullmatch(date) and isinstance(doc, dict) and isinstance(doc.get("title"), str)
+            and isinstance(doc.get("sha256"), str) and _SHA_RE.fullmatch(doc["sha256"])
+            and isinstance(doc.get("published"), str) and _STAMP_RE.fullmatch(doc["published"])
             and isinstance(doc.get("guessed", False), bool)):
         raise ManifestError(f"malformed manifest entry for {date!r}")
     return Entry(date, doc["title"], doc["sha256"], doc["published"], doc.get("guessed", False))
@@ -283,11 +283,11 @@ def _catalog(body: bytes) -> tuple[str, str, _Series] | None:
         return None
     series: _Series = {}
     for product, langs in doc["series"].items():
-        if not (_NAME_RE.match(product) and isinstance(langs, dict)):
+        if not (_NAME_RE.fullmatch(product) and isinstance(langs, dict)):
             return None
         for lang, months in langs.items():
-            if not _LANG_RE.match(lang) or not isinstance(months, dict) or not all(
-                isinstance(m, str) and _MONTH_RE.match(m) and type(n) is int and n > 0 for m, n in months.items()
+            if not _LANG_RE.fullmatch(lang) or not isinstance(months, dict) or not all(
+                isinstance(m, str) and _MONTH_RE.fullmatch(m) and type(n) is int and n > 0 for m, n in months.items()
             ):
                 return None
             if months:

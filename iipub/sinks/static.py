@@ -156,21 +156,21 @@ class StaticSink:
         entries: list[tuple[str, str, Entry]] = []
         _drop_leftovers(self.root)
         for product_dir in sorted(self.root.iterdir()):
-            if not (_PRODUCT_RE.match(product_dir.name) and product_dir.is_dir()):
+            if not (_PRODUCT_RE.fullmatch(product_dir.name) and product_dir.is_dir()):
                 continue
             product = product_dir.name
             for sub in sorted(product_dir.iterdir()):
-                if _LANG_RE.match(sub.name) and sub.is_dir():
+                if _LANG_RE.fullmatch(sub.name) and sub.is_dir():
                     _drop_leftovers(sub)
                     continue
-                if not (_DATE_RE.match(sub.name) and sub.is_dir()):
+                if not (_DATE_RE.fullmatch(sub.name) and sub.is_dir()):
                     continue
                 for path in sorted(sub.iterdir()):
-                    if _TMP_RE.match(path.name) and path.is_file():
+                    if _TMP_RE.fullmatch(path.name) and path.is_file():
                         path.unlink()
                         continue
                     lang = path.name.removesuffix(".json")
-                    if not (path.name.endswith(".json") and _LANG_RE.match(lang)):
+                    if not (path.name.endswith(".json") and _LANG_RE.fullmatch(lang)):
                         continue
                     art = _read_artifact(path, product, sub.name, lang)
                     if art is None:
@@ -349,7 +349,7 @@ def scan_editions(root: Path, product: str, lang: str) -> list[Artifact]:
     archive: for checks and tools, never on the delivery path)."""
     found = []
     for entry in sorted((root / product).iterdir()):
-        if _DATE_RE.match(entry.name) and entry.is_dir():
+        if _DATE_RE.fullmatch(entry.name) and entry.is_dir():
             art = _read_artifact(entry / f"{lang}.json", product, entry.name, lang)
             if art is not None:
                 found.append(art)
@@ -362,11 +362,11 @@ def scan_editions(root: Path, product: str, lang: str) -> list[Artifact]:
 
 def _check_parts(product: str, date: str, lang: str) -> str | None:
     """Refuse anything that could name a path outside `<root>/<product>/...`."""
-    if not _PRODUCT_RE.match(product):
+    if not _PRODUCT_RE.fullmatch(product):
         return f"invalid product name {product[:80]!r}"
-    if not _LANG_RE.match(lang):
+    if not _LANG_RE.fullmatch(lang):
         return f"invalid language {lang[:80]!r}"
-    if not _DATE_RE.match(date):
+    if not _DATE_RE.fullmatch(date):
         return f"invalid edition date {date[:80]!r}"
     try:
         dt.date.fromisoformat(date)
@@ -455,7 +455,7 @@ def _drop_leftovers(folder: Path) -> None:
     before the manifest, and temporary files."""
     with os.scandir(folder) as found:
         for leftover in found:
-            if (leftover.name == ".lock" or _TMP_RE.match(leftover.name)) and leftover.is_file():
+            if (leftover.name == ".lock" or _TMP_RE.fullmatch(leftover.name)) and leftover.is_file():
                 os.unlink(leftover.path)
 
 
@@ -463,7 +463,7 @@ def _clear_tmp(tmp: Path) -> None:
     """Under the lock no other delivery is writing: a temporary file left here is a dead one's."""
     with os.scandir(tmp) as found:
         for leftover in found:
-            if _TMP_RE.match(leftover.name):
+            if _TMP_RE.fullmatch(leftover.name):
                 with contextlib.suppress(OSError):
                     os.unlink(leftover.path)
 

@@ -69,6 +69,7 @@ def test_expected_errors_are_one_line_and_nonzero(cli_env: dict[str, str], tmp_p
 
 def test_an_unknown_command_is_one_usage_line_and_every_listed_command_loads(cli_env: dict[str, str]) -> None:
     one_line_error(run_cli("frobnicate", env=cli_env), 2, "No such command 'frobnicate'")
+    one_line_error(run_cli("stauts", env=cli_env), 2, "Did you mean 'status'?")
     listed = run_cli("--help", env=cli_env, check=True).stdout
     for name in COMMANDS:  # each subcommand's module loads on demand: every name must resolve
         assert name in listed

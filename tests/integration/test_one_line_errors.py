@@ -9,6 +9,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub.config import settings_from_dict
+from iipub.simulator import Simulator
+from iipub.states import Reason, State
 from iipub.store import Store
 from tests.helpers import clean_env, job_rows, one_line_error, run_cli
 
@@ -41,3 +43,23 @@ def test_an_oversized_reason_is_refused_before_anything_is_leased(tmp_path: Path
         result = run_cli(*args, "--by", "ops", env=cli_env, cwd=tmp_path)
         one_line_error(result, 2, "--reason")
     assert job_rows(engine) == before  # no lease left behind, no version bumped
+
+
+def test_a_provider_client_that_cannot_be_built_fails_the_run_before_any_lease(
+        tmp_path: Path, cli_env: dict[str, str], engine: sa.Engine, sim: Simulator) -> None:
+    """The SDK client is built at the first provider call; a broken HTTP set-up (here a proxy
+    scheme httpx refuses) still fails `iipub reconcile` in one line before a job due for the
+    provider is leased, as when the client was built up front: no version bumped, no create."""
+    store = Store(engine, "test")
+    p = settings_from_dict({}).products["daily-brief"]
+    day = dt.date(2026, 11, 30)
+    store.schedule(p, day)
+    (job,) = job_rows(engine)
+    store.transition(store.get(job["id"]), State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN,
+                     changes={"config_fingerprint": p.fingerprint()})
+    before = job_rows(engine)
+    env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "ALL_PROXY": "ftp://proxy.invalid:21"}
+    result = run_cli("reconcile", env=env, cwd=tmp_path)
+    one_line_error(result, 78, "cannot set up the provider's HTTP client")
+    assert [row for row in job_rows(engine) if row["id"] == job["id"]] == before  # (today's slots were scheduled)
+    assert sim.stats()["requests"].get("create", 0) == 0

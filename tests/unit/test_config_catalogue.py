@@ -49,6 +49,10 @@ CATALOGUE = [
     ('[sinks.webhook]\nurl = "https://cms.example/x"\nsecret_env = "not an env name"\n', "secret_env"),
     ("[provider]\nloss_confirm_reads = 0\n", "[provider] loss_confirm_reads"),
     ("[provider]\nbreaker_cooldown_seconds = 7200\n", "breaker_cooldown_cap_seconds"),
+    # A final newline is not the end of a name: it would reach paths, URLs and provider metadata.
+    ('[[products]]\nname = "daily-brief\\n"\nprompt = "p"\n', "name must be lower-case letters"),
+    ('[[products]]\nname = "daily-brief"\nprompt = "p"\nmodel = "gpt-5-mini\\n"\n', "model: string should match"),
+    ('[sinks.webhook]\nurl = "https://cms.example/x"\nsecret_env = "HOOK\\n"\n', "secret_env: string should match"),
 ]
 
 

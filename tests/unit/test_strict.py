@@ -56,6 +56,7 @@ def test_defaults_and_good_values_pass_and_an_int_for_a_float_is_stored_as_float
     ({"name": "abcdef"}, "name", "string should have at most 5 characters"),
     ({"name": "AB"}, "name", "string should match pattern '^[a-z]+$'"),
     ({"name": 3}, "name", "input should be a valid string"),
+    ({"name": "abc\n"}, "name", "string should match pattern '^[a-z]+$'"),  # `$` is the end of the text
     ({"flag": 1}, "flag", "input should be a valid boolean"),
     ({"where": "x"}, "where", "input should be a path"),
     ({"at": "05:00"}, "at", "input should be a valid time"),
