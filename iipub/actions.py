@@ -261,7 +261,9 @@ class Operator(Closing):
     def _need_provider(self) -> Provider:
         if self._provider is None:
             key = self.settings.require_api_key()
-            self._provider = Provider(self.settings.provider, key)
+            provider = Provider(self.settings.provider, key)
+            provider.ready()  # a broken HTTP set-up is one error line now, before any lease
+            self._provider = provider
             self._own_provider = True
         return self._provider
 
