@@ -114,8 +114,10 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
     env = sim_env(cli_env, sim, tmp_path, ONE_PRODUCT)
     cfg = Path(env["IIPUB_CONFIG"])
     # Generous timeouts: a slow answer on a loaded machine would be a legitimate retry, not the
-    # duplicate this test looks for.
-    cfg.write_text(cfg.read_text().replace("poll_interval_seconds = 0", "poll_interval_seconds = 300")
+    # duplicate this test looks for. Admission control (100 in flight per process by default)
+    # would hold the 101st create back if one process started late and took every slot.
+    cfg.write_text(cfg.read_text()
+                   .replace("poll_interval_seconds = 0", "max_in_flight = 1000\npoll_interval_seconds = 300")
                    .replace("tick_seconds = 20", "tick_seconds = 120")
                    .replace("lease_seconds = 10", "lease_seconds = 60")
                    .replace("timeout_seconds = 2", "timeout_seconds = 20"))
