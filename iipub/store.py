@@ -407,34 +407,35 @@ def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select
     lookup) and the read of what was leased; one statement whatever the chunk's size."""
     ids: sa.BindParameter[Any] = sa.bindparam("k_ids", expanding=True)
     pairs: sa.BindParameter[Any] = sa.bindparam("k_pairs", expanding=True)
-    fenced = sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(pairs)
+    # The same shape fences the lease and the re-read (which is given the versions it wrote).
+    by_pairs = (jobs_table.c.id.in_(ids), sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(pairs))
     free = sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < db.clock_at(family, "c_now"))
     update = (jobs_table.update()
-              .where(jobs_table.c.id.in_(ids), fenced, free)
+              .where(*by_pairs, free)
               .values(lease_owner=sa.bindparam("v_worker"), lease_expiry=db.clock_at(family, "c_lease"),
                       version=jobs_table.c.version + 1))
     if not operator:
         update = update.where(jobs_table.c.state != State.MANUALLY_SUSPENDED.value)
-    select = sa.select(jobs_table).where(jobs_table.c.id.in_(sa.bindparam("k_ids", expanding=True)),
-                                         sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(
-                                             sa.bindparam("k_pairs", expanding=True)),
-                                         jobs_table.c.lease_owner == sa.bindparam("v_worker"))
+    select = sa.select(jobs_table).where(*by_pairs, jobs_table.c.lease_owner == sa.bindparam("v_worker"))
     return update, select
+
+
+# The journal's columns a transition writes, each bound as `e_<column>`.
+_JOURNAL_COLUMNS = ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail")
+
+
+def _journal_binds(columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
+    return {c: sa.bindparam(f"e_{c}", type_=events_table.c[c].type) for c in columns}
 
 
 @functools.lru_cache(maxsize=1)
 def _journal_rows_statement() -> sa.Insert:
-    return events_table.insert().values(
-        {c: sa.bindparam(f"e_{c}", type_=events_table.c[c].type)
-         for c in ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail", "at")})
+    return events_table.insert().values(_journal_binds((*_JOURNAL_COLUMNS, "at")))
 
 
 @functools.lru_cache(maxsize=4)
 def _journal_statement(family: str) -> sa.Insert:
-    return events_table.insert().values(
-        {c: sa.bindparam(f"e_{c}", type_=events_table.c[c].type)
-         for c in ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail")}
-        | {"at": db.clock_at(family, "c_now")})
+    return events_table.insert().values(_journal_binds(_JOURNAL_COLUMNS) | {"at": db.clock_at(family, "c_now")})
 
 
 def _declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:
