@@ -94,8 +94,7 @@ class Provider(Closing):
         try:
             self._client  # noqa: B018 - built by the property
         except Exception as exc:
-            raise ConfigError(f"cannot set up the provider's HTTP client: {type(exc).__name__}: "
-                              f"{_clip(str(exc))}") from exc
+            raise ConfigError(f"cannot set up the provider's HTTP client: {_described(exc)}") from exc
 
     @property
     def _client(self) -> openai.OpenAI:
@@ -146,8 +145,7 @@ class Provider(Closing):
         try:
             client = self._client
         except Exception as exc:  # the client could not even be built: not a byte was sent
-            return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {type(exc).__name__}: "
-                                                                     f"{_clip(str(exc))}"))
+            return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {_described(exc)}"))
         try:
             resp: Any = client.responses.create(**kwargs)
         except Exception as exc:
@@ -212,7 +210,7 @@ def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
     """Every failed provider call is a warning in the log with its HTTP status and message (the
     journal keeps the decision; the log keeps what the provider said)."""
     status = getattr(exc, "status_code", None)
-    why = getattr(outcome, "why", None) or f"{type(exc).__name__}: {_clip(str(exc))}"
+    why = getattr(outcome, "why", None) or _described(exc)
     log.warning("provider_trouble", op=op, subject=subject, status=status, outcome=type(outcome).__name__, why=why)
     return outcome
 
@@ -261,7 +259,7 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
         if _never_sent(exc):
             return Refused(None, f"connection not established: {_cause_name(exc)}")
         return Ambiguous(f"transport failure after the request may have been sent: {_cause_name(exc)}")
-    return Ambiguous(f"unexpected error during create: {type(exc).__name__}: {_clip(str(exc))}")
+    return Ambiguous(f"unexpected error during create: {_described(exc)}")
 
 
 def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
@@ -311,7 +309,7 @@ def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:
     if isinstance(exc, openai.APIConnectionError):
         return Transient(None, f"transport failure: {_cause_name(exc)}")
     # JSON decode errors and the like: the body could not be read; asking again is harmless.
-    return Transient(None, f"unreadable answer: {type(exc).__name__}: {_clip(str(exc))}")
+    return Transient(None, f"unreadable answer: {_described(exc)}")
 
 
 def _observed(resp: httpx.Response) -> Observed | Transient:
@@ -319,11 +317,11 @@ def _observed(resp: httpx.Response) -> Observed | Transient:
     try:
         doc = json.loads(resp.content)
     except ValueError as exc:  # not JSON (or not UTF-8): asking again is harmless
-        return Transient(None, f"unreadable answer: {type(exc).__name__}: {_clip(str(exc))}")
+        return Transient(None, f"unreadable answer: {_described(exc)}")
     try:
         return _to_observed(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # JSON of another shape
-        return Transient(None, f"unreadable 2xx body: {type(exc).__name__}: {_clip(str(exc))}")
+        return Transient(None, f"unreadable 2xx body: {_described(exc)}")
 
 
 def _to_observed(doc: Any) -> Observed | Transient:
@@ -397,6 +395,11 @@ def _cause_name(exc: BaseException) -> str:
         return type(exc).__name__
     detail = _clip(str(cause), 120)
     return f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+
+
+def _described(exc: BaseException) -> str:
+    """An error as the journal and the log show it: its class and its (clipped, untrusted) text."""
+    return f"{type(exc).__name__}: {_clip(str(exc))}"
 
 
 def _clip(text: str, limit: int = _WHY_MAX) -> str:
