@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from . import db, outbox, remedies
 from .breaker import GateState
 from .closing import Closing
-from .config import Product, Settings
+from .config import Settings, max_output_bytes
 from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UsageError
 from .gate import CreateGate
 from .handlers import Decision
@@ -238,8 +238,7 @@ class Operator(Closing):
         remedies.check_input(by, reason)
         seen = self.get(job_id)
         remedies.check_import(seen)  # before the file is read: the likelier mistake is the job
-        product = self.settings.products.get(seen.product)
-        max_bytes = product.max_output_bytes if product is not None else Product.max_output_bytes
+        max_bytes = max_output_bytes(self.settings.products.get(seen.product))
         limit = remedies.import_file_limit(max_bytes)
         try:
             with path.open("rb") as f:

@@ -165,6 +165,11 @@ class StaticSink(Checked):
     state_dir: Path | None = None
 
 
+def max_output_bytes(product: Product | None) -> int:
+    """The largest output a job's product takes; a product no longer configured keeps the default."""
+    return product.max_output_bytes if product is not None else Product.max_output_bytes
+
+
 def default_state_dir(root: Path) -> Path:
     """Where the static sink keeps its state by default: `<root's parent>/.iipub-state/<root's name>`."""
     root = Path(os.path.abspath(root))
@@ -286,6 +291,10 @@ class Settings:
         if self.database_url.startswith("sqlite:///") and not self.database_url.endswith(":memory:"):
             return Path(self.database_url[len("sqlite:///"):] + ".ledger.jsonl")
         return Path("iipub-ledger.jsonl")
+
+    def sink_names(self) -> list[str]:
+        """The sinks this configuration delivers to, by name."""
+        return [name for name, on in (("static", self.static_sink), ("webhook", self.webhook_sink)) if on]
 
     def require_api_key(self) -> str:
         if not self.api_key:

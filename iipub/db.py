@@ -473,18 +473,18 @@ def ping(engine: Engine) -> None:
             conn.execute(sa.text("SELECT 1"))
             conn.execute(sa.select(clock.c.offset_us).where(clock.c.id == 1)).one()
     except sa.exc.OperationalError as exc:
-        if _is_missing_table(exc):
+        if is_missing_table(exc):
             raise SchemaNotReady() from None
         raise DatabaseUnavailable(f"database unreachable: {describe_error(exc)}") from None
     except sa.exc.NoResultFound:
         raise SchemaNotReady() from None
     except sa.exc.ProgrammingError as exc:
-        if _is_missing_table(exc):
+        if is_missing_table(exc):
             raise SchemaNotReady() from None
         raise
 
 
-def _is_missing_table(exc: sa.exc.DBAPIError) -> bool:
+def is_missing_table(exc: sa.exc.DBAPIError) -> bool:
     text = str(exc.orig).lower()
     return "no such table" in text or "1146" in text or "doesn't exist" in text
 

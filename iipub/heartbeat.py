@@ -307,8 +307,7 @@ def summary(conn: Connection, now: dt.datetime, monitoring: MonitoringSettings, 
     try:
         return _summary(conn, now, monitoring, window_hours, stale_after_seconds, any_jobs)
     except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
-        text = str(exc.orig).lower()
-        if "runs" in text and ("no such table" in text or "1146" in text or "doesn't exist" in text):
+        if "runs" in str(exc.orig).lower() and db.is_missing_table(exc):
             raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
         raise
 

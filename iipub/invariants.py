@@ -153,7 +153,7 @@ def check(
         if static_root is None and settings.static_sink is not None:
             static_root = Path(settings.static_sink.root)
         if sinks is None:
-            sinks = [n for n, on in (("static", settings.static_sink), ("webhook", settings.webhook_sink)) if on]
+            sinks = settings.sink_names()
     found = _Found()
     with engine.connect() as conn:
         now = naive_utc(db.read_now(conn))

@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import os
 import re
-import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -32,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db
 from .errors import DatabaseUnavailable, MigrationError
+from .jobs import new_worker_id
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_VERSION = "!lock"  # sorts before every "NNNN" version; never a migration's own
@@ -129,6 +127,7 @@ def migrate(engine: Engine) -> list[Migration]:
         if family == "mysql":
             return _migrate_mysql(engine, migrations)
         with engine.begin() as conn:  # BEGIN IMMEDIATE: one migrator at a time
+            _bootstrap(conn, migrations)
             return _apply_pending(conn, migrations)
     except sa.exc.OperationalError as exc:
         raise DatabaseUnavailable(f"database unreachable: {db.describe_error(exc)}") from None
@@ -137,14 +136,11 @@ def migrate(engine: Engine) -> list[Migration]:
 
 
 def _migrate_mysql(engine: Engine, migrations: list[Migration]) -> list[Migration]:
-    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    holder = new_worker_id("migrate")
     with engine.connect() as conn:
         _galera_session(conn)
         # The bookkeeping table first (idempotent DDL; on Galera it runs in total order).
-        for m in migrations:
-            if m.version == "0000":
-                for stmt in m.statements():
-                    conn.exec_driver_sql(stmt)
+        _bootstrap(conn, migrations)
         conn.commit()
         _take_lock(conn, holder)
         beat = _Heartbeat(engine, holder)
@@ -248,11 +244,15 @@ class _Heartbeat:
                 continue  # contention or a lost connection: the next beat tries again
 
 
+def _bootstrap(conn: Connection, migrations: list[Migration]) -> None:
+    """Migration 0000, the bookkeeping table: idempotent DDL, run before anything is read."""
+    for m in migrations:
+        if m.version == "0000":
+            for stmt in m.statements():
+                conn.exec_driver_sql(stmt)
+
+
 def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[Migration]:
-    bootstrap = [m for m in migrations if m.version == "0000"]
-    for m in bootstrap:
-        for stmt in m.statements():
-            conn.exec_driver_sql(stmt)
     applied = _applied(conn)
     done = []
     for m in migrations:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 import structlog
 
 from . import db, handlers, ledger, outbox, validate
-from .config import Product
+from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, InvariantViolation
 from .handlers import Decision
@@ -57,10 +57,6 @@ def drive(tick: Tick, job: Job) -> None:
 def _product(tick: Tick, job: Job) -> Product | None:
     """The job's product as configured now; None if it was removed from the config."""
     return tick.settings.products.get(job.product)
-
-
-def _max_output_bytes(product: Product | None) -> int:
-    return product.max_output_bytes if product is not None else Product.max_output_bytes
 
 
 def hold(tick: Tick, job: Job) -> None:
@@ -180,7 +176,7 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
         _note_if_missed(tick, job)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
-        return apply(tick, new, handlers.on_output(new, outcome, _max_output_bytes(product)))
+        return apply(tick, new, handlers.on_output(new, outcome, max_output_bytes(product)))
     return new
 
 
@@ -203,7 +199,7 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
     return apply(tick, job, handlers.after_refetch(
-        job, outcome, tick.settings.reconcile, _max_output_bytes(_product(tick, job)), tick.rng,
+        job, outcome, tick.settings.reconcile, max_output_bytes(_product(tick, job)), tick.rng,
         loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
 
 
@@ -275,7 +271,7 @@ def custody_while_suspended(tick: Tick, job: Job) -> None:
     read, so an operator's resume or another process's custody wins cleanly."""
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    d = handlers.custody_while_suspended(job, outcome, _max_output_bytes(_product(tick, job)))
+    d = handlers.custody_while_suspended(job, outcome, max_output_bytes(_product(tick, job)))
     if d is not None:
         tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
         tick.counted(d.to)

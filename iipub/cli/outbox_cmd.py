@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
+from ..outbox import LIST_STATES
 from .common import App, emit_json, json_option, pass_app, table
-
-_STATES = ("unpublished", "parked", "failing", "all")
 
 
 @click.group("outbox")
@@ -18,7 +17,7 @@ def outbox_group() -> None:
 
 
 @outbox_group.command("list")
-@click.option("--state", type=click.Choice(_STATES), default="unpublished", show_default=True,
+@click.option("--state", type=click.Choice(LIST_STATES), default="unpublished", show_default=True,
               help="unpublished: every event not yet published (pending, failing, parked); parked: a sink "
                    "refused it and only an operator moves it; failing: a delivery failed and is retried with "
                    "backoff; all: published ones too.")
@@ -70,8 +69,7 @@ def outbox_requeue_command(app: App, event_id: str, sink: str | None) -> None:
     from ..outbox import requeue
 
     settings = app.settings
-    configured = [name for name, on in (("static", settings.static_sink), ("webhook", settings.webhook_sink)) if on]
-    done = requeue(app.engine(), event_id, sink, configured)
+    done = requeue(app.engine(), event_id, sink, settings.sink_names())
     cleared = f"parked delivery cleared for {', '.join(done.cleared)}" if done.cleared else "nothing was parked"
     tries = ", ".join(done.pending) or "no sink"
     click.echo(f"outbox event {done.event_id}: re-queued ({cleared}); the next `iipub relay` tries {tries}")

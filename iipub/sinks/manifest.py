@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..compose import canonical_json
 from ..config import NAME_PATTERN
 from .site import LANG_PATTERN, Entry
 
@@ -84,7 +85,7 @@ class ManifestError(Exception):
 
 
 def _dump(doc: Any) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    return canonical_json(doc) + b"\n"
 
 
 def _entry_doc(e: Entry) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from .site import (
     published_in_page,
 )
 
-__all__ = ["FEED_ENTRIES", "StaticSink", "scan_editions"]
+__all__ = ["StaticSink"]
 
 _PRODUCT_RE = re.compile(NAME_PATTERN)
 _LANG_RE = re.compile(LANG_PATTERN)
@@ -70,8 +70,6 @@ class StaticSink:
         self.root = Path(root)
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir(self.root)
         self.site = Site(site_title, base_url, products)
-        self.site_title = self.site.site_title
-        self.base_url = self.site.base_url
         # Whether an operator let this job's editions replace live pages (`iipub republish`).
         self.may_replace: Callable[[str], bool] = may_replace or (lambda job_id: False)
         self._artifacts: OrderedDict[tuple[str, str, str], Artifact] = OrderedDict()
@@ -115,16 +113,6 @@ class StaticSink:
         except (OSError, ManifestError) as exc:
             return RetryLater(None, f"static: {exc}")
         return Delivered()
-
-    def rebuild(self) -> None:
-        """Make the manifest again from the editions on disk and render every page (the
-        first delivery does this by itself when the manifest is missing or damaged)."""
-        _ensure_dir(self.root)
-        files = self._files()
-        with _locked(self.state_dir / "lock"):
-            _clear_tmp(self.state_dir / "tmp")
-            self._render_all(files, self._rebuild(files))
-            files.sync()
 
     # -- state ------------------------------------------------------------------------
 
@@ -342,19 +330,6 @@ def _read_artifact(path: Path, product: str, date: str, lang: str) -> Artifact |
     except ValueError:
         return None  # a foreign or damaged file must not take the site down
     return art if (art.product, art.edition_date, art.lang) == (product, date, lang) else None
-
-
-def scan_editions(root: Path, product: str, lang: str) -> list[Artifact]:
-    """Every readable edition of `product` in `lang` under `root`, newest first (reads the whole
-    archive: for checks and tools, never on the delivery path)."""
-    found = []
-    for entry in sorted((root / product).iterdir()):
-        if _DATE_RE.fullmatch(entry.name) and entry.is_dir():
-            art = _read_artifact(entry / f"{lang}.json", product, entry.name, lang)
-            if art is not None:
-                found.append(art)
-    found.sort(key=lambda a: a.edition_date, reverse=True)
-    return found
 
 
 # --- checks ---------------------------------------------------------------------------------
