@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from .files import fsync_dir, replace_atomically
 from .states import QUARANTINE_REASONS, State
 from .status import Status
 from .timefmt import naive_utc
@@ -136,26 +135,9 @@ def write_textfile(path: Path, report: Status, products: Iterable[str] = ()) -> 
     """Write the metrics to `path` atomically: a hidden temp file beside it (which the textfile
     collector ignores: it reads `*.prom` only), fsync, rename, fsync of the directory. Raises
     OSError when the directory is missing or not writable."""
-    data = render(report, products)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # the collector usually runs as another user
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    replace_atomically(path, render(report, products))
     with contextlib.suppress(OSError):  # the rename is done; this only makes it durable sooner
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(path.parent)
 
 
 def _unix(value: dt.datetime) -> float:

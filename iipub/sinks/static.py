@@ -24,13 +24,13 @@ import datetime as dt
 import fcntl
 import os
 import re
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from ..compose import Artifact, artifact_from_document, artifact_from_json
 from ..config import NAME_PATTERN, Product, default_state_dir
+from ..files import fsync_dir, replace_atomically
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 from .manifest import FileCache, Manifest, ManifestError
 from .site import (
@@ -364,14 +364,6 @@ def _utc_stamp(text: str) -> str | None:
 # --- files ----------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _ensure_dir(path: Path) -> None:
     """mkdir -p, making each new directory entry durable in its parent."""
     missing: list[Path] = []
@@ -387,7 +379,7 @@ def _ensure_dir(path: Path) -> None:
         except FileExistsError:
             if not d.is_dir():
                 raise
-        _fsync_dir(d.parent)
+        fsync_dir(d.parent)
 
 
 class _Files:
@@ -404,24 +396,13 @@ class _Files:
         with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
             if path.read_bytes() == data:
                 return False  # already there: leave the file (and its mtime) alone
-        fd, tmp = tempfile.mkstemp(dir=self.tmp_dir or path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server must be able to read it
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(path, data, tmp_dir=self.tmp_dir)
         self._dirty.add(path.parent)
         return True
 
     def sync(self) -> None:
         for d in sorted(self._dirty):
-            _fsync_dir(d)
+            fsync_dir(d)
         self._dirty.clear()
 
 
