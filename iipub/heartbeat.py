@@ -299,21 +299,23 @@ class Summary:
         return doc
 
 
-def summary(conn: Connection, now: dt.datetime, monitoring: MonitoringSettings, *, window_hours: float,
-            stale_after_seconds: float, any_jobs: bool) -> Summary:
-    """The heartbeats as of `now` (the database clock). A run unfinished for longer than
+def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_configured: bool,
+            window_hours: float, stale_after_seconds: float, any_jobs: bool) -> Summary:
+    """The heartbeats as of `now` (the database clock), judged against `after_seconds` (the
+    effective limit, `Settings.heartbeat_limit`). A run unfinished for longer than
     `stale_after_seconds` counts as dead. A database without the `runs` table (migration 0005
     not applied) is SchemaNotReady."""
     try:
-        return _summary(conn, now, monitoring, window_hours, stale_after_seconds, any_jobs)
+        beats, recorded = _beats(conn, window_hours, stale_after_seconds)
     except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
         if "runs" in str(exc.orig).lower() and db.is_missing_table(exc):
             raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
         raise
+    return Summary(now, after_seconds, window_hours, recorded, any_jobs, beats, ping_configured=ping_configured)
 
 
-def _summary(conn: Connection, now: dt.datetime, monitoring: MonitoringSettings, window_hours: float,
-             stale_after_seconds: float, any_jobs: bool) -> Summary:
+def _beats(conn: Connection, window_hours: float, stale_after_seconds: float) -> tuple[tuple[CommandBeat, ...], bool]:
+    """Each command's runs in the window and its last (OK) run; whether any run was ever recorded."""
     window_start = db.now(conn, -window_hours * 3600)
     stale = db.now(conn, -stale_after_seconds)
     opened = runs.c.finished_at.is_(None)
@@ -336,8 +338,7 @@ def _summary(conn: Connection, now: dt.datetime, monitoring: MonitoringSettings,
             conn.execute(finished.where(runs.c.ok == sa.true())).mappings().first())
         beats.append(CommandBeat(command, last, last_ok, **counts[command]))
     recorded = conn.execute(sa.select(runs.c.id).limit(1)).first() is not None
-    return Summary(now, monitoring.heartbeat_after_seconds, window_hours, recorded, any_jobs, tuple(beats),
-                   ping_configured=bool(monitoring.ping_url))
+    return tuple(beats), recorded
 
 
 def _row(m: sa.RowMapping | None) -> RunRow | None:

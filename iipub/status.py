@@ -7,7 +7,6 @@ clock (`db.read_now`), the same clock that stamped the rows.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -397,8 +396,8 @@ def collect(engine: Engine, settings: Settings) -> Status:
             sa.select(sa.func.count()).where(
                 events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
         ).scalar_one())
-        monitoring = dataclasses.replace(settings.monitoring, heartbeat_after_seconds=settings.heartbeat_limit())
-        beats = heartbeat.summary(conn, now, monitoring, window_hours=s.window_hours,
+        beats = heartbeat.summary(conn, now, after_seconds=settings.heartbeat_limit(),
+                                  ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
                                   stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
