@@ -39,9 +39,8 @@ def reconcile_command(app: App, tick_seconds: float | None) -> None:
     signal.signal(signal.SIGTERM, stop)
     worker = new_worker_id("reconcile")
     with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
-        report = reconcile.run(settings, engine, worker=worker)
-        run.summary = report.summary()
-    click.echo(json.dumps(report.summary(), sort_keys=True))
+        run.summary = reconcile.run(settings, engine, worker=worker).summary()
+    click.echo(json.dumps(run.summary, sort_keys=True))
 
 
 @click.command("relay")
@@ -67,6 +66,5 @@ def relay_command(app: App, prune: bool) -> None:
         return
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
-        report = relay.run(settings, engine, worker=worker)
-        run.summary = dict(report.__dict__)
-    click.echo(json.dumps(report.__dict__, sort_keys=True))
+        run.summary = dict(relay.run(settings, engine, worker=worker).__dict__)
+    click.echo(json.dumps(run.summary, sort_keys=True))
