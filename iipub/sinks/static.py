@@ -131,7 +131,9 @@ class StaticSink:
         """The hash of the edition already published for this product, date and language."""
         path = self.root / json_path(art.product, art.edition_date, art.lang)
         try:
-            return artifact_from_json(path.read_bytes()).sha256
+            live = path.read_bytes()
+            # The same bytes (a redelivery): no need to parse them to know their hash.
+            return art.sha256 if live == art.body else artifact_from_json(live).sha256
         except (FileNotFoundError, NotADirectoryError):
             return None
         except ValueError:
