@@ -144,12 +144,10 @@ class Outbox:
                 values["delivered_at"] = now
             if parked:
                 values["parked_at"] = now
-            res = conn.execute(
-                deliveries_table.update()
-                .where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink)
-                .values(**values)
-            )
-            if res.rowcount == 0:
+            update = (deliveries_table.update()
+                      .where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink)
+                      .values(**values))
+            if conn.execute(update).rowcount == 0:
                 try:
                     with conn.begin_nested():
                         conn.execute(deliveries_table.insert().values(
@@ -159,40 +157,32 @@ class Outbox:
                 except sa.exc.IntegrityError:
                     # Another relay wrote the row between our UPDATE and INSERT (a lagging cluster
                     # node sees it late): the update applies to it now.
-                    conn.execute(deliveries_table.update()
-                                 .where(deliveries_table.c.event_id == event_id, deliveries_table.c.sink == sink)
-                                 .values(**values))
+                    conn.execute(update)
 
     def mark_published(self, ev: OutboxEvent) -> bool:
         with db.transaction(self.engine) as conn:
-            res = conn.execute(
-                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
-                .values(published_at=db.now(conn), lease_owner=None, lease_expiry=None,
-                        version=outbox_table.c.version + 1, last_error=None)
-            )
-            return res.rowcount == 1
+            return self._give_back(conn, ev, published_at=db.now(conn), last_error=None)
 
     def retry_later(self, ev: OutboxEvent, delay: float, error: str) -> bool:
         with db.transaction(self.engine) as conn:
-            now = db.now(conn)
-            res = conn.execute(
-                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
-                .values(attempts=outbox_table.c.attempts + 1, next_attempt_at=db.now(conn, delay),
-                        first_failed_at=sa.func.coalesce(outbox_table.c.first_failed_at, now),
-                        last_error=error[:2000], lease_owner=None, lease_expiry=None,
-                        version=outbox_table.c.version + 1)
-            )
-            return res.rowcount == 1
+            return self._give_back(conn, ev, attempts=outbox_table.c.attempts + 1, next_attempt_at=db.now(conn, delay),
+                                   first_failed_at=sa.func.coalesce(outbox_table.c.first_failed_at, db.now(conn)),
+                                   last_error=error[:2000])
 
     def release(self, ev: OutboxEvent) -> bool:
         """Give the claim back untouched (a sink was not reached in this run): due again as it
         was, no attempt counted, no error recorded."""
         with db.transaction(self.engine) as conn:
-            res = conn.execute(
-                outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
-                .values(lease_owner=None, lease_expiry=None, version=outbox_table.c.version + 1)
-            )
-            return res.rowcount == 1
+            return self._give_back(conn, ev)
+
+    @staticmethod
+    def _give_back(conn: Connection, ev: OutboxEvent, **values: Any) -> bool:
+        """End this relay's claim on `ev` with `values` written, fenced on the version it claimed;
+        False if someone else wrote the event since."""
+        return conn.execute(
+            outbox_table.update().where(outbox_table.c.id == ev.id, outbox_table.c.version == ev.version)
+            .values(**values, lease_owner=None, lease_expiry=None, version=outbox_table.c.version + 1)
+        ).rowcount == 1
 
     def unpublished_for_job(self, job_id: str) -> int:
         with self.engine.connect() as conn:
