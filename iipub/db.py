@@ -8,6 +8,7 @@ for SQLAlchemy Core (a test proves the two agree). All times come from the datab
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sqlite3
 import threading
 import time
@@ -487,6 +488,19 @@ def ping(engine: Engine) -> None:
 def is_missing_table(exc: sa.exc.DBAPIError) -> bool:
     text = str(exc.orig).lower()
     return "no such table" in text or "1146" in text or "doesn't exist" in text
+
+
+_UUID_PREFIX = re.compile(r"[0-9a-f-]{4,35}")
+
+
+def by_id_or_prefix(conn: Connection, table: sa.Table, column: sa.Column[str], text: str) -> sa.Row[Any] | None:
+    """The row whose id (a UUID) is `text`, or the one row whose id starts with it (at least four
+    characters, id characters only, so no LIKE wildcard slips in); None if none or several."""
+    row = conn.execute(sa.select(table).where(column == text)).first()
+    if row is None and _UUID_PREFIX.fullmatch(text):
+        rows = conn.execute(sa.select(table).where(column.like(text + "%")).limit(2)).all()
+        row = rows[0] if len(rows) == 1 else None
+    return row
 
 
 def describe_error(exc: BaseException) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -255,9 +254,6 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
 # -- the operator's view: `iipub outbox list|requeue` ----------------------------------------------
 
 LIST_STATES = ("unpublished", "parked", "failing", "all")
-_EVENT_ID_PREFIX = re.compile(r"[0-9a-f-]{4,35}")
-
-
 def event_status(published_at: Any, first_failed_at: Any, sinks: Sequence[Mapping[str, Any]]) -> str:
     """published | parked (a sink refused it: only an operator moves it) | failing (a delivery
     failed and is retried with backoff) | pending (not yet delivered, nothing failed)."""
@@ -377,11 +373,7 @@ def requeue(engine: Engine, event_id: str, sink: str | None = None, configured: 
 
 def _find_event(conn: Connection, event_id: str) -> Any:
     """The outbox row of `event_id`, or of the one event whose id starts with it (UnknownId otherwise)."""
-    row = conn.execute(sa.select(outbox_table).where(outbox_table.c.event_id == event_id)).first()
-    if row is None and _EVENT_ID_PREFIX.fullmatch(event_id):
-        rows = conn.execute(sa.select(outbox_table).where(outbox_table.c.event_id.like(event_id + "%"))
-                            .limit(2)).all()
-        row = rows[0] if len(rows) == 1 else None
+    row = db.by_id_or_prefix(conn, outbox_table, outbox_table.c.event_id, event_id)
     if row is None:
         raise UnknownId(f"no outbox event with id {event_id!r}")
     return row

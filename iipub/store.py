@@ -12,7 +12,6 @@ import dataclasses
 import datetime as dt
 import functools
 import json
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -33,7 +32,6 @@ from .jobs import Event, Job, new_worker_id, slot_row
 from .states import Reason, State
 
 log = structlog.get_logger("iipub.store")
-_ID_PREFIX = re.compile(r"[0-9a-f-]+")
 jobs_table = db.jobs
 events_table = db.job_events
 
@@ -67,16 +65,10 @@ class Store:
 
     def get(self, job_id: str) -> Job:
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(jobs_table).where(jobs_table.c.id == job_id)).mappings().first()
-            # A unique prefix of the id is enough; only id characters, so no LIKE wildcard slips in.
-            if row is None and 4 <= len(job_id) < 36 and _ID_PREFIX.fullmatch(job_id):
-                rows = conn.execute(
-                    sa.select(jobs_table).where(jobs_table.c.id.like(job_id + "%")).limit(2)
-                ).mappings().all()
-                row = rows[0] if len(rows) == 1 else None
+            row = db.by_id_or_prefix(conn, jobs_table, jobs_table.c.id, job_id)  # a unique prefix is enough
         if row is None:
             raise UnknownId(f"no job with id {job_id!r}")
-        return Job.from_row(row)
+        return Job.from_row(row._mapping)
 
     def find(self, job_id: str) -> Job | None:
         """The job with exactly this id, or None (ids from untrusted input: no prefix match)."""
