@@ -22,13 +22,13 @@ import json
 import os
 import re
 import shutil
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..compose import canonical_json
 from ..config import NAME_PATTERN
+from .lru import Lru
 from .site import LANG_PATTERN, Entry
 
 FORMAT = 1
@@ -49,15 +49,13 @@ class FileCache:
     is the same one (inode, modification time and size: every write replaces the file)."""
 
     def __init__(self, size: int = 2048) -> None:
-        self._size = size
-        self._files: OrderedDict[Path, tuple[tuple[int, int, int], Any]] = OrderedDict()
+        self._files: Lru[Path, tuple[tuple[int, int, int], Any]] = Lru(size)
 
     def get(self, path: Path, load: Callable[[bytes], _T]) -> _T:
         """`load(bytes)` of the file, or what it gave last time; raises OSError like a read."""
         key = _identity(path)
         hit = self._files.get(path)
         if hit is not None and hit[0] == key:
-            self._files.move_to_end(path)
             value: _T = hit[1]
             return value
         value = load(path.read_bytes())
@@ -66,13 +64,9 @@ class FileCache:
 
     def put(self, path: Path, value: Any, key: tuple[int, int, int] | None = None) -> None:
         try:
-            self._files[path] = (key or _identity(path), value)
+            self._files.put(path, (key or _identity(path), value))
         except OSError:
-            self._files.pop(path, None)
-            return
-        self._files.move_to_end(path)
-        while len(self._files) > self._size:
-            self._files.popitem(last=False)
+            self._files.pop(path)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:

@@ -23,7 +23,6 @@ import hashlib
 import html
 import json
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from xml.sax.saxutils import quoteattr
 from ..compose import Artifact
 from ..config import Product, display_title
 from ..validate import is_public_http_url
+from .lru import Lru
 
 if TYPE_CHECKING:
     from babel import Locale
@@ -330,7 +330,7 @@ class Site:
         self.products = dict(products or {})
         # Rendered feed entries by (product, lang, date, sha256, published): a feed is rendered
         # again at each new edition, and 49 of its 50 entries are the same as last time.
-        self._entries: OrderedDict[tuple[str, str, str, str, str], str] = OrderedDict()
+        self._entries: Lru[tuple[str, str, str, str, str], str] = Lru(1024)
 
     def fingerprint(self) -> str:
         """Everything the pages depend on besides the editions: a change re-renders the whole site."""
@@ -561,7 +561,6 @@ class Site:
         key = (product, lang, entry.date, art.sha256, entry.published)
         cached = self._entries.get(key)
         if cached is not None:
-            self._entries.move_to_end(key)
             return cached
         href = self._url(feed_path(product, lang), edition_path(product, entry.date, lang))
         content = f'<p>{_h(art.summary)}</p><ol>{items_html(art, lang)}</ol>'
@@ -576,9 +575,7 @@ class Site:
             f'    <content type="html">{_x(content)}</content>\n'
             "  </entry>\n"
         )
-        self._entries[key] = text
-        while len(self._entries) > 1024:
-            self._entries.popitem(last=False)
+        self._entries.put(key, text)
         return text
 
 
@@ -651,7 +648,7 @@ def _source_html(source: Mapping[str, str]) -> str:
     return f'<span class="source">{_h(source["title"])}</span>'
 
 
-_ITEMS: OrderedDict[tuple[str, str], str] = OrderedDict()
+_ITEMS: Lru[tuple[str, str], str] = Lru(512)
 
 
 def items_html(art: Artifact, lang: str) -> str:
@@ -660,12 +657,9 @@ def items_html(art: Artifact, lang: str) -> str:
     key = (art.sha256, lang)
     cached = _ITEMS.get(key)
     if cached is not None:
-        _ITEMS.move_to_end(key)
         return cached
     text = _items_html(art, lang)
-    _ITEMS[key] = text
-    while len(_ITEMS) > 512:
-        _ITEMS.popitem(last=False)
+    _ITEMS.put(key, text)
     return text
 
 

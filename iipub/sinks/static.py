@@ -24,7 +24,6 @@ import datetime as dt
 import fcntl
 import os
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ..compose import Artifact, artifact_from_document, artifact_from_json
 from ..config import NAME_PATTERN, Product, default_state_dir
 from ..files import fsync_dir, replace_atomically
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
+from .lru import Lru
 from .manifest import FileCache, Manifest, ManifestError
 from .site import (
     FEED_ENTRIES,
@@ -72,7 +72,7 @@ class StaticSink:
         self.site = Site(site_title, base_url, products)
         # Whether an operator let this job's editions replace live pages (`iipub republish`).
         self.may_replace: Callable[[str], bool] = may_replace or (lambda job_id: False)
-        self._artifacts: OrderedDict[tuple[str, str, str], Artifact] = OrderedDict()
+        self._artifacts: Lru[tuple[str, str, str], Artifact] = Lru(_ARTIFACT_CACHE)
         self._fingerprint: str | None = None
         self._cache = FileCache()  # the manifest's files as parsed, while they stay the same
 
@@ -306,17 +306,12 @@ class StaticSink:
     # -- artifacts --------------------------------------------------------------------
 
     def _remember(self, art: Artifact) -> None:
-        key = (art.product, art.edition_date, art.lang)
-        self._artifacts[key] = art
-        self._artifacts.move_to_end(key)
-        while len(self._artifacts) > _ARTIFACT_CACHE:
-            self._artifacts.popitem(last=False)
+        self._artifacts.put((art.product, art.edition_date, art.lang), art)
 
     def _artifact(self, product: str, lang: str, entry: Entry) -> Artifact | None:
         """The published artifact the manifest entry names (None if its file is gone or damaged)."""
         cached = self._artifacts.get((product, entry.date, lang))
         if cached is not None and cached.sha256 == entry.sha256:
-            self._artifacts.move_to_end((product, entry.date, lang))
             return cached
         art = _read_artifact(self.root / json_path(product, entry.date, lang), product, entry.date, lang)
         if art is not None:
