@@ -19,7 +19,7 @@ from .config import Product
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")  # an edition date as text
 _DOC_KEYS = frozenset({"product", "edition_date", "lang", "title", "summary", "items", "sources"})
 
 
@@ -87,7 +87,7 @@ def artifact_from_document(doc: Any) -> Artifact:
     for key in ("product", "edition_date", "lang", "title", "summary"):
         if not isinstance(doc[key], str):
             raise ValueError(f"artifact {key} must be a string")
-    if not _DATE_RE.fullmatch(doc["edition_date"]):
+    if not DATE_RE.fullmatch(doc["edition_date"]):
         raise ValueError("artifact edition_date must be YYYY-MM-DD")
     items = doc["items"]
     if not isinstance(items, list):

@@ -49,7 +49,7 @@ KNOWN_LANGUAGES = frozenset({"en", "es", "fr", "de", "pt", "it", "ar", "zh", "ru
 # output must come from the prompt alone, so a config that asks for tools is refused.
 AUTHORISED_TOOLS: frozenset[str] = frozenset()
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"  # product names: in paths, URLs and metadata
-_NAME_RE = re.compile(NAME_PATTERN)
+NAME_RE = re.compile(NAME_PATTERN)
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 _DEFAULT_PROMPTS = {
@@ -551,7 +551,7 @@ def _product(raw: Any, base_dir: Path) -> Product:
     raw = dict(raw)
     name = str(raw.get("name", ""))
     where = f"product {name!r}" if name else "a [[products]] entry"
-    if not _NAME_RE.fullmatch(name):
+    if not NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}: name must be lower-case letters, digits and dashes")
     if "prompt_file" in raw:
         if not isinstance(raw["prompt_file"], str) or not raw["prompt_file"]:

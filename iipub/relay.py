@@ -125,7 +125,7 @@ class _Delivery:
     waits: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     parked: bool = False
-    deferred: list[str] = field(default_factory=list)  # sinks not reached before their deadline
+    deferred: bool = False  # a sink was not reached before its deadline
     outstanding: int = 0  # background deliveries not answered yet
 
 
@@ -164,7 +164,7 @@ class _Background:
             d.outstanding -= 1
             result = future.result()  # `_deliver_before` never raises
             if result is None:
-                d.deferred.append(name)
+                d.deferred = True
             else:
                 _record(box, d, name, result, settings, rng, report)
             if not d.outstanding:

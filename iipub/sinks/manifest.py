@@ -26,16 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..compose import canonical_json
-from ..config import NAME_PATTERN
+from ..compose import DATE_RE, canonical_json
+from ..config import NAME_RE
 from .lru import Lru
-from .site import LANG_PATTERN, Entry
+from .site import LANG_RE, Entry
 
 FORMAT = 1
-_NAME_RE = re.compile(NAME_PATTERN)
-_LANG_RE = re.compile(LANG_PATTERN)
 _MONTH_RE = re.compile(r"^\d{4}-\d{2}$")
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -90,7 +87,7 @@ def _entry_doc(e: Entry) -> dict[str, Any]:
 
 
 def _entry(date: str, doc: Any) -> Entry:
-    if not (_DATE_RE.fullmatch(date) and isinstance(doc, dict) and isinstance(doc.get("title"), str)
+    if not (DATE_RE.fullmatch(date) and isinstance(doc, dict) and isinstance(doc.get("title"), str)
             and isinstance(doc.get("sha256"), str) and _SHA_RE.fullmatch(doc["sha256"])
             and isinstance(doc.get("published"), str) and _STAMP_RE.fullmatch(doc["published"])
             and isinstance(doc.get("guessed", False), bool)):
@@ -278,10 +275,10 @@ def _catalog(body: bytes) -> tuple[str, str, _Series] | None:
         return None
     series: _Series = {}
     for product, langs in doc["series"].items():
-        if not (_NAME_RE.fullmatch(product) and isinstance(langs, dict)):
+        if not (NAME_RE.fullmatch(product) and isinstance(langs, dict)):
             return None
         for lang, months in langs.items():
-            if not _LANG_RE.fullmatch(lang) or not isinstance(months, dict) or not all(
+            if not LANG_RE.fullmatch(lang) or not isinstance(months, dict) or not all(
                 isinstance(m, str) and _MONTH_RE.fullmatch(m) and type(n) is int and n > 0 for m, n in months.items()
             ):
                 return None

@@ -43,6 +43,7 @@ INDEX_ENTRIES = 30  # editions listed on a product's index page
 FEED_ENTRIES = 50  # entries in a feed
 SITE_INDEX = "index.html"
 LANG_PATTERN = r"^[a-z]{2,3}(?:-[a-z0-9]{2,8})*$"  # language codes the sink accepts (in paths and URLs)
+LANG_RE = re.compile(LANG_PATTERN)
 DEFAULT_LANG = "en"
 
 # Characters that are invalid in XML 1.0 or can disguise text (bidi overrides). Validation

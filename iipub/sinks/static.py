@@ -27,16 +27,17 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from ..compose import Artifact, artifact_from_document, artifact_from_json
-from ..config import NAME_PATTERN, Product, default_state_dir
+from ..compose import DATE_RE, Artifact, artifact_from_document, artifact_from_json
+from ..config import NAME_RE, Product, default_state_dir
 from ..files import fsync_dir, replace_atomically
+from ..timefmt import iso_z
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
 from .lru import Lru
 from .manifest import FileCache, Manifest, ManifestError
 from .site import (
     FEED_ENTRIES,
     INDEX_ENTRIES,
-    LANG_PATTERN,
+    LANG_RE,
     SITE_INDEX,
     Entry,
     Site,
@@ -51,9 +52,6 @@ from .site import (
 
 __all__ = ["StaticSink"]
 
-_PRODUCT_RE = re.compile(NAME_PATTERN)
-_LANG_RE = re.compile(LANG_PATTERN)
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # Temporary files of `_Files.write` (mkstemp: `.<name>.<8 random>.tmp`).
 _TMP_RE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 _ARTIFACT_CACHE = 512  # parsed artifacts kept between deliveries of one sink (a feed needs 50 per series)
@@ -96,7 +94,7 @@ class StaticSink:
             _ensure_dir(self.root)
             files = self._files()
             with _locked(self.state_dir / "lock"):
-                _clear_tmp(self.state_dir / "tmp")
+                _remove_leftovers(self.state_dir / "tmp", quiet=True)
                 live = self._live_sha256(artifact)
                 if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
                     # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
@@ -144,35 +142,19 @@ class StaticSink:
         time read back from its page (midnight of its date, marked guessed, when the page does
         not say). Also clears what earlier versions of this sink left in the public tree."""
         entries: list[tuple[str, str, Entry]] = []
-        _drop_leftovers(self.root)
+        _remove_leftovers(self.root, lock_files=True)
         for product_dir in sorted(self.root.iterdir()):
-            if not (_PRODUCT_RE.fullmatch(product_dir.name) and product_dir.is_dir()):
+            if not (NAME_RE.fullmatch(product_dir.name) and product_dir.is_dir()):
                 continue
-            product = product_dir.name
             for sub in sorted(product_dir.iterdir()):
-                if _LANG_RE.fullmatch(sub.name) and sub.is_dir():
-                    _drop_leftovers(sub)
-                    continue
-                if not (_DATE_RE.fullmatch(sub.name) and sub.is_dir()):
-                    continue
-                for path in sorted(sub.iterdir()):
-                    if _TMP_RE.fullmatch(path.name) and path.is_file():
-                        path.unlink()
-                        continue
-                    lang = path.name.removesuffix(".json")
-                    if not (path.name.endswith(".json") and _LANG_RE.fullmatch(lang)):
-                        continue
-                    art = _read_artifact(path, product, sub.name, lang)
-                    if art is None:
-                        continue
-                    try:
-                        published = published_in_page((sub / f"{lang}.html").read_bytes())
-                    except OSError:
-                        published = None
-                    entries.append((product, lang, Entry(art.edition_date, art.title, art.sha256,
-                                                         published or midnight(art.edition_date),
-                                                         guessed=published is None)))
-                    self._remember(art)
+                if LANG_RE.fullmatch(sub.name) and sub.is_dir():
+                    _remove_leftovers(sub, lock_files=True)
+                elif DATE_RE.fullmatch(sub.name) and sub.is_dir():
+                    for lang, art, published in _editions_in(product_dir.name, sub):
+                        entries.append((art.product, lang, Entry(art.edition_date, art.title, art.sha256,
+                                                                 published or midnight(art.edition_date),
+                                                                 guessed=published is None)))
+                        self._remember(art)
         return Manifest.create(self.state_dir, self._root_key(), files.write, entries, self._cache)
 
     def _manifest(self, files: _Files) -> Manifest:
@@ -334,11 +316,11 @@ def _read_artifact(path: Path, product: str, date: str, lang: str) -> Artifact |
 
 def _check_parts(product: str, date: str, lang: str) -> str | None:
     """Refuse anything that could name a path outside `<root>/<product>/...`."""
-    if not _PRODUCT_RE.fullmatch(product):
+    if not NAME_RE.fullmatch(product):
         return f"invalid product name {product[:80]!r}"
-    if not _LANG_RE.fullmatch(lang):
+    if not LANG_RE.fullmatch(lang):
         return f"invalid language {lang[:80]!r}"
-    if not _DATE_RE.fullmatch(date):
+    if not DATE_RE.fullmatch(date):
         return f"invalid edition date {date[:80]!r}"
     try:
         dt.date.fromisoformat(date)
@@ -355,7 +337,7 @@ def _utc_stamp(text: str) -> str | None:
         return None
     if when.tzinfo is None or not 1970 <= when.year <= 9999:
         return None
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_z(when, "seconds")
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -403,22 +385,37 @@ class _Files:
         self._dirty.clear()
 
 
-def _drop_leftovers(folder: Path) -> None:
-    """What earlier sinks (or a dead one) left in a public folder: the per-index `.lock` of sinks
-    before the manifest, and temporary files."""
+def _remove_leftovers(folder: Path, *, lock_files: bool = False, quiet: bool = False) -> None:
+    """Temporary files a dead delivery left in `folder` (under the lock no other delivery is
+    writing), and with `lock_files` the per-index `.lock` of sinks before the manifest; `quiet`
+    ignores a file that cannot be removed."""
     with os.scandir(folder) as found:
         for leftover in found:
-            if (leftover.name == ".lock" or _TMP_RE.fullmatch(leftover.name)) and leftover.is_file():
-                os.unlink(leftover.path)
-
-
-def _clear_tmp(tmp: Path) -> None:
-    """Under the lock no other delivery is writing: a temporary file left here is a dead one's."""
-    with os.scandir(tmp) as found:
-        for leftover in found:
-            if _TMP_RE.fullmatch(leftover.name):
-                with contextlib.suppress(OSError):
+            if ((_TMP_RE.fullmatch(leftover.name) or (lock_files and leftover.name == ".lock"))
+                    and leftover.is_file()):
+                try:
                     os.unlink(leftover.path)
+                except OSError:
+                    if not quiet:
+                        raise
+
+
+def _editions_in(product: str, day: Path) -> Iterator[tuple[str, Artifact, str | None]]:
+    """The readable editions in a date folder: language, artifact and the publication time its
+    page records (None if the page does not say); its temporary files are removed first."""
+    _remove_leftovers(day)
+    for path in sorted(day.iterdir()):
+        lang = path.name.removesuffix(".json")
+        if not (path.name.endswith(".json") and LANG_RE.fullmatch(lang)):
+            continue
+        art = _read_artifact(path, product, day.name, lang)
+        if art is None:
+            continue
+        try:
+            published = published_in_page((day / f"{lang}.html").read_bytes())
+        except OSError:
+            published = None
+        yield lang, art, published
 
 
 @contextlib.contextmanager
