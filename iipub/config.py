@@ -393,10 +393,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
     monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
     if isinstance(ledger_raw, dict) and "path" in ledger_raw:
-        if not isinstance(ledger_raw["path"], str) or not ledger_raw["path"].strip():
-            raise ConfigError(f"[ledger] path must be a file path (got {_shown(ledger_raw['path'])})")
-        given = Path(ledger_raw["path"])
-        ledger_raw = {**ledger_raw, "path": given if given.is_absolute() else base_dir / given}
+        ledger_raw = {**ledger_raw, "path": _path(ledger_raw["path"], "[ledger] path", "a file path", base_dir)}
     ledger = _section(LedgerSettings, ledger_raw, "ledger")
     products = default_products()
     if "products" in data:
@@ -425,17 +422,9 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         if not enabled:
             static = None
         else:
-            if "root" in raw:
-                if not isinstance(raw["root"], str) or not raw["root"].strip():
-                    raise ConfigError(f"[sinks.static] root must be a directory path (got {_shown(raw['root'])})")
-                root = Path(raw["root"])
-                raw["root"] = root if root.is_absolute() else base_dir / root
-            if "state_dir" in raw:
-                if not isinstance(raw["state_dir"], str) or not raw["state_dir"].strip():
-                    raise ConfigError(f"[sinks.static] state_dir must be a directory path "
-                                      f"(got {_shown(raw['state_dir'])})")
-                state = Path(raw["state_dir"])
-                raw["state_dir"] = state if state.is_absolute() else base_dir / state
+            for key in ("root", "state_dir"):
+                if key in raw:
+                    raw[key] = _path(raw[key], f"[sinks.static] {key}", "a directory path", base_dir)
             if "base_url" in raw and raw["base_url"] != "" and not _is_base_url(raw["base_url"]):
                 raise ConfigError(f"[sinks.static] base_url must be an http(s) URL without query or fragment "
                                   f"(got {_shown(raw['base_url'])})")
@@ -598,6 +587,14 @@ def _product(raw: Any, base_dir: Path) -> Product:
     if not 1 <= p.items <= MAX_ITEMS:
         raise ConfigError(f"{where}: items must be between 1 and {MAX_ITEMS}")
     return p
+
+
+def _path(value: Any, label: str, kind: str, base_dir: Path) -> Path:
+    """A path setting: non-blank text, relative to the config file's folder unless absolute."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{label} must be {kind} (got {_shown(value)})")
+    given = Path(value)
+    return given if given.is_absolute() else base_dir / given
 
 
 def _inside(path: Path, folder: Path) -> bool:
