@@ -16,7 +16,8 @@ from sqlalchemy.engine import Engine
 
 from .. import db, logs
 from ..config import Settings, load_settings
-from ..jobs import new_worker_id
+from ..jobs import Job, new_worker_id
+from ..states import State
 from ..store import Store
 from ..timefmt import parse_date
 
@@ -110,3 +111,17 @@ def stderr(message: str) -> None:
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+def clip(text: str | None, width: int) -> str:
+    """Untrusted or long text for one table cell: control characters and runs of white space
+    become one space, and it is cut to `width` characters."""
+    if not text:
+        return ""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def moved(before: State, job: Job) -> str:
+    """What an operator command did to a job, in one line."""
+    return f"job {job.id}: {before} -> {job.state} (version {job.version})"

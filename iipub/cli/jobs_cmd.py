@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import db, scheduling
-from .common import DATE, App, by_option, emit_json, json_option, pass_app, reason_option, table
+from .common import DATE, App, by_option, emit_json, json_option, moved, pass_app, reason_option, table
 
 
 @click.command("schedule")
@@ -106,7 +106,7 @@ def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: s
     with Operator(app.settings, app.engine()) as op:
         before = op.get(job_id)
         after = op.import_payload(job_id, file, reason, by)
-    click.echo(f"job {after.id}: {before.state} -> {after.state} (version {after.version}); payload sha256 "
+    click.echo(f"{moved(before.state, after)}; payload sha256 "
                f"{after.payload_sha256} stored; the next `iipub reconcile` validates it")
 
 

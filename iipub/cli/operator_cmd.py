@@ -17,8 +17,10 @@ from ..timefmt import duration, parse_date
 from .common import (
     App,
     by_option,
+    clip,
     emit_json,
     json_option,
+    moved,
     pass_app,
     reason_option,
     stderr,
@@ -54,7 +56,7 @@ def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_prov
     finally:
         if provider is not None:
             provider.close()
-    click.echo(_moved(before.state, after))
+    click.echo(moved(before.state, after))
     return after
 
 
@@ -64,17 +66,6 @@ def _date(text: str, option: str) -> dt.date:
         return parse_date(text)
     except ValueError as exc:
         raise UsageError(f"{option} {exc}") from None
-
-
-def _moved(before: State, job: Job) -> str:
-    return f"job {job.id}: {before} -> {job.state} (version {job.version})"
-
-
-def _clip(text: str | None, width: int = 60) -> str:
-    if not text:
-        return ""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # -- quarantine -----------------------------------------------------------------------
@@ -105,7 +96,7 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
     click.echo(table(
         [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", duration(q.age_seconds),
           q.job.response_id or "-", f"{q.job.generation_attempts}/{b.max_generation_attempts}",
-          f"{q.job.poll_count}/{b.max_poll_attempts}", _clip(q.job.last_error)) for q in items],
+          f"{q.job.poll_count}/{b.max_poll_attempts}", clip(q.job.last_error, 60)) for q in items],
         ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST ERROR"],
     ))
 
@@ -161,7 +152,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
         elif not results:
             click.echo(f"no job quarantined as {quarantine_reason}" + (f" since {since}" if since else ""))
         else:
-            click.echo(table([(r.job.id, r.job.product, r.job.edition_date, r.outcome, r.state, _clip(r.message, 90))
+            click.echo(table([(r.job.id, r.job.product, r.job.edition_date, r.outcome, r.state, clip(r.message, 90))
                               for r in results], ["ID", "PRODUCT", "DATE", "OUTCOME", "STATE", "WHY"]))
         refused = sum(r.outcome == "refused" for r in results)
         if refused:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..outbox import LIST_STATES
-from .common import App, emit_json, json_option, pass_app, table
+from .common import App, clip, emit_json, json_option, pass_app, table
 
 
 @click.group("outbox")
@@ -46,7 +46,7 @@ def outbox_list_command(app: App, state: str, limit: int, as_json: bool) -> None
     click.echo(table(
         [(e["event_id"], e["job_id"], e["product"] or "-", e["edition_date"] or "-", e["lang"] or "-", e["status"],
           e["attempts"], "-" if e["status"] == "published" else e["next_attempt_at"], _sinks(e["sinks"]),
-          _clip(_error(e))) for e in events],
+          clip(_error(e), 70)) for e in events],
         ["EVENT", "JOB", "PRODUCT", "DATE", "LANG", "STATUS", "ATTEMPTS", "NEXT ATTEMPT", "SINKS", "LAST ERROR"],
     ))
 
@@ -84,8 +84,3 @@ def _error(event: dict[str, Any]) -> str | None:
     return "; ".join(parked) if parked else event["last_error"]
 
 
-def _clip(text: str | None, width: int = 70) -> str:
-    if not text:
-        return ""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
