@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ..status import Status
 
 UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing the report
-WARNING = 1
 
 
 @click.command("status")
@@ -89,7 +88,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
             ctx.exit(UNKNOWN)
             return
         if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
-            report = dataclasses.replace(report, extra_problems=((WARNING, unwritable),))
+            report = dataclasses.replace(report, extra_problems=((st.WARNING, unwritable),))
     code, line = report.check()
     if as_json:
         emit_json(report.to_dict())

@@ -227,9 +227,13 @@ def _known_locale(lang: str) -> bool:
     return True
 
 
+def _words(lang: str) -> dict[str, Any]:
+    """The interface's words in `lang` (its base language; the default language's otherwise)."""
+    return _WORDS.get(lang.split("-")[0], _WORDS[DEFAULT_LANG])
+
+
 def _word(lang: str, key: str) -> str:
-    words = _WORDS.get(lang.split("-")[0], _WORDS[DEFAULT_LANG])
-    value = words[key]
+    value = _words(lang)[key]
     assert isinstance(value, str)
     return value
 
@@ -286,12 +290,9 @@ def language_name(lang: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _count(n: int, lang: str) -> str:
-    from babel.numbers import format_decimal
-
-    loc = _locale(lang)
-    forms = _WORDS.get(lang.split("-")[0], _WORDS[DEFAULT_LANG])["editions"]
-    form = forms.get(loc.plural_form(n), forms["other"])
-    return str(form).format(n=format_decimal(n, locale=loc))
+    forms = _words(lang)["editions"]
+    form = forms.get(_locale(lang).plural_form(n), forms["other"])
+    return str(form).format(n=_number(n, lang))
 
 
 def _rtl(lang: str) -> bool:
