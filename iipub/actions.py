@@ -254,8 +254,13 @@ class Operator(Closing):
     # -- internals ------------------------------------------------------------------
 
     def _fingerprint(self, job: Job) -> str | None:
+        """The product's fingerprint as the job knows it: its recorded value while that still
+        names the deployed config (in any fingerprint version), else the current one."""
         product = self.settings.products.get(job.product)
-        return product.fingerprint() if product is not None else None
+        if product is None:
+            return None
+        recorded = job.config_fingerprint
+        return recorded if recorded and product.fingerprint_matches(recorded) else product.fingerprint()
 
     def _need_provider(self) -> Provider:
         if self._provider is None:

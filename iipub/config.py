@@ -10,9 +10,6 @@ import base64
 import binascii
 import dataclasses
 import datetime as dt
-import functools
-import hashlib
-import json
 import os
 import re
 import tomllib
@@ -22,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
+from . import fingerprint
 from .edition_limits import MAX_ITEMS
 from .errors import ConfigError, MissingApiKey
 from .strict import Bounds, Checked, InvalidValues
@@ -107,8 +105,12 @@ class Product(Checked):
         return edition_schema.json_schema(self.languages, self.items)
 
     def fingerprint(self) -> str:
-        """SHA-256 of everything that shapes the generation: model, prompt, temperature, schema."""
-        return _fingerprint(self)
+        """SHA-256 of everything that shapes the generation (`fingerprint.document`)."""
+        return fingerprint.current(self)
+
+    def fingerprint_matches(self, recorded: str) -> bool:
+        """Whether a job's recorded fingerprint names this product as deployed (any version)."""
+        return fingerprint.matches(self, recorded)
 
     def opens_on(self, day: dt.date) -> dt.datetime:
         return dt.datetime.combine(day, self.opens_at)
@@ -650,17 +652,3 @@ def _no_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
     extra = sorted(set(raw) - known)
     if extra:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(extra)}")
-
-
-@functools.lru_cache(maxsize=64)
-def _fingerprint(product: Product) -> str:
-    # Cached: a product is frozen, and every poll checks its job against it.
-    doc = {
-        "model": product.model,
-        "prompt": product.prompt,
-        "temperature": product.temperature,
-        "schema": product.output_schema(),
-        "items": product.items,
-        "languages": list(product.languages),
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

@@ -9,3 +9,6 @@ MAX_SUMMARY = 4000
 MAX_URL = 2048
 MAX_SOURCES_PER_ITEM = 8
 MAX_ITEMS = 100
+
+# The name the structured output goes by at the provider: part of the request, so of the fingerprint.
+SCHEMA_NAME = "iipub_edition"

@@ -14,12 +14,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 # Hard bounds on untrusted text, enforced by the model itself.
-from .edition_limits import MAX_ITEMS, MAX_SOURCES_PER_ITEM, MAX_SUMMARY, MAX_TITLE, MAX_URL
+from .edition_limits import MAX_ITEMS, MAX_SOURCES_PER_ITEM, MAX_SUMMARY, MAX_TITLE, MAX_URL, SCHEMA_NAME
 
 __all__ = ["MAX_ITEMS", "MAX_SOURCES_PER_ITEM", "MAX_SUMMARY", "MAX_TITLE", "MAX_URL", "SCHEMA_NAME",
            "json_schema", "output_model", "text_format"]
-
-SCHEMA_NAME = "iipub_edition"
 
 
 class _Strict(BaseModel):

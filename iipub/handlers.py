@@ -147,13 +147,12 @@ def config_check(job: Job, product: Product | None) -> Decision | None:
                           product=job.product, response_id=job.response_id)
     if job.state in _BEFORE_CREATE or not job.config_fingerprint:
         return None
-    current = product.fingerprint()
-    if job.config_fingerprint != current:
+    if not product.fingerprint_matches(job.config_fingerprint):
         return quarantine(
             Reason.CONFIG_DRIFT,
             "the deployed product config changed under the job"
             + ("; its output is kept" if job.payload is not None else ""),
-            recorded=job.config_fingerprint, current=current, response_id=job.response_id,
+            recorded=job.config_fingerprint, current=product.fingerprint(), response_id=job.response_id,
         )
     return None
 
