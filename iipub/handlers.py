@@ -18,7 +18,6 @@ from . import backoff, compose, states, validate
 from .compose import Artifact
 from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
-from .ledger import SlotSpend
 from .outcomes import (
     DEAD_STATUSES,
     Accepted,
@@ -33,6 +32,7 @@ from .outcomes import (
     failure_cause,
     failure_text,
 )
+from .spend import SlotSpend
 from .states import POLLING, Reason, State
 
 _ERROR_MAX = 2000  # jobs.last_error is bounded; the journal detail keeps the whole text

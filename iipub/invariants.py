@@ -82,7 +82,7 @@ from . import db, states
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import STRANDED_AFTER_SECONDS, is_stranded
-from .ledger import SlotSpend, slot_of
+from .spend import SlotSpend, slot_of
 from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
 
