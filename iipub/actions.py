@@ -79,7 +79,7 @@ class Operator(Closing):
 
     def get(self, job_id: str) -> Job:
         """One job by id or unique prefix (UnknownId otherwise)."""
-        return Store(self.engine, "operator:read").get(job_id)
+        return Store(self.engine, "operator:read").lookup(job_id)
 
     def quarantine_list(self) -> list[Quarantined]:
         """Quarantined jobs, longest waiting first."""
@@ -287,6 +287,7 @@ class Operator(Closing):
         """Read, decide (a refusal raises before anything is written), and take the lease on
         exactly the version judged."""
         store = Store(self.engine, _worker(by), self.settings.reconcile.lease_seconds)
+        job_id = store.lookup(job_id).id  # the operator's id or prefix, once; whole ids from here
         for _ in range(_LEASE_TRIES):
             job = store.get(job_id)
             d = decide(job)

@@ -203,8 +203,8 @@ def _step_failed(tick: Tick, job_id: str, error: str) -> None:
     try:
         from . import handlers, steps
 
-        job = store.get(job_id)
-        if job.lease_owner != store.worker:
+        job = store.find(job_id)
+        if job is None or job.lease_owner != store.worker:
             return
         d, failures = handlers.step_failed(job, error[:500], tick.settings.reconcile.max_step_failures)
         if d is not None:

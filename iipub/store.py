@@ -64,10 +64,19 @@ class Store:
     # -- reads ----------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        with self.engine.connect() as conn:
-            row = db.by_id_or_prefix(conn, jobs_table, jobs_table.c.id, job_id)  # a unique prefix is enough
-        if row is None:
+        """The job with exactly this id (UnknownId otherwise)."""
+        job = self.find(job_id)
+        if job is None:
             raise UnknownId(f"no job with id {job_id!r}")
+        return job
+
+    def lookup(self, text: str) -> Job:
+        """The job an operator named: its id or a unique prefix of it (UnknownId otherwise).
+        Operator input only; the machine always knows whole ids (`get`)."""
+        with self.engine.connect() as conn:
+            row = db.by_id_or_prefix(conn, jobs_table, jobs_table.c.id, text)
+        if row is None:
+            raise UnknownId(f"no job with id {text!r}")
         return Job.from_row(row._mapping)
 
     def find(self, job_id: str) -> Job | None:
@@ -341,9 +350,15 @@ class Store:
 
     def release_if_held(self, job_id: str) -> bool:
         """Give back the lease this worker may still hold on `job_id` (after a failed step or
-        command); False if it holds none. Fenced like `release`."""
-        job = self.get(job_id)
-        return job.lease_owner == self.worker and self.release(job)
+        command), whatever version it wrote last: one statement guarded by the lease owner; the
+        row count says whether it was held."""
+        with self._tx() as conn:
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job_id, jobs_table.c.lease_owner == self.worker)
+                .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1)
+            )
+            return res.rowcount == 1
 
     def release(self, job: Job) -> bool:
         """Give the lease back early (fenced). False if the job moved on without us."""

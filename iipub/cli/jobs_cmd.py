@@ -68,7 +68,7 @@ def list_command(app: App, state: str | None, product: str | None, day: dt.date 
 def show_command(app: App, job_id: str, as_json: bool) -> None:
     """One job: its columns and full event history (oldest first). ID may be a unique prefix."""
     store = app.store()
-    job = store.get(job_id)
+    job = store.lookup(job_id)
     events = store.events(job.id)
     if as_json:
         emit_json({**job.public(), "events": [e.public() for e in events]})

@@ -15,7 +15,7 @@ from sqlalchemy import event
 
 from iipub import db
 from iipub.config import settings_from_dict
-from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost
+from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.states import Reason, State
 from iipub.store import Store
 
@@ -352,3 +352,39 @@ def test_a_batch_of_transitions_commits_once_and_drops_only_the_job_that_lost_it
         [(a.id, "w1"), (c.id, "w1"), (b.id, "other")])
     with pytest.raises(IllegalTransition):
         store.plan(a, State.NO_JOB, reason=Reason.POLL)
+
+
+def test_release_if_held_is_one_update_guarded_by_the_lease_owner(engine: sa.Engine) -> None:
+    """The machine gives a lease back with one statement on the whole id, whatever version it
+    wrote last; the row count says whether it held the lease. No read, no prefix lookup."""
+    store, job_id = _scheduled(engine)
+    other = Store(engine, "w2")
+    leased = store.acquire_lease(job_id, store.get(job_id).version)
+    assert leased is not None and leased.lease_owner == "w1"
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert other.release_if_held(job_id) is False  # w2 holds nothing: nothing changes
+        assert store.get(job_id).version == leased.version and store.get(job_id).lease_owner == "w1"
+        statements.clear()
+        assert store.release_if_held(job_id) is True
+        writes = [s for s in statements if s.lstrip().upper().startswith(("UPDATE", "SELECT"))]
+        assert len(writes) == 1 and writes[0].lstrip().upper().startswith("UPDATE")
+        assert "LIKE" not in writes[0].upper()
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    after = store.get(job_id)
+    assert after.lease_owner is None and after.lease_expiry is None and after.version == leased.version + 1
+    assert store.release_if_held(job_id) is False  # already given back
+
+
+def test_the_machine_finds_jobs_by_whole_id_only_and_operators_by_prefix(engine: sa.Engine) -> None:
+    store, job_id = _scheduled(engine)
+    with pytest.raises(UnknownId):
+        store.get(job_id[:8])
+    assert store.lookup(job_id[:8]).id == job_id
+    assert store.get(job_id).id == job_id
