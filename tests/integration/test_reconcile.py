@@ -282,7 +282,15 @@ def test_rate_limit_cools_the_provider_down_for_the_tick(settings: Settings, eng
     sim.add_faults([{"op": "create", "fault": "rate_limit"}])
     tick(replace(settings, reconcile=replace(settings.reconcile, concurrency=1)), engine)
     # One 429, then no more provider calls in that tick (no stampede).
-    assert sim.stats()["requests"]["create"] == 1
+    assert sim.stats()["requests"]["create"] == 1 and sim.stats()["creates_total"] == 0
+    rows = jobs(engine)
+    # Nothing was paid: the refused attempt is refunded, the others were never dispatched.
+    assert {r["state"] for r in rows} == {"CREATE_ELIGIBLE"} and {r["generation_attempts"] for r in rows} == {0}
+    reasons = [[e["reason"] for e in job_events(engine, r["id"])] for r in rows]
+    assert sorted(r.count("create_refused") for r in reasons) == [0] * (len(rows) - 1) + [1]
+    with engine.connect() as conn:
+        gate = conn.execute(sa.select(db.create_gate)).mappings().one()
+        assert gate["cooldown_until"] is not None and gate["cooldown_until"] > db.read_now(conn)
 
 
 def test_connection_refused_on_create_is_refunded(s1: Settings, engine: sa.Engine) -> None:
@@ -293,6 +301,11 @@ def test_connection_refused_on_create_is_refunded(s1: Settings, engine: sa.Engin
     tick(closed, engine)
     row = one(engine)
     assert row["state"] == "CREATE_ELIGIBLE" and row["generation_attempts"] == 0
+    # Refunded as a provable refusal (never connected), with a backoff: not an unknown outcome.
+    assert [e["to_state"] for e in job_events(engine, row["id"])][-2:] == ["CREATE_IN_FLIGHT", "CREATE_ELIGIBLE"]
+    assert job_events(engine, row["id"])[-1]["reason"] == "create_refused" and row["quarantine_reason"] is None
+    with engine.connect() as conn:
+        assert row["next_attempt_at"] > db.read_now(conn)
 
 
 # -- polls -----------------------------------------------------------------------------------------

@@ -413,7 +413,13 @@ def test_bad_webhook_options_are_one_clear_line(options: dict[str, Any], needle:
 
 
 def test_non_loopback_webhook_url_is_allowed_when_asked() -> None:
-    Simulator(SimulatorOptions(webhook_url="http://192.0.2.1:9/h", webhook_secret=SECRET), allow_non_loopback=True)
+    options = SimulatorOptions(webhook_url="http://192.0.2.1:9/h", webhook_secret=SECRET)
+    with pytest.raises(ConfigError, match="not a loopback address"):
+        Simulator(options)
+    allowed = Simulator(options, allow_non_loopback=True)
+    # Built with the remote receiver and its signing key; nothing is bound or sent until start().
+    assert allowed.options.webhook_url == "http://192.0.2.1:9/h" and allowed.host == "127.0.0.1"
+    assert allowed.stats()["webhooks_sent"] == 0
 
 
 def test_cli_refuses_a_missing_or_bad_secret() -> None:

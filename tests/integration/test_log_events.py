@@ -1,0 +1,88 @@
+"""The log lines that are operational signals carry what an operator greps for: a lost fence
+(`lease_lost`), a completion the webhooks missed (`webhook_missed`), a provider's trouble
+(`provider_trouble`). Asserted with structlog's `capture_logs` on single-threaded paths."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from collections.abc import MutableMapping
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+from structlog.testing import capture_logs
+
+from iipub import db, reconcile
+from iipub.config import Settings
+from iipub.provider import Provider
+from iipub.simulator import Simulator
+from iipub.states import Reason, State
+from iipub.store import Store
+from iipub.tick import Tick
+from tests.helpers import job_rows
+
+
+def db_today(engine: sa.Engine) -> dt.date:
+    with engine.connect() as conn:
+        return db.read_now(conn).date()
+
+
+def _one_at_a_time(cfg: Settings) -> Settings:
+    return replace(cfg, reconcile=replace(cfg.reconcile, concurrency=1))
+
+
+def _events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
+    return [e for e in logs if e["event"] == name]
+
+
+def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: Settings, engine: sa.Engine) -> None:
+    store = Store(engine, "w-lost")
+    assert store.schedule(cfg.products["daily-brief"], db_today(engine))
+    (row,) = job_rows(engine)
+    leased = store.acquire_lease(row["id"], row["version"])
+    assert leased is not None
+    with Provider(cfg.provider, "sk-test") as provider:
+        tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
+        batch = tick.batch([leased.id])
+        batch.defer(store.plan(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN))
+        with engine.begin() as conn:  # another writer moves the job on meanwhile
+            conn.execute(db.jobs.update().where(db.jobs.c.id == leased.id).values(version=db.jobs.c.version + 1))
+        with capture_logs() as logs:
+            batch.done(leased.id)
+    lost = _events(logs, "lease_lost")
+    assert [(e["job_id"], e["worker"], e["log_level"]) for e in lost] == [(leased.id, "w-lost", "warning")]
+    assert tick.report.lease_lost == 1 and dict(tick.report.transitions) == {}
+    assert job_rows(engine)[0]["state"] == "NO_JOB"  # the stale write changed nothing
+
+
+def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_missed(
+        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+    hooked = _one_at_a_time(replace(cfg, webhooks=replace(cfg.webhooks, enabled=True)))
+    Store(engine, "t").schedule(hooked.products["daily-brief"], db_today(engine))
+    reconcile.run(hooked, engine)  # dispatched
+    (job,) = job_rows(engine)
+    assert job["response_id"]
+    sim.advance(5)
+    db.advance_clock(engine, 600)
+    with capture_logs() as logs:
+        reconcile.run(hooked, engine)
+    missed = _events(logs, "webhook_missed")
+    assert [(e["job_id"], e["response_id"], e["log_level"]) for e in missed] == [
+        (job["id"], job["response_id"], "info")]
+    assert job_rows(engine)[0]["payload"] is not None  # and custody was taken all the same
+
+
+def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
+        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+    s = _one_at_a_time(cfg)
+    Store(engine, "t").schedule(s.products["daily-brief"], db_today(engine))
+    reconcile.run(s, engine)
+    sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
+    db.advance_clock(engine, 60)
+    with capture_logs() as logs:
+        reconcile.run(s, engine)
+    trouble = _events(logs, "provider_trouble")
+    assert [(e["op"], e["status"], e["log_level"]) for e in trouble] == [("read", 429, "warning")]
+    assert job_rows(engine)[0]["generation_attempts"] == 1  # a read's trouble never costs a create
