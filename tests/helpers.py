@@ -278,6 +278,14 @@ def fast_simulator() -> Iterator[Simulator]:
         yield sim
 
 
+@contextmanager
+def minute_simulator() -> Iterator[Simulator]:
+    """The simulator with responses in progress for a simulated minute: a test decides when a
+    response finishes by advancing the simulator's clock."""
+    with Simulator(SimulatorOptions(queued_seconds=0.5, in_progress_seconds=60, slow_seconds=4)) as sim:
+        yield sim
+
+
 # -- settings and environments ----------------------------------------------------------------------------
 
 
@@ -413,9 +421,15 @@ def utc_today() -> dt.date:
 
 
 def job_rows(engine: sa.Engine) -> list[dict[str, Any]]:
-    """Every job row, oldest edition first."""
+    """Every job row, oldest edition first (then by product)."""
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.edition_date)).mappings()]
+        q = sa.select(db.jobs).order_by(db.jobs.c.edition_date, db.jobs.c.product)
+        return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> reconcile.TickReport:
+    """One in-process reconcile tick (`reconcile.run`)."""
+    return reconcile.run(settings, engine, **kw)
 
 
 def job_events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:

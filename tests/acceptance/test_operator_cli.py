@@ -43,7 +43,7 @@ def slot(engine: sa.Engine, settings: Settings, day: dt.date) -> str:
     return store.list_jobs(day=day)[0].id
 
 
-def tick(engine: sa.Engine, settings: Settings) -> None:
+def tick_daily_brief(settings: Settings, engine: sa.Engine) -> None:
     """One in-process tick on a single product that is due whatever the hour, with a provider
     timeout generous enough that a loaded machine does not turn a create ambiguous."""
     p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))
@@ -54,7 +54,7 @@ def tick(engine: sa.Engine, settings: Settings) -> None:
 def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
     """One job quarantined as create_outcome_unknown by a real tick."""
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    tick(engine, settings)
+    tick_daily_brief(settings, engine)
     (job,) = job_rows(engine)
     assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "create_outcome_unknown")
     return str(job["id"])
@@ -201,7 +201,7 @@ def test_37_missing_api_key_before_any_lease(engine: sa.Engine, settings: Settin
 def test_cancel_after_the_provider_finished_keeps_the_output(engine: sa.Engine, settings: Settings,
                                                              sim: Simulator, cli_env: dict[str, str],
                                                              tmp_path: Path) -> None:
-    tick(engine, settings)
+    tick_daily_brief(settings, engine)
     (job,) = job_rows(engine)
     assert job["state"] == "ACCEPTED", job
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}

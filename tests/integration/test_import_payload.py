@@ -22,10 +22,10 @@ from iipub import db, handlers, invariants, reconcile, relay, steps
 from iipub.config import Settings
 from iipub.jobs import Job
 from iipub.outcomes import Observed
-from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, one_line_error, run_cli, sim_env, stored
+from tests.helpers import job_events, job_rows, minute_simulator, one_line_error, run_cli, sim_env, stored
 
 PRODUCT = "daily-brief"
 PRODUCT_TOML = (
@@ -36,8 +36,7 @@ PRODUCT_TOML = (
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    """In progress for a simulated minute: a test decides when a response finishes."""
-    with Simulator(SimulatorOptions(queued_seconds=0.5, in_progress_seconds=60, slow_seconds=4)) as s:
+    with minute_simulator() as s:
         yield s
 
 

@@ -18,19 +18,17 @@ from iipub import db, reconcile, relay, scheduling
 from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
 from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
-from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, row_count
+from tests.helpers import job_events, job_rows, minute_simulator, row_count, tick
 
 PRODUCT = "daily-brief"
 
 
 @pytest.fixture
 def sim() -> Iterator[Simulator]:
-    """A slow lifecycle (in progress for a simulated minute), so a test decides when a
-    response finishes by advancing the simulator's clock."""
-    with Simulator(SimulatorOptions(queued_seconds=0.5, in_progress_seconds=60, slow_seconds=4)) as s:
+    with minute_simulator() as s:
         yield s
 
 
@@ -52,12 +50,6 @@ def op(cfg: Settings, engine: sa.Engine) -> Iterator[Operator]:
 # -- helpers ----------------------------------------------------------------------
 
 
-def jobs(engine: sa.Engine) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        q = sa.select(db.jobs).order_by(db.jobs.c.edition_date)
-        return [dict(r) for r in conn.execute(q).mappings()]
-
-
 def row(engine: sa.Engine, job_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
         return dict(conn.execute(sa.select(db.jobs).where(db.jobs.c.id == job_id)).mappings().one())
@@ -68,12 +60,8 @@ def today(engine: sa.Engine) -> dt.date:
         return db.read_now(conn).date()
 
 
-def tick(cfg: Settings, engine: sa.Engine) -> reconcile.TickReport:
-    return reconcile.run(cfg, engine)
-
-
 def only_job(cfg: Settings, engine: sa.Engine) -> str:
-    rows = jobs(engine)
+    rows = job_rows(engine)
     assert len(rows) == 1, rows
     return str(rows[0]["id"])
 
@@ -443,7 +431,7 @@ def test_42_backfill_yields_to_today(cfg: Settings, engine: sa.Engine, sim: Simu
     assert tick.creates == 1 and tick.held_back >= 1
     (first,) = sim.stats()["create_metadata"]
     assert first["iipub_slot"] == f"{PRODUCT}/{day.isoformat()}"
-    slots = {r["edition_date"]: r for r in jobs(engine)}
+    slots = {r["edition_date"]: r for r in job_rows(engine)}
     assert slots[day]["state"] == State.ACCEPTED and not slots[day]["is_backfill"]
     assert all(r["is_backfill"] and r["priority"] > slots[day]["priority"] for d, r in slots.items() if d != day)
 
@@ -460,7 +448,7 @@ def test_backfill_is_idempotent_and_dry_run_writes_nothing(cfg: Settings, engine
     again = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert again.created == [] and again.present == dry.created
     assert row_count(engine, db.jobs) == 3
-    flags = {r["edition_date"]: r["is_backfill"] for r in jobs(engine)}
+    flags = {r["edition_date"]: r["is_backfill"] for r in job_rows(engine)}
     assert flags == {start: True, start + dt.timedelta(days=1): True, day: False}
 
 

@@ -24,7 +24,7 @@ from iipub.provider import Provider
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, row_count
+from tests.helpers import job_events, job_rows, row_count, tick
 
 DAY = dt.date(2026, 11, 28)
 
@@ -32,14 +32,8 @@ DAY = dt.date(2026, 11, 28)
 # -- helpers ----------------------------------------------------------------------
 
 
-def jobs(engine: sa.Engine) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(db.jobs).order_by(db.jobs.c.product, db.jobs.c.edition_date)).mappings()
-        return [dict(r) for r in rows]
-
-
 def one(engine: sa.Engine) -> dict[str, Any]:
-    rows = jobs(engine)
+    rows = job_rows(engine)
     assert len(rows) == 1, rows
     return rows[0]
 
@@ -61,19 +55,15 @@ def schedule(settings: Settings, engine: sa.Engine, *days: dt.date, backfill: bo
             store.schedule(p, day, backfill=backfill)
 
 
-def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> reconcile.TickReport:
-    return reconcile.run(settings, engine, **kw)
-
-
 def ticks_until(settings: Settings, engine: sa.Engine, sim: Simulator, states: set[str], limit: int = 12) -> None:
     """Tick, moving simulated and database time forward, until every job is in `states`."""
     for _ in range(limit):
-        if {r["state"] for r in jobs(engine)} <= states:
+        if {r["state"] for r in job_rows(engine)} <= states:
             return
         tick(settings, engine)
         sim.advance(5)
-    assert {r["state"] for r in jobs(engine)} <= states, [
-        (r["product"], r["state"], r["last_error"]) for r in jobs(engine)]
+    assert {r["state"] for r in job_rows(engine)} <= states, [
+        (r["product"], r["state"], r["last_error"]) for r in job_rows(engine)]
 
 
 def drive_to(settings: Settings, engine: sa.Engine, sim: Simulator, state: str) -> dict[str, Any]:
@@ -102,7 +92,7 @@ def test_01_to_10_full_run_both_products_both_languages_one_paid_create_each(
 ) -> None:
     schedule(settings, engine)
     ticks_until(settings, engine, sim, {"SAVED_NOT_PUBLIC"})
-    rows = jobs(engine)
+    rows = job_rows(engine)
     assert [r["product"] for r in rows] == ["daily-brief", "revolution-watch"]
     stats = sim.stats()
     assert stats["creates_total"] == 2
@@ -283,7 +273,7 @@ def test_rate_limit_cools_the_provider_down_for_the_tick(settings: Settings, eng
     tick(replace(settings, reconcile=replace(settings.reconcile, concurrency=1)), engine)
     # One 429, then no more provider calls in that tick (no stampede).
     assert sim.stats()["requests"]["create"] == 1 and sim.stats()["creates_total"] == 0
-    rows = jobs(engine)
+    rows = job_rows(engine)
     # Nothing was paid: the refused attempt is refunded, the others were never dispatched.
     assert {r["state"] for r in rows} == {"CREATE_ELIGIBLE"} and {r["generation_attempts"] for r in rows} == {0}
     reasons = [[e["reason"] for e in job_events(engine, r["id"])] for r in rows]
@@ -479,7 +469,7 @@ def test_29_overlapping_ticks_never_repeat_a_get_or_a_create(settings: Settings,
     assert len(stats["retrieves_by_response"]) == 100 and set(stats["retrieves_by_response"].values()) == {1}
     # Each job leased once per phase, plus once more for each create that waited for the health probe.
     assert sum(r.leased for r in reports) - sum(r.held_back for r in reports) == 200
-    assert {r["state"] for r in jobs(engine)} == {"SAVED_NOT_PUBLIC"}
+    assert {r["state"] for r in job_rows(engine)} == {"SAVED_NOT_PUBLIC"}
 
 
 @pytest.mark.slow
@@ -489,7 +479,7 @@ def test_41_50_hundred_jobs_two_products_no_contention(settings: Settings, engin
     for _ in range(4):
         reports.append(tick(settings, engine))
         sim.advance(5)
-    assert {r["state"] for r in jobs(engine)} == {"SAVED_NOT_PUBLIC"}
+    assert {r["state"] for r in job_rows(engine)} == {"SAVED_NOT_PUBLIC"}
     assert sum(r.contention + r.errors + r.lease_lost for r in reports) == 0
     assert sim.stats()["creates_total"] == 100
     assert row_count(engine, db.editions) == 200
@@ -501,7 +491,7 @@ def test_42_backfill_yields_to_today(settings: Settings, engine: sa.Engine, sim:
     schedule(s, engine, DAY - dt.timedelta(days=3), DAY - dt.timedelta(days=2), backfill=True)
     schedule(s, engine, DAY)
     tick(s, engine)
-    dispatched = [r for r in jobs(engine) if r["generation_attempts"] == 1]
+    dispatched = [r for r in job_rows(engine) if r["generation_attempts"] == 1]
     assert [r["edition_date"] for r in dispatched] == [DAY]
 
 
@@ -621,7 +611,7 @@ def test_tick_deadline_stops_taking_new_work(settings: Settings, engine: sa.Engi
     report = tick(s, engine)
     assert report.stopped_at_deadline or report.leased < 60
     assert report.leased <= 2
-    assert all(r["lease_owner"] is None for r in jobs(engine))
+    assert all(r["lease_owner"] is None for r in job_rows(engine))
 
 
 def test_job_dataclass_round_trips(engine: sa.Engine, s1: Settings) -> None:
@@ -653,11 +643,11 @@ def test_a_claim_rolled_back_by_deadlock_or_lock_wait_is_retried_job_by_job(
     # (plus one more lease for a create that waited for the health probe)
     assert fired == [code] and report.contention == 1 and report.errors == 0
     assert report.leased - report.held_back == 2
-    assert sorted(r["state"] for r in jobs(engine)) == ["ACCEPTED", "ACCEPTED"]
-    assert all(r["lease_owner"] is None for r in jobs(engine))
+    assert sorted(r["state"] for r in job_rows(engine)) == ["ACCEPTED", "ACCEPTED"]
+    assert all(r["lease_owner"] is None for r in job_rows(engine))
     assert sim.stats()["creates_total"] == 2  # one paid create per slot, none lost or doubled
     tick(settings, engine)
-    assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS", "SAVED_NOT_PUBLIC"}
+    assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS", "SAVED_NOT_PUBLIC"}
 
 
 def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_querying(
@@ -665,7 +655,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
 ) -> None:
     schedule(settings, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
     tick(settings, engine)
-    assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS"}
+    assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS"}
     db.advance_clock(engine, 3600)  # every poll (and today's slots' creates) is due
     sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
     one_at_a_time = replace(settings, reconcile=replace(settings.reconcile, concurrency=1, batch_size=1))
@@ -685,7 +675,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     # tick instead of being asked for again until the deadline (50 s).
     assert sim.stats()["requests"]["retrieve"] == retrieves + 1
     assert not report.stopped_at_deadline and report.seconds < 10
-    assert len(candidate_queries) <= len(jobs(engine)) + 1
+    assert len(candidate_queries) <= len(job_rows(engine)) + 1
 
 
 @pytest.mark.slow
@@ -697,12 +687,12 @@ def test_the_sweep_waits_for_its_workers_without_spinning(settings: Settings, en
         s = replace(settings, provider=replace(settings.provider, base_url=provider_sim.url))
         schedule(s, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
         tick(s, engine)
-        assert {r["state"] for r in jobs(engine)} <= {"ACCEPTED", "IN_PROGRESS"}
+        assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "IN_PROGRESS"}
         db.advance_clock(engine, 60)
         one_at_a_time = replace(s, reconcile=replace(s.reconcile, concurrency=1))
         cpu0, wall0 = time.process_time(), time.perf_counter()
         report = tick(one_at_a_time, engine)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     polls = sum(report.transitions.values())
-    assert polls == len(jobs(engine)) >= 4 and wall >= polls * 0.3
+    assert polls == len(job_rows(engine)) >= 4 and wall >= polls * 0.3
     assert cpu < 0.5 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s: the sweep is spinning"

@@ -18,7 +18,7 @@ from iipub.simulator import Simulator
 from iipub.states import POLL_REASONS, State
 from iipub.store import Store
 from iipub.timefmt import duration
-from tests.helpers import open_at_midnight
+from tests.helpers import job_rows, open_at_midnight
 
 # The tests schedule their own slots; a tick across midnight must not add more.
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -40,11 +40,6 @@ def schedule(s: Settings, engine: sa.Engine, day: dt.date | None = None) -> None
         assert store.schedule(p, day or today(engine))
 
 
-def jobs(engine: sa.Engine) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.jobs).order_by(db.jobs.c.product)).mappings()]
-
-
 def journal(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(db.job_events).order_by(db.job_events.c.id)).mappings()]
@@ -53,13 +48,13 @@ def journal(engine: sa.Engine) -> list[dict[str, Any]]:
 def drive(s: Settings, engine: sa.Engine, sim: Simulator, until: set[str], limit: int = 15,
           deliver: bool = True) -> None:
     for _ in range(limit):
-        if {j["state"] for j in jobs(engine)} <= until:
+        if {j["state"] for j in job_rows(engine)} <= until:
             return
         reconcile.run(s, engine)
         if deliver:
             relay.run(s, engine)
         sim.advance(5)
-    raise AssertionError([(j["product"], j["state"], j["last_error"]) for j in jobs(engine)])
+    raise AssertionError([(j["product"], j["state"], j["last_error"]) for j in job_rows(engine)])
 
 
 def collect(s: Settings, engine: sa.Engine) -> st.Status:
@@ -72,7 +67,7 @@ def collect(s: Settings, engine: sa.Engine) -> st.Status:
 def test_counts_and_slis_match_the_journal_and_healthy_is_ok(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s, engine)
     drive(s, engine, sim, {State.DELETED.value})
-    rows = jobs(engine)
+    rows = job_rows(engine)
     events = journal(engine)
     report = collect(s, engine)
 
@@ -132,7 +127,7 @@ def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: S
     schedule(s, engine)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])  # fires once
     reconcile.run(s, engine)
-    quarantined = [j for j in jobs(engine) if j["state"] == "QUARANTINED"]
+    quarantined = [j for j in job_rows(engine) if j["state"] == "QUARANTINED"]
     assert len(quarantined) == 1 and quarantined[0]["quarantine_reason"] == "create_outcome_unknown"
 
     report = collect(s, engine)
@@ -153,7 +148,7 @@ def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: S
 def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s, engine)
     reconcile.run(s, engine)
-    assert {j["state"] for j in jobs(engine)} == {"ACCEPTED"}
+    assert {j["state"] for j in job_rows(engine)} == {"ACCEPTED"}
     db.advance_clock(engine, 200)  # cron missed a few minutes: the polls run 200 s late
     open_report = collect(s, engine)
     assert open_report.overdue_polls.open == 2 and open_report.overdue_polls.breached
@@ -202,13 +197,13 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
     later = today(engine) + dt.timedelta(days=2)
     schedule(s, engine, later)  # NO_JOB slots that have not opened: never stranded
     reconcile.run(s, engine)
-    states = {(j["edition_date"], j["state"]) for j in jobs(engine)}
+    states = {(j["edition_date"], j["state"]) for j in job_rows(engine)}
     assert states == {(today(engine), "ACCEPTED"), (later, "NO_JOB")}
     assert collect(s, engine).check()[0] == st.OK
 
     db.advance_clock(engine, 3 * 3600)
     report = collect(s, engine)
-    accepted = {j["id"] for j in jobs(engine) if j["state"] == "ACCEPTED"}
+    accepted = {j["id"] for j in job_rows(engine) if j["state"] == "ACCEPTED"}
     assert {r.id for r in report.stranded} == accepted
     assert all(r.state == "ACCEPTED" and r.age_seconds >= 3 * 3600 for r in report.stranded)
     code, line = report.check()
