@@ -45,7 +45,7 @@ class PlannedWrite:
     to_state: State
     reason: Reason
     values: Mapping[str, Any]
-    journal: dict[str, Any]
+    journal: Mapping[str, Any]
     delay: float | None
     keep_lease: bool
 
@@ -142,7 +142,7 @@ class Store:
                 break
         return count
 
-    def due_candidates(self, limit: int, exclude: Sequence[str] = ()) -> list[tuple[str, int, State]]:
+    def due_candidates(self, limit: int) -> list[tuple[str, int, State]]:
         """Due, unleased (or lease-expired) jobs in the states `reconcile` works on, best
         first: accepted (paid) work before new creates, today's slots before backfill."""
         with self.engine.connect() as conn:
@@ -163,8 +163,6 @@ class Store:
                           jobs_table.c.id)
                 .limit(limit)
             )
-            if exclude:
-                q = q.where(jobs_table.c.id.not_in(list(exclude)))
             return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
 
     def suspended_awaiting_custody(self, limit: int) -> list[Job]:
@@ -198,7 +196,8 @@ class Store:
                 conn.execute(jobs_table.insert().values(slot_row(
                     job_id=job_id, product=product.name, day=day, priority=product.priority + (1000 if backfill else 0),
                     opens_at=opens, now=now, backfill=backfill)))
-                self._journal(conn, job_id, None, State.NO_JOB, 1, Reason.SCHEDULED, {"backfill": backfill})
+                self._journal(conn, [self._journal_row(job_id, None, State.NO_JOB, 1, Reason.SCHEDULED,
+                                                       {"backfill": backfill})], db.clock_offset(conn))
         except sa.exc.IntegrityError:
             return False
         return True
@@ -249,10 +248,11 @@ class Store:
         w = self._planned(job, to_state, reason=reason, changes=changes, detail=detail, delay=delay,
                           keep_lease=keep_lease, operator=operator)
         with self._tx() as conn:
-            if not self._write(conn, w):
+            now = db.clock_offset(conn)
+            if not self._write(conn, w, now):
                 raise LeaseLost(f"job {job.id} changed since version {job.version}; {job.state} -> {w.to_state} "
                                 "rejected", job_id=job.id)
-            conn.execute(_journal_statement(db.dialect_family(conn)), w.journal)
+            self._journal(conn, [w.journal], now)
             if extra is not None:
                 extra(conn)
         return self._written(w)
@@ -265,13 +265,9 @@ class Store:
         if not writes:
             return []
         with self._tx() as conn:
-            done = [self._write(conn, w) for w in writes]
-            journal = [w.journal for w, ok in zip(writes, done, strict=True) if ok]
-            if journal:
-                # The database clock read once for the batch, so the journal INSERT carries only
-                # plain values and the driver sends it as one multi-row INSERT.
-                at = db.read_now(conn)
-                conn.execute(_journal_rows_statement(), [{**row, "e_at": at} for row in journal])
+            now = db.clock_offset(conn)
+            done = [self._write(conn, w, now) for w in writes]
+            self._journal(conn, [w.journal for w, ok in zip(writes, done, strict=True) if ok], now)
         return [self._written(w) if ok else None for w, ok in zip(writes, done, strict=True)]
 
     def plan(self, job: Job, to_state: State, *, reason: Reason, changes: Mapping[str, Any] | None = None,
@@ -291,15 +287,13 @@ class Store:
         bad = set(values) - {c.name for c in jobs_table.columns} | ({"id", "version", "state"} & set(values))
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
-        journal = {"e_job_id": job.id, "e_from_state": job.state.value, "e_to_state": to_state.value,
-                   "e_version": job.version + 1, "e_worker": self.worker, "e_reason": reason.value,
-                   "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None}
+        journal = self._journal_row(job.id, job.state, to_state, job.version + 1, reason, detail)
         return PlannedWrite(job, to_state, reason, values, journal, delay, keep_lease)
 
-    def _write(self, conn: Connection, w: PlannedWrite) -> bool:
-        """The fenced UPDATE of one planned write; True if it matched its (id, version)."""
+    def _write(self, conn: Connection, w: PlannedWrite, now: int | str) -> bool:
+        """The fenced UPDATE of one planned write at clock offset `now`; True if it matched its
+        (id, version)."""
         job = w.job
-        now = db.clock_offset(conn)
         params: dict[str, Any] = {f"v_{k}": v for k, v in w.values.items()}
         params.update(k_id=job.id, k_version=job.version, v_state=w.to_state.value, c_now=now)
         if w.delay is not None:
@@ -308,7 +302,6 @@ class Store:
             params.update(v_lease_owner=self.worker, c_lease=db.clock_offset(conn, self.lease_seconds))
         stmt = _transition_statement(db.dialect_family(conn), tuple(sorted(w.values)), w.to_state != job.state,
                                      w.delay is not None, w.keep_lease)
-        w.journal["c_now"] = now
         return bool(conn.execute(stmt, params).rowcount == 1)
 
     def _written(self, w: PlannedWrite) -> Job:
@@ -371,16 +364,22 @@ class Store:
             )
             return res.rowcount == 1
 
-    def _journal(
-        self, conn: Connection, job_id: str, from_state: State | None, to_state: State, version: int,
-        reason: Reason, detail: Mapping[str, Any] | None, *, now: int | str | None = None,
-    ) -> None:
-        conn.execute(_journal_statement(db.dialect_family(conn)), {
-            "e_job_id": job_id, "e_from_state": from_state.value if from_state else None,
-            "e_to_state": to_state.value, "e_version": version, "e_worker": self.worker, "e_reason": reason.value,
-            "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None,
-            "c_now": db.clock_offset(conn) if now is None else now,
-        })
+    def _journal_row(self, job_id: str, from_state: State | None, to_state: State, version: int,
+                     reason: Reason, detail: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        return {"e_job_id": job_id, "e_from_state": from_state.value if from_state else None,
+                "e_to_state": to_state.value, "e_version": version, "e_worker": self.worker,
+                "e_reason": reason.value,
+                "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None}
+
+    def _journal(self, conn: Connection, rows: Sequence[Mapping[str, Any]], now: int | str) -> None:
+        """The one journal writer, in the transaction of the job rows it records. One row is
+        timed by the database clock in the INSERT itself; several read that clock once, so the
+        INSERT carries only plain values and the driver sends it as one multi-row INSERT."""
+        if len(rows) == 1:
+            conn.execute(_journal_statement(db.dialect_family(conn)), {**rows[0], "c_now": now})
+        elif rows:
+            at = db.read_now(conn)
+            conn.execute(_journal_rows_statement(), [{**row, "e_at": at} for row in rows])
 
 
 # -- statements built once per shape ---------------------------------------------------------
