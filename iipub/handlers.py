@@ -124,7 +124,7 @@ def crashed_in_flight(job: Job) -> Decision:
     )
 
 
-def before_poll(job: Job, fingerprint: str | None, budgets: Budgets) -> Decision | None:
+def before_poll(job: Job, budgets: Budgets) -> Decision | None:
     """Checks before observing an accepted response; None means go ahead and poll. A drifted or
     removed config does not stop the poll: custody comes first (`config_check` parks the job
     once its output is stored)."""

@@ -155,7 +155,7 @@ def step_create_in_flight(tick: Tick, job: Job) -> Job:
 
 def step_poll(tick: Tick, job: Job) -> Job | None:
     product = _product(tick, job)
-    pre = handlers.before_poll(job, product.fingerprint() if product else None, tick.settings.budgets)
+    pre = handlers.before_poll(job, tick.settings.budgets)
     if pre is not None:
         return apply(tick, job, pre)
     if _provider_waits(tick, job):

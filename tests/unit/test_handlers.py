@@ -93,7 +93,7 @@ CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
      lambda j: handlers.step_failed(j, "KeyError: x", 5)[0], State.QUARANTINED, Reason.STEP_FAILING,
      {"quarantine_reason": "step_failing"}),
     ("poll budget spent keeps the response id", replace(POLLING, poll_count=30),
-     lambda j: handlers.before_poll(j, FP, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
+     lambda j: handlers.before_poll(j, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
      {"quarantine_reason": "poll_budget_exhausted"}),
     ("queued", replace(POLLING, state=State.ACCEPTED), lambda j: handlers.after_poll(j, observed("queued"), S, RNG),
      State.QUEUED, Reason.POLL, {"poll_count": 5, "retry_count": 0}),
@@ -186,10 +186,9 @@ def test_suspected_losses_are_read_again_spread_over_the_window() -> None:
 
 
 def test_poll_of_a_job_without_drift_or_spent_budget_goes_ahead() -> None:
-    assert handlers.before_poll(POLLING, FP, BUDGETS) is None
-    # Drift or a removed product never stops a poll: custody first.
-    assert handlers.before_poll(replace(POLLING, config_fingerprint="0" * 64), FP, BUDGETS) is None
-    assert handlers.before_poll(POLLING, None, BUDGETS) is None
+    assert handlers.before_poll(POLLING, BUDGETS) is None
+    # Drift never stops a poll (custody first): the poll does not even look at the config.
+    assert handlers.before_poll(replace(POLLING, config_fingerprint="0" * 64), BUDGETS) is None
     assert handlers.config_check(job(State.RETRIEVED_NOT_VALIDATED), PRODUCT) is None
     assert handlers.config_check(job(State.CREATE_ELIGIBLE, config_fingerprint="0" * 64), PRODUCT) is None
     first, count = handlers.step_failed(job(State.READY_TO_COMPOSE), "boom", 5)
