@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from . import db, outbox, remedies
+from . import db, installation, outbox, remedies
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -116,7 +116,7 @@ class Operator(Closing):
             outcome = provider.retrieve(response_id)
         except ValueError:
             raise OperatorRefused(f"{response_id!r} is not a well-formed response id") from None
-        observed = remedies.adoptable(seen, response_id, outcome)
+        observed = remedies.adoptable(seen, response_id, outcome, installation.read(self.engine))
         store, job, d = self._lease(seen.id, by, lambda job: remedies.link(job, observed, by, reason))
         linked = self._write(store, job, d)
         if linked.state != State.COMPLETED_NOT_RETRIEVED:

@@ -263,6 +263,43 @@ orphans = sa.Table(
     sa.Index("ix_orphans_seen", "first_seen_at"),
 )
 
+# This database's installation id, one row (`iipub.installation`).
+installation = sa.Table(
+    "installation",
+    metadata,
+    sa.Column("name", sa.String(16), primary_key=True),
+    sa.Column("installation_id", sa.String(64), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+)
+
+# What an orphan's metadata claimed in full, and the operator's decision about it.
+orphan_details = sa.Table(
+    "orphan_details",
+    metadata,
+    sa.Column("response_id", sa.String(128), primary_key=True),
+    sa.Column("installation_id", sa.String(64)),
+    sa.Column("fingerprint", sa.String(64)),
+    sa.Column("metadata", sa.Text),
+    sa.Column("fate", sa.String(16)),
+    sa.Column("fate_job_id", sa.String(36)),
+    sa.Column("fate_reason", sa.Text),
+    sa.Column("fate_by", sa.String(128)),
+    sa.Column("fate_at", Time),
+)
+
+# Every DELETE sent to the provider, and on what authority (`iipub check` proves each was owned).
+provider_deletes = sa.Table(
+    "provider_deletes",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("response_id", sa.String(128), nullable=False),
+    sa.Column("job_id", sa.String(36)),
+    sa.Column("basis", sa.String(16), nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("at", Time, nullable=False),
+    sa.Index("ix_provider_deletes_response", "response_id"),
+)
+
 # One row per `iipub reconcile` / `iipub relay` run (`iipub.heartbeat`).
 runs = sa.Table(
     "runs",

@@ -8,7 +8,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ from .outcomes import Observed
 from .timefmt import naive_utc
 
 deliveries_table, misses_table, orphans_table = db.webhook_deliveries, db.webhook_misses, db.orphans
+details_table = db.orphan_details
 
 # Outcomes a delivery row can end with.
 RECEIVED = "received"  # being processed (or its processor died: taken over after _STALE)
@@ -29,9 +30,12 @@ DEFERRED = "deferred"  # the job was busy: made due now for the next worker
 NO_OP = "no_op"  # the job is past custody (published, kept, parked): nothing to do
 AUTO_LINKED = "auto_linked"  # proof for an unknown create: the job adopted the response
 AWAITING_CREATE = "awaiting_create"  # the named job's create is still being recorded
-ORPHAN = "orphan"  # nobody's response: recorded in `orphans`
+ORPHAN = "orphan"  # this installation's response no job holds: kept in `orphans`
+FOREIGN = "foreign"  # another installation's or application's response: left alone
+UNCONFIRMED = "unconfirmed"  # one read found nothing: read again by the next ticks until reads agree
 IGNORED = "ignored"  # a verified event about something other than a response
-OUTCOMES = (RECEIVED, CUSTODY, POLLED, DEFERRED, NO_OP, AUTO_LINKED, AWAITING_CREATE, ORPHAN, IGNORED)
+OUTCOMES = (RECEIVED, CUSTODY, POLLED, DEFERRED, NO_OP, AUTO_LINKED, AWAITING_CREATE, ORPHAN, FOREIGN, UNCONFIRMED,
+            IGNORED)
 
 _STALE = dt.timedelta(seconds=120)  # a `received` row older than this lost its processor
 _DETAIL_MAX = 2000
@@ -46,6 +50,7 @@ class Delivery:
     job_id: str | None
     outcome: str
     received_at: dt.datetime
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,8 +122,10 @@ class Deliveries:
                                                          deliveries_table.c.outcome == RECEIVED))
 
     def awaiting_create(self, limit: int = 100) -> list[Delivery]:
+        """Deliveries a tick looks at again: awaiting their job's create, or unconfirmed."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(deliveries_table).where(deliveries_table.c.outcome == AWAITING_CREATE)
+            rows = conn.execute(sa.select(deliveries_table)
+                                .where(deliveries_table.c.outcome.in_([AWAITING_CREATE, UNCONFIRMED]))
                                 .order_by(deliveries_table.c.received_at).limit(limit)).mappings().all()
         return [_delivery(r) for r in rows]
 
@@ -178,8 +185,9 @@ class Deliveries:
 
     def record_orphan(self, observed: Observed | None, response_id: str, why: str, status: str,
                       max_output_bytes: int) -> bool:
-        """Keep what is known of a paid response no job owns, its output included (bounded).
-        True if new; an orphan seen again keeps its first record."""
+        """Keep what is known of a paid response of this installation no job holds, its output
+        included (bounded), and its metadata. True if new; an orphan seen again keeps its first
+        record."""
         meta = observed.metadata if observed else {}
         output = observed.output_text if observed else None
         if output is not None and len(output.encode("utf-8")) > max_output_bytes:
@@ -194,21 +202,51 @@ class Deliveries:
             "output_tokens": usage.output_tokens if usage else None,
             "total_tokens": usage.total_tokens if usage else None,
         }
+        details = {"response_id": response_id, "installation_id": _clip(meta.get("iipub_installation"), 64),
+                   "fingerprint": _clip(meta.get("iipub_fingerprint"), 64),
+                   "metadata": json.dumps(dict(meta), sort_keys=True)[:_DETAIL_MAX] if meta else None}
         with db.transaction(self.engine) as conn:
             try:
                 with conn.begin_nested():
                     conn.execute(orphans_table.insert().values(**values, first_seen_at=db.now(conn)))
+                    conn.execute(details_table.insert().values(**details))
             except sa.exc.IntegrityError:
                 return False
             return True
 
-    def orphan_kept(self, response_id: str) -> bool:
-        """Whether the orphan's output (or the fact that it has none) is on record, so deleting it
-        remotely loses nothing."""
+    def orphan(self, response_id: str) -> dict[str, Any] | None:
+        """One orphan in full: its row, its output, its metadata and what became of it."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(orphans_table.c.status, orphans_table.c.output)
-                               .where(orphans_table.c.response_id == response_id)).first()
-        return row is not None and (row.output is not None or row.status != "completed")
+            row = conn.execute(sa.select(orphans_table, *[c for c in details_table.c if c.name != "response_id"])
+                               .select_from(orphans_table.outerjoin(
+                                   details_table, details_table.c.response_id == orphans_table.c.response_id))
+                               .where(orphans_table.c.response_id == response_id)).mappings().first()
+        if row is None:
+            return None
+        found = dict(row)
+        try:
+            found["metadata"] = json.loads(found["metadata"]) if found["metadata"] else {}
+        except ValueError:
+            found["metadata"] = {}
+        return found
+
+    def orphan_fate(self, response_id: str, fate: str, job_id: str | None, reason: str, by: str,
+                    conn: sa.Connection | None = None) -> None:
+        """Record the operator's decision (adopted into a job, or discarded) on an orphan."""
+        assert fate in ("adopted", "discarded")
+
+        def write(c: sa.Connection) -> None:
+            values = {"fate": fate, "fate_job_id": job_id, "fate_reason": reason[:_DETAIL_MAX], "fate_by": by[:128],
+                      "fate_at": db.now(c)}
+            if not c.execute(details_table.update().where(details_table.c.response_id == response_id)
+                             .values(**values)).rowcount:
+                c.execute(details_table.insert().values(response_id=response_id, **values))
+
+        if conn is not None:
+            write(conn)
+            return
+        with db.transaction(self.engine) as c:
+            write(c)
 
     def orphan_deleted(self, response_id: str) -> None:
         with db.transaction(self.engine) as conn:
@@ -218,18 +256,36 @@ class Deliveries:
     def orphans(self, limit: int = 1000) -> list[dict[str, Any]]:
         cols = [c for c in orphans_table.c if c.name != "output"]
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(*cols, (orphans_table.c.output.is_not(None)).label("output_kept"))
+            rows = conn.execute(sa.select(*cols, (orphans_table.c.output.is_not(None)).label("output_kept"),
+                                          details_table.c.installation_id, details_table.c.fate,
+                                          details_table.c.fate_job_id)
+                                .select_from(orphans_table.outerjoin(
+                                    details_table, details_table.c.response_id == orphans_table.c.response_id))
                                 .order_by(orphans_table.c.first_seen_at.desc()).limit(limit)).mappings().all()
         return [dict(r) | {"output_kept": bool(r["output_kept"])} for r in rows]
 
     def orphan_count(self) -> int:
+        """Orphans still waiting for an operator's decision (neither adopted nor discarded)."""
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(orphans_table)).scalar_one())
+            return int(conn.execute(
+                sa.select(sa.func.count()).select_from(orphans_table.outerjoin(
+                    details_table, details_table.c.response_id == orphans_table.c.response_id))
+                .where(details_table.c.fate.is_(None))).scalar_one())
+
+    def foreign_count(self) -> int:
+        """Deliveries about other installations' or applications' responses, ever (left alone)."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(deliveries_table)
+                                    .where(deliveries_table.c.outcome == FOREIGN)).scalar_one())
 
 
 def _delivery(r: sa.RowMapping) -> Delivery:
+    try:
+        detail = json.loads(r["detail"]) if r["detail"] else {}
+    except ValueError:  # cut at _DETAIL_MAX
+        detail = {}
     return Delivery(r["webhook_id"], r["event_type"], r["event_id"], r["response_id"], r["job_id"], r["outcome"],
-                    naive_utc(r["received_at"]))
+                    naive_utc(r["received_at"]), detail if isinstance(detail, dict) else {})
 
 
 def _time(value: Any) -> dt.datetime | None:
@@ -250,12 +306,14 @@ class Summary:
     outcomes: Mapping[str, int]  # in the status window
     misses: int  # completions a poll found first, in the window
     orphans: int
+    foreign: int  # deliveries about responses that are not this installation's, ever
     poll_interval_seconds: float  # the relaxed (safety-net) interval
 
     def problems(self) -> list[str]:
         found = []
         if self.orphans:
-            found.append(f"{self.orphans} orphan responses (paid, owned by no job; see `iipub orphans list`)")
+            found.append(f"{self.orphans} orphan responses of this installation (paid, held by no job; kept: "
+                         "see `iipub orphans list`, then `orphans adopt` or `orphans discard`)")
         if self.enabled and self.misses and not self.health.healthy:
             last = self.last.received_at.isoformat(timespec="seconds") + "Z" if self.last else "never"
             found.append(f"webhooks: {self.misses} completions found by polling first (last verified delivery "
@@ -276,6 +334,7 @@ class Summary:
             "misses": self.misses,
             "relaxed_poll_interval_seconds": self.poll_interval_seconds,
             "orphans": self.orphans,
+            "foreign": self.foreign,
         }
 
 
@@ -283,4 +342,5 @@ def summary(engine: Engine, settings: WebhookSettings, since: dt.datetime) -> Su
     ds = Deliveries(engine)
     recent = ds.recent(1)
     return Summary(settings.enabled, ds.health(settings.healthy_for_seconds), recent[0] if recent else None,
-                   ds.counts_since(since), ds.misses_since(since), ds.orphan_count(), settings.poll_interval_seconds)
+                   ds.counts_since(since), ds.misses_since(since), ds.orphan_count(), ds.foreign_count(),
+                   settings.poll_interval_seconds)

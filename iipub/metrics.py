@@ -95,7 +95,10 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     gauge("creates_paused", "1 while an operator has paused new paid creates.").set(int(bool(g and g.paused)))
 
     w = report.webhooks
-    gauge("orphan_responses", "Paid responses no job owns (see `iipub orphans list`).").set(w.orphans if w else 0)
+    gauge("orphan_responses", "Paid responses of this installation no job holds, awaiting adopt or discard "
+          "(see `iipub orphans list`).").set(w.orphans if w else 0)
+    gauge("foreign_webhook_deliveries", "Webhook deliveries about responses that are not this installation's "
+          "(left alone: not read, copied, cancelled or deleted).").set(w.foreign if w else 0)
     gauge("webhooks_enabled", "1 when [webhooks] enabled is true.").set(int(bool(w and w.enabled)))
     gauge("webhooks_healthy", "1 while verified provider webhooks arrive (polling relaxed).").set(
         int(bool(w and w.enabled and w.health.healthy)))

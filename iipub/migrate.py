@@ -27,7 +27,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import db
+from . import db, installation
 from .errors import DatabaseUnavailable, MigrationError
 from .jobs import new_worker_id
 
@@ -266,4 +266,6 @@ def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[Migrat
             )
         )
         done.append(m)
+    if "0006" in applied or any(m.version == "0006" for m in done):
+        installation.ensure(conn)  # every `db migrate` makes sure the id exists, once
     return done

@@ -63,6 +63,7 @@ class CreateRequest:
     edition_date: dt.date
     attempt: int
     fingerprint: str
+    installation: str = ""  # this database's installation id (`iipub.installation`)
 
 
 @dataclass(frozen=True)

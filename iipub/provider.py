@@ -67,6 +67,8 @@ def create_metadata(req: CreateRequest) -> dict[str, str]:
         "iipub_attempt": str(req.attempt),
         "iipub_fingerprint": req.fingerprint,
     }
+    if req.installation:
+        meta["iipub_installation"] = req.installation  # whose response this is (`owners`)
     assert len(meta) <= METADATA_MAX_KEYS
     assert all(len(k) <= METADATA_MAX_KEY_CHARS for k in meta)
     return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}

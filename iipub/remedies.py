@@ -92,8 +92,9 @@ def release_resume_polling(job: Job, current_fingerprint: str | None, by: str, r
     )
 
 
-def adoptable(job: Job, response_id: str, outcome: ReadOutcome) -> Observed:
-    """The response `--link` may adopt: readable, naming this job, and not dead."""
+def adoptable(job: Job, response_id: str, outcome: ReadOutcome, installation_id: str | None = None) -> Observed:
+    """The response `--link` may adopt: readable, of this installation (or made before installation
+    ids), naming this job, and not dead."""
     if isinstance(outcome, Missing):
         raise OperatorRefused(f"response {response_id} not found at the provider (expired, deleted or never "
                               "existed); nothing changed")
@@ -101,6 +102,10 @@ def adoptable(job: Job, response_id: str, outcome: ReadOutcome) -> Observed:
         raise OperatorRefused(f"could not read response {response_id}: {outcome.why}; nothing changed, retry")
     if isinstance(outcome, Rejected):
         raise OperatorRefused(f"could not read response {response_id}: HTTP {outcome.status}: {outcome.why}")
+    claimed = outcome.metadata.get("iipub_installation")
+    if installation_id is not None and claimed is not None and claimed != installation_id:
+        raise OperatorRefused(f"response {response_id} belongs to installation {claimed[:80]!r}, not this one "
+                              f"({installation_id}); refusing to link it")
     owner = outcome.metadata.get("iipub_job_id")
     if owner != job.id:
         named = f"names job {owner}" if owner else "carries no iipub_job_id metadata"

@@ -1,11 +1,14 @@
 """What a verified webhook does: it is a hint that a response finished, never proof of how.
 
 A known response's job is read now, through the same steps and the same fenced writes as any
-worker (custody in seconds instead of a poll interval later). An unknown response is retrieved:
-when its metadata proves it is the response of a create whose outcome was unknown, that job
-adopts it (`auto_linked`); otherwise it is an orphan, recorded with its output because someone
-paid for it. Called by the receiver (`iipub.webhook`) per delivery and by `reconcile` for
-deliveries that arrived while their job's create was still being recorded.
+worker (custody in seconds instead of a poll interval later). A response no job holds is
+someone else's unless this database has a reason to read it (`_may_be_ours`) and its metadata
+names this installation (`owners`): a foreign one is answered 200, counted and left alone. Of
+this installation's: when its metadata proves it is the response of a create whose outcome was
+unknown, that job adopts it (`auto_linked`); otherwise it is an orphan, kept with its output
+(never deleted automatically). A 404 of one is evidence, re-read by later ticks until reads
+agree (`unconfirmed`). Called by the receiver (`iipub.webhook`) per delivery and by `reconcile`
+for deliveries that arrived while their job's create was still being recorded or unconfirmed.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from typing import Any
 
 import structlog
 
-from . import db, deliveries, handlers, states
+from . import db, deliveries, handlers, owners, states
 from .deliveries import Deliveries
 from .errors import Contention, LeaseLost
 from .jobs import Job
-from .outcomes import FINISHED_STATUSES, Deleted, Missing, Observed, Rejected, Transient
+from .outcomes import Missing, Observed, Transient
 from .states import State
 from .tick import Tick
 
@@ -42,6 +45,8 @@ class Steps:
 AWAITING_OUTPUT = frozenset({State.ACCEPTED, State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED})
 # After this long a delivery still awaiting its job's create is judged as it stands.
 _AWAIT_CREATE_SECONDS = 3600.0
+# How long after a create's outcome became unknown an unannounced response may still be its proof.
+_PROOF_WINDOW_SECONDS = 86400.0
 
 
 class Retry(Exception):
@@ -108,17 +113,34 @@ def _claim(tick: Tick, job: Job, lease_wait: float) -> Job | None:
 
 
 def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps, *,
-                     lease_wait: float) -> Settled:
-    """A response no job recorded: read it, and let its metadata prove whose it is."""
+                     lease_wait: float, reads: int = 0) -> Settled:
+    """A response no job recorded. It is read only when this database has a reason to think it
+    could be its own (`_may_be_ours`); its metadata then says whose it is (`owners`). Anything
+    else is foreign: not read, not recorded, not deleted."""
+    if not _may_be_ours(tick, ds, response_id):
+        if tick.store.creates_in_flight():  # it may be the answer still on its way: judged later, unread
+            return Settled(deliveries.AWAITING_CREATE, None, {"why": "a create's answer is being recorded"})
+        return Settled(deliveries.FOREIGN, None, {"why": "no job, ledger line or unknown create of this database "
+                                                         "can be its; not read"})
     outcome = tick.provider.retrieve(response_id)
     if isinstance(outcome, Transient):
         raise Retry(f"could not read response {response_id}: {outcome.why}")
     if not isinstance(outcome, Observed):
+        # Evidence, not proof: one 404 is re-read by later ticks until reads agree, as a poll's is.
         status = "not_found" if isinstance(outcome, Missing) else "unreadable"
         why = (outcome.why if isinstance(outcome, Missing) else f"HTTP {outcome.status}: {outcome.why}")
-        return _orphan(tick, ds, None, response_id, status, f"announced but not readable: {why}")
+        reads += 1
+        confirm = tick.settings.provider.loss_confirm_reads
+        if reads < confirm:
+            return Settled(deliveries.UNCONFIRMED, None, {"reads": reads, "of": confirm, "status": status,
+                                                          "why": why})
+        return _orphan(tick, ds, None, response_id, status, f"announced but not readable ({reads} reads): {why}")
     named = outcome.metadata.get("iipub_job_id")
     job = tick.store.find(named) if named else None
+    whose = owners.owner(outcome.metadata, tick.installation, job, response_id)
+    if whose == owners.Owner.FOREIGN:
+        return Settled(deliveries.FOREIGN, None, {"why": owners.why_foreign(outcome.metadata, tick.installation),
+                                                  "read": True})
     if job is None:
         return _orphan(tick, ds, outcome, response_id, outcome.status,
                        f"its metadata names job {named!r}, which does not exist" if named
@@ -134,6 +156,14 @@ def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps,
                    f"its metadata names job {job.id} (attempt {outcome.metadata.get('iipub_attempt')!r}), which "
                    f"is {job.state.value} with attempt {job.generation_attempts} and response {job.response_id}",
                    named=job)
+
+
+def _may_be_ours(tick: Tick, ds: Deliveries, response_id: str) -> bool:
+    """Worth one read: the spend ledger recorded it (a restore forgot its job), it is a kept orphan
+    already, or a create's outcome became unknown recently (the read may prove which response it
+    made; nothing but that read follows for a response that turns out not to be ours)."""
+    return (tick.ledger_knows(response_id) or ds.orphan(response_id) is not None
+            or tick.store.awaits_unknown_create(_PROOF_WINDOW_SECONDS))
 
 
 def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wait: float) -> Settled:
@@ -155,48 +185,50 @@ def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wai
 
 def _orphan(tick: Tick, ds: Deliveries, observed: Observed | None, response_id: str, status: str,
             why: str, named: Job | None = None) -> Settled:
-    """Nobody's response: keep it (output included), then delete it remotely once finished and
-    kept (an unfinished one is left running: deleting it would lose what it is paid to make).
-    A response whose job still waits for an operator stays at the provider too: `--link` may
-    adopt it."""
+    """A response of this installation that no job holds (a restored database forgot its job, or
+    its job moved on): keep it in custody, output included, and never delete it automatically.
+    `iipub orphans adopt` uses its output for a job; `iipub orphans discard` deletes it."""
     limit = max((p.max_output_bytes for p in tick.settings.products.values()), default=1_000_000)
     new = ds.record_orphan(observed, response_id, why, status, limit)
     log.warning("orphan_response", response_id=response_id, status=status, why=why, new=new)
-    detail: dict[str, Any] = {"status": status, "why": why}
-    linkable = named is not None and named.state in (State.QUARANTINED, State.MANUALLY_SUSPENDED)
-    if linkable:
-        detail["kept_remotely"] = f"job {named.id if named else ''} may still adopt it (--link)"
-    if status in FINISHED_STATUSES and not linkable and ds.orphan_kept(response_id):
-        deleted = tick.provider.delete(response_id, has_custody=True, kill_requested=False)
-        if isinstance(deleted, (Deleted, Missing)):
-            ds.orphan_deleted(response_id)
-            detail["remote_deleted"] = True
-        elif isinstance(deleted, (Transient, Rejected)):
-            detail["remote_delete_failed"] = deleted.why
+    detail: dict[str, Any] = {"status": status, "why": why, "kept": True}
+    if named is not None:
+        detail["named_job_state"] = named.state.value
     return Settled(deliveries.ORPHAN, observed.metadata.get("iipub_job_id") if observed else None, detail)
 
 
 def awaiting_creates(tick: Tick, ds: Deliveries, steps: Steps) -> int:
-    """Deliveries that arrived before their job's create answer was recorded: settle those whose
-    job has moved on (recorded the response, or was quarantined with an unknown outcome)."""
+    """Deliveries to look at again: those that arrived before their job's create answer was
+    recorded (settled once the job has moved on: recorded the response, or was quarantined with
+    an unknown outcome), and those whose one read found nothing (read again, once per tick,
+    until `loss_confirm_reads` reads over `loss_confirm_seconds` agree)."""
     settled = 0
+    loss = tick.settings.provider
     for d in ds.awaiting_create():
-        if tick.past_deadline() or tick.cooling():
+        if tick.past_deadline() or tick.reads_cooling():
             break
-        job = tick.store.find(d.job_id) if d.job_id else None
         waited = (_db_now(tick) - d.received_at).total_seconds()
-        if job is not None and job.state == State.CREATE_IN_FLIGHT and waited < _AWAIT_CREATE_SECONDS:
-            continue
-        if job is not None and job.state == State.QUARANTINED and job.lease_owner is not None:
-            continue  # an operator is on it
+        reads = 0
+        if d.outcome == deliveries.UNCONFIRMED:
+            reads = int(d.detail.get("reads") or 0)
+            if reads + 1 >= loss.loss_confirm_reads and waited < loss.loss_confirm_seconds:
+                continue  # the last read waits until the confirmation window has passed
+        else:
+            job = tick.store.find(d.job_id) if d.job_id else None
+            if job is not None and job.state == State.CREATE_IN_FLIGHT and waited < _AWAIT_CREATE_SECONDS:
+                continue
+            if job is not None and job.state == State.QUARANTINED and job.lease_owner is not None:
+                continue  # an operator is on it
         assert d.response_id is not None
         try:
-            result = unknown_response(tick, ds, d.response_id, steps, lease_wait=0)
+            result = unknown_response(tick, ds, d.response_id, steps, lease_wait=0, reads=reads)
         except (Retry, LeaseLost, Contention) as exc:
             log.info("awaiting_create_deferred", webhook_id=d.webhook_id, error=str(exc))
             continue
-        if result.outcome != deliveries.AWAITING_CREATE:
-            ds.settle(d.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail | {"late": True})
+        if result.outcome == deliveries.AWAITING_CREATE:
+            continue
+        ds.settle(d.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail | {"late": True})
+        if result.outcome != deliveries.UNCONFIRMED:
             settled += 1
     return settled
 

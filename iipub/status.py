@@ -18,9 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db, deliveries, gate, heartbeat, outbox
+from . import breaker, db, deliveries, gate, heartbeat, installation, outbox
 from .breaker import GateState
 from .config import Settings, StatusSettings
+from .errors import SchemaNotReady
 from .jobs import is_stranded, late_seconds, slot_opened
 from .states import POLL_REASONS, POLLING, Reason, State
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
@@ -151,6 +152,7 @@ class Status:
     webhooks: deliveries.Summary | None = None
     heartbeats: heartbeat.Summary | None = None  # the last reconcile and relay runs
     extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
+    installation_id: str | None = None  # this database's (`iipub.installation`)
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -292,6 +294,7 @@ class Status:
         oldest_q = self.quarantined[0].to_dict() if self.quarantined else None
         return {
             "generated_at": iso_z(self.generated_at),
+            "installation_id": self.installation_id,
             "window_hours": self.settings.window_hours,
             "jobs": {
                 "total": self.jobs_total,
@@ -396,6 +399,10 @@ def collect(engine: Engine, settings: Settings) -> Status:
             sa.select(sa.func.count()).where(
                 events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
         ).scalar_one())
+        try:
+            installation_id: str | None = installation.read(conn)
+        except SchemaNotReady:
+            installation_id = None
         beats = heartbeat.summary(conn, now, after_seconds=settings.heartbeat_limit(),
                                   ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
                                   stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
@@ -431,6 +438,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         ),
         webhooks=hooks,
         heartbeats=beats,
+        installation_id=installation_id,
     )
 
 

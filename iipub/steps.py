@@ -11,7 +11,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, ledger, outbox, validate
+from . import db, handlers, installation, ledger, outbox, validate
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, InvariantViolation
@@ -124,6 +124,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     else:
         outcome = tick.provider.create(CreateRequest(
             job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
+            installation=tick.installation,
         ))
         tick.record_outcome(job.id, slot, attempt, outcome)
     after = apply(tick, in_flight, dataclasses.replace(
@@ -260,6 +261,9 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     if handlers.cancel_before_delete(job):
         tick.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
+    if job.payload is not None or job.kill_requested:  # journaled first, so `iipub check` sees every one
+        installation.record_delete(tick.store.engine, job.response_id, job.id,
+                                   "custody" if job.payload is not None else "kill", tick.store.worker)
     outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
                                    kill_requested=job.kill_requested)
     return apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))

@@ -184,6 +184,22 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).where(jobs_table.c.state.in_(live))).scalar_one())
 
+    def awaits_unknown_create(self, within_seconds: float) -> bool:
+        """Whether some job was quarantined with an unknown create outcome (no response recorded)
+        in the last `within_seconds`: a response no job holds may then be its proof, worth a read."""
+        j = jobs_table.c
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(j.id).where(
+                j.state == State.QUARANTINED.value, j.response_id.is_(None),
+                j.quarantine_reason.in_([r.value for r in states.AMBIGUOUS_CREATE]),
+                j.state_entered_at >= db.now(conn, -within_seconds)).limit(1)).first() is not None
+
+    def creates_in_flight(self) -> bool:
+        """Whether some job's create is being sent now (its answer not recorded yet)."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(jobs_table.c.id).where(
+                jobs_table.c.state == State.CREATE_IN_FLIGHT.value).limit(1)).first() is not None
+
     # -- writes ---------------------------------------------------------------------
 
     def schedule(self, product: Product, day: dt.date, *, backfill: bool = False) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import ledger
+from . import installation, ledger
 from .config import Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -70,6 +70,7 @@ class Tick:
         path = settings.ledger_path()
         self.ledger = ledger.SpendLedger(path) if path is not None else None
         self._spend: dict[str, ledger.SlotSpend] | None = None
+        self._installation: str | None = None
         # While verified webhooks carry completions, in-flight jobs are polled only as a safety net.
         self.webhooks_healthy = (settings.webhooks.enabled
                                  and Deliveries(store.engine).health(settings.webhooks.healthy_for_seconds).healthy)
@@ -82,6 +83,13 @@ class Tick:
         if g.cooldown_until is not None and g.cooldown_until > now:
             # Another process was rate-limited: this one cools down too.
             self._cool_locally((g.cooldown_until - now).total_seconds())
+
+    @property
+    def installation(self) -> str:
+        """This database's installation id (read once per tick, at the first create or unknown response)."""
+        if self._installation is None:
+            self._installation = installation.read(self.store.engine)
+        return self._installation
 
     def batch(self, job_ids: list[str]) -> WriteBatch:
         """A write batch for a claimed chunk (see `WriteBatch`)."""
@@ -99,6 +107,9 @@ class Tick:
 
     def cooling(self) -> bool:
         return time.monotonic() < self._cooldown_until
+
+    def reads_cooling(self) -> bool:
+        return self.cooling()
 
     def cool_down(self, seconds: float) -> None:
         """One 429 stops provider calls for the rest of the tick (no stampede), and every other
@@ -124,6 +135,17 @@ class Tick:
                 if bad:
                     log.warning("ledger_unreadable_lines", path=str(self.ledger.path), lines=bad)
             return self._spend.get(slot)
+
+    def ledger_knows(self, response_id: str) -> bool:
+        """Whether the spend ledger recorded `response_id` as the answer to one of this database's
+        creates (a restored database may have forgotten the job that made it)."""
+        if self.ledger is None:
+            return False
+        try:
+            text = self.ledger.path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        return f'"{response_id}"' in text
 
     def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:
         if self.ledger is None:

@@ -93,9 +93,10 @@ service_unavailable@create~START..END: every create answers 503 in that window."
     help="A provider outage: every create answers 503 (service_unavailable) from simulated second START "
     "until END (repeatable).",
 )
-@click.option("--webhook-url", metavar="URL",
+@click.option("--webhook-url", "webhook_urls", metavar="URL", multiple=True,
               help="Send OpenAI's signed webhooks (response.completed, ...) here when a background response "
-              "finishes. Loopback only unless --allow-non-loopback.")
+              "finishes. Loopback only unless --allow-non-loopback. Repeatable: every endpoint gets every event "
+              "(one provider project, several receivers).")
 @click.option("--webhook-secret", metavar="whsec_…", envvar="IIPUB_SIM_WEBHOOK_SECRET", show_envvar=True,
               help="The Standard Webhooks secret the webhooks are signed with (required with --webhook-url).")
 @click.option("--webhook-late-seconds", default=2.0, show_default=True, type=click.FloatRange(min=0),
@@ -116,7 +117,7 @@ def simulator_command(
     seed: int | None,
     faults: tuple[FaultRule, ...],
     outages: tuple[FaultRule, ...],
-    webhook_url: str | None,
+    webhook_urls: tuple[str, ...],
     webhook_secret: str | None,
     webhook_late_seconds: float,
     port_file: Path | None,
@@ -143,7 +144,8 @@ def simulator_command(
         seed=seed,
         faults=faults + outages,
         log_requests=log_requests,
-        webhook_url=webhook_url,
+        webhook_url=webhook_urls[0] if webhook_urls else None,
+        webhook_also=tuple(webhook_urls[1:]),
         webhook_secret=webhook_secret,
         webhook_late_seconds=webhook_late_seconds,
     )
@@ -167,8 +169,8 @@ def simulator_command(
             tmp.write_text(f"{sim.port}\n", encoding="utf-8")
             os.replace(tmp, port_file)  # readers never see a half-written file
         click.echo(f"iipub simulator listening on {sim.url}")
-        if webhook_url:
-            click.echo(f"iipub simulator sending webhooks to {webhook_url}", err=True)
+        if webhook_urls:
+            click.echo(f"iipub simulator sending webhooks to {', '.join(webhook_urls)}", err=True)
         sys.stdout.flush()
         while not done.wait(1.0):
             pass

@@ -40,6 +40,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     \b
     --json prints one document with these keys:
       generated_at          database time of the report (ISO 8601 UTC)
+      installation_id       this database's installation id (every create's metadata
+                            carries it; see README "Ownership")
       window_hours          the SLI window
       jobs                  {total, by_state, by_product: {product: {state: n}}}
       slis                  {time_to_dispatch, unretrieved_dwell, overdue_polls}, each
@@ -58,6 +60,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                             OK run), in_window: {ok, failed, unfinished}, running}; a
                             run is {id, command, host, pid, worker, started_at,
                             finished_at, seconds, ok, summary, error}
+      webhooks              {enabled, healthy, last_delivery, outcomes, misses,
+                            relaxed_poll_interval_seconds, orphans (awaiting adopt or
+                            discard), foreign (deliveries about responses that are not
+                            this installation's: left alone)}
       check                 {code, status, line, problems: [{severity, text}]}
     Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
     With --check, an unreachable database prints only {"check": {...}} (status UNKNOWN).
@@ -156,7 +162,8 @@ def render(r: Status) -> str:
     """The human report: aligned sections, the same figures as the JSON document."""
     s = r.settings
     out: list[str] = [(f"iipub status at {r.generated_at.isoformat(sep=' ', timespec='seconds')} UTC "
-                       f"(SLI window {s.window_hours:g}h)"), ""]
+                       f"(SLI window {s.window_hours:g}h)"),
+                      f"installation {r.installation_id or 'none (run `iipub db migrate`)'}", ""]
 
     products = sorted(r.counts)
     states = [state.value for state in State if state.value in r.by_state]
@@ -202,7 +209,7 @@ def render(r: Status) -> str:
         ]), ""]
 
     w = r.webhooks
-    if w is not None and (w.enabled or w.last is not None or w.orphans):
+    if w is not None and (w.enabled or w.last is not None or w.orphans or w.foreign):
         last = w.last
         out += ["WEBHOOKS", _aligned([
             ["last verified delivery", _when(last.received_at) if last else "never",
@@ -213,6 +220,7 @@ def render(r: Status) -> str:
              f"in {s.window_hours:g}h: " + ", ".join(f"{k} {v}" for k, v in sorted(w.outcomes.items()))],
             ["found by polling first", w.misses, f"in {s.window_hours:g}h"],
             ["orphan responses", w.orphans, "iipub orphans list" if w.orphans else ""],
+            ["foreign responses", w.foreign, "deliveries about others' responses, left alone" if w.foreign else ""],
         ]), ""]
 
     out += ["OUTBOX", _aligned([

@@ -127,6 +127,10 @@ class Stats:
     creates_by_job: Counter[str] = field(default_factory=Counter)
     requests: Counter[str] = field(default_factory=Counter)
     retrieves_by_response: Counter[str] = field(default_factory=Counter)
+    # Every retrieve, cancel and delete request by response id, answered or not (404s included),
+    # by operation and by caller (the API key's last characters: two installations use two keys).
+    calls_by_response: dict[str, Counter[str]] = field(default_factory=dict)
+    callers_by_response: dict[str, Counter[str]] = field(default_factory=dict)
     deletes: int = 0
     cancels: int = 0
     deleted_ids: list[str] = field(default_factory=list)
@@ -140,6 +144,8 @@ class Stats:
             "creates_by_job": dict(self.creates_by_job),
             "requests": {op: self.requests.get(op, 0) for op in f.OPS} | dict(self.requests),
             "retrieves_by_response": dict(self.retrieves_by_response),
+            "calls_by_response": {rid: dict(ops) for rid, ops in self.calls_by_response.items()},
+            "callers_by_response": {rid: dict(who) for rid, who in self.callers_by_response.items()},
             "deletes": self.deletes,
             "cancels": self.cancels,
             "deleted_ids": list(self.deleted_ids),
@@ -185,6 +191,12 @@ class Backend:
             self._stats.requests[op] += 1
             if retry_count is not None and retry_count.strip().isdigit():
                 self._stats.max_retry_count_seen = max(self._stats.max_retry_count_seen, int(retry_count))
+
+    def record_call(self, op: str, response_id: str, api_key: str) -> None:
+        """A request about one response (retrieve, cancel, delete), whoever it came from."""
+        with self._lock:
+            self._stats.calls_by_response.setdefault(response_id, Counter())[op] += 1
+            self._stats.callers_by_response.setdefault(response_id, Counter())[caller(api_key)] += 1
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -497,6 +509,11 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": output_tokens // 5},
         "total_tokens": input_tokens + output_tokens,
     }
+
+
+def caller(api_key: str) -> str:
+    """How stats name a caller: the last six characters of its API key (test keys only)."""
+    return "…" + api_key[-6:]
 
 
 def _ok_headers() -> dict[str, str]:

@@ -52,6 +52,9 @@ class SimulatorOptions:
     idle_timeout_seconds: float = 60.0  # keep-alive connections idle longer are closed
     latency_seconds: float = 0.0  # real seconds slept before answering every /v1 request
     webhook_url: str | None = None  # where finished background responses are announced
+    # Further endpoints of the same project: each is sent every event too, with its own webhook-id
+    # (the provider announces every response of a project to every endpoint it has).
+    webhook_also: tuple[str, ...] = ()
     webhook_secret: str | None = None  # whsec_<base64>; required with webhook_url
     webhook_late_seconds: float = 2.0  # real seconds webhook_late holds an event back
     webhook_retries: int = 3  # retries after a failed attempt (0.25 s, 0.5 s, 1 s ... apart)
@@ -111,7 +114,8 @@ class Simulator:
         o = self.options
         if o.webhook_url is not None and self._webhook_key is not None:
             self._sender = WebhookSender(
-                self.backend, self.webhook_log, self.stopping, url=o.webhook_url, key=self._webhook_key,
+                self.backend, self.webhook_log, self.stopping, urls=(o.webhook_url, *o.webhook_also),
+                key=self._webhook_key,
                 late_seconds=o.webhook_late_seconds, retries=o.webhook_retries,
                 timeout_seconds=o.webhook_timeout_seconds, log_sends=o.log_requests,
             )
@@ -197,6 +201,21 @@ def _checked(rule: FaultRule | Mapping[str, Any], default_times: int | None) -> 
     return rule_from_dict(raw, default_times=default_times)
 
 
+def _check_webhook_url(url: str, allow_non_loopback: bool) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ConfigError(f"webhook URL {url!r} is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"webhook URL {url!r} must be http(s)://HOST[:PORT]/PATH")
+    if not allow_non_loopback and not is_loopback(parts.hostname):
+        raise ConfigError(
+            f"refusing to send webhooks to {parts.hostname!r}: not a loopback address "
+            "(pass allow_non_loopback / --allow-non-loopback to override)"
+        )
+
+
 def _webhook_key(o: SimulatorOptions, allow_non_loopback: bool) -> bytes | None:
     """The HMAC key, once the webhook options are known to be usable (one-line ConfigErrors)."""
     key = parse_secret(o.webhook_secret) if o.webhook_secret is not None else None
@@ -205,18 +224,8 @@ def _webhook_key(o: SimulatorOptions, allow_non_loopback: bool) -> bytes | None:
     if key is None:
         raise ConfigError("a webhook URL needs a secret: webhook_secret / --webhook-secret / "
                           "IIPUB_SIM_WEBHOOK_SECRET (whsec_<base64>)")
-    try:
-        parts = urlsplit(o.webhook_url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        raise ConfigError(f"webhook URL {o.webhook_url!r} is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"webhook URL {o.webhook_url!r} must be http(s)://HOST[:PORT]/PATH")
-    if not allow_non_loopback and not is_loopback(parts.hostname):
-        raise ConfigError(
-            f"refusing to send webhooks to {parts.hostname!r}: not a loopback address "
-            "(pass allow_non_loopback / --allow-non-loopback to override)"
-        )
+    for url in (o.webhook_url, *o.webhook_also):
+        _check_webhook_url(url, allow_non_loopback)
     if o.webhook_late_seconds < 0 or o.webhook_timeout_seconds <= 0 or o.webhook_retries < 0:
         raise ConfigError("webhook_late_seconds and webhook_retries must be >= 0, webhook_timeout_seconds > 0")
     return key
@@ -328,6 +337,8 @@ class _Handler(BaseHTTPRequestHandler):
         backend = self.server.sim.backend
         backend.record_request(op, self.headers.get("x-stainless-retry-count"))
         auth = self.headers.get("authorization", "")
+        if op != "create" and response_id:
+            backend.record_call(op, response_id, auth[len("Bearer ") :].strip())
         if not auth.startswith("Bearer ") or not auth[len("Bearer ") :].strip():
             reply = error_reply(401, "You didn't provide an API key.", code="invalid_api_key")
         elif op == "create":

@@ -102,6 +102,7 @@ class _Delivery:
     """One event on its way: the genuine delivery, then its duplicate or replay if faults say so."""
 
     event: Finished
+    url: str  # the endpoint this copy goes to
     webhook_id: str
     event_id: str
     body: bytes
@@ -116,8 +117,9 @@ class _Delivery:
 
 
 class WebhookSender:
-    """Announces finished background responses to `url`, signed with `key`. Started and stopped
-    by the simulator; `stopping` is the simulator's event, set before `stop()`."""
+    """Announces finished background responses to each of `urls` (one delivery per endpoint, each
+    with its own webhook-id, as for a project with several endpoints), signed with `key`. Started
+    and stopped by the simulator; `stopping` is the simulator's event, set before `stop()`."""
 
     def __init__(
         self,
@@ -125,7 +127,7 @@ class WebhookSender:
         log: WebhookLog,
         stopping: threading.Event,
         *,
-        url: str,
+        urls: tuple[str, ...],
         key: bytes,
         late_seconds: float,
         retries: int,
@@ -135,7 +137,7 @@ class WebhookSender:
         self._backend = backend
         self._log = log
         self._stopping = stopping
-        self._url = url
+        self._urls = urls
         self._key = key
         self._wrong_key = hashlib.sha256(b"not the webhook secret:" + key).digest()
         self._late = late_seconds
@@ -227,17 +229,20 @@ class WebhookSender:
         }
         held = f.WEBHOOK_OUT_OF_ORDER in drawn
         delay = self._late if held or f.WEBHOOK_LATE in drawn else 0.0
-        self._pending.append(
-            _Delivery(
-                event=event,
-                webhook_id="wh_" + secrets.token_hex(16),
-                event_id=str(payload["id"]),
-                body=json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8"),
-                faults=drawn,
-                ready_at=time.monotonic() + delay,
-                held=held,
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        for url in self._urls:
+            self._pending.append(
+                _Delivery(
+                    event=event,
+                    url=url,
+                    webhook_id="wh_" + secrets.token_hex(16),
+                    event_id=str(payload["id"]),
+                    body=body,
+                    faults=drawn,
+                    ready_at=time.monotonic() + delay,
+                    held=held,
+                )
             )
-        )
 
     def _attempt(self, d: _Delivery, generation: int) -> None:
         """One HTTP attempt, in its own thread; then what comes next (retry, duplicate, replay)."""
@@ -258,7 +263,7 @@ class WebhookSender:
         client = self._client
         try:
             if client is not None:
-                answer = client.post(self._url, content=d.body, headers=headers).status_code
+                answer = client.post(d.url, content=d.body, headers=headers).status_code
         except (httpx.HTTPError, RuntimeError):  # RuntimeError: a client closed under us
             answer = None
         close: httpx.Client | None = None
@@ -289,6 +294,7 @@ class WebhookSender:
             "type": f"response.{d.event.status}",
             "response_id": d.event.response_id,
             "job_id": d.event.job_id,
+            "url": d.url,
             "attempt": d.attempts,
             "answer": answer,
             "fault": fault,

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import db, reconcile, relay, webhook
+from iipub import db, installation, reconcile, relay, webhook
 from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
@@ -263,24 +263,23 @@ def test_a_failed_event_is_evidence_not_proof(url: str, hooked: Settings, engine
 # -- unknown responses: proof or orphan -----------------------------------------------------------
 
 
-def test_a_response_no_job_owns_is_an_orphan_kept_then_deleted_remotely(
+def test_a_response_of_no_installation_is_foreign_unread_undeleted_and_counted(
         url: str, hooked: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     client = openai.OpenAI(api_key="sk-test", base_url=sim.url, max_retries=0)
-    resp = client.responses.create(model="gpt-test", input="hi", background=True,
-                                   metadata={"iipub_job_id": "00000000-0000-0000-0000-000000000000"})
+    named = client.responses.create(model="gpt-test", input="hi", background=True,
+                                    metadata={"iipub_job_id": "00000000-0000-0000-0000-000000000000"})
+    bare = client.responses.create(model="gpt-test", input="hi", background=True)
     sim.advance(5)
-    body = event(resp.id)
-    assert post(url, body, signed(body)).status_code == 200
-    (orphan,) = Deliveries(engine).orphans()
-    assert orphan["response_id"] == resp.id and orphan["status"] == "completed" and orphan["output_kept"]
-    assert orphan["remote_deleted_at"] is not None
-    assert resp.id in sim.stats()["deleted_ids"]
-    assert [r["outcome"] for r in deliveries(engine)] == ["orphan"]
-    listed = run_cli("orphans", "list", "--json", env=cli_env)
-    assert listed.returncode == 0 and json.loads(listed.stdout)["orphans"][0]["response_id"] == resp.id
-    shown = run_cli("status", "--json", env=cli_env)
-    assert json.loads(shown.stdout)["webhooks"]["orphans"] == 1
-    assert any("orphan" in p["text"] for p in json.loads(shown.stdout)["check"]["problems"])
+    for resp in (named, bare):
+        body = event(resp.id)
+        assert post(url, body, signed(body)).status_code == 200
+    stats = sim.stats()
+    assert stats["retrieves_by_response"] == {} and stats["deleted_ids"] == [] and stats["cancels"] == 0
+    assert Deliveries(engine).orphans() == []
+    assert [r["outcome"] for r in deliveries(engine)] == ["foreign", "foreign"]
+    shown = json.loads(run_cli("status", "--json", env=cli_env).stdout)
+    assert shown["webhooks"]["foreign"] == 2 and shown["webhooks"]["orphans"] == 0
+    assert shown["installation_id"].startswith("inst_")
 
 
 # -- polling relaxes only while webhooks carry completions -----------------------------------------
@@ -364,7 +363,8 @@ def test_a_response_naming_a_quarantined_job_for_another_attempt_is_an_orphan_le
     assert job["state"] == State.QUARANTINED.value and job["quarantine_reason"] == "create_outcome_unknown"
     client = openai.OpenAI(api_key="sk-test", base_url=sim.url, max_retries=0)
     stale = client.responses.create(model="gpt-test", input="hi", background=True, metadata={
-        "iipub_job_id": job["id"], "iipub_attempt": "7", "iipub_fingerprint": job["config_fingerprint"]})
+        "iipub_job_id": job["id"], "iipub_attempt": "7", "iipub_fingerprint": job["config_fingerprint"],
+        "iipub_installation": installation.read(engine)})
     sim.advance(5)
     body = event(stale.id)
     assert post(url, body, signed(body)).status_code == 200
