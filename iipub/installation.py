@@ -21,8 +21,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import db
 from .errors import SchemaNotReady
+from .owners import METADATA_KEY
 
-METADATA_KEY = "iipub_installation"
+__all__ = ["METADATA_KEY", "deletes", "ensure", "new_id", "read", "record_delete"]
+
 _ROW = "this"
 BASES = ("custody", "kill", "discard")
 

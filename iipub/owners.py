@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
-from .installation import METADATA_KEY
 from .jobs import Job
+
+METADATA_KEY = "iipub_installation"  # the create metadata key naming the installation
 
 
 class Owner(Enum):
