@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+import structlog
 
 from . import db, installation, outbox, remedies
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
-from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UsageError
+from .deliveries import Deliveries
+from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UnknownId, UsageError
 from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job
@@ -35,6 +37,7 @@ from .timefmt import iso_z, naive_utc
 
 __all__ = ["BulkResult", "Operator", "Quarantined", "ReleaseMode"]
 _LEASE_TRIES = 3
+log = structlog.get_logger("iipub.actions")
 T = TypeVar("T")
 
 
@@ -250,6 +253,67 @@ class Operator(Closing):
                                   "written")
         imported = remedies.parse_import(raw, max_bytes)
         return self._act(seen.id, by, lambda job: remedies.import_payload(job, imported, max_bytes, by, reason))
+
+    # -- orphans --------------------------------------------------------------------
+
+    def orphan(self, response_id: str) -> remedies.Orphan:
+        found = Deliveries(self.engine).orphan(response_id.strip())
+        if found is None:
+            raise UnknownId(f"no orphan {response_id!r} (see `iipub orphans list`)")
+        return remedies.Orphan.from_row(found)
+
+    def adopt_orphan(self, response_id: str, job_id: str, reason: str, by: str, *, other_slot: bool = False) -> Job:
+        """Use an orphan's kept output for a job: custody through the fenced path (the orphan is
+        marked adopted in the same transaction), validated and published by the next tick. Nothing
+        is sent to the provider."""
+        remedies.check_input(by, reason)
+        orphan = self.orphan(response_id)
+        ours = installation.read(self.engine)
+        seen = self.get(job_id)
+        max_bytes = max_output_bytes(self.settings.products.get(seen.product))
+
+        def decide(job: Job) -> Decision:
+            return remedies.adopt_orphan(job, orphan, installation_id=ours, live_editions=self._editions(job),
+                                         max_output_bytes=max_bytes, other_slot=other_slot, by=by, reason=reason)
+
+        store, job, d = self._lease(seen.id, by, decide)
+        ds = Deliveries(self.engine)
+        try:
+            adopted = store.transition(job, d.to, reason=d.reason, operator=True, changes=d.changes, detail=d.detail,
+                                       delay=d.delay, extra=lambda conn: ds.orphan_fate(
+                                           orphan.response_id, "adopted", job.id, reason, by, conn=conn))
+        except Exception:
+            _release_quietly(store, job)
+            raise
+        log.warning("orphan_adopted", response_id=orphan.response_id, job_id=job.id, by=by, reason=reason)
+        return self._finish(store, adopted)
+
+    def discard_orphan(self, response_id: str, reason: str, by: str) -> remedies.Orphan:
+        """The operator's explicit choice: an orphan is dropped and deleted at the provider (an
+        unfinished one is cancelled first). The decision is recorded before the DELETE is sent."""
+        remedies.check_input(by, reason)
+        orphan = self.orphan(response_id)
+        remedies.check_discard(orphan)
+        provider = self._need_provider()
+        ds = Deliveries(self.engine)
+        ds.orphan_fate(orphan.response_id, "discarded", None, reason, by)
+        installation.record_delete(self.engine, orphan.response_id, None, "discard", _worker(by))
+        log.warning("orphan_discarded", response_id=orphan.response_id, by=by, reason=reason)
+        if orphan.status not in FINISHED_STATUSES:
+            provider.cancel(orphan.response_id)  # best effort: stop its spend first
+        outcome = provider.delete(orphan.response_id, has_custody=orphan.output is not None,
+                                  kill_requested=orphan.output is None)
+        if isinstance(outcome, (Transient, Rejected)):
+            raise OperatorRefused(f"orphan {orphan.response_id} is discarded, but the provider's DELETE failed: "
+                                  f"{outcome.why}; run the command again to retry it")
+        ds.orphan_deleted(orphan.response_id)
+        return self.orphan(orphan.response_id)
+
+    def _editions(self, job: Job) -> int:
+        e = db.editions
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(e).where(
+                e.c.product == job.product, e.c.edition_date == job.edition_date)).scalar_one())
 
     # -- internals ------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ Custody of provider output
                          into custody nor journaled as lost
   deleted_without_custody a remote response was deleted (simulator) or a job reached DELETED
                          without the output in custody and without an operator kill
+  delete_without_owner   a DELETE iipub recorded sending (`provider_deletes`) of a response no job
+                         held in custody or killed, and no operator discarded as an orphan
 
 Publication
   not_published          a published job lacks an edition or an outbox event for a saved language
@@ -78,9 +80,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import db, states
+from . import db, installation, states
 from .compose import artifact_from_json
 from .config import Settings
+from .errors import SchemaNotReady
 from .jobs import STRANDED_AFTER_SECONDS, is_stranded
 from .spend import SlotSpend, slot_of
 from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
@@ -93,8 +96,12 @@ outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
 # these certainly created nothing, but the journal cannot tell from the outcome alone.
 UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
 # Entries that take output into custody, save editions, publish them.
-CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD})
-ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED})
+CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD,
+                     Reason.OPERATOR_ADOPT_ORPHAN})
+ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED,
+                     Reason.OPERATOR_ADOPT_ORPHAN})
+# Adoptions that add the paid creates a restored journal no longer shows (detail `attempts_added`).
+ADDS_ATTEMPTS = frozenset({Reason.RESTORED_ADOPTED, Reason.OPERATOR_ADOPT_ORPHAN})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
 
@@ -172,6 +179,13 @@ def check(
             outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id,
             outbox_table.c.published_at, outbox_table.c.lease_owner, outbox_table.c.lease_expiry)).mappings()]
         deliveries = [dict(r) for r in conn.execute(sa.select(deliveries_table)).mappings()]
+        deletes = installation.deletes(conn)
+        fates = {r.response_id: r.fate for r in conn.execute(
+            sa.select(db.orphan_details.c.response_id, db.orphan_details.c.fate))}
+        try:
+            ours: str | None = installation.read(conn)
+        except SchemaNotReady:
+            ours = None
     for job_id in sorted(set(events) - set(jobs)):
         found.add("journal_orphan", job_id, f"{len(events[job_id])} events of a job that does not exist")
     max_gen = settings.budgets.max_generation_attempts if settings is not None else None
@@ -182,9 +196,47 @@ def check(
         _liveness(found, job, evs, now, stranded_after_seconds, settled)
     _publication(found, jobs, events, editions, outbox, deliveries, list(sinks or _sink_names(deliveries)),
                  static_root, webhook_keys, now, settled)
+    _deletes(found, jobs, deletes, fates)
     if sim_stats is not None:
-        _creates(found, jobs, events, sim_stats)
+        _creates(found, jobs, events, _own(sim_stats, ours, jobs, deletes, fates))
     return found.items
+
+
+def _deletes(found: _Found, jobs: Mapping[str, Mapping[str, Any]], deletes: Sequence[Mapping[str, Any]],
+             fates: Mapping[str, str | None]) -> None:
+    """Every DELETE iipub sent had an owner: a job holding that response with its output in custody
+    (or killed), or an orphan an operator discarded."""
+    holders: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for job in jobs.values():
+        if job["response_id"]:
+            holders[str(job["response_id"])].append(job)
+    for d in deletes:
+        rid, basis = str(d["response_id"]), d["basis"]
+        held = holders.get(rid, [])
+        if basis == "custody" and any(j["has_payload"] for j in held):
+            continue
+        if basis == "kill" and any(j["kill_requested"] for j in held):
+            continue
+        if basis == "discard" and fates.get(rid) == "discarded":
+            continue
+        found.add("delete_without_owner", d["job_id"], f"DELETE of response {rid} ({basis}) by {d['worker']} at "
+                                                       f"{d['at']}: no job holds it in custody or killed, and no "
+                                                       "operator discarded it")
+
+
+def _own(stats: Mapping[str, Any], ours: str | None, jobs: Mapping[str, Mapping[str, Any]],
+         deletes: Sequence[Mapping[str, Any]], fates: Mapping[str, str | None]) -> Mapping[str, Any]:
+    """The simulator's counts restricted to this installation: a project shared with another
+    installation (or application) shows their creates and deletes too."""
+    if ours is None:
+        return stats
+    metas = [m for m in stats.get("create_metadata") or [] if isinstance(m, Mapping)
+             and m.get("iipub_installation") in (None, ours)]
+    by_job: Counter[str] = Counter(str(m["iipub_job_id"]) for m in metas if m.get("iipub_job_id"))
+    known = ({str(j["response_id"]) for j in jobs.values() if j["response_id"]}
+             | {str(d["response_id"]) for d in deletes} | set(fates))
+    return {**stats, "create_metadata": metas, "creates_by_job": dict(by_job),
+            "deleted_ids": [r for r in stats.get("deleted_ids") or [] if str(r) in known]}
 
 
 # -- the journal -------------------------------------------------------------------------------
@@ -224,7 +276,7 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     charged = sum(e.reason == Reason.DISPATCH for e in evs) - sum(e.reason == Reason.CREATE_REFUSED for e in evs)
     # After a restore the journal is as old as the backup; the spend ledger's adoption names the
     # paid creates it no longer shows.
-    charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason == Reason.RESTORED_ADOPTED)
+    charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason in ADDS_ATTEMPTS)
     if charged != job["generation_attempts"]:
         found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
                                             f"charged {charged} (dispatches minus refunds)")
@@ -449,7 +501,8 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
                     uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
             elif ev.reason == Reason.CREATE_REFUSED:
                 allowed[str(ev.detail.get("refunded_attempt"))] -= 1
-            elif ev.reason == Reason.RESTORED_ADOPTED:
+            elif ev.reason == Reason.RESTORED_ADOPTED or (
+                    ev.reason == Reason.OPERATOR_ADOPT_ORPHAN and int(ev.detail.get("attempts_added") or 0) > 0):
                 allowed[str(ev.detail.get("attempt"))] += 1
         charged = sum(allowed.values())
         seen = by_job.get(jid, 0)

@@ -445,3 +445,84 @@ def _require_state(job: Job, state: State, action: str) -> None:
         suspended = f" (suspended from {job.suspended_from}; resume it first)" \
             if job.state == State.MANUALLY_SUSPENDED else ""
         raise OperatorRefused(f"job {job.id} is {job.state}{suspended}; only a {state} job can {action}")
+
+
+# -- orphans: the kept output of a response of this installation no job holds ------------------
+
+# Where an orphan's output may enter: a job a restore sent back before its create, or one whose
+# own response is lost or parked; never one holding custody or polling a live response.
+ORPHAN_ADOPTABLE = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.QUARANTINED, State.COMPLETED_NOT_RETRIEVED,
+                              State.PROVIDER_EXPIRED_OR_MISSING})
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """What `orphans` keeps of one response (`Deliveries.orphan`)."""
+
+    response_id: str
+    status: str
+    output: str | None
+    named_job_id: str | None
+    slot: str | None
+    attempt: str | None
+    installation_id: str | None
+    fingerprint: str | None
+    fate: str | None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Orphan:
+        return cls(str(row["response_id"]), str(row["status"]), row.get("output"), row.get("named_job_id"),
+                   row.get("slot"), row.get("attempt"), row.get("installation_id"), row.get("fingerprint"),
+                   row.get("fate"), row.get("output_tokens"), row.get("total_tokens"))
+
+
+def adopt_orphan(job: Job, orphan: Orphan, *, installation_id: str, live_editions: int, max_output_bytes: int | None,
+                 other_slot: bool, by: str, reason: str) -> Decision:
+    """Custody of an orphan's kept output for `job`, stored as `handlers.on_output` stores a finished
+    response (the same bounds, escaping and sha256), into RETRIEVED_NOT_VALIDATED, due now. The
+    job's row learns the response and the paid attempt it stands for, so nothing is paid again."""
+    rid = orphan.response_id
+    if orphan.fate is not None:
+        raise OperatorRefused(f"orphan {rid} was already {orphan.fate}; nothing written")
+    if orphan.installation_id is not None and orphan.installation_id != installation_id:
+        raise OperatorRefused(f"orphan {rid} belongs to installation {orphan.installation_id!r}, not this one")
+    if orphan.output is None:
+        raise OperatorRefused(f"orphan {rid} ({orphan.status}) has no kept output to adopt; nothing written")
+    if job.state not in ORPHAN_ADOPTABLE:
+        raise OperatorRefused(f"job {job.id} is {job.state}; an orphan can be adopted only by a "
+                              f"{', '.join(sorted(ORPHAN_ADOPTABLE))} job")
+    if job.payload is not None:
+        raise OperatorRefused(f"job {job.id} already holds a payload in custody (sha256 {job.payload_sha256}); "
+                              "nothing written")
+    if live_editions:
+        raise OperatorRefused(f"the slot {job.product}/{job.edition_date} already has {live_editions} edition(s); "
+                              "nothing written")
+    slot = f"{job.product}/{job.edition_date.isoformat()}"
+    if not other_slot and orphan.slot != slot:
+        raise OperatorRefused(f"orphan {rid} was made for slot {orphan.slot!r}, not {slot}; pass --other-slot to "
+                              "use it anyway")
+    attempt_text = orphan.attempt or ""
+    attempt = int(attempt_text) if attempt_text.isdigit() else 0
+    usage = (Usage(0, orphan.output_tokens, orphan.total_tokens)
+             if orphan.output_tokens is not None and orphan.total_tokens is not None else None)
+    d = handlers.on_output(job, Observed(rid, "completed", output_text=orphan.output, usage=usage), max_output_bytes)
+    attempts = max(job.generation_attempts, attempt)
+    changes: dict[str, Any] = {**d.changes, "response_id": rid, "generation_attempts": attempts,
+                               "quarantine_reason": None, "poll_count": 0}
+    if orphan.fingerprint and not other_slot:
+        changes["config_fingerprint"] = orphan.fingerprint
+    return Decision(
+        State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_ADOPT_ORPHAN, changes,
+        {**d.detail, **who(by, reason, response_id=rid, attempt=orphan.attempt, orphan_slot=orphan.slot,
+                           named_job_id=orphan.named_job_id, adopted_from=job.state.value,
+                           attempts_added=attempts - job.generation_attempts,
+                           quarantine_reason=job.quarantine_reason, previous_response_id=job.response_id)},
+        delay=0,
+    )
+
+
+def check_discard(orphan: Orphan) -> None:
+    if orphan.fate == "adopted":
+        raise OperatorRefused(f"orphan {orphan.response_id} was adopted: its job owns it now (its cleanup deletes it)")

@@ -99,6 +99,10 @@ EDGES: tuple[Edge, ...] = tuple(
     # Output an operator recovered from the provider's dashboard after the response was lost
     # (`iipub jobs import-payload`): custody by hand, validated by the next tick as usual.
     + _edges(S.PROVIDER_EXPIRED_OR_MISSING, [S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # An orphan's kept output adopted for a job a restore sent back before its create
+    # (`iipub orphans adopt`): custody by hand, nothing paid.
+    + _edges(S.NO_JOB, [S.RETRIEVED_NOT_VALIDATED], operator=True)
+    + _edges(S.CREATE_ELIGIBLE, [S.RETRIEVED_NOT_VALIDATED], operator=True)
     # Adopting a response the job provably paid for (an operator's --link, or iipub itself on
     # proof: the spend ledger after a restore); `unreleased_exit` checks the reason.
     + _edges(S.QUARANTINED, [S.ACCEPTED, S.QUEUED, S.IN_PROGRESS, S.COMPLETED_NOT_RETRIEVED])
@@ -188,6 +192,7 @@ class Reason(enum.StrEnum):
     OPERATOR_REVALIDATE = "operator_revalidate"
     OPERATOR_REGENERATE = "operator_regenerate"
     OPERATOR_IMPORT_PAYLOAD = "operator_import_payload"
+    OPERATOR_ADOPT_ORPHAN = "operator_adopt_orphan"
 
     @property
     def operator(self) -> bool:
@@ -254,6 +259,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.OPERATOR_REGENERATE: (True, "operator: pay for a new generation of output that failed validation"),
     R.OPERATOR_IMPORT_PAYLOAD: (True, ("operator: output recovered from the provider's dashboard was stored "
                                        "(custody); validated as usual")),
+    R.OPERATOR_ADOPT_ORPHAN: (True, ("operator: the kept output of an orphan response of this installation was "
+                                     "stored for the job (custody, nothing paid); validated as usual")),
 }
 
 # The values of `jobs.quarantine_reason`.

@@ -8,15 +8,18 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import sqlalchemy as sa
+import standardwebhooks
 
 from iipub import db, installation, migrate, reconcile, relay, webhook
 from iipub.config import Settings, WebhookSettings
@@ -24,7 +27,17 @@ from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.simulator.backend import caller
 from iipub.states import State
-from tests.helpers import fresh_database, job_rows, make_settings, run_cli, serving
+from iipub.store import Store
+from tests.helpers import (
+    fresh_database,
+    job_rows,
+    make_settings,
+    restore_rows,
+    run_cli,
+    serving,
+    snapshot_rows,
+    utc_today,
+)
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()
 
@@ -177,3 +190,138 @@ def test_link_refuses_a_response_of_another_installation(
     else:  # made before installation ids, naming this job: the operator's link stands
         assert result.returncode == 0, result.stderr
         assert after["response_id"] == resp.id
+
+
+# -- orphans of this installation: kept, never deleted automatically, adopted for free ------------------
+
+
+@pytest.fixture
+def receiver_url(cfg: Settings, engine: sa.Engine) -> Iterator[tuple[Settings, str]]:
+    settings = hooked(cfg, "sk-test")
+    r = webhook.Receiver(settings, engine=engine)
+    server = webhook.make_wsgi_server("127.0.0.1", 0, r)
+    try:
+        with serving(server):
+            yield settings, f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        r.close()
+
+
+def announce(url: str, response_id: str) -> int:
+    """A signed `response.completed` delivery for `response_id`, as the provider sends it."""
+    body = json.dumps({"id": f"evt_{response_id[-8:]}", "object": "event", "created_at": 1764547200,
+                       "type": "response.completed", "data": {"id": response_id}}).encode()
+    wid = f"wh_{response_id[-12:]}_{time.monotonic_ns()}"
+    when = dt.datetime.now(dt.UTC)
+    headers = {"webhook-id": wid, "webhook-timestamp": str(int(when.timestamp())), "content-type": "application/json",
+               "webhook-signature": standardwebhooks.Webhook(SECRET).sign(wid, when, body.decode())}
+    return httpx.post(url, content=body, headers=headers, timeout=15).status_code
+
+
+def restored_before_dispatch(settings: Settings, engine: sa.Engine) -> tuple[str, str]:
+    """Today's slot scheduled, backed up, dispatched (one paid create, in the spend ledger), and the
+    backup restored: the job is back in NO_JOB and no row knows the response it paid for."""
+    store = Store(engine, "test")
+    store.schedule(settings.products["daily-brief"], utc_today())
+    backup = snapshot_rows(engine)
+    reconcile.run(settings, engine)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.ACCEPTED.value
+    restore_rows(engine, backup)
+    (restored,) = job_rows(engine)
+    assert restored["state"] == State.NO_JOB.value and restored["response_id"] is None
+    return job["id"], job["response_id"]
+
+
+def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_new_create(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
+        no_today_slots: None) -> None:
+    settings, url = receiver_url
+    job_id, response_id = restored_before_dispatch(settings, engine)
+    sim.advance(5)
+    assert announce(url, response_id) == 200
+    (orphan,) = Deliveries(engine).orphans()
+    assert orphan["response_id"] == response_id and orphan["output_kept"] and orphan["fate"] is None
+    assert orphan["installation_id"] == installation.read(engine)
+    assert sim.stats()["deleted_ids"] == []
+    shown = run_cli("orphans", "show", response_id, "--json", env=cli_env)
+    doc = json.loads(shown.stdout)
+    assert doc["named_job"]["id"] == job_id and doc["named_job"]["state"] == State.NO_JOB.value
+    assert doc["output_bytes"] > 0 and doc["metadata"]["iipub_job_id"] == job_id
+
+    adopted = run_cli("orphans", "adopt", response_id, job_id[:8], "--reason", "restored from backup", env=cli_env)
+    assert adopted.returncode == 0, adopted.stderr
+    (row,) = job_rows(engine)
+    assert row["state"] == State.RETRIEVED_NOT_VALIDATED.value and row["payload_sha256"] == orphan["output_sha256"]
+    assert row["response_id"] == response_id and row["generation_attempts"] == 1
+    again = run_cli("orphans", "adopt", response_id, job_id, "--reason", "twice", env=cli_env)
+    assert again.returncode == 3 and "already adopted" in again.stderr
+
+    for _ in range(4):
+        reconcile.run(settings, engine)
+        relay.run(settings, engine)
+    (row,) = job_rows(engine)
+    assert row["state"] == State.DELETED.value
+    with engine.connect() as conn:
+        editions = conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one()
+        deletes = installation.deletes(conn)
+    assert editions == len(settings.products["daily-brief"].languages)
+    stats = sim.stats()
+    assert stats["creates_total"] == 1 and stats["deleted_ids"] == [response_id]
+    assert [(d["response_id"], d["basis"]) for d in deletes] == [(response_id, "custody")]
+    assert settings.static_sink is not None
+    checked = run_cli("check", "--json", "--static-root", str(settings.static_sink.root), env=cli_env)
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_only_then(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
+        no_today_slots: None) -> None:
+    settings, url = receiver_url
+    job_id, response_id = restored_before_dispatch(settings, engine)
+    sim.advance(5)
+    assert announce(url, response_id) == 200
+    other_day = Store(engine, "test")
+    other_day.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=1))
+    (other,) = [j for j in job_rows(engine) if j["id"] != job_id]
+    refused = run_cli("orphans", "adopt", response_id, other["id"], "--reason", "wrong day", env=cli_env)
+    assert refused.returncode == 3 and "--other-slot" in refused.stderr
+    assert {j["state"] for j in job_rows(engine)} == {State.NO_JOB.value}
+    unknown = run_cli("orphans", "show", "resp_nope", env=cli_env)
+    assert unknown.returncode == 4 and "no orphan" in unknown.stderr
+    assert sim.stats()["deleted_ids"] == []
+
+    env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
+    dropped = run_cli("orphans", "discard", response_id, "--reason", "not wanted", env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert sim.stats()["deleted_ids"] == [response_id]
+    (orphan,) = Deliveries(engine).orphans()
+    assert orphan["fate"] == "discarded" and orphan["remote_deleted_at"] is not None
+    with engine.connect() as conn:
+        assert [(d["basis"], d["job_id"]) for d in installation.deletes(conn)] == [("discard", None)]
+    late = run_cli("orphans", "adopt", response_id, job_id, "--reason", "after all", env=cli_env)
+    assert late.returncode == 3 and "already discarded" in late.stderr
+    assert run_cli("check", "--json", env=cli_env).returncode == 0
+
+
+# -- item 4: on the webhook path a 404 is evidence, not proof ----------------------------------------------
+
+
+def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+    settings, url = receiver_url
+    _, response_id = restored_before_dispatch(settings, engine)
+    sim.add_faults([{"fault": "not_found", "op": "retrieve", "times": 1}])
+    sim.advance(5)
+    assert announce(url, response_id) == 200
+    with engine.connect() as conn:
+        (delivery,) = conn.execute(sa.select(db.webhook_deliveries)).mappings().all()
+    # One 404 is not believed: nothing recorded as lost, the delivery waits for the next reads.
+    assert delivery["outcome"] == "unconfirmed" and Deliveries(engine).orphans() == []
+    reconcile.run(settings, engine)  # the next read finds the response after all
+    with engine.connect() as conn:
+        (delivery,) = conn.execute(sa.select(db.webhook_deliveries)).mappings().all()
+    assert delivery["outcome"] == "orphan"
+    (orphan,) = Deliveries(engine).orphans()
+    assert orphan["status"] == "completed" and orphan["output_kept"]
+    assert sim.stats()["creates_total"] == 1
