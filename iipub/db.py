@@ -300,6 +300,16 @@ provider_deletes = sa.Table(
     sa.Index("ix_provider_deletes_response", "response_id"),
 )
 
+# A rate limit seen on a provider read, shared by every process (`iipub.gate`): reads only.
+read_cooldown = sa.Table(
+    "read_cooldown",
+    metadata,
+    sa.Column("name", sa.String(16), primary_key=True),
+    sa.Column("until_at", Time, nullable=False),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("set_at", Time, nullable=False),
+)
+
 # One row per `iipub reconcile` / `iipub relay` run (`iipub.heartbeat`).
 runs = sa.Table(
     "runs",

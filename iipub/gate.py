@@ -6,6 +6,7 @@ and decides again), so two processes never both take the one probe.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -38,6 +39,34 @@ def read(conn: Connection) -> GateState:
     values: dict[str, Any] = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
     values["paused"] = bool(values["paused"])
     return GateState(**values)
+
+
+# A read's rate-limit hint is honoured up to this: a finished response stays at the provider for
+# about ten minutes, and custody must never wait most of that.
+READ_COOLDOWN_CAP_SECONDS = 60.0
+
+
+def read_cool_down(conn: Connection) -> dt.datetime | None:
+    """Until when provider reads wait (a 429 on a read, shared by every process), if it is ahead."""
+    t = db.read_cooldown
+    until = conn.execute(sa.select(t.c.until_at).where(t.c.name == "reads",
+                                                        t.c.until_at > db.now(conn))).scalar()
+    return naive_utc(until) if until is not None else None
+
+
+def share_read_cool_down(engine: Engine, seconds: float, worker: str) -> None:
+    """Every process's reads wait `seconds` (capped at READ_COOLDOWN_CAP_SECONDS); creates do not."""
+    t = db.read_cooldown
+    wait = min(max(0.0, seconds), READ_COOLDOWN_CAP_SECONDS)
+    with db.transaction(engine) as conn:
+        until = db.now(conn, wait)
+        if conn.execute(t.update().where(t.c.name == "reads", t.c.until_at < until)
+                        .values(until_at=until, worker=worker[:128], set_at=db.now(conn))).rowcount:
+            return
+        if conn.execute(sa.select(t.c.name).where(t.c.name == "reads")).first() is None:
+            with contextlib.suppress(sa.exc.IntegrityError), conn.begin_nested():
+                conn.execute(t.insert().values(name="reads", until_at=until, worker=worker[:128],
+                                               set_at=db.now(conn)))
 
 
 class CreateGate:

@@ -78,7 +78,7 @@ def _sweep(tick: Tick) -> None:
     if tick.settings.webhooks.enabled:
         _settle_awaiting(tick)
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
-        if not tick.cooling():
+        if not tick.reads_cooling():
             suspended = tick.store.suspended_awaiting_custody(s.batch_size)
             wait([pool.submit(_custody_guarded, tick, job) for job in suspended])
         for _ in range(_PROBE_PASSES):
@@ -124,7 +124,7 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
             # While the provider cools down, jobs that would call it are left for the
             # next tick: leasing them only to hand them back would be two writes for nothing.
             wanted = [(job_id, v) for job_id, v, state in chunk
-                      if not (state in PROVIDER_BOUND and tick.cooling())
+                      if not (state in PROVIDER_BOUND and tick.cooling_for(state))
                       and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
             if any(state not in LOCAL_ONLY for _, _, state in chunk):
                 tick.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
@@ -176,7 +176,7 @@ def _handle(tick: Tick, job: Job) -> None:
     try:
         from . import steps  # with the decisions, validation and outbox machinery: not for an idle run
 
-        if job.state in PROVIDER_BOUND and tick.cooling():
+        if job.state in PROVIDER_BOUND and tick.cooling_for(job.state):
             steps.hold(tick, job)  # the provider cooled down while this job waited in the queue
             return
         steps.drive(tick, job)

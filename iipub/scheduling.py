@@ -12,6 +12,8 @@ from .store import Store
 
 # A typo in a date must not schedule decades of paid generations.
 MAX_BACKFILL_DAYS = 366
+# Nor a slot for a year that has not come (each slot is a paid generation once its window opens).
+MAX_AHEAD_DAYS = 366
 
 Progress = Callable[[dt.date, bool], None]  # (date, created or would be created)
 
@@ -36,6 +38,19 @@ def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date) ->
     wanted = list(products)
     present = store.products_scheduled([p.name for p in wanted], day)
     return sum(store.schedule(p, day) for p in wanted if p.name not in present)
+
+
+def check_schedule_date(day: dt.date, today: dt.date) -> None:
+    """`schedule --date` stays within what a backfill could reach (at most MAX_BACKFILL_DAYS
+    back) and at most MAX_AHEAD_DAYS ahead, by the database clock. Pure."""
+    earliest = today - dt.timedelta(days=MAX_BACKFILL_DAYS)
+    latest = today + dt.timedelta(days=MAX_AHEAD_DAYS)
+    if day < earliest:
+        raise UsageError(f"--date {day} is more than {MAX_BACKFILL_DAYS} days in the past (earliest {earliest}; "
+                         f"today is {today} by the database clock); nothing scheduled")
+    if day > latest:
+        raise UsageError(f"--date {day} is more than {MAX_AHEAD_DAYS} days ahead (latest {latest}; today is "
+                         f"{today} by the database clock); nothing scheduled")
 
 
 def backfill_days(from_date: dt.date, to_date: dt.date, today: dt.date) -> list[dt.date]:

@@ -153,6 +153,7 @@ class Status:
     heartbeats: heartbeat.Summary | None = None  # the last reconcile and relay runs
     extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
     installation_id: str | None = None  # this database's (`iipub.installation`)
+    read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -295,6 +296,8 @@ class Status:
         return {
             "generated_at": iso_z(self.generated_at),
             "installation_id": self.installation_id,
+            "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),
+                              "cap_seconds": gate.READ_COOLDOWN_CAP_SECONDS},
             "window_hours": self.settings.window_hours,
             "jobs": {
                 "total": self.jobs_total,
@@ -395,6 +398,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         ).scalar_one())
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
         gate_state = gate.read(conn)
+        read_cooldown = gate.read_cool_down(conn)
         unexpected = int(conn.execute(
             sa.select(sa.func.count()).where(
                 events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
@@ -439,6 +443,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         webhooks=hooks,
         heartbeats=beats,
         installation_id=installation_id,
+        read_cooldown_until=read_cooldown,
     )
 
 

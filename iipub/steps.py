@@ -34,8 +34,8 @@ def apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection],
         keep_lease=go_on, extra=extra,
     )
     tick.counted(d.to)
-    if d.cooldown is not None:
-        tick.cool_down(d.cooldown)
+    if d.cooldown is not None:  # a create's 429 holds creates; a read's, reads
+        tick.cool_down(d.cooldown, creates=job.state == State.CREATE_IN_FLIGHT)
     return new
 
 
@@ -65,9 +65,10 @@ def hold(tick: Tick, job: Job) -> None:
 
 
 def _provider_waits(tick: Tick, job: Job) -> bool:
-    """Before a provider call: while the provider cools down or past the deadline, the job
-    waits (its lease handed back, no transition)."""
-    if tick.cooling() or tick.past_deadline():
+    """Before a provider call: while that kind of call cools down (a create's 429 holds creates
+    only, a read's holds reads only) or past the deadline, the job waits (its lease handed back,
+    no transition)."""
+    if tick.cooling_for(job.state) or tick.past_deadline():
         hold(tick, job)
         return True
     return False
@@ -138,7 +139,7 @@ def _adopt_from_ledger(tick: Tick, parked: Job, spend: ledger.SlotSpend) -> Job 
     recorded, and it names this slot, take it back (nothing is paid again)."""
     if parked.lease_owner != tick.store.worker:
         return parked
-    if spend.response_id is None or tick.cooling():
+    if spend.response_id is None or tick.reads_cooling():
         tick.store.release(parked)
         return None
     outcome = tick.provider.retrieve(spend.response_id)
@@ -169,7 +170,7 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     if batch is not None and not d.go_on:
         # Nothing more to do for this job this tick: its write joins the chunk's one commit.
         if d.cooldown is not None:
-            tick.cool_down(d.cooldown)
+            tick.cool_down(d.cooldown, creates=False)
         batch.defer(tick.store.plan(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay))
         return None
     new = apply(tick, job, d)
@@ -194,7 +195,7 @@ def _note_if_missed(tick: Tick, job: Job) -> None:
 
 def step_completed(tick: Tick, job: Job) -> Job | None:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): fetch the output now."""
-    if tick.cooling():
+    if tick.reads_cooling():
         hold(tick, job)
         return None
     assert job.response_id

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import installation, ledger
+from . import db, gate, installation, ledger
 from .config import Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -62,7 +62,8 @@ class Tick:
         self.rng = rng
         self.report = TickReport(worker=store.worker)
         self._lock = threading.Lock()
-        self._cooldown_until = 0.0
+        self._creates_cool_until = 0.0  # time.monotonic(): creates wait (429 on a create, shared gate)
+        self._reads_cool_until = 0.0  # polls, custody, cleanup wait (429 on a read; at most 60 s)
         self._in_flight = store.count_in_flight()
         self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
@@ -81,8 +82,13 @@ class Tick:
         # Paused, or the breaker open and no probe due: creates are not even leased this tick.
         self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
         if g.cooldown_until is not None and g.cooldown_until > now:
-            # Another process was rate-limited: this one cools down too.
-            self._cool_locally((g.cooldown_until - now).total_seconds())
+            # Another process's create was rate-limited: this one's creates wait too. Polls and
+            # custody go on: a finished response is kept for only about ten minutes.
+            self._cool_locally((g.cooldown_until - now).total_seconds(), creates=True)
+        with store.engine.connect() as conn:
+            reads_until, now = gate.read_cool_down(conn), db.read_now(conn)
+        if reads_until is not None:
+            self._cool_locally((reads_until - now).total_seconds(), creates=False)
 
     @property
     def installation(self) -> str:
@@ -105,24 +111,43 @@ class Tick:
     def past_deadline(self) -> bool:
         return STOP.is_set() or time.monotonic() >= self.deadline
 
-    def cooling(self) -> bool:
-        return time.monotonic() < self._cooldown_until
+    def creates_cooling(self) -> bool:
+        """A create was rate-limited (here or in another process): no create now."""
+        return time.monotonic() < self._creates_cool_until
 
     def reads_cooling(self) -> bool:
-        return self.cooling()
+        """A read was rate-limited: no poll, custody read or delete for a while (at most 60 s)."""
+        return time.monotonic() < self._reads_cool_until
 
-    def cool_down(self, seconds: float) -> None:
-        """One 429 stops provider calls for the rest of the tick (no stampede), and every other
-        process's creates until the provider's hint has passed."""
-        self._cool_locally(seconds)
+    def cooling(self) -> bool:
+        """Provider reads wait (the calls most steps make); creates ask `creates_cooling`."""
+        return self.reads_cooling()
+
+    def cooling_for(self, state: State) -> bool:
+        """Whether a job in `state` would wait for a cool-down before its provider call."""
+        return self.creates_cooling() if state == State.CREATE_ELIGIBLE else self.reads_cooling()
+
+    def cool_down(self, seconds: float, *, creates: bool) -> None:
+        """A 429 with a hint. On a create: this tick's creates stop (no stampede) and every other
+        process's until the hint has passed; polls and custody go on. On a read: every process's
+        reads wait for the hint, capped at 60 s (a finished response is kept for only about ten
+        minutes); creates go on."""
+        self._cool_locally(seconds, creates=creates)
         try:
-            self.gate.share_cool_down(seconds)
+            if creates:
+                self.gate.share_cool_down(seconds)
+            else:
+                gate.share_read_cool_down(self.store.engine, seconds, self.store.worker)
         except (Contention, DatabaseUnavailable) as exc:  # the local cool-down still holds
             log.warning("cool_down_not_shared", worker=self.store.worker, error=str(exc))
 
-    def _cool_locally(self, seconds: float) -> None:
+    def _cool_locally(self, seconds: float, *, creates: bool) -> None:
         with self._lock:
-            self._cooldown_until = max(self._cooldown_until, self.deadline, time.monotonic() + seconds)
+            if creates:
+                self._creates_cool_until = max(self._creates_cool_until, self.deadline, time.monotonic() + seconds)
+            else:
+                wait = min(max(0.0, seconds), gate.READ_COOLDOWN_CAP_SECONDS)
+                self._reads_cool_until = max(self._reads_cool_until, time.monotonic() + wait)
 
     def spend(self, slot: str) -> ledger.SlotSpend | None:
         """What the spend ledger records for `slot` (the file is read once per tick, when the

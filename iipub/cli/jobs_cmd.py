@@ -18,11 +18,15 @@ from .common import DATE, App, by_option, emit_json, json_option, moved, pass_ap
 @click.option("--product", help="Only this product (default: every configured product).")
 @pass_app
 def schedule_command(app: App, day: dt.date | None, product: str | None) -> None:
-    """Create the publication slots (state NO_JOB) for a date. Idempotent."""
+    """Create the publication slots (state NO_JOB) for a date. Idempotent. The date must be at
+    most 366 days in the past (what a backfill reaches) and at most 366 days ahead, by the
+    database clock; otherwise nothing is written (exit 2)."""
     store = app.store("schedule")
+    with store.engine.connect() as conn:
+        today = db.read_now(conn).date()
     if day is None:
-        with store.engine.connect() as conn:
-            day = db.read_now(conn).date()
+        day = today
+    scheduling.check_schedule_date(day, today)
     products = [app.settings.product(product)] if product else list(app.settings.products.values())
     report = scheduling.schedule_day(store, products, day)
     for name, created in report.items():

@@ -42,6 +42,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
       generated_at          database time of the report (ISO 8601 UTC)
       installation_id       this database's installation id (every create's metadata
                             carries it; see README "Ownership")
+      read_cooldown         {until (null: none), cap_seconds}: a rate limit on a provider read
+                            holds polls, custody and cleanup (never creates) until then
       window_hours          the SLI window
       jobs                  {total, by_state, by_product: {product: {state: n}}}
       slis                  {time_to_dispatch, unretrieved_dwell, overdue_polls}, each
@@ -204,7 +206,11 @@ def render(r: Status) -> str:
              g.paused_reason or "" if g.paused else ""],
             ["last accepted create", _when(g.last_ok_at), ""],
             ["rate-limit cool-down", f"until {_when(g.cooldown_until)}"
-             if g.cooldown_until and g.cooldown_until > r.generated_at else "none", ""],
+             if g.cooldown_until and g.cooldown_until > r.generated_at else "none",
+             "creates only: polls and custody go on"],
+            ["read cool-down", f"until {_when(r.read_cooldown_until)}" if r.read_cooldown_until else "none",
+             "a read was rate-limited: polls, custody and cleanup wait (at most 60s); creates go on"
+             if r.read_cooldown_until else ""],
             ["unknown provider statuses", r.unexpected_statuses, f"in {s.window_hours:g}h"],
         ]), ""]
 

@@ -373,6 +373,11 @@ class Backend:
                 code="rate_limit_exceeded",
                 headers={"retry-after": "2", "x-ratelimit-reset-requests": "2s", "x-ratelimit-remaining-requests": "0"},
             )
+        if fault == f.RATE_LIMIT_LONG:
+            return _error(429, "Rate limit reached for requests. Please try again in 10m.", "requests",
+                          code="rate_limit_exceeded",
+                          headers={"retry-after": "600", "x-ratelimit-reset-requests": "10m",
+                                   "x-ratelimit-remaining-requests": "0"})
         if fault == f.SERVER_ERROR:
             return _error(500, "The server had an error while processing your request.", "server_error")
         if fault == f.UNAUTHORIZED:
@@ -466,7 +471,8 @@ class Backend:
 
 
 # Faults that refuse a create (nothing created, nothing counted).
-_CREATE_REFUSING = (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED, f.QUOTA_EXHAUSTED, f.SERVICE_UNAVAILABLE)
+_CREATE_REFUSING = (f.RATE_LIMIT, f.RATE_LIMIT_LONG, f.SERVER_ERROR, f.UNAUTHORIZED, f.QUOTA_EXHAUSTED,
+                    f.SERVICE_UNAVAILABLE)
 
 # The status each read fault shows.
 _SHOWN = {f.REPORT_CANCELLED: "cancelled", f.REPORT_FAILED: "failed", f.UNKNOWN_STATUS: f.UNKNOWN_STATUS_VALUE}

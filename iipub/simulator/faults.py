@@ -25,6 +25,7 @@ WEBHOOK_OP = "webhook"  # not a request the simulator receives: one it sends
 DROP_AFTER_ACCEPT = "drop_after_accept"
 SLOW = "slow"
 RATE_LIMIT = "rate_limit"
+RATE_LIMIT_LONG = "rate_limit_long"
 SERVER_ERROR = "server_error"
 UNAUTHORIZED = "unauthorized"
 NOT_FOUND = "not_found"
@@ -40,6 +41,7 @@ EXCHANGE_FAULTS = (
     DROP_AFTER_ACCEPT,
     SLOW,
     RATE_LIMIT,
+    RATE_LIMIT_LONG,
     SERVER_ERROR,
     UNAUTHORIZED,
     NOT_FOUND,
@@ -49,7 +51,8 @@ EXCHANGE_FAULTS = (
     *READ_FAULTS,
 )
 # Faults that answer without doing anything.
-REFUSING_FAULTS = (RATE_LIMIT, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND, QUOTA_EXHAUSTED, SERVICE_UNAVAILABLE)
+REFUSING_FAULTS = (RATE_LIMIT, RATE_LIMIT_LONG, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND, QUOTA_EXHAUSTED,
+                   SERVICE_UNAVAILABLE)
 # The status an `unknown_status` read reports: not one the API documents.
 UNKNOWN_STATUS_VALUE = "paused"
 
@@ -111,6 +114,7 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     DROP_AFTER_ACCEPT: OPS,
     SLOW: OPS,
     RATE_LIMIT: OPS,
+    RATE_LIMIT_LONG: OPS,
     SERVER_ERROR: OPS,
     UNAUTHORIZED: OPS,
     NOT_FOUND: ("retrieve", "cancel", "delete"),
@@ -126,6 +130,7 @@ DESCRIPTIONS: dict[str, str] = {
     DROP_AFTER_ACCEPT: "do the operation (a create IS created and counted), then close the socket unanswered",
     SLOW: "do the operation, answer only after slow_seconds (real time)",
     RATE_LIMIT: "429 with retry-after: 2 and x-ratelimit-reset-requests: 2s; nothing done",
+    RATE_LIMIT_LONG: "429 with retry-after: 600 (ten minutes, the longest hint iipub honours); nothing done",
     SERVER_ERROR: "500; nothing done",
     UNAUTHORIZED: "401; nothing done",
     NOT_FOUND: "404 for a response that still exists",

@@ -37,3 +37,11 @@ CREATE TABLE IF NOT EXISTS provider_deletes (
     PRIMARY KEY (id),
     KEY ix_provider_deletes_response (response_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS read_cooldown (
+    name      VARCHAR(16)  NOT NULL,            -- always 'reads'
+    until_at  DATETIME(6)  NOT NULL,            -- provider reads wait until then (at most 60 s ahead)
+    worker    VARCHAR(128) NOT NULL,
+    set_at    DATETIME(6)  NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -27,3 +27,10 @@ CREATE TABLE IF NOT EXISTS provider_deletes (
     at           DATETIME     NOT NULL
 );
 CREATE INDEX IF NOT EXISTS ix_provider_deletes_response ON provider_deletes (response_id);
+
+CREATE TABLE IF NOT EXISTS read_cooldown (
+    name      VARCHAR(16)  NOT NULL PRIMARY KEY,
+    until_at  DATETIME     NOT NULL,
+    worker    VARCHAR(128) NOT NULL,
+    set_at    DATETIME     NOT NULL
+);
