@@ -198,7 +198,7 @@ def check(
                  static_root, webhook_keys, now, settled)
     _deletes(found, jobs, deletes, fates)
     if sim_stats is not None:
-        _creates(found, jobs, events, _own(sim_stats, ours, jobs, deletes, fates))
+        _creates(found, jobs, events, _own(sim_stats, ours))
     return found.items
 
 
@@ -224,19 +224,18 @@ def _deletes(found: _Found, jobs: Mapping[str, Mapping[str, Any]], deletes: Sequ
                                                        "operator discarded it")
 
 
-def _own(stats: Mapping[str, Any], ours: str | None, jobs: Mapping[str, Mapping[str, Any]],
-         deletes: Sequence[Mapping[str, Any]], fates: Mapping[str, str | None]) -> Mapping[str, Any]:
-    """The simulator's counts restricted to this installation: a project shared with another
-    installation (or application) shows their creates and deletes too."""
+def _own(stats: Mapping[str, Any], ours: str | None) -> Mapping[str, Any]:
+    """The simulator's create counts without another installation's: a project shared with
+    another iipub shows its creates too (their metadata names that installation)."""
     if ours is None:
         return stats
-    metas = [m for m in stats.get("create_metadata") or [] if isinstance(m, Mapping)
-             and m.get("iipub_installation") in (None, ours)]
-    by_job: Counter[str] = Counter(str(m["iipub_job_id"]) for m in metas if m.get("iipub_job_id"))
-    known = ({str(j["response_id"]) for j in jobs.values() if j["response_id"]}
-             | {str(d["response_id"]) for d in deletes} | set(fates))
-    return {**stats, "create_metadata": metas, "creates_by_job": dict(by_job),
-            "deleted_ids": [r for r in stats.get("deleted_ids") or [] if str(r) in known]}
+    metas = [m for m in stats.get("create_metadata") or [] if isinstance(m, Mapping)]
+    theirs = Counter(str(m.get("iipub_job_id")) for m in metas if m.get("iipub_installation") not in (None, ours))
+    if not theirs:
+        return stats
+    by_job = {str(k): int(v) - theirs.get(str(k), 0) for k, v in (stats.get("creates_by_job") or {}).items()}
+    return {**stats, "creates_by_job": {k: v for k, v in by_job.items() if v > 0},
+            "create_metadata": [m for m in metas if m.get("iipub_installation") in (None, ours)]}
 
 
 # -- the journal -------------------------------------------------------------------------------
