@@ -256,21 +256,25 @@ class Deliveries:
     def orphans(self, limit: int = 1000) -> list[dict[str, Any]]:
         cols = [c for c in orphans_table.c if c.name != "output"]
         with self.engine.connect() as conn:
+            holder = (sa.select(db.jobs.c.id).where(db.jobs.c.response_id == orphans_table.c.response_id)
+                      .limit(1).scalar_subquery())
             rows = conn.execute(sa.select(*cols, (orphans_table.c.output.is_not(None)).label("output_kept"),
                                           details_table.c.installation_id, details_table.c.fate,
-                                          details_table.c.fate_job_id)
+                                          details_table.c.fate_job_id, holder.label("held_by_job"))
                                 .select_from(orphans_table.outerjoin(
                                     details_table, details_table.c.response_id == orphans_table.c.response_id))
                                 .order_by(orphans_table.c.first_seen_at.desc()).limit(limit)).mappings().all()
         return [dict(r) | {"output_kept": bool(r["output_kept"])} for r in rows]
 
     def orphan_count(self) -> int:
-        """Orphans still waiting for an operator's decision (neither adopted nor discarded)."""
+        """Orphans still waiting for an operator's decision: neither adopted nor discarded, and not
+        since taken back by a job (the spend ledger's restore fence adopts the response it recorded)."""
         with self.engine.connect() as conn:
+            held = sa.select(db.jobs.c.response_id).where(db.jobs.c.response_id == orphans_table.c.response_id)
             return int(conn.execute(
                 sa.select(sa.func.count()).select_from(orphans_table.outerjoin(
                     details_table, details_table.c.response_id == orphans_table.c.response_id))
-                .where(details_table.c.fate.is_(None))).scalar_one())
+                .where(details_table.c.fate.is_(None), ~held.exists())).scalar_one())
 
     def foreign_count(self) -> int:
         """Deliveries about other installations' or applications' responses, ever (left alone)."""

@@ -83,7 +83,8 @@ def orphans_list_command(app: App, as_json: bool) -> None:
     click.echo(table(
         [(r["response_id"], r["status"], r["named_job_id"] or "-", r["slot"] or "-", r["attempt"] or "-",
           "kept" if r["output_kept"] else "-", iso_z(r["first_seen_at"], "seconds"),
-          "deleted" if r["remote_deleted_at"] else "remote", r["fate"] or "kept", clip(r["why"], 120))
+          "deleted" if r["remote_deleted_at"] else "remote",
+          r["fate"] or (f"held by job {r['held_by_job']}" if r["held_by_job"] else "kept"), clip(r["why"], 120))
          for r in rows],
         ["RESPONSE", "STATUS", "NAMES JOB", "SLOT", "ATTEMPT", "OUTPUT", "FIRST SEEN", "PROVIDER", "FATE", "WHY"]))
 

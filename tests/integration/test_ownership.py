@@ -30,6 +30,7 @@ from iipub.states import State
 from iipub.store import Store
 from tests.helpers import (
     fresh_database,
+    job_events,
     job_rows,
     make_settings,
     restore_rows,
@@ -163,8 +164,11 @@ def test_two_installations_on_one_project_touch_only_their_own_responses(tmp_pat
             with i.engine.connect() as conn:
                 deletes = installation.deletes(conn)
             assert [(d["response_id"], d["basis"]) for d in deletes] == [(mine[i.name], "custody")]
-            status = json.loads(run_cli("status", "--json", env={"IIPUB_DATABASE_URL": i.db_url}).stdout)
+            prom = tmp_path / f"{i.name}.prom"
+            shown = run_cli("status", "--json", "--prometheus", str(prom), env={"IIPUB_DATABASE_URL": i.db_url})
+            status = json.loads(shown.stdout)
             assert status["installation_id"] == i.installation_id and status["webhooks"]["foreign"] == 3
+            assert "iipub_foreign_webhook_deliveries 3.0" in prom.read_text()
         meta = [m for m in stats["create_metadata"] if m.get("iipub_installation")]
         assert sorted(m["iipub_installation"] for m in meta) == sorted([a.installation_id, b.installation_id])
 
@@ -304,7 +308,26 @@ def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_on
     assert run_cli("check", "--json", env=cli_env).returncode == 0
 
 
-# -- item 4: on the webhook path a 404 is evidence, not proof ----------------------------------------------
+# -- on the webhook path a 404 is evidence, not proof ----------------------------------------------------
+
+
+def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_the_next_tick(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+    settings, url = receiver_url
+    Store(engine, "test").schedule(settings.products["daily-brief"], utc_today())
+    reconcile.run(settings, engine)
+    (job,) = job_rows(engine)
+    sim.add_faults([{"fault": "not_found", "op": "retrieve", "times": 1}])
+    sim.advance(5)
+    assert announce(url, job["response_id"]) == 200
+    (row,) = job_rows(engine)
+    assert row["state"] == State.ACCEPTED.value and row["response_id"] == job["response_id"]
+    assert "loss_suspected" in [e["reason"] for e in job_events(engine, job["id"])]
+    with engine.connect() as conn:
+        assert db.read_now(conn) >= row["next_attempt_at"]  # due again now, not a relaxed poll away
+    reconcile.run(settings, engine)
+    (row,) = job_rows(engine)
+    assert row["payload_sha256"] is not None and sim.stats()["creates_total"] == 1
 
 
 def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
@@ -325,3 +348,19 @@ def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["status"] == "completed" and orphan["output_kept"]
     assert sim.stats()["creates_total"] == 1
+
+
+def test_an_orphan_a_job_took_back_no_longer_counts_as_awaiting_a_decision(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+    settings, url = receiver_url
+    job_id, response_id = restored_before_dispatch(settings, engine)
+    sim.advance(5)
+    assert announce(url, response_id) == 200
+    assert Deliveries(engine).orphan_count() == 1
+    reconcile.run(settings, engine)  # the spend ledger's fence takes the response back for its job
+    (row,) = job_rows(engine)
+    assert row["id"] == job_id and row["response_id"] == response_id and row["generation_attempts"] == 1
+    assert Deliveries(engine).orphan_count() == 0
+    (orphan,) = Deliveries(engine).orphans()
+    assert orphan["held_by_job"] == job_id and orphan["fate"] is None
+    assert sim.stats()["creates_total"] == 1 and sim.stats()["deleted_ids"] in ([], [response_id])
