@@ -8,6 +8,7 @@ for SQLAlchemy Core (a test proves the two agree). All times come from the datab
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import sqlite3
 import threading
@@ -21,7 +22,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from .errors import Contention, DatabaseUnavailable, SchemaNotReady
+from .errors import ConfigError, Contention, DatabaseUnavailable, SchemaNotReady
 
 metadata = sa.MetaData()
 
@@ -346,33 +347,68 @@ def dialect_family(engine_or_conn: Engine | Connection) -> str:
     return "mysql" if name in ("mysql", "mariadb") else name
 
 
+# MySQL and MariaDB always go through PyMySQL (pure Python, a declared dependency): the
+# plain spelling and the one naming mysqlclient's module mean it too.
+MYSQL_DRIVERS = (None, "pymysql", "mysqldb")
+URL_HELP = "use mysql://user:pass@host/db (also mariadb://, mysql+pymysql://) or sqlite:///path"
+
+
+def engine_url(url: str) -> sa.URL:
+    """The SQLAlchemy URL iipub connects with: MySQL/MariaDB through PyMySQL, SQLite through the
+    standard library. Any other database or driver is a ConfigError (exit 78), one line that
+    does not repeat the URL (it may hold a password)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise ConfigError(f"IIPUB_DATABASE_URL is not a database URL ({URL_HELP})") from None
+    backend, driver = parsed.get_backend_name(), parsed.drivername.partition("+")[2] or None
+    if backend == "sqlite" and driver in (None, "pysqlite"):
+        return parsed
+    if backend in ("mysql", "mariadb") and driver in MYSQL_DRIVERS:
+        return parsed.set(drivername=f"{backend}+pymysql")
+    what = "database driver" if backend in ("sqlite", "mysql", "mariadb") else "database"
+    raise ConfigError(f"unsupported {what} {parsed.drivername!r} in IIPUB_DATABASE_URL ({URL_HELP})")
+
+
+def sqlite_file(url: str | sa.URL) -> str | None:
+    """The file a SQLite URL names (None: not SQLite, or in memory)."""
+    parsed = engine_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return parsed.database if not parsed.database.startswith("file:") else None
+
+
+def require_existing(url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist, before connecting would create it empty:
+    only `iipub db migrate` (and the demo) make a database."""
+    path = sqlite_file(url)
+    if path is not None and not os.path.exists(path):
+        raise SchemaNotReady(f"no SQLite database at {path}; run `iipub db migrate` to create it "
+                             "(or set IIPUB_DATABASE_URL)")
+
+
 def make_engine(url: str, pool_size: int = 8) -> Engine:
     """An engine for `url`: SQLite in WAL mode with a busy timeout and IMMEDIATE
     transactions (an overlapping tick waits instead of failing), or MySQL/MariaDB
     with READ COMMITTED (the fence is the version check, not the isolation level)."""
-    try:
-        parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        raise DatabaseUnavailable(f"invalid database URL {url!r}") from None
+    parsed = engine_url(url)
     if parsed.get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        engine = sa.create_engine(parsed, connect_args={"timeout": 30})
         _sqlite_setup(engine)
         return engine
-    if parsed.get_backend_name() in ("mysql", "mariadb"):
-        engine = sa.create_engine(
-            url,
-            isolation_level="READ COMMITTED",
-            pool_recycle=3600,
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            # Every `Connection` ends its own transaction (commit, or rollback on close), so
-            # the pool's extra ROLLBACK at check-in would be one more round trip for nothing.
-            pool_reset_on_return=None,
-            connect_args={"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
-        )
-        _ping_when_idle(engine)
-        return engine
-    raise DatabaseUnavailable(f"unsupported database {parsed.get_backend_name()!r} (use mysql+pymysql:// or sqlite:///)")
+    engine = sa.create_engine(
+        parsed,
+        isolation_level="READ COMMITTED",
+        pool_recycle=3600,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        # Every `Connection` ends its own transaction (commit, or rollback on close), so
+        # the pool's extra ROLLBACK at check-in would be one more round trip for nothing.
+        pool_reset_on_return=None,
+        connect_args={"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
+    )
+    _ping_when_idle(engine)
+    return engine
 
 
 # A pooled connection that sat idle this long is pinged before use (a server restart or

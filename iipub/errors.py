@@ -33,6 +33,18 @@ class DatabaseUnavailable(IipubError):
     exit_code = 69  # EX_UNAVAILABLE
 
 
+class DatabaseRefused(IipubError):
+    """The database refused a value (too long, out of range); nothing was written."""
+
+    exit_code = 65  # EX_DATAERR
+
+
+class Interrupted(IipubError):
+    """Interrupted."""
+
+    exit_code = 130  # 128 + SIGINT, as a shell reports it
+
+
 class SchemaNotReady(IipubError):
     """The database schema is missing or out of date; run `iipub db migrate`."""
 

@@ -286,8 +286,11 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
     detail["total_tokens"] = usage.total_tokens if usage else None
-    if outcome.completed_at is not None:  # the dwell SLI measures from here, not from the poll
+    if outcome.completed_at is not None and outcome.created_at is not None:
+        # The provider's clock: the dwell SLI maps its completion onto the database clock through
+        # the create's acceptance (`status.dwell_samples`), so time it waited unseen counts.
         detail["provider_completed_at"] = outcome.completed_at
+        detail["provider_created_at"] = outcome.created_at
     return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, changes=changes, detail=detail, go_on=True)
 
 

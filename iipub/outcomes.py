@@ -94,6 +94,7 @@ class Observed:
     error: str | None = None
     error_code: str | None = None
     completed_at: float | None = None  # the provider's own completion time (Unix seconds), if it says
+    created_at: float | None = None  # ... and its creation time, on the same (the provider's) clock
 
     @property
     def finished(self) -> bool:

@@ -350,6 +350,7 @@ def _to_observed(doc: Any) -> Observed | Transient:
         error=_clip(str(error.get("message") or "")) or None if isinstance(error, dict) else None,
         error_code=_clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None,
         completed_at=_epoch(doc.get("completed_at")),
+        created_at=_epoch(doc.get("created_at")),
     )
 
 

@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -170,7 +171,19 @@ def _handle_in_batch(tick: Tick, job: Job, batch: WriteBatch) -> None:
         batch.done(job.id)  # the chunk's last job writes the chunk's deferred polls
 
 
+def _job_context(job: Job) -> AbstractContextManager[None]:
+    """Every log line of this job's step (`provider_trouble` too) names the job, its product and
+    its edition date, so `grep job_id` finds them all."""
+    return structlog.contextvars.bound_contextvars(job_id=job.id, product=job.product,
+                                                   edition_date=str(job.edition_date))
+
+
 def _handle(tick: Tick, job: Job) -> None:
+    with _job_context(job):
+        _handle_bound(tick, job)
+
+
+def _handle_bound(tick: Tick, job: Job) -> None:
     store = tick.store
     bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
     try:
@@ -219,7 +232,8 @@ def _step_failed(tick: Tick, job_id: str, error: str) -> None:
 def _guarded(tick: Tick, job: Job, action: Callable[[Tick, Job], None]) -> None:
     """One side task of the sweep: a lost race or an unreachable database is logged, not raised."""
     try:
-        action(tick, job)
+        with _job_context(job):
+            action(tick, job)
     except (LeaseLost, Contention) as exc:
         log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
     except Exception as exc:  # logged as an error; the job is untouched and looked at next tick

@@ -513,38 +513,70 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
 
 def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
            s: StatusSettings) -> Sli:
-    """COMPLETED_NOT_RETRIEVED -> the next RETRIEVED_NOT_VALIDATED of the same job."""
-    cnr = State.COMPLETED_NOT_RETRIEVED.value
+    """From the provider's completion (or the entry into COMPLETED_NOT_RETRIEVED) to custody."""
+    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
+    e = events_table.c
     rows = conn.execute(
-        sa.select(events_table.c.job_id, events_table.c.from_state, events_table.c.to_state, events_table.c.at)
-        .where(events_table.c.at >= cutoff, sa.or_(events_table.c.to_state == cnr, events_table.c.from_state == cnr))
-        .order_by(events_table.c.job_id, events_table.c.id)
+        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
+        .where(e.at >= cutoff, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
+        .order_by(e.job_id, e.id)
     ).all()
-    durations, failed = dwell_samples((r.job_id, r.from_state, r.to_state, naive_utc(r.at)) for r in rows)
+    durations, failed = dwell_samples((r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
     waiting = [seconds_between(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
     waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
     return Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
                tuple(durations) + tuple(waiting), open=len(waiting), failed=failed)
 
 
-def dwell_samples(events: Iterable[tuple[str, str | None, str, dt.datetime]]) -> tuple[list[float], int]:
-    """Pair each entry into COMPLETED_NOT_RETRIEVED with the job's exit from it (events in
-    journal order per job). Returns the custody durations and how many dwells lost the output.
-    Unclosed dwells are left to the caller (they are live jobs)."""
-    cnr = State.COMPLETED_NOT_RETRIEVED.value
+_ACCEPTED_FROM_CREATE = frozenset({State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value,
+                                   State.COMPLETED_NOT_RETRIEVED.value})
+
+
+def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
+    """The custody dwell of each retrieval, from events `(job_id, from_state, to_state, at[,
+    detail])` in journal order per job. Returns the durations and how many dwells lost the output.
+
+    A retrieval whose detail has the provider's `provider_created_at` and `provider_completed_at`,
+    of a job whose create was accepted in the window, is measured from the provider's completion
+    mapped onto the database clock through that acceptance: (retrieved - accepted) - (completed -
+    created). The time a finished response waited unseen counts, and the two clocks are never
+    compared (the mapping errs early by at most the create's round trip). Otherwise it runs from
+    the job's entry into COMPLETED_NOT_RETRIEVED. Unclosed dwells are left to the caller."""
+    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
+    rnv = State.RETRIEVED_NOT_VALIDATED.value
     durations: list[float] = []
     failed = 0
     entered: dict[str, dt.datetime] = {}
-    for job_id, src, dst, at in events:
+    accepted: dict[str, dt.datetime] = {}
+    for event in events:
+        job_id, src, dst, at = event[:4]
+        if src == cif and dst in _ACCEPTED_FROM_CREATE:
+            accepted[job_id] = at
         if dst == cnr and src != cnr:
             entered[job_id] = at
-        elif src == cnr and dst != cnr and job_id in entered:
-            start = entered.pop(job_id)
-            if dst == State.RETRIEVED_NOT_VALIDATED.value:
-                durations.append(max(0.0, seconds_between(at, start)))
-            elif dst in DWELL_LOST:
+        elif src == cnr and dst != cnr and job_id in entered | accepted:
+            start = entered.pop(job_id, None)
+            if dst == rnv:
+                provider_run = _provider_run_seconds(event[4] if len(event) > 4 else None)
+                if provider_run is not None and job_id in accepted:
+                    durations.append(max(0.0, seconds_between(at, accepted[job_id]) - provider_run))
+                elif start is not None:
+                    durations.append(max(0.0, seconds_between(at, start)))
+            elif dst in DWELL_LOST and start is not None:
                 failed += 1
     return durations, failed
+
+
+def _provider_run_seconds(detail: str | None) -> float | None:
+    """completed_at - created_at of a retrieval's journal detail (the provider's clock)."""
+    if not detail:
+        return None
+    try:
+        doc = json.loads(detail)
+        run = float(doc["provider_completed_at"]) - float(doc["provider_created_at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return run if run >= 0 else None
 
 
 def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],

@@ -114,7 +114,10 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     if not tick.admit_create():
         hold(tick, job)
         return None
-    in_flight = apply(tick, job, d)  # committed before any byte goes out
+    try:
+        in_flight = apply(tick, job, d)  # committed before any byte goes out
+    finally:
+        tick.admitted()
     attempt = in_flight.generation_attempts
     outcome: CreateOutcome
     try:

@@ -322,7 +322,9 @@ class Store:
 
     def _written(self, w: PlannedWrite) -> Job:
         job = w.job
-        log.info(
+        # Into QUARANTINED is the one transition that needs a human: a warning, with its reason.
+        emit = log.warning if w.to_state == State.QUARANTINED else log.info
+        emit(
             "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),
             from_state=job.state.value, to_state=w.to_state.value, version=job.version + 1, reason=w.reason.value,
             worker=self.worker,

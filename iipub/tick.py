@@ -64,7 +64,7 @@ class Tick:
         self._lock = threading.Lock()
         self._creates_cool_until = 0.0  # time.monotonic(): creates wait (429 on a create, shared gate)
         self._reads_cool_until = 0.0  # polls, custody, cleanup wait (429 on a read; at most 60 s)
-        self._in_flight = store.count_in_flight()
+        self._admitting = 0  # creates admitted by this tick whose CREATE_IN_FLIGHT is not committed yet
         self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
         self._batches: dict[str, WriteBatch] = {}
@@ -215,14 +215,24 @@ class Tick:
             return waiting
 
     def admit_create(self) -> bool:
-        """Local admission control: accepted-but-unfinished provider jobs stay under max_in_flight."""
+        """Admission control across processes: the accepted-but-unfinished provider jobs in the
+        database (every process's, as `iipub jobs list` counts them) plus this tick's admissions
+        not yet committed stay under max_in_flight. Counted under the lock, so this process never
+        overshoots; two processes can only race within the milliseconds between a count and the
+        other's commit. Every True must be followed by `admitted()`."""
         with self._lock:
-            if self._in_flight >= self.settings.reconcile.max_in_flight:
+            if self.store.count_in_flight() + self._admitting >= self.settings.reconcile.max_in_flight:
                 self.report.held_back += 1
                 return False
-            self._in_flight += 1
+            self._admitting += 1
             self.report.creates += 1
             return True
+
+    def admitted(self) -> None:
+        """The admitted create's CREATE_IN_FLIGHT write is committed (or failed): the database
+        counts it from now on."""
+        with self._lock:
+            self._admitting -= 1
 
     def count(self, attr: str, n: int = 1) -> None:
         with self._lock:

@@ -85,12 +85,12 @@ def _logging_restored() -> Iterator[None]:
     was_configured = structlog.is_configured()
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
-    saved_flag = logs._configured
+    saved_flag, saved_format = logs._configured, logs._format
     logs._configured = False
     try:
         yield
     finally:
-        logs._configured = saved_flag
+        logs._configured, logs._format = saved_flag, saved_format
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
         if was_configured:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 import sqlalchemy as sa
 
-from .. import __version__
+from .. import __version__, envfile, logs
 from ..db import describe_error
-from ..errors import IipubError
+from ..errors import DatabaseRefused, DatabaseUnavailable, IipubError, Interrupted, UsageError
 from ..logs import error_line
 from .common import App, setup_logging
 
@@ -49,6 +50,7 @@ class _LazyGroup(click.Group):
         if where is None:
             return None
         command: click.Command = getattr(importlib.import_module(f"{__name__}.{where[0]}"), where[1])
+        _add_log_options(command)
         return command
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
@@ -59,18 +61,60 @@ class _LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
+def _relog(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """A subcommand's own --log-level / --log-format: logging again with it."""
+    if value is None or ctx.resilient_parsing:
+        return
+    chosen = ctx.find_root().meta.setdefault("iipub.logging", {})
+    chosen[param.name] = value
+    setup_logging(chosen.get("log_level"), chosen.get("log_format"), force=True)
+
+
+LOG_LEVEL_HELP = "Minimum level of the log lines on stderr (default: $IIPUB_LOG_LEVEL, else info)."
+LOG_FORMAT_HELP = ("Log lines on stderr as JSON (one object per line) or for a person (default: "
+                   "$IIPUB_LOG_FORMAT, else console at a terminal and json otherwise).")
+
+
+def _log_options() -> list[click.Option]:
+    return [
+        click.Option(["--log-level"], type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
+                     expose_value=False, callback=_relog, help=LOG_LEVEL_HELP),
+        click.Option(["--log-format"], type=click.Choice(logs.FORMATS, case_sensitive=False), default=None,
+                     expose_value=False, callback=_relog, help=LOG_FORMAT_HELP),
+    ]
+
+
+def _add_log_options(command: click.Command) -> None:
+    """--log-level and --log-format after the subcommand too (`iipub reconcile --log-level debug`),
+    at every level of the tree."""
+    if not any(p.name == "log_level" for p in command.params):
+        command.params.extend(_log_options())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_log_options(sub)
+
+
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="iipub")
-@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]),
-              help="Minimum level of the JSON log lines written to stderr.")
+@click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), envvar="IIPUB_ENV_FILE",
+              help="Read KEY=value (or export KEY=value) lines into the environment first, without "
+                   "overriding what is already set (default: $IIPUB_ENV_FILE).")
+@click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False), default=None,
+              help=LOG_LEVEL_HELP)
+@click.option("--log-format", type=click.Choice(logs.FORMATS, case_sensitive=False), default=None,
+              help=LOG_FORMAT_HELP)
 @click.pass_context
-def cli(ctx: click.Context, log_level: str) -> None:
+def cli(ctx: click.Context, env_file: Path | None, log_level: str | None, log_format: str | None) -> None:
     """iipub: run paid background AI generation jobs from cron, safely.
 
     Configuration: IIPUB_DATABASE_URL (default: SQLite file iipub.sqlite3 in the working
-    directory), IIPUB_CONFIG (TOML file), OPENAI_API_KEY, OPENAI_BASE_URL.
+    directory), IIPUB_CONFIG (TOML file), OPENAI_API_KEY, OPENAI_BASE_URL; IIPUB_ENV_FILE
+    (a file of KEY=value lines holding them), IIPUB_LOG_LEVEL, IIPUB_LOG_FORMAT.
     """
-    setup_logging(log_level)
+    if env_file is not None:
+        envfile.load(env_file)
+    ctx.meta["iipub.logging"] = {"log_level": log_level, "log_format": log_format}
+    setup_logging(log_level, log_format)
     app = ctx.ensure_object(App)
     ctx.call_on_close(app.close)
 
@@ -84,34 +128,40 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
     except click.exceptions.Abort:
-        _fail(130, "aborted")
+        _fail(Interrupted("aborted"))
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `iipub`, `iipub jobs`: the help, as click shows it
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
+        if _monitoring(argv):  # monitoring-plugin rules: a usage error is UNKNOWN, on stdout
+            click.echo(f"IIPUB UNKNOWN - usage: {' '.join(exc.format_message().split())}")
+            sys.exit(3)
+        if logs.human():  # at a terminal: click's own `Usage: … Error: …`
+            exc.show()
+            sys.exit(exc.exit_code)
         # One line, like every other expected error; `--help` has the details.
         cmd = exc.ctx.command_path if exc.ctx else "iipub"
-        message = " ".join(exc.format_message().split())
-        if _monitoring(argv):  # monitoring-plugin rules: a usage error is UNKNOWN, on stdout
-            click.echo(f"IIPUB UNKNOWN - usage: {message}")
-            sys.exit(3)
-        _fail(exc.exit_code, f"{message} (see `{cmd} --help`)", kind="usage")
+        _fail(UsageError(f"{' '.join(exc.format_message().split())} (see `{cmd} --help`)"), code=exc.exit_code)
     except click.ClickException as exc:
-        _fail(exc.exit_code, " ".join(exc.format_message().split()))
+        _fail(IipubError(" ".join(exc.format_message().split())), code=exc.exit_code)
     except IipubError as exc:
-        # One line per problem (a configuration can have several), each a complete error line.
-        _fail(exc.exit_code, *(str(exc).splitlines() or [type(exc).__doc__ or "error"]), kind=type(exc).__name__)
+        _fail(exc)
     except sa.exc.OperationalError as exc:
-        _fail(69, f"database unavailable: {describe_error(exc)}", kind="database")
+        _fail(DatabaseUnavailable(f"database unavailable: {describe_error(exc)}"))
     except sa.exc.DataError as exc:  # too long, out of range: refused whole, nothing written
-        _fail(65, f"the database refused a value: {describe_error(exc)}", kind="database")  # EX_DATAERR
+        _fail(DatabaseRefused(f"the database refused a value: {describe_error(exc)}"))
     except sa.exc.DatabaseError as exc:  # e.g. a SQLite file that is not a database
-        _fail(69, f"database unusable: {describe_error(exc)}", kind="database")
+        _fail(DatabaseUnavailable(f"database unusable: {describe_error(exc)}"))
     except KeyboardInterrupt:
-        _fail(130, "interrupted")
+        _fail(Interrupted())
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _fail(code: int, *lines: str, kind: str | None = None) -> NoReturn:
-    """Every error the command line reports itself: one JSON object per line on stderr (like every
-    log line), then the exit code."""
-    for line in lines:
-        click.echo(error_line(line, exit_code=code, kind=kind), err=True)
+def _fail(exc: IipubError, code: int | None = None, **fields: Any) -> NoReturn:
+    """Every error the command line reports itself: one line per problem on stderr (a
+    configuration can have several), as JSON like every log line (`kind` is the error's type
+    in `iipub.errors`) or `Error: …` in the console format, then the exit code."""
+    code = exc.exit_code if code is None else code
+    for line in str(exc).splitlines() or [type(exc).__doc__ or "error"]:
+        click.echo(error_line(line, exit_code=code, kind=type(exc).__name__, **fields), err=True)
     sys.exit(code)

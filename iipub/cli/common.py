@@ -36,6 +36,8 @@ class App:
 
     def engine(self, *, check_schema: bool = True) -> Engine:
         pool = self.settings.reconcile.concurrency + 4
+        if check_schema:  # connecting would create a missing SQLite file, empty
+            db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)
         if check_schema:
@@ -90,6 +92,23 @@ class DateType(_DateParam):
 DATE = DateType()
 
 
+class AnyCaseChoice(click.Choice):  # type: ignore[type-arg]  # click < 8.2 is not generic
+    """A case-insensitive choice whose refusal lists the choices as they are written."""
+
+    def __init__(self, choices: Sequence[str], noun: str = "value") -> None:
+        super().__init__(list(choices), case_sensitive=False)
+        self.noun = noun
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        return f"unknown {self.noun} {value!r}; one of (any case) {', '.join(map(str, self.choices))}"
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> list[click.shell_completion.CompletionItem]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(c) for c in map(str, self.choices) if c.lower().startswith(incomplete.lower())]
+
+
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=False, default=str))
 
@@ -100,12 +119,14 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
 
-def setup_logging(level: str) -> None:
-    logs.configure(level)
+def setup_logging(level: str | None, fmt: str | None = None, *, force: bool = False) -> None:
+    """Logging as asked on the command line, else as $IIPUB_LOG_LEVEL / $IIPUB_LOG_FORMAT say."""
+    logs.configure(logs.resolve_level(level), logs.resolve_format(fmt), force=force)
 
 
 def stderr(message: str) -> None:
-    """A line for the operator on stderr, as one JSON object like every other stderr line."""
+    """A line for the operator on stderr, in the shape of every other stderr line (JSON, or the
+    bare message in the console format)."""
     click.echo(logs.note_line(message), err=True)
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import click
 import structlog
-from click.core import ParameterSource
 
 from .common import table
 
@@ -29,8 +29,8 @@ def demo_command(ctx: click.Context, directory: Path, keep_going_seconds: float)
     """
     from .. import demo  # the pipeline (and the provider SDK) only when the demo runs
 
-    parent = ctx.parent
-    if parent is not None and parent.get_parameter_source("log_level") in (ParameterSource.DEFAULT, None):
+    chosen = ctx.find_root().meta.get("iipub.logging", {})
+    if not chosen.get("log_level") and not os.environ.get("IIPUB_LOG_LEVEL"):
         # Progress goes to stdout; per-transition log lines would drown it.
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     result = demo.run(directory, max_seconds=keep_going_seconds, echo=click.echo)

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from .. import db, scheduling
-from .common import DATE, App, by_option, emit_json, json_option, moved, pass_app, reason_option, table
+from ..states import State
+from .common import DATE, AnyCaseChoice, App, by_option, emit_json, json_option, moved, pass_app, reason_option, table
 
 
 @click.command("schedule")
@@ -40,8 +41,9 @@ def jobs_group() -> None:
 
 
 @jobs_group.command("list")
-@click.option("--state", help="Only jobs in this state.")
-@click.option("--product", help="Only this product.")
+@click.option("--state", type=AnyCaseChoice([s.value for s in State], "state"),
+              help="Only jobs in this state (any case: deleted = DELETED).")
+@click.option("--product", help="Only this product (as configured: an unknown name is refused, like schedule).")
 @click.option("--date", "day", type=DATE, help="Only this edition date.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000),
               help="At most this many jobs.")
@@ -50,10 +52,8 @@ def jobs_group() -> None:
 def list_command(app: App, state: str | None, product: str | None, day: dt.date | None, limit: int,
                  as_json: bool) -> None:
     """One line per job, newest edition first."""
-    from ..states import State
-
-    if state and state not in State.__members__:
-        raise click.BadParameter(f"unknown state {state!r}", param_hint="--state")
+    if product:
+        app.settings.product(product)  # an unknown product is a configuration error, as for `schedule`
     jobs = app.store().list_jobs(state=state, product=product, day=day, limit=limit)
     if as_json:
         emit_json([j.public() for j in jobs])

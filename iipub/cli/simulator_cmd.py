@@ -20,6 +20,7 @@ from ..simulator.faults import (
     parse_fault_spec,
     parse_outage_spec,
 )
+from .common import stderr
 
 _FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
 
@@ -170,7 +171,7 @@ def simulator_command(
             os.replace(tmp, port_file)  # readers never see a half-written file
         click.echo(f"iipub simulator listening on {sim.url}")
         if webhook_urls:
-            click.echo(f"iipub simulator sending webhooks to {', '.join(webhook_urls)}", err=True)
+            stderr(f"iipub simulator sending webhooks to {', '.join(webhook_urls)}")
         sys.stdout.flush()
         while not done.wait(1.0):
             pass
@@ -178,7 +179,7 @@ def simulator_command(
         sim.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    click.echo("iipub simulator stopped", err=True)
+    stderr("iipub simulator stopped")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m iipub.cli.simulator_cmd`

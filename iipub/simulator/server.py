@@ -30,10 +30,14 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+import structlog
+
 from ..errors import ConfigError
 from .backend import Backend, Reply, error_reply
 from .faults import FaultRule, rule_from_dict
 from .webhooks import WebhookLog, WebhookSender, parse_secret
+
+log = structlog.get_logger("iipub.simulator")
 
 _RESPONSE_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_\-]{1,200})(/cancel)?$")
 
@@ -350,11 +354,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             reply = backend.delete(response_id)
         if self.server.sim.options.log_requests:
-            # One JSON object per line, like every iipub log line.
-            print(json.dumps({"event": "sim_request", "level": "info", "method": method, "path": path,
-                              "status": reply.status, "delivery": reply.delivery,
-                              "message": f"{method} {path} -> {reply.status}"}, sort_keys=True),
-                  file=sys.stderr, flush=True)
+            # Through the one structured logger (timestamped; one line per event from any thread).
+            log.info("sim_request", method=method, path=path, status=reply.status, delivery=reply.delivery,
+                     message=f"{method} {path} -> {reply.status}")
         self._deliver(reply)
 
     def _deliver(self, reply: Reply) -> None:

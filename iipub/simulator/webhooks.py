@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import sys
 import threading
 import time
 from collections import Counter, deque
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import structlog
 
 from ..errors import ConfigError
 from . import faults as f
@@ -42,6 +42,8 @@ REPLAY_AGE_SECONDS = 600  # beyond the receivers' +-5 min tolerance
 LOG_SIZE = 2000  # attempts kept for `stats()["webhooks"]`
 _MAX_IN_FLIGHT = 8
 _STOP_JOIN_SECONDS = 1.0
+
+log = structlog.get_logger("iipub.simulator")
 # Faults that shape a delivery's first attempt (named on that attempt in the log).
 _FIRST_ATTEMPT_FAULTS = frozenset({f.WEBHOOK_LATE, f.WEBHOOK_OUT_OF_ORDER, f.WEBHOOK_BAD_SIGNATURE})
 _SHAPING_FAULTS = tuple(name for name in f.WEBHOOK_FAULTS if name != f.WEBHOOK_DROPPED)
@@ -302,10 +304,9 @@ class WebhookSender:
         })
         if self._log_sends:
             shown = "error" if answer is None else answer
-            print(json.dumps({"event": "sim_webhook", "level": "info", "type": f"response.{d.event.status}",
-                              "response_id": d.event.response_id, "answer": shown, "fault": fault,
-                              "message": f"webhook response.{d.event.status} {d.event.response_id} -> {shown}"},
-                             sort_keys=True), file=sys.stderr, flush=True)
+            log.info("sim_webhook", type=f"response.{d.event.status}", response_id=d.event.response_id,
+                     answer=shown, fault=fault,
+                     message=f"webhook response.{d.event.status} {d.event.response_id} -> {shown}")
         now = time.monotonic()
         for other in self._pending:  # an event has been sent: out-of-order ones held for it may go
             if other.held and other.event.response_id != d.event.response_id:

@@ -115,16 +115,26 @@ def test_bad_config_stops_every_command_before_any_write(
 def test_unreachable_or_wrong_database_is_one_line(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     urls = [
-        ("mysql+pymysql://root@127.0.0.1:9/none", "database unreachable"),
-        ("not a url", "invalid database URL"),
-        ("postgresql://u@127.0.0.1/db", "unsupported database 'postgresql'"),
-        (f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'x.sqlite3'}", "database unreachable"),
-        (f"sqlite:///{tmp_path / 'empty.sqlite3'}", "iipub db migrate"),
+        ("mysql+pymysql://root@127.0.0.1:9/none", 69, "database unreachable"),
+        ("mysql://root@127.0.0.1:9/none", 69, "database unreachable"),  # PyMySQL, not MySQLdb
+        ("mariadb://root@127.0.0.1:9/none", 69, "database unreachable"),
+        ("mysql+mysqldb://root@127.0.0.1:9/none", 69, "database unreachable"),
+        # a URL iipub cannot use is a configuration error, like any other setting
+        ("not a url", 78, "not a database URL"),
+        ("postgresql://u@127.0.0.1/db", 78, "unsupported database 'postgresql'"),
+        ("postgres://u:s3cret@127.0.0.1/db", 78, "unsupported database 'postgres'"),
+        ("mysql+mysqlconnector://u@127.0.0.1/db", 78, "unsupported database driver 'mysql+mysqlconnector'"),
+        # a missing SQLite file is not created (only `iipub db migrate` makes one)
+        (f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'x.sqlite3'}", 69, "no SQLite database at"),
+        (f"sqlite:///{tmp_path / 'empty.sqlite3'}", 69, "iipub db migrate"),
     ]
-    for url, needle in urls:
+    for url, code, needle in urls:
         for args in (("reconcile",), ("relay",), ("schedule",), ("quarantine", "list"),
                      ("backfill", "--product", "daily-brief", "--from", "2026-01-01", "--to", "2026-01-02")):
-            one_line_error(run_cli(*args, env={**env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path), 69, needle)
+            result = run_cli(*args, env={**env, "IIPUB_DATABASE_URL": url}, cwd=tmp_path)
+            one_line_error(result, code, needle)
+            assert "s3cret" not in result.stderr
+    assert not (tmp_path / "empty.sqlite3").exists() and not (tmp_path / "no").exists()
 
 
 @pytest.mark.mysql

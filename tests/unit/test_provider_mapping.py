@@ -255,6 +255,7 @@ def test_retrieve_observed(provider: Provider, rec: Recorder) -> None:
         metadata={"iipub_job_id": "job-42"},
         incomplete_reason=None,
         error=None,
+        created_at=1740830400.0,  # the provider's clock, for the dwell SLI
     )
     assert rec.requests[0].method == "GET"
     assert rec.requests[0].url.path == "/v1/responses/resp_abc123"
