@@ -20,7 +20,7 @@ from ..simulator.faults import (
     parse_fault_spec,
     parse_outage_spec,
 )
-from .common import stderr
+from .common import setup_logging, stderr
 
 _FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
 
@@ -135,6 +135,8 @@ def simulator_command(
     event per finished background response, as OpenAI does (retried on failure).
     """
     from ..simulator import Simulator, SimulatorOptions  # the server loads only for this command
+
+    setup_logging(None)  # run on its own (`python -m iipub.cli.simulator_cmd`) too: one logger, on stderr
 
     options = SimulatorOptions(
         queued_seconds=queued_seconds,
