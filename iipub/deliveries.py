@@ -18,6 +18,7 @@ from . import db
 from .config import WebhookSettings
 from .outcomes import Observed
 from .timefmt import naive_utc
+from .wording import plural
 
 deliveries_table, misses_table, orphans_table = db.webhook_deliveries, db.webhook_misses, db.orphans
 details_table = db.orphan_details
@@ -316,12 +317,12 @@ class Summary:
     def problems(self) -> list[str]:
         found = []
         if self.orphans:
-            found.append(f"{self.orphans} orphan responses of this installation (paid, held by no job; kept: "
+            found.append(f"{plural(self.orphans, 'orphan response')} of this installation (paid, held by no job; kept: "
                          "see `iipub orphans list`, then `orphans adopt` or `orphans discard`)")
         if self.enabled and self.misses and not self.health.healthy:
             last = self.last.received_at.isoformat(timespec="seconds") + "Z" if self.last else "never"
-            found.append(f"webhooks: {self.misses} completions found by polling first (last verified delivery "
-                         f"{last}); polling at the normal interval")
+            found.append(f"webhooks: {plural(self.misses, 'completion')} found by polling first (last verified "
+                         f"delivery {last}); polling at the normal interval")
         return found
 
     def to_dict(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from . import __version__, db
 from .config import MonitoringSettings
 from .errors import SchemaNotReady
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
+from .wording import clip_words, plural
 
 log = structlog.get_logger("iipub.heartbeat")
 
@@ -271,7 +272,7 @@ class Summary:
             failed_last = ""
             if last is not None and not last.ok and last.finished_at is not None:
                 failed_last = (f"last run failed {duration(seconds_between(self.generated_at, last.finished_at))} "
-                               f"ago on {last.host}: {(last.error or '?')[:120]}")
+                               f"ago on {last.host}: {clip_words(last.error or '?', 120)}")
             if age is None or age > after:
                 seen = (f"last OK {duration(age)} ago on {beat.last_ok.host}" if age is not None and beat.last_ok
                         else "none recorded")
@@ -280,7 +281,7 @@ class Summary:
             elif failed_last:
                 found.append((WARNING, f"{beat.command}: {failed_last}"))
             if beat.unfinished:
-                found.append((WARNING, (f"{beat.unfinished} {beat.command} runs did not finish in "
+                found.append((WARNING, (f"{plural(beat.unfinished, beat.command + ' run')} did not finish in "
                                         f"{self.window_hours:g}h (killed by timeout, the OOM killer or a reboot?)")))
         return found
 

@@ -78,8 +78,9 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     for product in sorted(set(products) | set(totals)):
         for kind, n in totals.get(product, {"input": 0, "output": 0, "total": 0}).items():
             spend.labels(product=product, kind=kind).set(n)
-    gauge("spend_window_days", "Edition dates the spend figures cover, today included.").set(
-        report.settings.spend_days)
+    # Prometheus base units: the window in seconds (whole edition days, today included).
+    gauge("spend_window_seconds", "The span of edition dates the spend figures cover, today included.").set(
+        report.settings.spend_days * 86_400)
 
     gauge("outbox_lag_seconds", "Age of the oldest unpublished outbox event (0: none).").set(
         report.outbox_lag_seconds)

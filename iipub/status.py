@@ -25,6 +25,7 @@ from .errors import SchemaNotReady
 from .jobs import is_stranded, late_seconds, slot_opened
 from .states import POLL_REASONS, POLLING, Reason, State
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
+from .wording import clip_words, plural
 
 jobs_table = db.jobs
 events_table = db.job_events
@@ -200,7 +201,7 @@ class Status:
             severe = o.age_seconds > s.stranded_after_seconds
             limit = s.stranded_after_seconds if severe else s.late_after_minutes * 60
             found.append((CRITICAL if severe else WARNING,
-                          (f"{len(self.late)} editions late > {duration(s.late_after_minutes * 60)} (oldest "
+                          (f"{plural(len(self.late), 'edition')} late > {duration(s.late_after_minutes * 60)} (oldest "
                            f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                            f"opened > {duration(limit)})")))
         found.extend(self._gate_problems())
@@ -208,13 +209,13 @@ class Status:
             found.extend(self.heartbeats.problems())
         if self.failing_steps:
             o = self.failing_steps[0]
-            found.append((WARNING, (f"{len(self.failing_steps)} jobs whose step is failing (e.g. {o.product} "
-                                    f"{o.edition_date} in {o.state}: {(o.reason or '')[:120]})")))
+            found.append((WARNING, (f"{plural(len(self.failing_steps), 'job')} whose step is failing (e.g. "
+                                    f"{o.product} {o.edition_date} in {o.state}: {clip_words(o.reason or '', 120)})")))
         if self.unexpected_statuses:
-            found.append((WARNING, (f"{self.unexpected_statuses} reads of a provider status iipub does not know "
-                                    f"in {s.window_hours:g}h")))
+            found.append((WARNING, (f"{plural(self.unexpected_statuses, 'read')} of a provider status iipub does "
+                                    f"not know in {s.window_hours:g}h")))
         if self.duplicate_publications:
-            found.append((CRITICAL, f"{self.duplicate_publications} duplicate publications"))
+            found.append((CRITICAL, plural(self.duplicate_publications, "duplicate publication")))
         lag = self.outbox_lag_seconds
         if lag > s.outbox_lag_crit_seconds:
             found.append((CRITICAL, f"outbox lag {lag:.0f}s > {s.outbox_lag_crit_seconds:.0f}s"))
@@ -226,11 +227,11 @@ class Status:
             found.append((WARNING, (f"provider expired/missing: {self.expired_now} now, "
                                     f"{self.expired_in_window} in {s.window_hours:g}h")))
         if self.outbox_parked:
-            found.append((WARNING, f"{self.outbox_parked} parked sink deliveries"))
+            found.append((WARNING, plural(self.outbox_parked, "parked sink delivery", "parked sink deliveries")))
         if self.webhooks is not None:
             found.extend((WARNING, text) for text in self.webhooks.problems())
         if self.outbox_failing:
-            found.append((WARNING, f"{self.outbox_failing} outbox events failing"))
+            found.append((WARNING, f"{plural(self.outbox_failing, 'outbox event')} failing"))
         found.extend((WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
                                 f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
                      for sli in self.slis if sli.breached)
@@ -252,7 +253,7 @@ class Status:
             next_probe = iso_z(g.probe_after, "seconds") if g.probe_after else "now"
             found.append((CRITICAL if severe else WARNING,
                           (f"create breaker open ({g.breaker_reason}) since {since}, {g.open_count} "
-                           f"opening(s); next probe {next_probe}: {(g.breaker_detail or '')[:120]}")))
+                           f"opening(s); next probe {next_probe}: {clip_words(g.breaker_detail or '', 120)}")))
         return found
 
     def check(self) -> tuple[int, str]:
@@ -262,7 +263,7 @@ class Status:
         if found:
             summary = "; ".join(text for _, text in found)
         else:
-            summary = (f"{self.jobs_total} jobs, {len(self.quarantined)} quarantined, "
+            summary = (f"{plural(self.jobs_total, 'job')}, {len(self.quarantined)} quarantined, "
                        f"outbox lag {self.outbox_lag_seconds:.0f}s")
         return code, f"IIPUB {CHECK_NAMES[code]} - {summary} | {self.perfdata()}"
 
@@ -278,8 +279,9 @@ class Status:
             f"outbox_parked={self.outbox_parked};0",
             f"duplicates={self.duplicate_publications};;0",
             f"late={len(self.late)};0",
-            f"breaker_open={int(bool(self.gate and self.gate.is_open))};;1",
-            f"paused={int(bool(self.gate and self.gate.paused))};1",
+            # Nagios ranges: "0" alerts above 0, so a 0/1 flag warns as soon as it is 1.
+            f"breaker_open={int(bool(self.gate and self.gate.is_open))};0",
+            f"paused={int(bool(self.gate and self.gate.paused))};0",
         ]
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)

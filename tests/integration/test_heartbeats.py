@@ -277,7 +277,7 @@ def test_a_run_that_never_finished_is_reported(cli_env: dict[str, str], sim: Sim
     code, doc = status_json(env, tmp_path)
     assert doc["heartbeats"]["reconcile"]["in_window"]["unfinished"] == 1
     assert code == 1 and problems(doc) == [
-        "WARNING 1 reconcile runs did not finish in 24h (killed by timeout, the OOM killer or a reboot?)"]
+        "WARNING 1 reconcile run did not finish in 24h (killed by timeout, the OOM killer or a reboot?)"]
 
 
 # -- the dead-man's switch -------------------------------------------------------------------------------

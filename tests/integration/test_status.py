@@ -186,7 +186,7 @@ def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: S
     report = collect(s, engine)
     assert report.outbox_parked == 1
     code, line = report.check()
-    assert code == st.WARNING and "1 parked sink deliveries" in line, line
+    assert code == st.WARNING and "1 parked sink delivery " in line and "deliveries" not in line.split("|")[0], line
 
 
 # -- critical --------------------------------------------------------------------------------
