@@ -81,7 +81,7 @@ _CSS = (
     ".crumbs{margin:1.75rem 0 .3rem;font-size:.85rem;color:var(--muted)}"
     ".crumbs a{color:inherit}"
     "h1{font-size:2rem;line-height:1.2;font-weight:700;letter-spacing:-.015em;margin:.2rem 0 .5rem;"
-    "overflow-wrap:anywhere}"
+    "overflow-wrap:break-word}"
     "main>h1:first-child{margin-top:1.75rem}"
     ".meta{margin:0 0 1.5rem;font-size:.85rem;color:var(--muted)}"
     "h2{font-size:1.3rem;line-height:1.3;margin:2rem 0 .6rem}"
@@ -146,6 +146,79 @@ _WORDS: dict[str, dict[str, Any]] = {
         "latest_edition": "Última edición", "all_editions": "Todas las ediciones",
         "months_nav": "Más meses",
         "editions": {"one": "{n} edición", "other": "{n} ediciones"},
+    },
+    "fr": {
+        "languages": "Langues", "breadcrumbs": "Fil d’Ariane", "published": "Publié le",
+        "sources": "Sources", "editions_nav": "Autres éditions", "prev": "Édition précédente",
+        "next": "Édition suivante", "prev_month": "Mois précédent", "next_month": "Mois suivant",
+        "latest": "Dernières éditions", "archive": "Archives par mois", "feed": "Flux Atom",
+        "latest_edition": "Dernière édition", "all_editions": "Toutes les éditions",
+        "months_nav": "Autres mois",
+        "editions": {"one": "{n} édition", "other": "{n} éditions"},
+    },
+    "de": {
+        "languages": "Sprachen", "breadcrumbs": "Navigationspfad", "published": "Veröffentlicht am",
+        "sources": "Quellen", "editions_nav": "Weitere Ausgaben", "prev": "Vorherige Ausgabe",
+        "next": "Nächste Ausgabe", "prev_month": "Vorheriger Monat", "next_month": "Nächster Monat",
+        "latest": "Neueste Ausgaben", "archive": "Archiv nach Monaten", "feed": "Atom-Feed",
+        "latest_edition": "Neueste Ausgabe", "all_editions": "Alle Ausgaben",
+        "months_nav": "Weitere Monate",
+        "editions": {"one": "{n} Ausgabe", "other": "{n} Ausgaben"},
+    },
+    "pt": {
+        "languages": "Idiomas", "breadcrumbs": "Navegação estrutural", "published": "Publicado em",
+        "sources": "Fontes", "editions_nav": "Mais edições", "prev": "Edição anterior",
+        "next": "Próxima edição", "prev_month": "Mês anterior", "next_month": "Próximo mês",
+        "latest": "Últimas edições", "archive": "Arquivo por mês", "feed": "Feed Atom",
+        "latest_edition": "Última edição", "all_editions": "Todas as edições",
+        "months_nav": "Mais meses",
+        "editions": {"one": "{n} edição", "other": "{n} edições"},
+    },
+    "it": {
+        "languages": "Lingue", "breadcrumbs": "Percorso", "published": "Pubblicato il",
+        "sources": "Fonti", "editions_nav": "Altre edizioni", "prev": "Edizione precedente",
+        "next": "Edizione successiva", "prev_month": "Mese precedente", "next_month": "Mese successivo",
+        "latest": "Ultime edizioni", "archive": "Archivio per mese", "feed": "Feed Atom",
+        "latest_edition": "Ultima edizione", "all_editions": "Tutte le edizioni",
+        "months_nav": "Altri mesi",
+        "editions": {"one": "{n} edizione", "other": "{n} edizioni"},
+    },
+    "ru": {
+        "languages": "Языки", "breadcrumbs": "Навигация", "published": "Опубликовано",
+        "sources": "Источники", "editions_nav": "Другие выпуски", "prev": "Предыдущий выпуск",
+        "next": "Следующий выпуск", "prev_month": "Предыдущий месяц", "next_month": "Следующий месяц",
+        "latest": "Последние выпуски", "archive": "Архив по месяцам", "feed": "Лента Atom",
+        "latest_edition": "Последний выпуск", "all_editions": "Все выпуски",
+        "months_nav": "Другие месяцы",
+        "editions": {"one": "{n} выпуск", "few": "{n} выпуска", "many": "{n} выпусков", "other": "{n} выпуска"},
+    },
+    "ar": {
+        "languages": "اللغات", "breadcrumbs": "مسار التنقل", "published": "نُشر في",
+        "sources": "المصادر", "editions_nav": "إصدارات أخرى", "prev": "الإصدار السابق",
+        "next": "الإصدار التالي", "prev_month": "الشهر السابق", "next_month": "الشهر التالي",
+        "latest": "أحدث الإصدارات", "archive": "الأرشيف حسب الشهر", "feed": "موجز Atom",
+        "latest_edition": "أحدث إصدار", "all_editions": "كل الإصدارات",
+        "months_nav": "أشهر أخرى",
+        "editions": {"zero": "{n} إصدار", "one": "إصدار واحد", "two": "إصداران", "few": "{n} إصدارات",
+                     "many": "{n} إصدارًا", "other": "{n} إصدار"},
+    },
+    "zh": {
+        "languages": "语言", "breadcrumbs": "导航路径", "published": "发布于",
+        "sources": "来源", "editions_nav": "更多期次", "prev": "上一期",
+        "next": "下一期", "prev_month": "上个月", "next_month": "下个月",
+        "latest": "最新期次", "archive": "按月归档", "feed": "Atom 订阅",
+        "latest_edition": "最新一期", "all_editions": "全部期次",
+        "months_nav": "更多月份",
+        "editions": {"other": "{n} 期"},
+    },
+    "ja": {
+        "languages": "言語", "breadcrumbs": "パンくずリスト", "published": "公開日時",
+        "sources": "出典", "editions_nav": "ほかの号", "prev": "前の号",
+        "next": "次の号", "prev_month": "前の月", "next_month": "次の月",
+        "latest": "最新号", "archive": "月別アーカイブ", "feed": "Atom フィード",
+        "latest_edition": "最新号", "all_editions": "すべての号",
+        "months_nav": "ほかの月",
+        "editions": {"other": "{n} 号"},
     },
 }
 
@@ -228,7 +301,8 @@ def _known_locale(lang: str) -> bool:
 
 
 def _words(lang: str) -> dict[str, Any]:
-    """The interface's words in `lang` (its base language; the default language's otherwise)."""
+    """The interface's words in `lang`: its base language's table (every language the
+    configuration accepts, `config.KNOWN_LANGUAGES`, has one), English for any other."""
     return _WORDS.get(lang.split("-")[0], _WORDS[DEFAULT_LANG])
 
 
@@ -407,7 +481,7 @@ class Site:
 
     def _top(self, here: str, lang: str, switch: Sequence[tuple[str, str]]) -> str:
         """The header: the site's name (to the site index) and the language switcher."""
-        return (f'<header><a class="brand" href="{_h(_rel(here, SITE_INDEX))}">{_h(self.site_title)}</a>'
+        return (f'<header><a class="brand" href="{_h(_rel(here, SITE_INDEX))}">{_breakable(self.site_title)}</a>'
                 f"{_switcher(here, lang, switch)}</header>")
 
     def _footer(self, here: str, product: str, lang: str, extra: str = "") -> str:
@@ -429,6 +503,7 @@ class Site:
         here = edition_path(product, date, lang)
         name = self.title(product, lang)
         day = long_date(date, lang)
+        own = own_title(art.title, name, product, date, lang)
         month = date[:7]
         pager = _pager(lang, "editions_nav", *(
             None if e is None else (_rel(here, edition_path(product, e.date, lang)), _word(lang, word),
@@ -444,7 +519,7 @@ class Site:
             f"<h1>{_h(name)} — {_time(date, day)}</h1>\n"
             f'<p class="meta">{_h(_word(lang, "published"))} <time class="published" '
             f'datetime="{_h(entry.published)}">{_h(published_text(entry.published, lang))}</time></p>\n'
-            f'<h2 class="title">{_h(art.title)}</h2>\n'
+            + (f'<h2 class="title">{_h(own)}</h2>\n' if own else "") +
             f'<p class="lede text">{_h(art.summary)}</p>\n'
             f'<ol class="items">\n{items_html(art, lang)}\n</ol>\n</article>\n{pager}</main>\n'
             + self._footer(here, product, lang,
@@ -452,19 +527,21 @@ class Site:
                            'type="application/json">JSON</a>')
         )
         return self._page(
-            here=here, lang=lang, title=f"{art.title} — {name} — {day}", body=body,
+            here=here, lang=lang, title=f"{own + ' — ' if own else ''}{name} — {day} — {self.site_title}", body=body,
             alternates=self._alternates(langs, lambda code: edition_path(product, date, code)),
             feeds=[(name, lang, feed_path(product, lang))],
         )
 
     def month_page(self, product: str, lang: str, month: str, entries: Sequence[Entry], prev_month: str | None,
                    next_month: str | None, langs: Sequence[str]) -> str:
-        """`<product>/<lang>/<YYYY-MM>.html`: the month's editions, oldest first. `langs`: the
-        languages with editions this month, in order."""
+        """`<product>/<lang>/<YYYY-MM>.html`: the month's editions, newest first like every other
+        list of editions (`entries` may come in either order). `langs`: the languages with
+        editions this month, in order."""
         here = month_path(product, lang, month)
         name = self.title(product, lang)
         heading = f"{name} — {month_title(month, lang)}"
-        rows = "\n".join(_edition_row(here, product, lang, e) for e in entries)
+        newest_first = sorted(entries, key=lambda e: e.date, reverse=True)
+        rows = "\n".join(_edition_row(here, product, lang, name, e) for e in newest_first)
         pager = _pager(lang, "months_nav", *(
             None if m is None else (f"{m}.html", _word(lang, word), _h(_cap(month_title(m, lang))))
             for m, word in ((prev_month, "prev_month"), (next_month, "next_month"))
@@ -489,7 +566,7 @@ class Site:
         `months`: (YYYY-MM, editions) newest first; `langs`: the product's languages, in order."""
         here = index_path(product, lang)
         name = self.title(product, lang)
-        rows = "\n".join(_edition_row(here, product, lang, e) for e in recent)
+        rows = "\n".join(_edition_row(here, product, lang, name, e) for e in recent)
         years: dict[str, list[tuple[str, int]]] = {}
         for month, count in months:
             years.setdefault(month[:4], []).append((month, count))
@@ -517,6 +594,7 @@ class Site:
         for product, code, latest, count in series:
             name = self.title(product, code)
             direction = ' dir="rtl"' if _rtl(code) else ""
+            own = own_title(latest.title, name, product, latest.date, code)
             cards.append(
                 f'<li lang="{_h(code)}"{direction}>'
                 f'<p class="lang">{_h(language_name(code))}</p>'
@@ -524,14 +602,14 @@ class Site:
                 f'<p>{_h(_word(code, "latest_edition"))}: '
                 f'<a href="{_h(edition_path(product, latest.date, code))}">'
                 f"{_time(latest.date, long_date(latest.date, code))}</a></p>"
-                f'<p class="title">{_h(latest.title)}</p>'
-                f'<p class="meta"><a href="{_h(index_path(product, code))}">{_h(_count(count, code))}</a> · '
+                + (f'<p class="title">{_h(own)}</p>' if own else "")
+                + f'<p class="meta"><a href="{_h(index_path(product, code))}">{_h(_count(count, code))}</a> · '
                 f'<a href="{_h(feed_path(product, code))}" type="application/atom+xml">'
                 f'{_h(_word(code, "feed"))}</a></p></li>'
             )
         body = (
             "<main>\n"
-            f"<h1>{_h(self.site_title)}</h1>\n"
+            f"<h1>{_breakable(self.site_title)}</h1>\n"
             f'<ul class="cards">\n' + "\n".join(cards) + "\n</ul>\n</main>\n"
             f"<footer>{_h(self.site_title)}</footer>"
         )
@@ -566,12 +644,16 @@ class Site:
             return cached
         href = self._url(feed_path(product, lang), edition_path(product, entry.date, lang))
         content = f'<p>{_h(art.summary)}</p><ol>{items_html(art, lang)}</ol>'
+        name = self.title(product, lang)
+        own = own_title(art.title, name, product, entry.date, lang)
+        title = own or f"{name} — {long_date(entry.date, lang)}"
+        when = feed_time(entry)
         text = (
             "  <entry>\n"
             f"    <id>{_x(f'urn:iipub:{product}:{lang}:{entry.date}')}</id>\n"
-            f"    <title>{_x(art.title)}</title>\n"
-            f"    <published>{_x(entry.published)}</published>\n"
-            f"    <updated>{_x(entry.published)}</updated>\n"
+            f"    <title>{_x(title)}</title>\n"
+            f"    <published>{_x(when)}</published>\n"
+            f"    <updated>{_x(when)}</updated>\n"
             f'    <link rel="alternate" type="text/html" href={_xa(href)}/>\n'
             f'    <summary type="text">{_x(art.summary)}</summary>\n'
             f'    <content type="html">{_x(content)}</content>\n'
@@ -630,14 +712,53 @@ def _pager(lang: str, label: str, *links_in: tuple[str, str, str] | None) -> str
     return f'<nav class="pager" aria-label="{_h(_word(lang, label))}">{"".join(links)}</nav>\n'
 
 
-def _edition_row(here: str, product: str, lang: str, e: Entry) -> str:
-    return _row(_rel(here, edition_path(product, e.date, lang)), lang, e.date, e.title)
+def _edition_row(here: str, product: str, lang: str, name: str, e: Entry) -> str:
+    return _row(_rel(here, edition_path(product, e.date, lang)), lang, e.date,
+                own_title(e.title, name, product, e.date, lang))
 
 
 @functools.lru_cache(maxsize=4096)
-def _row(href: str, lang: str, date: str, title: str) -> str:
+def _row(href: str, lang: str, date: str, title: str | None) -> str:
     return (f'<li><a href="{_h(href)}">{_time(date, long_date(date, lang))}</a>'
-            f'<span class="title">{_h(title)}</span></li>')
+            + (f'<span class="title">{_h(title)}</span>' if title else "") + "</li>")
+
+
+# Words that only join a product's name to a date ("Daily Brief for 1 December", "Resumen
+# diario del 1 de diciembre"): a title made of these, the name and the date says nothing new.
+_JOINERS = frozenset({
+    "for", "of", "on", "the", "edition", "issue", "de", "del", "la", "el", "edición", "du", "le", "vom", "von",
+    "am", "ausgabe", "do", "da", "di", "edizione", "edição", "édition", "y", "and",
+})
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@functools.lru_cache(maxsize=4096)
+def own_title(title: str, name: str, product: str, date: str, lang: str) -> str | None:
+    """The edition's own title, or None when it only repeats what the heading already says (the
+    product's name or slug and the date, in any of its spellings: `daily-brief for 2026-12-01`
+    under `Daily Brief — 1 December 2026`); cards, archive rows, feeds and the browser tab then
+    show the heading alone."""
+    told = set(_TOKEN.findall(" ".join((name, product, date, long_date(date, lang), month_title(date[:7], lang),
+                                        dt.date.fromisoformat(date).strftime("%d %B %b %Y %m"))).casefold()))
+    words = _TOKEN.findall(title.casefold())
+    return title if any(w not in told and w not in _JOINERS for w in words) else None
+
+
+def feed_time(entry: Entry) -> str:
+    """An entry's Atom time: its publication time, with a fractional second taken from the edition
+    date, so editions published within the same second (a backfill) still have distinct times,
+    ordered as their dates are. Fixed by the entry alone: rendering again yields the same bytes."""
+    fraction = dt.date.fromisoformat(entry.date).toordinal() % 1_000_000
+    return entry.published.replace("Z", f".{fraction:06d}Z") if entry.published.endswith("Z") else entry.published
+
+
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _breakable(text: str) -> str:
+    """Escaped text with a line-break opportunity (`<wbr>`) between the words of a run-together
+    name: `International<wbr>Intelligence.org` breaks there on a phone, not at the dot."""
+    return "<wbr>".join(_h(part) for part in _CAMEL.split(text))
 
 
 _public_url = functools.lru_cache(maxsize=4096)(is_public_http_url)

@@ -214,9 +214,10 @@ def test_editions_link_to_their_neighbours_and_months_to_theirs_whatever_the_del
     assert '<a class="prev" rel="prev" href="../2026-11-02/en.html">' in third
     assert '<a class="next" rel="next" href="../2026-12-01/en.html">' in third
     assert '<a class="prev" rel="prev" href="../2026-11-20/en.html">' in last and 'rel="next"' not in last
-    # Month archives, each with its editions oldest first and links to the neighbouring months.
+    # Month archives, each with its editions newest first (as the index and the feed), and links to
+    # the neighbouring months.
     nov = text(tmp_path, "daily-brief/en/2026-11.html")
-    assert nov.index("2026-11-02/en.html") < nov.index("2026-11-20/en.html") and "2026-12-01" not in nov
+    assert nov.index("2026-11-20/en.html") < nov.index("2026-11-02/en.html") and "2026-12-01" not in nov
     assert '<a class="prev" rel="prev" href="2026-10.html">' in nov
     assert '<a class="next" rel="next" href="2026-12.html">' in nov
     assert "<h1>Daily Brief — November 2026</h1>" in nov and "2 editions" in nov
@@ -262,8 +263,11 @@ def test_atom_updated_is_the_publication_time_and_stays_when_the_same_content_co
     deliver(sink, events(BRIEF, DEC1, published="2026-12-01T07:45:09+01:00")["en"])  # normalised to UTC
     feed = feedparser.parse((tmp_path / "daily-brief/en/feed.atom").read_bytes())
     assert feed.bozo == 0
-    assert [(e.published, e.updated) for e in feed.entries] == [("2026-12-01T06:45:09Z", "2026-12-01T06:45:09Z"),
-                                                                ("2026-11-30T06:10:00Z", "2026-11-30T06:10:00Z")]
+    # the publication time, its fractional second taken from the edition date (ties apart, see below)
+    dec1, nov30 = f".{DEC1.toordinal():06d}Z", f".{(DEC1 - dt.timedelta(days=1)).toordinal():06d}Z"
+    assert [(e.published, e.updated) for e in feed.entries] == [
+        ("2026-12-01T06:45:09" + dec1, "2026-12-01T06:45:09" + dec1),
+        ("2026-11-30T06:10:00" + nov30, "2026-11-30T06:10:00" + nov30)]
     assert feed.feed.updated == "2026-12-01T06:45:09Z"
     before = tree(tmp_path)
     # The same edition again, later (a restored database saves it anew): first publication stands.
@@ -273,7 +277,7 @@ def test_atom_updated_is_the_publication_time_and_stays_when_the_same_content_co
     granted = sink_at(tmp_path, may_replace=lambda job_id: job_id == "job-3")
     deliver(granted, events(BRIEF, DEC1, tag="Fixed ", published="2026-12-02T10:00:00Z", job="job-3")["en"])
     feed = feedparser.parse((tmp_path / "daily-brief/en/feed.atom").read_bytes())
-    assert feed.entries[0].updated == "2026-12-02T10:00:00Z" and feed.entries[0].title.startswith("Fixed ")
+    assert feed.entries[0].updated == "2026-12-02T10:00:00" + dec1 and feed.entries[0].title.startswith("Fixed ")
     assert "Fixed daily-brief" in text(tmp_path, "daily-brief/en/index.html")
     assert "Fixed daily-brief" in text(tmp_path, "daily-brief/en/2026-12.html")
 

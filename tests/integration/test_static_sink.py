@@ -80,7 +80,7 @@ def test_delivery_writes_edition_index_and_feed(tmp_path: Path) -> None:
     page = (base / "2025-03-06" / "en.html").read_text("utf-8")
     assert '<html lang="en">' in page
     assert '<meta charset="utf-8">' in page
-    assert "<title>Brief en — Daily Brief — 6 March 2025</title>" in page
+    assert "<title>Brief en — Daily Brief — 6 March 2025 — InternationalIntelligence.org</title>" in page
     assert '<a href="https://www.reuters.com/en/1" rel="noopener nofollow">Source 1</a>' in page
     assert (base / "2025-03-06" / "en.json").read_bytes() == json.dumps(
         evs["en"].artifact, sort_keys=True, separators=(",", ":"), ensure_ascii=False
@@ -126,7 +126,8 @@ def test_second_edition_is_listed_newest_first(tmp_path: Path) -> None:
     assert [e.findtext(f"{ATOM}title") for e in entries] == ["New Brief en", "Old Brief en"]
     # Each entry's `updated` is its publication time (the event's), never the time of rendering.
     updated = [e.findtext(f"{ATOM}updated") for e in entries]
-    assert updated == ["2025-03-07T06:00:00Z", "2025-03-06T06:00:00Z"]
+    # publication times, each with its edition date as the fractional second (distinct within a second)
+    assert updated == [f"2025-03-07T06:00:00.{DAY2.toordinal():06d}Z", f"2025-03-06T06:00:00.{DAY1.toordinal():06d}Z"]
     assert feed.findtext(f"{ATOM}updated") == "2025-03-07T06:00:00Z"
     assert feed.findtext(f"{ATOM}id") and all(e.findtext(f"{ATOM}id") for e in entries)
     links = [e.find(f"{ATOM}link").get("href") for e in entries]  # type: ignore[union-attr]
