@@ -481,6 +481,12 @@ class Receiver:
     hang_seconds: float = 30.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    reading: int = 0  # requests whose body is still being read (not yet recorded or dropped)
+    truncated: int = 0  # requests whose client went away before the whole body arrived (not recorded)
+
+    def quiet(self, timeout: float = 10.0) -> None:
+        """Wait until no request is half-read: after a client is killed, what was recorded is final."""
+        wait_for(lambda: self.reading == 0, timeout)
 
     def keys(self) -> Counter[str]:
         with self.lock:
@@ -505,10 +511,20 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         rec: Receiver = self.server.recorder  # type: ignore[attr-defined]
         with rec.lock:
-            rec.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+            rec.reading += 1
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = self.rfile.read(length)
+            with rec.lock:
+                if len(body) < length:  # the client died mid-request: nothing was delivered
+                    rec.truncated += 1
+                    return
+                rec.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+        finally:
+            with rec.lock:
+                rec.reading -= 1
         if rec.mode == "hang":
             time.sleep(rec.hang_seconds)
         status, extra = {"ok": (200, {}), "503": (503, {"retry-after": "120"}), "400": (400, {}),
