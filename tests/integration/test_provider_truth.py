@@ -250,7 +250,7 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     report = status.collect(engine, cfg)
     assert [j.id for j in report.late] == [job_id] and not report.stranded
     code, line = report.check()
-    assert code == status.WARNING and "editions late" in line
+    assert code == status.WARNING and "1 edition late" in line
     db.advance_clock(engine, cfg.status.stranded_after_seconds)
     report = status.collect(engine, cfg)
     assert report.check()[0] == status.CRITICAL and [j.id for j in report.stranded] == [job_id]
