@@ -174,10 +174,11 @@ class Operator(Closing):
 
     # -- pause / unpause ------------------------------------------------------------
 
-    def pause(self, by: str, reason: str) -> GateState:
-        """Stop new paid creates in every process; custody, cleanup and the relay go on."""
+    def pause(self, by: str, reason: str, *, everything: bool = False) -> GateState:
+        """Stop new paid creates in every process; custody, cleanup and the relay go on. With
+        `everything` (the immediate abort), every automated command only records its heartbeat."""
         remedies.check_input(by, reason)
-        return self._gate(by).pause(by, reason)
+        return self._gate(by).pause(by, reason, everything=everything)
 
     def unpause(self, by: str, reason: str | None = None) -> GateState:
         remedies.check_input(by, reason)

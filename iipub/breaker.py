@@ -57,6 +57,7 @@ class GateState:
     paused_at: dt.datetime | None
     window_start: dt.datetime | None
     window_creates: int
+    paused_everything: bool = False  # `pause --everything`: automated commands only record heartbeats
 
     @property
     def is_open(self) -> bool:

@@ -135,6 +135,20 @@ class ReconcileSettings(Checked):
     batch_size: Annotated[int, Bounds(ge=1, le=100_000)] = 500
     # A step failing this many times in a row parks the job (step_failing).
     max_step_failures: Annotated[int, Bounds(ge=1, le=1000)] = 5
+    # "shadow": observe (polls and custody as usual) and journal what would be done, but no create,
+    # no save/publication, no delete, no cancel (the cutover's shadow phase; `reconcile --shadow`).
+    mode: Annotated[str, Bounds(pattern=r"^(normal|shadow)$")] = "normal"
+    # Every tick makes sure the slots of this many past days exist (backfill priority), so a day
+    # on which cron was down is not skipped; 0 turns it off.
+    catch_up_days: Annotated[int, Bounds(ge=0, le=31)] = 2
+    # JSON lines a legacy system writes, one decision each, for `status` to compare shadow
+    # decisions with: {"product": P, "edition_date": "YYYY-MM-DD", "action": "create" | "publish"
+    # | "delete" | "cancel", "at": ISO time (optional), "response_id": (optional)}.
+    legacy_decisions_file: Path | None = None
+
+    @property
+    def shadow(self) -> bool:
+        return self.mode == "shadow"
 
 
 @dataclass(frozen=True)
@@ -387,7 +401,11 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
              "webhooks", "monitoring"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
-    reconcile = _section(ReconcileSettings, data.get("reconcile"), "reconcile")
+    reconcile_raw = data.get("reconcile")
+    if isinstance(reconcile_raw, dict) and "legacy_decisions_file" in reconcile_raw:
+        reconcile_raw = {**reconcile_raw, "legacy_decisions_file": _path(
+            reconcile_raw["legacy_decisions_file"], "[reconcile] legacy_decisions_file", "a file path", base_dir)}
+    reconcile = _section(ReconcileSettings, reconcile_raw, "reconcile")
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
     status = _section(StatusSettings, data.get("status"), "status")

@@ -94,6 +94,10 @@ jobs = sa.Table(
     sa.Column("created_at", Time, nullable=False),
     sa.Column("updated_at", Time, nullable=False),
     sa.Column("state_entered_at", Time, nullable=False),
+    # `adopted` when `iipub adopt` took the slot's response over from a legacy system (the
+    # response carries no iipub metadata: this row is what makes iipub its owner); NULL otherwise.
+    sa.Column("origin", sa.String(16)),
+    sa.Column("adopted_at", Time),
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),
@@ -197,6 +201,8 @@ create_gate = sa.Table(
     sa.Column("window_start", Time),
     sa.Column("window_creates", sa.Integer, nullable=False),
     sa.Column("updated_at", Time, nullable=False),
+    # `pause --everything`: every automated command only records its heartbeat.
+    sa.Column("paused_everything", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 gate_events = sa.Table(
@@ -623,6 +629,16 @@ def is_contention(exc: BaseException) -> bool:
         return True
     text = str(getattr(exc, "orig", exc)).lower()
     return "database is locked" in text or "database is busy" in text
+
+
+def slot_taken(exc: BaseException) -> bool:
+    """An INSERT of a row with a unique key lost to another writer of the same key: a duplicate
+    key (1062, SQLite's UNIQUE), or on Galera a certification conflict at COMMIT (1213, which a
+    single server would have reported as 1062; `Contention` wraps it). Either way nothing was
+    written and the row is, or is about to be, someone else's."""
+    if isinstance(exc, Contention):
+        return is_contention(exc.__cause__ if exc.__cause__ is not None else exc)
+    return isinstance(exc, sa.exc.IntegrityError)
 
 
 @contextmanager

@@ -38,6 +38,7 @@ def read(conn: Connection) -> GateState:
     ).mappings().one()
     values: dict[str, Any] = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
     values["paused"] = bool(values["paused"])
+    values["paused_everything"] = bool(values["paused_everything"])
     return GateState(**values)
 
 
@@ -99,13 +100,17 @@ class CreateGate:
     def share_cool_down(self, seconds: float) -> None:
         self._decide(lambda g, now: (None, _change(breaker.cool_down(g, now, seconds))))
 
-    def pause(self, by: str, reason: str) -> GateState:
+    def pause(self, by: str, reason: str, *, everything: bool = False) -> GateState:
+        """Stop new paid creates; with `everything`, the immediate abort: every automated command
+        only records its heartbeat. A creates-only pause may be widened to everything."""
         def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change]:
-            if g.paused:
-                raise OperatorRefused(f"creates are already paused (by {g.paused_by} since {g.paused_at}): "
+            if g.paused and (g.paused_everything or not everything):
+                what = "everything is" if g.paused_everything else "creates are"
+                raise OperatorRefused(f"{what} already paused (by {g.paused_by} since {g.paused_at}): "
                                       f"{g.paused_reason}")
-            return None, breaker.Change({"paused": True, "paused_reason": reason, "paused_by": by,
-                                         "paused_at": now}, "pause", {"by": by, "why": reason})
+            return None, breaker.Change({"paused": True, "paused_everything": everything, "paused_reason": reason,
+                                         "paused_by": by, "paused_at": now},
+                                        "pause_everything" if everything else "pause", {"by": by, "why": reason})
 
         self._decide(decide)
         return self.state()[0]
@@ -114,10 +119,10 @@ class CreateGate:
         def decide(g: GateState, now: dt.datetime) -> tuple[None, breaker.Change]:
             if not g.paused:
                 raise OperatorRefused("creates are not paused; nothing to unpause")
-            return None, breaker.Change({"paused": False, "paused_reason": None, "paused_by": None,
-                                         "paused_at": None}, "unpause",
+            return None, breaker.Change({"paused": False, "paused_everything": False, "paused_reason": None,
+                                         "paused_by": None, "paused_at": None}, "unpause",
                                         {"by": by, "why": reason, "paused_by": g.paused_by,
-                                         "paused_reason": g.paused_reason})
+                                         "paused_reason": g.paused_reason, "everything": g.paused_everything})
 
         self._decide(decide)
         return self.state()[0]
@@ -142,6 +147,14 @@ class CreateGate:
                     log.warning("create_gate", change=change.event, worker=self.worker, **(change.detail or {}))
                 return result
         raise Contention("the create gate kept changing under us")
+
+
+def paused_everything(engine: Engine) -> GateState | None:
+    """The gate row when `pause --everything` is in force, else None: the one read an automated
+    command makes before doing anything else."""
+    with engine.connect() as conn:
+        g = read(conn)
+    return g if g.paused_everything else None
 
 
 def _claimant(worker: str, job_id: str) -> str:

@@ -461,6 +461,21 @@ def cancel_before_delete(job: Job) -> bool:
     return job.kill_requested and job.payload is None
 
 
+# -- shadow mode ----------------------------------------------------------------------------
+
+# How long a shadowed step waits before it is looked at (and journaled) again: at cutover, a
+# slot shadow mode held back goes ahead within this long.
+SHADOW_RECHECK_SECONDS = 300.0
+
+
+def shadowed(job: Job, reason: Reason, **detail: Any) -> Decision:
+    """Shadow mode: journal what this step would do (a create, a save and publication, a remote
+    delete or cancel) and stay put; the job is looked at again after SHADOW_RECHECK_SECONDS."""
+    assert reason in states.SHADOW_REASONS
+    return Decision(job.state, reason, detail={"slot": f"{job.product}/{job.edition_date.isoformat()}", **detail},
+                    delay=SHADOW_RECHECK_SECONDS)
+
+
 # -- proof from a verified webhook ------------------------------------------------------
 
 

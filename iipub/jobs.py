@@ -23,7 +23,7 @@ PUBLIC_FIELDS = (
     "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
     "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
     "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
-    "last_error", "created_at", "updated_at", "state_entered_at",
+    "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at",
 )
 
 
@@ -63,10 +63,12 @@ class Job:
     created_at: dt.datetime
     updated_at: dt.datetime
     state_entered_at: dt.datetime
+    origin: str | None = None  # "adopted": taken over from a legacy system by `iipub adopt`
+    adopted_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
-        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row}
         values["state"] = State(values["state"])
         values["is_backfill"] = bool(values["is_backfill"])
         values["kill_requested"] = bool(values["kill_requested"])

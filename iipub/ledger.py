@@ -2,8 +2,10 @@
 paid create, so a database restored from a backup cannot make iipub pay for a slot again.
 
 One JSON line before each create (`intent`: job, slot, attempt, fingerprint) and one after it
-(`outcome`: accepted with its response id, refused, ambiguous or rejected). A line is written
-with one `write` on a file opened for appending (whole lines, never interleaved on a local
+(`outcome`: accepted with its response id, refused, ambiguous or rejected). `iipub adopt` writes
+one `adopted` line per response it takes over from a legacy system: the creates that system
+already paid for the slot (`attempt`), charged to the slot like iipub's own, but not paid by
+iipub. A line is written with one `write` on a file opened for appending (whole lines, never interleaved on a local
 file system) and fsync'd before the create goes out. `summarize` folds the lines into what was
 spent per slot; `behind` says whether a job's row has forgotten some of it.
 """
@@ -41,6 +43,11 @@ class SpendLedger:
     def outcome(self, job_id: str, slot: str, attempt: int, outcome: str, response_id: str | None) -> None:
         self._append({"t": "outcome", "job_id": job_id, "slot": slot, "attempt": attempt, "outcome": outcome,
                       "response_id": response_id})
+
+    def adopted(self, job_id: str, slot: str, attempts: int, response_id: str, worker: str) -> None:
+        """A response a legacy system paid for (`attempts` creates), taken over by the slot's job."""
+        self._append({"t": "adopted", "job_id": job_id, "slot": slot, "attempt": attempts,
+                      "response_id": response_id, "worker": worker})
 
     def read(self) -> tuple[dict[str, SlotSpend], int]:
         try:

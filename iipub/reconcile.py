@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 import structlog
 
-from . import db, scheduling
+from . import db, gate, scheduling
 from .config import Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -49,10 +49,15 @@ _PROBE_PASSES = 4
 
 def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
         worker: str | None = None, rng: random.Random | None = None) -> TickReport:
-    """One sweep. Refuses to touch any job without an API key."""
+    """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
+    does nothing at all (the cron command still records its heartbeat)."""
     api_key = settings.require_api_key()
     started = time.monotonic()
     store = Store(engine, worker or new_worker_id("reconcile"), settings.reconcile.lease_seconds)
+    paused = gate.paused_everything(engine)
+    if paused is not None:
+        log.warning("paused_everything", worker=store.worker, by=paused.paused_by, why=paused.paused_reason)
+        return TickReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
     own_provider = provider is None
     provider = provider or Provider(settings.provider, api_key)
     try:
@@ -70,7 +75,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
 def _ensure_today(settings: Settings, store: Store) -> None:
     with store.engine.connect() as conn:
         today = db.read_now(conn).date()
-    scheduling.ensure_scheduled(store, settings.products.values(), today)
+    scheduling.ensure_scheduled(store, settings.products.values(), today, settings.reconcile.catch_up_days)
 
 
 def _sweep(tick: Tick) -> None:

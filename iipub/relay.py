@@ -53,6 +53,18 @@ class RelayReport:
     jobs_published: int = 0
     stopped_at_deadline: bool = False
     seconds: float = 0.0
+    # Nothing delivered: shadow mode (`[reconcile] mode = "shadow"`: the legacy system publishes)
+    # or `pause --everything`.
+    held: str | None = None
+
+
+def _held(settings: Settings, engine: sa.Engine) -> str | None:
+    """Why this run delivers nothing, or None."""
+    from . import gate
+
+    if gate.paused_everything(engine) is not None:
+        return "paused_everything"
+    return "shadow" if settings.reconcile.shadow else None
 
 
 def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: sa.Engine | None = None) -> list[Sink]:
@@ -79,6 +91,11 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
     started = time.monotonic()
     deadline = started + rs.tick_seconds
     report = RelayReport(worker=worker)
+    held = _held(settings, engine)
+    if held is not None:
+        log.info("relay_held", worker=worker, why=held)
+        report.held = held
+        return report
     box = Outbox(engine, worker, rs.lease_seconds)
     client = httpx.Client() if sinks is None and settings.webhook_sink is not None else None
     hooks: _Background | None = None

@@ -33,11 +33,38 @@ def schedule_day(store: Store, products: Iterable[Product], day: dt.date, *, bac
     return {p.name: store.schedule(p, day, backfill=backfill) for p in products}
 
 
-def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date) -> int:
-    """Schedule `day`'s missing slots (a cheap read first, so a steady tick writes nothing)."""
+def ensure_scheduled(store: Store, products: Iterable[Product], day: dt.date, catch_up_days: int = 0) -> int:
+    """Schedule the missing slots of `day` and of the `catch_up_days` before it (those at
+    backfill priority), so a day on which no tick ran is not skipped. One range read of the
+    slots that exist first, so a steady tick writes nothing. A past day is caught up only for a
+    product that already had a slot before it: a new installation (or a product just added)
+    does not pay for the days before it existed (`iipub backfill` does that on purpose)."""
     wanted = list(products)
-    present = store.products_scheduled([p.name for p in wanted], day)
-    return sum(store.schedule(p, day) for p in wanted if p.name not in present)
+    days = catch_up_window(day, catch_up_days)
+    present = store.slots_between([p.name for p in wanted], days[0], day)
+    created = 0
+    for p in wanted:
+        missing = [d for d in days if (p.name, d) not in present]
+        if not missing:
+            continue
+        first = store.first_slot(p.name) if missing[0] < day else None
+        for d in missing:
+            if d == day or (first is not None and first < d):
+                created += store.schedule(p, d, backfill=d < day)
+    return created
+
+
+def catch_up_window(today: dt.date, catch_up_days: int) -> list[dt.date]:
+    """`today` and the `catch_up_days` before it, oldest first. Pure."""
+    return [today - dt.timedelta(days=n) for n in range(max(0, catch_up_days), -1, -1)]
+
+
+def missing_days(present: set[tuple[str, dt.date]], firsts: dict[str, dt.date | None], days: Iterable[dt.date],
+                 ) -> list[tuple[str, dt.date]]:
+    """(product, date) for each day of `days` that has no slot for a product that already had one
+    before it (the dispatch SLI's gaps: a day on which no tick ran). Pure."""
+    return sorted((name, d) for name, first in firsts.items() for d in days
+                  if first is not None and first < d and (name, d) not in present)
 
 
 def check_schedule_date(day: dt.date, today: dt.date) -> None:

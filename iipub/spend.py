@@ -25,6 +25,7 @@ class SlotSpend:
     response_attempt: int | None = None
     fingerprint: str | None = None
     open_intent: bool = False  # an intent without an outcome: the create's fate is unknown
+    adopted: int = 0  # of `charged`, the creates a legacy system paid for (`iipub adopt`)
 
 
 def slot_of(product: str, edition_date: str) -> str:
@@ -54,6 +55,12 @@ def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
             spend.last_attempt = max(spend.last_attempt, attempt)
             spend.fingerprint = rec.get("fingerprint") or spend.fingerprint
             spend.open_intent = True
+        elif kind == "adopted":
+            spend.charged += attempt
+            spend.adopted += attempt
+            spend.last_attempt = max(spend.last_attempt, attempt)
+            spend.response_id = str(rec.get("response_id") or "") or spend.response_id
+            spend.response_attempt = attempt
         elif kind == "outcome":
             spend.open_intent = False
             outcome = rec.get("outcome")

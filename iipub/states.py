@@ -106,6 +106,11 @@ EDGES: tuple[Edge, ...] = tuple(
     # Adopting a response the job provably paid for (an operator's --link, or iipub itself on
     # proof: the spend ledger after a restore); `unreleased_exit` checks the reason.
     + _edges(S.QUARANTINED, [S.ACCEPTED, S.QUEUED, S.IN_PROGRESS, S.COMPLETED_NOT_RETRIEVED])
+    # `iipub adopt`: a response a legacy system started (and paid for) taken over by a slot iipub
+    # has not started: polled from the next tick, nothing paid (section 16 of PRODUCT.md).
+    + _edges(S.NO_JOB, [S.ACCEPTED], operator=True)
+    # Shadow mode journals what it would do and stays where it is (no create, no save, no delete).
+    + [Edge(s, s) for s in (S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED)]
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     # Suspension freezes decisions and spending, never custody: output that finishes is stored.
     + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
@@ -193,6 +198,12 @@ class Reason(enum.StrEnum):
     OPERATOR_REGENERATE = "operator_regenerate"
     OPERATOR_IMPORT_PAYLOAD = "operator_import_payload"
     OPERATOR_ADOPT_ORPHAN = "operator_adopt_orphan"
+    OPERATOR_ADOPT = "operator_adopt"
+    # Shadow mode: what a normal tick would have done, journaled instead of done.
+    SHADOW_WOULD_CREATE = "shadow_would_create"
+    SHADOW_WOULD_PUBLISH = "shadow_would_publish"
+    SHADOW_WOULD_DELETE = "shadow_would_delete"
+    SHADOW_WOULD_CANCEL = "shadow_would_cancel"
 
     @property
     def operator(self) -> bool:
@@ -261,6 +272,12 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
                                        "(custody); validated as usual")),
     R.OPERATOR_ADOPT_ORPHAN: (True, ("operator: the kept output of an orphan response of this installation was "
                                      "stored for the job (custody, nothing paid); validated as usual")),
+    R.OPERATOR_ADOPT: (True, ("operator: a response a legacy system started was adopted from a hand-over file "
+                              "(`iipub adopt`), charged with the creates it already cost; nothing paid")),
+    R.SHADOW_WOULD_CREATE: (False, "shadow mode: a paid create is due; not sent"),
+    R.SHADOW_WOULD_PUBLISH: (False, "shadow mode: the edition would be saved and published; not saved"),
+    R.SHADOW_WOULD_DELETE: (False, "shadow mode: the remote response would be deleted; kept"),
+    R.SHADOW_WOULD_CANCEL: (False, "shadow mode: the remote generation would be cancelled and deleted; left alone"),
 }
 
 # The values of `jobs.quarantine_reason`.
@@ -276,6 +293,11 @@ PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILI
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).
+# What shadow mode journals, by the action a legacy system's decision file names (`shadow`).
+SHADOW_REASONS: dict[Reason, str] = {
+    R.SHADOW_WOULD_CREATE: "create", R.SHADOW_WOULD_PUBLISH: "publish", R.SHADOW_WOULD_DELETE: "delete",
+    R.SHADOW_WOULD_CANCEL: "cancel",
+}
 POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED, R.LOSS_SUSPECTED,
                           R.PROVIDER_UNEXPECTED_STATUS})
 

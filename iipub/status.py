@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db, deliveries, gate, heartbeat, installation, outbox
+from . import breaker, cutover, db, deliveries, gate, heartbeat, installation, outbox
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
@@ -155,6 +155,7 @@ class Status:
     extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
     installation_id: str | None = None  # this database's (`iipub.installation`)
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
+    cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -205,6 +206,8 @@ class Status:
                            f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                            f"opened > {duration(limit)})")))
         found.extend(self._gate_problems())
+        if self.cutover is not None:
+            found.extend(self.cutover.problems())
         if self.heartbeats is not None:
             found.extend(self.heartbeats.problems())
         if self.failing_steps:
@@ -243,7 +246,7 @@ class Status:
         if g is None:
             return []
         found: list[tuple[int, str]] = []
-        if g.paused:
+        if g.paused and not g.paused_everything:  # everything paused: see `cutover`
             found.append((WARNING, (f"creates paused by {g.paused_by} since "
                                     f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}")))
         if g.is_open:
@@ -341,6 +344,7 @@ class Status:
                 "jobs": [j.to_dict() for j in self.late],
             },
             "create_gate": _gate_dict(self.gate),
+            "cutover": self.cutover.to_dict() if self.cutover is not None else None,
             "webhooks": self.webhooks.to_dict() if self.webhooks is not None else None,
             "heartbeats": self.heartbeats.to_dict() if self.heartbeats is not None else None,
             "unexpected_statuses": self.unexpected_statuses,
@@ -371,7 +375,7 @@ def _gate_dict(g: GateState | None) -> dict[str, Any] | None:
         "opened_at": iso_z_or_none(g.opened_at), "openings": g.open_count, "probe_after": iso_z_or_none(g.probe_after),
         "last_accepted_create_at": iso_z_or_none(g.last_ok_at), "cooldown_until": iso_z_or_none(g.cooldown_until),
         "paused": g.paused, "paused_by": g.paused_by, "paused_reason": g.paused_reason,
-        "paused_at": iso_z_or_none(g.paused_at),
+        "paused_at": iso_z_or_none(g.paused_at), "paused_everything": g.paused_everything,
     }
 
 
@@ -412,6 +416,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         beats = heartbeat.summary(conn, now, after_seconds=settings.heartbeat_limit(),
                                   ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
                                   stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
+        cut = cutover.collect(conn, settings, now, gate_state)
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -446,6 +451,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         heartbeats=beats,
         installation_id=installation_id,
         read_cooldown_until=read_cooldown,
+        cutover=cut,
     )
 
 

@@ -81,6 +81,9 @@ def step_no_job(tick: Tick, job: Job) -> Job:
     product = _product(tick, job)
     if product is None:
         return apply(tick, job, _checked(handlers.config_check(job, product)))
+    if tick.shadow:  # the slot stays NO_JOB, so `iipub adopt` can still take the legacy's response over
+        return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE,
+                                                  attempt=job.generation_attempts + 1))
     return apply(tick, job, handlers.on_window_open(job, product.fingerprint()))
 
 
@@ -97,6 +100,8 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets)
     if d.to == State.QUARANTINED:
         return apply(tick, job, d)
+    if tick.shadow:
+        return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
     spend = tick.spend(slot)
     if ledger.behind(job, spend):
@@ -242,6 +247,9 @@ def step_save(tick: Tick, job: Job) -> Job:
     parked = handlers.config_check(job, _product(tick, job))
     if parked is not None:
         return apply(tick, job, parked)
+    if tick.shadow:  # no edition, no outbox row: nothing a relay could publish
+        return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_PUBLISH,
+                                                  composed_sha256=job.composed_sha256))
     artifacts = handlers.composed_artifacts(job)
     try:
         return apply(tick, job, handlers.on_save(job, artifacts),
@@ -259,9 +267,12 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     nothing = handlers.before_cleanup(job)
     if nothing is not None:
         return apply(tick, job, nothing)
+    assert job.response_id
+    if tick.shadow:  # the response stays at the provider (the legacy system may still read it)
+        why = Reason.SHADOW_WOULD_CANCEL if handlers.cancel_before_delete(job) else Reason.SHADOW_WOULD_DELETE
+        return apply(tick, job, handlers.shadowed(job, why, response_id=job.response_id))
     if _provider_waits(tick, job):
         return None
-    assert job.response_id
     if handlers.cancel_before_delete(job):
         tick.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.

@@ -24,12 +24,14 @@ from sqlalchemy.engine import Connection, Engine
 from . import db, states
 from .config import Product
 from .errors import (
+    Contention,
     IllegalTransition,
     LeaseLost,
     UnknownId,
 )
 from .jobs import Event, Job, new_worker_id, slot_row
 from .states import Reason, State
+from .timefmt import as_date
 
 log = structlog.get_logger("iipub.store")
 jobs_table = db.jobs
@@ -114,6 +116,22 @@ class Store:
                                                   jobs_table.c.edition_date == day)
         with self.engine.connect() as conn:
             return set(conn.execute(q).scalars())
+
+    def slots_between(self, products: Sequence[str], first: dt.date, last: dt.date) -> set[tuple[str, dt.date]]:
+        """The (product, date) slots that exist from `first` to `last` (one range read on the slot key)."""
+        if not products:
+            return set()
+        q = sa.select(jobs_table.c.product, jobs_table.c.edition_date).where(
+            jobs_table.c.product.in_(list(products)), jobs_table.c.edition_date.between(first, last))
+        with self.engine.connect() as conn:
+            return {(p, as_date(d)) for p, d in conn.execute(q)}
+
+    def first_slot(self, product: str) -> dt.date | None:
+        """The product's earliest slot (an index lookup), or None if it never had one."""
+        q = sa.select(sa.func.min(jobs_table.c.edition_date)).where(jobs_table.c.product == product)
+        with self.engine.connect() as conn:
+            first = conn.execute(q).scalar()
+        return as_date(first) if first is not None else None
 
     def events(self, job_id: str) -> list[Event]:
         q = sa.select(events_table).where(events_table.c.job_id == job_id).order_by(events_table.c.id)
@@ -214,7 +232,15 @@ class Store:
                     opens_at=opens, now=now, backfill=backfill)))
                 self._journal(conn, [self._journal_row(job_id, None, State.NO_JOB, 1, Reason.SCHEDULED,
                                                        {"backfill": backfill})], db.clock_offset(conn))
-        except sa.exc.IntegrityError:
+        except (sa.exc.IntegrityError, Contention) as exc:
+            if not db.slot_taken(exc):
+                raise
+            if isinstance(exc, Contention):
+                # Galera: another node inserted the same slot at the same moment and won
+                # certification (1213 at COMMIT, where one server says 1062). Nothing was written;
+                # the slot is the other node's, or the next tick's if it rolled back too.
+                log.info("schedule_conflict", product=product.name, edition_date=day.isoformat(),
+                         worker=self.worker, error=str(exc))
             return False
         return True
 

@@ -43,6 +43,8 @@ class TickReport:
     transitions: Counter[str] = field(default_factory=Counter)
     stopped_at_deadline: bool = False
     seconds: float = 0.0
+    shadow: bool = False  # shadow mode: creates, saves, deletes and cancels were journaled, not done
+    paused_everything: bool = False  # `pause --everything`: the tick did nothing
 
     def summary(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
@@ -60,7 +62,8 @@ class Tick:
         self.provider = provider
         self.deadline = deadline
         self.rng = rng
-        self.report = TickReport(worker=store.worker)
+        self.shadow = settings.reconcile.shadow
+        self.report = TickReport(worker=store.worker, shadow=self.shadow)
         self._lock = threading.Lock()
         self._creates_cool_until = 0.0  # time.monotonic(): creates wait (429 on a create, shared gate)
         self._reads_cool_until = 0.0  # polls, custody, cleanup wait (429 on a read; at most 60 s)

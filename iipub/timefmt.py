@@ -64,3 +64,10 @@ def parse_date(text: str) -> dt.date:
         return dt.date.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a date in YYYY-MM-DD form") from None
+
+
+def as_date(value: dt.date | dt.datetime | str) -> dt.date:
+    """A DATE column's value as a date (SQLite may hand back text)."""
+    if isinstance(value, str):
+        return dt.date.fromisoformat(value[:10])
+    return value.date() if isinstance(value, dt.datetime) else value

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 import structlog
 from openai.types.webhooks import UnwrapWebhookEvent
 
-from . import db, logs, settle
+from . import db, gate, logs, settle
 from .config import Settings, load_settings
 from .deliveries import IGNORED, Deliveries
 from .errors import Contention, DatabaseUnavailable, IipubError
@@ -123,6 +123,14 @@ class Receiver:
         except Rejected as exc:
             log.warning("webhook_rejected", error=str(exc))
             return Answer(400, str(exc))
+        try:
+            held = gate.paused_everything(self.engine)
+        except (Contention, DatabaseUnavailable, sa.exc.OperationalError) as exc:
+            log.warning("webhook_not_recorded", webhook_id=event.webhook_id, error=str(exc))
+            return Answer(503, "not recorded; deliver again")
+        if held is not None:  # the immediate abort: nothing recorded or settled, the provider delivers again
+            log.warning("webhook_paused", webhook_id=event.webhook_id, by=held.paused_by)
+            return Answer(503, "paused (pause --everything); deliver again later")
         try:
             new = self.deliveries.record(event.webhook_id, event.type, event.event_id, event.response_id,
                                          _when(event.created_at))

@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("webhook_cmd", "webhook_group"),
     "orphans": ("webhook_cmd", "orphans_group"),
     "outbox": ("outbox_cmd", "outbox_group"),
+    "adopt": ("cutover_cmd", "adopt_command"),
+    "export": ("cutover_cmd", "export_command"),
 }
 
 

@@ -196,14 +196,20 @@ def republish_command(app: App, job_id: str, reason: str, by: str) -> None:
 
 
 @click.command("pause")
+@click.option("--everything", is_flag=True,
+              help="The immediate abort: every automated command (reconcile, relay, the webhook receiver) does "
+                   "nothing but record its heartbeat, polls and custody included. `status --check` is CRITICAL "
+                   "while responses finish unretrieved. Widens a creates-only pause.")
 @reason_option
 @by_option
 @pass_app
-def pause_command(app: App, reason: str, by: str) -> None:
+def pause_command(app: App, everything: bool, reason: str, by: str) -> None:
     """Stop new paid creates in every reconcile process (journaled; `status` shows it and
-    `--check` is WARN while paused). Polls, custody, cleanup and the relay go on."""
-    g = _operator(app).pause(by, reason)
-    click.echo(f"creates paused by {g.paused_by}: {g.paused_reason}")
+    `--check` is WARN while paused). Polls, custody, cleanup and the relay go on, unless
+    --everything. `iipub unpause` restores either."""
+    g = _operator(app).pause(by, reason, everything=everything)
+    what = "everything" if g.paused_everything else "creates"
+    click.echo(f"{what} paused by {g.paused_by}: {g.paused_reason}")
 
 
 @click.command("unpause")
@@ -211,9 +217,9 @@ def pause_command(app: App, reason: str, by: str) -> None:
 @by_option
 @pass_app
 def unpause_command(app: App, reason: str | None, by: str) -> None:
-    """Let paid creates go out again."""
+    """Let paid creates go out again (after `pause --everything`: every automated command too)."""
     _operator(app).unpause(by, reason)
-    click.echo("creates unpaused")
+    click.echo("unpaused")
 
 
 # -- one job --------------------------------------------------------------------------

@@ -13,24 +13,30 @@ from .common import App, pass_app
 
 @click.command("reconcile")
 @click.option("--tick-seconds", type=click.FloatRange(1, 3600), help="Override reconcile.tick_seconds.")
+@click.option("--shadow", is_flag=True,
+              help="Shadow mode for this run ([reconcile] mode = \"shadow\"): polls and custody as usual, but no "
+                   "create, save/publication, delete or cancel; journals shadow_would_* instead.")
 @pass_app
-def reconcile_command(app: App, tick_seconds: float | None) -> None:
+def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> None:
     """The cron command: one bounded sweep that advances every due job as far as is safe.
 
     Checks the configuration (including OPENAI_API_KEY) before any lease is taken, then
     exits. Prints a one-line JSON summary to stdout; transitions are logged to stderr. Each
     run is recorded in the `runs` table (heartbeats for `iipub status`); after a successful
-    one, [monitoring] ping_url is fetched.
+    one, [monitoring] ping_url is fetched. Under `pause --everything` it records its heartbeat
+    and does nothing else.
     """
     from .. import heartbeat, reconcile  # each cron command imports only its own machinery
     from ..jobs import new_worker_id
 
     settings = app.settings
     settings.require_api_key()
-    if tick_seconds is not None:
+    if tick_seconds is not None or shadow:
         from dataclasses import replace
 
-        settings = replace(settings, reconcile=replace(settings.reconcile, tick_seconds=tick_seconds))
+        r = settings.reconcile
+        settings = replace(settings, reconcile=replace(
+            r, tick_seconds=tick_seconds or r.tick_seconds, mode="shadow" if shadow else r.mode))
     engine = app.engine()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
@@ -51,7 +57,8 @@ def relay_command(app: App, prune: bool) -> None:
     """The second cron command: deliver due outbox events to every configured sink, then exit.
 
     Each delivering run is recorded in the `runs` table (heartbeats for `iipub status`; a
-    --prune run is not); after a successful one, [monitoring] ping_url is fetched.
+    --prune run is not); after a successful one, [monitoring] ping_url is fetched. In shadow
+    mode ([reconcile] mode = "shadow") and under `pause --everything` it delivers nothing.
     """
     from .. import heartbeat, relay
     from ..jobs import new_worker_id

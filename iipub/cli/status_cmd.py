@@ -202,8 +202,8 @@ def render(r: Status) -> str:
             f"{_when(g.probe_after)}")
         out += ["CREATES", _aligned([
             ["breaker", breaker_line, (g.breaker_detail or "")[:100] if g.is_open else ""],
-            ["paused", f"yes, by {g.paused_by} since {_when(g.paused_at)}" if g.paused else "no",
-             g.paused_reason or "" if g.paused else ""],
+            ["paused", (f"yes{' (EVERYTHING)' if g.paused_everything else ''}, by {g.paused_by} since "
+                        f"{_when(g.paused_at)}") if g.paused else "no", g.paused_reason or "" if g.paused else ""],
             ["last accepted create", _when(g.last_ok_at), ""],
             ["rate-limit cool-down", f"until {_when(g.cooldown_until)}"
              if g.cooldown_until and g.cooldown_until > r.generated_at else "none",
@@ -213,6 +213,9 @@ def render(r: Status) -> str:
              if r.read_cooldown_until else ""],
             ["unknown provider statuses", r.unexpected_statuses, f"in {s.window_hours:g}h"],
         ]), ""]
+
+    if r.cutover is not None:
+        out += _cutover_lines(r)
 
     w = r.webhooks
     if w is not None and (w.enabled or w.last is not None or w.orphans or w.foreign):
@@ -285,3 +288,21 @@ def _heartbeat_lines(r: Status) -> list[str]:
         rows.append([beat.command, f"last run {_when(last.finished_at)} ({ago} ago) on {last.host}, {took}: {outcome}",
                      ok_line, counts])
     return [f"CRON RUNS ({limit})", _aligned(rows), ""]
+
+
+def _cutover_lines(r: Status) -> list[str]:
+    """Calendar truth (days without a slot) and, once shadow mode ran or a legacy decisions file
+    is configured, the shadow decisions and where they differ from the legacy system's."""
+    c = r.cutover
+    assert c is not None
+    days = f"{c.days[0]} to {c.days[-1]}" if c.days else ""
+    missing = ", ".join(f"{p} {d}" for p, d in c.missing[:10]) + (" …" if len(c.missing) > 10 else "")
+    rows: list[list[object]] = [["days without a slot", len(c.missing), f"{days}: {missing}" if c.missing else days]]
+    if c.shadow_counts or c.legacy_file:
+        rows.append(["shadow decisions", sum(c.shadow_counts.values()),
+                     ", ".join(f"would {a} {n}" for a, n in sorted(c.shadow_counts.items()))])
+    if c.legacy_file:
+        rows.append(["legacy decisions", c.legacy_decisions, c.legacy_problem or c.legacy_file])
+        rows.append(["differences", len(c.differences), ""])
+        rows += [["", "", d.text()] for d in c.differences[:20]]
+    return ["CALENDAR AND CUTOVER", _aligned(rows), ""]

@@ -11,6 +11,8 @@ from iipub import db, migrate
 
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.DOTALL)
 _COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?(.*)$", re.MULTILINE)
+_ALTER = re.compile(r"ALTER TABLE (\w+) (.*?);", re.DOTALL)
+_ADDED = re.compile(r"ADD COLUMN (\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?")
 _KEYWORDS = {"PRIMARY", "UNIQUE", "KEY", "INDEX", "CONSTRAINT", "FOREIGN", "CHECK"}
 # What a declared type is, whichever dialect spells it.
 _FAMILY = {
@@ -33,6 +35,10 @@ def _columns(family: str) -> dict[str, dict[str, tuple[str, int | None]]]:
                 if family == "sqlite" and type_name == "INTEGER" and "PRIMARY KEY" in rest:
                     kind = "rowid"  # SQLite's rowid alias: a 64-bit integer, whatever MySQL calls it
                 cols[name] = (kind, text_len)
+        for table, body in _ALTER.findall(migration.text):  # columns added by a later migration
+            for name, type_name, length in _ADDED.findall(body):
+                text_len = int(length) if length and type_name in ("CHAR", "VARCHAR") else None
+                out.setdefault(table, {})[name] = (_FAMILY[type_name], text_len)
     return out
 
 
