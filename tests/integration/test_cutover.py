@@ -31,11 +31,13 @@ def legacy_create(sim: Simulator, env: dict[str, str], product: str, day: dt.dat
     client = openai.OpenAI(api_key="sk-legacy", base_url=sim.url, max_retries=0)
     try:
         resp = client.responses.create(model=p.model, instructions=p.prompt, input=create_input(p, day),
-                                       background=True, store=True, text={"format": text_format(p.languages, p.items)})
+                                       background=True, store=True,
+                                       text={"format": text_format(p.languages, p.items)})  # type: ignore[call-overload]
     finally:
         client.close()
-    assert resp.id.startswith("resp_")
-    return resp.id
+    rid = str(resp.id)
+    assert rid.startswith("resp_")
+    return rid
 
 
 def tick(env: dict[str, str], cwd: Path, sim: Simulator, *args: str) -> None:

@@ -7,6 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import db
+from iipub.errors import Contention
 
 
 def _err(code: int, text: str) -> sa.exc.OperationalError:
@@ -28,3 +29,20 @@ def test_a_node_outside_the_primary_component_is_unavailable_not_a_job_fault(cod
     exc = _err(code, text)
     assert db.is_unreachable(exc)
     assert not db.is_contention(exc)
+
+
+def _contention(code: int, text: str) -> Contention:
+    """What `db.transaction` raises for a driver error it classifies as contention."""
+    try:
+        raise Contention(f"database contention: {text}") from _err(code, text)
+    except Contention as exc:
+        return exc
+
+
+def test_two_nodes_scheduling_the_same_slot_is_already_present_not_a_failure() -> None:
+    # One server: 1062 at INSERT. Galera: the loser's COMMIT fails certification with 1213.
+    assert db.slot_taken(sa.exc.IntegrityError("INSERT", {}, pymysql.err.IntegrityError(1062, "Duplicate entry")))
+    assert db.slot_taken(_contention(1213, "Deadlock found when trying to get lock; try restarting transaction"))
+    assert db.slot_taken(_contention(1205, "Lock wait timeout exceeded; try restarting transaction"))
+    assert not db.slot_taken(_err(2006, "MySQL server has gone away"))
+    assert not db.slot_taken(Contention("no driver error under it"))

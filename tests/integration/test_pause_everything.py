@@ -1,0 +1,88 @@
+"""`iipub pause --everything` (the immediate abort) and shadow mode's hold on remote deletes."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from iipub import db, reconcile, relay
+from iipub.config import Settings
+from iipub.simulator import Simulator
+from iipub.store import Store
+from tests.helpers import job_events, job_rows, row_count, run_cli, sim_env, utc_today
+
+
+def test_pause_everything_stops_every_automated_command_and_check_counts_down_the_retention(
+    cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path
+) -> None:
+    env = sim_env(cli_env, sim, tmp_path)
+    day = utc_today() - dt.timedelta(days=1)
+    run_cli("schedule", "--date", day.isoformat(), "--product", "daily-brief", env=env, cwd=tmp_path, check=True)
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # created: the response is running
+    running = {r["id"]: r for r in job_rows(engine) if r["edition_date"] == day}
+    assert {r["state"] for r in running.values()} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS"}
+    polling = sum(r["state"] in ("ACCEPTED", "QUEUED", "IN_PROGRESS") for r in job_rows(engine))  # today's too
+
+    paused = run_cli("pause", "--everything", "--reason", "rollback", env=env, cwd=tmp_path, check=True)
+    assert "everything paused" in paused.stdout
+    sim.advance(30)  # the response finishes meanwhile
+    versions = {r["id"]: r["version"] for r in job_rows(engine)}
+    runs_before = row_count(engine, db.runs)
+    requests_before = sum(sim.stats()["requests"].values())
+    out = run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    assert json.loads(out.stdout)["paused_everything"] is True
+    held = run_cli("relay", env=env, cwd=tmp_path, check=True)
+    assert json.loads(held.stdout)["held"] == "paused_everything"
+    assert {r["id"]: r["version"] for r in job_rows(engine)} == versions
+    assert sum(sim.stats()["requests"].values()) == requests_before  # not even a poll
+    assert row_count(engine, db.runs) == runs_before + 2  # but both heartbeats
+    check = run_cli("status", "--check", env=env, cwd=tmp_path)
+    assert check.returncode == 2, check.stdout
+    assert "everything paused" in check.stdout and f"{polling} responses finishing unretrieved" in check.stdout
+    assert "may run out in" in check.stdout
+    doc = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
+    assert doc["cutover"]["paused_everything"]["unretrieved"] == polling
+    assert 0 < doc["cutover"]["paused_everything"]["first_expiry_seconds"] <= 600
+    assert doc["create_gate"]["paused_everything"] is True
+    # A plain pause cannot hide the abort, and a second abort is refused.
+    assert run_cli("pause", "--reason", "again", env=env, cwd=tmp_path).returncode == 3
+
+    run_cli("unpause", env=env, cwd=tmp_path, check=True)
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    job_id = next(iter(running))
+    assert Store(engine, "test").get(job_id).state.value in ("SAVED_NOT_PUBLIC", "COMPOSED_NOT_SAVED")
+
+
+def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None
+) -> None:
+    store = Store(engine, "test")
+    day = utc_today() - dt.timedelta(days=1)
+    store.schedule(cfg.products["daily-brief"], day)
+    for _ in range(4):
+        reconcile.run(cfg, engine)
+        relay.run(cfg, engine)
+        sim.advance(5)
+        if {r["state"] for r in job_rows(engine)} == {"PUBLISHED"}:
+            break
+    else:
+        assert {r["state"] for r in job_rows(engine)} == {"CLEANUP_PENDING"}  # published, delete due
+    shadow = dataclasses.replace(cfg, reconcile=dataclasses.replace(cfg.reconcile, mode="shadow"))
+    deletes = sim.stats()["deletes"]
+    (job,) = job_rows(engine)
+    if job["state"] == "CLEANUP_PENDING":
+        db.advance_clock(engine, 3600)
+    report = reconcile.run(shadow, engine)
+    assert report.shadow
+    assert sim.stats()["deletes"] == deletes == 0
+    (after,) = job_rows(engine)
+    assert after["state"] == "CLEANUP_PENDING"
+    assert job_events(engine, after["id"])[-1]["reason"] == "shadow_would_delete"
+    db.advance_clock(engine, 301)
+    reconcile.run(cfg, engine)  # normal mode again: the delete goes out
+    assert sim.stats()["deletes"] == 1
+    assert job_rows(engine)[0]["state"] == "DELETED"
