@@ -66,6 +66,11 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                             relaxed_poll_interval_seconds, orphans (awaiting adopt or
                             discard), foreign (deliveries about responses that are not
                             this installation's: left alone)}
+      cutover               {days, missing_slots: [{product, edition_date}],
+                             shadow_decisions: {action: n}, legacy_decisions_file,
+                             legacy_decisions, legacy_problem, differences: [{product,
+                             edition_date, action, shadow, legacy}], paused_everything:
+                             null or {by, reason, since, unretrieved, first_expiry_seconds}}
       check                 {code, status, line, problems: [{severity, text}]}
     Job references (oldest, jobs) are {id, product, edition_date, state, age_seconds, reason}.
     With --check, an unreachable database prints only {"check": {...}} (status UNKNOWN).
@@ -73,7 +78,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     \b
     --check is CRITICAL when no reconcile (or no relay) run finished OK within
     [monitoring] heartbeat_after_seconds (default 300; 0 turns it off), and WARNING
-    "no run recorded yet" on a database that has neither a job nor a run.
+    "no run recorded yet" on a database that has neither a job nor a run; CRITICAL
+    while `pause --everything` holds and responses finish unretrieved; WARNING for a day of
+    the window without a product's slot and for shadow decisions that differ from
+    [reconcile] legacy_decisions_file.
     """
     from .. import status as st
 

@@ -86,3 +86,26 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
     reconcile.run(cfg, engine)  # normal mode again: the delete goes out
     assert sim.stats()["deletes"] == 1
     assert job_rows(engine)[0]["state"] == "DELETED"
+
+
+def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
+    cfg: Settings, engine: sa.Engine, sim: Simulator
+) -> None:
+    from iipub import webhook
+    from iipub.actions import Operator
+    from iipub.config import WebhookSettings
+    from tests.integration.test_webhooks import SECRET, event, signed
+
+    hooked = dataclasses.replace(cfg, provider_webhook_secret=SECRET, webhooks=WebhookSettings(enabled=True))
+    Operator(hooked, engine).pause("ops", "rollback", everything=True)
+    receiver = webhook.Receiver(hooked, engine=engine)
+    try:
+        body = event("resp_" + "b" * 48)
+        answer = receiver.receive(body, signed(body))
+        assert answer.status == 503 and "pause --everything" in answer.message
+        assert row_count(engine, db.webhook_deliveries) == 0  # not even recorded: the provider delivers again
+        Operator(hooked, engine).unpause("ops")
+        assert receiver.receive(body, signed(body)).status == 200
+        assert row_count(engine, db.webhook_deliveries) == 1
+    finally:
+        receiver.close()
