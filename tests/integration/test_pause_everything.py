@@ -109,3 +109,24 @@ def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
         assert row_count(engine, db.webhook_deliveries) == 1
     finally:
         receiver.close()
+
+
+def test_a_webhook_for_an_unknown_response_deletes_nothing_in_shadow_mode(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    from iipub import webhook
+    from iipub.config import WebhookSettings
+    from tests.integration.test_cutover import legacy_create
+    from tests.integration.test_webhooks import SECRET, event, signed
+
+    rid = legacy_create(sim, sim_env(cli_env, sim, tmp_path), "daily-brief", utc_today())  # not adopted yet
+    sim.advance(30)
+    shadow = dataclasses.replace(cfg, provider_webhook_secret=SECRET, webhooks=WebhookSettings(enabled=True),
+                                 reconcile=dataclasses.replace(cfg.reconcile, mode="shadow"))
+    receiver = webhook.Receiver(shadow, engine=engine)
+    try:
+        body = event(rid)
+        assert receiver.receive(body, signed(body)).status == 200
+    finally:
+        receiver.close()
+    assert sim.stats()["deletes"] == 0  # still there for the legacy system, and for `iipub adopt`
