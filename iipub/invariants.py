@@ -99,7 +99,7 @@ UNCOUNTED_CREATE = AMBIGUOUS_CREATE | {Reason.CREATE_REJECTED}
 CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD,
                      Reason.OPERATOR_ADOPT_ORPHAN})
 ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED,
-                     Reason.OPERATOR_ADOPT_ORPHAN})
+                     Reason.OPERATOR_ADOPT_ORPHAN, Reason.OPERATOR_ADOPT})
 # Adoptions that add the paid creates a restored journal no longer shows (detail `attempts_added`).
 ADDS_ATTEMPTS = frozenset({Reason.RESTORED_ADOPTED, Reason.OPERATOR_ADOPT_ORPHAN})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
@@ -276,6 +276,8 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     # After a restore the journal is as old as the backup; the spend ledger's adoption names the
     # paid creates it no longer shows.
     charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason in ADDS_ATTEMPTS)
+    # `iipub adopt` charges the creates a legacy system paid for (none of them went through iipub).
+    charged += sum(int(e.detail.get("attempts") or 0) for e in evs if e.reason == Reason.OPERATOR_ADOPT)
     if charged != job["generation_attempts"]:
         found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
                                             f"charged {charged} (dispatches minus refunds)")

@@ -166,10 +166,14 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
             for _ in range(6):
                 tick(env2, tmp_path, sim)
             second = editions(eng2)
+            checked = run_cli("check", "--ledger", env=env2, cwd=tmp_path)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
             assert {(p, d) for p, d, _ in second} == {(r["product"], r["edition_date"]) for r in rows}
             assert {r["state"] for r in job_rows(eng2)} <= {"PUBLISHED", "CLEANUP_PENDING", "DELETED"}
         finally:
             eng2.dispose()
     assert sim.stats()["creates_total"] == creates_before_handback  # nothing paid again
+    checked = run_cli("check", "--ledger", env=env, cwd=tmp_path)  # the journal adds up, adopted charges included
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert not set(editions(engine)) & set(second)  # each edition published by one database, once
     assert set(second.values()) == {1}
