@@ -94,6 +94,13 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     gauge("create_breaker_open", "1 while the shared create circuit breaker is open.").set(
         int(bool(g and g.is_open)))
     gauge("creates_paused", "1 while an operator has paused new paid creates.").set(int(bool(g and g.paused)))
+    gauge("everything_paused", "1 while `pause --everything` holds every automated command.").set(
+        int(bool(g and g.paused_everything)))
+    c = report.cutover
+    gauge("missing_slots", "Edition days of the window without a product's slot (no tick scheduled them).").set(
+        len(c.missing) if c else 0)
+    gauge("shadow_differences", "Shadow decisions in the window that differ from the legacy system's.").set(
+        len(c.differences) if c else 0)
 
     w = report.webhooks
     gauge("orphan_responses", "Paid responses of this installation no job holds, awaiting adopt or discard "

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, scheduling, status
+from iipub import db, metrics, reconcile, scheduling, status
 from iipub.config import Settings
 from iipub.jobs import slot_row
 from iipub.store import Store
@@ -81,6 +81,7 @@ def test_with_catch_up_off_status_reports_the_missing_day_and_check_warns(settin
     assert wide.cutover is not None
     assert {d for p, d in wide.cutover.missing if p == "daily-brief"} == {yesterday, yesterday - dt.timedelta(days=1)}
     assert "missing_slots" in report.to_dict()["cutover"]
+    assert f"iipub_missing_slots {float(len(report.cutover.missing))}" in metrics.render(report).decode()
 
 
 def test_a_steady_tick_reads_the_calendar_with_one_select(settings: Settings, engine: sa.Engine) -> None:
