@@ -298,6 +298,9 @@ SHADOW_REASONS: dict[Reason, str] = {
     R.SHADOW_WOULD_CREATE: "create", R.SHADOW_WOULD_PUBLISH: "publish", R.SHADOW_WOULD_DELETE: "delete",
     R.SHADOW_WOULD_CANCEL: "cancel",
 }
+# Where shadow mode holds a job (its create, save or delete journaled, not done): the legacy
+# system's business while `[reconcile] mode = "shadow"`, so not late or stranded for `status`.
+SHADOW_HELD = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED, S.CLEANUP_PENDING})
 POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED, R.LOSS_SUSPECTED,
                           R.PROVIDER_UNEXPECTED_STATUS})
 

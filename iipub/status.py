@@ -23,7 +23,7 @@ from .breaker import GateState
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import is_stranded, late_seconds, slot_opened
-from .states import POLL_REASONS, POLLING, Reason, State
+from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
 from .wording import clip_words, plural
 
@@ -417,6 +417,9 @@ def collect(engine: Engine, settings: Settings) -> Status:
                                   ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
                                   stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
         cut = cutover.collect(conn, settings, now, gate_state)
+    # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
+    held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
+    attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -428,7 +431,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         dwell=dwell,
         overdue_polls=overdue,
         duplicate_publications=duplicates,
-        stranded=stranded_jobs(live, now, s.stranded_after_seconds),
+        stranded=stranded_jobs(attention, now, s.stranded_after_seconds),
         quarantined=tuple(sorted(
             (_ref(j, seconds_between(now, j["state_entered_at"]))
              for j in live if j["state"] == State.QUARANTINED.value),
@@ -440,7 +443,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         outbox_lag_seconds=max(0.0, seconds_between(now, naive_utc(oldest))) if oldest is not None else 0.0,
         outbox_problems=tuple(problems),
         spend=spend,
-        late=late_editions(live, now, s.late_after_minutes * 60),
+        late=late_editions(attention, now, s.late_after_minutes * 60),
         gate=gate_state,
         unexpected_statuses=unexpected,
         failing_steps=tuple(

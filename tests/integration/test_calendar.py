@@ -137,3 +137,13 @@ def test_two_writers_scheduling_the_same_slot_at_once_both_go_on(settings: Setti
         t.join(30)
     assert sorted(results, key=str) == [False, True], results
     assert [r["id"] for r in job_rows(engine)] != ["blocker"] and len(job_rows(engine)) == 1
+
+
+def test_in_shadow_mode_what_the_legacy_system_publishes_is_not_late_for_status(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    Store(engine, "test").schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=2))
+    normal = status.collect(engine, settings)
+    assert normal.stranded and normal.late
+    shadow = status.collect(engine, _with(settings, mode="shadow"))
+    assert not shadow.stranded and not shadow.late
