@@ -143,6 +143,7 @@ def test_in_shadow_mode_what_the_legacy_system_publishes_is_not_late_for_status(
     settings: Settings, engine: sa.Engine
 ) -> None:
     Store(engine, "test").schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=2))
+    db.advance_clock(engine, 3 * 3600)  # three hours since the slot was made: stranded unless shadowed
     normal = status.collect(engine, settings)
     assert normal.stranded and normal.late
     shadow = status.collect(engine, _with(settings, mode="shadow"))
