@@ -117,13 +117,6 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
     # The legacy creates iipub adopted are not differences (today's slot, not started by it, is).
     assert not any(k[2] == "create" and k[0] == "daily-brief" and k[1] != today.isoformat() for k in diffs)
 
-    # A late legacy create, adopted at cutover and still running when the hand-back is taken.
-    late = legacy_create(sim, env, "revolution-watch", days[1])
-    (tmp_path / "late.jsonl").write_text(json.dumps({"product": "revolution-watch", "edition_date":
-                                                     days[1].isoformat(), "response_id": late}) + "\n")
-    run_cli("adopt", str(tmp_path / "late.jsonl"), "--reason", "late legacy create", env=env, cwd=tmp_path,
-            check=True)
-
     # -- phase 4: cutover. Shadowed steps are looked at again within five minutes. ------------------
     db.advance_clock(engine, 301)
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)
@@ -135,6 +128,13 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
     iipub_creates = [m for m in sim.stats()["create_metadata"] if m]
     assert iipub_creates and not {m["iipub_slot"] for m in iipub_creates} & adopted_slots
     assert not {rec["slot"] for rec in intents(tmp_path / "spend-ledger.jsonl")} & adopted_slots
+    # A late legacy create, adopted right after cutover: not polled yet when the hand-back is taken
+    # (nor is the slot iipub created at cutover).
+    late = legacy_create(sim, env, "revolution-watch", days[1])
+    (tmp_path / "late.jsonl").write_text(json.dumps({"product": "revolution-watch", "edition_date":
+                                                     days[1].isoformat(), "response_id": late}) + "\n")
+    run_cli("adopt", str(tmp_path / "late.jsonl"), "--reason", "late legacy create", env=env, cwd=tmp_path,
+            check=True)
     creates_before_handback = sim.stats()["creates_total"]
 
     # -- rollback drill: abort, hand back what is in flight -----------------------------------------
