@@ -4,6 +4,7 @@ path and the spend ledger, nothing paid, and a second run of the same file chang
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import adoption, handover
-from iipub.config import load_settings
+from iipub import adoption, db, handover
+from iipub.config import Settings, load_settings
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store
@@ -136,3 +137,36 @@ def test_export_in_flight_writes_what_adopt_reads(env: dict[str, str], engine: s
         assert [(r.product, r.edition_date, r.response_id, r.attempts, r.state) for r in back] == [
             ("daily-brief", day, _rid(9), 2, "ACCEPTED")]
     assert [r.response_id for r in adoption.in_flight(engine)] == [_rid(9)]
+
+
+def test_a_webhook_for_an_adopted_legacy_response_is_this_installation_s_own(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The response carries no iipub metadata; the adopted job's row holding it is what makes it
+    owned (the ownership rule), so a verified delivery takes custody instead of leaving it foreign."""
+    from iipub import webhook
+    from iipub.config import WebhookSettings
+    from tests.integration.test_cutover import legacy_create
+    from tests.integration.test_webhooks import SECRET, event, signed
+
+    day = utc_today() - dt.timedelta(days=1)
+    rid = legacy_create(sim, sim_env(cli_env, sim, tmp_path), "daily-brief", day)
+    p = cfg.products["daily-brief"]
+    legacy = dataclasses.replace(cfg, products={"daily-brief": dataclasses.replace(
+        p, items=14, prompt=load_settings({}).products["daily-brief"].prompt)})
+    report = adoption.adopt(legacy, engine, handover.render([handover.Row(0, "daily-brief", day, rid)], "csv").encode(),
+                            reason="cutover", by="ops")
+    assert [r.response_id for r, _ in report.adopted] == [rid]
+    sim.advance(30)
+    hooked = dataclasses.replace(legacy, provider_webhook_secret=SECRET, webhooks=WebhookSettings(enabled=True))
+    receiver = webhook.Receiver(hooked, engine=engine)
+    try:
+        body = event(rid)
+        assert receiver.receive(body, signed(body)).status == 200
+    finally:
+        receiver.close()
+    with engine.connect() as conn:
+        outcomes = list(conn.execute(sa.select(db.webhook_deliveries.c.outcome)).scalars())
+    assert outcomes == ["custody"]
+    (job,) = job_rows(engine)
+    assert job["payload"] is not None and job["origin"] == "adopted"
