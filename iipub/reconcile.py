@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 import structlog
@@ -21,22 +18,15 @@ import structlog
 from . import db, gate, scheduling
 from .config import Settings
 from .deliveries import Deliveries
-from .errors import Contention, DatabaseUnavailable, LeaseLost
+from .errors import Contention, DatabaseUnavailable
 from .jobs import Job, new_worker_id
 from .provider import Provider
 from .states import State
 from .store import Store
 from .tick import STOP, Tick, TickReport, WriteBatch
 
-if TYPE_CHECKING:
-    from . import settle
-
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STOP", "Tick", "TickReport", "run", "settle_steps"]
-
-# States whose next step calls the provider: skipped while the provider cools down.
-PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
-                            State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
+__all__ = ["STOP", "Tick", "TickReport", "run"]
 
 # States whose steps in this tick never reach the provider (they end at SAVED_NOT_PUBLIC or in
 # quarantine); any other may, directly or by the steps it goes on to (NO_JOB -> a create,
@@ -86,7 +76,10 @@ def _sweep(tick: Tick) -> None:
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
         if not tick.reads_cooling():
             suspended = tick.store.suspended_awaiting_custody(s.batch_size)
-            wait([pool.submit(_custody_guarded, tick, job) for job in suspended])
+            if suspended:
+                from . import steps
+
+                wait([pool.submit(steps.run_custody_while_suspended, tick, job) for job in suspended])
         for _ in range(_PROBE_PASSES):
             _pass(tick, pool, seen)
             # Creates held back while another worker probed the provider's health go again
@@ -103,7 +96,7 @@ def _settle_awaiting(tick: Tick) -> None:
     from . import settle
 
     try:
-        settle.awaiting_creates(tick, Deliveries(tick.store.engine), settle_steps())
+        settle.awaiting_creates(tick, Deliveries(tick.store.engine))
     except (Contention, DatabaseUnavailable) as exc:
         log.warning("awaiting_creates_deferred", worker=tick.store.worker, error=str(exc))
 
@@ -130,7 +123,7 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
             # While the provider cools down, jobs that would call it are left for the
             # next tick: leasing them only to hand them back would be two writes for nothing.
             wanted = [(job_id, v) for job_id, v, state in chunk
-                      if not (state in PROVIDER_BOUND and tick.cooling_for(state))
+                      if not tick.waits_for_provider(state)
                       and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
             if any(state not in LOCAL_ONLY for _, _, state in chunk):
                 tick.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
@@ -171,100 +164,11 @@ def _counted_claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
 
 def _handle_in_batch(tick: Tick, job: Job, batch: WriteBatch) -> None:
     try:
-        _handle(tick, job)
-    finally:
-        batch.done(job.id)  # the chunk's last job writes the chunk's deferred polls
-
-
-def _job_context(job: Job) -> AbstractContextManager[None]:
-    """Every log line of this job's step (`provider_trouble` too) names the job, its product and
-    its edition date, so `grep job_id` finds them all."""
-    return structlog.contextvars.bound_contextvars(job_id=job.id, product=job.product,
-                                                   edition_date=str(job.edition_date))
-
-
-def _handle(tick: Tick, job: Job) -> None:
-    with _job_context(job):
-        _handle_bound(tick, job)
-
-
-def _handle_bound(tick: Tick, job: Job) -> None:
-    store = tick.store
-    bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
-    try:
         from . import steps  # with the decisions, validation and outbox machinery: not for an idle run
 
-        if job.state in PROVIDER_BOUND and tick.cooling_for(job.state):
-            steps.hold(tick, job)  # the provider cooled down while this job waited in the queue
-            return
-        steps.drive(tick, job)
-    except LeaseLost as exc:
-        tick.count("lease_lost")
-        bound.warning("lease_lost", error=str(exc))
-    except Contention as exc:
-        tick.count("contention")
-        bound.warning("contention", error=str(exc))
-        _release_quietly(store, job.id)
-    except DatabaseUnavailable as exc:
+        steps.run(tick, job)
+    except Exception as exc:  # `steps.run` raises nothing: only a broken installation gets here
         tick.count("errors")
-        bound.error("database_unavailable", error=str(exc))
-    except Exception as exc:  # a bug in one job must not stop the sweep, nor loop silently
-        tick.count("errors")
-        bound.exception("job_failed", error=str(exc), state=job.state.value)
-        _step_failed(tick, job.id, f"{type(exc).__name__}: {exc}")
-
-
-def _step_failed(tick: Tick, job_id: str, error: str) -> None:
-    """Count the failure on the job (WARN from the first); park it `step_failing` once it
-    happened `max_step_failures` times in a row. Best effort: the lease expires anyway."""
-    store = tick.store
-    try:
-        from . import handlers, steps
-
-        job = store.find(job_id)
-        if job is None or job.lease_owner != store.worker:
-            return
-        d, failures = handlers.step_failed(job, error[:500], tick.settings.reconcile.max_step_failures)
-        if d is not None:
-            steps.apply(tick, job, d)
-        else:
-            store.note_failure(job, f"step_failed: {error}"[:2000], failures)
-    except Exception:  # the database itself may be what failed
-        log.warning("step_failure_not_recorded", job_id=job_id, worker=store.worker)
-        _release_quietly(store, job_id)
-
-
-def _guarded(tick: Tick, job: Job, action: Callable[[Tick, Job], None]) -> None:
-    """One side task of the sweep: a lost race or an unreachable database is logged, not raised."""
-    try:
-        with _job_context(job):
-            action(tick, job)
-    except (LeaseLost, Contention) as exc:
-        log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
-    except Exception as exc:  # logged as an error; the job is untouched and looked at next tick
-        tick.count("errors")
-        log.error("custody_failed", job_id=job.id, worker=tick.store.worker, error=f"{type(exc).__name__}: {exc}")
-
-
-def _release_quietly(store: Store, job_id: str) -> None:
-    try:
-        store.release_if_held(job_id)
-    except Exception:  # best effort: the lease expires on its own anyway
-        log.warning("release_failed", job_id=job_id)
-
-
-def _custody_while_suspended(tick: Tick, job: Job) -> None:
-    from . import steps
-
-    steps.custody_while_suspended(tick, job)
-
-
-def _custody_guarded(tick: Tick, job: Job) -> None:
-    _guarded(tick, job, _custody_while_suspended)
-
-
-def settle_steps() -> settle.Steps:
-    """What `settle` (webhook deliveries) runs for a job: exactly what a sweep runs."""
-    from . import settle
-
-    return settle.Steps(drive=_handle, custody_while_suspended=_custody_guarded)
+        log.exception("job_failed", job_id=job.id, worker=tick.store.worker, error=str(exc))
+    finally:
+        batch.done(job.id)  # the chunk's last job writes the chunk's deferred polls

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +30,18 @@ from .tick import Tick
 
 log = structlog.get_logger("iipub.settle")
 
-Drive = Callable[[Tick, Job], None]
+def _run(tick: Tick, job: Job) -> None:
+    """A leased job's steps, exactly as the sweep runs them (`steps.run`); loaded with the first
+    delivery that has a job to move, so a tick that only checks for late deliveries never does."""
+    from . import steps
+
+    steps.run(tick, job)
 
 
-@dataclass(frozen=True)
-class Steps:
-    """reconcile's entry points (passed in: reconcile itself calls this module)."""
+def _custody_while_suspended(tick: Tick, job: Job) -> None:
+    from . import steps
 
-    drive: Drive  # a leased job: the steps from its state, as far as is safe
-    custody_while_suspended: Drive  # a suspended job whose response finished: store the output
+    steps.run_custody_while_suspended(tick, job)
 
 # States in which a finished response is news: the job is waiting to read it.
 AWAITING_OUTPUT = frozenset({State.ACCEPTED, State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED})
@@ -61,20 +63,20 @@ class Settled:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def response_event(tick: Tick, ds: Deliveries, response_id: str, event_type: str, steps: Steps,
+def response_event(tick: Tick, ds: Deliveries, response_id: str, event_type: str,
                    *, lease_wait: float) -> Settled:
     job = tick.store.by_response(response_id)
     if job is None:
-        return unknown_response(tick, ds, response_id, steps, lease_wait=lease_wait)
+        return unknown_response(tick, ds, response_id, lease_wait=lease_wait)
     ds.clear_miss(response_id)  # a late webhook: it was not lost after all
-    return _known(tick, job, event_type, steps, lease_wait)
+    return _known(tick, job, event_type, lease_wait)
 
 
-def _known(tick: Tick, job: Job, event_type: str, steps: Steps, lease_wait: float) -> Settled:
+def _known(tick: Tick, job: Job, event_type: str, lease_wait: float) -> Settled:
     facts = {"event": event_type, "state": job.state.value}
     if job.state == State.MANUALLY_SUSPENDED:
         if job.suspended_from in {s.value for s in states.CUSTODY_PENDING} and job.payload is None:
-            steps.custody_while_suspended(tick, job)
+            _custody_while_suspended(tick, job)
             return Settled(_after(tick, job.id), job.id, facts)
         return Settled(deliveries.NO_OP, job.id, facts)
     if job.state not in AWAITING_OUTPUT:
@@ -86,7 +88,7 @@ def _known(tick: Tick, job: Job, event_type: str, steps: Steps, lease_wait: floa
         if current is not None and current.state in AWAITING_OUTPUT and tick.store.make_due(current):
             return Settled(deliveries.DEFERRED, job.id, facts)
         return Settled(deliveries.NO_OP, job.id, facts | {"moved_to": current.state.value if current else None})
-    steps.drive(tick, claimed)
+    _run(tick, claimed)
     return Settled(_after(tick, job.id), job.id, facts)
 
 
@@ -112,7 +114,7 @@ def _claim(tick: Tick, job: Job, lease_wait: float) -> Job | None:
         job = current
 
 
-def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps, *,
+def unknown_response(tick: Tick, ds: Deliveries, response_id: str, *,
                      lease_wait: float, reads: int = 0) -> Settled:
     """A response no job recorded. It is read only when this database has a reason to think it
     could be its own (`_may_be_ours`); its metadata then says whose it is (`owners`). Anything
@@ -146,9 +148,9 @@ def unknown_response(tick: Tick, ds: Deliveries, response_id: str, steps: Steps,
                        f"its metadata names job {named!r}, which does not exist" if named
                        else "it carries no iipub_job_id metadata")
     if job.response_id == response_id:  # recorded meanwhile by the create's own answer
-        return _known(tick, job, "response", steps, lease_wait)
+        return _known(tick, job, "response", lease_wait)
     if handlers.proves_unknown_create(job, outcome):
-        return _auto_link(tick, job, outcome, steps, lease_wait)
+        return _auto_link(tick, job, outcome, lease_wait)
     if job.state == State.CREATE_IN_FLIGHT and outcome.metadata.get("iipub_attempt") == str(job.generation_attempts):
         # The webhook beat the create's answer. `reconcile` looks again once the job moved on.
         return Settled(deliveries.AWAITING_CREATE, job.id, {"attempt": job.generation_attempts})
@@ -166,7 +168,7 @@ def _may_be_ours(tick: Tick, ds: Deliveries, response_id: str) -> bool:
             or tick.store.awaits_unknown_create(_PROOF_WINDOW_SECONDS))
 
 
-def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wait: float) -> Settled:
+def _auto_link(tick: Tick, job: Job, observed: Observed, lease_wait: float) -> Settled:
     claimed = _claim(tick, job, lease_wait)
     if claimed is None:  # an operator command holds it: look again from the tick
         return Settled(deliveries.AWAITING_CREATE, job.id, {"held": True})
@@ -179,7 +181,7 @@ def _auto_link(tick: Tick, job: Job, observed: Observed, steps: Steps, lease_wai
     tick.counted(d.to)
     log.info("auto_linked", job_id=job.id, response_id=observed.response_id, status=observed.status,
              quarantine_reason=job.quarantine_reason)
-    steps.drive(tick, linked)
+    _run(tick, linked)
     return Settled(deliveries.AUTO_LINKED, job.id, {"response_id": observed.response_id, "status": observed.status})
 
 
@@ -197,7 +199,7 @@ def _orphan(tick: Tick, ds: Deliveries, observed: Observed | None, response_id: 
     return Settled(deliveries.ORPHAN, observed.metadata.get("iipub_job_id") if observed else None, detail)
 
 
-def awaiting_creates(tick: Tick, ds: Deliveries, steps: Steps) -> int:
+def awaiting_creates(tick: Tick, ds: Deliveries) -> int:
     """Deliveries to look at again: those that arrived before their job's create answer was
     recorded (settled once the job has moved on: recorded the response, or was quarantined with
     an unknown outcome), and those whose one read found nothing (read again, once per tick,
@@ -221,7 +223,7 @@ def awaiting_creates(tick: Tick, ds: Deliveries, steps: Steps) -> int:
                 continue  # an operator is on it
         assert d.response_id is not None
         try:
-            result = unknown_response(tick, ds, d.response_id, steps, lease_wait=0, reads=reads)
+            result = unknown_response(tick, ds, d.response_id, lease_wait=0, reads=reads)
         except (Retry, LeaseLost, Contention) as exc:
             log.info("awaiting_create_deferred", webhook_id=d.webhook_id, error=str(exc))
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 import structlog
@@ -14,15 +15,97 @@ import structlog
 from . import db, handlers, installation, ledger, outbox, validate
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
-from .errors import Contention, DatabaseUnavailable, InvariantViolation
+from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
 from .jobs import Job
 from .outcomes import DEAD_STATUSES, CreateOutcome, CreateRequest, Missing, Observed, ReadOutcome, Refused
 from .states import Reason, State
+from .store import Store
 from .tick import Tick
 
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STEPS", "StepFn", "apply", "custody_while_suspended", "drive", "hold"]
+__all__ = ["STEPS", "StepFn", "apply", "custody_while_suspended", "drive", "hold", "run",
+           "run_custody_while_suspended"]
+
+
+# -- the one runner of a leased job (the sweep's threads and webhook deliveries alike) ----------
+
+
+def _job_context(job: Job) -> AbstractContextManager[None]:
+    """Every log line of this job's step (`provider_trouble` too) names the job, its product and
+    its edition date, so `grep job_id` finds them all."""
+    return structlog.contextvars.bound_contextvars(job_id=job.id, product=job.product,
+                                                   edition_date=str(job.edition_date))
+
+
+def run(tick: Tick, job: Job) -> None:
+    """Run a job this worker has leased as far as is safe. A lost race, contention, an
+    unreachable database or a bug in one step is logged and counted, never raised: one job never
+    stops the sweep or fails a delivery, and it never loops silently (`step_failing`)."""
+    with _job_context(job):
+        _run_bound(tick, job)
+
+
+def _run_bound(tick: Tick, job: Job) -> None:
+    store = tick.store
+    bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
+    try:
+        if tick.waits_for_provider(job.state):
+            hold(tick, job)  # the provider cooled down while this job waited in the queue
+            return
+        drive(tick, job)
+    except LeaseLost as exc:
+        tick.count("lease_lost")
+        bound.warning("lease_lost", error=str(exc))
+    except Contention as exc:
+        tick.count("contention")
+        bound.warning("contention", error=str(exc))
+        _release_quietly(store, job.id)
+    except DatabaseUnavailable as exc:
+        tick.count("errors")
+        bound.error("database_unavailable", error=str(exc))
+    except Exception as exc:  # a bug in one job must not stop the sweep, nor loop silently
+        tick.count("errors")
+        bound.exception("job_failed", error=str(exc), state=job.state.value)
+        _step_failed(tick, job.id, f"{type(exc).__name__}: {exc}")
+
+
+def run_custody_while_suspended(tick: Tick, job: Job) -> None:
+    """Store the finished output of a suspended job (never leased): a lost race or an
+    unreachable database is logged, not raised; the job is looked at again next tick."""
+    try:
+        with _job_context(job):
+            custody_while_suspended(tick, job)
+    except (LeaseLost, Contention) as exc:
+        log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
+    except Exception as exc:  # logged as an error; the job is untouched and looked at next tick
+        tick.count("errors")
+        log.error("custody_failed", job_id=job.id, worker=tick.store.worker, error=f"{type(exc).__name__}: {exc}")
+
+
+def _step_failed(tick: Tick, job_id: str, error: str) -> None:
+    """Count the failure on the job (WARN from the first); park it `step_failing` once it
+    happened `max_step_failures` times in a row. Best effort: the lease expires anyway."""
+    store = tick.store
+    try:
+        job = store.find(job_id)
+        if job is None or job.lease_owner != store.worker:
+            return
+        d, failures = handlers.step_failed(job, error[:500], tick.settings.reconcile.max_step_failures)
+        if d is not None:
+            apply(tick, job, d)
+        else:
+            store.note_failure(job, f"step_failed: {error}"[:2000], failures)
+    except Exception:  # the database itself may be what failed
+        log.warning("step_failure_not_recorded", job_id=job_id, worker=store.worker)
+        _release_quietly(store, job_id)
+
+
+def _release_quietly(store: Store, job_id: str) -> None:
+    try:
+        store.release_if_held(job_id)
+    except Exception:  # best effort: the lease expires on its own anyway
+        log.warning("release_failed", job_id=job_id)
 
 
 def apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None) -> Job:

@@ -29,6 +29,10 @@ log = structlog.get_logger("iipub.reconcile")
 # Set by SIGTERM (cron's `timeout`): stop taking work, finish what is in hand, release leases.
 STOP = threading.Event()
 
+# States whose next step calls the provider: not stepped while that kind of call cools down.
+PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
+                            State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
+
 
 @dataclass
 class TickReport:
@@ -125,6 +129,11 @@ class Tick:
     def cooling(self) -> bool:
         """Provider reads wait (the calls most steps make); creates ask `creates_cooling`."""
         return self.reads_cooling()
+
+    def waits_for_provider(self, state: State) -> bool:
+        """Whether a job in `state` should not even be stepped now: its next step calls the
+        provider, and that kind of call cools down (the one cool-down check of the sweep)."""
+        return state in PROVIDER_BOUND and self.cooling_for(state)
 
     def cooling_for(self, state: State) -> bool:
         """Whether a job in `state` would wait for a cool-down before its provider call."""

@@ -35,7 +35,6 @@ from .deliveries import IGNORED, Deliveries
 from .errors import Contention, DatabaseUnavailable, IipubError
 from .jobs import new_worker_id
 from .provider import Provider
-from .reconcile import settle_steps
 from .store import Store
 from .tick import Tick
 from .timefmt import naive_utc
@@ -159,7 +158,7 @@ class Receiver:
         w = self.settings.webhooks
         store = Store(self.engine, self.worker, self.settings.reconcile.lease_seconds)
         tick = Tick(self.settings, store, self.provider, started + w.request_seconds, random.Random())
-        result = settle.response_event(tick, self.deliveries, event.response_id, event.type, settle_steps(),
+        result = settle.response_event(tick, self.deliveries, event.response_id, event.type,
                                        lease_wait=min(w.lease_wait_seconds, w.request_seconds / 2))
         self.deliveries.settle(event.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail)
         log.info("webhook_settled", webhook_id=event.webhook_id, type=event.type, response_id=event.response_id,
