@@ -91,8 +91,10 @@ def two_installations(tmp_path: Path) -> Iterator[tuple[Simulator, list[Installa
         for server in servers:
             stack.enter_context(serving(server))
         urls = [f"http://127.0.0.1:{s.server_port}/" for s in servers]
+        # Responses finish when the test advances the simulator, not while a loaded host is slow
+        # to get from one installation's first tick to the other's.
         sim = stack.enter_context(Simulator(SimulatorOptions(
-            queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8,
+            queued_seconds=0.2, in_progress_seconds=4.5, slow_seconds=8,
             webhook_url=urls[0], webhook_also=tuple(urls[1:]), webhook_secret=SECRET)))
         found = []
         for name, app in zip("ab", apps, strict=True):
