@@ -84,6 +84,8 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("drop_after_accept", "retrieve", 0.01, 0.03),
     ("slow", "retrieve", 0.005, 0.015),
     ("rate_limit", "retrieve", 0.005, 0.02),
+    # Ten minutes asked on a read: reads wait at most a minute, creates go on.
+    ("rate_limit_long", "retrieve", 0.001, 0.004),
     ("server_error", "retrieve", 0.02, 0.05),
     ("unauthorized", "retrieve", 0.003, 0.01),
     ("not_found", "retrieve", 0.005, 0.012),
