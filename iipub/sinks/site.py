@@ -9,9 +9,8 @@ Layout under the public root (every name is made of a validated product, date an
     <product>/<lang>/<YYYY-MM>.html     one month of editions
     <product>/<lang>/feed.atom          the latest editions as Atom 1.0
 
-Dates, month names and language names come from CLDR through Babel (per locale patterns,
-not hand tables); the few interface words are translated here for English and Spanish, with
-English for any other language. Every text that came from the model or the configuration is
+Dates, month names, language names and the interface's words come from `l10n`; the
+stylesheet is package data (`site.css`). Every text that came from the model or the configuration is
 escaped once, where it is inserted (stdlib `html.escape` / `xml.sax.saxutils`).
 """
 
@@ -25,17 +24,16 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from importlib import resources
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
 from ..compose import Artifact
 from ..config import Product, display_title
 from ..validate import is_public_http_url
+from . import l10n
+from .l10n import DEFAULT_LANG
 from .lru import Lru
-
-if TYPE_CHECKING:
-    from babel import Locale
 
 # Bump when the pages' shape changes: a site rendered by another version is rendered again in full.
 RENDER_VERSION = "site-2"
@@ -44,184 +42,16 @@ FEED_ENTRIES = 50  # entries in a feed
 SITE_INDEX = "index.html"
 LANG_PATTERN = r"^[a-z]{2,3}(?:-[a-z0-9]{2,8})*$"  # language codes the sink accepts (in paths and URLs)
 LANG_RE = re.compile(LANG_PATTERN)
-DEFAULT_LANG = "en"
 
 # Characters that are invalid in XML 1.0 or can disguise text (bidi overrides). Validation
 # already refuses them; the sink replaces them anyway so no event can break a page or feed.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 _PUBLISHED_RE = re.compile(rb'<time class="published" datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)">')
-# CLDR locales for the site's language codes where the bare language is not the one wanted:
-# `en` is CLDR's American English ("December 1, 2026", 12-hour clock); an international site
-# writes "1 December 2026" and 06:00 (`en_GB`).
-_LOCALES = {"en": "en_GB"}
-
-_CSS = (
-    ":root{color-scheme:light dark;--fg:#1b1c1e;--muted:#5d6168;--line:#e2e4e8;--accent:#0b57d0;--bg:#fff;"
-    "--card:#f5f6f8}"
-    "@media (prefers-color-scheme:dark){:root{--fg:#e6e8eb;--muted:#a0a5ad;--line:#353a41;--accent:#8ab4f8;"
-    "--bg:#121417;--card:#1c1f24}}"
-    "*{box-sizing:border-box}"
-    "html{-webkit-text-size-adjust:100%;text-size-adjust:100%}"
-    "body{margin:0;background:var(--bg);color:var(--fg);"
-    "font:17px/1.6 Charter,'Bitstream Charter','Iowan Old Style',Georgia,'Noto Serif',serif}"
-    "body>header,body>main,body>footer{max-width:44rem;margin:0 auto;padding:0 1.25rem}"
-    "body.wide>header,body.wide>main,body.wide>footer{max-width:64rem}"
-    ".ui,body>header,nav,.meta,.crumbs,footer,h1,h2,h3,.cards,ol.editions,.months"
-    "{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'Noto Sans',sans-serif}"
-    "a{color:var(--accent);text-underline-offset:.15em}"
-    "body>header{display:flex;flex-wrap:wrap;align-items:center;justify-content:space-between;gap:.5rem 1rem;"
-    "padding-top:.9rem;padding-bottom:.9rem;border-bottom:1px solid var(--line)}"
-    ".brand{font-weight:650;font-size:1rem;color:var(--fg);text-decoration:none;letter-spacing:.01em}"
-    "nav.langs ul{display:flex;flex-wrap:wrap;gap:.4rem;list-style:none;margin:0;padding:0}"
-    "nav.langs a{display:inline-block;font-size:.85rem;line-height:1.2;padding:.3rem .75rem;"
-    "border:1px solid var(--line);border-radius:999px;color:var(--fg);text-decoration:none}"
-    "nav.langs a:hover{border-color:var(--muted)}"
-    "nav.langs a[aria-current]{background:var(--fg);border-color:var(--fg);color:var(--bg)}"
-    ".crumbs{margin:1.75rem 0 .3rem;font-size:.85rem;color:var(--muted)}"
-    ".crumbs a{color:inherit}"
-    "h1{font-size:2rem;line-height:1.2;font-weight:700;letter-spacing:-.015em;margin:.2rem 0 .5rem;"
-    "overflow-wrap:break-word}"
-    "main>h1:first-child{margin-top:1.75rem}"
-    ".meta{margin:0 0 1.5rem;font-size:.85rem;color:var(--muted)}"
-    "h2{font-size:1.3rem;line-height:1.3;margin:2rem 0 .6rem}"
-    "h2.title{font-family:inherit;font-size:1.45rem;margin:1.5rem 0 .6rem}"
-    ".lede{font-size:1.1rem}"
-    ".text{white-space:pre-line}"
-    "ol.items{list-style:none;margin:2rem 0 1rem;padding:0;counter-reset:item}"
-    "ol.items>li{counter-increment:item;border-top:1px solid var(--line);padding:1.2rem 0}"
-    "ol.items h3{font-size:1.1rem;line-height:1.35;font-weight:650;margin:0 0 .4rem}"
-    "ol.items h3::before{content:counter(item) '. ';color:var(--muted);font-weight:500}"
-    "ol.items p{margin:.3rem 0}"
-    ".sources{display:flex;flex-wrap:wrap;gap:.2rem 1rem;list-style:none;margin:.5rem 0 0;padding:0;"
-    "font:.85rem/1.5 system-ui,sans-serif;color:var(--muted)}"
-    ".sources li::before{content:'↗ ';color:var(--muted)}"
-    ".sources a{overflow-wrap:anywhere}"
-    "nav.pager{display:flex;justify-content:space-between;gap:1rem;margin:1.5rem 0;padding:1rem 0;"
-    "border-top:1px solid var(--line);font-size:.95rem}"
-    "nav.pager a{text-decoration:none;max-width:48%}"
-    "nav.pager .next{margin-left:auto;text-align:right}"
-    "nav.pager small{display:block;color:var(--muted);font-size:.78rem;text-transform:uppercase;"
-    "letter-spacing:.05em}"
-    "ol.editions{list-style:none;margin:.5rem 0 1.5rem;padding:0}"
-    "ol.editions li{display:flex;flex-wrap:wrap;gap:.1rem 1rem;padding:.6rem 0;border-bottom:1px solid var(--line)}"
-    "ol.editions li>a{flex:0 0 11.5rem;font-weight:600}"
-    ":lang(es) ol.editions li>a,:lang(pt) ol.editions li>a,:lang(fr) ol.editions li>a{flex-basis:16.5rem}"
-    "ol.editions .title{flex:1 1 18rem;color:var(--muted)}"
-    ".months{margin:0 0 1.5rem}"
-    ".months h3{font-size:1rem;margin:1rem 0 .3rem}"
-    ".months ul{display:flex;flex-wrap:wrap;gap:.3rem 1rem;list-style:none;margin:0;padding:0}"
-    ".count{color:var(--muted);font-size:.85em}"
-    ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(22rem,1fr));gap:1rem;list-style:none;"
-    "margin:1.5rem 0;padding:0}"
-    ".cards>li{background:var(--card);border:1px solid var(--line);border-radius:.8rem;padding:1rem 1.2rem}"
-    ".cards h2{margin:0;font-size:1.2rem}"
-    ".cards h2 a{color:var(--fg);text-decoration:none}"
-    ".cards p{margin:.35rem 0}"
-    ".cards .lang{font-size:.8rem;color:var(--muted);text-transform:uppercase;letter-spacing:.05em}"
-    ".cards .title{font-family:Charter,Georgia,serif}"
-    "footer{margin-top:2rem!important;padding-top:1rem!important;padding-bottom:2.5rem!important;"
-    "border-top:1px solid var(--line);font-size:.85rem;color:var(--muted)}"
-    "footer a{color:inherit}"
-    "@media (max-width:40rem){body{font-size:16px}h1{font-size:1.55rem}h2.title{font-size:1.25rem}"
-    "ol.editions li>a{flex-basis:100%}nav.pager a{max-width:50%}.cards{grid-template-columns:1fr}}"
-)
-
-# The interface's own words. Plural forms are keyed by CLDR plural category.
-_WORDS: dict[str, dict[str, Any]] = {
-    "en": {
-        "languages": "Languages", "breadcrumbs": "Breadcrumbs", "published": "Published",
-        "sources": "Sources", "editions_nav": "More editions", "prev": "Previous edition",
-        "next": "Next edition", "prev_month": "Previous month", "next_month": "Next month",
-        "latest": "Latest editions", "archive": "Archive by month", "feed": "Atom feed",
-        "latest_edition": "Latest edition", "all_editions": "All editions",
-        "months_nav": "More months",
-        "editions": {"one": "{n} edition", "other": "{n} editions"},
-    },
-    "es": {
-        "languages": "Idiomas", "breadcrumbs": "Ruta de navegación", "published": "Publicado el",
-        "sources": "Fuentes", "editions_nav": "Más ediciones", "prev": "Edición anterior",
-        "next": "Edición siguiente", "prev_month": "Mes anterior", "next_month": "Mes siguiente",
-        "latest": "Últimas ediciones", "archive": "Archivo por meses", "feed": "Canal Atom",
-        "latest_edition": "Última edición", "all_editions": "Todas las ediciones",
-        "months_nav": "Más meses",
-        "editions": {"one": "{n} edición", "other": "{n} ediciones"},
-    },
-    "fr": {
-        "languages": "Langues", "breadcrumbs": "Fil d’Ariane", "published": "Publié le",
-        "sources": "Sources", "editions_nav": "Autres éditions", "prev": "Édition précédente",
-        "next": "Édition suivante", "prev_month": "Mois précédent", "next_month": "Mois suivant",
-        "latest": "Dernières éditions", "archive": "Archives par mois", "feed": "Flux Atom",
-        "latest_edition": "Dernière édition", "all_editions": "Toutes les éditions",
-        "months_nav": "Autres mois",
-        "editions": {"one": "{n} édition", "other": "{n} éditions"},
-    },
-    "de": {
-        "languages": "Sprachen", "breadcrumbs": "Navigationspfad", "published": "Veröffentlicht am",
-        "sources": "Quellen", "editions_nav": "Weitere Ausgaben", "prev": "Vorherige Ausgabe",
-        "next": "Nächste Ausgabe", "prev_month": "Vorheriger Monat", "next_month": "Nächster Monat",
-        "latest": "Neueste Ausgaben", "archive": "Archiv nach Monaten", "feed": "Atom-Feed",
-        "latest_edition": "Neueste Ausgabe", "all_editions": "Alle Ausgaben",
-        "months_nav": "Weitere Monate",
-        "editions": {"one": "{n} Ausgabe", "other": "{n} Ausgaben"},
-    },
-    "pt": {
-        "languages": "Idiomas", "breadcrumbs": "Navegação estrutural", "published": "Publicado em",
-        "sources": "Fontes", "editions_nav": "Mais edições", "prev": "Edição anterior",
-        "next": "Próxima edição", "prev_month": "Mês anterior", "next_month": "Próximo mês",
-        "latest": "Últimas edições", "archive": "Arquivo por mês", "feed": "Feed Atom",
-        "latest_edition": "Última edição", "all_editions": "Todas as edições",
-        "months_nav": "Mais meses",
-        "editions": {"one": "{n} edição", "other": "{n} edições"},
-    },
-    "it": {
-        "languages": "Lingue", "breadcrumbs": "Percorso", "published": "Pubblicato il",
-        "sources": "Fonti", "editions_nav": "Altre edizioni", "prev": "Edizione precedente",
-        "next": "Edizione successiva", "prev_month": "Mese precedente", "next_month": "Mese successivo",
-        "latest": "Ultime edizioni", "archive": "Archivio per mese", "feed": "Feed Atom",
-        "latest_edition": "Ultima edizione", "all_editions": "Tutte le edizioni",
-        "months_nav": "Altri mesi",
-        "editions": {"one": "{n} edizione", "other": "{n} edizioni"},
-    },
-    "ru": {
-        "languages": "Языки", "breadcrumbs": "Навигация", "published": "Опубликовано",
-        "sources": "Источники", "editions_nav": "Другие выпуски", "prev": "Предыдущий выпуск",
-        "next": "Следующий выпуск", "prev_month": "Предыдущий месяц", "next_month": "Следующий месяц",
-        "latest": "Последние выпуски", "archive": "Архив по месяцам", "feed": "Лента Atom",
-        "latest_edition": "Последний выпуск", "all_editions": "Все выпуски",
-        "months_nav": "Другие месяцы",
-        "editions": {"one": "{n} выпуск", "few": "{n} выпуска", "many": "{n} выпусков", "other": "{n} выпуска"},
-    },
-    "ar": {
-        "languages": "اللغات", "breadcrumbs": "مسار التنقل", "published": "نُشر في",
-        "sources": "المصادر", "editions_nav": "إصدارات أخرى", "prev": "الإصدار السابق",
-        "next": "الإصدار التالي", "prev_month": "الشهر السابق", "next_month": "الشهر التالي",
-        "latest": "أحدث الإصدارات", "archive": "الأرشيف حسب الشهر", "feed": "موجز Atom",
-        "latest_edition": "أحدث إصدار", "all_editions": "كل الإصدارات",
-        "months_nav": "أشهر أخرى",
-        "editions": {"zero": "{n} إصدار", "one": "إصدار واحد", "two": "إصداران", "few": "{n} إصدارات",
-                     "many": "{n} إصدارًا", "other": "{n} إصدار"},
-    },
-    "zh": {
-        "languages": "语言", "breadcrumbs": "导航路径", "published": "发布于",
-        "sources": "来源", "editions_nav": "更多期次", "prev": "上一期",
-        "next": "下一期", "prev_month": "上个月", "next_month": "下个月",
-        "latest": "最新期次", "archive": "按月归档", "feed": "Atom 订阅",
-        "latest_edition": "最新一期", "all_editions": "全部期次",
-        "months_nav": "更多月份",
-        "editions": {"other": "{n} 期"},
-    },
-    "ja": {
-        "languages": "言語", "breadcrumbs": "パンくずリスト", "published": "公開日時",
-        "sources": "出典", "editions_nav": "ほかの号", "prev": "前の号",
-        "next": "次の号", "prev_month": "前の月", "next_month": "次の月",
-        "latest": "最新号", "archive": "月別アーカイブ", "feed": "Atom フィード",
-        "latest_edition": "最新号", "all_editions": "すべての号",
-        "months_nav": "ほかの月",
-        "editions": {"other": "{n} 号"},
-    },
-}
-
+# The stylesheet every page carries inline (the CSP allows no other): package data, one rule
+# fragment a line, joined without separators (the bytes pages always had).
+_CSS = "".join(line.strip() for line in
+               (resources.files(__package__) / "site.css").read_text(encoding="utf-8").splitlines())
 
 @dataclass(frozen=True)
 class Entry:
@@ -275,102 +105,6 @@ def published_in_page(page: bytes) -> str | None:
 
 def midnight(date: str) -> str:
     return f"{date}T00:00:00Z"
-
-
-# --- locale -----------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=64)
-def _locale(lang: str) -> Locale:
-    from babel import Locale, UnknownLocaleError  # only a relay that publishes pays for Babel's import
-
-    try:
-        return Locale.parse(_LOCALES.get(lang, lang.replace("-", "_")))
-    except (UnknownLocaleError, ValueError):
-        return Locale.parse(_LOCALES[DEFAULT_LANG])
-
-
-def _known_locale(lang: str) -> bool:
-    from babel import Locale, UnknownLocaleError
-
-    try:
-        Locale.parse(lang.replace("-", "_"))
-    except (UnknownLocaleError, ValueError):
-        return False
-    return True
-
-
-def _words(lang: str) -> dict[str, Any]:
-    """The interface's words in `lang`: its base language's table (every language the
-    configuration accepts, `config.KNOWN_LANGUAGES`, has one), English for any other."""
-    return _WORDS.get(lang.split("-")[0], _WORDS[DEFAULT_LANG])
-
-
-def _word(lang: str, key: str) -> str:
-    value = _words(lang)[key]
-    assert isinstance(value, str)
-    return value
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-@functools.lru_cache(maxsize=4096)
-def long_date(date: str, lang: str) -> str:
-    """`1 December 2026`, `1 de diciembre de 2026`: CLDR's long date of the language."""
-    from babel.dates import format_date
-
-    return format_date(dt.date.fromisoformat(date), "long", locale=_locale(lang))
-
-
-@functools.lru_cache(maxsize=1024)
-def month_title(month: str, lang: str) -> str:
-    """`December 2026`, `diciembre de 2026`: CLDR's year-and-month skeleton."""
-    from babel.dates import format_skeleton
-
-    return format_skeleton("yMMMM", dt.date.fromisoformat(f"{month}-01"), locale=_locale(lang))
-
-
-@functools.lru_cache(maxsize=1024)
-def month_name(month: str, lang: str) -> str:
-    """`December`, `diciembre`: CLDR's stand-alone month name."""
-    from babel.dates import format_date
-
-    return format_date(dt.date.fromisoformat(f"{month}-01"), "LLLL", locale=_locale(lang))
-
-
-def published_text(stamp: str, lang: str) -> str:
-    """`1 December 2026, 06:00 UTC`: the locale's long date and short time, joined by its own
-    date-time pattern (as Babel's `format_datetime` joins them)."""
-    from babel.dates import format_date, format_time, get_datetime_format
-
-    when = dt.datetime.fromisoformat(stamp).astimezone(dt.UTC)
-    loc = _locale(lang)
-    joined = (str(get_datetime_format("long", locale=loc)).replace("'", "")
-              .replace("{0}", format_time(when.time(), "short", locale=loc))
-              .replace("{1}", format_date(when.date(), "long", locale=loc)))
-    return f"{joined} UTC"
-
-
-@functools.lru_cache(maxsize=64)
-def language_name(lang: str) -> str:
-    """The language's name in itself (`English`, `Español`), or its code if CLDR does not know it."""
-    if not _known_locale(lang):
-        return lang
-    name = _locale(lang).get_language_name(_locale(lang)) or lang
-    return _cap(name)
-
-
-@functools.lru_cache(maxsize=1024)
-def _count(n: int, lang: str) -> str:
-    forms = _words(lang)["editions"]
-    form = forms.get(_locale(lang).plural_form(n), forms["other"])
-    return str(form).format(n=_number(n, lang))
-
-
-def _rtl(lang: str) -> bool:
-    return _known_locale(lang) and _locale(lang).character_order == "right-to-left"
 
 
 # --- escaping ---------------------------------------------------------------------------------
@@ -458,7 +192,7 @@ class Site:
               feeds: Sequence[tuple[str, str, str]] = (), wide: bool = False) -> str:
         """`alternates`: (hreflang, root-relative path) of this page in every language, the
         x-default last; `feeds`: (title, hreflang, root-relative path)."""
-        direction = ' dir="rtl"' if _rtl(lang) else ""
+        direction = ' dir="rtl"' if l10n.rtl(lang) else ""
         head = [
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -486,7 +220,7 @@ class Site:
 
     def _footer(self, here: str, product: str, lang: str, extra: str = "") -> str:
         feed = _rel(here, feed_path(product, lang))
-        return (f'<footer><a href="{_h(feed)}" type="application/atom+xml">{_h(_word(lang, "feed"))}</a>'
+        return (f'<footer><a href="{_h(feed)}" type="application/atom+xml">{_h(l10n.word(lang, "feed"))}</a>'
                 f'{extra} · <a href="{_h(_rel(here, SITE_INDEX))}">{_h(self.site_title)}</a></footer>')
 
     def _alternates(self, langs: Sequence[str], path_of: Callable[[str], str]) -> list[tuple[str, str]]:
@@ -502,23 +236,24 @@ class Site:
         product, date, lang = art.product, art.edition_date, art.lang
         here = edition_path(product, date, lang)
         name = self.title(product, lang)
-        day = long_date(date, lang)
+        day = l10n.long_date(date, lang)
         own = own_title(art.title, name, product, date, lang)
         month = date[:7]
         pager = _pager(lang, "editions_nav", *(
-            None if e is None else (_rel(here, edition_path(product, e.date, lang)), _word(lang, word),
-                                    _time(e.date, long_date(e.date, lang)))
+            None if e is None else (_rel(here, edition_path(product, e.date, lang)), l10n.word(lang, word),
+                                    _time(e.date, l10n.long_date(e.date, lang)))
             for e, word in ((prev, "prev"), (nxt, "next"))
         ))
         body = (
             self._top(here, lang, [(code, edition_path(product, date, code)) for code in langs]) + "\n<main>\n"
-            f'<nav class="crumbs" aria-label="{_h(_word(lang, "breadcrumbs"))}">'
+            f'<nav class="crumbs" aria-label="{_h(l10n.word(lang, "breadcrumbs"))}">'
             f'<a href="{_h(_rel(here, index_path(product, lang)))}">{_h(name)}</a> › '
-            f'<a href="{_h(_rel(here, month_path(product, lang, month)))}">{_h(_cap(month_title(month, lang)))}</a>'
+            f'<a href="{_h(_rel(here, month_path(product, lang, month)))}">'
+            f'{_h(l10n.cap(l10n.month_title(month, lang)))}</a>'
             "</nav>\n<article>\n"
             f"<h1>{_h(name)} — {_time(date, day)}</h1>\n"
-            f'<p class="meta">{_h(_word(lang, "published"))} <time class="published" '
-            f'datetime="{_h(entry.published)}">{_h(published_text(entry.published, lang))}</time></p>\n'
+            f'<p class="meta">{_h(l10n.word(lang, "published"))} <time class="published" '
+            f'datetime="{_h(entry.published)}">{_h(l10n.published_text(entry.published, lang))}</time></p>\n'
             + (f'<h2 class="title">{_h(own)}</h2>\n' if own else "") +
             f'<p class="lede text">{_h(art.summary)}</p>\n'
             f'<ol class="items">\n{items_html(art, lang)}\n</ol>\n</article>\n{pager}</main>\n'
@@ -539,19 +274,19 @@ class Site:
         editions this month, in order."""
         here = month_path(product, lang, month)
         name = self.title(product, lang)
-        heading = f"{name} — {month_title(month, lang)}"
+        heading = f"{name} — {l10n.month_title(month, lang)}"
         newest_first = sorted(entries, key=lambda e: e.date, reverse=True)
         rows = "\n".join(_edition_row(here, product, lang, name, e) for e in newest_first)
         pager = _pager(lang, "months_nav", *(
-            None if m is None else (f"{m}.html", _word(lang, word), _h(_cap(month_title(m, lang))))
+            None if m is None else (f"{m}.html", l10n.word(lang, word), _h(l10n.cap(l10n.month_title(m, lang))))
             for m, word in ((prev_month, "prev_month"), (next_month, "next_month"))
         ))
         body = (
             self._top(here, lang, [(code, month_path(product, code, month)) for code in langs]) + "\n<main>\n"
-            f'<nav class="crumbs" aria-label="{_h(_word(lang, "breadcrumbs"))}">'
+            f'<nav class="crumbs" aria-label="{_h(l10n.word(lang, "breadcrumbs"))}">'
             f'<a href="index.html">{_h(name)}</a></nav>\n'
             f"<h1>{_h(heading)}</h1>\n"
-            f'<p class="meta">{_h(_count(len(entries), lang))}</p>\n'
+            f'<p class="meta">{_h(l10n.count(len(entries), lang))}</p>\n'
             f'<ol class="editions">\n{rows}\n</ol>\n{pager}</main>\n' + self._footer(here, product, lang)
         )
         return self._page(
@@ -574,10 +309,10 @@ class Site:
         body = (
             self._top(here, lang, [(code, index_path(product, code)) for code in langs]) + "\n<main>\n"
             f"<h1>{_h(name)}</h1>\n"
-            f'<p class="meta">{_h(_count(total, lang))} · '
-            f'<a href="feed.atom" type="application/atom+xml">{_h(_word(lang, "feed"))}</a></p>\n'
-            f'<h2>{_h(_word(lang, "latest"))}</h2>\n<ol class="editions">\n{rows}\n</ol>\n'
-            f'<h2>{_h(_word(lang, "archive"))}</h2>\n<div class="months">\n{archive}\n</div>\n</main>\n'
+            f'<p class="meta">{_h(l10n.count(total, lang))} · '
+            f'<a href="feed.atom" type="application/atom+xml">{_h(l10n.word(lang, "feed"))}</a></p>\n'
+            f'<h2>{_h(l10n.word(lang, "latest"))}</h2>\n<ol class="editions">\n{rows}\n</ol>\n'
+            f'<h2>{_h(l10n.word(lang, "archive"))}</h2>\n<div class="months">\n{archive}\n</div>\n</main>\n'
             + self._footer(here, product, lang)
         )
         return self._page(
@@ -593,19 +328,19 @@ class Site:
         cards = []
         for product, code, latest, count in series:
             name = self.title(product, code)
-            direction = ' dir="rtl"' if _rtl(code) else ""
+            direction = ' dir="rtl"' if l10n.rtl(code) else ""
             own = own_title(latest.title, name, product, latest.date, code)
             cards.append(
                 f'<li lang="{_h(code)}"{direction}>'
-                f'<p class="lang">{_h(language_name(code))}</p>'
+                f'<p class="lang">{_h(l10n.language_name(code))}</p>'
                 f'<h2><a href="{_h(index_path(product, code))}">{_h(name)}</a></h2>'
-                f'<p>{_h(_word(code, "latest_edition"))}: '
+                f'<p>{_h(l10n.word(code, "latest_edition"))}: '
                 f'<a href="{_h(edition_path(product, latest.date, code))}">'
-                f"{_time(latest.date, long_date(latest.date, code))}</a></p>"
+                f"{_time(latest.date, l10n.long_date(latest.date, code))}</a></p>"
                 + (f'<p class="title">{_h(own)}</p>' if own else "")
-                + f'<p class="meta"><a href="{_h(index_path(product, code))}">{_h(_count(count, code))}</a> · '
+                + f'<p class="meta"><a href="{_h(index_path(product, code))}">{_h(l10n.count(count, code))}</a> · '
                 f'<a href="{_h(feed_path(product, code))}" type="application/atom+xml">'
-                f'{_h(_word(code, "feed"))}</a></p></li>'
+                f'{_h(l10n.word(code, "feed"))}</a></p></li>'
             )
         body = (
             "<main>\n"
@@ -646,7 +381,7 @@ class Site:
         content = f'<p>{_h(art.summary)}</p><ol>{items_html(art, lang)}</ol>'
         name = self.title(product, lang)
         own = own_title(art.title, name, product, entry.date, lang)
-        title = own or f"{name} — {long_date(entry.date, lang)}"
+        title = own or f"{name} — {l10n.long_date(entry.date, lang)}"
         when = feed_time(entry)
         text = (
             "  <entry>\n"
@@ -670,20 +405,13 @@ def _time(date: str, text: str) -> str:
     return f'<time datetime="{_h(date)}">{_h(text)}</time>'
 
 
-@functools.lru_cache(maxsize=1024)
-def _number(n: int, lang: str) -> str:
-    from babel.numbers import format_decimal
-
-    return format_decimal(n, locale=_locale(lang))
-
-
 @functools.lru_cache(maxsize=4096)
 def _year_block(lang: str, year: str, months: tuple[tuple[str, int], ...]) -> str:
     """One year of a product index's archive (cached: the index is rendered at every delivery,
     and only the current year's counts change)."""
     return (f"<h3>{_h(year)}</h3>\n<ul>"
-            + "".join(f'<li><a href="{_h(month)}.html">{_h(month_name(month, lang))}</a> '
-                      f'<span class="count">({_h(_number(count, lang))})</span></li>' for month, count in months)
+            + "".join(f'<li><a href="{_h(month)}.html">{_h(l10n.month_name(month, lang))}</a> '
+                      f'<span class="count">({_h(l10n.number(count, lang))})</span></li>' for month, count in months)
             + "</ul>")
 
 
@@ -695,8 +423,8 @@ def _switcher(here: str, lang: str, switch: Sequence[tuple[str, str]]) -> str:
     for code, path in switch:
         current = ' aria-current="page"' if code == lang else ' rel="alternate"'
         links.append(f'<li><a href="{_h(_rel(here, path))}" hreflang="{_h(code)}" lang="{_h(code)}"{current}>'
-                     f"{_h(language_name(code))}</a></li>")
-    return f'<nav class="langs" aria-label="{_h(_word(lang, "languages"))}"><ul>{"".join(links)}</ul></nav>'
+                     f"{_h(l10n.language_name(code))}</a></li>")
+    return f'<nav class="langs" aria-label="{_h(l10n.word(lang, "languages"))}"><ul>{"".join(links)}</ul></nav>'
 
 
 def _pager(lang: str, label: str, *links_in: tuple[str, str, str] | None) -> str:
@@ -709,7 +437,7 @@ def _pager(lang: str, label: str, *links_in: tuple[str, str, str] | None) -> str
             links.append(f'<a class="{rel}" rel="{rel}" href="{_h(href)}"><small>{_h(arrow)}</small>{inner}</a>')
     if not links:
         return ""
-    return f'<nav class="pager" aria-label="{_h(_word(lang, label))}">{"".join(links)}</nav>\n'
+    return f'<nav class="pager" aria-label="{_h(l10n.word(lang, label))}">{"".join(links)}</nav>\n'
 
 
 def _edition_row(here: str, product: str, lang: str, name: str, e: Entry) -> str:
@@ -719,7 +447,7 @@ def _edition_row(here: str, product: str, lang: str, name: str, e: Entry) -> str
 
 @functools.lru_cache(maxsize=4096)
 def _row(href: str, lang: str, date: str, title: str | None) -> str:
-    return (f'<li><a href="{_h(href)}">{_time(date, long_date(date, lang))}</a>'
+    return (f'<li><a href="{_h(href)}">{_time(date, l10n.long_date(date, lang))}</a>'
             + (f'<span class="title">{_h(title)}</span>' if title else "") + "</li>")
 
 
@@ -738,7 +466,8 @@ def own_title(title: str, name: str, product: str, date: str, lang: str) -> str 
     product's name or slug and the date, in any of its spellings: `daily-brief for 2026-12-01`
     under `Daily Brief — 1 December 2026`); cards, archive rows, feeds and the browser tab then
     show the heading alone."""
-    told = set(_TOKEN.findall(" ".join((name, product, date, long_date(date, lang), month_title(date[:7], lang),
+    told = set(_TOKEN.findall(" ".join((name, product, date, l10n.long_date(date, lang),
+                                        l10n.month_title(date[:7], lang),
                                         dt.date.fromisoformat(date).strftime("%d %B %b %Y %m"))).casefold()))
     words = _TOKEN.findall(title.casefold())
     return title if any(w not in told and w not in _JOINERS for w in words) else None
@@ -792,6 +521,6 @@ def _items_html(art: Artifact, lang: str) -> str:
         sources = "".join(f"<li>{_source_html(s)}</li>" for s in item["sources"])
         parts.append(
             f'<li><h3>{_h(item["headline"])}</h3><p class="text">{_h(item["summary"])}</p>'
-            f'<ul class="sources" aria-label="{_h(_word(lang, "sources"))}">{sources}</ul></li>'
+            f'<ul class="sources" aria-label="{_h(l10n.word(lang, "sources"))}">{sources}</ul></li>'
         )
     return "\n".join(parts)

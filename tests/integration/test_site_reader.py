@@ -14,7 +14,7 @@ from typing import Any
 from iipub.compose import compose
 from iipub.config import KNOWN_LANGUAGES, Product, default_products
 from iipub.edition_schema import output_model
-from iipub.sinks import Delivered, Event
+from iipub.sinks import Delivered, Event, l10n
 from iipub.sinks import site as site_mod
 from iipub.sinks.static import StaticSink
 
@@ -121,9 +121,9 @@ def test_the_site_name_breaks_between_its_words(tmp_path: Path) -> None:
 
 
 def test_every_accepted_language_has_its_own_interface_words(tmp_path: Path) -> None:
-    english = site_mod._words("en")
+    english = l10n.words("en")
     for lang in sorted(KNOWN_LANGUAGES):
-        words: dict[str, Any] = site_mod._words(lang)
+        words: dict[str, Any] = l10n.words(lang)
         assert set(words) == set(english), lang
         if lang != "en":
             assert words["published"] != english["published"] and words["latest"] != english["latest"], lang
@@ -140,4 +140,4 @@ def test_every_accepted_language_has_its_own_interface_words(tmp_path: Path) -> 
 
 
 def _count(n: int, lang: str) -> str:
-    return site_mod._count(n, lang)
+    return l10n.count(n, lang)
