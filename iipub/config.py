@@ -343,9 +343,11 @@ class Settings:
                 raise ConfigError("OPENAI_WEBHOOK_SECRET is too short (under 16 bytes of key)")
         return secret
 
-    def webhook_secret(self) -> str:
+    def webhook_secret(self, env: Mapping[str, str]) -> str:
+        """The webhook sink's signing secret, from `env` (the process environment, which the
+        caller reads: this module stays a pure description of the configuration)."""
         assert self.webhook_sink is not None
-        secret = os.environ.get(self.webhook_sink.secret_env, "")
+        secret = env.get(self.webhook_sink.secret_env, "")
         if not secret:
             raise ConfigError(f"webhook sink configured but ${self.webhook_sink.secret_env} is not set")
         return secret

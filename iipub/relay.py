@@ -15,6 +15,7 @@ event as before, so a sink that has an event is never asked again.
 
 from __future__ import annotations
 
+import os
 import queue
 import random
 import time
@@ -77,7 +78,8 @@ def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: 
     if settings.webhook_sink is not None:
         w = settings.webhook_sink
         try:
-            sinks.append(WebhookSink(w.url, settings.webhook_secret(), client=client, timeout=w.timeout_seconds))
+            secret = settings.webhook_secret(os.environ)  # read here, at the edge
+            sinks.append(WebhookSink(w.url, secret, client=client, timeout=w.timeout_seconds))
         except ValueError as exc:  # a malformed secret is a configuration error, not a crash
             raise ConfigError(f"${w.secret_env}: {exc}") from None
     return sinks
