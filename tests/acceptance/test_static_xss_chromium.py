@@ -114,7 +114,8 @@ def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
 
     edition_dom = _dump_dom(root / "daily-brief" / "2025-03-07" / "en.html", tmp_path / "profile")
     assert (
-        "<title>Title en &lt;script&gt;document.title='pwned'&lt;/script&gt; — Daily Brief — 7 March 2025</title>"
+        "<title>Title en &lt;script&gt;document.title='pwned'&lt;/script&gt; — Daily Brief — 7 March 2025 "
+        "— InternationalIntelligence.org</title>"
         in edition_dom
     )
     assert "&lt;img src=x onerror=\"document.title='pwned'\"&gt;" in edition_dom
