@@ -10,6 +10,7 @@ import base64
 import binascii
 import dataclasses
 import datetime as dt
+import ipaddress
 import os
 import re
 import tomllib
@@ -216,8 +217,25 @@ class WebhookSettings(Checked):
     # first batch relaxed; a completion found by a poll first tightens polling at once anyway.
     healthy_for_seconds: Annotated[float, Bounds(gt=0, le=_WEEK)] = 172_800.0
     max_body_bytes: Annotated[int, Bounds(ge=1024, le=10 * 1024 * 1024)] = 256 * 1024
-    request_seconds: Annotated[float, Bounds(ge=1, le=120)] = 20.0  # one delivery's time budget
+    # One delivery's time budget, provider reads included: past it the answer is 503 (delivered again).
+    request_seconds: Annotated[float, Bounds(ge=1, le=120)] = 20.0
     lease_wait_seconds: Annotated[float, Bounds(ge=0, le=60)] = 3.0  # for a worker's lease to end
+    # `iipub webhook serve` (waitress): deliveries settled at once; open connections (more wait in
+    # the listen backlog); a request's line, headers and body must all arrive within `read_seconds`
+    # (else 408 and closed, however slowly the bytes trickle); an idle keep-alive connection is
+    # closed after `keepalive_seconds` and any connection after `keepalive_requests` requests.
+    threads: Annotated[int, Bounds(ge=1, le=64)] = 8
+    connection_limit: Annotated[int, Bounds(ge=16, le=10_000)] = 500
+    backlog: Annotated[int, Bounds(ge=128, le=65_535)] = 1024
+    read_seconds: Annotated[float, Bounds(ge=1, le=120)] = 10.0
+    keepalive_seconds: Annotated[float, Bounds(ge=1, le=300)] = 15.0
+    keepalive_requests: Annotated[int, Bounds(ge=1, le=10_000)] = 100
+    # Peers whose X-Forwarded-For is believed (logged beside the peer's own address): addresses or
+    # networks, e.g. ["127.0.0.1"] behind a local nginx.
+    trusted_proxies: tuple[str, ...] = ()
+    # `iipub webhook prune` / `relay --prune`: deliveries and misses older than this are deleted
+    # (orphans only once resolved). At least a day: far past the ±5-minute replay window.
+    keep_days: Annotated[float, Bounds(ge=1, le=3650)] = 30.0
 
 
 @dataclass(frozen=True)
@@ -411,7 +429,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
     status = _section(StatusSettings, data.get("status"), "status")
-    webhooks = _section(WebhookSettings, data.get("webhooks"), "webhooks")
+    webhooks = _webhooks(data.get("webhooks"))
     monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
     if isinstance(ledger_raw, dict) and "path" in ledger_raw:
@@ -518,6 +536,26 @@ def _check(s: Settings) -> None:
                         f"({s.relay.lease_seconds:g}): a delivery must end while its event is leased")
     if problems:
         raise ConfigError("\n".join(problems))
+
+
+def _webhooks(raw: Any) -> WebhookSettings:
+    """[webhooks], with trusted_proxies read as IP addresses or networks."""
+    if isinstance(raw, dict) and "trusted_proxies" in raw:
+        proxies = raw["trusted_proxies"]
+        if not isinstance(proxies, list) or not all(isinstance(p, str) for p in proxies):
+            raise ConfigError(f"[webhooks] trusted_proxies must be a list of IP addresses or networks "
+                              f"(got {_shown(proxies)})")
+        for p in proxies:
+            try:
+                ipaddress.ip_network(p, strict=False)
+            except ValueError:
+                raise ConfigError(f"[webhooks] trusted_proxies: {_shown(p)} is not an IP address or network") from None
+        raw = {**raw, "trusted_proxies": tuple(proxies)}
+    webhooks = _section(WebhookSettings, raw, "webhooks")
+    if webhooks.threads > webhooks.connection_limit:
+        raise ConfigError(f"[webhooks] threads ({webhooks.threads}) must not exceed connection_limit "
+                          f"({webhooks.connection_limit})")
+    return webhooks
 
 
 def _monitoring(raw: Any, status: StatusSettings) -> MonitoringSettings:

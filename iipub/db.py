@@ -393,15 +393,21 @@ def require_existing(url: str) -> None:
                              "(or set IIPUB_DATABASE_URL)")
 
 
-def make_engine(url: str, pool_size: int = 8) -> Engine:
+def make_engine(url: str, pool_size: int = 8, lock_wait_seconds: int | None = None) -> Engine:
     """An engine for `url`: SQLite in WAL mode with a busy timeout and IMMEDIATE
     transactions (an overlapping tick waits instead of failing), or MySQL/MariaDB
-    with READ COMMITTED (the fence is the version check, not the isolation level)."""
+    with READ COMMITTED (the fence is the version check, not the isolation level).
+    `lock_wait_seconds` bounds a wait for a lock (then `Contention`; default: 30 s on SQLite,
+    the server's own setting on MySQL): the webhook receiver asks for less than its budget."""
     parsed = engine_url(url)
     if parsed.get_backend_name() == "sqlite":
-        engine = sa.create_engine(parsed, connect_args={"timeout": 30})
-        _sqlite_setup(engine)
+        wait = 30 if lock_wait_seconds is None else lock_wait_seconds
+        engine = sa.create_engine(parsed, connect_args={"timeout": wait})
+        _sqlite_setup(engine, wait)
         return engine
+    init = "SET time_zone = '+00:00'"
+    if lock_wait_seconds is not None:
+        init += f", innodb_lock_wait_timeout = {int(lock_wait_seconds)}"
     engine = sa.create_engine(
         parsed,
         isolation_level="READ COMMITTED",
@@ -411,7 +417,7 @@ def make_engine(url: str, pool_size: int = 8) -> Engine:
         # Every `Connection` ends its own transaction (commit, or rollback on close), so
         # the pool's extra ROLLBACK at check-in would be one more round trip for nothing.
         pool_reset_on_return=None,
-        connect_args={"connect_timeout": 10, "charset": "utf8mb4", "init_command": "SET time_zone = '+00:00'"},
+        connect_args={"connect_timeout": 10, "charset": "utf8mb4", "init_command": init},
     )
     _ping_when_idle(engine)
     return engine
@@ -457,12 +463,12 @@ def _switch_to_wal(cur: Any) -> None:
             time.sleep(0.01)
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, lock_wait_seconds: int) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 30000")
+        cur.execute(f"PRAGMA busy_timeout = {int(lock_wait_seconds) * 1000}")
         _switch_to_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()

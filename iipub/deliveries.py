@@ -35,8 +35,9 @@ ORPHAN = "orphan"  # this installation's response no job holds: kept in `orphans
 FOREIGN = "foreign"  # another installation's or application's response: left alone
 UNCONFIRMED = "unconfirmed"  # one read found nothing: read again by the next ticks until reads agree
 IGNORED = "ignored"  # a verified event about something other than a response
+UNKNOWN_EVENT = "unknown_event"  # a verified event of a type the SDK does not know: answered 200, counted
 OUTCOMES = (RECEIVED, CUSTODY, POLLED, DEFERRED, NO_OP, AUTO_LINKED, AWAITING_CREATE, ORPHAN, FOREIGN, UNCONFIRMED,
-            IGNORED)
+            IGNORED, UNKNOWN_EVENT)
 
 _STALE = dt.timedelta(seconds=120)  # a `received` row older than this lost its processor
 _DETAIL_MAX = 2000
@@ -147,6 +148,41 @@ class Deliveries:
                                 .where(deliveries_table.c.received_at >= since)
                                 .group_by(deliveries_table.c.outcome)).all()
         return {str(outcome): int(n) for outcome, n in rows}
+
+    # -- retention ------------------------------------------------------------------------
+
+    def prune(self, keep_days: float, batch: int = 500) -> dict[str, int]:
+        """Delete, in primary-key batches so no long lock is held: deliveries and misses older
+        than `keep_days`, and the rows (output included) of orphans an operator resolved (adopted
+        or discarded) more than `keep_days` ago; what became of them stays in `orphan_details`,
+        which `iipub check` reads. Kept whatever their age: a delivery whose settling is still
+        pending (awaiting its job's create, or an unconfirmed loss read again by the ticks) and an
+        orphan nobody resolved (paid output, kept until resolved)."""
+        pending = deliveries_table.c.outcome.not_in([AWAITING_CREATE, UNCONFIRMED])
+        resolved = details_table.c.fate.is_not(None)
+        return {
+            "webhook_deliveries": self._prune(deliveries_table.c.webhook_id, deliveries_table.c.received_at,
+                                              keep_days, batch, pending),
+            "webhook_misses": self._prune(misses_table.c.response_id, misses_table.c.noticed_at, keep_days, batch),
+            "orphans": self._prune(orphans_table.c.response_id, details_table.c.fate_at, keep_days, batch, resolved,
+                                   join=orphans_table.join(
+                                       details_table, details_table.c.response_id == orphans_table.c.response_id)),
+        }
+
+    def _prune(self, key: sa.Column[Any], when: sa.Column[Any], keep_days: float, batch: int,
+               *also: sa.ColumnElement[bool], join: sa.FromClause | None = None) -> int:
+        table = key.table
+        total = 0
+        while True:
+            with db.transaction(self.engine) as conn:
+                cutoff = db.now(conn, -keep_days * 86400)
+                query = sa.select(key).where(when < cutoff, *also).order_by(when).limit(batch)
+                keys = list(conn.execute(query if join is None else query.select_from(join)).scalars())
+                if keys:
+                    conn.execute(table.delete().where(key.in_(keys)))
+            total += len(keys)
+            if len(keys) < batch:
+                return total
 
     # -- misses and health ----------------------------------------------------------------
 
@@ -336,6 +372,7 @@ class Summary:
                 "received_at": self.last.received_at.isoformat(timespec="microseconds") + "Z",
             },
             "outcomes": dict(sorted(self.outcomes.items())),
+            "unknown_events": self.outcomes.get(UNKNOWN_EVENT, 0),
             "misses": self.misses,
             "relaxed_poll_interval_seconds": self.poll_interval_seconds,
             "orphans": self.orphans,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from . import deliveries
 from .files import fsync_dir, replace_atomically
 from .states import QUARANTINE_REASONS, State
 from .status import Status
@@ -110,6 +111,11 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     gauge("webhooks_enabled", "1 when [webhooks] enabled is true.").set(int(bool(w and w.enabled)))
     gauge("webhooks_healthy", "1 while verified provider webhooks arrive (polling relaxed).").set(
         int(bool(w and w.enabled and w.health.healthy)))
+    received = gauge("webhook_deliveries", "Verified webhook deliveries received in the status window, by outcome "
+                     "(unknown_event: a type the receiver does not know, answered 200).", ("outcome",))
+    by_outcome = w.outcomes if w else {}
+    for outcome in sorted(set(deliveries.OUTCOMES) | set(by_outcome)):
+        received.labels(outcome=outcome).set(by_outcome.get(outcome, 0))
 
     beats = report.heartbeats
     age = gauge("heartbeat_age_seconds", "Seconds since the command last finished OK (NaN: never).", ("command",))

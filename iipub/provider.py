@@ -9,10 +9,12 @@ Nothing here retries: iipub owns every retry decision.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -87,6 +89,18 @@ class Provider(Closing):
         self._sdk: openai.OpenAI | None = None
         self._sdk_lock = threading.Lock()
         self._closed = False
+        self._root = self  # a view made by `until` shares its root's client
+        self._deadline: float | None = None
+
+    def until(self, deadline: float) -> Provider:
+        """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`):
+        each call's timeouts are cut to what is left, and a call with nothing left is not sent
+        (Transient). A webhook delivery's budget thus covers its provider reads. A create is never
+        cut short (an unknown create outcome may cost money): a caller with a deadline does not create."""
+        view = copy.copy(self)
+        view._deadline = deadline
+        view._owns_http = False
+        return view
 
     def ready(self) -> None:
         """Build the SDK client and its HTTP pool now, or say in one line why they cannot be
@@ -102,6 +116,8 @@ class Provider(Closing):
     def _client(self) -> openai.OpenAI:
         """The SDK client and its HTTP pool, built at the first call: an idle tick imports
         neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day)."""
+        if self._root is not self:
+            return self._root._client
         sdk = self._sdk
         if sdk is not None:  # built: every later call skips the lock
             return sdk
@@ -125,6 +141,8 @@ class Provider(Closing):
             return self._sdk
 
     def close(self) -> None:
+        if self._root is not self:
+            return  # a view: its root owns the client
         with self._sdk_lock:
             self._closed = True
             if self._owns_http and self._http is not None:
@@ -160,22 +178,39 @@ class Provider(Closing):
         # The SDK's own request path (auth, base URL, its error classes), but the body is read
         # as JSON once and mapped here: building its full response model cost more CPU than
         # the rest of a poll.
-        return self._read(response_id, lambda: self._client.get(f"/responses/{response_id}", cast_to=_raw()))
+        return self._read(response_id, lambda options: self._client.get(
+            f"/responses/{response_id}", cast_to=_raw(), options=options))
 
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
-        return self._read(response_id, lambda: self._client.post(f"/responses/{response_id}/cancel",
-                                                                 cast_to=_raw()))
+        return self._read(response_id, lambda options: self._client.post(
+            f"/responses/{response_id}/cancel", cast_to=_raw(), options=options))
 
-    def _read(self, response_id: str, call: Callable[[], Any]) -> ReadOutcome:
+    def _read(self, response_id: str, call: Callable[[Any], Any]) -> ReadOutcome:
         """A call answered with the response as it now stands (retrieve, cancel)."""
         _check_id(response_id)
+        timeout = self._timeout()
+        if timeout is None:
+            return _NO_TIME_LEFT
         try:
-            resp: Any = call()
+            resp: Any = call({} if timeout is _CONFIGURED else {"timeout": timeout})
         except _read_errors() as exc:
             return _trouble("read", response_id, exc, _read_outcome(exc))
         return _observed(resp)
+
+    def _timeout(self) -> Any:
+        """The timeouts for the next call: the configured ones (`_CONFIGURED`), those cut to what
+        is left before the deadline, or None when too little is left to send anything."""
+        if self._deadline is None:
+            return _CONFIGURED
+        left = self._deadline - time.monotonic()
+        if left < _MIN_CALL_SECONDS:
+            return None
+        import httpx
+
+        s = self._settings
+        return httpx.Timeout(min(s.timeout_seconds, left), connect=min(s.connect_timeout_seconds, left))
 
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
         # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
@@ -183,8 +218,14 @@ class Provider(Closing):
         _check_id(response_id)
         if not (has_custody or kill_requested):
             _refuse_delete(response_id)
+        timeout = self._timeout()
+        if timeout is None:
+            return _NO_TIME_LEFT
         try:
-            self._client.responses.delete(response_id)
+            if timeout is _CONFIGURED:
+                self._client.responses.delete(response_id)
+            else:
+                self._client.responses.delete(response_id, timeout=timeout)
         except _read_errors() as exc:
             outcome = _trouble("delete", response_id, exc, _read_outcome(exc))
             assert not isinstance(outcome, Observed)
@@ -193,6 +234,9 @@ class Provider(Closing):
 
 
 _T = TypeVar("_T")
+_CONFIGURED = object()  # no deadline: the client's configured timeouts
+_MIN_CALL_SECONDS = 0.2  # less than this left before a deadline: the call is not sent
+_NO_TIME_LEFT = Transient(None, "not sent: the request budget is spent")
 
 
 def _text_format(product: Product) -> dict[str, Any]:

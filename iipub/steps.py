@@ -157,6 +157,15 @@ def _provider_waits(tick: Tick, job: Job) -> bool:
     return False
 
 
+def _no_create_here(tick: Tick, job: Job) -> bool:
+    """A webhook delivery does not create (a create needs its full timeout, more than a request's
+    budget): the job waits, due now, for the next tick."""
+    if tick.creates_allowed:
+        return False
+    hold(tick, job)
+    return True
+
+
 # -- steps, one per state -----------------------------------------------------------
 
 
@@ -190,7 +199,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     if ledger.behind(job, spend):
         assert spend is not None
         return _adopt_from_ledger(tick, apply(tick, job, handlers.restored_behind_ledger(job, spend)), spend)
-    if _provider_waits(tick, job):
+    if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
     verdict = tick.gate.admit(job.id)  # paused, breaker open, shared cool-down, global rate
     if not verdict.allowed:

@@ -88,6 +88,7 @@ class Tick:
         g, now = self.gate.state()
         # Paused, or the breaker open and no probe due: creates are not even leased this tick.
         self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
+        self.creates_allowed = True  # False for a webhook delivery (`steps`): it never creates
         if g.cooldown_until is not None and g.cooldown_until > now:
             # Another process's create was rate-limited: this one's creates wait too. Polls and
             # custody go on: a finished response is kept for only about ten minutes.

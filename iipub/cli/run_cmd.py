@@ -51,7 +51,8 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
 
 @click.command("relay")
 @click.option("--prune", is_flag=True, help="Instead of delivering, delete published outbox rows older than "
-              "relay.prune_after_days (in primary-key batches).")
+              "relay.prune_after_days, and webhook deliveries and misses older than webhooks.keep_days (in "
+              "primary-key batches; orphans are kept until resolved).")
 @pass_app
 def relay_command(app: App, prune: bool) -> None:
     """The second cron command: deliver due outbox events to every configured sink, then exit.
@@ -66,10 +67,12 @@ def relay_command(app: App, prune: bool) -> None:
     settings = app.settings
     engine = app.engine()
     if prune:
+        from ..deliveries import Deliveries
         from ..outbox import Outbox
 
         n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
-        click.echo(json.dumps({"pruned": n}))
+        hooks = Deliveries(engine).prune(settings.webhooks.keep_days)
+        click.echo(json.dumps({"pruned": n, "webhooks": hooks}))
         return
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:

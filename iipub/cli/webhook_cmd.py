@@ -30,34 +30,92 @@ def webhook_group() -> None:
               help="Port to listen on (0: any free port, printed at start).")
 @pass_app
 def serve_command(app: App, host: str, port: int) -> None:
-    """Receive provider webhooks (POST at /) until SIGTERM or Ctrl-C.
+    """Receive provider webhooks (POST at any path) until SIGTERM or Ctrl-C, on waitress.
 
-    Needs OPENAI_WEBHOOK_SECRET (whsec_…) and OPENAI_API_KEY besides the usual settings."""
-    from ..webhook import Receiver, make_wsgi_server
+    Threads, connection limit, listen backlog, the whole-request deadline and keep-alive come
+    from [webhooks]. Needs OPENAI_WEBHOOK_SECRET (whsec_…) and OPENAI_API_KEY besides the usual
+    settings. The receiver is warmed (provider client, database) before it listens."""
+    from ..webhook import Receiver
+    from ..webhook_server import Server
 
-    app.settings.require_provider_webhook_secret()  # before the database: the likelier mistake
-    receiver = Receiver(app.settings, engine=app.engine())
+    settings = app.settings
+    settings.require_provider_webhook_secret()  # before the database: the likelier mistake
+    app.engine()  # the schema is checked (one error line if the database is not migrated)
+    receiver = Receiver(settings)
     try:
-        server = make_wsgi_server(host, port, receiver)
+        receiver.warm()
+        server = Server(receiver, settings.webhooks, host, port)
     except OSError as exc:
         receiver.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except BaseException:
+        receiver.close()
+        raise
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        server.wake()
 
     signal.signal(signal.SIGTERM, _stop)
-    log.info("webhook_listening", url=f"http://{host}:{server.server_port}/")
-    stderr(f"iipub: webhook receiver listening on http://{host}:{server.server_port}/")
+    signal.signal(signal.SIGINT, _stop)
+    w = settings.webhooks
+    log.info("webhook_listening", url=f"http://{host}:{server.port}/", threads=w.threads,
+             connection_limit=w.connection_limit, backlog=w.backlog, read_seconds=w.read_seconds,
+             request_seconds=w.request_seconds)
+    stderr(f"iipub: webhook receiver listening on http://{host}:{server.port}/")
     try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
+        server.serve(stop)
     finally:
-        server.server_close()
         receiver.close()
+
+
+@webhook_group.command("test-delivery")
+@click.argument("url")
+@click.option("--timeout", "timeout_seconds", default=30.0, show_default=True, type=click.FloatRange(1, 120),
+              help="Seconds to wait for the answer.")
+@pass_app
+def test_delivery_command(app: App, url: str, timeout_seconds: float) -> None:
+    """Send one signed test delivery to URL (the public endpoint, e.g.
+    https://example.org/hooks/openai) and say whether iipub's receiver verified it.
+
+    Signed with OPENAI_WEBHOOK_SECRET like a provider delivery (event type iipub.test_delivery).
+    A 200 from the receiver proves the chain end to end: the URL reaches iipub through the web
+    server and proxy (path, body size and headers intact), the secret matches, this host's
+    clock agrees with the receiver's, and the receiver reached its database. It records and
+    changes nothing. Exit 0 when verified, 1 otherwise (with the answer)."""
+    import httpx
+
+    from ..webhook import TEST_ANSWER, signed_test_delivery
+
+    if not url.startswith(("http://", "https://")):
+        raise click.BadParameter(f"must be an http(s) URL (got {url[:80]!r})", param_hint="URL")
+    body, headers = signed_test_delivery(app.settings.require_provider_webhook_secret())
+    try:
+        answer = httpx.post(url, content=body, headers=headers, timeout=timeout_seconds)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"test delivery to {url} not answered: {type(exc).__name__}: {exc}") from None
+    try:
+        message = answer.json().get("message")
+    except ValueError:
+        message = None
+    if answer.status_code == 200 and message == TEST_ANSWER:
+        click.echo(f"ok: {url} answered 200: {message} (webhook-id {headers['webhook-id']})")
+        return
+    shown = clip(message if isinstance(message, str) else answer.text, 200)
+    raise click.ClickException(f"test delivery to {url} answered HTTP {answer.status_code}, not by a verifying "
+                               f"iipub receiver: {shown}")
+
+
+@webhook_group.command("prune")
+@pass_app
+def prune_command(app: App) -> None:
+    """Delete webhook deliveries and misses older than [webhooks] keep_days (default 30), in
+    batches. Orphans are kept until resolved. Prints the rows deleted per table as JSON
+    (`iipub relay --prune` does the same beside the outbox)."""
+    from ..deliveries import Deliveries
+
+    emit_json({"pruned": Deliveries(app.engine()).prune(app.settings.webhooks.keep_days)})
 
 
 @click.group("orphans")

@@ -4,6 +4,7 @@ asserted: the simulator's paid creates and reads, the receiver's delivery rows, 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections import Counter
 from collections.abc import Iterator
@@ -13,12 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay, webhook
+from iipub import db, invariants, reconcile, relay, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, make_settings, serving
+from tests.helpers import job_events, job_rows, make_settings
 from tests.integration.test_webhooks import SECRET
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -47,19 +48,20 @@ class World:
 @pytest.fixture
 def world(db_url: str, engine: sa.Engine, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[World]:
     """Receiver listening first (the simulator needs its URL), then the simulator sending to it."""
-    server = webhook.make_wsgi_server("127.0.0.1", 0, lambda e, s: [])
     timeout = getattr(request, "param", 4.0)
-    options = SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8,
-                               webhook_url=f"http://127.0.0.1:{server.server_port}/", webhook_secret=SECRET,
-                               webhook_late_seconds=0.5)
-    with serving(server), Simulator(options) as sim:
+    hooks = WebhookSettings(enabled=True, poll_interval_seconds=300, lease_wait_seconds=1)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(webhook_server.running(lambda e, s: [], hooks))
+        options = SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8,
+                                   webhook_url=f"http://127.0.0.1:{server.port}/", webhook_secret=SECRET,
+                                   webhook_late_seconds=0.5)
+        sim = stack.enter_context(Simulator(options))
         base = make_settings(db_url, sim.url, tmp_path / "public",
                              provider={"timeout_seconds": timeout, "connect_timeout_seconds": 1})
         p = replace(base.products["daily-brief"], items=3, prompt="Write the brief.")
         settings = replace(
             base, products={"daily-brief": p}, webhook_sink=None, provider_webhook_secret=SECRET,
-            reconcile=replace(base.reconcile, poll_interval_seconds=250),
-            webhooks=WebhookSettings(enabled=True, poll_interval_seconds=300, lease_wait_seconds=1))
+            reconcile=replace(base.reconcile, poll_interval_seconds=250), webhooks=hooks)
         receiver = webhook.Receiver(settings, engine=engine)
         server.set_app(receiver)
         store = Store(engine, "test")
