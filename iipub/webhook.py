@@ -62,7 +62,9 @@ _HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 _PRINTABLE = re.compile(r"[\x20-\x7e]{1,2000}")
 # One signature: a version, a comma, base64. Two headers joined by a server ("a, b") do not match.
 _SIGNATURE = re.compile(r"v[0-9]{1,3}[a-z]?,[A-Za-z0-9+/]+={0,2}")
-_CONTENT_LENGTH = re.compile(r"[0-9]{1,15}")
+_METHOD = re.compile(r"[A-Z]{1,16}")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
+_CONTENT_LENGTH = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
 _READ_CHUNK = 64 * 1024
 
 
@@ -344,6 +346,9 @@ class Receiver:
         headers: dict[str, str] = {}
         try:
             headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+            malformed = _malformed(environ, headers)
+            if malformed:
+                return self.rejected(Answer(400, malformed), headers, peer)
             if environ.get("REQUEST_METHOD") != "POST":
                 return self.rejected(Answer(405, "POST only"), headers, peer)
             w = self.settings.webhooks
@@ -357,18 +362,36 @@ class Receiver:
             return Answer(503, "not settled now; deliver again")
 
 
-def signed_test_delivery(secret: str, now: float | None = None) -> tuple[bytes, dict[str, str]]:
-    """A `TEST_EVENT` delivery and its Standard Webhooks headers, signed with `secret` exactly as
-    the provider signs (HMAC-SHA256 over `id.timestamp.body`; a `whsec_` secret is base64)."""
-    when = int(time.time() if now is None else now)
+def _malformed(environ: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What is wrong with the request line or a header (a server may pass through what it does
+    not check itself: non-ASCII bytes arrive as latin-1 text), or None."""
+    if not _METHOD.fullmatch(str(environ.get("REQUEST_METHOD", ""))):
+        return "malformed request method"
+    path = str(environ.get("SCRIPT_NAME", "")) + str(environ.get("PATH_INFO", ""))
+    if path and not _PRINTABLE.fullmatch(path[:2000]):
+        return "request path is not printable ASCII"
+    for name, value in headers.items():
+        if value and not _HEADER_VALUE.fullmatch(value):
+            return f"header {name[:40]!r} is not printable ASCII"
+    return None
+
+
+def sign(secret: str, webhook_id: str, body: bytes, when: int) -> dict[str, str]:
+    """Standard Webhooks headers for `body`, signed exactly as the provider signs (HMAC-SHA256
+    over `id.timestamp.body`; a `whsec_` secret is base64)."""
+    key = base64.b64decode(secret[6:]) if secret.startswith("whsec_") else secret.encode()
+    mac = hmac.new(key, f"{webhook_id}.{when}.".encode() + body, hashlib.sha256).digest()
+    return {"webhook-id": webhook_id, "webhook-timestamp": str(when),
+            "webhook-signature": "v1," + base64.b64encode(mac).decode(), "content-type": "application/json"}
+
+
+def signed_test_delivery(secret: str) -> tuple[bytes, dict[str, str]]:
+    """A `TEST_EVENT` delivery and its signed headers (`iipub webhook test-delivery`)."""
+    when = int(time.time())
     nonce = secrets.token_hex(8)
     body = json.dumps({"id": f"evt_iipub_test_{nonce}", "object": "event", "type": TEST_EVENT, "created_at": when,
                        "data": {}}).encode()
-    webhook_id = f"wh_iipub_test_{nonce}"
-    key = base64.b64decode(secret[6:]) if secret.startswith("whsec_") else secret.encode()
-    mac = hmac.new(key, f"{webhook_id}.{when}.".encode() + body, hashlib.sha256).digest()
-    return body, {"webhook-id": webhook_id, "webhook-timestamp": str(when),
-                  "webhook-signature": "v1," + base64.b64encode(mac).decode(), "content-type": "application/json"}
+    return body, sign(secret, f"wh_iipub_test_{nonce}", body, when)
 
 
 def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes | Answer:
@@ -378,7 +401,7 @@ def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes 
         return Answer(411, "a Content-Length is required")
     if not _CONTENT_LENGTH.fullmatch(raw):
         return Answer(400, "Content-Length is not a number")
-    length = int(raw)
+    length = int(raw) if len(raw) <= 15 else limit + 1
     if length > limit:
         return Answer(413, f"body over {limit} bytes")
     stream = environ["wsgi.input"]

@@ -52,7 +52,7 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
 @click.command("relay")
 @click.option("--prune", is_flag=True, help="Instead of delivering, delete published outbox rows older than "
               "relay.prune_after_days, and webhook deliveries and misses older than webhooks.keep_days (in "
-              "primary-key batches; orphans are kept until resolved).")
+              "primary-key batches; orphans only once resolved).")
 @pass_app
 def relay_command(app: App, prune: bool) -> None:
     """The second cron command: deliver due outbox events to every configured sink, then exit.

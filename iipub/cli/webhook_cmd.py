@@ -111,7 +111,7 @@ def test_delivery_command(app: App, url: str, timeout_seconds: float) -> None:
 @pass_app
 def prune_command(app: App) -> None:
     """Delete webhook deliveries and misses older than [webhooks] keep_days (default 30), in
-    batches. Orphans are kept until resolved. Prints the rows deleted per table as JSON
+    batches, and resolved orphans `keep_days` after their resolution (unresolved ones are kept). Prints the rows deleted per table as JSON
     (`iipub relay --prune` does the same beside the outbox)."""
     from ..deliveries import Deliveries
 
