@@ -110,9 +110,10 @@ def test_delivery_command(app: App, url: str, timeout_seconds: float) -> None:
 @webhook_group.command("prune")
 @pass_app
 def prune_command(app: App) -> None:
-    """Delete webhook deliveries and misses older than [webhooks] keep_days (default 30), in
-    batches, and resolved orphans `keep_days` after their resolution (unresolved ones are kept). Prints the rows deleted per table as JSON
-    (`iipub relay --prune` does the same beside the outbox)."""
+    """Delete webhook deliveries and misses older than [webhooks] keep_days (default 30), and
+    orphans keep_days after an operator resolved them (unresolved ones are kept), in batches.
+    Prints the rows deleted per table as JSON (`iipub relay --prune` does the same beside the
+    outbox)."""
     from ..deliveries import Deliveries
 
     emit_json({"pruned": Deliveries(app.engine()).prune(app.settings.webhooks.keep_days)})

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import db, installation, migrate, reconcile, relay, webhook
+from iipub import db, installation, migrate, reconcile, relay, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator, SimulatorOptions
@@ -35,7 +35,6 @@ from tests.helpers import (
     make_settings,
     restore_rows,
     run_cli,
-    serving,
     snapshot_rows,
     utc_today,
 )
@@ -87,10 +86,8 @@ def hooked(base: Settings, api_key: str) -> Settings:
 def two_installations(tmp_path: Path) -> Iterator[tuple[Simulator, list[Installation]]]:
     with ExitStack() as stack:
         apps = [_Late(), _Late()]
-        servers = [webhook.make_wsgi_server("127.0.0.1", 0, app) for app in apps]
-        for server in servers:
-            stack.enter_context(serving(server))
-        urls = [f"http://127.0.0.1:{s.server_port}/" for s in servers]
+        servers = [stack.enter_context(webhook_server.running(app, WebhookSettings())) for app in apps]
+        urls = [f"http://127.0.0.1:{s.port}/" for s in servers]
         # Responses finish when the test advances the simulator, not while a loaded host is slow
         # to get from one installation's first tick to the other's.
         sim = stack.enter_context(Simulator(SimulatorOptions(
@@ -205,10 +202,9 @@ def test_link_refuses_a_response_of_another_installation(
 def receiver_url(cfg: Settings, engine: sa.Engine) -> Iterator[tuple[Settings, str]]:
     settings = hooked(cfg, "sk-test")
     r = webhook.Receiver(settings, engine=engine)
-    server = webhook.make_wsgi_server("127.0.0.1", 0, r)
     try:
-        with serving(server):
-            yield settings, f"http://127.0.0.1:{server.server_port}/"
+        with webhook_server.running(r, settings.webhooks) as server:
+            yield settings, f"http://127.0.0.1:{server.port}/"
     finally:
         r.close()
 

@@ -278,6 +278,8 @@ def test_the_budget_holds_while_an_unknown_response_is_read_slowly(hooked: Setti
     client = openai.OpenAI(api_key="sk-test", base_url=sim.url, max_retries=0)
     resp = client.responses.create(model="gpt-test", input="hi", background=True, metadata={"x": "y"})
     sim.advance(5)
+    # Kept as an orphan already (say, announced before): a response the receiver reads again.
+    Deliveries(engine).record_orphan(None, resp.id, "announced before", "in_progress", 1000)
     sim.add_faults([{"fault": "slow", "op": "retrieve"}])
     body = event(resp.id)
     with served(settings, engine) as (_, srv):
@@ -288,7 +290,7 @@ def test_the_budget_holds_while_an_unknown_response_is_read_slowly(hooked: Setti
     assert took < 3 + 1.0, took
     assert sim.stats()["requests"]["retrieve"] == 1
     assert deliveries(engine) == []  # forgotten: the redelivery is settled afresh
-    assert Deliveries(engine).orphans() == []
+    assert [o["status"] for o in Deliveries(engine).orphans()] == ["in_progress"]
 
 
 def test_a_delivery_that_waited_past_its_budget_for_a_thread_is_503_at_once(
@@ -452,11 +454,20 @@ def test_prune_deletes_old_deliveries_and_misses_in_batches_and_keeps_orphans(
         conn.execute(db.webhook_deliveries.insert(), rows)
         conn.execute(db.webhook_misses.insert(), [{"response_id": "resp_m_old", "job_id": "j", "noticed_at": old},
                                                   {"response_id": "resp_m_new", "job_id": "j", "noticed_at": recent}])
-        conn.execute(db.orphans.insert(), [{"response_id": "resp_orphan", "status": "completed", "why": "x",
-                                            "first_seen_at": old}])
-    assert ds.prune(30, batch=3) == {"webhook_deliveries": 7, "webhook_misses": 1, "orphans": 0}
+        conn.execute(db.orphans.insert(), [
+            {"response_id": f"resp_{name}", "status": "completed", "why": "x", "output": "kept", "first_seen_at": old}
+            for name in ("unresolved", "discarded_long_ago", "discarded_lately")])
+        conn.execute(db.orphan_details.insert(), [
+            {"response_id": "resp_discarded_long_ago", "fate": "discarded", "fate_at": old},
+            {"response_id": "resp_discarded_lately", "fate": "discarded", "fate_at": recent},
+            {"response_id": "resp_unresolved", "fate": None, "fate_at": None}])
+    assert ds.prune(30, batch=3) == {"webhook_deliveries": 7, "webhook_misses": 1, "orphans": 1}
     assert sorted(r["webhook_id"] for r in deliveries(engine)) == ["wh_recent", "wh_waiting"]
-    assert row_count(engine, db.webhook_misses) == 1 and row_count(engine, db.orphans) == 1
+    assert row_count(engine, db.webhook_misses) == 1
+    with engine.connect() as conn:
+        left = sorted(conn.execute(sa.select(db.orphans.c.response_id)).scalars())
+    assert left == ["resp_discarded_lately", "resp_unresolved"]
+    assert row_count(engine, db.orphan_details) == 3  # what became of each stays (iipub check reads it)
     with db.transaction(engine) as conn:
         conn.execute(db.webhook_deliveries.insert(), [{"webhook_id": "wh_old_again", "event_type": "x",
                                                        "outcome": "ignored", "received_at": old}])
