@@ -287,7 +287,7 @@ def test_the_budget_holds_while_an_unknown_response_is_read_slowly(hooked: Setti
         answer = httpx.post(url_of(srv), content=body, headers=signed(body), timeout=40)
         took = time.monotonic() - started
     assert answer.status_code == 503, answer.text
-    assert took < 3 + 1.0, took
+    assert took < 3 + 2.5, took  # the budget, then forgetting the row; far from the 30 s read timeout
     assert sim.stats()["requests"]["retrieve"] == 1
     assert deliveries(engine) == []  # forgotten: the redelivery is settled afresh
     assert [o["status"] for o in Deliveries(engine).orphans()] == ["in_progress"]
