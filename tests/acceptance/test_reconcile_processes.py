@@ -72,6 +72,8 @@ def test_worker_paused_past_its_lease_has_its_late_write_rejected(
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     env = sim_env(cli_env, sim, tmp_path, ONE_PRODUCT)
+    cfg = Path(env["IIPUB_CONFIG"])  # just DAY's and today's slots, not the days between (catch-up)
+    cfg.write_text(cfg.read_text().replace("[reconcile]\n", "[reconcile]\ncatch_up_days = 0\n"))
     _setup(engine, [DAY])
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # creates today's and DAY's jobs
     job = next(j for j in job_rows(engine) if j["edition_date"] == DAY)
@@ -117,7 +119,8 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
     # duplicate this test looks for. Admission control (100 in flight per process by default)
     # would hold the 101st create back if one process started late and took every slot.
     cfg.write_text(cfg.read_text()
-                   .replace("poll_interval_seconds = 0", "max_in_flight = 1000\npoll_interval_seconds = 300")
+                   .replace("poll_interval_seconds = 0", "max_in_flight = 1000\npoll_interval_seconds = 300\n"
+                            "catch_up_days = 0")
                    .replace("tick_seconds = 20", "tick_seconds = 120")
                    .replace("lease_seconds = 10", "lease_seconds = 60")
                    .replace("timeout_seconds = 2", "timeout_seconds = 20"))
