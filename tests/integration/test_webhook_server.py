@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import json
 import os
 import socket
@@ -563,3 +564,21 @@ def test_webhook_serve_config_errors_are_one_line(cli_env: dict[str, str], tmp_p
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and needle in lines[0], (toml, lines)
     assert os.environ.get("IIPUB_WEBHOOK_PRELOAD") is None
+
+
+def test_keep_alive_ends_after_keepalive_requests(hooked: Settings, engine: sa.Engine) -> None:
+    settings = replace(hooked, webhooks=replace(hooked.webhooks, keepalive_requests=2))
+    with served(settings, engine) as (_, srv):
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        try:
+            answers = []
+            for i in range(2):
+                body = json.dumps({"id": f"evt_k{i}", "object": "event", "type": "batch.completed", "created_at": 1,
+                                   "data": {"id": "batch_k"}}).encode()
+                conn.request("POST", "/", body=body, headers=signed(body, webhook_id=f"wh_keep_{i}"))
+                got = conn.getresponse()
+                got.read()
+                answers.append((got.status, got.getheader("connection")))
+        finally:
+            conn.close()
+    assert answers == [(200, None), (200, "close")]  # the second request on the connection is its last
