@@ -329,6 +329,12 @@ def simulator_options_seen(monkeypatch: pytest.MonkeyPatch) -> list[SimulatorOpt
     return seen
 
 
+# A config file's one product whose slot opens at midnight UTC: today's slot is due whatever the
+# hour a test runs (the default products open at 05:00 and 06:00).
+MIDNIGHT_PRODUCT_TOML = ('[[products]]\nname = "daily-brief"\nprompt = "Write the brief."\nopens_at = "00:00"\n'
+                         "items = 3\n")
+
+
 def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str = "") -> dict[str, str]:
     """Environment for `iipub reconcile` / `relay` (in process or as a child) against `sim`,
     with a config file in `tmp_path` (`config` appended to it)."""

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from iipub import db
 from iipub.simulator import Simulator
-from tests.helpers import iipub_exe, run_cli
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, iipub_exe, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -74,8 +74,8 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
     (srv / "iipub.toml").write_text(
         "[reconcile]\npoll_interval_seconds = 0\nlease_seconds = 10\ntick_seconds = 15\n"
         "[provider]\ntimeout_seconds = 2\nconnect_timeout_seconds = 1\nloss_confirm_seconds = 0\n"
-        f"[sinks.static]\nroot = \"{srv / 'public'}\"\n[ledger]\npath = \"{srv / 'spend-ledger.jsonl'}\"\n",
-        encoding="utf-8")
+        f"[sinks.static]\nroot = \"{srv / 'public'}\"\n[ledger]\npath = \"{srv / 'spend-ledger.jsonl'}\"\n"
+        + MIDNIGHT_PRODUCT_TOML, encoding="utf-8")
     # The environment file the crontab names, in both spellings it accepts.
     Path(variables["IIPUB_ENV_FILE"]).write_text(
         "# settings and secrets of the iipub host\n"

@@ -11,12 +11,12 @@ import sqlalchemy as sa
 
 from iipub import db
 from iipub.simulator import Simulator
-from tests.helpers import job_rows, one_line_error, run_cli, sim_env
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, one_line_error, run_cli, sim_env
 
 
 @pytest.fixture
 def env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> dict[str, str]:
-    return {**sim_env(cli_env, sim, tmp_path), "USER": "ops"}
+    return {**sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML), "USER": "ops"}
 
 
 def test_pause_and_unpause_are_journaled_and_shown_by_status(env: dict[str, str], tmp_path: Path,

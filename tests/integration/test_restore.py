@@ -18,7 +18,7 @@ from iipub.config import Settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, run_cli, sim_env
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
@@ -98,9 +98,9 @@ def test_a_restore_from_before_a_published_edition_pays_nothing_and_leaves_the_p
 def test_check_ledger_reports_the_slots_the_database_is_behind_on(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
-    env = sim_env(cli_env, sim, tmp_path)
+    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML)
     run_cli("schedule", env=env, cwd=tmp_path, check=True)
-    run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # today's slots, created
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # today's slot, created
     assert run_cli("check", "--ledger", env=env, cwd=tmp_path).returncode == 0
     ledger = SpendLedger(tmp_path / "spend-ledger.jsonl")
     spend, bad = ledger.read()
