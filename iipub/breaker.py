@@ -11,6 +11,9 @@ changes fenced on the row's version, so every reconcile process sees the same an
 - A create with no recent success is itself a probe: one at a time, so an outage that begins
   while iipub is idle costs one quarantined slot, not one per concurrent worker.
 - Optionally at most `max_creates_per_minute` creates across all processes.
+- A daily token ceiling reached (`money.holding`: `[budgets]` and per product, counted by
+  payment time, plus operator overrides): no create of the products it covers. `gate` asks it
+  before these rules, so a held create never takes the probe.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ class Verdict:
     probe: bool = False  # this create decides the provider's health: its outcome is recorded
     wait_briefly: bool = False  # another worker's probe is out: ask again once it is back
     changes: dict[str, Any] | None = None  # gate columns to write before the create goes out
+    ceiling: str | None = None  # held by this daily spend ceiling's scope (`money.Ceiling`)
+    at: dt.datetime | None = None  # the database clock when the gate decided
 
 
 def admit(g: GateState, now: dt.datetime, worker: str, p: ProviderSettings, lease_seconds: float) -> Verdict:
@@ -138,7 +143,8 @@ def on_outcome(g: GateState, now: dt.datetime, worker: str, outcome: CreateOutco
         if outcome.code in QUOTA_CODES:
             return _open(g, now, BreakerReason.QUOTA_EXHAUSTED, outcome.why, p.breaker_quota_cooldown_seconds, p)
         changes: dict[str, Any] = dict(release)
-        if outcome.retry_after is not None:
+        # A flex capacity refusal is flex's, not the account's: it cools no other create down.
+        if outcome.retry_after is not None and not outcome.capacity:
             until = now + dt.timedelta(seconds=outcome.retry_after)
             if g.cooldown_until is None or until > g.cooldown_until:
                 changes["cooldown_until"] = until

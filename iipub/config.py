@@ -95,6 +95,14 @@ class Product(Checked):
     # Display only (the static site's headings, per language, as sorted (lang, title) pairs): not
     # part of the fingerprint, so renaming a product never makes a job's generation drift.
     titles: tuple[tuple[str, str], ...] = ()
+    # Money (none of it shapes the output, so none of it is in the fingerprint): the service tier
+    # asked for until `flex_until_minutes` after the slot opens (then the default tier, so the
+    # edition stays on time), the product's own daily token ceiling (None: none) and what a paid
+    # create whose usage is not known yet counts for against the ceilings.
+    service_tier: Annotated[str, Bounds(pattern=r"^(flex|default)$")] = "default"
+    flex_until_minutes: Annotated[int, Bounds(ge=0, le=1440)] = 30
+    max_tokens_per_day: Annotated[int, Bounds(ge=1, le=10**12)] | None = None
+    estimated_tokens: Annotated[int, Bounds(ge=1, le=10**9)] = 20_000
 
     def title(self, lang: str) -> str:
         """The product's name for readers in `lang` (`display_title`)."""
@@ -121,6 +129,8 @@ class Product(Checked):
 class Budgets(Checked):
     max_generation_attempts: Annotated[int, Bounds(ge=1, le=100)] = 3
     max_poll_attempts: Annotated[int, Bounds(ge=1, le=1_000_000)] = 30
+    # Tokens paid per UTC day (by payment time) across every product; None: no global ceiling.
+    max_tokens_per_day: Annotated[int, Bounds(ge=1, le=10**12)] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,8 @@ class ReconcileSettings(Checked):
     max_in_flight: Count = 100
     # A finished response must be polled well inside its ~10-minute retention.
     poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 30.0
+    # Flex responses run slower: polled less often (still well inside the retention).
+    flex_poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 60.0
     backoff_base_seconds: Seconds = 2.0
     backoff_cap_seconds: Seconds = 600.0
     batch_size: Annotated[int, Bounds(ge=1, le=100_000)] = 500
@@ -156,6 +168,7 @@ class ReconcileSettings(Checked):
 class ProviderSettings(Checked):
     connect_timeout_seconds: Timeout = 5.0
     timeout_seconds: Timeout = 30.0
+    flex_timeout_seconds: Timeout = 45.0  # a create asked at the flex tier is answered more slowly
     max_connections: Annotated[int, Bounds(ge=1, le=1024)] = 32
     base_url: str | None = None  # from OPENAI_BASE_URL
     # A 404, an unrequested `cancelled` or a `failed` is a loss only once it held over this
@@ -275,8 +288,37 @@ class StatusSettings(Checked):
     dwell_slo_target: Share = 0.99
     overdue_poll_slo_target: Share = 0.95
     spend_days: Annotated[int, Bounds(ge=1, le=366)] = 7  # edition dates shown in the spend table, today included
+    # This many reconcile runs in a row whose every provider call could not connect: WARNING.
+    unreachable_after_ticks: Annotated[int, Bounds(ge=1, le=1000)] = 3
     # The name PRODUCT.md gives [monitoring] heartbeat_after_seconds; either spelling is accepted.
     heartbeat_after_seconds: Seconds | None = None
+
+
+@dataclass(frozen=True)
+class ModelPrice(Checked):
+    """What one model's tokens cost per million, at the default tier and at flex (flex prices
+    left out are half the default ones: flex is billed at batch rates)."""
+
+    input_per_million: Annotated[float, Bounds(ge=0, le=1_000_000)]
+    output_per_million: Annotated[float, Bounds(ge=0, le=1_000_000)]
+    flex_input_per_million: Annotated[float, Bounds(ge=0, le=1_000_000)] | None = None
+    flex_output_per_million: Annotated[float, Bounds(ge=0, le=1_000_000)] | None = None
+
+    def per_million(self, tier: str) -> tuple[float, float]:
+        """(input, output) price per million tokens at `tier`."""
+        if tier != "flex":
+            return self.input_per_million, self.output_per_million
+        return (self.input_per_million / 2 if self.flex_input_per_million is None else self.flex_input_per_million,
+                self.output_per_million / 2 if self.flex_output_per_million is None
+                else self.flex_output_per_million)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """`[pricing]`: the currency money figures are shown in, and each model's prices."""
+
+    currency: str = "USD"
+    models: Mapping[str, ModelPrice] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -305,6 +347,7 @@ class Settings:
     ledger: LedgerSettings = LedgerSettings()
     webhooks: WebhookSettings = WebhookSettings()
     monitoring: MonitoringSettings = MonitoringSettings()
+    pricing: Pricing = Pricing()
     api_key: str | None = field(default=None, repr=False)
     provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
@@ -418,7 +461,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> Settings:
     known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
-             "webhooks", "monitoring"}
+             "webhooks", "monitoring", "pricing"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
     reconcile_raw = data.get("reconcile")
@@ -490,6 +533,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         ledger=ledger,
         webhooks=webhooks,
         monitoring=monitoring,
+        pricing=_pricing(data.get("pricing")),
     )
     _check(settings)
     return settings
@@ -505,6 +549,10 @@ def _check(s: Settings) -> None:
     if r.lease_seconds < worst_call + 5:
         problems.append(f"[reconcile] lease_seconds ({r.lease_seconds:g}) must exceed the provider's connect + "
                         f"read timeout ({worst_call:g} s) by at least 5 s")
+    worst_flex = p.connect_timeout_seconds + p.flex_timeout_seconds
+    if any(product.service_tier == "flex" for product in s.products.values()) and r.lease_seconds < worst_flex + 5:
+        problems.append(f"[reconcile] lease_seconds ({r.lease_seconds:g}) must exceed the provider's connect + "
+                        f"flex_timeout_seconds ({worst_flex:g} s) by at least 5 s: a product asks for flex")
     if r.backoff_cap_seconds < r.backoff_base_seconds:
         problems.append("[reconcile] backoff_cap_seconds must be at least backoff_base_seconds")
     if s.relay.backoff_cap_seconds < s.relay.backoff_base_seconds:
@@ -556,6 +604,28 @@ def _webhooks(raw: Any) -> WebhookSettings:
         raise ConfigError(f"[webhooks] threads ({webhooks.threads}) must not exceed connection_limit "
                           f"({webhooks.connection_limit})")
     return webhooks
+
+
+def _pricing(raw: Any) -> Pricing:
+    """`[pricing] currency = "USD"` and `[pricing.models."<model>"] input_per_million = …`."""
+    if raw is None:
+        return Pricing()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[pricing] must be a table, got {type(raw).__name__} {_shown(raw)}")
+    _no_unknown("[pricing]", raw, {"currency", "models"})
+    currency = raw.get("currency", "USD")
+    if not isinstance(currency, str) or not re.fullmatch(r"[A-Za-z$€£¥]{1,8}", currency):
+        raise ConfigError(f"[pricing] currency must be a short currency code such as USD (got {_shown(currency)})")
+    models = raw.get("models", {})
+    if not isinstance(models, dict):
+        raise ConfigError(f"[pricing.models] must be a table of model = {{ prices }} (got {_shown(models)})")
+    for name, prices in models.items():
+        missing = [k for k in ("input_per_million", "output_per_million")
+                   if not isinstance(prices, dict) or k not in prices]
+        if isinstance(prices, dict) and missing:
+            raise ConfigError(f"[pricing.models.{name}] needs {' and '.join(missing)}")
+    return Pricing(currency, {str(name): _section(ModelPrice, prices, f"pricing.models.{name}")
+                              for name, prices in models.items()})
 
 
 def _monitoring(raw: Any, status: StatusSettings) -> MonitoringSettings:

@@ -335,6 +335,52 @@ runs = sa.Table(
     sa.Index("ix_runs_started", "started_at"),
 )
 
+# Money controls (`iipub.spend`): one row per paid create, counted by payment time.
+spend = sa.Table(
+    "spend",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("product", sa.String(64), nullable=False),
+    sa.Column("edition_date", sa.Date, nullable=False),
+    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("tier_asked", sa.String(16), nullable=False),
+    sa.Column("tier_reported", sa.String(16)),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("response_id", sa.String(128)),
+    sa.Column("estimated_tokens", sa.BigInteger, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("total_tokens", sa.BigInteger),
+    sa.Column("paid_at", Time, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+    sa.Index("ix_spend_paid", "paid_at"),
+    sa.Index("ix_spend_job", "job_id", "attempt"),
+    sa.Index("ix_spend_state", "state"),
+)
+
+spend_overrides = sa.Table(
+    "spend_overrides",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("extra_tokens", sa.BigInteger, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("granted_by", sa.String(128), nullable=False),
+    sa.Column("granted_at", Time, nullable=False),
+    sa.Column("until_at", Time, nullable=False),
+    sa.Index("ix_spend_overrides_until", "until_at"),
+)
+
+spend_notes = sa.Table(
+    "spend_notes",
+    metadata,
+    sa.Column("day", sa.Date, primary_key=True),
+    sa.Column("scope", sa.String(64), primary_key=True),
+    sa.Column("noted_at", Time, nullable=False),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,

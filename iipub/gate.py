@@ -17,9 +17,9 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db
+from . import breaker, db, money, payments
 from .breaker import GateState, Verdict
-from .config import ProviderSettings
+from .config import Budgets, Product, ProviderSettings
 from .errors import Contention, OperatorRefused
 from .outcomes import CreateOutcome
 from .timefmt import naive_utc
@@ -71,22 +71,30 @@ def share_read_cool_down(engine: Engine, seconds: float, worker: str) -> None:
 
 
 class CreateGate:
-    def __init__(self, engine: Engine, worker: str, settings: ProviderSettings, lease_seconds: float) -> None:
+    def __init__(self, engine: Engine, worker: str, settings: ProviderSettings, lease_seconds: float,
+                 budgets: Budgets | None = None, products: Mapping[str, Product] | None = None) -> None:
         self.engine = engine
         self.worker = worker
         self.settings = settings
         self.lease_seconds = lease_seconds
+        self.budgets = budgets or Budgets()
+        self.products = dict(products or {})
+        self.has_ceilings = money.has_ceilings(self.budgets, self.products)
 
     def state(self) -> tuple[GateState, dt.datetime]:
         with self.engine.connect() as conn:
             return read(conn), db.read_now(conn)
 
-    def admit(self, job_id: str) -> Verdict:
-        """Ask before charging `job_id`'s generation attempt; an allowed probe is recorded as
-        that job's (threads of one process share a worker id, so the job names the claimant)."""
+    def admit(self, job_id: str, product: str | None = None) -> Verdict:
+        """Ask before charging `job_id`'s generation attempt (of `product`: its daily spend
+        ceilings apply); an allowed probe is recorded as that job's (threads of one process share
+        a worker id, so the job names the claimant)."""
+        held = self.ceiling_holding(product) if product is not None and self.has_ceilings else None
+        if held is not None:
+            return Verdict(False, f"spend ceiling reached: {held.describe()}", ceiling=held.scope)
         claimant = _claimant(self.worker, job_id)
-        return self._decide(lambda g, now: _verdict_changes(
-            breaker.admit(g, now, claimant, self.settings, self.lease_seconds)))
+        return self._decide(lambda g, now: _verdict_changes(dataclasses.replace(
+            breaker.admit(g, now, claimant, self.settings, self.lease_seconds), at=now)))
 
     def record(self, job_id: str, outcome: CreateOutcome, *, probe: bool) -> None:
         """What a create's outcome tells every other process."""
@@ -96,6 +104,40 @@ class CreateGate:
             return None, breaker.on_outcome(g, now, claimant, outcome, self.settings, probe=probe)
 
         self._decide(decide)
+
+    def ceiling_holding(self, product: str) -> money.Ceiling | None:
+        """The reached daily ceiling that holds a create of `product` back, or None. The first
+        time a ceiling is found reached on a day it is journaled (`gate_events`) and logged, once
+        across every process."""
+        with db.transaction(self.engine) as conn:
+            now = db.read_now(conn)
+            found, _ = payments.ceilings_now(conn, self.budgets, self.products, now)
+            held = money.holding(found, product)
+            if held is not None and payments.note_reached(conn, held, now):
+                detail = {"ceiling": held.name, "limit": held.limit, "override_tokens": held.extra,
+                          "counted_today": held.spent, "day": now.date().isoformat()}
+                conn.execute(gate_events_table.insert().values(
+                    kind="ceiling_reached", worker=self.worker, at=db.now(conn),
+                    detail=json.dumps(detail, sort_keys=True)))
+                log.warning("spend_ceiling_reached", worker=self.worker, **detail)
+            return held
+
+    def override(self, scope: str, tokens: int, until: dt.datetime | None, by: str, reason: str) -> payments.Override:
+        """An operator raises a daily ceiling by `tokens` until `until` (default: the next UTC
+        midnight), journaled with who and why."""
+        with db.transaction(self.engine) as conn:
+            now = db.read_now(conn)
+            end = until or payments.day_start(now) + dt.timedelta(days=1)
+            if end <= now:
+                raise OperatorRefused(f"--until {end.isoformat()}Z is already past (database clock "
+                                      f"{now.isoformat(timespec='seconds')}Z)")
+            granted = payments.grant(conn, scope, tokens, end, reason, by)
+            detail = {"by": by, "why": reason, **granted.to_dict()}
+            conn.execute(gate_events_table.insert().values(
+                kind="budget_override", worker=self.worker, at=db.now(conn),
+                detail=json.dumps(detail, sort_keys=True, default=str)))
+        log.warning("create_gate", change="budget_override", worker=self.worker, **detail)
+        return granted
 
     def share_cool_down(self, seconds: float) -> None:
         self._decide(lambda g, now: (None, _change(breaker.cool_down(g, now, seconds))))

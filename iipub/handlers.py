@@ -70,8 +70,9 @@ def on_window_open(job: Job, fingerprint: str) -> Decision:
     return Decision(State.CREATE_ELIGIBLE, Reason.WINDOW_OPEN, changes={"config_fingerprint": fingerprint}, go_on=True)
 
 
-def before_dispatch(job: Job, fingerprint: str, budgets: Budgets) -> Decision:
-    """CREATE_ELIGIBLE: charge the generation budget, committed before the POST."""
+def before_dispatch(job: Job, fingerprint: str, budgets: Budgets, tier: str = "default") -> Decision:
+    """CREATE_ELIGIBLE: charge the generation budget, committed before the POST (the journal
+    names the service tier the create asks for)."""
     if job.generation_attempts >= budgets.max_generation_attempts:
         return quarantine(
             Reason.GENERATION_BUDGET_EXHAUSTED,
@@ -81,34 +82,45 @@ def before_dispatch(job: Job, fingerprint: str, budgets: Budgets) -> Decision:
         State.CREATE_IN_FLIGHT, Reason.DISPATCH,
         changes={"generation_attempts": job.generation_attempts + 1, "config_fingerprint": fingerprint,
                  "response_id": None, "poll_count": 0},
-        detail={"attempt": job.generation_attempts + 1},
+        detail={"attempt": job.generation_attempts + 1, "service_tier": tier},
         go_on=True,
     )
 
 
 def after_create(
     job: Job, outcome: Accepted | Refused | Ambiguous | Rejected, s: ReconcileSettings,
-    rng: random.Random | None = None,
+    rng: random.Random | None = None, *, tier: str = "default", flex_left: float | None = None,
 ) -> Decision:
-    """Leaving CREATE_IN_FLIGHT. `job` is the in-flight job (attempt already charged)."""
+    """Leaving CREATE_IN_FLIGHT. `job` is the in-flight job (attempt already charged), `tier`
+    the service tier it asked for; `flex_left` is how long the slot may still ask for flex
+    (a flex refusal's retry is not put off past it: after it the create asks the default tier)."""
     if isinstance(outcome, Accepted):
         return Decision(
             State.ACCEPTED, Reason.ACCEPTED,
             changes={"response_id": outcome.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
-            detail={"response_id": outcome.response_id, "status": outcome.status},
+            detail={"response_id": outcome.response_id, "status": outcome.status, "service_tier_asked": tier,
+                    "service_tier": outcome.service_tier},
             delay=s.poll_interval_seconds,
         )
     if isinstance(outcome, Refused):
         # Nothing can have been charged: refund the attempt and try again later.
         retry = job.retry_count + 1
         delay = _backoff(retry, outcome.retry_after, s, rng)
+        if outcome.capacity and flex_left is not None:
+            delay = max(0.0, min(delay, flex_left))
+        detail: dict[str, Any] = {"why": outcome.why, "refunded_attempt": job.generation_attempts,
+                                  "delay": round(delay, 3), "service_tier_asked": tier}
+        if outcome.capacity:
+            detail["capacity"] = True  # flex had no capacity: not the account's rate limit
+        # A capacity refusal of flex cools nothing down: default-tier creates are not limited.
+        rate_limited = not outcome.capacity and (outcome.retry_after is not None or "429" in outcome.why)
         return Decision(
             State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED,
             changes={"generation_attempts": job.generation_attempts - 1, "retry_count": retry,
                      "last_error": outcome.why[:_ERROR_MAX]},
-            detail={"why": outcome.why, "refunded_attempt": job.generation_attempts, "delay": round(delay, 3)},
+            detail=detail,
             delay=delay,
-            cooldown=delay if outcome.retry_after is not None or "429" in outcome.why else None,
+            cooldown=delay if rate_limited else None,
         )
     if isinstance(outcome, Rejected):
         return quarantine(Reason.CREATE_REJECTED, f"HTTP {outcome.status}: {outcome.why}", status=outcome.status)
@@ -286,6 +298,8 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
     detail["total_tokens"] = usage.total_tokens if usage else None
+    if outcome.service_tier is not None:
+        detail["service_tier"] = outcome.service_tier
     if outcome.completed_at is not None and outcome.created_at is not None:
         # The provider's clock: the dwell SLI maps its completion onto the database clock through
         # the create's acceptance (`status.dwell_samples`), so time it waited unseen counts.

@@ -54,6 +54,12 @@ def failure_cause(code: str | None) -> FailureCause:
 
 # 429 codes that mean the account cannot pay (error `code` or `type`), not "slow down".
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+# A flex create answered 429 "Resource Unavailable": the provider has no flex capacity now. The
+# provider's flex documentation names the status and title only; the error's `code` or `type`
+# is matched against these (and the title in its message), never a quota code. Not charged; a
+# capacity refusal of flex, not a rate limit of the account.
+CAPACITY_CODES = frozenset({"resource_unavailable", "resource_unavailable_error", "flex_capacity_unavailable"})
+CAPACITY_CODE = "resource_unavailable"
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class CreateRequest:
     attempt: int
     fingerprint: str
     installation: str = ""  # this database's installation id (`iipub.installation`)
+    service_tier: str = "default"  # "flex" or "default": the Responses API's `service_tier`
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Accepted:
 
     response_id: str
     status: str
+    service_tier: str | None = None  # the tier the response reports it runs at
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class Observed:
     error_code: str | None = None
     completed_at: float | None = None  # the provider's own completion time (Unix seconds), if it says
     created_at: float | None = None  # ... and its creation time, on the same (the provider's) clock
+    service_tier: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -113,6 +122,8 @@ class Refused:
     retry_after: float | None
     why: str
     code: str | None = None  # the provider's error code, e.g. `insufficient_quota`
+    capacity: bool = False  # a flex create refused for capacity: no cool-down, no breaker
+    unreachable: bool = False  # no connection could be made: the provider was not reached
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,7 @@ class Transient:
 
     retry_after: float | None
     why: str
+    unreachable: bool = False  # no connection could be made: the provider was not reached
 
 
 CreateOutcome = Accepted | Refused | Ambiguous | Rejected

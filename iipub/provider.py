@@ -29,6 +29,9 @@ from .closing import Closing
 from .config import Product, ProviderSettings
 from .errors import ConfigError, InvariantViolation, MissingApiKey
 from .outcomes import (
+    CAPACITY_CODE,
+    CAPACITY_CODES,
+    QUOTA_CODES,
     Accepted,
     Ambiguous,
     CreateOutcome,
@@ -161,15 +164,22 @@ class Provider(Closing):
             "store": True,
             "text": {"format": _text_format(p)},
             "metadata": create_metadata(req),
+            "service_tier": req.service_tier,
         }
         try:
             client = self._client
         except Exception as exc:  # the client could not even be built: not a byte was sent
             return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {_described(exc)}"))
+        if req.service_tier == "flex":  # flex is answered more slowly: its own (longer) read timeout
+            import httpx
+
+            s = self._settings
+            client = client.with_options(timeout=httpx.Timeout(s.flex_timeout_seconds,
+                                                               connect=s.connect_timeout_seconds))
         try:
             resp: Any = client.responses.create(**kwargs)
         except Exception as exc:
-            return _trouble("create", req.job_id, exc, _create_outcome(exc))
+            return _trouble("create", req.job_id, exc, _create_outcome(exc, flex=req.service_tier == "flex"))
         return _accepted_or_ambiguous(resp)
 
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
@@ -274,7 +284,7 @@ def _refuse_delete(response_id: str) -> NoReturn:
     )
 
 
-def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
+def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguous | Rejected:
     """THE MONEY MAPPING for a create that did not return a 2xx body.
 
     | what happened                                          | outcome    | why                      |
@@ -282,6 +292,7 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
     | 2xx with an id starting `resp_`  (see _accepted_...)   | Accepted   | job exists, will charge  |
     | 2xx, no usable id / body unparsable (_accepted_...)    | Ambiguous  | may exist, id unknown    |
     | 429                                                    | Refused    | rate-limited: not run    |
+    | 429 resource unavailable to a flex create              | Refused    | no flex capacity: not run|
     | connect error / connect timeout / pool timeout         | Refused    | no request byte was sent |
     | read / write timeout, reset, protocol error, other I/O | Ambiguous  | request may have arrived |
     | 408, 409                                               | Ambiguous  | may have been processed  |
@@ -295,7 +306,10 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
         status = exc.status_code
         why = _status_why(exc)
         if status == 429:
-            return Refused(backoff.delay_from_headers(exc.response.headers), why, _error_code(exc) or "rate_limited")
+            code = _error_code(exc) or "rate_limited"
+            if flex and _capacity_refusal(exc, code):
+                return Refused(backoff.delay_from_headers(exc.response.headers), why, CAPACITY_CODE, capacity=True)
+            return Refused(backoff.delay_from_headers(exc.response.headers), why, code)
         if status in (408, 409) or status >= 500:
             return Ambiguous(why)
         if 400 <= status < 500:
@@ -303,7 +317,7 @@ def _create_outcome(exc: Exception) -> Refused | Ambiguous | Rejected:
         return Ambiguous(why)
     if isinstance(exc, openai.APIConnectionError):
         if _never_sent(exc):
-            return Refused(None, f"connection not established: {_cause_name(exc)}")
+            return Refused(None, f"connection not established: {_cause_name(exc)}", unreachable=True)
         return Ambiguous(f"transport failure after the request may have been sent: {_cause_name(exc)}")
     return Ambiguous(f"unexpected error during create: {_described(exc)}")
 
@@ -319,7 +333,17 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
     if not isinstance(response_id, str) or not response_id.startswith("resp_"):
         return Ambiguous(f"2xx without a usable response id: {_clip(repr(response_id))}")
     status = getattr(resp, "status", None)
-    return Accepted(response_id, status if isinstance(status, str) else "unknown")
+    tier = getattr(resp, "service_tier", None)
+    return Accepted(response_id, status if isinstance(status, str) else "unknown",
+                    _clip(tier, 16) if isinstance(tier, str) and tier else None)
+
+
+def _capacity_refusal(exc: openai.APIStatusError, code: str) -> bool:
+    """A 429 that is flex's "Resource Unavailable", not the account's rate limit or quota."""
+    if code in QUOTA_CODES:
+        return False
+    kinds = {str(getattr(exc, "code", None) or ""), str(getattr(exc, "type", None) or ""), code}
+    return bool(kinds & CAPACITY_CODES) or "resource unavailable" in _status_why(exc).lower()
 
 
 def _never_sent(exc: openai.APIConnectionError) -> bool:
@@ -353,7 +377,7 @@ def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:
             return Rejected(status, why)
         return Transient(None, why)
     if isinstance(exc, openai.APIConnectionError):
-        return Transient(None, f"transport failure: {_cause_name(exc)}")
+        return Transient(None, f"transport failure: {_cause_name(exc)}", unreachable=_never_sent(exc))
     # JSON decode errors and the like: the body could not be read; asking again is harmless.
     return Transient(None, f"unreadable answer: {_described(exc)}")
 
@@ -395,6 +419,7 @@ def _to_observed(doc: Any) -> Observed | Transient:
         error_code=_clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None,
         completed_at=_epoch(doc.get("completed_at")),
         created_at=_epoch(doc.get("created_at")),
+        service_tier=_clip(doc["service_tier"], 16) if isinstance(doc.get("service_tier"), str) else None,
     )
 
 

@@ -12,13 +12,13 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, installation, ledger, outbox, validate
+from . import db, handlers, installation, ledger, money, outbox, payments, validate
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
-from .jobs import Job
-from .outcomes import DEAD_STATUSES, CreateOutcome, CreateRequest, Missing, Observed, ReadOutcome, Refused
+from .jobs import Job, slot_opened
+from .outcomes import DEAD_STATUSES, Accepted, CreateOutcome, CreateRequest, Missing, Observed, ReadOutcome, Refused
 from .states import Reason, State
 from .store import Store
 from .tick import Tick
@@ -195,24 +195,32 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     if tick.shadow:
         return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
-    spend = tick.spend(slot)
-    if ledger.behind(job, spend):
-        assert spend is not None
-        return _adopt_from_ledger(tick, apply(tick, job, handlers.restored_behind_ledger(job, spend)), spend)
+    in_ledger = tick.spend(slot)
+    if ledger.behind(job, in_ledger):
+        assert in_ledger is not None
+        return _adopt_from_ledger(tick, apply(tick, job, handlers.restored_behind_ledger(job, in_ledger)), in_ledger)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
-    verdict = tick.gate.admit(job.id)  # paused, breaker open, shared cool-down, global rate
+    # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
+    verdict = tick.gate.admit(job.id, job.product)
     if not verdict.allowed:
         if verdict.wait_briefly:
             tick.wait_for_probe(job.id)
-        tick.count("held_back")
+        tick.count("held_by_ceiling" if verdict.ceiling else "held_back")
         hold(tick, job)
         return None
+    assert verdict.at is not None
+    opened = slot_opened(job.opens_at, job.created_at)
+    tier = money.tier_for(product, opened, verdict.at)  # flex until its deadline, then the default tier
+    deadline = money.flex_deadline(product, opened)
+    d = handlers.before_dispatch(job, fingerprint, tick.settings.budgets, tier)
     if not tick.admit_create():
         hold(tick, job)
         return None
+    paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
-        in_flight = apply(tick, job, d)  # committed before any byte goes out
+        in_flight = apply(tick, job, d, extra=lambda conn: paid.append(
+            payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
     finally:
         tick.admitted()
     attempt = in_flight.generation_attempts
@@ -226,24 +234,33 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         outcome = tick.provider.create(CreateRequest(
             job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
             installation=tick.installation,
+            service_tier=tier,
         ))
+        tick.called(outcome)
         tick.record_outcome(job.id, slot, attempt, outcome)
-    after = apply(tick, in_flight, dataclasses.replace(
-        handlers.after_create(in_flight, outcome, tick.poll_settings, tick.rng), go_on=False))
+    if isinstance(outcome, Refused):
+        tick.create_refused()
+    runs_at = (outcome.service_tier or tier) if isinstance(outcome, Accepted) else tier
+    decision = handlers.after_create(in_flight, outcome, tick.poll_settings_for(runs_at), tick.rng, tier=tier,
+                                     flex_left=(deadline - verdict.at).total_seconds() if deadline else None)
+    after = apply(tick, in_flight, dataclasses.replace(decision, go_on=False),
+                  extra=lambda conn: payments.record_outcome(conn, paid[0], outcome))
+    if isinstance(outcome, Accepted):
+        tick.runs_at(job.id, runs_at)
     tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
 
 
-def _adopt_from_ledger(tick: Tick, parked: Job, spend: ledger.SlotSpend) -> Job | None:
+def _adopt_from_ledger(tick: Tick, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:
     """Right after `restored_behind_ledger`: if the provider still has the response the ledger
     recorded, and it names this slot, take it back (nothing is paid again)."""
     if parked.lease_owner != tick.store.worker:
         return parked
-    if spend.response_id is None or tick.reads_cooling():
+    if in_ledger.response_id is None or tick.reads_cooling():
         tick.store.release(parked)
         return None
-    outcome = tick.provider.retrieve(spend.response_id)
-    d = handlers.adopt_restored(parked, spend, outcome)
+    outcome = tick.provider.retrieve(in_ledger.response_id)
+    d = handlers.adopt_restored(parked, in_ledger, outcome)
     if d is None:
         tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
         return None
@@ -264,7 +281,8 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    d = handlers.after_poll(job, outcome, tick.poll_settings, tick.rng, loss=tick.settings.provider,
+    tick.called(outcome)
+    d = handlers.after_poll(job, outcome, tick.polls_of(job), tick.rng, loss=tick.settings.provider,
                             suspected_reads=_suspected_reads(tick, job, outcome))
     batch = tick.batch_of(job.id)
     if batch is not None and not d.go_on:
@@ -300,6 +318,7 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
         return None
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
+    tick.called(outcome)
     return apply(tick, job, handlers.after_refetch(
         job, outcome, tick.settings.reconcile, max_output_bytes(_product(tick, job)), tick.rng,
         loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
@@ -373,6 +392,7 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
                                    "custody" if job.payload is not None else "kill", tick.store.worker)
     outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
                                    kill_requested=job.kill_requested)
+    tick.called(outcome)
     return apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
 
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import db, states
+from . import db, payments, states
 from .config import Product
 from .errors import (
     Contention,
@@ -295,6 +295,10 @@ class Store:
                 raise LeaseLost(f"job {job.id} changed since version {job.version}; {job.state} -> {w.to_state} "
                                 "rejected", job_id=job.id)
             self._journal(conn, [w.journal], now)
+            if changes and "payload" in changes and "total_tokens" in changes:
+                # Custody with the provider's usage: the paid create's spend row learns it, in
+                # this same transaction (every custody path comes through here).
+                payments.record_usage(conn, job, changes, detail or {})
             if extra is not None:
                 extra(conn)
         return self._written(w)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import db, gate, installation, ledger
-from .config import Settings
+from . import db, gate, installation, ledger, money, payments
+from .config import ReconcileSettings, Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
 from .gate import CreateGate
@@ -42,17 +42,27 @@ class TickReport:
     contention: int = 0
     lease_lost: int = 0
     errors: int = 0
-    creates: int = 0
+    creates: int = 0  # creates sent that the provider may have processed (and charged)
+    refused: int = 0  # creates provably not processed (429, never connected): not charged
     held_back: int = 0
+    held_by_ceiling: int = 0  # creates waiting because a daily spend ceiling is reached
+    provider_calls: int = 0
+    unreachable: int = 0  # provider calls that could not even connect
     transitions: Counter[str] = field(default_factory=Counter)
     stopped_at_deadline: bool = False
     seconds: float = 0.0
     shadow: bool = False  # shadow mode: creates, saves, deletes and cancels were journaled, not done
     paused_everything: bool = False  # `pause --everything`: the tick did nothing
 
+    @property
+    def provider_unreachable(self) -> bool:
+        """Every provider call of this tick failed to connect (`status --check` counts such ticks)."""
+        return self.provider_calls > 0 and self.unreachable == self.provider_calls
+
     def summary(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["transitions"] = dict(self.transitions)
+        d["provider_unreachable"] = self.provider_unreachable
         return d
 
 
@@ -72,7 +82,8 @@ class Tick:
         self._creates_cool_until = 0.0  # time.monotonic(): creates wait (429 on a create, shared gate)
         self._reads_cool_until = 0.0  # polls, custody, cleanup wait (429 on a read; at most 60 s)
         self._admitting = 0  # creates admitted by this tick whose CREATE_IN_FLIGHT is not committed yet
-        self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds)
+        self.gate = CreateGate(store.engine, store.worker, settings.provider, settings.reconcile.lease_seconds,
+                               settings.budgets, settings.products)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
         self._batches: dict[str, WriteBatch] = {}
         path = settings.ledger_path()
@@ -85,6 +96,10 @@ class Tick:
         self.poll_settings = (dataclasses.replace(settings.reconcile,
                                                   poll_interval_seconds=settings.webhooks.poll_interval_seconds)
                               if self.webhooks_healthy else settings.reconcile)
+        # Flex responses are slower: polled at their own cadence (never faster than the above).
+        self.flex_poll_settings = dataclasses.replace(self.poll_settings, poll_interval_seconds=max(
+            self.poll_settings.poll_interval_seconds, settings.reconcile.flex_poll_interval_seconds))
+        self._flex_jobs: set[str] | None = None  # jobs whose response runs at flex, read at the first poll
         g, now = self.gate.state()
         # Paused, or the breaker open and no probe due: creates are not even leased this tick.
         self.creates_blocked = g.paused or (g.is_open and g.probe_after is not None and g.probe_after > now)
@@ -206,6 +221,36 @@ class Tick:
         with self._lock:
             if self._spend is not None and kind == "refused" and slot in self._spend:
                 self._spend[slot].charged -= 1
+
+    def poll_settings_for(self, tier: str | None) -> ReconcileSettings:
+        return self.flex_poll_settings if tier == money.FLEX else self.poll_settings
+
+    def polls_of(self, job: Job) -> ReconcileSettings:
+        """The poll cadence of `job`'s response: the flex one while it runs at flex."""
+        with self._lock:
+            if self._flex_jobs is None:
+                self._flex_jobs = payments.flex_jobs(self.store.engine)
+            flex = job.id in self._flex_jobs
+        return self.flex_poll_settings if flex else self.poll_settings
+
+    def runs_at(self, job_id: str, tier: str | None) -> None:
+        """A create of `job_id` was accepted at `tier` in this tick."""
+        with self._lock:
+            if self._flex_jobs is not None:
+                (self._flex_jobs.add if tier == money.FLEX else self._flex_jobs.discard)(job_id)
+
+    def called(self, outcome: object) -> None:
+        """One provider call and its outcome (an unreachable provider is counted per call)."""
+        with self._lock:
+            self.report.provider_calls += 1
+            self.report.unreachable += int(bool(getattr(outcome, "unreachable", False)))
+
+    def create_refused(self) -> None:
+        """A create admitted by `admit_create` was provably refused: it is reported as refused,
+        not as a create (its in-flight place is the database's count: it left CREATE_IN_FLIGHT)."""
+        with self._lock:
+            self.report.creates -= 1
+            self.report.refused += 1
 
     def wait_for_probe(self, job_id: str) -> None:
         with self._lock:

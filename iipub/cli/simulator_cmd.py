@@ -46,6 +46,7 @@ Fault specs: NAME[@OP][:PROBABILITY][*TIMES][~START..END], parts in that order.
   server_error@create*3         the first three creates answer 500
   rate_limit@create~30..90      creates answer 429 from simulated second 30 until 90
   quota_exhausted:0.1*5~60..    after second 60, a tenth of creates answer 429 quota, five times at most
+  flex_unavailable*2            the first two flex creates answer 429 resource_unavailable
 START/END are simulated seconds since the simulator started (the --time-scale clock plus
 POST /_sim/advance); a rule fires while START <= now < END. --outage START:END is
 service_unavailable@create~START..END: every create answers 503 in that window."""
@@ -102,6 +103,11 @@ service_unavailable@create~START..END: every create answers 503 in that window."
               help="The Standard Webhooks secret the webhooks are signed with (required with --webhook-url).")
 @click.option("--webhook-late-seconds", default=2.0, show_default=True, type=click.FloatRange(min=0),
               help="Real seconds the webhook_late fault holds an event back (at most, for webhook_out_of_order).")
+@click.option("--flex-refusal-rate", default=0.0, show_default=True, type=click.FloatRange(0, 1),
+              help="Flex mode: the share of creates asking for service_tier flex answered 429 resource_unavailable "
+              "(no flex capacity, nothing created or charged).")
+@click.option("--flex-slowdown", default=3.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Flex mode: a flex response stays queued and in progress this many times longer.")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
 @click.option("--log-requests/--no-log-requests", default=True, show_default=True,
@@ -121,6 +127,8 @@ def simulator_command(
     webhook_urls: tuple[str, ...],
     webhook_secret: str | None,
     webhook_late_seconds: float,
+    flex_refusal_rate: float,
+    flex_slowdown: float,
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
@@ -151,6 +159,8 @@ def simulator_command(
         webhook_also=tuple(webhook_urls[1:]),
         webhook_secret=webhook_secret,
         webhook_late_seconds=webhook_late_seconds,
+        flex_refusal_rate=flex_refusal_rate,
+        flex_slowdown=flex_slowdown,
     )
     try:
         sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)

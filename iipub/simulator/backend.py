@@ -67,6 +67,7 @@ class Stored:
     queued_s: float
     in_progress_s: float
     message_id: str = field(default_factory=lambda: "msg_" + secrets.token_hex(24))
+    service_tier: str = "default"  # the tier it runs at (flex when the create asked for it)
     forced: tuple[str, float] | None = None  # (status, when) set by cancel
     race_reported: bool = False  # cancelled_then_completed: the lying read has happened
     announced: bool = False  # its finish has been handed to the webhook sender
@@ -137,6 +138,8 @@ class Stats:
     max_retry_count_seen: int = 0
     create_metadata: list[dict[str, str]] = field(default_factory=list)
     faults_fired: Counter[str] = field(default_factory=Counter)
+    creates_by_tier: Counter[str] = field(default_factory=Counter)  # creates made, by the tier they run at
+    flex_refused: int = 0  # flex creates answered 429 resource unavailable (nothing created)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,6 +155,8 @@ class Stats:
             "max_retry_count_seen": self.max_retry_count_seen,
             "create_metadata": [dict(m) for m in self.create_metadata],
             "faults_fired": dict(self.faults_fired),
+            "creates_by_tier": dict(self.creates_by_tier),
+            "flex_refused": self.flex_refused,
         }
 
 
@@ -166,7 +171,9 @@ class Backend:
         seed: int | None,
         run_faults: tuple[FaultRule, ...],
         announce: bool = False,
+        flex_slowdown: float = 3.0,
     ) -> None:
+        self.flex_slowdown = flex_slowdown  # flex responses take this many times longer
         self.queued_seconds = queued_seconds
         self.in_progress_seconds = in_progress_seconds
         self.retention_seconds = retention_seconds
@@ -254,6 +261,14 @@ class Backend:
             refused = self._fire("create", job_id, _CREATE_REFUSING)
             if refused:
                 return refused
+            tier = "flex" if req.get("service_tier") == "flex" else "default"
+            if tier == "flex" and self.faults.take_first("create", job_id, (f.FLEX_UNAVAILABLE,)):
+                self._stats.faults_fired[f.FLEX_UNAVAILABLE] += 1
+                self._stats.flex_refused += 1
+                return _error(429, "Resource Unavailable: there is not enough flex processing capacity for this "
+                              "request right now. Retry later, or send it with service_tier 'default'.",
+                              "resource_unavailable", code="resource_unavailable")
+            slow = self.flex_slowdown if tier == "flex" else 1.0
             content_faults = frozenset(self.faults.take("create", job_id, f.CONTENT_FAULTS))
             self._stats.faults_fired.update(content_faults)
             delivery = self._delivery("create", job_id)
@@ -264,13 +279,15 @@ class Backend:
                 created=now,
                 request=req,
                 faults=content_faults,
-                queued_s=self.queued_seconds,
-                in_progress_s=self.in_progress_seconds,
+                queued_s=self.queued_seconds * slow,
+                in_progress_s=self.in_progress_seconds * slow,
+                service_tier=tier,
             )
             self._responses[stored.id] = stored
             if self._announce and req.get("background"):
                 self._unannounced[stored.id] = stored
             self._stats.creates_total += 1
+            self._stats.creates_by_tier[tier] += 1
             if job_id is not None:
                 self._stats.creates_by_job[job_id] += 1
             self._stats.create_metadata.append({str(k): str(v) for k, v in metadata.items()})
@@ -456,7 +473,7 @@ class Backend:
             "parallel_tool_calls": True,
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
-            "service_tier": "default",
+            "service_tier": s.service_tier,
             "store": req.get("store", True) is not False,
             "temperature": req.get("temperature", 1.0),
             "text": req.get("text") or {"format": {"type": "text"}},
@@ -492,6 +509,8 @@ def _invalid_create(req: Any) -> str | None:
         return "Missing required parameter: 'model'."
     if req.get("background") and req.get("store") is False:
         return "Background mode requires store=true."
+    if req.get("service_tier") not in (None, "auto", "default", "flex", "scale", "priority"):
+        return f"Invalid value for 'service_tier': {str(req.get('service_tier'))[:40]!r}."
     metadata = req.get("metadata")
     if metadata is None:
         return None

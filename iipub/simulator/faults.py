@@ -32,6 +32,8 @@ NOT_FOUND = "not_found"
 CANCEL_RACE = "cancel_race"
 QUOTA_EXHAUSTED = "quota_exhausted"
 SERVICE_UNAVAILABLE = "service_unavailable"
+# Flex mode: a create asking for service_tier "flex" answers 429 Resource Unavailable.
+FLEX_UNAVAILABLE = "flex_unavailable"
 # Read faults: a retrieve answers 200 with the response misreported; the response is unchanged.
 REPORT_CANCELLED = "report_cancelled"
 REPORT_FAILED = "report_failed"
@@ -48,6 +50,7 @@ EXCHANGE_FAULTS = (
     CANCEL_RACE,
     QUOTA_EXHAUSTED,
     SERVICE_UNAVAILABLE,
+    FLEX_UNAVAILABLE,
     *READ_FAULTS,
 )
 # Faults that answer without doing anything.
@@ -121,6 +124,7 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     CANCEL_RACE: ("cancel",),
     QUOTA_EXHAUSTED: ("create",),
     SERVICE_UNAVAILABLE: ("create", "retrieve", "cancel", "delete"),
+    FLEX_UNAVAILABLE: ("create",),
     **dict.fromkeys(READ_FAULTS, ("retrieve",)),
     **dict.fromkeys(CONTENT_FAULTS, ("create",)),
     **dict.fromkeys(WEBHOOK_FAULTS, (WEBHOOK_OP,)),
@@ -137,6 +141,8 @@ DESCRIPTIONS: dict[str, str] = {
     CANCEL_RACE: "cancelling an unfinished response completes it instead",
     QUOTA_EXHAUSTED: "429 insufficient_quota (billing), no retry-after; nothing done",
     SERVICE_UNAVAILABLE: "503 'The server is overloaded or not ready yet.'; nothing done",
+    FLEX_UNAVAILABLE: "a create asking for service_tier flex answers 429 resource_unavailable (no flex capacity, "
+    "not charged); other creates are unaffected",
     REPORT_CANCELLED: "200 showing the response 'cancelled' (no output, no usage); it is unchanged",
     REPORT_FAILED: "200 showing the response 'failed' (server_error); it is unchanged",
     UNKNOWN_STATUS: f"200 showing the undocumented status {UNKNOWN_STATUS_VALUE!r}; the response is unchanged",

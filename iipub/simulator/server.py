@@ -34,7 +34,7 @@ import structlog
 
 from ..errors import ConfigError
 from .backend import Backend, Reply, error_reply
-from .faults import FaultRule, rule_from_dict
+from .faults import FLEX_UNAVAILABLE, FaultRule, rule_from_dict
 from .webhooks import WebhookLog, WebhookSender, parse_secret
 
 log = structlog.get_logger("iipub.simulator")
@@ -63,6 +63,10 @@ class SimulatorOptions:
     webhook_late_seconds: float = 2.0  # real seconds webhook_late holds an event back
     webhook_retries: int = 3  # retries after a failed attempt (0.25 s, 0.5 s, 1 s ... apart)
     webhook_timeout_seconds: float = 5.0  # per attempt
+    # Flex mode: a create asking for service_tier "flex" is refused (429 resource unavailable)
+    # with this probability, and a flex response takes `flex_slowdown` times as long to finish.
+    flex_refusal_rate: float = 0.0
+    flex_slowdown: float = 3.0
 
 
 class Simulator:
@@ -85,6 +89,10 @@ class Simulator:
         if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds,
                o.latency_seconds) < 0 or o.time_scale <= 0:
             raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
+        if not 0 <= o.flex_refusal_rate <= 1 or o.flex_slowdown <= 0:
+            raise ConfigError("flex_refusal_rate must be within 0..1 and flex_slowdown > 0")
+        flex = ((FaultRule("create", FLEX_UNAVAILABLE, probability=o.flex_refusal_rate),)
+                if o.flex_refusal_rate else ())
         self._webhook_key = _webhook_key(o, allow_non_loopback)
         self.host = host
         self.port = port
@@ -94,8 +102,9 @@ class Simulator:
             retention_seconds=o.retention_seconds,
             time_scale=o.time_scale,
             seed=o.seed,
-            run_faults=tuple(_checked(r, None) for r in o.faults),
+            run_faults=tuple(_checked(r, None) for r in o.faults + flex),
             announce=o.webhook_url is not None,
+            flex_slowdown=o.flex_slowdown,
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()

@@ -1,0 +1,121 @@
+"""Money rules, pure: which service tier a create asks for, whether a daily token ceiling holds
+new creates back, and what tokens cost. No database; `spend` reads and writes the rows these
+rules are asked about, `gate` applies the ceilings before a paid create.
+
+- Flex tier with a deadline: a product with `service_tier = "flex"` asks for flex until
+  `flex_until_minutes` after its slot opened, then for the default tier, so a flex create that
+  keeps being refused for capacity (429 resource unavailable, not charged) still leaves time
+  for the edition to be on time.
+- Ceilings: `[budgets] max_tokens_per_day` (every product) and `[[products]] max_tokens_per_day`
+  count the tokens paid since the start of the UTC day (by payment time), each create at the
+  usage the provider reported or, while that is unknown, at its product's `estimated_tokens`.
+  Once a count reaches its ceiling (plus any operator override), new creates wait.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .config import Budgets, ModelPrice, Pricing, Product
+
+FLEX, DEFAULT = "flex", "default"
+TIERS = (FLEX, DEFAULT)
+GLOBAL = "*"  # the scope of the global ceiling (a product's scope is its name)
+
+
+def flex_deadline(product: Product, slot_opened: dt.datetime) -> dt.datetime | None:
+    """Until when a create of this slot asks for flex (None: the product never asks for it)."""
+    if product.service_tier != FLEX:
+        return None
+    return slot_opened + dt.timedelta(minutes=product.flex_until_minutes)
+
+
+def tier_for(product: Product, slot_opened: dt.datetime, now: dt.datetime) -> str:
+    """The tier a create sent `now` asks for."""
+    deadline = flex_deadline(product, slot_opened)
+    return FLEX if deadline is not None and now < deadline else DEFAULT
+
+
+def flex_retry_delay(delay: float, slot_opened: dt.datetime, product: Product, now: dt.datetime) -> float:
+    """A flex refusal's backoff, cut so the retry is not later than the flex deadline (the
+    retry after it goes out at the default tier)."""
+    deadline = flex_deadline(product, slot_opened)
+    if deadline is None:
+        return delay
+    return max(0.0, min(delay, (deadline - now).total_seconds()))
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One daily ceiling as it stands today."""
+
+    scope: str  # GLOBAL or a product name
+    limit: int  # the configured ceiling
+    extra: int  # raised by operator overrides in force
+    spent: int  # tokens counted today (reported, or estimated while unknown)
+
+    @property
+    def allowed(self) -> int:
+        return self.limit + self.extra
+
+    @property
+    def reached(self) -> bool:
+        return self.spent >= self.allowed
+
+    @property
+    def name(self) -> str:
+        return ("[budgets] max_tokens_per_day" if self.scope == GLOBAL
+                else f"product {self.scope} max_tokens_per_day")
+
+    def describe(self) -> str:
+        raised = f" + {self.extra:,} by override" if self.extra else ""
+        return f"{self.name} {self.limit:,}{raised}: {self.spent:,} tokens counted today"
+
+
+def ceilings(budgets: Budgets, products: Mapping[str, Product], spent: Mapping[str, int],
+             extra: Mapping[str, int]) -> list[Ceiling]:
+    """Every configured ceiling with today's count (`spent` and `extra` by scope; GLOBAL is
+    every product's)."""
+    found = []
+    if budgets.max_tokens_per_day is not None:
+        found.append(Ceiling(GLOBAL, budgets.max_tokens_per_day, extra.get(GLOBAL, 0), spent.get(GLOBAL, 0)))
+    for name, p in sorted(products.items()):
+        if p.max_tokens_per_day is not None:
+            found.append(Ceiling(name, p.max_tokens_per_day, extra.get(name, 0), spent.get(name, 0)))
+    return found
+
+
+def holding(all_ceilings: list[Ceiling], product: str) -> Ceiling | None:
+    """The reached ceiling that holds back a create of `product`, or None."""
+    return next((c for c in all_ceilings if c.reached and c.scope in (GLOBAL, product)), None)
+
+
+def has_ceilings(budgets: Budgets, products: Mapping[str, Product]) -> bool:
+    return budgets.max_tokens_per_day is not None or any(p.max_tokens_per_day is not None
+                                                         for p in products.values())
+
+
+# -- prices -------------------------------------------------------------------------------
+
+
+def cost(price: ModelPrice | None, tier: str, input_tokens: int, output_tokens: int,
+         estimated: int = 0) -> float | None:
+    """What the tokens cost at `tier` (None: no price for the model). Tokens counted at an
+    estimate (usage not known yet) are priced at the output rate, the dearer one."""
+    if price is None:
+        return None
+    per_in, per_out = price.per_million(tier)
+    return (input_tokens * per_in + (output_tokens + estimated) * per_out) / 1_000_000
+
+
+def flex_saving(price: ModelPrice | None, input_tokens: int, output_tokens: int, estimated: int = 0) -> float | None:
+    """What flex tokens saved against the default tier's price (None: no price for the model)."""
+    at_default = cost(price, DEFAULT, input_tokens, output_tokens, estimated)
+    at_flex = cost(price, FLEX, input_tokens, output_tokens, estimated)
+    return None if at_default is None or at_flex is None else at_default - at_flex
+
+
+def price_of(pricing: Pricing, model: str) -> ModelPrice | None:
+    return pricing.models.get(model)
