@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from . import db, installation, outbox, remedies
+from . import db, installation, money, outbox, payments, remedies
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -183,6 +183,17 @@ class Operator(Closing):
     def unpause(self, by: str, reason: str | None = None) -> GateState:
         remedies.check_input(by, reason)
         return self._gate(by).unpause(by, reason)
+
+    def budget_override(self, tokens: int, reason: str, by: str, *, product: str | None = None,
+                        until: dt.datetime | None = None) -> payments.Override:
+        """Raise a daily spend ceiling (the global one, or `product`'s) by `tokens` until `until`
+        (default: the next UTC midnight); journaled in `gate_events` with who and why."""
+        remedies.check_input(by, reason)
+        if not 1 <= tokens <= 10**12:
+            raise UsageError(f"--tokens must be between 1 and 10^12 (got {tokens})")
+        if product is not None:
+            self.settings.product(product)  # an unknown product is one clear error
+        return self._gate(by).override(product or money.GLOBAL, tokens, until, by, reason)
 
     def _gate(self, by: str) -> CreateGate:
         return CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds)

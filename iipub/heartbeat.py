@@ -253,6 +253,10 @@ class Summary:
     any_jobs: bool
     commands: tuple[CommandBeat, ...]
     ping_configured: bool = False
+    # Reconcile runs in a row (the newest first, runs that called no provider skipped) in which
+    # every provider call failed to connect, and how many make a WARNING (0: off).
+    unreachable_ticks: int = 0
+    unreachable_after: int = 0
 
     def age_seconds(self, beat: CommandBeat) -> float | None:
         """Seconds since the command last finished OK (None: never)."""
@@ -261,6 +265,14 @@ class Summary:
             0.0, seconds_between(self.generated_at, last.finished_at))
 
     def problems(self) -> list[tuple[int, str]]:
+        found = self._heartbeat_problems()
+        if self.unreachable_after and self.unreachable_ticks >= self.unreachable_after:
+            found.append((WARNING, (f"provider unreachable: the last {self.unreachable_ticks} reconcile runs that "
+                                    f"called it could not connect (creates refused, not sent; "
+                                    f"[status] unreachable_after_ticks = {self.unreachable_after})")))
+        return found
+
+    def _heartbeat_problems(self) -> list[tuple[int, str]]:
         after = self.after_seconds
         if after <= 0:
             return []
@@ -287,7 +299,9 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"after_seconds": self.after_seconds, "recorded": self.recorded,
-                               "ping_configured": self.ping_configured}
+                               "ping_configured": self.ping_configured,
+                               "provider_unreachable_ticks": self.unreachable_ticks,
+                               "unreachable_after_ticks": self.unreachable_after}
         for beat in self.commands:
             age = self.age_seconds(beat)
             doc[beat.command] = {
@@ -301,7 +315,7 @@ class Summary:
 
 
 def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_configured: bool,
-            window_hours: float, stale_after_seconds: float, any_jobs: bool) -> Summary:
+            window_hours: float, stale_after_seconds: float, any_jobs: bool, unreachable_after: int = 0) -> Summary:
     """The heartbeats as of `now` (the database clock), judged against `after_seconds` (the
     effective limit, `Settings.heartbeat_limit`). A run unfinished for longer than
     `stale_after_seconds` counts as dead. A database without the `runs` table (migration 0005
@@ -312,7 +326,30 @@ def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_co
         if "runs" in str(exc.orig).lower() and db.is_missing_table(exc):
             raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
         raise
-    return Summary(now, after_seconds, window_hours, recorded, any_jobs, beats, ping_configured=ping_configured)
+    streak = unreachable_streak(conn, max(unreachable_after, 1) * 10) if unreachable_after else 0
+    return Summary(now, after_seconds, window_hours, recorded, any_jobs, beats, ping_configured=ping_configured,
+                   unreachable_ticks=streak, unreachable_after=unreachable_after)
+
+
+def unreachable_streak(conn: Connection, look_back: int) -> int:
+    """How many of the newest finished reconcile runs in a row could not reach the provider:
+    every provider call of the run failed to connect (`provider_unreachable` in its summary).
+    Runs that called no provider (nothing was due) neither count nor break the streak."""
+    rows = conn.execute(sa.select(runs.c.summary).where(runs.c.command == "reconcile",
+                                                        runs.c.finished_at.is_not(None))
+                        .order_by(runs.c.id.desc()).limit(look_back)).scalars()
+    streak = 0
+    for text in rows:
+        try:
+            doc = json.loads(text) if text else {}
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict) or not doc.get("provider_calls"):
+            continue
+        if not doc.get("provider_unreachable"):
+            break
+        streak += 1
+    return streak
 
 
 def _beats(conn: Connection, window_hours: float, stale_after_seconds: float) -> tuple[tuple[CommandBeat, ...], bool]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from . import deliveries
 from .files import fsync_dir, replace_atomically
+from .money import GLOBAL, TIERS
 from .states import QUARANTINE_REASONS, State
 from .status import Status
 from .timefmt import naive_utc
@@ -68,7 +69,8 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
         len(report.late))
     gauge("provider_expired_jobs", "Jobs in PROVIDER_EXPIRED_OR_MISSING now.").set(report.expired_now)
 
-    spend = gauge("spend_tokens", "Provider tokens of the editions dated within the spend window, by product.",
+    spend = gauge("spend_tokens", "Provider tokens of the editions DATED within the spend window, by product "
+                  "(paid_tokens counts by payment time).",
                   ("product", "kind"))
     totals: dict[str, dict[str, int]] = {}
     for row in report.spend:
@@ -82,6 +84,8 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     # Prometheus base units: the window in seconds (whole edition days, today included).
     gauge("spend_window_seconds", "The span of edition dates the spend figures cover, today included.").set(
         report.settings.spend_days * 86_400)
+
+    _paid(report, gauge)
 
     gauge("outbox_lag_seconds", "Age of the oldest unpublished outbox event (0: none).").set(
         report.outbox_lag_seconds)
@@ -141,6 +145,54 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     gauge("status_generated_timestamp_seconds", "When this report was made (database clock), Unix time.").set(
         _unix(report.generated_at))
     return reg
+
+
+def _paid(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """Spend by payment time (windows today, 7d, 30d), the daily ceilings, an unreachable provider."""
+    p = report.paid
+    beats = report.heartbeats
+    gauge("provider_unreachable_ticks", "Reconcile runs in a row whose every provider call could not connect.").set(
+        beats.unreachable_ticks if beats is not None else 0)
+    if p is None:
+        return
+    tokens = gauge("paid_tokens", "Tokens paid for in the window, by payment time (reported, or estimated "
+                   "while a paid create's usage is unknown).", ("window",))
+    estimated = gauge("paid_estimated_tokens", "Of paid_tokens, those counted at the product's estimate.",
+                      ("window",))
+    creates = gauge("paid_creates", "Paid creates in the window (provable refusals not counted).", ("window",))
+    refused = gauge("refused_creates", "Creates the provider provably refused in the window (not charged).",
+                    ("window",))
+    by_product = gauge("paid_tokens_by_product", "paid_tokens by product.", ("window", "product"))
+    by_tier = gauge("paid_tokens_by_tier", "paid_tokens by the service tier the response ran at.", ("window", "tier"))
+    cost = gauge("paid_cost", "What the window's tokens cost under [pricing] (NaN: no price).", ("window", "currency"))
+    cost_by_product = gauge("paid_cost_by_product", "paid_cost by product (NaN: no price).",
+                            ("window", "product", "currency"))
+    saving = gauge("flex_saving", "What flex tokens saved against the default tier's price (NaN: no price).",
+                   ("window", "currency"))
+    currency = p.currency if p.priced else ""
+    for w in p.windows:
+        tokens.labels(window=w.name).set(w.total.tokens)
+        estimated.labels(window=w.name).set(w.total.estimated_tokens)
+        creates.labels(window=w.name).set(w.total.creates)
+        refused.labels(window=w.name).set(w.total.refused)
+        cost.labels(window=w.name, currency=currency).set(NAN if w.total.cost is None else w.total.cost)
+        saving.labels(window=w.name, currency=currency).set(
+            NAN if w.total.flex_saving is None else w.total.flex_saving)
+        for name, t in sorted(w.by_product.items()):
+            by_product.labels(window=w.name, product=name).set(t.tokens)
+            cost_by_product.labels(window=w.name, product=name, currency=currency).set(
+                NAN if t.cost is None else t.cost)
+        for tier in TIERS:
+            by_tier.labels(window=w.name, tier=tier).set(w.by_tier[tier].tokens if tier in w.by_tier else 0)
+    limit = gauge("spend_ceiling_tokens", "A daily token ceiling with the overrides in force.", ("scope",))
+    counted = gauge("spend_counted_today_tokens", "Tokens counted against the ceiling since the UTC midnight.",
+                    ("scope",))
+    reached = gauge("spend_ceiling_reached", "1 while the ceiling is reached: new creates wait.", ("scope",))
+    for c in p.ceilings:
+        scope = "global" if c.scope == GLOBAL else c.scope
+        limit.labels(scope=scope).set(c.allowed)
+        counted.labels(scope=scope).set(c.spent)
+        reached.labels(scope=scope).set(int(c.reached))
 
 
 def render(report: Status, products: Iterable[str] = ()) -> bytes:

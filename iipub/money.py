@@ -38,15 +38,6 @@ def tier_for(product: Product, slot_opened: dt.datetime, now: dt.datetime) -> st
     return FLEX if deadline is not None and now < deadline else DEFAULT
 
 
-def flex_retry_delay(delay: float, slot_opened: dt.datetime, product: Product, now: dt.datetime) -> float:
-    """A flex refusal's backoff, cut so the retry is not later than the flex deadline (the
-    retry after it goes out at the default tier)."""
-    deadline = flex_deadline(product, slot_opened)
-    if deadline is None:
-        return delay
-    return max(0.0, min(delay, (deadline - now).total_seconds()))
-
-
 @dataclass(frozen=True)
 class Ceiling:
     """One daily ceiling as it stands today."""

@@ -219,9 +219,11 @@ R = Reason
 REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.SCHEDULED: (False, "the slot was created (NO_JOB), by the schedule or a backfill"),
     R.WINDOW_OPEN: (False, "the slot's window opened; its config fingerprint was recorded"),
-    R.DISPATCH: (False, "a paid create was charged to the generation budget, committed before the POST"),
+    R.DISPATCH: (False, ("a paid create was charged to the generation budget, committed before the POST "
+                         "(detail: the service tier asked)")),
     R.ACCEPTED: (False, "the provider accepted the create; its response id is recorded"),
-    R.CREATE_REFUSED: (False, "the provider provably refused the create (429, never connected); attempt refunded"),
+    R.CREATE_REFUSED: (False, ("the provider provably refused the create (429, flex without capacity, never "
+                               "connected); attempt refunded")),
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),

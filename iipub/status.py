@@ -18,11 +18,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, cutover, db, deliveries, gate, heartbeat, installation, outbox
+from . import breaker, cutover, db, deliveries, gate, heartbeat, installation, money, outbox
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import is_stranded, late_seconds, slot_opened
+from .payments import Report as PaidReport
+from .payments import report as paid_report
 from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
 from .wording import clip_words, plural
@@ -156,6 +158,7 @@ class Status:
     installation_id: str | None = None  # this database's (`iipub.installation`)
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
     cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
+    paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -208,6 +211,7 @@ class Status:
         found.extend(self._gate_problems())
         if self.cutover is not None:
             found.extend(self.cutover.problems())
+        found.extend(self._ceiling_problems())
         if self.heartbeats is not None:
             found.extend(self.heartbeats.problems())
         if self.failing_steps:
@@ -259,6 +263,13 @@ class Status:
                            f"opening(s); next probe {next_probe}: {clip_words(g.breaker_detail or '', 120)}")))
         return found
 
+    def _ceiling_problems(self) -> list[tuple[int, str]]:
+        if self.paid is None:
+            return []
+        return [(CRITICAL, (f"spend ceiling reached: {c.describe()}; new creates wait (custody, validation and "
+                            f"publication go on; raise it with `iipub budget override`)"))
+                for c in self.paid.ceilings if c.reached]
+
     def check(self) -> tuple[int, str]:
         """(exit code, one Nagios-style line): 0 OK, 1 WARNING, 2 CRITICAL."""
         found = self.problems()
@@ -286,6 +297,10 @@ class Status:
             f"breaker_open={int(bool(self.gate and self.gate.is_open))};0",
             f"paused={int(bool(self.gate and self.gate.paused))};0",
         ]
+        if self.paid is not None:
+            parts.append(f"tokens_today={self.paid.window('today').total.tokens}")
+            parts.extend(f"ceiling_{'global' if c.scope == money.GLOBAL else c.scope}={c.spent};;{c.allowed}"
+                         for c in self.paid.ceilings)
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
             if p99 is not None:
@@ -349,7 +364,9 @@ class Status:
             "heartbeats": self.heartbeats.to_dict() if self.heartbeats is not None else None,
             "unexpected_statuses": self.unexpected_statuses,
             "failing_steps": [j.to_dict() for j in self.failing_steps],
+            "paid": self.paid.to_dict() if self.paid is not None else None,
             "spend": {
+                "counted_by": "edition date",
                 "days": self.settings.spend_days,
                 "rows": [r.to_dict() for r in self.spend],
                 "total": {
@@ -415,7 +432,14 @@ def collect(engine: Engine, settings: Settings) -> Status:
             installation_id = None
         beats = heartbeat.summary(conn, now, after_seconds=settings.heartbeat_limit(),
                                   ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
-                                  stale_after_seconds=_stale_after(settings), any_jobs=bool(counts))
+                                  stale_after_seconds=_stale_after(settings), any_jobs=bool(counts),
+                                  unreachable_after=s.unreachable_after_ticks)
+        try:
+            paid = paid_report(conn, now, settings.pricing, settings.budgets, settings.products)
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+            if db.is_missing_table(exc):
+                raise SchemaNotReady("the spend table is missing (migration 0008): run `iipub db migrate`") from None
+            raise
         cut = cutover.collect(conn, settings, now, gate_state)
     # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
     held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
@@ -455,6 +479,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
         installation_id=installation_id,
         read_cooldown_until=read_cooldown,
         cutover=cut,
+        paid=paid,
     )
 
 

@@ -71,3 +71,14 @@ def as_date(value: dt.date | dt.datetime | str) -> dt.date:
     if isinstance(value, str):
         return dt.date.fromisoformat(value[:10])
     return value.date() if isinstance(value, dt.datetime) else value
+
+
+def parse_utc_time(text: str) -> dt.datetime:
+    """A UTC time a person typed: `YYYY-MM-DDTHH:MM[:SS]`, with `Z` or an offset (converted to
+    UTC) or none (taken as UTC); returned naive UTC. ValueError otherwise."""
+    if not isinstance(text, str) or not 16 <= len(text) <= 40 or text[10:11] not in ("T", " "):
+        raise ValueError(f"{text!r} is not a time in YYYY-MM-DDTHH:MM[:SS][Z] form")
+    try:
+        return naive_utc(dt.datetime.fromisoformat(text.replace("z", "Z")))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time in YYYY-MM-DDTHH:MM[:SS][Z] form") from None

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "outbox": ("outbox_cmd", "outbox_group"),
     "adopt": ("cutover_cmd", "adopt_command"),
     "export": ("cutover_cmd", "export_command"),
+    "budget": ("budget_cmd", "budget_group"),
 }
 
 

@@ -55,8 +55,15 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              parked, failing, problems}
       quarantine            {count, by_reason, oldest, jobs}
       provider_expired      {current, in_window}
-      spend                 {days, rows: [{product, edition_date, input_tokens,
-                             output_tokens, total_tokens}], total}
+      paid                  spend by PAYMENT time: {counted_by, currency (null without
+                             [pricing]), windows: {today, 7d, 30d}, ceilings, overrides};
+                            a window is {since, creates, refused, tokens, reported_tokens,
+                             estimated_tokens, input_tokens, output_tokens, cost,
+                             flex_saving, by_product: {p: ...}, by_tier: {tier: ...}};
+                            a ceiling {scope, name, max_tokens_per_day, override_tokens,
+                             allowed, counted_today, reached}
+      spend                 by edition date: {counted_by, days, rows: [{product,
+                             edition_date, input_tokens, output_tokens, total_tokens}], total}
       heartbeats            {after_seconds, recorded, ping_configured, reconcile, relay},
                             each command {last, last_ok, age_seconds (since the last
                             OK run), in_window: {ok, failed, unfinished}, running}; a
@@ -79,9 +86,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     --check is CRITICAL when no reconcile (or no relay) run finished OK within
     [monitoring] heartbeat_after_seconds (default 300; 0 turns it off), and WARNING
     "no run recorded yet" on a database that has neither a job nor a run; CRITICAL
-    while `pause --everything` holds and responses finish unretrieved; WARNING for a day of
-    the window without a product's slot and for shadow decisions that differ from
-    [reconcile] legacy_decisions_file.
+    while `pause --everything` holds and responses finish unretrieved, and while a daily spend
+    ceiling is reached (naming it); WARNING for a day of the window without a product's slot,
+    for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
+    unreachable_after_ticks reconcile runs in a row could not connect to the provider.
     """
     from .. import status as st
 
@@ -261,14 +269,43 @@ def render(r: Status) -> str:
     q_rows.append(["provider expired", r.expired_now, f"now; {r.expired_in_window} in {s.window_hours:g}h"])
     out += ["QUARANTINE", _aligned(q_rows), ""]
 
+    out += _paid_lines(r)
     spend_rows = [[x.product, x.edition_date, x.input_tokens, x.output_tokens, x.total_tokens] for x in r.spend]
     spend_rows.append(["TOTAL", "", sum(x.input_tokens for x in r.spend), sum(x.output_tokens for x in r.spend),
                        sum(x.total_tokens for x in r.spend)])
-    out += [f"SPEND (tokens, last {s.spend_days} days)",
+    out += [f"SPEND BY EDITION DATE (tokens, editions dated in the last {s.spend_days} days)",
             table(spend_rows, ["PRODUCT", "DATE", "INPUT", "OUTPUT", "TOTAL"]), ""]
 
     out.append(r.check()[1])
     return "\n".join(out)
+
+
+def _money(value: float | None, currency: str | None) -> str:
+    return "-" if value is None or currency is None else f"{value:,.4f} {currency}"
+
+
+def _paid_lines(r: Status) -> list[str]:
+    """Spend by payment time (today, 7 and 30 days; per product and tier), the ceilings and
+    the overrides in force."""
+    p = r.paid
+    if p is None:
+        return []
+    currency = p.currency if p.priced else None
+    rows: list[list[object]] = []
+    for w in p.windows:
+        groups = [("all", w.total), *((f"product {k}", v) for k, v in sorted(w.by_product.items())),
+                  *((f"tier {k}", v) for k, v in sorted(w.by_tier.items()))]
+        for label, t in groups:
+            rows.append([w.name, label, t.creates, t.refused, f"{t.tokens:,}", f"{t.estimated_tokens:,}",
+                         _money(t.cost, currency), _money(t.flex_saving, currency)])
+    out = ["SPEND BY PAYMENT TIME (tokens paid for; estimated: usage not reported yet)",
+           table(rows, ["WINDOW", "GROUP", "CREATES", "REFUSED", "TOKENS", "ESTIMATED", "COST", "FLEX SAVING"])]
+    out.extend(f"  ceiling {'REACHED' if c.reached else 'ok'}: {c.describe()}" for c in p.ceilings)
+    for o in p.overrides:
+        scope = "global" if o.scope == "*" else f"product {o.scope}"
+        out.append(f"  override: {scope} +{o.extra_tokens:,} tokens until {_when(o.until)} by {o.granted_by}: "
+                   f"{o.reason}")
+    return [*out, ""]
 
 
 def _heartbeat_lines(r: Status) -> list[str]:

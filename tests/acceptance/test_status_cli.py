@@ -115,9 +115,10 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "stranded",
                         "outbox", "quarantine", "provider_expired", "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
-                        "read_cooldown", "cutover"}
+                        "read_cooldown", "cutover", "paid"}
     assert doc["cutover"]["missing_slots"] == [] and doc["cutover"]["paused_everything"] is None
-    assert set(doc["heartbeats"]) == {"after_seconds", "recorded", "ping_configured", "reconcile", "relay"}
+    assert set(doc["heartbeats"]) == {"after_seconds", "recorded", "ping_configured", "reconcile", "relay",
+                                      "provider_unreachable_ticks", "unreachable_after_ticks"}
     assert doc["heartbeats"]["reconcile"]["last"]["ok"] is True
     figures = human_figures(human)
     assert figures == json_figures(doc)
@@ -126,6 +127,8 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     with engine.connect() as conn:
         tokens = conn.execute(sa.select(sa.func.sum(db.jobs.c.total_tokens))).scalar_one()
     assert doc["spend"]["total"]["total_tokens"] == tokens > 0
+    assert doc["paid"]["windows"]["today"]["tokens"] == tokens  # paid today, by payment time
+    assert doc["paid"]["windows"]["today"]["creates"] == 2 and doc["paid"]["currency"] is None
     assert figures["check_line"] == out.strip()
 
 
