@@ -21,7 +21,7 @@ from iipub.simulator.faults import FaultRule
 from iipub.states import Reason, State
 from iipub.store import Store
 from iipub.timefmt import naive_utc
-from tests.helpers import job_events, job_rows, run_cli, sim_env
+from tests.helpers import job_events, job_rows, one_line_error, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)
 
@@ -302,3 +302,22 @@ def test_ticks_that_cannot_connect_report_refusals_and_check_warns_after_n(
     check = run_cli("status", "--check", env=env)
     assert check.returncode == 1 and "provider unreachable: the last 2 reconcile runs" in check.stdout
     assert job_rows(engine)[0]["generation_attempts"] == 0  # nothing was charged
+
+
+@pytest.mark.parametrize(("args", "code", "needle"), [
+    (("--tokens", "0", "--reason", "x"), 2, "--tokens must be a positive number"),
+    (("--tokens", "10", "--reason", "x", "--product", "nope"), 78, "unknown product 'nope'"),
+    (("--tokens", "10", "--reason", "x", "--until", "tomorrow"), 2, "YYYY-MM-DDTHH:MM"),
+    (("--tokens", "10", "--reason", "x", "--until", "2001-01-01T00:00Z"), 3, "already past"),
+    (("--tokens", "10", "--reason", "  "), 2, "--reason must say why"),
+])
+def test_a_bad_override_is_one_error_line_and_nothing_is_written(
+        cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path, args: tuple[str, ...],
+        code: int, needle: str) -> None:
+    env = sim_env(cli_env, sim, tmp_path, CEILING)
+    result = run_cli("budget", "override", *args, env=env)
+    assert result.returncode != 0
+    one_line_error(result, code, needle)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(db.spend_overrides)).scalar_one() == 0
+    assert gate_events(engine, "budget_override") == []

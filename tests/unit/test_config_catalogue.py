@@ -53,6 +53,18 @@ CATALOGUE = [
     ('[[products]]\nname = "daily-brief\\n"\nprompt = "p"\n', "name must be lower-case letters"),
     ('[[products]]\nname = "daily-brief"\nprompt = "p"\nmodel = "gpt-5-mini\\n"\n', "model: string should match"),
     ('[sinks.webhook]\nurl = "https://cms.example/x"\nsecret_env = "HOOK\\n"\n', "secret_env: string should match"),
+    # Money controls.
+    (PRODUCT + 'service_tier = "fast"\n', "service_tier"),
+    (PRODUCT + "flex_until_minutes = -1\n", "flex_until_minutes"),
+    (PRODUCT + "estimated_tokens = 0\n", "estimated_tokens"),
+    (PRODUCT + "max_tokens_per_day = 0\n", "max_tokens_per_day"),
+    ("[budgets]\nmax_tokens_per_day = -5\n", "[budgets] max_tokens_per_day"),
+    ("[status]\nunreachable_after_ticks = 0\n", "[status] unreachable_after_ticks"),
+    ("[provider]\nflex_timeout_seconds = 0\n", "[provider] flex_timeout_seconds"),
+    ('[pricing.models."gpt-5-mini"]\ninput_per_million = 1\n', "output_per_million"),
+    ('[pricing.models."gpt-5-mini"]\ninput_per_million = -1\noutput_per_million = 2\n', "input_per_million"),
+    ('[pricing]\ncurrency = "US dollars"\n', "[pricing] currency"),
+    (PRODUCT + 'service_tier = "flex"\n[provider]\nflex_timeout_seconds = 120\n', "flex_timeout_seconds"),
 ]
 
 
