@@ -138,6 +138,11 @@ def test_the_readme_configuration_file_is_a_valid_configuration() -> None:
             assert isinstance(values, list)
             for product in values:
                 assert set(product) - {"prompt_file"} <= _fields("products"), set(product) - _fields("products")
+        elif section == "pricing":  # `currency` and one table of prices per model
+            assert isinstance(values, dict) and set(values) <= {"currency", "models"}, values
+            prices = {f.name for f in dataclasses.fields(config.ModelPrice)}
+            for model, keys in values["models"].items():
+                assert set(keys) == prices, (model, prices ^ set(keys))
         else:
             assert isinstance(values, dict)
             assert set(values) <= _fields(section), (section, set(values) - _fields(section))
