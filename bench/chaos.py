@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -57,10 +58,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iipub import db, gate, invariants, migrate
-from iipub.config import settings_from_dict
+from iipub.config import default_ledger_path, settings_from_dict
+from iipub.ledger import SpendLedger
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
 from iipub.states import State
 from iipub.store import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chaos_restore
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
 API_KEY = "sk-chaos"
@@ -79,6 +84,7 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("drop_after_accept", "create", 0.01, 0.03),
     ("slow", "create", 0.005, 0.015),
     ("rate_limit", "create", 0.005, 0.02),
+    ("rate_limit_long", "create", 0.001, 0.004),  # a 429 with the longest hint: creates hold, custody goes on
     ("server_error", "create", 0.01, 0.03),
     ("unauthorized", "create", 0.003, 0.01),
     ("drop_after_accept", "retrieve", 0.01, 0.03),
@@ -372,6 +378,7 @@ class Run:
         self.paused: list[tuple[float, Worker, int]] = []
         self.undo: list[tuple[float, list[str]]] = []  # operator commands to run later (resume, unpause)
         self.config_restore_at: float | None = None
+        self.backup: chaos_restore.Backup | None = None
         self.t0 = time.monotonic()
 
     # -- recording ---------------------------------------------------------------------
@@ -398,6 +405,9 @@ class Run:
         cfg = self.workdir / "iipub.toml"
         cfg.write_text(config_toml(self.public, self.receiver.url), encoding="utf-8")
         self.settings = settings_from_dict(_toml(cfg), base_dir=self.workdir)
+        # The workers' ledger (IIPUB_CONFIG is set for them: beside the configuration file).
+        self.settings = dataclasses.replace(self.settings, ledger=dataclasses.replace(
+            self.settings.ledger, path=default_ledger_path(cfg, {})))
 
         faults = plan_faults(self.rng)
         self.report["faults_configured"] = dict(faults)
@@ -454,6 +464,7 @@ class Run:
             t.start()
             self.threads.append(t)
         restart_at = start + self.rng.uniform(0.4, 0.6) * a.seconds if a.restart_db else None
+        backup_at = start + self.rng.uniform(0.3, 0.5) * a.seconds if a.restore else None
         outages_left = max(1, int(a.seconds // 150))
         operator_left = max(3, a.slots // 40)
         names = [n for n, _ in ACTIONS]
@@ -466,6 +477,10 @@ class Run:
             if restart_at is not None and time.monotonic() >= restart_at:
                 restart_at = None
                 self.restart_db()
+                continue
+            if backup_at is not None and time.monotonic() >= backup_at:
+                backup_at = None
+                self.take_backup()
                 continue
             action = self.rng.choices(names, weights)[0]
             n += 1
@@ -738,6 +753,55 @@ class Run:
         assert self.receiver is not None
         self.receiver.fail_rate = 0.0
 
+    def take_backup(self) -> None:
+        """The nightly backup, taken while the workers run."""
+        assert self.engine is not None
+        try:
+            self.backup = chaos_restore.take_backup(self.engine)
+        except sa.exc.DBAPIError as exc:  # a killed connection: one more try a moment later
+            self.record("db_backup_failed", error=str(exc)[:200])
+            time.sleep(1)
+            self.backup = chaos_restore.take_backup(self.engine)
+        jobs = self.backup.get("jobs") or []
+        facts = {"jobs": len(jobs), "states": dict(Counter(str(j["state"]) for j in jobs)),
+                 "at_seconds": round(time.monotonic() - self.t0, 1)}
+        self.report["restore"] = {"backup": facts}
+        self.record("db_backup", **facts)
+        log(f"database backed up: {facts}")
+
+    def restore_backup(self) -> None:
+        """The workers are stopped (step 1 of the runbook's procedure): the database goes back to
+        the backup; the ledger and the public site stay as they are."""
+        assert self.engine is not None
+        if self.backup is None:
+            raise RuntimeError("--restore: the chaos phase ended before the backup was taken")
+        stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
+        before = {"creates_total": stats.get("creates_total"), "pages": chaos_restore.pages(self.public)}
+        self._before_restore = before
+        chaos_restore.restore(self.engine, self.backup)
+        self.report["restore"].update(restored_at_seconds=round(time.monotonic() - self.t0, 1),
+                                      creates_before_restore=before["creates_total"],
+                                      edition_files_before_restore=sum(p.endswith(".json") for p in before["pages"]))
+        self.record("db_restore", jobs=len(self.backup.get("jobs") or []))
+        log(f"database restored to the backup; {before['creates_total']} creates paid so far")
+        with self.engine.connect() as conn:
+            paused = gate.read(conn).paused
+        if paused:  # the backup caught an operator's pause: the operator lifts it again
+            self._iipub("operator_unpause_after_restore", ["unpause", "--by", "chaos", "--reason", "after the restore"])
+
+    def restore_verdict(self) -> list[invariants.Violation]:
+        """What the restore must not have cost: a published edition replaced, a slot paid for
+        again after its publication."""
+        before = self._before_restore
+        changed = chaos_restore.changed_pages(before["pages"], chaos_restore.pages(self.public))
+        path = self.settings.ledger_path()
+        repaid = chaos_restore.paid_after_publication(path) if path is not None else []
+        stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
+        self.report["restore"].update(creates_after_convergence=stats.get("creates_total"),
+                                      edition_files_changed=changed[:50], slots_paid_after_publication=repaid[:50])
+        return ([invariants.Violation("restore_page_changed", None, p) for p in changed]
+                + [invariants.Violation("restore_paid_again", None, s) for s in repaid])
+
     def converge(self) -> None:
         """No faults, no kills: reconcile and relay rounds with time advancing, until settled."""
         a = self.args
@@ -798,8 +862,13 @@ class Run:
         assert self.engine is not None and self.receiver is not None
         stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
         (self.workdir / "sim_stats.json").write_text(json.dumps(stats, indent=1), encoding="utf-8")
+        path = self.settings.ledger_path()
+        spend, unreadable, missing = SpendLedger(path).load() if path is not None else ({}, 0, None)
         found = invariants.check(self.engine, settings=self.settings, sim_stats=stats,
-                                 webhook_keys=set(self.receiver.keys), settled=True)
+                                 webhook_keys=set(self.receiver.keys), settled=True, ledger=spend)
+        found += invariants.check_ledger(self.engine, spend, unreadable, missing=missing)
+        if self.args.restore:
+            found += self.restore_verdict()
         with self.engine.connect() as conn:
             states: dict[str, int] = dict(conn.execute(sa.select(db.jobs.c.state, sa.func.count())
                                                        .group_by(db.jobs.c.state)).all())
@@ -1037,6 +1106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--db-start-cmd",
                    default="start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
                    help="how --restart-db starts it again")
+    p.add_argument("--restore", action="store_true",
+                   help="back the database up mid-chaos and restore that copy once the chaos stops, before "
+                        "convergence (the spend ledger and the public site are left alone)")
     p.add_argument("--force-restart", action="store_true",
                    help="restart MariaDB even while other clients are connected to it")
     p.add_argument("--restart-wait", type=float, default=60.0,
@@ -1065,6 +1137,8 @@ def campaign(run: Run, keep_db: bool) -> tuple[list[invariants.Violation], bool]
             run.setup()
             run.chaos()
             run.stop_chaos()
+            if run.args.restore:
+                run.restore_backup()
             run.converge()
             found = run.verdict()
     except KeyboardInterrupt:

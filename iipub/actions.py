@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from . import db, installation, money, outbox, payments, remedies
+from . import db, installation, money, outbox, payments, remedies, restore
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -28,13 +28,15 @@ from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UnknownId,
 from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job
+from .ledger import LedgerError, SpendLedger, slot_of
 from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
 from .provider import Provider
 from .remedies import ReleaseMode
-from .states import QUARANTINE_REASONS, State
+from .states import QUARANTINE_REASONS, Reason, State
 from .store import Store
 from .timefmt import iso_z, naive_utc
 
+log = structlog.get_logger("iipub.actions")
 __all__ = ["BulkResult", "Operator", "Quarantined", "ReleaseMode"]
 _LEASE_TRIES = 3
 log = structlog.get_logger("iipub.actions")
@@ -102,8 +104,7 @@ class Operator(Closing):
             raise UsageError("a response id is required with --link, and only with --link")
         remedies.check_input(by, reason)
         if mode == ReleaseMode.VERIFIED_LOST:
-            max_gen = self.settings.budgets.max_generation_attempts
-            return self._act(job_id, by, lambda job: remedies.release_verified_lost(job, max_gen, by, reason))
+            return self._act(job_id, by, lambda job: self._verified_lost(job, by, reason))
         if mode == ReleaseMode.RESUME_POLLING:
             return self._act(job_id, by, lambda job: remedies.release_resume_polling(
                 job, self._fingerprint(job), by, reason))
@@ -156,9 +157,25 @@ class Operator(Closing):
                 results.append(BulkResult(job, "refused", job.state.value, str(exc)))
         return results
 
+    def _verified_lost(self, job: Job, by: str, reason: str) -> Decision:
+        """`release_verified_lost`, with the spend ledger's record of the slot when the job was
+        parked behind it (a restore)."""
+        spend, live = None, None
+        if job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER:
+            path = self.settings.ledger_path()
+            if path is not None:
+                try:
+                    slots, _ = SpendLedger(path).read()
+                except LedgerError as exc:
+                    raise OperatorRefused(f"job {job.id}: {exc}; its paid creates cannot be counted") from None
+                spend = slots.get(slot_of(job.product, job.edition_date.isoformat()))
+                live = restore.published_live(self.settings, spend) if spend is not None else None
+        return remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason,
+                                              spend, live)
+
     def _release_decision(self, job: Job, mode: ReleaseMode, reason: str, by: str) -> Decision:
         if mode == ReleaseMode.VERIFIED_LOST:
-            return remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason)
+            return self._verified_lost(job, by, reason)
         return remedies.release_resume_polling(job, self._fingerprint(job), by, reason)
 
     # -- republish -------------------------------------------------------------------
@@ -231,7 +248,22 @@ class Operator(Closing):
     def kill(self, job_id: str, reason: str, by: str) -> Job:
         """Terminate: the job will not publish. The next tick cancels and deletes any remote data."""
         remedies.check_input(by, reason)
-        return self._act(job_id, by, lambda job: remedies.kill(job, by, reason))
+        killed = self._act(job_id, by, lambda job: remedies.kill(job, by, reason))
+        self._ledger_kill(killed)
+        return killed
+
+    def _ledger_kill(self, job: Job) -> None:
+        """The spend ledger remembers the kill (its remote data may go without custody), so a
+        database restored from before it still explains the delete. Best effort: the kill is
+        committed already."""
+        path = self.settings.ledger_path()
+        if path is None or not job.response_id:
+            return
+        try:
+            SpendLedger(path).killed(job.id, slot_of(job.product, job.edition_date.isoformat()),
+                                     job.generation_attempts, job.response_id)
+        except LedgerError as exc:
+            log.error("ledger_unwritable", job_id=job.id, error=str(exc))
 
     # -- out of a validation failure ------------------------------------------------
 

@@ -254,8 +254,8 @@ class WebhookSettings(Checked):
 @dataclass(frozen=True)
 class LedgerSettings(Checked):
     # The spend ledger's file, outside the database (so a restored backup cannot forget a paid
-    # create). Default: next to a SQLite database file, else `iipub-ledger.jsonl` in the working
-    # directory; `enabled = false` turns it off (not recommended).
+    # create), never inside the static sink's public tree. Default: `default_ledger_path`, always
+    # absolute; `enabled = false` turns it off (not recommended).
     path: Path | None = None
     enabled: bool = True
 
@@ -364,10 +364,8 @@ class Settings:
         if not self.ledger.enabled:
             return None
         if self.ledger.path is not None:
-            return self.ledger.path
-        if self.database_url.startswith("sqlite:///") and not self.database_url.endswith(":memory:"):
-            return Path(self.database_url[len("sqlite:///"):] + ".ledger.jsonl")
-        return Path("iipub-ledger.jsonl")
+            return Path(os.path.abspath(self.ledger.path))
+        return default_ledger_path(self.config_path, os.environ)
 
     def sink_names(self) -> list[str]:
         """The sinks this configuration delivers to, by name."""
@@ -433,6 +431,40 @@ def default_products() -> dict[str, Product]:
     }
 
 
+LEDGER_FILE = "spend-ledger.jsonl"
+
+
+def default_ledger_path(config_path: Path | None, env: Mapping[str, str]) -> Path:
+    """Where the spend ledger lives when `[ledger] path` is not set, always absolute and never
+    next to a SQLite file (a backup of the database's directory must not take it along):
+
+    1. `<the configuration file's directory>/state/spend-ledger.jsonl` when IIPUB_CONFIG is set;
+    2. `$XDG_STATE_HOME/iipub/spend-ledger.jsonl` when XDG_STATE_HOME is an absolute path;
+    3. `/var/lib/iipub/spend-ledger.jsonl` when /var/lib/iipub is a writable directory;
+    4. `~/.local/state/iipub/spend-ledger.jsonl`.
+    """
+    if config_path is not None:
+        return Path(os.path.abspath(config_path)).parent / "state" / LEDGER_FILE
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "iipub" / LEDGER_FILE
+    system = Path("/var/lib/iipub")
+    if system.is_dir() and os.access(system, os.W_OK | os.X_OK):
+        return system / LEDGER_FILE
+    return Path(os.path.expanduser("~")) / ".local" / "state" / "iipub" / LEDGER_FILE
+
+
+def _ledger_outside_public(settings: Settings) -> None:
+    """A ledger inside the static sink's public tree would be served to anyone: refused."""
+    path, static = settings.ledger_path(), settings.static_sink
+    if path is None or static is None:
+        return
+    real_path, real_root = Path(os.path.realpath(path)), Path(os.path.realpath(static.root))
+    if _inside(path, static.root) or real_root == real_path or real_root in real_path.parents:
+        raise ConfigError(f"[ledger] path ({path}) must be outside [sinks.static] root ({static.root}): "
+                          "the public tree is served to anyone")
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Build the settings from `env` (default: os.environ) and `$IIPUB_CONFIG` if set."""
     env = os.environ if env is None else env
@@ -449,6 +481,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     settings = settings_from_dict(data, base_dir=path.parent if path else Path.cwd())
+    if settings.ledger.path is None:  # resolved once, from this environment
+        settings = replace(settings, ledger=replace(settings.ledger, path=default_ledger_path(path, env)))
+    _ledger_outside_public(settings)
     return replace(
         settings,
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
@@ -536,6 +571,8 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path(".")) -> S
         pricing=_pricing(data.get("pricing")),
     )
     _check(settings)
+    if settings.ledger.path is not None:
+        _ledger_outside_public(settings)
     return settings
 
 

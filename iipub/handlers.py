@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,20 @@ def after_create(
         return quarantine(Reason.CREATE_REJECTED, f"HTTP {outcome.status}: {outcome.why}", status=outcome.status)
     # Ambiguous: the provider may have accepted (and billed) it. Never retry blindly.
     return quarantine(Reason.CREATE_OUTCOME_UNKNOWN, outcome.why)
+
+
+def in_flight_on_ledger(job: Job, spend: SlotSpend | None) -> Decision | None:
+    """CREATE_IN_FLIGHT with an expired lease, but the spend ledger recorded this very attempt's
+    create as accepted (the worker died after the answer, or the database was restored from a
+    backup taken mid-create): adopt that response, nothing paid again; None if it did not."""
+    if (spend is None or spend.response_id is None or spend.response_attempt != job.generation_attempts
+            or job.id not in spend.job_ids):
+        return None
+    return Decision(State.ACCEPTED, Reason.RESTORED_ADOPTED,
+                    changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
+                    detail={"response_id": spend.response_id, "attempt": job.generation_attempts, "attempts_added": 0,
+                            "via": "ledger_outcome"},
+                    delay=0)
 
 
 def crashed_in_flight(job: Job) -> Decision:
@@ -368,16 +382,22 @@ def custody_while_suspended(job: Job, outcome: Observed | Missing | Transient | 
                     {**d.detail, "while_suspended": True, "response_id": job.response_id})
 
 
-def restored_behind_ledger(job: Job, spend: SlotSpend) -> Decision:
-    """CREATE_ELIGIBLE, but the spend ledger knows of paid creates this row has forgotten (a
-    database restored from a backup): no create; park it with what the ledger knows. The lease
-    is kept so the ledger's response can be adopted at once if the provider still has it."""
-    d = quarantine(Reason.RESTORED_BEHIND_LEDGER,
-                   f"the spend ledger records {spend.charged} paid create(s) for {spend.slot}; this row knows of "
-                   f"{job.generation_attempts}" + (f"; last accepted response {spend.response_id}"
-                                                   if spend.response_id else ""),
+def restored_behind_ledger(job: Job, spend: SlotSpend, ahead: Sequence[str] = (), remedy: str = "") -> Decision:
+    """CREATE_ELIGIBLE, but the spend ledger knows of paid creates, custody, saves or publications
+    this row has forgotten (a database restored from a backup): no create; park it with what the
+    ledger knows and what an operator can do without paying again. The lease is kept so the job
+    can be adopted at once from the provider or the live site (`adopt_restored`, `adopt_published`)."""
+    first = f"the spend ledger records {spend.charged} paid create(s) for {spend.slot}"
+    facts = [f"{first}; this row knows of {job.generation_attempts}"]
+    if spend.response_id:
+        facts.append(f"last accepted response {spend.response_id}")
+    if ahead:
+        facts.append("it also records " + ", ".join(ahead) + " this database has forgotten")
+    why = "; ".join(facts) + (f". Without paying: {remedy}" if remedy else "")
+    d = quarantine(Reason.RESTORED_BEHIND_LEDGER, why,
                    ledger_charged=spend.charged, ledger_response_id=spend.response_id,
-                   ledger_job_ids=spend.job_ids[-3:], attempts_here=job.generation_attempts)
+                   ledger_job_ids=spend.job_ids[-3:], attempts_here=job.generation_attempts,
+                   ledger=spend.evidence(), ahead=list(ahead), remedy=remedy or None, ledger_ack=spend.counts())
     return Decision(d.to, d.reason, {**d.changes, "response_id": spend.response_id}, d.detail, go_on=True)
 
 
@@ -400,8 +420,26 @@ def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Tra
         changes["config_fingerprint"] = meta["iipub_fingerprint"]
     return Decision(to, Reason.RESTORED_ADOPTED, changes,
                     {"response_id": spend.response_id, "status": outcome.status, "attempt": spend.response_attempt,
-                     "attempts_added": spend.charged - job.generation_attempts},
+                     "attempts_added": spend.charged - job.generation_attempts, "ledger_ack": spend.counts()},
                     delay=0, go_on=outcome.finished)
+
+
+def adopt_published(job: Job, spend: SlotSpend, live: Mapping[str, str] | None,
+                    remote: Missing | Observed | None) -> Decision | None:
+    """QUARANTINED restored_behind_ledger, the ledger's response gone at the provider (`remote`
+    is a 404, a dead response, or there is none to read), and the live site still serving every
+    edition the ledger recorded published (`live`, by language): the slot is done. The job is
+    closed as published, nothing paid or published again; None leaves it for an operator."""
+    if not live or (isinstance(remote, Observed) and remote.status not in DEAD_STATUSES):
+        return None
+    return Decision(State.DELETED, Reason.RESTORED_PUBLISHED,
+                    {"generation_attempts": max(job.generation_attempts, spend.charged), "quarantine_reason": None,
+                     "last_error": None, "retry_count": 0},
+                    {"editions": dict(live), "response_id": spend.custody_response_id or spend.response_id,
+                     "remote": "none" if remote is None else ("not_found" if isinstance(remote, Missing)
+                                                             else remote.status),
+                     "attempts_added": max(0, spend.charged - job.generation_attempts),
+                     "ledger_ack": spend.counts()})
 
 
 def on_validation(job: Job, result: validate.Validation) -> Decision:

@@ -54,8 +54,11 @@ Publication
 
 Spend ledger (`check_ledger`, `iipub check --ledger`)
   behind_ledger          the ledger charged paid creates for a slot that this database does not know
-                         of and has not quarantined (a restored backup)
-  ledger_unreadable      ledger lines that could not be parsed
+                         of and has not quarantined, or records custody, a save or a publication a
+                         job still waiting for output does not know of (a restored backup)
+  ledger_unreadable      ledger lines that could not be parsed (a torn line; the next ones count)
+  ledger_missing         the ledger file is missing or unreadable although the database recorded a
+                         paid create
 
 Liveness
   stranded               a job neither published nor killed nor parked, `stranded_after_seconds` past
@@ -101,7 +104,7 @@ CUSTODY = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_
 ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOPTED, Reason.AUTO_LINKED,
                      Reason.OPERATOR_ADOPT_ORPHAN, Reason.OPERATOR_ADOPT})
 # Adoptions that add the paid creates a restored journal no longer shows (detail `attempts_added`).
-ADDS_ATTEMPTS = frozenset({Reason.RESTORED_ADOPTED, Reason.OPERATOR_ADOPT_ORPHAN})
+ADDS_ATTEMPTS = frozenset({Reason.RESTORED_ADOPTED, Reason.RESTORED_PUBLISHED, Reason.OPERATOR_ADOPT_ORPHAN})
 DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
 SETTLED = frozenset({State.DELETED}) | states.PARKED
 
@@ -149,13 +152,15 @@ def check(
     webhook_keys: Collection[str] | None = None,
     settled: bool = False,
     stranded_after_seconds: float = STRANDED_AFTER_SECONDS,
+    ledger: Mapping[str, SlotSpend] | None = None,
 ) -> list[Violation]:
     """Every invariant violation found, journal order within a job. Reads only.
 
     `settings` supplies the generation budget, the configured sinks and the static root
     (each can also be passed on its own); `sim_stats` is the simulator's `/_sim/stats`
     document; `webhook_keys` the Idempotency-Keys a webhook receiver saw; `settled` adds the
-    end-of-run checks (nothing left to do, no lease held)."""
+    end-of-run checks (nothing left to do, no lease held). With the spend ledger's slots
+    (`ledger`), creates and custody a restored database forgot are explained by the ledger."""
     if settings is not None:
         if static_root is None and settings.static_sink is not None:
             static_root = Path(settings.static_sink.root)
@@ -198,7 +203,7 @@ def check(
                  static_root, webhook_keys, now, settled)
     _deletes(found, jobs, deletes, fates)
     if sim_stats is not None:
-        _creates(found, jobs, events, _own(sim_stats, ours))
+        _creates(found, jobs, events, _own(sim_stats, ours), ledger or {})
     return found.items
 
 
@@ -278,6 +283,8 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason in ADDS_ATTEMPTS)
     # `iipub adopt` charges the creates a legacy system paid for (none of them went through iipub).
     charged += sum(int(e.detail.get("attempts") or 0) for e in evs if e.reason == Reason.OPERATOR_ADOPT)
+    charged += sum(int(e.detail.get("charged_from_ledger") or 0) for e in evs
+                   if e.reason == Reason.OPERATOR_RELEASE_VERIFIED_LOST)
     if charged != job["generation_attempts"]:
         found.add("attempts_mismatch", jid, f"generation_attempts={job['generation_attempts']} but the journal "
                                             f"charged {charged} (dispatches minus refunds)")
@@ -304,8 +311,10 @@ def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
     current: str | None = None  # the accepted response we owe custody or a journaled loss
     in_custody = False
     killed = False
+    published_live = False  # closed on the live site's proof after a restore (`restored_published`)
     for ev in evs:
         d = ev.detail
+        published_live = published_live or ev.reason == Reason.RESTORED_PUBLISHED
         if ev.reason == Reason.DISPATCH and current is not None and not in_custody:
             found.add("response_abandoned", jid, f"event {ev.id}: new paid create while response {current} was "
                                                  "neither retrieved nor journaled as lost")
@@ -331,7 +340,8 @@ def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
         if ev.reason in (Reason.OPERATOR_RELEASE_VERIFIED_LOST, Reason.OPERATOR_KILL):
             current = None  # an operator decided what happens to it
             killed = killed or ev.reason == Reason.OPERATOR_KILL
-    if job["state"] == State.DELETED.value and not (killed or job["kill_requested"]) and not job["has_payload"]:
+    if job["state"] == State.DELETED.value and not (killed or job["kill_requested"] or published_live) \
+            and not job["has_payload"]:
         found.add("deleted_without_custody", jid, "DELETED without the output in custody and without a kill")
 
 
@@ -417,7 +427,8 @@ def _publication(
         if killed and ed_by_job.get(jid):
             found.add("killed_but_published", jid, f"killed, yet editions {sorted(ed_by_job[jid])} exist")
         state = State(job["state"])
-        if state in DONE and not killed and not pubs:
+        closed_on_site = any(e.reason == Reason.RESTORED_PUBLISHED for e in evs)  # its pages are live already
+        if state in DONE and not killed and not pubs and not closed_on_site:
             found.add("not_published", jid, f"{state} without a journaled publication")
         if not pubs:
             continue
@@ -480,7 +491,7 @@ def _static_problem(root: Path, ed: Mapping[str, Any]) -> str | None:
 
 
 def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mapping[str, Sequence[_Ev]],
-             stats: Mapping[str, Any]) -> None:
+             stats: Mapping[str, Any], ledger: Mapping[str, SlotSpend]) -> None:
     by_job = Counter({str(k): int(v) for k, v in (stats.get("creates_by_job") or {}).items()})
     by_attempt: dict[str, Counter[str]] = defaultdict(Counter)
     for meta in stats.get("create_metadata") or []:
@@ -488,7 +499,8 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
             by_attempt[str(meta["iipub_job_id"])][str(meta.get("iipub_attempt"))] += 1
     if int(stats.get("max_retry_count_seen") or 0) > 0:
         found.add("sdk_retry", None, f"the provider saw x-stainless-retry-count={stats['max_retry_count_seen']}")
-    for jid in sorted(set(by_job) - set(jobs)):
+    in_ledger = {j for s in ledger.values() for j in s.job_ids}  # rows a restore took away
+    for jid in sorted(set(by_job) - set(jobs) - in_ledger):
         found.add("create_unknown_job", jid, f"{by_job[jid]} creates name a job this database does not have")
     for jid in jobs:
         evs = events.get(jid, ())
@@ -502,9 +514,15 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
                     uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
             elif ev.reason == Reason.CREATE_REFUSED:
                 allowed[str(ev.detail.get("refunded_attempt"))] -= 1
-            elif ev.reason == Reason.RESTORED_ADOPTED or (
-                    ev.reason == Reason.OPERATOR_ADOPT_ORPHAN and int(ev.detail.get("attempts_added") or 0) > 0):
+            elif ev.reason in (Reason.RESTORED_ADOPTED, Reason.OPERATOR_ADOPT_ORPHAN) and int(
+                    ev.detail.get("attempts_added") or 0) > 0:
                 allowed[str(ev.detail.get("attempt"))] += 1
+        spend = ledger.get(slot_of(jobs[jid]["product"], jobs[jid]["edition_date"].isoformat()))
+        if spend is not None:  # what a restore made the journal forget, the ledger still knows
+            for attempt, n in spend.intents.items():
+                if n > allowed[attempt] and attempt in spend.uncertain:
+                    uncounted += n - allowed[attempt]  # ambiguous, rejected or cut short: maybe never sent
+                allowed[attempt] = max(allowed[attempt], n)
         charged = sum(allowed.values())
         seen = by_job.get(jid, 0)
         if seen > charged:
@@ -518,6 +536,7 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
                 found.add("unjournaled_create", jid, f"attempt {attempt} created {n} times at the provider, "
                                                      f"journaled {allowed.get(attempt, 0)}")
     custody = _custody_ids(events)
+    custody.update({rid: "ledger" for s in ledger.values() for rid in (*s.custody_ids, *s.killed_ids)})
     for rid in stats.get("deleted_ids") or []:
         owner = custody.get(str(rid))
         if owner is None:
@@ -563,16 +582,28 @@ def _is_state(name: str) -> bool:
     return name in State.__members__
 
 
-def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: int = 0) -> list[Violation]:
+def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: int = 0, *,
+                 missing: str | None = None) -> list[Violation]:
     """The database against the spend ledger: every slot the ledger charged must be a job of this
-    database that knows of at least as many paid creates (`behind_ledger` otherwise: a restore)."""
+    database that knows of at least as many paid creates, and a job still waiting for output
+    must know of the output the ledger recorded (`behind_ledger` otherwise: a restore).
+    `missing` says why the ledger could not be read at all (`ledger_missing` once the database
+    recorded any create: without it a restore would pay again)."""
+    from .restore import ahead  # the journal reads of the restore fence
+
     found = _Found()
     if unreadable:
-        found.add("ledger_unreadable", None, f"{unreadable} ledger line(s) could not be read")
+        found.add("ledger_unreadable", None, f"{unreadable} ledger line(s) could not be read (a torn line is "
+                                             "skipped; the lines after it count)")
     with engine.connect() as conn:
         q = sa.select(jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date,
                       jobs_table.c.generation_attempts, jobs_table.c.state)
         rows = {slot_of(r.product, r.edition_date.isoformat()): r for r in conn.execute(q)}
+    if missing is not None:
+        if creates_recorded(engine):
+            found.add("ledger_missing", None, f"{missing}; this database recorded paid creates, so a restore "
+                                              "would pay for them again")
+        return found.items
     for slot, s in sorted(spend.items()):
         row = rows.get(slot)
         if s.charged <= 0:
@@ -584,7 +615,32 @@ def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: 
             found.add("behind_ledger", row.id, f"{slot}: the ledger charged {s.charged} paid create(s) (last "
                                                f"response {s.response_id or '-'}); the job knows of "
                                                f"{row.generation_attempts} and is {row.state}")
+        elif State(row.state) in _AWAITING_OUTPUT:
+            job_ahead = ahead(engine, _JobRef(row.id), s)
+            if job_ahead:
+                found.add("behind_ledger", row.id, f"{slot}: the ledger records {', '.join(job_ahead)} the job "
+                                                   f"({row.state}) does not know of")
     return found.items
+
+
+# States in which a job has no output yet: one the ledger knows output for was restored from before it.
+_AWAITING_OUTPUT = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.CREATE_IN_FLIGHT, State.ACCEPTED,
+                              State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED,
+                              State.PROVIDER_EXPIRED_OR_MISSING})
+
+
+@dataclass(frozen=True)
+class _JobRef:
+    id: str
+
+
+def creates_recorded(engine: sa.Engine) -> bool:
+    """Whether this database ever charged a paid create (a job with attempts, or a dispatch journaled)."""
+    with engine.connect() as conn:
+        if conn.execute(sa.select(jobs_table.c.id).where(jobs_table.c.generation_attempts > 0).limit(1)).first():
+            return True
+        return conn.execute(sa.select(events_table.c.id).where(events_table.c.reason == Reason.DISPATCH.value)
+                            .limit(1)).first() is not None
 
 
 def summarize(violations: Iterable[Violation]) -> dict[str, int]:

@@ -1,17 +1,30 @@
-"""The spend ledger: an append-only, fsync'd file outside the database that remembers every
-paid create, so a database restored from a backup cannot make iipub pay for a slot again.
+"""The spend ledger: an append-only, fsync'd file outside the database that remembers the whole
+chain of every paid create, so a database restored from a backup cannot make iipub pay for a
+slot again, nor lose track of what it already published.
 
-One JSON line before each create (`intent`: job, slot, attempt, fingerprint) and one after it
-(`outcome`: accepted with its response id, refused, ambiguous or rejected). `iipub adopt` writes
-one `adopted` line per response it takes over from a legacy system: the creates that system
-already paid for the slot (`attempt`), charged to the slot like iipub's own, but not paid by
-iipub. A line is written with one `write` on a file opened for appending (whole lines, never interleaved on a local
-file system) and fsync'd before the create goes out. `summarize` folds the lines into what was
-spent per slot; `behind` says whether a job's row has forgotten some of it.
+One JSON line per link of the chain, all keyed by slot (`product/YYYY-MM-DD`):
+
+    intent     before the POST: job, attempt, config fingerprint (fsync'd, or nothing is sent)
+    outcome    after it: accepted (with the response id), refused, ambiguous or rejected
+    custody    the output was stored: response id and the payload's sha256
+    saved      editions were saved: their sha256 per language
+    published  every event was delivered: the editions' sha256 per language
+    killed     an operator killed the job: its response may go without custody
+
+The chain lines after `intent` are written after the database committed the step, so in
+normal operation the ledger never knows more than the database; after a restore it does
+(`iipub.restore`). A line is written with one `write` on a file opened for appending, checked
+to be whole and fsync'd; a short write (disk full) is an error, and the next line starts on a
+fresh line, so a torn line costs only itself. `spend.summarize` folds the lines into `SlotSpend`.
+
+`iipub adopt` writes one `adopted` line per response it takes over from a legacy system: the
+creates that system already paid for the slot (`attempt`), charged to the slot like iipub's own,
+but not paid by iipub.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Mapping
@@ -19,14 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IipubError
-from .spend import SlotSpend, behind, slot_of, summarize
+from .spend import CHAIN, SlotSpend, behind, composed_editions, has_chain, slot_of, summarize
 from .timefmt import iso_z
 
-__all__ = ["LedgerError", "SlotSpend", "SpendLedger", "behind", "slot_of", "summarize"]
+__all__ = ["CHAIN", "LedgerError", "SlotSpend", "SpendLedger", "behind", "composed_editions", "has_chain", "slot_of",
+           "summarize"]
+
+# The one write of a line (a name of its own so a unit test can make it short).
+_write = os.write
 
 
 class LedgerError(IipubError):
-    """The spend ledger cannot be written; no paid create is sent without it."""
+    """The spend ledger cannot be written or read; no paid create is sent without it."""
 
     exit_code = 74  # EX_IOERR
 
@@ -49,7 +66,29 @@ class SpendLedger:
         self._append({"t": "adopted", "job_id": job_id, "slot": slot, "attempt": attempts,
                       "response_id": response_id, "worker": worker})
 
+    def custody(self, job_id: str, slot: str, attempt: int, response_id: str | None,
+                payload_sha256: str | None) -> None:
+        self._append({"t": "custody", "job_id": job_id, "slot": slot, "attempt": attempt,
+                      "response_id": response_id, "payload_sha256": payload_sha256})
+
+    def saved(self, job_id: str, slot: str, attempt: int, editions: Mapping[str, str]) -> None:
+        self._append({"t": "saved", "job_id": job_id, "slot": slot, "attempt": attempt, "editions": dict(editions)})
+
+    def published(self, job_id: str, slot: str, attempt: int, response_id: str | None,
+                  editions: Mapping[str, str]) -> None:
+        self._append({"t": "published", "job_id": job_id, "slot": slot, "attempt": attempt,
+                      "response_id": response_id, "editions": dict(editions)})
+
+    def killed(self, job_id: str, slot: str, attempt: int, response_id: str) -> None:
+        """An operator killed the job: its response may be deleted without custody."""
+        self._append({"t": "killed", "job_id": job_id, "slot": slot, "attempt": attempt, "response_id": response_id})
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
     def read(self) -> tuple[dict[str, SlotSpend], int]:
+        """Per-slot spend and the number of lines that could not be read (a missing file is
+        empty: `exists` tells the two apart). Raises LedgerError if the file cannot be read."""
         try:
             with self.path.open(encoding="utf-8", errors="replace") as f:
                 return summarize(f)
@@ -58,15 +97,30 @@ class SpendLedger:
         except OSError as exc:
             raise LedgerError(f"cannot read the spend ledger {self.path}: {exc.strerror or exc}") from None
 
-    def _append(self, record: Mapping[str, Any]) -> None:
-        import datetime as dt
+    def load(self) -> tuple[dict[str, SlotSpend], int, str | None]:
+        """`read`, with a missing or unreadable file as a reason instead of an empty ledger or an
+        error: (spend, unreadable lines, why the ledger could not be read or None)."""
+        if not self.path.exists():
+            return {}, 0, f"the spend ledger {self.path} does not exist"
+        try:
+            spend, bad = self.read()
+        except LedgerError as exc:
+            return {}, 0, str(exc)
+        return spend, bad, None
 
-        line = json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **record}, sort_keys=True) + "\n"
+    def _append(self, record: Mapping[str, Any]) -> None:
+        line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **record}, sort_keys=True) + "\n").encode("utf-8")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
             try:
-                os.write(fd, line.encode("utf-8"))
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # the last line is torn: this one starts on a line of its own
+                written = _write(fd, line)
+                if written != len(line):
+                    raise LedgerError(f"cannot write the spend ledger {self.path}: short write ({written} of "
+                                      f"{len(line)} bytes; is the disk full?)")
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -29,7 +29,8 @@ import structlog
 from . import backoff, config, db, handlers, outbox
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
-from .jobs import new_worker_id
+from .jobs import Job, new_worker_id
+from .ledger import LedgerError, SpendLedger, slot_of
 from .outbox import Outbox, OutboxEvent
 from .sinks import Delivered, DeliveryResult, Event, Parked, RetryLater, Sink
 from .sinks.static import StaticSink
@@ -124,7 +125,9 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
                     hooks.settle(box, settings, rng, report)
         if hooks is not None:
             hooks.settle(box, settings, rng, report, wait=True)
-        report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds)
+        path = settings.ledger_path()
+        report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds,
+                                                      SpendLedger(path) if path is not None else None)
     finally:
         if hooks is not None:
             hooks.close()
@@ -276,9 +279,11 @@ def _finish(box: Outbox, d: _Delivery, settings: Settings, report: RelayReport) 
     report.parked += 1
 
 
-def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) -> int:
-    """SAVED_NOT_PUBLIC jobs whose every event is delivered move to PUBLISHED. Run after
-    each relay pass, so a crash between the two writes heals on the next run."""
+def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
+                          spend_ledger: SpendLedger | None = None) -> int:
+    """SAVED_NOT_PUBLIC jobs whose every event is delivered move to PUBLISHED, and the spend
+    ledger records the editions published. Run after each relay pass, so a crash between the
+    two writes heals on the next run."""
     jobs_table, outbox_table = db.jobs, db.outbox
     with engine.connect() as conn:
         pending = sa.select(outbox_table.c.id).where(
@@ -297,8 +302,23 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float) 
             if job is None:
                 continue
             d = handlers.on_delivered()
-            store.transition(job, d.to, reason=d.reason, delay=d.delay)
+            published = store.transition(job, d.to, reason=d.reason, delay=d.delay)
             done += 1
+            if spend_ledger is not None:
+                _record_published(engine, spend_ledger, published)
         except (LeaseLost, Contention) as exc:
             log.warning("publish_deferred", job_id=job_id, error=str(exc))
     return done
+
+
+def _record_published(engine: sa.Engine, spend_ledger: SpendLedger, job: Job) -> None:
+    """The published link of the ledger's chain (best effort, after the commit: a line missing
+    leaves the ledger behind the database, the safe direction)."""
+    ed = db.editions
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job.id)).all()
+    try:
+        spend_ledger.published(job.id, slot_of(job.product, job.edition_date.isoformat()), job.generation_attempts,
+                               job.response_id, {str(lang): str(sha) for lang, sha in rows})
+    except LedgerError as exc:
+        log.error("ledger_unwritable", job_id=job.id, error=str(exc))

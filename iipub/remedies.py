@@ -20,6 +20,7 @@ from .errors import OperatorRefused, UsageError
 from .handlers import Decision
 from .jobs import Job
 from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient, Usage
+from .spend import SlotSpend
 from .states import PAYLOAD_QUARANTINES, Reason, State
 
 POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
@@ -56,19 +57,43 @@ def check_input(by: str, reason: str | None) -> None:
 # -- leaving quarantine ---------------------------------------------------------------------------
 
 
-def release_verified_lost(job: Job, max_generation_attempts: int, by: str, reason: str) -> Decision:
+def release_verified_lost(job: Job, max_generation_attempts: int, by: str, reason: str,
+                          spend: SlotSpend | None = None, live: Mapping[str, str] | None = None) -> Decision:
+    """Create again. A job parked `restored_behind_ledger` is charged the spend ledger's count of
+    paid creates for its slot first (`spend`), so the budget stays honest and the fence does not
+    park it again; refused when that leaves no create in the budget, or when the live site still
+    serves the editions the ledger recorded published (`live`): that page is paid for already."""
     _require_quarantined(job)
-    if job.generation_attempts >= max_generation_attempts:
+    attempts = job.generation_attempts
+    restored = job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER
+    if restored and spend is not None:
+        attempts = max(attempts, spend.charged)
+        if live:
+            raise OperatorRefused(
+                f"job {job.id}: the live site still serves the editions the spend ledger recorded published for "
+                f"{spend.slot} ({', '.join(sorted(live))}); a new create would pay for a page that is live. "
+                f"`iipub kill {job.id} --reason …` closes the job and keeps the page"
+            )
+    if attempts >= max_generation_attempts:
+        counted = (f"the spend ledger records {attempts} paid creates for its slot"
+                   if attempts > job.generation_attempts else f"all {max_generation_attempts} paid creates are used")
         raise OperatorRefused(
-            f"job {job.id}: all {max_generation_attempts} paid creates are used "
-            f"({job.generation_attempts}/{max_generation_attempts}); a new create would exceed the generation "
+            f"job {job.id}: {counted} ({attempts}/{max_generation_attempts}); a new create would exceed the generation "
             "budget. Raise budgets.max_generation_attempts or `iipub kill` the job"
+            + ("; or give it its output without paying (`iipub orphans adopt`, `iipub jobs import-payload`)"
+               if restored else "")
         )
+    changes: dict[str, Any] = {"response_id": None, **_RESET}
+    extra: dict[str, Any] = {}
+    if attempts > job.generation_attempts:
+        changes["generation_attempts"] = attempts
+        extra["charged_from_ledger"] = attempts - job.generation_attempts
+    if restored and spend is not None:
+        extra["ledger_ack"] = spend.counts()
     return Decision(
-        State.CREATE_ELIGIBLE, Reason.OPERATOR_RELEASE_VERIFIED_LOST, delay=0,
-        changes={"response_id": None, **_RESET},
+        State.CREATE_ELIGIBLE, Reason.OPERATOR_RELEASE_VERIFIED_LOST, delay=0, changes=changes,
         detail=who(by, reason, quarantine_reason=job.quarantine_reason, lost_response_id=job.response_id,
-                   attempts_used=job.generation_attempts),
+                   attempts_used=attempts, **extra),
     )
 
 

@@ -1,7 +1,7 @@
-"""What the spend ledger says was spent, per slot: its lines folded into values (pure).
+"""What the spend ledger says was spent and done, per slot: its lines folded into values (pure).
 
 `ledger` reads and appends the file; this module only interprets what it holds, so the
-decisions (`handlers`) can use it without the file's I/O.
+decisions (`handlers`, `remedies`) can use it without the file's I/O.
 """
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .jobs import Job
+
+CHAIN = ("custody", "saved", "published")  # the links after the create, in order
 
 
 @dataclass
 class SlotSpend:
-    """What the ledger says was spent on one slot (`product/YYYY-MM-DD`)."""
+    """What the ledger says was spent on, and done with, one slot (`product/YYYY-MM-DD`)."""
 
     slot: str
     charged: int = 0  # intents minus provable refusals: paid (or possibly paid) creates
@@ -26,10 +29,43 @@ class SlotSpend:
     fingerprint: str | None = None
     open_intent: bool = False  # an intent without an outcome: the create's fate is unknown
     adopted: int = 0  # of `charged`, the creates a legacy system paid for (`iipub adopt`)
+    response_ids: list[str] = field(default_factory=list)  # every response the slot's creates or custody named
+    custody: int = 0  # custody lines
+    custody_sha256: str | None = None  # the latest payload's
+    custody_response_id: str | None = None
+    saved: int = 0
+    saved_editions: dict[str, str] = field(default_factory=dict)  # lang -> sha256, the latest save
+    published: int = 0
+    published_editions: dict[str, str] = field(default_factory=dict)  # lang -> sha256, the latest publication
+    intents: dict[str, int] = field(default_factory=dict)  # attempt -> intents minus provable refusals
+    custody_ids: list[str] = field(default_factory=list)  # every response whose output was stored
+    killed_ids: list[str] = field(default_factory=list)  # responses of jobs an operator killed
+    uncertain: set[str] = field(default_factory=set)  # attempts whose create may never have arrived
+
+    def counts(self) -> dict[str, int]:
+        """How many of each chain link the ledger holds (what a database must know of)."""
+        return {"custody": self.custody, "saved": self.saved, "published": self.published}
+
+    def evidence(self) -> dict[str, Any]:
+        """The ledger's facts about the slot, for a journal entry and an operator."""
+        return {"charged": self.charged, "responses": self.response_ids[-5:], "job_ids": self.job_ids[-3:],
+                "custody_sha256": self.custody_sha256, "custody_response_id": self.custody_response_id,
+                "saved": self.saved_editions, "published": self.published_editions, **{
+                    f"{k}_lines": v for k, v in self.counts().items()}}
+
+    def _note_response(self, rid: str | None) -> None:
+        if rid and rid not in self.response_ids:
+            self.response_ids.append(rid)
 
 
 def slot_of(product: str, edition_date: str) -> str:
     return f"{product}/{edition_date}"
+
+
+def _editions(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise TypeError("editions must be an object")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
@@ -43,18 +79,26 @@ def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
             rec = json.loads(line)
             kind, slot = rec["t"], str(rec["slot"])
             attempt = int(rec["attempt"])
+            if kind in ("saved", "published"):
+                editions = _editions(rec["editions"])
         except (ValueError, KeyError, TypeError):
-            bad += 1  # a torn last line after a crash, or damage: counted, never fatal
+            bad += 1  # a torn line after a crash or a full disk, or damage: counted, never fatal
+            continue
+        if kind not in ("intent", "outcome", "adopted", "killed", *CHAIN):
+            bad += 1
             continue
         spend = slots.setdefault(slot, SlotSpend(slot))
         job_id = str(rec.get("job_id") or "")
         if job_id and job_id not in spend.job_ids:
             spend.job_ids.append(job_id)
+        rid = str(rec["response_id"]) if rec.get("response_id") else None
         if kind == "intent":
             spend.charged += 1
+            spend.intents[str(attempt)] = spend.intents.get(str(attempt), 0) + 1
             spend.last_attempt = max(spend.last_attempt, attempt)
             spend.fingerprint = rec.get("fingerprint") or spend.fingerprint
             spend.open_intent = True
+            spend.uncertain.add(str(attempt))
         elif kind == "adopted":
             spend.charged += attempt
             spend.adopted += attempt
@@ -64,13 +108,31 @@ def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
         elif kind == "outcome":
             spend.open_intent = False
             outcome = rec.get("outcome")
+            if outcome in ("accepted", "refused"):
+                spend.uncertain.discard(str(attempt))  # it arrived, or provably did not cost anything
             if outcome == "refused":
                 spend.charged -= 1
-            elif outcome == "accepted" and rec.get("response_id"):
-                spend.response_id = str(rec["response_id"])
-                spend.response_attempt = attempt
+                spend.intents[str(attempt)] = spend.intents.get(str(attempt), 0) - 1
+            elif outcome == "accepted" and rid:
+                spend.response_id, spend.response_attempt = rid, attempt
+                spend._note_response(rid)
+        elif kind == "custody":
+            spend.custody += 1
+            spend.custody_sha256 = rec.get("payload_sha256")
+            spend.custody_response_id = rid
+            spend._note_response(rid)
+            if rid and rid not in spend.custody_ids:
+                spend.custody_ids.append(rid)
+        elif kind == "killed":
+            if rid and rid not in spend.killed_ids:
+                spend.killed_ids.append(rid)
+        elif kind == "saved":
+            spend.saved += 1
+            spend.saved_editions = editions
         else:
-            bad += 1
+            spend.published += 1
+            spend.published_editions = editions
+            spend._note_response(rid)
     return slots, bad
 
 
@@ -78,3 +140,27 @@ def behind(job: Job, spend: SlotSpend | None) -> bool:
     """The job's row knows of fewer paid creates for its slot than the ledger: the database
     was restored from before them (or the slot's row was created again)."""
     return spend is not None and spend.charged > job.generation_attempts
+
+
+def composed_editions(composed: str | None) -> dict[str, str]:
+    """The sha256 per language of a job's composed artifacts (`jobs.composed`)."""
+    try:
+        doc = json.loads(composed or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    from .compose import artifact_from_document  # only when a save is recorded
+
+    out: dict[str, str] = {}
+    for lang, art in doc.items():
+        try:
+            out[str(lang)] = artifact_from_document(art).sha256
+        except ValueError:
+            continue
+    return out
+
+
+def has_chain(spend: SlotSpend | None) -> bool:
+    """The ledger knows of output for the slot (custody, a save or a publication)."""
+    return spend is not None and any(spend.counts().values())

@@ -111,6 +111,8 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.NO_JOB, [S.ACCEPTED], operator=True)
     # Shadow mode journals what it would do and stays where it is (no create, no save, no delete).
     + [Edge(s, s) for s in (S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED)]
+    # ... or on what the live site proves: the ledger's published editions are still served.
+    + _edges(S.QUARANTINED, [S.DELETED])
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     # Suspension freezes decisions and spending, never custody: output that finishes is stored.
     + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
@@ -182,6 +184,7 @@ class Reason(enum.StrEnum):
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
     RESTORED_ADOPTED = "restored_adopted"
+    RESTORED_PUBLISHED = "restored_published"
     AUTO_LINKED = "auto_linked"
     STEP_FAILING = "step_failing"
     # Operator commands.
@@ -250,10 +253,13 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CONFIG_DRIFT: (False, "quarantine: the deployed product config changed under the job"),
     R.EDITION_CONFLICT: (False, "quarantine: an edition for this slot already exists; nothing was written"),
     R.PRODUCT_REMOVED: (False, "quarantine: the job's product is no longer configured; any output is kept"),
-    R.RESTORED_BEHIND_LEDGER: (False, ("quarantine: the spend ledger knows of paid creates this row has forgotten "
-                                       "(a restored backup); no create until it is settled")),
+    R.RESTORED_BEHIND_LEDGER: (False, ("quarantine: the spend ledger knows of paid creates, custody, saves or "
+                                       "publications this row has forgotten (a restored backup); no create until "
+                                       "it is settled")),
     R.RESTORED_ADOPTED: (False, ("the response the ledger recorded was still at the provider, naming this slot: "
                                  "adopted, nothing paid again")),
+    R.RESTORED_PUBLISHED: (False, ("the ledger recorded the slot's editions published and the live site still serves "
+                                   "them: the restored job is done, nothing paid or published again")),
     R.AUTO_LINKED: (False, ("a verified webhook proved which response an unknown create made (its metadata names "
                             "this job, attempt and config): the job adopted it, nothing paid again")),
     R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
@@ -289,7 +295,7 @@ QUARANTINE_REASONS = frozenset({
     R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.
-ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.AUTO_LINKED})
+ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.RESTORED_PUBLISHED, R.AUTO_LINKED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
 PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING})
 # A dispatch that ended in one of these may or may not have reached the provider.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ class Status:
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
     cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
     paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
+    ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -208,6 +210,8 @@ class Status:
                           (f"{plural(len(self.late), 'edition')} late > {duration(s.late_after_minutes * 60)} (oldest "
                            f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                            f"opened > {duration(limit)})")))
+        if self.ledger_problem:
+            found.append((CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
         if self.cutover is not None:
             found.extend(self.cutover.problems())
@@ -444,6 +448,7 @@ def collect(engine: Engine, settings: Settings) -> Status:
     # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
     held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
     attention = [j for j in live if j["state"] not in held]
+        ledger_trouble = _ledger_problem(conn, settings)
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -480,7 +485,21 @@ def collect(engine: Engine, settings: Settings) -> Status:
         read_cooldown_until=read_cooldown,
         cutover=cut,
         paid=paid,
+        ledger_problem=ledger_trouble,
     )
+
+
+def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
+    """The spend ledger missing or unreadable once this database recorded a paid create: a
+    restore would then pay for every one of them again."""
+    path = settings.ledger_path()
+    if path is None or (path.is_file() and os.access(path, os.R_OK)):
+        return None
+    paid = conn.execute(sa.select(db.jobs.c.id).where(db.jobs.c.generation_attempts > 0).limit(1)).first()
+    if paid is None:
+        return None
+    why = "is unreadable" if path.exists() else "does not exist"
+    return f"spend ledger {path} {why} but paid creates are recorded (a restore would pay again)"
 
 
 def _stale_after(settings: Settings) -> float:

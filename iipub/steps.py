@@ -12,13 +12,24 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, installation, ledger, money, outbox, payments, validate
+from . import db, handlers, installation, ledger, money, outbox, payments, restore, validate
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
 from .handlers import Decision
 from .jobs import Job, slot_opened
-from .outcomes import DEAD_STATUSES, Accepted, CreateOutcome, CreateRequest, Missing, Observed, ReadOutcome, Refused
+from .outcomes import (
+    DEAD_STATUSES,
+    Accepted,
+    CreateOutcome,
+    CreateRequest,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Refused,
+    Rejected,
+    Transient,
+)
 from .states import Reason, State
 from .store import Store
 from .tick import Tick
@@ -117,6 +128,7 @@ def apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection],
         keep_lease=go_on, extra=extra,
     )
     tick.counted(d.to)
+    tick.record_chain(new, d.reason)  # custody and saves, once committed
     if d.cooldown is not None:  # a create's 429 holds creates; a read's, reads
         tick.cool_down(d.cooldown, creates=job.state == State.CREATE_IN_FLIGHT)
     return new
@@ -196,9 +208,12 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
     in_ledger = tick.spend(slot)
-    if ledger.behind(job, in_ledger):
+    ahead = restore.ahead(tick.store.engine, job, in_ledger)
+    if ledger.behind(job, in_ledger) or ahead:
         assert in_ledger is not None
-        return _adopt_from_ledger(tick, apply(tick, job, handlers.restored_behind_ledger(job, in_ledger)), in_ledger)
+        remedy = restore.remedy(job, in_ledger)
+        parked = apply(tick, job, handlers.restored_behind_ledger(job, in_ledger, ahead, remedy))
+        return _adopt_from_ledger(tick, parked, in_ledger)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
     # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
@@ -253,14 +268,17 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
 
 def _adopt_from_ledger(tick: Tick, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:
     """Right after `restored_behind_ledger`: if the provider still has the response the ledger
-    recorded, and it names this slot, take it back (nothing is paid again)."""
+    recorded, and it names this slot, take it back; if it is gone and the live site still serves
+    the editions the ledger recorded published, the slot is done. Nothing is paid again."""
     if parked.lease_owner != tick.store.worker:
         return parked
-    if in_ledger.response_id is None or tick.reads_cooling():
+    if tick.reads_cooling():
         tick.store.release(parked)
         return None
-    outcome = tick.provider.retrieve(in_ledger.response_id)
-    d = handlers.adopt_restored(parked, in_ledger, outcome)
+    outcome = tick.provider.retrieve(in_ledger.response_id) if in_ledger.response_id else None
+    d = handlers.adopt_restored(parked, in_ledger, outcome) if outcome is not None else None
+    if d is None and not isinstance(outcome, (Transient, Rejected)):
+        d = handlers.adopt_published(parked, in_ledger, restore.published_live(tick.settings, in_ledger), outcome)
     if d is None:
         tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
         return None
@@ -269,7 +287,8 @@ def _adopt_from_ledger(tick: Tick, parked: Job, in_ledger: ledger.SlotSpend) -> 
 
 def step_create_in_flight(tick: Tick, job: Job) -> Job:
     # We only ever lease this state when the previous owner's lease expired mid-POST.
-    return apply(tick, job, handlers.crashed_in_flight(job))
+    spend = tick.spend(ledger.slot_of(job.product, job.edition_date.isoformat()))
+    return apply(tick, job, handlers.in_flight_on_ledger(job, spend) or handlers.crashed_in_flight(job))
 
 
 def step_poll(tick: Tick, job: Job) -> Job | None:
@@ -404,8 +423,9 @@ def custody_while_suspended(tick: Tick, job: Job) -> None:
     outcome = tick.provider.retrieve(job.response_id)
     d = handlers.custody_while_suspended(job, outcome, max_output_bytes(_product(tick, job)))
     if d is not None:
-        tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+        stored = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
         tick.counted(d.to)
+        tick.record_chain(stored, d.reason)
 
 
 def step_expired(tick: Tick, job: Job) -> Job:

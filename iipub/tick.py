@@ -21,7 +21,7 @@ from .gate import CreateGate
 from .jobs import Job
 from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected
 from .provider import Provider  # cheap: the SDK and httpx load at its first call
-from .states import State
+from .states import Reason, State
 from .store import PlannedWrite, Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -251,6 +251,20 @@ class Tick:
         with self._lock:
             self.report.creates -= 1
             self.report.refused += 1
+
+    def record_chain(self, job: Job, reason: Reason) -> None:
+        """After a committed custody or save, its link of the ledger's chain (best effort: a line
+        missing here leaves the ledger behind the database, the safe direction)."""
+        if self.ledger is None or reason not in (Reason.RETRIEVED, Reason.SAVED):
+            return
+        slot = ledger.slot_of(job.product, job.edition_date.isoformat())
+        try:
+            if reason == Reason.RETRIEVED:
+                self.ledger.custody(job.id, slot, job.generation_attempts, job.response_id, job.payload_sha256)
+            else:
+                self.ledger.saved(job.id, slot, job.generation_attempts, ledger.composed_editions(job.composed))
+        except ledger.LedgerError as exc:
+            log.error("ledger_unwritable", job_id=job.id, worker=self.store.worker, error=str(exc))
 
     def wait_for_probe(self, job_id: str) -> None:
         with self._lock:

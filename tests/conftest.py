@@ -90,6 +90,13 @@ def _quick_http_plumbing() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _own_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default spend ledger of a command run without a config file is this test's own
+    (`$XDG_STATE_HOME/iipub/`), never the account's: a shared one would fence other tests' slots."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> Iterator[str]:
     """A URL to an empty database of the selected backend, dropped afterwards."""

@@ -289,6 +289,12 @@ def minute_simulator() -> Iterator[Simulator]:
 # -- settings and environments ----------------------------------------------------------------------------
 
 
+def ledger_file_of(tmp_path: Path) -> Path:
+    """A test's spend ledger: where a command run without a config file finds it too (the
+    default under `$XDG_STATE_HOME`, which tests/conftest.py points into the test's directory)."""
+    return tmp_path / "xdg-state" / "iipub" / "spend-ledger.jsonl"
+
+
 def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, Any]) -> Settings:
     """Settings for in-process ticks: short timeouts, immediate polls, a static root in tmp."""
     data: dict[str, Any] = {
@@ -298,7 +304,7 @@ def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, A
         "provider": {"timeout_seconds": 4, "connect_timeout_seconds": 1, "loss_confirm_seconds": 0},
         "relay": {"backoff_base_seconds": 1, "backoff_cap_seconds": 60},
         "sinks": {"static": {"root": str(root)}},
-        "ledger": {"path": str(root.parent / "spend-ledger.jsonl")},  # this test's own, never the checkout's
+        "ledger": {"path": str(ledger_file_of(root.parent))},  # this test's own, never the account's
         # In-process ticks (`reconcile.run`, `relay.run`) record no heartbeat: only the cron
         # commands do. Tests of heartbeats turn the check on (tests/integration/test_heartbeats.py).
         "monitoring": {"heartbeat_after_seconds": 0},
@@ -343,7 +349,7 @@ def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str
         "[reconcile]\npoll_interval_seconds = 0\nlease_seconds = 10\ntick_seconds = 20\n"
         "[provider]\ntimeout_seconds = 2\nconnect_timeout_seconds = 1\nloss_confirm_seconds = 0\n"
         f"[sinks.static]\nroot = \"{tmp_path / 'public'}\"\n"
-        f"[ledger]\npath = \"{tmp_path / 'spend-ledger.jsonl'}\"\n" + config
+        f"[ledger]\npath = \"{ledger_file_of(tmp_path)}\"\n" + config
     )
     return {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url, "IIPUB_CONFIG": str(cfg)}
 

@@ -28,8 +28,9 @@ class CheckFailed(IipubError):
 @click.option("--stranded-after", default=STRANDED_AFTER_SECONDS, show_default=True,
               type=click.FloatRange(min=0), help="Seconds a job may stay live before it counts as stranded.")
 @click.option("--ledger", "with_ledger", is_flag=True,
-              help="Also compare the database with the spend ledger ([ledger] path): slots it paid for that "
-                   "the database has forgotten (a restore).")
+              help="Also compare the database with the spend ledger ([ledger] path): slots it paid for, or "
+                   "output it kept or published, that the database has forgotten (a restore); torn lines; a "
+                   "missing or unreadable ledger once any create was recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 @pass_app
 def check_command(app: App, simulator_url: str | None, settled: bool, static_root: Path | None,
@@ -59,8 +60,8 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
         path = app.settings.ledger_path()
         if path is None:
             raise click.ClickException("the spend ledger is off ([ledger] enabled = false)")
-        spend, unreadable = SpendLedger(path).read()
-        found += invariants.check_ledger(engine, spend, unreadable)
+        spend, unreadable, missing = SpendLedger(path).load()
+        found += invariants.check_ledger(engine, spend, unreadable, missing=missing)
     if as_json:
         emit_json({"ok": not found, "counts": invariants.summarize(found), "violations": [v.to_dict() for v in found]})
     elif found:

@@ -163,8 +163,17 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
         raise UsageError("quarantine release: give a job ID, or --all --quarantine-reason R")
     if quarantine_reason or since or dry_run:
         raise UsageError("quarantine release: --quarantine-reason, --since and --dry-run go with --all")
-    _act(app, job_id, lambda op: op.release(job_id, mode, reason, by, link_response_id=link),
-         needs_provider=mode == ReleaseMode.LINK)
+    before: list[Job] = []
+
+    def release(op: Operator) -> Job:
+        before.append(op.get(job_id))
+        return op.release(job_id, mode, reason, by, link_response_id=link)
+
+    after = _act(app, job_id, release, needs_provider=mode == ReleaseMode.LINK)
+    charged = after.generation_attempts - before[0].generation_attempts
+    if charged > 0:  # a restored job: the creates the ledger recorded count against its budget
+        click.echo(f"charged {charged} paid create(s) the spend ledger recorded for this slot: "
+                   f"{after.generation_attempts} of the generation budget used")
 
 
 def _since(text: str) -> dt.datetime:

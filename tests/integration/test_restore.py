@@ -18,7 +18,7 @@ from iipub.config import Settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, run_cli, sim_env
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
@@ -89,8 +89,10 @@ def test_a_restore_from_before_a_published_edition_pays_nothing_and_leaves_the_p
     sim.advance(700)  # and the provider forgot the response anyway
     ticks(cfg, engine, sim, 4)
     (row,) = job_rows(engine)
-    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "restored_behind_ledger")
-    assert row["response_id"] == done["response_id"]
+    # The ledger recorded the editions published and the site still serves them: the slot is done.
+    assert row["state"] == "DELETED" and row["generation_attempts"] == 1
+    reasons = [e["reason"] for e in job_events(engine, row["id"])]
+    assert reasons[-2:] == ["restored_behind_ledger", "restored_published"] and "dispatch" not in reasons
     assert sim.stats()["creates_total"] == 1
     assert pages(root) == live  # the live page is unchanged
 
@@ -102,7 +104,7 @@ def test_check_ledger_reports_the_slots_the_database_is_behind_on(
     run_cli("schedule", env=env, cwd=tmp_path, check=True)
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # today's slot, created
     assert run_cli("check", "--ledger", env=env, cwd=tmp_path).returncode == 0
-    ledger = SpendLedger(tmp_path / "spend-ledger.jsonl")
+    ledger = SpendLedger(ledger_file_of(tmp_path))
     spend, bad = ledger.read()
     assert bad == 0 and spend and all(s.charged == 1 and s.response_id for s in spend.values())
     with engine.begin() as conn:  # a restore from before the creates
@@ -140,3 +142,52 @@ def test_a_different_edition_never_replaces_a_live_page_without_republish(
     ticks(cfg, engine, sim, 3)
     assert job_rows(engine)[0]["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
     assert pages(root) != live
+
+
+def _restored_behind_ledger(cfg: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
+    """A slot paid for once, its database restored from before the create, the response gone at
+    the provider and nothing published: parked `restored_behind_ledger`."""
+    Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
+    dump = backup(engine)
+    reconcile.run(cfg, engine)  # paid create, accepted
+    sim.advance(1000)  # it finished and the provider's retention ran out
+    restore(engine, dump)
+    ticks(cfg, engine, sim, 2)
+    (row,) = job_rows(engine)
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "restored_behind_ledger")
+    assert sim.stats()["creates_total"] == 1 and row["generation_attempts"] == 0
+    return row
+
+
+def test_verified_lost_on_a_restored_job_charges_the_ledgers_count_and_is_not_parked_again(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    row = _restored_behind_ledger(cfg, engine, sim)
+    env = sim_env(cli_env, sim, tmp_path)
+    released = run_cli("quarantine", "release", row["id"], "--verified-lost", "--reason", "gone at the provider",
+                       "--by", "alice", env=env)
+    assert released.returncode == 0, released.stderr
+    assert "charged 1 paid create(s) the spend ledger recorded" in released.stdout
+    assert job_rows(engine)[0]["generation_attempts"] == 1  # the budget is honest
+    ticks(cfg, engine, sim, 6)  # the loop is gone: it is created once more and published
+    (done,) = job_rows(engine)
+    assert done["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED") and done["generation_attempts"] == 2
+    assert sim.stats()["creates_total"] == 2
+    reasons = [e["reason"] for e in job_events(engine, done["id"])]
+    assert reasons.count("restored_behind_ledger") == 1 and reasons.count("dispatch") == 1
+
+
+def test_verified_lost_on_a_restored_job_is_refused_when_the_ledger_used_the_budget(
+    cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    cfg = replace(cfg, budgets=replace(cfg.budgets, max_generation_attempts=1))
+    row = _restored_behind_ledger(cfg, engine, sim)
+    env = sim_env(cli_env, sim, tmp_path, "[budgets]\nmax_generation_attempts = 1\n")
+    journal = job_events(engine, row["id"])
+    refused = run_cli("quarantine", "release", row["id"], "--verified-lost", "--reason", "gone", "--by", "alice",
+                      env=env)
+    assert refused.returncode == 3 and "the spend ledger records 1 paid creates" in refused.stderr
+    assert refused.stdout == ""  # no success line
+    ticks(cfg, engine, sim, 3)
+    assert job_events(engine, row["id"]) == journal  # nothing changed, nothing parked again
+    assert sim.stats()["creates_total"] == 1

@@ -1,0 +1,83 @@
+"""The spend ledger's writer and reader on real files: whole lines or an error, a torn line
+skipped and counted without costing the line after it, and the chain folded per slot."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from iipub import ledger
+from iipub.ledger import LedgerError, SpendLedger
+
+SLOT = "daily-brief/2026-11-29"
+
+
+def test_a_short_write_is_an_error_and_the_next_line_starts_on_a_line_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    book = SpendLedger(tmp_path / "spend-ledger.jsonl")
+    book.intent("job-1", SLOT, 1, "fp", "w")
+    real_write = ledger._write
+
+    def disk_full(fd: int, data: bytes) -> int:  # what write(2) does when the disk fills mid-line
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(ledger, "_write", disk_full)
+    with pytest.raises(LedgerError, match="short write"):
+        book.outcome("job-1", SLOT, 1, "accepted", "resp_1")
+    monkeypatch.setattr(ledger, "_write", real_write)
+    assert not book.path.read_bytes().endswith(b"\n")  # the torn half-line is on disk
+    book.intent("job-2", "daily-brief/2026-11-30", 1, "fp", "w")  # the disk has room again
+    lines = book.path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and lines[-2].startswith(b'{"at"')  # the new line stands alone
+    spend, bad = book.read()
+    assert bad == 1  # the torn line, reported
+    assert spend[SLOT].charged == 1 and spend[SLOT].open_intent and spend[SLOT].response_id is None
+    assert spend["daily-brief/2026-11-30"].charged == 1  # the line after the torn one is not lost
+
+
+def test_an_error_from_write_or_fsync_is_a_ledger_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    book = SpendLedger(tmp_path / "spend-ledger.jsonl")
+
+    def no_space(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ledger, "_write", no_space)
+    with pytest.raises(LedgerError, match="No space left on device"):
+        book.intent("job-1", SLOT, 1, "fp", "w")
+    monkeypatch.undo()
+
+    def fsync_fails(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync_fails)
+    with pytest.raises(LedgerError, match="Input/output error"):
+        book.intent("job-1", SLOT, 1, "fp", "w")
+
+
+def test_the_chain_is_folded_per_slot(tmp_path: Path) -> None:
+    book = SpendLedger(tmp_path / "spend-ledger.jsonl")
+    book.intent("job-1", SLOT, 1, "fp", "w")
+    book.outcome("job-1", SLOT, 1, "accepted", "resp_1")
+    book.custody("job-1", SLOT, 1, "resp_1", "a" * 64)
+    book.saved("job-1", SLOT, 1, {"en": "b" * 64, "fr": "c" * 64})
+    book.published("job-1", SLOT, 1, "resp_1", {"en": "b" * 64, "fr": "c" * 64})
+    book.killed("job-1", SLOT, 1, "resp_1")
+    spend, bad = book.read()
+    s = spend[SLOT]
+    assert bad == 0 and s.charged == 1 and s.response_id == "resp_1" and not s.open_intent
+    assert s.counts() == {"custody": 1, "saved": 1, "published": 1} and ledger.has_chain(s)
+    assert s.custody_sha256 == "a" * 64 and s.custody_response_id == "resp_1"
+    assert s.published_editions == {"en": "b" * 64, "fr": "c" * 64} == s.saved_editions
+    assert s.evidence()["responses"] == ["resp_1"]
+    assert s.custody_ids == ["resp_1"] == s.killed_ids and s.intents == {"1": 1}
+
+
+def test_a_missing_or_unreadable_ledger_is_said_so(tmp_path: Path) -> None:
+    missing = SpendLedger(tmp_path / "nowhere" / "spend-ledger.jsonl")
+    assert missing.load()[2] is not None and "does not exist" in (missing.load()[2] or "")
+    folder = SpendLedger(tmp_path)  # a directory where the file should be
+    spend, bad, why = folder.load()
+    assert (spend, bad) == ({}, 0) and why is not None and "cannot read" in why
