@@ -445,10 +445,10 @@ def collect(engine: Engine, settings: Settings) -> Status:
                 raise SchemaNotReady("the spend table is missing (migration 0008): run `iipub db migrate`") from None
             raise
         cut = cutover.collect(conn, settings, now, gate_state)
+        ledger_trouble = _ledger_problem(conn, settings)
     # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
     held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
     attention = [j for j in live if j["state"] not in held]
-        ledger_trouble = _ledger_problem(conn, settings)
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))

@@ -12,6 +12,7 @@ each state does is recorded in docs/reliability.md ("Restore matrix").
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay, webhook
+from iipub import db, invariants, reconcile, relay, webhook, webhook_server
 from iipub.actions import Operator
 from iipub.config import Budgets, Settings, WebhookSettings
 from iipub.jobs import Job
@@ -30,7 +31,7 @@ from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import Snapshot, job_events, job_rows, make_settings, restore_rows, serving, snapshot_rows
+from tests.helpers import Snapshot, job_events, job_rows, make_settings, restore_rows, snapshot_rows
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
@@ -85,26 +86,22 @@ def drill_world(db_url: str, engine: sa.Engine, tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(reconcile_module, "_ensure_today", lambda settings, store: None)
     hooked = request.param
-    server = webhook.make_wsgi_server("127.0.0.1", 0, lambda e, s: [])
-    options = SimulatorOptions(queued_seconds=40, in_progress_seconds=40, slow_seconds=8,
-                               webhook_url=f"http://127.0.0.1:{server.server_port}/" if hooked else None,
-                               webhook_secret=SECRET if hooked else None, webhook_late_seconds=0.5)
-    with serving(server), Simulator(options) as sim:
+    hooks = WebhookSettings(enabled=True, poll_interval_seconds=0, lease_wait_seconds=0.3, request_seconds=10)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(webhook_server.running(lambda e, s: [], hooks))
+        options = SimulatorOptions(queued_seconds=40, in_progress_seconds=40, slow_seconds=8,
+                                   webhook_url=f"http://127.0.0.1:{server.port}/" if hooked else None,
+                                   webhook_secret=SECRET if hooked else None, webhook_late_seconds=0.5)
+        sim = stack.enter_context(Simulator(options))
         base = make_settings(db_url, sim.url, tmp_path / "public")
         p = replace(base.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
         s = replace(base, products={PRODUCT: p}, webhook_sink=None)
-        receiver = None
         if hooked:
-            s = replace(s, provider_webhook_secret=SECRET,
-                        webhooks=WebhookSettings(enabled=True, poll_interval_seconds=0, lease_wait_seconds=0.3,
-                                                 request_seconds=10))
+            s = replace(s, provider_webhook_secret=SECRET, webhooks=hooks)
             receiver = webhook.Receiver(s, engine=engine)
+            stack.callback(receiver.close)
             server.set_app(receiver)
-        try:
-            yield s, sim
-        finally:
-            if receiver is not None:
-                receiver.close()
+        yield s, sim
 
 
 def _take_backup_on_entry(drill: Drill, mp: pytest.MonkeyPatch) -> None:
