@@ -18,7 +18,7 @@ from iipub.config import Settings, load_settings
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, one_line_error, run_cli, sim_env, stored, utc_today
+from tests.helpers import job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env, stored, utc_today
 
 RID = "resp_" + "a" * 48
 
@@ -80,7 +80,7 @@ def test_each_bad_row_is_refused_in_one_line_and_the_good_rows_are_adopted(
     last = job_events(engine, brief["id"])[-1]
     assert (last["from_state"], last["to_state"], last["reason"]) == ("NO_JOB", "ACCEPTED", "operator_adopt")
     assert rows["daily-brief", taken]["state"] == "CREATE_ELIGIBLE"  # untouched
-    ledger = [json.loads(line) for line in (tmp_path / "spend-ledger.jsonl").read_text().splitlines()]
+    ledger = [json.loads(line) for line in (ledger_file_of(tmp_path)).read_text().splitlines()]
     assert [(r["t"], r["slot"], r["attempt"], r["response_id"]) for r in ledger] == [
         ("adopted", f"daily-brief/{day}", 2, _rid(1)), ("adopted", f"revolution-watch/{day}", 1, _rid(2))]
     assert sim.stats()["requests"]["create"] == 0  # nothing paid
@@ -90,7 +90,7 @@ def test_each_bad_row_is_refused_in_one_line_and_the_good_rows_are_adopted(
     assert again.returncode == 3
     assert "adopted 0, already adopted 2, refused 8" in again.stdout
     assert stored(engine) == before
-    assert len((tmp_path / "spend-ledger.jsonl").read_text().splitlines()) == 2
+    assert len((ledger_file_of(tmp_path)).read_text().splitlines()) == 2
 
 
 def test_a_repeated_adopt_of_a_clean_file_changes_nothing_and_exits_0(

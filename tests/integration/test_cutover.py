@@ -21,7 +21,7 @@ from iipub.config import load_settings
 from iipub.edition_schema import text_format
 from iipub.provider import create_input
 from iipub.simulator import Simulator
-from tests.helpers import fresh_database, job_rows, run_cli, sim_env, utc_today
+from tests.helpers import fresh_database, job_rows, ledger_file_of, run_cli, sim_env, utc_today
 
 
 def legacy_create(sim: Simulator, env: dict[str, str], product: str, day: dt.date) -> str:
@@ -127,7 +127,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
     adopted_slots = {f"daily-brief/{d}" for d in days} | {f"revolution-watch/{days[1]}"}
     iipub_creates = [m for m in sim.stats()["create_metadata"] if m]
     assert iipub_creates and not {m["iipub_slot"] for m in iipub_creates} & adopted_slots
-    assert not {rec["slot"] for rec in intents(tmp_path / "spend-ledger.jsonl")} & adopted_slots
+    assert not {rec["slot"] for rec in intents(ledger_file_of(tmp_path))} & adopted_slots
     # A late legacy create, adopted right after cutover: not polled yet when the hand-back is taken
     # (nor is the slot iipub created at cutover).
     late = legacy_create(sim, env, "revolution-watch", days[1])
@@ -158,7 +158,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
             migrate.migrate(eng2)
             cfg2 = tmp_path / "second.toml"
             cfg2.write_text(cfg.read_text().replace(str(tmp_path / "public"), str(tmp_path / "public2"))
-                            .replace(str(tmp_path / "spend-ledger.jsonl"), str(tmp_path / "ledger2.jsonl")))
+                            .replace(str(ledger_file_of(tmp_path)), str(tmp_path / "ledger2.jsonl")))
             env2 = {**env, "IIPUB_DATABASE_URL": url2, "IIPUB_CONFIG": str(cfg2)}
             took = run_cli("adopt", str(tmp_path / "handback.jsonl"), "--reason", "rollback", env=env2, cwd=tmp_path)
             assert took.returncode == 0, took.stdout + took.stderr
