@@ -21,7 +21,7 @@ from iipub.config import Settings, load_settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 29)
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -81,11 +81,11 @@ def test_a_full_file_system_is_a_short_write_in_a_real_process(tmp_path: Path) -
 def test_check_ledger_and_status_check_report_a_missing_ledger_once_creates_were_paid(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
-    env = sim_env(cli_env, sim, tmp_path, "[monitoring]\nheartbeat_after_seconds = 0\n")
+    env = sim_env(cli_env, sim, tmp_path, "[monitoring]\nheartbeat_after_seconds = 0\n" + MIDNIGHT_PRODUCT_TOML)
     book = ledger_file_of(tmp_path)
     assert run_cli("check", "--ledger", env=env).returncode == 0  # nothing paid yet: no ledger needed
     run_cli("schedule", env=env, check=True)
-    run_cli("reconcile", env=env, check=True)  # today's slots, paid for
+    run_cli("reconcile", env=env, check=True)  # today's slot, paid for
     assert book.is_file() and run_cli("check", "--ledger", env=env).returncode == 0
     assert run_cli("status", "--check", env=env).returncode != 2
     book.rename(tmp_path / "elsewhere.jsonl")  # lost (or cron started with another directory)
