@@ -5,6 +5,7 @@ format at a terminal, an error's `kind`, and the log lines an operator greps for
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -219,11 +220,13 @@ def test_quarantine_is_a_warning_and_provider_trouble_names_the_job(engine: sa.E
     assert all(e["job_id"] == job["id"] and e["product"] == "daily-brief" and e["edition_date"] == job["edition_date"]
                for e in trouble), trouble
     # an unknown create outcome: the slot is quarantined, and that one transition is a warning
-    run_cli("schedule", "--date", "2026-11-30", env=env, cwd=tmp_path, check=True)
+    # yesterday's slot: the catch-up of missed days adds none beside it (none is older)
+    yesterday = (dt.date.fromisoformat(job["edition_date"]) - dt.timedelta(days=1)).isoformat()
+    run_cli("schedule", "--date", yesterday, env=env, cwd=tmp_path, check=True)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept", "times": 1}])
     lines = _json_lines(run_cli("reconcile", env=env, cwd=tmp_path).stderr)
     moves = [e for e in lines if e.get("event") == "transition"]
     quarantined = [e for e in moves if e["to_state"] == "QUARANTINED"]
     assert len(quarantined) == 1 and quarantined[0]["level"] == "warning", moves
-    assert quarantined[0]["reason"] == "create_outcome_unknown" and quarantined[0]["edition_date"] == "2026-11-30"
+    assert quarantined[0]["reason"] == "create_outcome_unknown" and quarantined[0]["edition_date"] == yesterday
     assert all(e["level"] == "info" for e in moves if e["to_state"] != "QUARANTINED")
