@@ -85,6 +85,7 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("slow", "create", 0.005, 0.015),
     ("rate_limit", "create", 0.005, 0.02),
     ("rate_limit_long", "create", 0.001, 0.004),  # a 429 with the longest hint: creates hold, custody goes on
+    ("flex_unavailable", "create", 0.005, 0.02),  # flex capacity refusal: refunded, nothing else holds
     ("server_error", "create", 0.01, 0.03),
     ("unauthorized", "create", 0.003, 0.01),
     ("drop_after_accept", "retrieve", 0.01, 0.03),
