@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # running from a checkout without the editable in
 
 import sqlalchemy as sa
 
-from iipub import db, edition_schema, migrate
+from iipub import clock, db, edition_schema, migrate, tables
 from iipub.config import Product, Settings, settings_from_dict
 from iipub.jobs import slot_row
 from iipub.outcomes import CreateRequest
@@ -81,7 +81,7 @@ def server_probe(base_url: str) -> sa.Engine:
 
 def db_now(engine: sa.Engine) -> dt.datetime:
     with engine.connect() as conn:
-        return db.read_now(conn).replace(tzinfo=None)
+        return clock.read_now(conn).replace(tzinfo=None)
 
 
 def server_version(engine: sa.Engine) -> str:
@@ -186,13 +186,13 @@ def park_today(engine: sa.Engine, settings: Settings) -> None:
     rows = [job_row(job_id=str(uuid.uuid4()), product=p.name, priority=p.priority, day=now.date(),
                     state=State.DELETED, now=now, opens_at=p.opens_on(now.date()), version=12)
             for p in settings.products.values()]
-    insert_rows(engine, db.jobs, rows)
+    insert_rows(engine, tables.jobs, rows)
 
 
 def seed_polls(engine: sa.Engine, settings: Settings, sim: SimProc, n: int) -> None:
     """Today's slots parked (`park_today`) and n jobs due for a poll (`polling_rows`)."""
     park_today(engine, settings)
-    insert_rows(engine, db.jobs, polling_rows(settings, sim, n, db_now(engine)))
+    insert_rows(engine, tables.jobs, polling_rows(settings, sim, n, db_now(engine)))
 
 
 def terminal_rows(start: int, n: int, now: dt.datetime, products: int = 200) -> Iterator[dict[str, Any]]:
@@ -247,7 +247,8 @@ def schedule_backfill(engine: sa.Engine, settings: Settings, k: int) -> list[str
     for p, day in slots(list(settings.products.values()), k, last):
         store.schedule(p, day, backfill=True)
     with engine.connect() as conn:
-        return list(conn.execute(sa.select(db.jobs.c.id).where(db.jobs.c.state == State.NO_JOB.value)).scalars())
+        return list(conn.execute(sa.select(tables.jobs.c.id)
+            .where(tables.jobs.c.state == State.NO_JOB.value)).scalars())
 
 
 def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[Counter[str]], bool], *,
@@ -277,7 +278,7 @@ def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[C
 
 def state_counts(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all()
+        rows = conn.execute(sa.select(tables.jobs.c.state, sa.func.count()).group_by(tables.jobs.c.state)).all()
     return Counter({s: int(n) for s, n in rows})
 
 
@@ -294,7 +295,7 @@ def poll_lateness(engine: sa.Engine, since_id: int = 0) -> list[float]:
     ran (the overdue-poll SLI of `iipub status`)."""
     from iipub.status import poll_lateness as lateness
 
-    E = db.job_events
+    E = tables.job_events
     with engine.connect() as conn:
         rows = conn.execute(sa.select(E.c.at, E.c.detail).where(E.c.id > since_id, E.c.reason.in_(POLL_REASONS)))
         out = []
@@ -308,4 +309,4 @@ def poll_lateness(engine: sa.Engine, since_id: int = 0) -> list[float]:
 
 def max_event_id(engine: sa.Engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(db.job_events.c.id), 0))).scalar_one())
+        return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.job_events.c.id), 0))).scalar_one())

@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from iipub import db, gate, invariants, migrate
+from iipub import clock, db, gate, invariants, migrate, tables
 from iipub.config import default_ledger_path, settings_from_dict
 from iipub.ledger import SpendLedger
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
@@ -431,7 +431,7 @@ class Run:
         # Slots: past dates for every product (today's are added by the ticks themselves).
         store = Store(self.engine, "chaos-setup")
         with self.engine.connect() as conn:
-            today = db.read_now(conn).date()
+            today = clock.read_now(conn).date()
         products = list(self.settings.products.values())
         days = math.ceil(self.args.slots / len(products))
         created = 0
@@ -600,7 +600,7 @@ class Run:
         Every iipub write reads the drill offset through a subquery, which InnoDB runs as a
         locking read: each open write transaction holds a shared lock on the `clock` row, and
         `UPDATE clock` queues behind it while every later writer queues behind the UPDATE. With
-        a worker SIGSTOPped inside a transaction, `db.advance_clock` would freeze the whole
+        a worker SIGSTOPped inside a transaction, `clock.advance_clock` would freeze the whole
         system for innodb_lock_wait_timeout (50 s). So the runner waits at most `wait` seconds
         and otherwise defers the jump (counted as `<label>_deferred`)."""
         assert self.engine is not None
@@ -611,8 +611,8 @@ class Run:
                     conn.exec_driver_sql(f"SET STATEMENT innodb_lock_wait_timeout={max(1, int(wait))} FOR "
                                          f"UPDATE clock SET offset_us = offset_us + {us} WHERE id = 1")
                 else:
-                    conn.execute(db.clock.update().where(db.clock.c.id == 1)
-                                 .values(offset_us=db.clock.c.offset_us + us))
+                    conn.execute(tables.clock.update().where(tables.clock.c.id == 1)
+                                 .values(offset_us=tables.clock.c.offset_us + us))
         except sa.exc.DBAPIError as exc:
             if db.mysql_error_code(exc) == 1205:
                 self.record(label + "_deferred", seconds=seconds)
@@ -639,8 +639,8 @@ class Run:
             wanted += [State.CREATE_ELIGIBLE, State.COMPLETED_NOT_RETRIEVED, State.RETRIEVED_NOT_VALIDATED,
                        State.READY_TO_COMPOSE, State.SAVED_NOT_PUBLIC, State.MANUALLY_SUSPENDED]
         with self.engine.connect() as conn:
-            ids = sorted(conn.execute(sa.select(db.jobs.c.id).where(
-                db.jobs.c.state.in_([s.value for s in wanted]))).scalars())
+            ids = sorted(conn.execute(sa.select(tables.jobs.c.id).where(
+                tables.jobs.c.state.in_([s.value for s in wanted]))).scalars())
         if not ids:
             self.record("operator_missed")
             return
@@ -732,7 +732,7 @@ class Run:
         try:
             assert self.engine is not None
             with self.engine.connect() as conn:
-                rows = conn.execute(sa.select(db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.state)).all()
+                rows = conn.execute(sa.select(tables.jobs.c.state, sa.func.count()).group_by(tables.jobs.c.state)).all()
             return " ".join(f"{s}={n}" for s, n in sorted(rows))
         except sa.exc.DBAPIError:
             return "(database unavailable)"
@@ -834,7 +834,7 @@ class Run:
             assert self.engine is not None
             with self.engine.connect() as conn:
                 g = gate.read(conn)
-                now = db.read_now(conn)
+                now = clock.read_now(conn)
         except sa.exc.DBAPIError:
             return 0.0
         if not g.is_open or g.probe_after is None:
@@ -850,11 +850,11 @@ class Run:
         assert self.engine is not None
         settled = [s.value for s in invariants.SETTLED]
         with self.engine.connect() as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             jobs = conn.execute(sa.select(sa.func.count()).where(
-                db.jobs.c.state.not_in(settled),
-                sa.not_(sa.and_(db.jobs.c.state == State.NO_JOB.value, db.jobs.c.opens_at > now)))).scalar_one()
-            events = conn.execute(sa.select(sa.func.count()).where(db.outbox.c.published_at.is_(None))).scalar_one()
+                tables.jobs.c.state.not_in(settled),
+                sa.not_(sa.and_(tables.jobs.c.state == State.NO_JOB.value, tables.jobs.c.opens_at > now)))).scalar_one()
+            events = conn.execute(sa.select(sa.func.count()).where(tables.outbox.c.published_at.is_(None))).scalar_one()
         return int(jobs) + int(events)
 
     # -- verdict --------------------------------------------------------------------------
@@ -871,17 +871,18 @@ class Run:
         if self.args.restore:
             found += self.restore_verdict()
         with self.engine.connect() as conn:
-            states: dict[str, int] = dict(conn.execute(sa.select(db.jobs.c.state, sa.func.count())
-                                                       .group_by(db.jobs.c.state)).all())
-            reasons: dict[str | None, int] = dict(conn.execute(sa.select(db.jobs.c.quarantine_reason, sa.func.count())
-                                        .where(db.jobs.c.state == State.QUARANTINED.value)
-                                        .group_by(db.jobs.c.quarantine_reason)).all())
-            journal = conn.execute(sa.select(sa.func.count()).select_from(db.job_events)).scalar_one()
-            editions = conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one()
-            outbox_n = conn.execute(sa.select(sa.func.count()).select_from(db.outbox)).scalar_one()
-            deliveries: dict[str, int] = dict(conn.execute(sa.select(db.outbox_deliveries.c.sink, sa.func.count())
-                                           .group_by(db.outbox_deliveries.c.sink)).all())
-            total_jobs = conn.execute(sa.select(sa.func.count()).select_from(db.jobs)).scalar_one()
+            states: dict[str, int] = dict(conn.execute(sa.select(tables.jobs.c.state, sa.func.count())
+                                                       .group_by(tables.jobs.c.state)).all())
+            reasons: dict[str | None, int] = dict(conn.execute(sa.select(tables.jobs.c.quarantine_reason,
+                sa.func.count())
+                                        .where(tables.jobs.c.state == State.QUARANTINED.value)
+                                        .group_by(tables.jobs.c.quarantine_reason)).all())
+            journal = conn.execute(sa.select(sa.func.count()).select_from(tables.job_events)).scalar_one()
+            editions = conn.execute(sa.select(sa.func.count()).select_from(tables.editions)).scalar_one()
+            outbox_n = conn.execute(sa.select(sa.func.count()).select_from(tables.outbox)).scalar_one()
+            deliveries: dict[str, int] = dict(conn.execute(sa.select(tables.outbox_deliveries.c.sink, sa.func.count())
+                                           .group_by(tables.outbox_deliveries.c.sink)).all())
+            total_jobs = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs)).scalar_one()
         vfr_reasons = self._validation_reasons()
         self.report.update({
             "jobs_total": total_jobs,
@@ -912,8 +913,8 @@ class Run:
         assert self.engine is not None
         out: Counter[str] = Counter()
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(db.job_events.c.detail).where(
-                db.job_events.c.to_state == State.VALIDATION_FAILED_RETAINED.value)).scalars()
+            rows = conn.execute(sa.select(tables.job_events.c.detail).where(
+                tables.job_events.c.to_state == State.VALIDATION_FAILED_RETAINED.value)).scalars()
             for detail in rows:
                 for r in (json.loads(detail or "{}").get("reasons") or [])[:1]:
                     out[str(r).split(":", 1)[0]] += 1

@@ -12,13 +12,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import tables
 
 Backup = dict[str, list[dict[str, Any]]]
 
 
 def _tables() -> list[sa.Table]:
-    return [t for t in db.metadata.sorted_tables if t is not db.schema_migrations]
+    return [t for t in tables.metadata.sorted_tables if t is not tables.schema_migrations]
 
 
 def take_backup(engine: sa.Engine) -> Backup:

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 import benchdb
 import common
 import reporting
-from iipub import db, reconcile, relay, status
+from iipub import clock, reconcile, relay, status, tables
 from iipub.config import ModelPrice, Pricing, Settings
 from iipub.jobs import slot_opened
 from iipub.simulator import Simulator, SimulatorOptions
@@ -83,20 +83,20 @@ def _one_day(settings: Settings, engine: sa.Engine, sim: Simulator, day: dt.date
     """Move the database clock to 04:58 of `day`, then tick once per simulated minute until the
     day's editions are published."""
     start = dt.datetime.combine(day, dt.time(4, 58))
-    db.advance_clock(engine, (start - benchdb.db_now(engine)).total_seconds())
+    clock.advance_clock(engine, (start - benchdb.db_now(engine)).total_seconds())
     for minute in range(MAX_MINUTES):
         reconcile.run(settings, engine)
         relay.run(settings, engine)
         with engine.connect() as conn:
-            left = conn.execute(sa.select(sa.func.count()).select_from(db.jobs).where(
-                db.jobs.c.edition_date == day,
-                db.jobs.c.state.not_in([State.PUBLISHED.value, State.CLEANUP_PENDING.value,
+            left = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs).where(
+                tables.jobs.c.edition_date == day,
+                tables.jobs.c.state.not_in([State.PUBLISHED.value, State.CLEANUP_PENDING.value,
                                         State.DELETED.value]))).scalar_one()
-            made = conn.execute(sa.select(sa.func.count()).select_from(db.jobs)
-                                .where(db.jobs.c.edition_date == day)).scalar_one()
+            made = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs)
+                                .where(tables.jobs.c.edition_date == day)).scalar_one()
         if made and not left:
             return minute + 1
-        db.advance_clock(engine, 60)
+        clock.advance_clock(engine, 60)
         sim.advance(60)
     return MAX_MINUTES
 
@@ -104,10 +104,10 @@ def _one_day(settings: Settings, engine: sa.Engine, sim: Simulator, day: dt.date
 def _tally(out: Outcome, settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
     late_after = settings.status.late_after_minutes
     with engine.connect() as conn:
-        jobs = conn.execute(sa.select(db.jobs.c.id, db.jobs.c.opens_at, db.jobs.c.created_at)).all()
+        jobs = conn.execute(sa.select(tables.jobs.c.id, tables.jobs.c.opens_at, tables.jobs.c.created_at)).all()
         published = dict(conn.execute(
-            sa.select(db.job_events.c.job_id, sa.func.min(db.job_events.c.at))
-            .where(db.job_events.c.to_state == State.PUBLISHED.value).group_by(db.job_events.c.job_id)).all())
+            sa.select(tables.job_events.c.job_id, sa.func.min(tables.job_events.c.at))
+            .where(tables.job_events.c.to_state == State.PUBLISHED.value).group_by(tables.job_events.c.job_id)).all())
     out.slots = len(jobs)
     for job_id, opens_at, created_at in jobs:
         at = published.get(job_id)

@@ -37,7 +37,7 @@ import benchdb
 import common
 import reporting
 import simproc
-from iipub import db
+from iipub import tables
 
 BENCH = Path(__file__).resolve().parent
 SECTION_KEY = "floor_peer"
@@ -113,7 +113,7 @@ def measure(program: str, base_url: str, sim: simproc.SimProc, n: int, c: int, m
 
 
 def journal_polls(engine: sa.Engine) -> int:
-    E = db.job_events
+    E = tables.job_events
     with engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(E).where(E.c.reason == "poll")).scalar_one())
 
@@ -239,7 +239,7 @@ def lifecycle_run(base_url: str, k: int) -> dict[str, Any]:
     # heartbeat's (300 s); these ticks take seconds.
     with lifecycle.driven(base_url, k, ends=(State.DELETED.value, State.QUARANTINED.value), tick_seconds=290.0,
                           ledger_in_temp_dir=True) as d:
-        J = db.jobs
+        J = tables.jobs
         with d.engine.connect() as conn:
             parked: dict[Any, Any] = dict(conn.execute(sa.select(J.c.quarantine_reason, sa.func.count())
                                        .where(J.c.state == State.QUARANTINED.value)

@@ -23,7 +23,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db, reconcile
+from iipub import reconcile, tables
 from iipub.store import Store
 
 
@@ -100,8 +100,9 @@ def main() -> None:
             have = 0
             for size in sizes:
                 t0 = time.perf_counter()
-                added = benchdb.insert_rows(engine, db.jobs, benchdb.terminal_rows(have, size - have, now), chunk=5000)
-                ev = benchdb.insert_rows(engine, db.job_events,
+                added = benchdb.insert_rows(engine, tables.jobs, benchdb.terminal_rows(have, size - have, now),
+                    chunk=5000)
+                ev = benchdb.insert_rows(engine, tables.job_events,
                                          benchdb.terminal_events(have, size - have, now, args.events_per_job),
                                          chunk=10000)
                 load_s = time.perf_counter() - t0

@@ -27,7 +27,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db
+from iipub import tables
 from iipub.states import State
 
 
@@ -76,7 +76,7 @@ def driven(base_url: str, k: int, *, ends: Sequence[str] = (State.DELETED.value,
             wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             rt = counter.snapshot()
             counter.close()
-            events = benchdb.count_rows(engine, db.job_events, db.job_events.c.id > first_event)
+            events = benchdb.count_rows(engine, tables.job_events, tables.job_events.c.id > first_event)
             req = sim.requests()
             calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
             yield Drive(engine=engine, first_event=first_event, wall=wall, cpu=cpu, spent=spent, events=events,
@@ -106,7 +106,7 @@ def dwell_seconds(engine: Any, first_event: int) -> list[float]:
 
     from iipub.status import dwell_samples
 
-    E = db.job_events
+    E = tables.job_events
     with engine.connect() as conn:
         rows = conn.execute(sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)
                             .where(E.c.id > first_event).order_by(E.c.job_id, E.c.id)).all()

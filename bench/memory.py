@@ -19,7 +19,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db
+from iipub import tables
 
 
 def measure(base_url: str, sim: simproc.SimProc, n: int, sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def measure(base_url: str, sim: simproc.SimProc, n: int, sections: dict[str, dic
             settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
             benchdb.park_today(engine, settings)
             if n:
-                benchdb.insert_rows(engine, db.jobs, benchdb.polling_rows(settings, sim, n, benchdb.db_now(engine)))
+                benchdb.insert_rows(engine, tables.jobs, benchdb.polling_rows(settings, sim, n, benchdb.db_now(engine)))
             env = common.reconcile_env(url, sim.url, Path(tmp), sections)
             out_path = Path(tmp) / "out.json"
             t0 = time.perf_counter()

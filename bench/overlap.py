@@ -23,7 +23,7 @@ import benchdb
 import common
 import reporting
 import simproc
-from iipub import db
+from iipub import tables
 from iipub.states import POLL_REASONS
 
 KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
@@ -48,7 +48,7 @@ def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency
             wall = time.perf_counter() - t0
             polls = sim.requests().get("retrieve", 0) - before
             with engine.connect() as conn:
-                E = db.job_events
+                E = tables.job_events
                 per_job = (sa.select(E.c.job_id, sa.func.count().label("n"))
                            .where(E.c.reason.in_(POLL_REASONS)).group_by(E.c.job_id).subquery())
                 twice = conn.execute(

@@ -36,7 +36,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db, reconcile, relay
+from iipub import db, reconcile, relay, tables
 from iipub.states import State
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -414,7 +414,7 @@ def profile_idle(base_url: str, terminal: int) -> str:
                                               reconcile={"tick_seconds": 3600.0})
             benchdb.park_today(engine, settings)
             now = benchdb.db_now(engine)
-            benchdb.insert_rows(engine, db.jobs, benchdb.terminal_rows(0, terminal, now), chunk=5000)
+            benchdb.insert_rows(engine, tables.jobs, benchdb.terminal_rows(0, terminal, now), chunk=5000)
             reconcile.run(settings, engine)  # warm the buffer pool
             report, wall, profiler = profiled("idle_tick.txt", lambda: reconcile.run(settings, engine))
             assert report.leased == 0, report

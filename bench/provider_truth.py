@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # running from a checkout without the install
 
 import sqlalchemy as sa
 
-from iipub import db, invariants, logs, migrate, reconcile, relay
+from iipub import clock, db, invariants, logs, migrate, reconcile, relay, tables
 from iipub.config import Settings, settings_from_dict
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
@@ -100,15 +100,15 @@ def fresh_database(mysql: str | None, workdir: Path, name: str) -> tuple[str, sa
 
 def states(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
-        return Counter(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        return Counter(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def _ticks_to_settle(engine: sa.Engine, upper: int) -> int:
     """Cron minutes from the slots' opening to the last publication (database clock)."""
     with engine.connect() as conn:
-        first = conn.execute(sa.select(sa.func.min(db.job_events.c.at))).scalar_one()
-        last = conn.execute(sa.select(sa.func.max(db.job_events.c.at))
-                            .where(db.job_events.c.reason == "all_events_delivered")).scalar_one()
+        first = conn.execute(sa.select(sa.func.min(tables.job_events.c.at))).scalar_one()
+        last = conn.execute(sa.select(sa.func.max(tables.job_events.c.at))
+                            .where(tables.job_events.c.reason == "all_events_delivered")).scalar_one()
     if first is None or last is None:
         return -1  # nothing published
     return round(seconds_between(last, first) / 60)
@@ -118,7 +118,7 @@ def tick(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     reconcile.run(s, engine)
     relay.run(s, engine)
     sim.advance(TICK_DB_SECONDS)
-    db.advance_clock(engine, TICK_DB_SECONDS)
+    clock.advance_clock(engine, TICK_DB_SECONDS)
 
 
 def run_scenario(sc: Scenario, mysql: str | None, workdir: Path, index: int) -> dict[str, Any]:

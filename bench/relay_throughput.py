@@ -26,7 +26,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db, relay
+from iipub import relay, tables
 from iipub.compose import canonical_json
 from iipub.config import Settings
 from iipub.relay import build_sinks
@@ -147,7 +147,7 @@ def measure(base_url: str, m: int, template: Path, work: Path) -> dict[str, Any]
             t0 = time.perf_counter()
             prepare(engine, settings, sim, m)
             prep = time.perf_counter() - t0
-            events = benchdb.count_rows(engine, db.outbox)
+            events = benchdb.count_rows(engine, tables.outbox)
             timed = [TimedSink(s) for s in build_sinks(settings)]
             sinks: list[Sink] = list(timed)
             counter = metering.RoundTrips(engine)
@@ -157,7 +157,7 @@ def measure(base_url: str, m: int, template: Path, work: Path) -> dict[str, Any]
             wall = time.perf_counter() - t0
             rt = counter.snapshot()
             counter.close()
-            published = benchdb.count_rows(engine, db.outbox, db.outbox.c.published_at.is_not(None))
+            published = benchdb.count_rows(engine, tables.outbox, tables.outbox.c.published_at.is_not(None))
             if published != events or report.jobs_published != m:
                 print(f"  !! M={m}: {published}/{events} events published, {report.jobs_published} jobs")
             sink_s = sum(s.seconds for s in timed)

@@ -31,7 +31,7 @@ import common
 import metering
 import reporting
 import simproc
-from iipub import db, reconcile
+from iipub import reconcile, tables
 from iipub.states import POLL_REASONS
 
 
@@ -98,7 +98,7 @@ def fresh(base_url: str) -> Any:
 
 def poll_offsets(engine: sa.Engine, start: Any) -> list[float]:
     """Seconds from the tick's start (database clock) to each poll's journal row."""
-    E = db.job_events
+    E = tables.job_events
     with engine.connect() as conn:
         ats = conn.execute(sa.select(E.c.at).where(E.c.reason.in_(POLL_REASONS))).scalars().all()
     out = []

@@ -67,7 +67,7 @@ import sqlalchemy as sa
 
 import benchdb
 import reporting
-from iipub import db, invariants, logs, reconcile, relay, webhook
+from iipub import clock, invariants, logs, reconcile, relay, tables, webhook
 from iipub.config import Settings, settings_from_dict
 from iipub.deliveries import Deliveries
 from iipub.outcomes import CreateOutcome, CreateRequest
@@ -201,7 +201,7 @@ def _no_today_slot(settings: Settings, store: Store) -> None:
 
 def past_days(engine: sa.Engine, n: int) -> list[dt.date]:
     with engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     return [today - dt.timedelta(days=1 + i) for i in range(n)]
 
 
@@ -215,11 +215,11 @@ def waves_of(days: Sequence[dt.date], waves: int) -> list[list[dt.date]]:
 
 def states(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
-        return Counter(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        return Counter(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def journal(engine: sa.Engine) -> dict[str, list[Any]]:
-    ev = db.job_events
+    ev = tables.job_events
     with engine.connect() as conn:
         rows = conn.execute(sa.select(ev.c.job_id, ev.c.reason, ev.c.worker, ev.c.at).order_by(ev.c.id)).all()
     out: dict[str, list[Any]] = {}
@@ -230,7 +230,7 @@ def journal(engine: sa.Engine) -> dict[str, list[Any]]:
 
 def received(engine: sa.Engine) -> dict[str, dt.datetime]:
     """Per job, when the receiver recorded its first delivery (database clock)."""
-    d = db.webhook_deliveries
+    d = tables.webhook_deliveries
     with engine.connect() as conn:
         rows = conn.execute(sa.select(d.c.job_id, sa.func.min(d.c.received_at)).where(d.c.job_id.is_not(None))
                             .group_by(d.c.job_id)).all()
@@ -239,7 +239,7 @@ def received(engine: sa.Engine) -> dict[str, dt.datetime]:
 
 def edition_dates(engine: sa.Engine) -> dict[str, dt.date]:
     with engine.connect() as conn:
-        return {r.id: r.edition_date for r in conn.execute(sa.select(db.jobs.c.id, db.jobs.c.edition_date))}
+        return {r.id: r.edition_date for r in conn.execute(sa.select(tables.jobs.c.id, tables.jobs.c.edition_date))}
 
 
 def _utc(epoch: float) -> dt.datetime:
@@ -298,7 +298,7 @@ def _role(worker: str) -> str:
 
 
 def deliveries(engine: sa.Engine) -> dict[str, int]:
-    d = db.webhook_deliveries
+    d = tables.webhook_deliveries
     with engine.connect() as conn:
         rows = conn.execute(sa.select(d.c.outcome, sa.func.count()).group_by(d.c.outcome)).all()
     return {str(outcome): int(n) for outcome, n in rows}

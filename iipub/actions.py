@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from . import db, installation, money, outbox, payments, remedies, restore
+from . import clock, installation, money, outbox, payments, remedies, restore, tables
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -91,7 +91,7 @@ class Operator(Closing):
         store = Store(self.engine, "operator:list")
         found = store.list_jobs(state=State.QUARANTINED.value, limit=100_000)
         with self.engine.connect() as conn:
-            now = db.read_now(conn)
+            now = clock.read_now(conn)
         found.sort(key=lambda j: (j.state_entered_at, j.id))
         return [Quarantined(j, max(0.0, (now - naive_utc(j.state_entered_at)).total_seconds())) for j in found]
 
@@ -354,7 +354,7 @@ class Operator(Closing):
         return self.orphan(orphan.response_id)
 
     def _editions(self, job: Job) -> int:
-        e = db.editions
+        e = tables.editions
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(e).where(
                 e.c.product == job.product, e.c.edition_date == job.edition_date)).scalar_one())
@@ -401,7 +401,7 @@ class Operator(Closing):
             d = decide(job)
             if job.lease_owner and job.lease_expiry is not None:
                 with self.engine.connect() as conn:
-                    now = db.read_now(conn)
+                    now = clock.read_now(conn)
                 if naive_utc(job.lease_expiry) >= now:
                     raise JobTaken(
                         f"job {job.id} is leased by {job.lease_owner} until "

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Engine
 
-from . import db, handover, ledger
+from . import clock, handover, ledger, tables
 from .config import Settings
 from .errors import LeaseLost
 from .handover import Refusal, Row
@@ -64,7 +64,7 @@ class Report:
 def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: str, dry_run: bool = False) -> Report:
     """Adopt every good row of a hand-over file (see the module's doc); each row on its own."""
     with engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     rows, refused = handover.parse(raw, settings.products.keys(), today)
     report = Report(dry_run, refused=refused)
     store = Store(engine, f"operator:{by.strip()}"[:128], settings.reconcile.lease_seconds)
@@ -126,7 +126,7 @@ def _adopt_row(settings: Settings, store: Store, row: Row, job: Job | None, reas
     if leased is None:
         raise LeaseLost(f"job {job.id} changed since version {job.version}", job_id=job.id)
     with store.engine.connect() as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
     detail: dict[str, Any] = {"by": by, "why": reason, "response_id": row.response_id, "attempts": row.attempts,
                               "line": row.line}
     if row.started_at is not None:
@@ -151,7 +151,7 @@ def in_flight(engine: Engine) -> list[Row]:
     """Every job between CREATE_IN_FLIGHT and custody (suspended or quarantined ones included
     while their response may still finish), as hand-over rows, oldest edition first. A create in
     flight has no response id yet: its row says so (empty), and `adopt` refuses it."""
-    jobs = db.jobs
+    jobs = tables.jobs
     pending = [s.value for s in CUSTODY_PENDING]
     q = (sa.select(jobs).where(sa.or_(
         jobs.c.state.in_([s.value for s in IN_FLIGHT]),
@@ -169,7 +169,7 @@ def _started(conn: sa.Connection, job_ids: list[str]) -> dict[str, dt.datetime]:
     """When each job's current response was started: its last dispatch or adoption."""
     if not job_ids:
         return {}
-    ev = db.job_events
+    ev = tables.job_events
     q = (sa.select(ev.c.job_id, sa.func.max(ev.c.at)).where(ev.c.job_id.in_(job_ids),
                                                             ev.c.reason.in_(_STARTED_REASONS))
          .group_by(ev.c.job_id))

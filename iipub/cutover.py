@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from . import db, scheduling
+from . import scheduling, tables
 from .breaker import GateState
 from .config import Settings
 from .states import CUSTODY_PENDING, SHADOW_REASONS, State
@@ -162,7 +162,7 @@ def window_days(now: dt.datetime, window_hours: float) -> list[dt.date]:
 def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState | None) -> Cutover:
     days = window_days(now, settings.status.window_hours)
     names = sorted(settings.products)
-    jobs, events = db.jobs, db.job_events
+    jobs, events = tables.jobs, tables.job_events
     present = {(p, as_date(d)) for p, d in conn.execute(
         sa.select(jobs.c.product, jobs.c.edition_date).where(jobs.c.edition_date.between(days[0], days[-1])))}
     firsts = {p: (as_date(d) if d is not None else None) for p, d in conn.execute(
@@ -209,7 +209,7 @@ def _legacy(path: Path, days: Sequence[dt.date]) -> tuple[set[Decision], int, st
 def _abort(conn: Connection, now: dt.datetime, g: GateState | None) -> Abort | None:
     if g is None or not g.paused_everything:
         return None
-    jobs = db.jobs
+    jobs = tables.jobs
     pending = [s.value for s in CUSTODY_PENDING]
     q = sa.select(jobs.c.updated_at).where(jobs.c.response_id.is_not(None), sa.or_(
         jobs.c.state.in_(pending),

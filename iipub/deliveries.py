@@ -14,14 +14,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from . import db
+from . import clock, db, tables
 from .config import WebhookSettings
 from .outcomes import Observed
 from .timefmt import naive_utc
 from .wording import plural
 
-deliveries_table, misses_table, orphans_table = db.webhook_deliveries, db.webhook_misses, db.orphans
-details_table = db.orphan_details
+deliveries_table, misses_table, orphans_table = tables.webhook_deliveries, tables.webhook_misses, tables.orphans
+details_table = tables.orphan_details
 
 # Outcomes a delivery row can end with.
 RECEIVED = "received"  # being processed (or its processor died: taken over after _STALE)
@@ -86,7 +86,7 @@ class Deliveries:
         before (a duplicate or a replay inside the window: nothing to do), unless that earlier
         delivery's processor died mid-way, in which case this one takes it over."""
         with db.transaction(self.engine) as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             existing = conn.execute(
                 sa.select(deliveries_table.c.outcome, deliveries_table.c.received_at)
                 .where(deliveries_table.c.webhook_id == webhook_id)
@@ -100,7 +100,7 @@ class Deliveries:
                 except sa.exc.IntegrityError:
                     return False  # a concurrent copy of the same delivery won
                 return True
-            if existing.outcome != RECEIVED or naive_utc(existing.received_at) > db.read_now(conn) - _STALE:
+            if existing.outcome != RECEIVED or naive_utc(existing.received_at) > clock.read_now(conn) - _STALE:
                 return False
             taken = conn.execute(
                 deliveries_table.update()
@@ -115,7 +115,7 @@ class Deliveries:
         text = json.dumps(dict(detail), sort_keys=True, default=str)[:_DETAIL_MAX] if detail else None
         with db.transaction(self.engine) as conn:
             conn.execute(deliveries_table.update().where(deliveries_table.c.webhook_id == webhook_id)
-                         .values(outcome=outcome, job_id=job_id, detail=text, settled_at=db.now(conn)))
+                         .values(outcome=outcome, job_id=job_id, detail=text, settled_at=clock.now(conn)))
 
     def forget(self, webhook_id: str) -> None:
         """Processing failed before anything was decided: drop the row so a redelivery retries."""
@@ -175,7 +175,7 @@ class Deliveries:
         total = 0
         while True:
             with db.transaction(self.engine) as conn:
-                cutoff = db.now(conn, -keep_days * 86400)
+                cutoff = clock.now(conn, -keep_days * 86400)
                 query = sa.select(key).where(when < cutoff, *also).order_by(when).limit(batch)
                 keys = list(conn.execute(query if join is None else query.select_from(join)).scalars())
                 if keys:
@@ -196,7 +196,7 @@ class Deliveries:
             try:
                 with conn.begin_nested():
                     conn.execute(misses_table.insert().values(response_id=response_id, job_id=job_id,
-                                                              noticed_at=db.now(conn)))
+                                                              noticed_at=clock.now(conn)))
             except sa.exc.IntegrityError:
                 return False
             return True
@@ -210,7 +210,7 @@ class Deliveries:
             last = conn.execute(sa.select(sa.func.max(deliveries_table.c.received_at))
                                 .where(deliveries_table.c.event_type.like("response.%"))).scalar()
             miss = conn.execute(sa.select(sa.func.max(misses_table.c.noticed_at))).scalar()
-            now = db.read_now(conn)
+            now = clock.read_now(conn)
         return Health(_time(last), _time(miss), now, healthy_for_seconds)
 
     def misses_since(self, since: dt.datetime) -> int:
@@ -245,7 +245,7 @@ class Deliveries:
         with db.transaction(self.engine) as conn:
             try:
                 with conn.begin_nested():
-                    conn.execute(orphans_table.insert().values(**values, first_seen_at=db.now(conn)))
+                    conn.execute(orphans_table.insert().values(**values, first_seen_at=clock.now(conn)))
                     conn.execute(details_table.insert().values(**details))
             except sa.exc.IntegrityError:
                 return False
@@ -274,7 +274,7 @@ class Deliveries:
 
         def write(c: sa.Connection) -> None:
             values = {"fate": fate, "fate_job_id": job_id, "fate_reason": reason[:_DETAIL_MAX], "fate_by": by[:128],
-                      "fate_at": db.now(c)}
+                      "fate_at": clock.now(c)}
             if not c.execute(details_table.update().where(details_table.c.response_id == response_id)
                              .values(**values)).rowcount:
                 c.execute(details_table.insert().values(response_id=response_id, **values))
@@ -288,12 +288,12 @@ class Deliveries:
     def orphan_deleted(self, response_id: str) -> None:
         with db.transaction(self.engine) as conn:
             conn.execute(orphans_table.update().where(orphans_table.c.response_id == response_id)
-                         .values(remote_deleted_at=db.now(conn)))
+                         .values(remote_deleted_at=clock.now(conn)))
 
     def orphans(self, limit: int = 1000) -> list[dict[str, Any]]:
         cols = [c for c in orphans_table.c if c.name != "output"]
         with self.engine.connect() as conn:
-            holder = (sa.select(db.jobs.c.id).where(db.jobs.c.response_id == orphans_table.c.response_id)
+            holder = (sa.select(tables.jobs.c.id).where(tables.jobs.c.response_id == orphans_table.c.response_id)
                       .limit(1).scalar_subquery())
             rows = conn.execute(sa.select(*cols, (orphans_table.c.output.is_not(None)).label("output_kept"),
                                           details_table.c.installation_id, details_table.c.fate,
@@ -307,7 +307,7 @@ class Deliveries:
         """Orphans still waiting for an operator's decision: neither adopted nor discarded, and not
         since taken back by a job (the spend ledger's restore fence adopts the response it recorded)."""
         with self.engine.connect() as conn:
-            held = sa.select(db.jobs.c.response_id).where(db.jobs.c.response_id == orphans_table.c.response_id)
+            held = sa.select(tables.jobs.c.response_id).where(tables.jobs.c.response_id == orphans_table.c.response_id)
             return int(conn.execute(
                 sa.select(sa.func.count()).select_from(orphans_table.outerjoin(
                     details_table, details_table.c.response_id == orphans_table.c.response_id))

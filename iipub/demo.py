@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from . import db, heartbeat, migrate, reconcile, relay, scheduling
+from . import clock, db, heartbeat, migrate, reconcile, relay, scheduling, tables
 from .config import Product, Settings, settings_from_dict
 from .errors import ConfigError
 from .jobs import new_worker_id
@@ -112,7 +112,7 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
         applied = migrate.migrate(engine)
         echo(f"migrations  {len(applied)} applied" if applied else "migrations  up to date")
         with engine.connect() as conn:
-            now = db.read_now(conn)
+            now = clock.read_now(conn)
         day = now.date()
         settings = replace(settings, products=open_now(settings.products, now))
         created = scheduling.schedule_day(Store(engine, new_worker_id("demo")), settings.products.values(), day)
@@ -148,7 +148,7 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
 
 
 def _jobs(engine: sa.Engine, day: dt.date) -> list[sa.Row[str, dt.date, str]]:
-    j = db.jobs
+    j = tables.jobs
     # Slots after the demo's day (a tick past midnight schedules them) are not waited for.
     q = sa.select(j.c.product, j.c.edition_date, j.c.state).where(j.c.edition_date <= day).order_by(j.c.product)
     with engine.connect() as conn:
@@ -171,7 +171,7 @@ def _progress(n: int, elapsed: float, engine: sa.Engine, day: dt.date, rec: reco
 
 
 def _rows(engine: sa.Engine, site: Path, day: dt.date) -> tuple[EditionRow, ...]:
-    j = db.jobs
+    j = tables.jobs
     q = (
         sa.select(j.c.product, j.c.edition_date, j.c.state, j.c.generation_attempts, j.c.poll_count,
                   j.c.total_tokens)

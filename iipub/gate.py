@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, db, money, payments
+from . import breaker, clock, db, money, payments, tables
 from .breaker import GateState, Verdict
 from .config import Budgets, Product, ProviderSettings
 from .errors import Contention, OperatorRefused
@@ -25,7 +25,7 @@ from .outcomes import CreateOutcome
 from .timefmt import naive_utc
 
 log = structlog.get_logger("iipub.gate")
-gate_table, gate_events_table = db.create_gate, db.gate_events
+gate_table, gate_events_table = tables.create_gate, tables.gate_events
 _TRIES = 5
 _R = TypeVar("_R")
 _FIELDS = [f.name for f in dataclasses.fields(GateState)]
@@ -49,25 +49,25 @@ READ_COOLDOWN_CAP_SECONDS = 60.0
 
 def read_cool_down(conn: Connection) -> dt.datetime | None:
     """Until when provider reads wait (a 429 on a read, shared by every process), if it is ahead."""
-    t = db.read_cooldown
+    t = tables.read_cooldown
     until = conn.execute(sa.select(t.c.until_at).where(t.c.name == "reads",
-                                                        t.c.until_at > db.now(conn))).scalar()
+                                                        t.c.until_at > clock.now(conn))).scalar()
     return naive_utc(until) if until is not None else None
 
 
 def share_read_cool_down(engine: Engine, seconds: float, worker: str) -> None:
     """Every process's reads wait `seconds` (capped at READ_COOLDOWN_CAP_SECONDS); creates do not."""
-    t = db.read_cooldown
+    t = tables.read_cooldown
     wait = min(max(0.0, seconds), READ_COOLDOWN_CAP_SECONDS)
     with db.transaction(engine) as conn:
-        until = db.now(conn, wait)
+        until = clock.now(conn, wait)
         if conn.execute(t.update().where(t.c.name == "reads", t.c.until_at < until)
-                        .values(until_at=until, worker=worker[:128], set_at=db.now(conn))).rowcount:
+                        .values(until_at=until, worker=worker[:128], set_at=clock.now(conn))).rowcount:
             return
         if conn.execute(sa.select(t.c.name).where(t.c.name == "reads")).first() is None:
             with contextlib.suppress(sa.exc.IntegrityError), conn.begin_nested():
                 conn.execute(t.insert().values(name="reads", until_at=until, worker=worker[:128],
-                                               set_at=db.now(conn)))
+                                               set_at=clock.now(conn)))
 
 
 class CreateGate:
@@ -83,7 +83,7 @@ class CreateGate:
 
     def state(self) -> tuple[GateState, dt.datetime]:
         with self.engine.connect() as conn:
-            return read(conn), db.read_now(conn)
+            return read(conn), clock.read_now(conn)
 
     def admit(self, job_id: str, product: str | None = None) -> Verdict:
         """Ask before charging `job_id`'s generation attempt (of `product`: its daily spend
@@ -110,14 +110,14 @@ class CreateGate:
         time a ceiling is found reached on a day it is journaled (`gate_events`) and logged, once
         across every process."""
         with db.transaction(self.engine) as conn:
-            now = db.read_now(conn)
+            now = clock.read_now(conn)
             found, _ = payments.ceilings_now(conn, self.budgets, self.products, now)
             held = money.holding(found, product)
             if held is not None and payments.note_reached(conn, held, now):
                 detail = {"ceiling": held.name, "limit": held.limit, "override_tokens": held.extra,
                           "counted_today": held.spent, "day": now.date().isoformat()}
                 conn.execute(gate_events_table.insert().values(
-                    kind="ceiling_reached", worker=self.worker, at=db.now(conn),
+                    kind="ceiling_reached", worker=self.worker, at=clock.now(conn),
                     detail=json.dumps(detail, sort_keys=True)))
                 log.warning("spend_ceiling_reached", worker=self.worker, **detail)
             return held
@@ -126,7 +126,7 @@ class CreateGate:
         """An operator raises a daily ceiling by `tokens` until `until` (default: the next UTC
         midnight), journaled with who and why."""
         with db.transaction(self.engine) as conn:
-            now = db.read_now(conn)
+            now = clock.read_now(conn)
             end = until or payments.day_start(now) + dt.timedelta(days=1)
             if end <= now:
                 raise OperatorRefused(f"--until {end.isoformat()}Z is already past (database clock "
@@ -134,7 +134,7 @@ class CreateGate:
             granted = payments.grant(conn, scope, tokens, end, reason, by)
             detail = {"by": by, "why": reason, **granted.to_dict()}
             conn.execute(gate_events_table.insert().values(
-                kind="budget_override", worker=self.worker, at=db.now(conn),
+                kind="budget_override", worker=self.worker, at=clock.now(conn),
                 detail=json.dumps(detail, sort_keys=True, default=str)))
         log.warning("create_gate", change="budget_override", worker=self.worker, **detail)
         return granted
@@ -172,19 +172,19 @@ class CreateGate:
     def _decide(self, decide: Callable[[GateState, dt.datetime], tuple[_R, breaker.Change | None]]) -> _R:
         for _ in range(_TRIES):
             with db.transaction(self.engine) as conn:
-                g, now = read(conn), db.read_now(conn)
+                g, now = read(conn), clock.read_now(conn)
                 result, change = decide(g, now)
                 if change is None or (not change.changes and change.event is None):
                     return result
                 values: dict[str, Any] = {**change.changes, "version": gate_table.c.version + 1,
-                                          "updated_at": db.now(conn)}
+                                          "updated_at": clock.now(conn)}
                 res = conn.execute(gate_table.update()
                                    .where(gate_table.c.id == 1, gate_table.c.version == g.version).values(**values))
                 if res.rowcount != 1:
                     continue  # another process changed the gate first: decide again on what it wrote
                 if change.event is not None:
                     conn.execute(gate_events_table.insert().values(
-                        kind=change.event, worker=self.worker, at=db.now(conn),
+                        kind=change.event, worker=self.worker, at=clock.now(conn),
                         detail=json.dumps(change.detail or {}, sort_keys=True, default=str)))
                     log.warning("create_gate", change=change.event, worker=self.worker, **(change.detail or {}))
                 return result

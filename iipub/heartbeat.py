@@ -31,7 +31,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import __version__, db
+from . import __version__, clock, db, tables
 from .config import MonitoringSettings
 from .errors import SchemaNotReady
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
@@ -49,7 +49,7 @@ PRUNE_EVERY = 20
 # Severities, as `iipub.status` numbers them (that module is not imported by the cron commands).
 WARNING, CRITICAL = 1, 2
 
-runs = db.runs
+runs = tables.runs
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def start(engine: Engine, command: str, worker: str) -> Run:
     try:
         with db.transaction(engine) as conn:
             res = conn.execute(runs.insert().values(
-                command=command, host=_host(), pid=os.getpid(), worker=worker[:128], started_at=db.now(conn)))
+                command=command, host=_host(), pid=os.getpid(), worker=worker[:128], started_at=clock.now(conn)))
             assert res.inserted_primary_key is not None
             run.id = int(res.inserted_primary_key[0])
     except Exception as exc:
@@ -88,14 +88,14 @@ def finish(run: Run, ok: bool, error: str | None = None) -> None:
                               "error": None if error is None else _bounded(error, ERROR_MAX_CHARS)}
     try:
         with db.transaction(run.engine) as conn:
-            values["finished_at"] = db.now(conn)
+            values["finished_at"] = clock.now(conn)
             if run.id is not None:
                 conn.execute(runs.update().where(runs.c.id == run.id).values(**values))
             else:
                 elapsed = time.monotonic() - run.started
                 res = conn.execute(runs.insert().values(
                     command=run.command, host=_host(), pid=os.getpid(), worker=run.worker[:128],
-                    started_at=db.now(conn, -elapsed), **values))
+                    started_at=clock.now(conn, -elapsed), **values))
                 assert res.inserted_primary_key is not None
                 run.id = int(res.inserted_primary_key[0])
     except Exception as exc:
@@ -111,7 +111,7 @@ def prune(engine: Engine, newest_id: int) -> int:
     try:
         with db.transaction(engine) as conn:
             n = conn.execute(runs.delete().where(runs.c.id <= newest_id - KEEP_ROWS)).rowcount
-            n += conn.execute(runs.delete().where(runs.c.started_at < db.now(conn, -KEEP_DAYS * 86_400.0))).rowcount
+            n += conn.execute(runs.delete().where(runs.c.started_at < clock.now(conn, -KEEP_DAYS * 86_400.0))).rowcount
             return int(n)
     except Exception as exc:
         log.warning("heartbeat_prune_failed", error=_describe(exc))
@@ -354,8 +354,8 @@ def unreachable_streak(conn: Connection, look_back: int) -> int:
 
 def _beats(conn: Connection, window_hours: float, stale_after_seconds: float) -> tuple[tuple[CommandBeat, ...], bool]:
     """Each command's runs in the window and its last (OK) run; whether any run was ever recorded."""
-    window_start = db.now(conn, -window_hours * 3600)
-    stale = db.now(conn, -stale_after_seconds)
+    window_start = clock.now(conn, -window_hours * 3600)
+    stale = clock.now(conn, -stale_after_seconds)
     opened = runs.c.finished_at.is_(None)
     old = sa.case((runs.c.started_at < stale, 1), else_=0)
     counts: dict[str, dict[str, int]] = {c: {"ok": 0, "failed": 0, "unfinished": 0, "running": 0} for c in COMMANDS}

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import db
+from . import clock, db, tables
 from .errors import SchemaNotReady
 from .owners import METADATA_KEY
 
@@ -35,14 +35,14 @@ def new_id() -> str:
 
 def ensure(conn: Connection) -> str:
     """This database's installation id, created when absent (inside the caller's transaction)."""
-    t = db.installation
+    t = tables.installation
     found = conn.execute(sa.select(t.c.installation_id).where(t.c.name == _ROW)).scalar()
     if found is not None:
         return str(found)
     try:
         with conn.begin_nested():
             conn.execute(t.insert().values(name=_ROW, installation_id=new_id(),
-                                           created_at=db.now(conn, drill_offset=False)))
+                                           created_at=clock.now(conn, drill_offset=False)))
     except sa.exc.IntegrityError:
         pass  # another migrator's row won: it is the one
     return str(conn.execute(sa.select(t.c.installation_id).where(t.c.name == _ROW)).scalar_one())
@@ -50,7 +50,7 @@ def ensure(conn: Connection) -> str:
 
 def read(engine: Engine | Connection) -> str:
     """This database's installation id; SchemaNotReady when `iipub db migrate` never gave it one."""
-    t = db.installation
+    t = tables.installation
     query = sa.select(t.c.installation_id).where(t.c.name == _ROW)
     try:
         if isinstance(engine, Connection):
@@ -69,10 +69,10 @@ def record_delete(engine: Engine, response_id: str, job_id: str | None, basis: s
     """Journal a DELETE about to be sent (committed first: a crash after the call still shows it)."""
     assert basis in BASES
     with db.transaction(engine) as conn:
-        conn.execute(db.provider_deletes.insert().values(response_id=response_id, job_id=job_id, basis=basis,
-                                                         worker=worker[:128], at=db.now(conn)))
+        conn.execute(tables.provider_deletes.insert().values(response_id=response_id, job_id=job_id, basis=basis,
+                                                         worker=worker[:128], at=clock.now(conn)))
 
 
 def deletes(conn: Connection) -> list[dict[str, Any]]:
-    t = db.provider_deletes
+    t = tables.provider_deletes
     return [dict(r) for r in conn.execute(sa.select(t).order_by(t.c.id)).mappings()]

@@ -83,7 +83,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import db, installation, states
+from . import clock, installation, states, tables
 from .compose import artifact_from_json
 from .config import Settings
 from .errors import SchemaNotReady
@@ -92,8 +92,8 @@ from .spend import SlotSpend, slot_of
 from .states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
 from .timefmt import naive_utc
 
-jobs_table, events_table, editions_table = db.jobs, db.job_events, db.editions
-outbox_table, deliveries_table = db.outbox, db.outbox_deliveries
+jobs_table, events_table, editions_table = tables.jobs, tables.job_events, tables.editions
+outbox_table, deliveries_table = tables.outbox, tables.outbox_deliveries
 
 # A dispatch that ended in one of AMBIGUOUS_CREATE may or may not have reached the provider;
 # these certainly created nothing, but the journal cannot tell from the outcome alone.
@@ -168,7 +168,7 @@ def check(
             sinks = settings.sink_names()
     found = _Found()
     with engine.connect() as conn:
-        now = naive_utc(db.read_now(conn))
+        now = naive_utc(clock.read_now(conn))
         jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(
             *[c for c in jobs_table.columns if c.name not in ("payload", "composed")],
             jobs_table.c.payload.is_not(None).label("has_payload"),
@@ -186,7 +186,7 @@ def check(
         deliveries = [dict(r) for r in conn.execute(sa.select(deliveries_table)).mappings()]
         deletes = installation.deletes(conn)
         fates = {r.response_id: r.fate for r in conn.execute(
-            sa.select(db.orphan_details.c.response_id, db.orphan_details.c.fate))}
+            sa.select(tables.orphan_details.c.response_id, tables.orphan_details.c.fate))}
         try:
             ours: str | None = installation.read(conn)
         except SchemaNotReady:

@@ -27,7 +27,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import db, installation
+from . import clock, db, installation, tables
 from .errors import DatabaseUnavailable, MigrationError
 from .jobs import new_worker_id
 
@@ -91,7 +91,7 @@ def available(family: str) -> list[Migration]:
 
 
 def _applied(conn: Connection) -> dict[str, tuple[str, str]]:
-    t = db.schema_migrations
+    t = tables.schema_migrations
     try:
         rows = conn.execute(sa.select(t.c.version, t.c.checksum, t.c.applied_at)).all()
     except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
@@ -167,15 +167,15 @@ def _galera_session(conn: Connection) -> None:
 
 
 def _take_lock(conn: Connection, holder: str) -> None:
-    t = db.schema_migrations
+    t = tables.schema_migrations
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     delay = 0.2
     while True:
         try:
-            expiry = db.now(conn, LOCK_TTL_SECONDS, drill_offset=False)
+            expiry = clock.now(conn, LOCK_TTL_SECONDS, drill_offset=False)
             got = conn.execute(
                 t.update()
-                .where(t.c.version == _LOCK_VERSION, t.c.applied_at < db.now(conn, drill_offset=False))
+                .where(t.c.version == _LOCK_VERSION, t.c.applied_at < clock.now(conn, drill_offset=False))
                 .values(name=holder, checksum="lock", applied_at=expiry)
             ).rowcount
             if not got:
@@ -196,7 +196,7 @@ def _take_lock(conn: Connection, holder: str) -> None:
 
 
 def _release_lock(conn: Connection, holder: str) -> None:
-    t = db.schema_migrations
+    t = tables.schema_migrations
     for _ in range(5):
         try:
             conn.execute(t.delete().where(t.c.version == _LOCK_VERSION, t.c.name == holder))
@@ -228,14 +228,14 @@ class _Heartbeat:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        t = db.schema_migrations
+        t = tables.schema_migrations
         while not self._stop.wait(_HEARTBEAT_SECONDS):
             try:
                 with self.engine.begin() as conn:
                     n = conn.execute(
                         t.update()
                         .where(t.c.version == _LOCK_VERSION, t.c.name == self.holder)
-                        .values(applied_at=db.now(conn, LOCK_TTL_SECONDS, drill_offset=False))
+                        .values(applied_at=clock.now(conn, LOCK_TTL_SECONDS, drill_offset=False))
                     ).rowcount
                 if n == 0:
                     self.lost = True
@@ -261,8 +261,8 @@ def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[Migrat
         for stmt in m.statements():
             conn.exec_driver_sql(stmt.replace("%", "%%") if db.dialect_family(conn) == "mysql" else stmt)
         conn.execute(
-            db.schema_migrations.insert().values(
-                version=m.version, name=m.name, checksum=m.checksum, applied_at=db.now(conn, drill_offset=False)
+            tables.schema_migrations.insert().values(
+                version=m.version, name=m.name, checksum=m.checksum, applied_at=clock.now(conn, drill_offset=False)
             )
         )
         done.append(m)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import db
+from . import clock, db, tables
 from .compose import Artifact
 from .errors import Contention, JobTaken, OperatorRefused, UnknownId, UsageError
 from .states import State
@@ -26,19 +26,19 @@ log = structlog.get_logger("iipub.outbox")
 if TYPE_CHECKING:
     from .jobs import Job
 
-outbox_table = db.outbox
-deliveries_table = db.outbox_deliveries
+outbox_table = tables.outbox
+deliveries_table = tables.outbox_deliveries
 EVENT_TYPE = "edition.published"
 
 
 def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact]) -> list[str]:
     """Inside the save transaction: one `editions` row per language and one outbox event
     each. A unique-key clash raises and the caller's whole transaction rolls back."""
-    saved_at = db.read_now(conn)
+    saved_at = clock.read_now(conn)
     stamp = iso_z(saved_at, "seconds")
     event_ids = []
     for lang, art in sorted(artifacts.items()):
-        res = conn.execute(db.editions.insert().values(
+        res = conn.execute(tables.editions.insert().values(
             job_id=job.id, product=job.product, edition_date=job.edition_date, lang=lang,
             title=art.title[:400], content=art.body.decode(), sha256=art.sha256, created_at=saved_at,
         ))
@@ -79,11 +79,11 @@ class Outbox:
     def due(self, limit: int) -> list[tuple[int, int]]:
         """(id, version) of unpublished, due, unleased events, oldest first."""
         with self.engine.connect() as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             # An operator's suspension of a saved job also holds back its publication.
             suspended = (
-                sa.select(db.jobs.c.id)
-                .where(db.jobs.c.id == outbox_table.c.job_id, db.jobs.c.state == State.MANUALLY_SUSPENDED.value)
+                sa.select(tables.jobs.c.id)
+                .where(tables.jobs.c.id == outbox_table.c.job_id, tables.jobs.c.state == State.MANUALLY_SUSPENDED.value)
                 .exists()
             )
             q = (
@@ -107,13 +107,13 @@ class Outbox:
 
     def _claim(self, row_id: int, seen_version: int) -> OutboxEvent | None:
         with db.transaction(self.engine) as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             res = conn.execute(
                 outbox_table.update()
                 .where(outbox_table.c.id == row_id, outbox_table.c.version == seen_version,
                        outbox_table.c.published_at.is_(None),
                        sa.or_(outbox_table.c.lease_expiry.is_(None), outbox_table.c.lease_expiry < now))
-                .values(lease_owner=self.worker, lease_expiry=db.now(conn, self.lease_seconds),
+                .values(lease_owner=self.worker, lease_expiry=clock.now(conn, self.lease_seconds),
                         version=outbox_table.c.version + 1)
             )
             if res.rowcount != 1:
@@ -136,7 +136,7 @@ class Outbox:
                error: str | None = None) -> None:
         """Upsert the per-sink delivery record."""
         with db.transaction(self.engine) as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             values: dict[str, Any] = {"attempts": deliveries_table.c.attempts + 1, "last_error": error,
                                       "updated_at": now}
             if delivered:
@@ -160,12 +160,13 @@ class Outbox:
 
     def mark_published(self, ev: OutboxEvent) -> bool:
         with db.transaction(self.engine) as conn:
-            return self._give_back(conn, ev, published_at=db.now(conn), last_error=None)
+            return self._give_back(conn, ev, published_at=clock.now(conn), last_error=None)
 
     def retry_later(self, ev: OutboxEvent, delay: float, error: str) -> bool:
         with db.transaction(self.engine) as conn:
-            return self._give_back(conn, ev, attempts=outbox_table.c.attempts + 1, next_attempt_at=db.now(conn, delay),
-                                   first_failed_at=sa.func.coalesce(outbox_table.c.first_failed_at, db.now(conn)),
+            return self._give_back(conn, ev, attempts=outbox_table.c.attempts + 1, next_attempt_at=clock.now(conn,
+                delay),
+                                   first_failed_at=sa.func.coalesce(outbox_table.c.first_failed_at, clock.now(conn)),
                                    last_error=error[:2000])
 
     def release(self, ev: OutboxEvent) -> bool:
@@ -196,10 +197,10 @@ class Outbox:
                                                 deliveries_table.c.parked_at.is_not(None))
             if sink:
                 q = q.where(deliveries_table.c.sink == sink)
-            n = conn.execute(q.values(parked_at=None, updated_at=db.now(conn))).rowcount
+            n = conn.execute(q.values(parked_at=None, updated_at=clock.now(conn))).rowcount
             conn.execute(outbox_table.update()
                          .where(outbox_table.c.event_id == event_id, outbox_table.c.published_at.is_(None))
-                         .values(next_attempt_at=db.now(conn), version=outbox_table.c.version + 1))
+                         .values(next_attempt_at=clock.now(conn), version=outbox_table.c.version + 1))
             return int(n)
 
     def prune(self, older_than_seconds: float, batch: int = 500) -> int:
@@ -208,7 +209,7 @@ class Outbox:
         total = 0
         while True:
             with db.transaction(self.engine) as conn:
-                cutoff = db.now(conn, -older_than_seconds)
+                cutoff = clock.now(conn, -older_than_seconds)
                 rows = conn.execute(
                     sa.select(outbox_table.c.id, outbox_table.c.event_id)
                     .where(outbox_table.c.published_at.is_not(None), outbox_table.c.published_at < cutoff)
@@ -226,7 +227,7 @@ class Outbox:
 def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict[str, Any]]:
     """Events an operator should look at: a parked sink, or failing for too long."""
     with engine.connect() as conn:
-        cutoff = db.now(conn, -failing_after_seconds)
+        cutoff = clock.now(conn, -failing_after_seconds)
         parked = conn.execute(
             sa.select(deliveries_table.c.event_id, deliveries_table.c.sink, deliveries_table.c.last_error,
                       deliveries_table.c.parked_at)
@@ -272,7 +273,7 @@ def list_events(engine: Engine, state: str = "unpublished", limit: int = 1000) -
     `parked`, `failing` or `all` (published ones too)."""
     if state not in LIST_STATES:
         raise UsageError(f"unknown outbox state {state!r} (one of: {', '.join(LIST_STATES)})")
-    ed = db.editions
+    ed = tables.editions
     q = (
         sa.select(outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts,
                   outbox_table.c.next_attempt_at, outbox_table.c.first_failed_at, outbox_table.c.published_at,
@@ -339,7 +340,7 @@ def requeue(engine: Engine, event_id: str, sink: str | None = None, configured: 
     relay is delivering right now (`JobTaken`). Fenced on the event's version: a relay claim in
     between makes it refuse rather than race."""
     with db.transaction(engine) as conn:
-        now_at = db.read_now(conn)
+        now_at = clock.read_now(conn)
         row = _find_event(conn, event_id)
         eid = row.event_id
         if row.published_at is not None:
@@ -362,10 +363,10 @@ def requeue(engine: Engine, event_id: str, sink: str | None = None, configured: 
         if cleared:
             conn.execute(deliveries_table.update()
                          .where(deliveries_table.c.event_id == eid, deliveries_table.c.sink.in_(cleared))
-                         .values(parked_at=None, updated_at=db.now(conn)))
+                         .values(parked_at=None, updated_at=clock.now(conn)))
         res = conn.execute(outbox_table.update()
                            .where(outbox_table.c.id == row.id, outbox_table.c.version == row.version)
-                           .values(next_attempt_at=db.now(conn), version=outbox_table.c.version + 1))
+                           .values(next_attempt_at=clock.now(conn), version=outbox_table.c.version + 1))
         if res.rowcount != 1:
             raise JobTaken(f"outbox event {eid} changed under us (a relay claimed it); retry in a minute")
     return Requeued(eid, cleared, pending)
@@ -386,9 +387,9 @@ def events_of(conn: Connection, job_ids: Sequence[str]) -> list[Any]:
 def grant_republish(engine: Engine, job_id: str, by: str, reason: str) -> int:
     """An operator lets the job's editions replace live pages; its parked deliveries go again.
     Returns how many parked deliveries were re-queued."""
-    grants = db.republish_grants
+    grants = tables.republish_grants
     with db.transaction(engine) as conn:
-        now = db.now(conn)
+        now = clock.now(conn)
         if conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is None:
             conn.execute(grants.insert().values(job_id=job_id, granted_by=by, reason=reason, granted_at=now))
         else:
@@ -408,5 +409,5 @@ def grant_republish(engine: Engine, job_id: str, by: str, reason: str) -> int:
 
 def republish_granted(engine: Engine, job_id: str) -> bool:
     with engine.connect() as conn:
-        grants = db.republish_grants
+        grants = tables.republish_grants
         return conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is not None

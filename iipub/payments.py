@@ -21,14 +21,14 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import db, money
+from . import clock, money, tables
 from .config import Pricing, Product
 from .jobs import Job
 from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused
 from .timefmt import iso_z, naive_utc
 
 log = structlog.get_logger("iipub.spend")
-spend_table, overrides_table, notes_table = db.spend, db.spend_overrides, db.spend_notes
+spend_table, overrides_table, notes_table = tables.spend, tables.spend_overrides, tables.spend_notes
 
 IN_FLIGHT, ACCEPTED, UNKNOWN, SETTLED, REFUSED, REJECTED = (
     "in_flight", "accepted", "unknown", "settled", "refused", "rejected")
@@ -49,14 +49,14 @@ def record_dispatch(conn: Connection, job: Job, attempt: int, product: Product, 
     """In the dispatch's transaction: the create is paid from now on (until proven refused)."""
     res = conn.execute(spend_table.insert().values(
         job_id=job.id, attempt=attempt, product=job.product, edition_date=job.edition_date, model=product.model,
-        tier_asked=tier, state=IN_FLIGHT, estimated_tokens=product.estimated_tokens, paid_at=db.now(conn),
-        updated_at=db.now(conn)))
+        tier_asked=tier, state=IN_FLIGHT, estimated_tokens=product.estimated_tokens, paid_at=clock.now(conn),
+        updated_at=clock.now(conn)))
     return int(res.inserted_primary_key[0])  # type: ignore[index]
 
 
 def record_outcome(conn: Connection, spend_id: int, outcome: CreateOutcome) -> None:
     """In the transition that leaves CREATE_IN_FLIGHT: what the create's outcome says was paid."""
-    values: dict[str, Any] = {"updated_at": db.now(conn)}
+    values: dict[str, Any] = {"updated_at": clock.now(conn)}
     if isinstance(outcome, Accepted):
         values.update(state=ACCEPTED, response_id=outcome.response_id, tier_reported=outcome.service_tier)
     elif isinstance(outcome, Refused):
@@ -86,7 +86,7 @@ def record_usage(conn: Connection, job: Job, changes: Mapping[str, Any], detail:
                            .order_by(_s.id.desc()).limit(1)).scalar()
     if row is None:  # a create paid before the spend table existed
         return
-    values: dict[str, Any] = {**tokens, "state": SETTLED, "updated_at": db.now(conn)}
+    values: dict[str, Any] = {**tokens, "state": SETTLED, "updated_at": clock.now(conn)}
     tier = detail.get("service_tier")
     if isinstance(tier, str) and tier:
         values["tier_reported"] = tier[:16]
@@ -153,8 +153,8 @@ def ceilings_now(conn: Connection, budgets: Any, products: Mapping[str, Product]
 
 def grant(conn: Connection, scope: str, tokens: int, until: dt.datetime, reason: str, by: str) -> Override:
     conn.execute(overrides_table.insert().values(scope=scope, extra_tokens=tokens, reason=reason, granted_by=by,
-                                                 granted_at=db.now(conn), until_at=until))
-    return overrides_in_force(conn, db.read_now(conn))[-1]
+                                                 granted_at=clock.now(conn), until_at=until))
+    return overrides_in_force(conn, clock.read_now(conn))[-1]
 
 
 def note_reached(conn: Connection, ceiling: money.Ceiling, now: dt.datetime) -> bool:
@@ -162,7 +162,7 @@ def note_reached(conn: Connection, ceiling: money.Ceiling, now: dt.datetime) -> 
     try:
         with conn.begin_nested():
             conn.execute(notes_table.insert().values(day=naive_utc(now).date(), scope=ceiling.scope,
-                                                     noted_at=db.now(conn)))
+                                                     noted_at=clock.now(conn)))
     except sa.exc.IntegrityError:
         return False
     return True

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import sqlalchemy as sa
 import structlog
 
-from . import db, gate, scheduling
+from . import clock, gate, scheduling
 from .config import Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -64,7 +64,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
 
 def _ensure_today(settings: Settings, store: Store) -> None:
     with store.engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     scheduling.ensure_scheduled(store, settings.products.values(), today, settings.reconcile.catch_up_days)
 
 

@@ -26,7 +26,7 @@ import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, config, db, handlers, outbox
+from . import backoff, config, handlers, outbox, tables
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
 from .jobs import Job, new_worker_id
@@ -284,7 +284,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
     """SAVED_NOT_PUBLIC jobs whose every event is delivered move to PUBLISHED, and the spend
     ledger records the editions published. Run after each relay pass, so a crash between the
     two writes heals on the next run."""
-    jobs_table, outbox_table = db.jobs, db.outbox
+    jobs_table, outbox_table = tables.jobs, tables.outbox
     with engine.connect() as conn:
         pending = sa.select(outbox_table.c.id).where(
             outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
@@ -314,7 +314,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
 def _record_published(engine: sa.Engine, spend_ledger: SpendLedger, job: Job) -> None:
     """The published link of the ledger's chain (best effort, after the commit: a line missing
     leaves the ledger behind the database, the safe direction)."""
-    ed = db.editions
+    ed = tables.editions
     with engine.connect() as conn:
         rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job.id)).all()
     try:

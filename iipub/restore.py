@@ -21,7 +21,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from . import db
+from . import tables
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import Job
@@ -40,7 +40,7 @@ _LINK_OF = {**dict.fromkeys(CUSTODY_REASONS, "custody"), Reason.SAVED: "saved",
 
 def known(engine: sa.Engine, job_id: str) -> dict[str, int]:
     """How many of each chain link the job's journal knows of."""
-    ev = db.job_events
+    ev = tables.job_events
     wanted = [r.value for r in (*_LINK_OF, *ACKING_REASONS)]
     with engine.connect() as conn:
         rows = conn.execute(sa.select(ev.c.reason, ev.c.detail)

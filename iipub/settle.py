@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from . import db, deliveries, handlers, owners, states
+from . import clock, deliveries, handlers, owners, states
 from .deliveries import Deliveries
 from .errors import Contention, LeaseLost
 from .jobs import Job
@@ -237,4 +237,4 @@ def awaiting_creates(tick: Tick, ds: Deliveries) -> int:
 
 def _db_now(tick: Tick) -> dt.datetime:
     with tick.store.engine.connect() as conn:
-        return db.read_now(conn)
+        return clock.read_now(conn)

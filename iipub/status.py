@@ -2,7 +2,7 @@
 outbox health, quarantine, provider spend, and the Nagios-style check.
 
 Queries and arithmetic only; the CLI formats. Every age is measured against the database
-clock (`db.read_now`), the same clock that stamped the rows.
+clock (`clock.read_now`), the same clock that stamped the rows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import breaker, cutover, db, deliveries, gate, heartbeat, installation, money, outbox
+from . import breaker, clock, cutover, db, deliveries, gate, heartbeat, installation, money, outbox, tables
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
@@ -30,8 +30,8 @@ from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
 from .wording import clip_words, plural
 
-jobs_table = db.jobs
-events_table = db.job_events
+jobs_table = tables.jobs
+events_table = tables.job_events
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -407,8 +407,8 @@ def collect(engine: Engine, settings: Settings) -> Status:
     """Read everything `status` reports, in one short read plus the outbox check."""
     s = settings.status
     with engine.connect() as conn:
-        now = db.read_now(conn)
-        cutoff = db.now(conn, -s.window_hours * 3600)
+        now = clock.read_now(conn)
+        cutoff = clock.now(conn, -s.window_hours * 3600)
         counts = _counts(conn)
         live = _live_jobs(conn)
         dispatch = _dispatch(conn, cutoff, now, live, s)
@@ -416,8 +416,8 @@ def collect(engine: Engine, settings: Settings) -> Status:
         overdue = _overdue_polls(conn, cutoff, now, live, s)
         duplicates = _duplicates(conn)
         unpublished, oldest = conn.execute(
-            sa.select(sa.func.count(), sa.func.min(db.outbox.c.created_at))
-            .where(db.outbox.c.published_at.is_(None))
+            sa.select(sa.func.count(), sa.func.min(tables.outbox.c.created_at))
+            .where(tables.outbox.c.published_at.is_(None))
         ).one()
         expired_in_window = int(conn.execute(
             sa.select(sa.func.count()).where(
@@ -495,7 +495,7 @@ def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
     path = settings.ledger_path()
     if path is None or (path.is_file() and os.access(path, os.R_OK)):
         return None
-    paid = conn.execute(sa.select(db.jobs.c.id).where(db.jobs.c.generation_attempts > 0).limit(1)).first()
+    paid = conn.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.generation_attempts > 0).limit(1)).first()
     if paid is None:
         return None
     why = "is unreadable" if path.exists() else "does not exist"
@@ -667,7 +667,7 @@ def poll_lateness(at: dt.datetime, detail: str | None) -> float | None:
 
 
 def _duplicates(conn: Connection) -> int:
-    ed = db.editions
+    ed = tables.editions
     groups = (
         sa.select(sa.func.count().label("n"))
         .select_from(ed)

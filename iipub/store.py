@@ -21,7 +21,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import db, payments, states
+from . import clock, db, payments, states, tables
 from .config import Product
 from .errors import (
     Contention,
@@ -34,8 +34,8 @@ from .states import Reason, State
 from .timefmt import as_date
 
 log = structlog.get_logger("iipub.store")
-jobs_table = db.jobs
-events_table = db.job_events
+jobs_table = tables.jobs
+events_table = tables.job_events
 
 __all__ = ["Event", "Job", "Store", "new_worker_id"]
 
@@ -164,7 +164,7 @@ class Store:
         """Due, unleased (or lease-expired) jobs in the states `reconcile` works on, best
         first: accepted (paid) work before new creates, today's slots before backfill."""
         with self.engine.connect() as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             phase = sa.case(
                 (jobs_table.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
                 (jobs_table.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
@@ -187,7 +187,7 @@ class Store:
         """Suspended jobs whose response may still finish (never leased: custody of their
         output is written fenced on the version read here, with no lease taken)."""
         with self.engine.connect() as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             q = (sa.select(jobs_table)
                  .where(jobs_table.c.state == State.MANUALLY_SUSPENDED.value,
                         jobs_table.c.suspended_from.in_([s.value for s in states.CUSTODY_PENDING]),
@@ -210,7 +210,7 @@ class Store:
             return conn.execute(sa.select(j.id).where(
                 j.state == State.QUARANTINED.value, j.response_id.is_(None),
                 j.quarantine_reason.in_([r.value for r in states.AMBIGUOUS_CREATE]),
-                j.state_entered_at >= db.now(conn, -within_seconds)).limit(1)).first() is not None
+                j.state_entered_at >= clock.now(conn, -within_seconds)).limit(1)).first() is not None
 
     def creates_in_flight(self) -> bool:
         """Whether some job's create is being sent now (its answer not recorded yet)."""
@@ -226,12 +226,12 @@ class Store:
         opens = product.opens_on(day)
         try:
             with self._tx() as conn:
-                now = db.now(conn)
+                now = clock.now(conn)
                 conn.execute(jobs_table.insert().values(slot_row(
                     job_id=job_id, product=product.name, day=day, priority=product.priority + (1000 if backfill else 0),
                     opens_at=opens, now=now, backfill=backfill)))
                 self._journal(conn, [self._journal_row(job_id, None, State.NO_JOB, 1, Reason.SCHEDULED,
-                                                       {"backfill": backfill})], db.clock_offset(conn))
+                                                       {"backfill": backfill})], clock.clock_offset(conn))
         except (sa.exc.IntegrityError, Contention) as exc:
             if not db.slot_taken(exc):
                 raise
@@ -258,8 +258,8 @@ class Store:
         ids = [job_id for job_id, _ in seen]
         with self._tx() as conn:
             update, select = _claim_statements(db.dialect_family(conn), operator)
-            params = {"k_ids": ids, "k_pairs": [tuple(p) for p in seen], "c_now": db.clock_offset(conn),
-                      "c_lease": db.clock_offset(conn, self.lease_seconds), "v_worker": self.worker}
+            params = {"k_ids": ids, "k_pairs": [tuple(p) for p in seen], "c_now": clock.clock_offset(conn),
+                      "c_lease": clock.clock_offset(conn, self.lease_seconds), "v_worker": self.worker}
             if conn.execute(update, params).rowcount == 0:
                 return []
             rows = conn.execute(select, {"k_ids": ids, "k_pairs": [(job_id, v + 1) for job_id, v in seen],
@@ -290,7 +290,7 @@ class Store:
         w = self._planned(job, to_state, reason=reason, changes=changes, detail=detail, delay=delay,
                           keep_lease=keep_lease, operator=operator)
         with self._tx() as conn:
-            now = db.clock_offset(conn)
+            now = clock.clock_offset(conn)
             if not self._write(conn, w, now):
                 raise LeaseLost(f"job {job.id} changed since version {job.version}; {job.state} -> {w.to_state} "
                                 "rejected", job_id=job.id)
@@ -311,7 +311,7 @@ class Store:
         if not writes:
             return []
         with self._tx() as conn:
-            now = db.clock_offset(conn)
+            now = clock.clock_offset(conn)
             done = [self._write(conn, w, now) for w in writes]
             self._journal(conn, [w.journal for w, ok in zip(writes, done, strict=True) if ok], now)
         return [self._written(w) if ok else None for w, ok in zip(writes, done, strict=True)]
@@ -343,9 +343,9 @@ class Store:
         params: dict[str, Any] = {f"v_{k}": v for k, v in w.values.items()}
         params.update(k_id=job.id, k_version=job.version, v_state=w.to_state.value, c_now=now)
         if w.delay is not None:
-            params["c_due"] = db.clock_offset(conn, w.delay)
+            params["c_due"] = clock.clock_offset(conn, w.delay)
         if w.keep_lease:
-            params.update(v_lease_owner=self.worker, c_lease=db.clock_offset(conn, self.lease_seconds))
+            params.update(v_lease_owner=self.worker, c_lease=clock.clock_offset(conn, self.lease_seconds))
         stmt = _transition_statement(db.dialect_family(conn), tuple(sorted(w.values)), w.to_state != job.state,
                                      w.delay is not None, w.keep_lease)
         return bool(conn.execute(stmt, params).rowcount == 1)
@@ -371,7 +371,7 @@ class Store:
                 .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
                        jobs_table.c.lease_owner == self.worker)
                 .values(lease_owner=None, lease_expiry=None, version=jobs_table.c.version + 1,
-                        retry_count=failures, last_error=error, updated_at=db.now(conn))
+                        retry_count=failures, last_error=error, updated_at=clock.now(conn))
             )
             return res.rowcount == 1
 
@@ -380,7 +380,7 @@ class Store:
         another worker holds it). Fenced on the version read; neither a transition nor a new
         version: the lease holder's own next write stays valid and decides for itself."""
         with self._tx() as conn:
-            now = db.now(conn)
+            now = clock.now(conn)
             res = conn.execute(
                 jobs_table.update()
                 .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
@@ -426,7 +426,7 @@ class Store:
         if len(rows) == 1:
             conn.execute(_journal_statement(db.dialect_family(conn)), {**rows[0], "c_now": now})
         elif rows:
-            at = db.read_now(conn)
+            at = clock.read_now(conn)
             conn.execute(_journal_rows_statement(), [{**row, "e_at": at} for row in rows])
 
 
@@ -440,14 +440,14 @@ def _transition_statement(family: str, keys: tuple[str, ...], entered: bool, due
                           keep_lease: bool) -> sa.Update:
     values: dict[str, Any] = {k: sa.bindparam(f"v_{k}", type_=jobs_table.c[k].type) for k in keys}
     values.update(state=sa.bindparam("v_state", type_=jobs_table.c.state.type), version=jobs_table.c.version + 1,
-                  updated_at=db.clock_at(family, "c_now"))
+                  updated_at=clock.clock_at(family, "c_now"))
     if entered:
-        values["state_entered_at"] = db.clock_at(family, "c_now")
+        values["state_entered_at"] = clock.clock_at(family, "c_now")
     if due:
-        values["next_attempt_at"] = db.clock_at(family, "c_due")
+        values["next_attempt_at"] = clock.clock_at(family, "c_due")
     if keep_lease:
         values.update(lease_owner=sa.bindparam("v_lease_owner", type_=jobs_table.c.lease_owner.type),
-                      lease_expiry=db.clock_at(family, "c_lease"))
+                      lease_expiry=clock.clock_at(family, "c_lease"))
     else:
         values.update(lease_owner=sa.null(), lease_expiry=sa.null())
     return (jobs_table.update()
@@ -463,10 +463,10 @@ def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select
     pairs: sa.BindParameter[Any] = sa.bindparam("k_pairs", expanding=True)
     # The same shape fences the lease and the re-read (which is given the versions it wrote).
     by_pairs = (jobs_table.c.id.in_(ids), sa.tuple_(jobs_table.c.id, jobs_table.c.version).in_(pairs))
-    free = sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < db.clock_at(family, "c_now"))
+    free = sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < clock.clock_at(family, "c_now"))
     update = (jobs_table.update()
               .where(*by_pairs, free)
-              .values(lease_owner=sa.bindparam("v_worker"), lease_expiry=db.clock_at(family, "c_lease"),
+              .values(lease_owner=sa.bindparam("v_worker"), lease_expiry=clock.clock_at(family, "c_lease"),
                       version=jobs_table.c.version + 1))
     if not operator:
         update = update.where(jobs_table.c.state != State.MANUALLY_SUSPENDED.value)
@@ -489,7 +489,7 @@ def _journal_rows_statement() -> sa.Insert:
 
 @functools.lru_cache(maxsize=4)
 def _journal_statement(family: str) -> sa.Insert:
-    return events_table.insert().values(_journal_binds(_JOURNAL_COLUMNS) | {"at": db.clock_at(family, "c_now")})
+    return events_table.insert().values(_journal_binds(_JOURNAL_COLUMNS) | {"at": clock.clock_at(family, "c_now")})
 
 
 def _declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import db, gate, installation, ledger, money, payments
+from . import clock, gate, installation, ledger, money, payments
 from .config import ReconcileSettings, Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -109,7 +109,7 @@ class Tick:
             # custody go on: a finished response is kept for only about ten minutes.
             self._cool_locally((g.cooldown_until - now).total_seconds(), creates=True)
         with store.engine.connect() as conn:
-            reads_until, now = gate.read_cool_down(conn), db.read_now(conn)
+            reads_until, now = gate.read_cool_down(conn), clock.read_now(conn)
         if reads_until is not None:
             self._cool_locally((reads_until - now).total_seconds(), creates=False)
 

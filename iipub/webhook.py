@@ -36,7 +36,7 @@ import sqlalchemy as sa
 import structlog
 from openai.types.webhooks import UnwrapWebhookEvent
 
-from . import db, gate, logs, settle
+from . import clock, db, gate, logs, settle
 from .config import Settings, WebhookSettings, load_settings
 from .deliveries import IGNORED, UNKNOWN_EVENT, Deliveries
 from .errors import Contention, DatabaseUnavailable, IipubError
@@ -180,7 +180,7 @@ class Receiver:
         for p in self.settings.products.values():
             edition_schema.text_format(p.languages, p.items)
         with self.engine.connect() as conn:
-            db.read_now(conn)
+            clock.read_now(conn)
         self.engine.dispose()
 
     def after_fork(self) -> None:
@@ -253,7 +253,7 @@ class Receiver:
     def _test_delivery(self, event: Event, peer: Peer) -> Answer:
         try:
             with self.engine.connect() as conn:
-                db.read_now(conn)
+                clock.read_now(conn)
         except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
             log.warning("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
                         database=db.describe_error(exc))

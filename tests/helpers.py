@@ -38,7 +38,7 @@ import sqlalchemy as sa
 import structlog
 from click.testing import CliRunner
 
-from iipub import db, logs, reconcile
+from iipub import logs, reconcile, tables
 from iipub.config import Settings, settings_from_dict
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
@@ -366,7 +366,7 @@ def drive_to_saved(settings: Settings, engine: sa.Engine, sim: Simulator, last_d
         reconcile.run(settings, engine)
         sim.advance(5)
         with engine.connect() as conn:
-            states = set(conn.execute(sa.select(db.jobs.c.state)).scalars())
+            states = set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
         if states == {"SAVED_NOT_PUBLIC"}:
             return
     raise AssertionError(f"jobs did not reach SAVED_NOT_PUBLIC: {states}")
@@ -401,16 +401,16 @@ def snapshot_rows(engine: sa.Engine) -> Snapshot:
     """Every row of every table iipub declares (the schema bookkeeping aside)."""
     with engine.connect() as conn:
         return {t.name: [dict(r) for r in conn.execute(sa.select(t)).mappings()]
-                for t in db.metadata.sorted_tables if t is not db.schema_migrations}
+                for t in tables.metadata.sorted_tables if t is not tables.schema_migrations}
 
 
 def restore_rows(engine: sa.Engine, snapshot: Snapshot) -> None:
     """Make a migrated database hold exactly the rows of `snapshot` (ids included)."""
-    tables = [t for t in db.metadata.sorted_tables if t.name in snapshot]
+    present = [t for t in tables.metadata.sorted_tables if t.name in snapshot]
     with engine.begin() as conn:
-        for t in reversed(tables):
+        for t in reversed(present):
             conn.execute(t.delete())
-        for t in tables:
+        for t in present:
             if snapshot[t.name]:
                 conn.execute(t.insert(), snapshot[t.name])
 
@@ -435,7 +435,7 @@ def utc_today() -> dt.date:
 def job_rows(engine: sa.Engine) -> list[dict[str, Any]]:
     """Every job row, oldest edition first (then by product)."""
     with engine.connect() as conn:
-        q = sa.select(db.jobs).order_by(db.jobs.c.edition_date, db.jobs.c.product)
+        q = sa.select(tables.jobs).order_by(tables.jobs.c.edition_date, tables.jobs.c.product)
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
@@ -447,7 +447,7 @@ def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> reconcile.TickRepo
 def job_events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
     """One job's journal, oldest first."""
     with engine.connect() as conn:
-        q = sa.select(db.job_events).where(db.job_events.c.job_id == job_id).order_by(db.job_events.c.id)
+        q = sa.select(tables.job_events).where(tables.job_events.c.job_id == job_id).order_by(tables.job_events.c.id)
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
@@ -463,9 +463,9 @@ def job_versions(engine: sa.Engine) -> dict[str, int]:
 def stored(engine: sa.Engine) -> dict[str, Any]:
     """Everything a command could damage: every job row and the size of every other table."""
     with engine.connect() as conn:
-        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(db.jobs)).mappings()}
+        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(tables.jobs)).mappings()}
         counts = {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
-                  for t in (db.job_events, db.editions, db.outbox, db.outbox_deliveries)}
+                  for t in (tables.job_events, tables.editions, tables.outbox, tables.outbox_deliveries)}
     return {"jobs": jobs, "counts": counts}
 
 

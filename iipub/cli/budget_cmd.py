@@ -6,7 +6,7 @@ import datetime as dt
 
 import click
 
-from .. import db, money, payments
+from .. import clock, money, payments
 from ..errors import UsageError
 from ..timefmt import iso_z, parse_utc_time
 from .common import App, by_option, emit_json, json_option, pass_app, reason_option
@@ -25,7 +25,7 @@ def show_command(app: App, as_json: bool) -> None:
     """Each configured ceiling with the tokens counted today (reported usage, or the product's
     estimated_tokens while a paid create's usage is unknown) and the overrides in force."""
     with app.engine().connect() as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
         found, overrides = payments.ceilings_now(conn, app.settings.budgets, app.settings.products, now)
     if as_json:
         emit_json({"generated_at": iso_z(now),

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .. import db, scheduling
+from .. import clock, scheduling
 from ..states import State
 from .common import DATE, AnyCaseChoice, App, by_option, emit_json, json_option, moved, pass_app, reason_option, table
 
@@ -24,7 +24,7 @@ def schedule_command(app: App, day: dt.date | None, product: str | None) -> None
     database clock; otherwise nothing is written (exit 2)."""
     store = app.store("schedule")
     with store.engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     if day is None:
         day = today
     scheduling.check_schedule_date(day, today)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import db, scheduling
+from .. import clock, scheduling
 from ..errors import UsageError
 from ..jobs import Job
 from ..states import State
@@ -337,7 +337,7 @@ def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_r
     configured = app.settings.product(product)  # an unknown product fails before the database is opened
     engine = app.engine()
     with engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     verbose = (to_date - from_date).days + 1 > PROGRESS_AFTER_DAYS
     verb = "would create" if dry_run else "created"
 

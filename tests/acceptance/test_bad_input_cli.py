@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import tables
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -160,7 +160,7 @@ def test_api_key_that_cannot_be_sent_is_a_config_error(
     env = {**cli_env, "IIPUB_CONFIG": str(cfg), "OPENAI_API_KEY": key, "OPENAI_BASE_URL": sim.url}
     proc = run_cli("reconcile", env=env, cwd=tmp_path)
     with engine.connect() as conn:
-        quarantined = conn.execute(sa.select(sa.func.count()).where(db.jobs.c.state == "QUARANTINED")).scalar_one()
+        quarantined = conn.execute(sa.select(sa.func.count()).where(tables.jobs.c.state == "QUARANTINED")).scalar_one()
     assert sum(sim.stats()["requests"].values()) == 0
     assert quarantined == 0
     one_line_error(proc, 78, "OPENAI_API_KEY")

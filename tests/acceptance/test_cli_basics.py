@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import db, tables
 from iipub.cli import COMMANDS
 from tests.helpers import one_line_error, run_cli, run_iipub
 
@@ -101,6 +101,6 @@ def test_installed_console_script_smoke(cli_env: dict[str, str], tmp_path: Path)
     engine = db.make_engine(cli_env["IIPUB_DATABASE_URL"])
     try:
         with engine.connect() as conn:
-            assert conn.execute(sa.select(sa.func.count()).select_from(db.jobs)).scalar_one() == 0
+            assert conn.execute(sa.select(sa.func.count()).select_from(tables.jobs)).scalar_one() == 0
     finally:
         engine.dispose()

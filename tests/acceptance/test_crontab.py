@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import db, tables
 from iipub.simulator import Simulator
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, iipub_exe, run_cli
 
@@ -104,8 +104,8 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
     engine = db.make_engine(db_url)
     try:
         with engine.connect() as conn:
-            states = set(conn.execute(sa.select(db.jobs.c.state)).scalars())
-            runs = conn.execute(sa.select(db.runs.c.command, db.runs.c.ok)).all()
+            states = set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
+            runs = conn.execute(sa.select(tables.runs.c.command, tables.runs.c.ok)).all()
     finally:
         engine.dispose()
     assert states and states <= {"PUBLISHED", "CLEANUP_PENDING", "DELETED"}, states  # published from cron alone

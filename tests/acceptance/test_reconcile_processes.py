@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import clock
 from iipub.config import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -58,7 +58,7 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
     # A tick while the dead worker's lease is still live leaves the job alone.
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     assert next(j for j in job_rows(engine) if j["id"] == job["id"])["state"] == "CREATE_IN_FLIGHT"
-    db.advance_clock(engine, 61)
+    clock.advance_clock(engine, 61)
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     after = next(j for j in job_rows(engine) if j["id"] == job["id"])
     assert after["state"] == "QUARANTINED" and after["quarantine_reason"] == "crashed_during_create"
@@ -86,7 +86,7 @@ def test_worker_paused_past_its_lease_has_its_late_write_rejected(
         paused.send_signal(signal.SIGSTOP)  # holding a lease, mid-poll
         leased = next(j for j in job_rows(engine) if j["lease_owner"])
         sim.clear_faults()
-        db.advance_clock(engine, 11)  # its lease expires by the database clock
+        clock.advance_clock(engine, 11)  # its lease expires by the database clock
         run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # a new tick takes over and finishes
         taken_over = next(j for j in job_rows(engine) if j["id"] == leased["id"])
         assert taken_over["state"] == "SAVED_NOT_PUBLIC"
@@ -134,7 +134,7 @@ def test_two_overlapping_ticks_over_100_due_jobs(engine: sa.Engine, sim: Simulat
         assert sum(s["errors"] for s in summaries) == 0
         all_summaries.append(summaries)
         sim.advance(5)
-        db.advance_clock(engine, 301)
+        clock.advance_clock(engine, 301)
     stats = sim.stats()
     assert stats["creates_total"] == 101  # 100 backfilled days + today's slot, once each
     assert set(stats["creates_by_job"].values()) == {1}

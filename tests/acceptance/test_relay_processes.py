@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import clock, tables
 from iipub.config import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -31,7 +31,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 def _unpublished(engine: sa.Engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).where(db.outbox.c.published_at.is_(None))).scalar_one())
+        return int(conn.execute(sa.select(sa.func.count()).where(tables.outbox.c.published_at.is_(None))).scalar_one())
 
 
 def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
@@ -48,7 +48,7 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
             run_cli("reconcile", env=env, cwd=tmp_path, check=True)
             sim.advance(5)
         with engine.connect() as conn:
-            assert set(conn.execute(sa.select(db.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}
+            assert set(conn.execute(sa.select(tables.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}
         events = _unpublished(engine)
         # Two languages per slot: 2026-11-28, today's, and the days between that catch-up schedules.
         assert events == 2 * len(job_rows(engine)) >= 4
@@ -78,7 +78,7 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
         assert _unpublished(engine) == events  # nothing was marked
 
         hook.mode = "ok"
-        db.advance_clock(engine, 61)  # the dead relay's claim expires
+        clock.advance_clock(engine, 61)  # the dead relay's claim expires
         out = run_cli("relay", env=env, cwd=tmp_path, check=True).stdout
         report = json.loads(out.strip().splitlines()[-1])
         assert report["published"] == events and report["jobs_published"] == len(job_rows(engine))
@@ -104,5 +104,6 @@ def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
         assert _tree(root) == after
         run_cli("reconcile", env=env, cwd=tmp_path, check=True)
         with engine.connect() as conn:
-            assert set(conn.execute(sa.select(db.jobs.c.state).where(db.jobs.c.edition_date == dt.date(2026, 11, 28)))
+            assert set(conn.execute(sa.select(tables.jobs.c.state)
+                .where(tables.jobs.c.edition_date == dt.date(2026, 11, 28)))
                        .scalars()) == {"DELETED"}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import clock, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -29,7 +29,7 @@ def s(settings: Settings) -> Settings:
 
 def schedule_today(s: Settings, engine: sa.Engine) -> None:
     with engine.connect() as conn:
-        day = db.read_now(conn).date()
+        day = clock.read_now(conn).date()
     store = Store(engine, "test-scheduler")
     for p in s.products.values():
         assert store.schedule(p, day)
@@ -37,7 +37,7 @@ def schedule_today(s: Settings, engine: sa.Engine) -> None:
 
 def states(engine: sa.Engine) -> list[str]:
     with engine.connect() as conn:
-        return sorted(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        return sorted(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def drive_to_deleted(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -125,7 +125,7 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     assert figures["jobs_total"] == 2 and figures["time_to_dispatch"] == 2 and figures["unretrieved_dwell"] == 2
     assert doc["jobs"]["by_state"] == {"DELETED": 2}
     with engine.connect() as conn:
-        tokens = conn.execute(sa.select(sa.func.sum(db.jobs.c.total_tokens))).scalar_one()
+        tokens = conn.execute(sa.select(sa.func.sum(tables.jobs.c.total_tokens))).scalar_one()
     assert doc["spend"]["total"]["total_tokens"] == tokens > 0
     assert doc["paid"]["windows"]["today"]["tokens"] == tokens  # paid today, by payment time
     assert doc["paid"]["windows"]["today"]["creates"] == 2 and doc["paid"]["currency"] is None
@@ -165,7 +165,7 @@ def test_a_job_stranded_for_three_hours_is_critical(
     reconcile.run(s, engine)
     record_heartbeats(engine)
     assert states(engine) == ["ACCEPTED", "ACCEPTED"]
-    db.advance_clock(engine, 3 * 3600)  # cron stopped too: the heartbeats say so after the stranded jobs
+    clock.advance_clock(engine, 3 * 3600)  # cron stopped too: the heartbeats say so after the stranded jobs
 
     code, out, _ = status(cli_env, tmp_path, "--check")
     assert code == 2, out

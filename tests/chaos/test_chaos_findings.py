@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile
+from iipub import clock, db, reconcile, tables
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 def versions(engine: sa.Engine) -> dict[str, int]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(db.jobs.c.id, db.jobs.c.version)).all())
+        return dict(conn.execute(sa.select(tables.jobs.c.id, tables.jobs.c.version)).all())
 
 
 def test_a_cooled_down_tick_leaves_the_jobs_it_cannot_work_on_alone(settings: Settings, engine: sa.Engine,
@@ -58,13 +58,13 @@ def test_advancing_the_drill_clock_does_not_wait_for_open_transactions(engine: s
     try:
         # A worker's transition, open (as if the worker were paused before its commit): the fenced
         # update and the journal row, both stamped with the database clock, as Store.transition does.
-        conn.execute(db.jobs.update().where(db.jobs.c.id == job.id).values(updated_at=db.now(conn)))
-        conn.execute(db.job_events.insert().values(job_id=job.id, from_state="NO_JOB", to_state="NO_JOB",
-                                                   version=99, worker="paused", reason="x", at=db.now(conn)))
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == job.id).values(updated_at=clock.now(conn)))
+        conn.execute(tables.job_events.insert().values(job_id=job.id, from_state="NO_JOB", to_state="NO_JOB",
+                                                   version=99, worker="paused", reason="x", at=clock.now(conn)))
         start = time.monotonic()
 
         def advance() -> None:
-            db.advance_clock(engine, 1)
+            clock.advance_clock(engine, 1)
             done.append(time.monotonic() - start)
 
         t = threading.Thread(target=advance)

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay
+from iipub import invariants, reconcile, relay, tables
 from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.simulator import Simulator
@@ -28,12 +28,12 @@ def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _state(engine: sa.Engine) -> str:
     with engine.connect() as conn:
-        return str(conn.execute(sa.select(db.jobs.c.state)).scalar_one())
+        return str(conn.execute(sa.select(tables.jobs.c.state)).scalar_one())
 
 
 def _job_id(engine: sa.Engine) -> str:
     with engine.connect() as conn:
-        return str(conn.execute(sa.select(db.jobs.c.id)).scalar_one())
+        return str(conn.execute(sa.select(tables.jobs.c.id)).scalar_one())
 
 
 def _drive_until(s: Settings, engine: sa.Engine, sim: Simulator, wanted: str, *, relay_too: bool) -> None:

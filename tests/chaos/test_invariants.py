@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, gate, invariants, migrate, reconcile, relay
+from iipub import clock, db, gate, invariants, migrate, reconcile, relay, tables
 from iipub.config import Settings, WebhookSink
 from iipub.simulator import Simulator
 from iipub.states import State
@@ -55,12 +55,12 @@ def cfg(settings: Settings) -> Settings:
 
 def states(engine: sa.Engine) -> list[str]:
     with engine.connect() as conn:
-        return list(conn.execute(sa.select(db.jobs.c.state).order_by(db.jobs.c.edition_date)).scalars())
+        return list(conn.execute(sa.select(tables.jobs.c.state).order_by(tables.jobs.c.edition_date)).scalars())
 
 
 def job_ids(engine: sa.Engine) -> list[str]:
     with engine.connect() as conn:
-        return list(conn.execute(sa.select(db.jobs.c.id).order_by(db.jobs.c.edition_date)).scalars())
+        return list(conn.execute(sa.select(tables.jobs.c.id).order_by(tables.jobs.c.edition_date)).scalars())
 
 
 def run_to_end(s: Settings, engine: sa.Engine, sim: Simulator, days: int = 2) -> None:
@@ -76,9 +76,9 @@ def run_to_end(s: Settings, engine: sa.Engine, sim: Simulator, days: int = 2) ->
         # An unknown create outcome (or a refused key) holds the other creates until the create
         # breaker's probe is due: let that time pass.
         with engine.connect() as conn:
-            g, now = gate.read(conn), db.read_now(conn)
+            g, now = gate.read(conn), clock.read_now(conn)
         if g.is_open and g.probe_after is not None and g.probe_after > now:
-            db.advance_clock(engine, (g.probe_after - now).total_seconds() + 1)
+            clock.advance_clock(engine, (g.probe_after - now).total_seconds() + 1)
     raise AssertionError(f"did not settle: {states(engine)}")
 
 
@@ -124,7 +124,8 @@ def test_expiry_and_recreate_is_explained_by_the_journal(cfg: Settings, engine: 
     assert stats["creates_total"] == 2
     assert invariants.check(engine, settings=cfg, sim_stats=stats, settled=True) == []
     # The loss must name the response that was lost.
-    execute(engine, db.job_events.update().where(db.job_events.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value)
+    execute(engine, tables.job_events.update()
+        .where(tables.job_events.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value)
             .values(detail=None))
     assert "expiry_unjournaled" in kinds(invariants.check(engine, settings=cfg, sim_stats=stats))
 
@@ -136,31 +137,32 @@ Tamper = Callable[[sa.Engine, Settings, dict[str, Any]], dict[str, Any] | None]
 
 def _last_event_id(engine: sa.Engine, job_id: str) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.max(db.job_events.c.id))
-                                .where(db.job_events.c.job_id == job_id)).scalar_one())
+        return int(conn.execute(sa.select(sa.func.max(tables.job_events.c.id))
+                                .where(tables.job_events.c.job_id == job_id)).scalar_one())
 
 
 def _versions(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     jid = job_ids(engine)[0]
-    execute(engine, db.job_events.update().where(db.job_events.c.id == _last_event_id(engine, jid)).values(version=1))
+    execute(engine, tables.job_events.update().where(tables.job_events.c.id == _last_event_id(engine, jid))
+            .values(version=1))
 
 
 def _state(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.jobs.update().where(db.jobs.c.id == job_ids(engine)[0]).values(state="IN_PROGRESS"))
+    execute(engine, tables.jobs.update().where(tables.jobs.c.id == job_ids(engine)[0]).values(state="IN_PROGRESS"))
 
 
 def _edge(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     jid = job_ids(engine)[0]
     with engine.begin() as conn:
-        version = conn.execute(sa.select(db.jobs.c.version).where(db.jobs.c.id == jid)).scalar_one() + 1
-        conn.execute(db.jobs.update().where(db.jobs.c.id == jid).values(version=version))
-        conn.execute(db.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="DELETED",
+        version = conn.execute(sa.select(tables.jobs.c.version).where(tables.jobs.c.id == jid)).scalar_one() + 1
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == jid).values(version=version))
+        conn.execute(tables.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="DELETED",
                                                    version=version, worker="x", reason="bogus",
                                                    at=dt.datetime(2026, 11, 29)))
 
 
 def _attempts(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.jobs.update().where(db.jobs.c.id == job_ids(engine)[0]).values(generation_attempts=2))
+    execute(engine, tables.jobs.update().where(tables.jobs.c.id == job_ids(engine)[0]).values(generation_attempts=2))
 
 
 def _extra_create(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> dict[str, Any]:
@@ -193,18 +195,19 @@ def _deleted_unknown(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> d
 
 
 def _edition_gone(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.editions.delete().where(db.editions.c.job_id == job_ids(engine)[0],
-                                               db.editions.c.lang == "es"))
+    execute(engine, tables.editions.delete().where(tables.editions.c.job_id == job_ids(engine)[0],
+                                               tables.editions.c.lang == "es"))
 
 
 def _unpublished(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.outbox.update().where(db.outbox.c.job_id == job_ids(engine)[0]).values(published_at=None))
+    execute(engine, tables.outbox.update().where(tables.outbox.c.job_id == job_ids(engine)[0])
+            .values(published_at=None))
 
 
 def _undelivered(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     with engine.begin() as conn:
-        event_id = conn.execute(sa.select(db.outbox.c.event_id).limit(1)).scalar_one()
-        conn.execute(db.outbox_deliveries.delete().where(db.outbox_deliveries.c.event_id == event_id))
+        event_id = conn.execute(sa.select(tables.outbox.c.event_id).limit(1)).scalar_one()
+        conn.execute(tables.outbox_deliveries.delete().where(tables.outbox_deliveries.c.event_id == event_id))
 
 
 def _file_gone(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
@@ -221,31 +224,31 @@ def _file_changed(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None
 
 
 def _stale_lease(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.jobs.update().where(db.jobs.c.id == job_ids(engine)[0])
+    execute(engine, tables.jobs.update().where(tables.jobs.c.id == job_ids(engine)[0])
             .values(lease_owner="reconcile:dead", lease_expiry=dt.datetime(2000, 1, 1)))
 
 
 def _stranded(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     jid = job_ids(engine)[0]
     with engine.begin() as conn:  # a job back in flight, unpublished (journal included), then 3 h pass
-        version = conn.execute(sa.select(db.jobs.c.version).where(db.jobs.c.id == jid)).scalar_one() + 1
-        conn.execute(db.jobs.update().where(db.jobs.c.id == jid).values(state="IN_PROGRESS", version=version))
-        conn.execute(db.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="IN_PROGRESS",
+        version = conn.execute(sa.select(tables.jobs.c.version).where(tables.jobs.c.id == jid)).scalar_one() + 1
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == jid).values(state="IN_PROGRESS", version=version))
+        conn.execute(tables.job_events.insert().values(job_id=jid, from_state="DELETED", to_state="IN_PROGRESS",
                                                    version=version, worker="x", reason="bogus",
                                                    at=dt.datetime(2026, 11, 29)))
-    db.advance_clock(engine, 3 * 3600)
+    clock.advance_clock(engine, 3 * 3600)
 
 
 def _killed(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
-    execute(engine, db.jobs.update().where(db.jobs.c.id == job_ids(engine)[0]).values(kill_requested=True))
+    execute(engine, tables.jobs.update().where(tables.jobs.c.id == job_ids(engine)[0]).values(kill_requested=True))
 
 
 def _orphans(engine: sa.Engine, s: Settings, stats: dict[str, Any]) -> None:
     with engine.begin() as conn:
-        conn.execute(db.editions.insert().values(job_id="nobody", product=PRODUCT, edition_date=DAY,
+        conn.execute(tables.editions.insert().values(job_id="nobody", product=PRODUCT, edition_date=DAY,
                                                  lang="fr", title="x", content="{}", sha256="0" * 64,
                                                  created_at=dt.datetime(2026, 11, 29)))
-        conn.execute(db.job_events.insert().values(job_id="nobody", from_state=None, to_state="NO_JOB", version=1,
+        conn.execute(tables.job_events.insert().values(job_id="nobody", from_state=None, to_state="NO_JOB", version=1,
                                                    worker="x", reason="scheduled", at=dt.datetime(2026, 11, 29)))
 
 
@@ -343,9 +346,9 @@ def _fake_job(engine: sa.Engine, moves: list[tuple[str, str, dict[str, Any]]], *
     """A job row and its journal written directly: (to_state, reason, detail) per move."""
     jid = "fake-" + "0" * 31
     with engine.connect() as conn:
-        at = db.read_now(conn).replace(tzinfo=None, microsecond=0)
+        at = clock.read_now(conn).replace(tzinfo=None, microsecond=0)
     with engine.begin() as conn:
-        conn.execute(db.jobs.insert().values(
+        conn.execute(tables.jobs.insert().values(
             id=jid, product=PRODUCT, edition_date=DAY - dt.timedelta(days=30), state=moves[-1][0],
             version=len(moves), priority=10, is_backfill=False, opens_at=at, next_attempt_at=at,
             generation_attempts=cols.pop("generation_attempts", 0), poll_count=0, retry_count=0, input_tokens=0,
@@ -353,7 +356,7 @@ def _fake_job(engine: sa.Engine, moves: list[tuple[str, str, dict[str, Any]]], *
             state_entered_at=at, **cols))
         prev = None
         for i, (to, reason, detail) in enumerate(moves, start=1):
-            conn.execute(db.job_events.insert().values(job_id=jid, from_state=prev, to_state=to, version=i,
+            conn.execute(tables.job_events.insert().values(job_id=jid, from_state=prev, to_state=to, version=i,
                                                        worker="x", reason=reason, detail=json.dumps(detail), at=at))
             prev = to
     return jid

@@ -81,7 +81,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 
     import sqlalchemy as sa
 
-    from iipub import db, migrate
+    from iipub import db, migrate, tables
 
     galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-mig-{os.getpid()}"
@@ -116,7 +116,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
             cluster.wait_synced(60)
             for e in engines:  # every node agrees: each migration recorded once, the lock released
                 with e.connect() as conn:
-                    versions = sorted(conn.execute(sa.select(db.schema_migrations.c.version)).scalars())
+                    versions = sorted(conn.execute(sa.select(tables.schema_migrations.c.version)).scalars())
                 assert versions == applied
                 e.dispose()
     finally:

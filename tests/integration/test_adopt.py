@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import adoption, db, handover
+from iipub import adoption, handover, tables
 from iipub.config import Settings, load_settings
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
@@ -166,7 +166,7 @@ def test_a_webhook_for_an_adopted_legacy_response_is_this_installation_s_own(
     finally:
         receiver.close()
     with engine.connect() as conn:
-        outcomes = list(conn.execute(sa.select(db.webhook_deliveries.c.outcome)).scalars())
+        outcomes = list(conn.execute(sa.select(tables.webhook_deliveries.c.outcome)).scalars())
     assert outcomes == ["custody"]
     (job,) = job_rows(engine)
     assert job["payload"] is not None and job["origin"] == "adopted"

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay
+from iipub import clock, invariants, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.simulator import Simulator, content
 from iipub.store import Store
@@ -218,22 +218,22 @@ def one_product(settings: Settings, base_url: str) -> Settings:
 
 def job_row(engine: sa.Engine, job_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(db.jobs).where(db.jobs.c.id == job_id)).mappings().one())
+        return dict(conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id)).mappings().one())
 
 
 def snapshot(engine: sa.Engine, job_id: str, root: Path) -> dict[str, Any]:
     """Every row of one job (job, journal, editions, outbox, deliveries) and the static site."""
     with engine.connect() as conn:
-        events = [dict(r) for r in conn.execute(sa.select(db.job_events).where(db.job_events.c.job_id == job_id)
-                                                .order_by(db.job_events.c.id)).mappings()]
-        editions = [dict(r) for r in conn.execute(sa.select(db.editions).where(db.editions.c.job_id == job_id)
-                                                  .order_by(db.editions.c.id)).mappings()]
-        outbox = [dict(r) for r in conn.execute(sa.select(db.outbox).where(db.outbox.c.job_id == job_id)
-                                                .order_by(db.outbox.c.id)).mappings()]
+        events = [dict(r) for r in conn.execute(sa.select(tables.job_events).where(tables.job_events.c.job_id == job_id)
+                                                .order_by(tables.job_events.c.id)).mappings()]
+        editions = [dict(r) for r in conn.execute(sa.select(tables.editions).where(tables.editions.c.job_id == job_id)
+                                                  .order_by(tables.editions.c.id)).mappings()]
+        outbox = [dict(r) for r in conn.execute(sa.select(tables.outbox).where(tables.outbox.c.job_id == job_id)
+                                                .order_by(tables.outbox.c.id)).mappings()]
         ids = [o["event_id"] for o in outbox]
-        deliveries = [dict(r) for r in conn.execute(sa.select(db.outbox_deliveries)
-                                                    .where(db.outbox_deliveries.c.event_id.in_(ids))
-                                                    .order_by(db.outbox_deliveries.c.id)).mappings()]
+        deliveries = [dict(r) for r in conn.execute(sa.select(tables.outbox_deliveries)
+                                                    .where(tables.outbox_deliveries.c.event_id.in_(ids))
+                                                    .order_by(tables.outbox_deliveries.c.id)).mappings()]
     files = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
              for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
     return {"job": job_row(engine, job_id), "events": events, "editions": editions, "outbox": outbox,
@@ -267,7 +267,7 @@ def ticks(s: Settings, engine: sa.Engine, n: int = 6) -> None:
     for _ in range(n):
         reconcile.run(s, engine)
         relay.run(s, engine)
-        db.advance_clock(engine, 700)  # past every backoff and lease
+        clock.advance_clock(engine, 700)  # past every backoff and lease
 
 
 @contextmanager
@@ -397,6 +397,6 @@ def test_every_content_fault_at_once_leaves_published_work_untouched(settings: S
     days = {k.split("/")[1] for k in after["files"] if k.count("/") == 2 and k.split("/")[1][:2] == "20"}
     assert days == {GOOD_DAY.isoformat(), regenerated}
     with engine.connect() as conn:
-        dates = conn.execute(sa.select(db.editions.c.edition_date).distinct()).scalars().all()
+        dates = conn.execute(sa.select(tables.editions.c.edition_date).distinct()).scalars().all()
     assert sorted(d.isoformat() for d in dates) == sorted([GOOD_DAY.isoformat(), regenerated])
     assert invariants.check(engine, settings=s, sim_stats=stats, settled=True) == []

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, metrics, reconcile, scheduling, status
+from iipub import clock, metrics, reconcile, scheduling, status, tables
 from iipub.config import Settings
 from iipub.jobs import slot_row
 from iipub.store import Store
@@ -117,7 +117,7 @@ def test_two_writers_scheduling_the_same_slot_at_once_both_go_on(settings: Setti
     day = utc_today() - dt.timedelta(days=9)
     blocker = engine.connect()
     tx = blocker.begin()
-    blocker.execute(db.jobs.insert().values(slot_row(job_id="blocker", product=product.name, day=day, priority=0,
+    blocker.execute(tables.jobs.insert().values(slot_row(job_id="blocker", product=product.name, day=day, priority=0,
                                                      opens_at=product.opens_on(day), now=dt.datetime(2026, 1, 1))))
     results: list[bool | BaseException] = []
 
@@ -143,7 +143,7 @@ def test_in_shadow_mode_what_the_legacy_system_publishes_is_not_late_for_status(
     settings: Settings, engine: sa.Engine
 ) -> None:
     Store(engine, "test").schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=2))
-    db.advance_clock(engine, 3 * 3600)  # three hours since the slot was made: stranded unless shadowed
+    clock.advance_clock(engine, 3 * 3600)  # three hours since the slot was made: stranded unless shadowed
     normal = status.collect(engine, settings)
     assert normal.stranded and normal.late
     shadow = status.collect(engine, _with(settings, mode="shadow"))

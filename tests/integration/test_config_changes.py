@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import compose, db, invariants, reconcile, relay, status, steps
+from iipub import compose, invariants, reconcile, relay, status, steps, tables
 from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
@@ -82,7 +82,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "config_drift")
     assert row["payload"] and sim.stats()["creates_total"] == 1
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.editions)).scalar_one() == 0
 
 
 def test_drift_while_polling_takes_custody_then_revalidate_publishes_under_the_new_rules(
@@ -201,8 +201,8 @@ def test_a_polling_job_suspended_past_the_retention_keeps_its_output(cfg: Settin
     reconcile.run(cfg, engine)  # still running (as far as the provider says): nothing decided, nothing stored
     assert (the_job(engine)["state"], the_job(engine)["payload"]) == ("MANUALLY_SUSPENDED", None)
     sim.advance(5)  # the response finishes while the job is suspended
-    from iipub import db as iipub_db
-    iipub_db.advance_clock(engine, 60)
+    from iipub import clock
+    clock.advance_clock(engine, 60)
     reconcile.run(cfg, engine)
     row = the_job(engine)
     assert row["state"] == "MANUALLY_SUSPENDED" and row["payload"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db
+from iipub import tables
 from iipub.simulator import Simulator
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, one_line_error, run_cli, sim_env
 
@@ -33,7 +33,7 @@ def test_pause_and_unpause_are_journaled_and_shown_by_status(env: dict[str, str]
     assert run_cli("unpause", env=env, cwd=tmp_path).returncode == 0
     one_line_error(run_cli("unpause", env=env, cwd=tmp_path), 3, "not paused")
     with engine.connect() as conn:
-        kinds = list(conn.execute(sa.select(db.gate_events.c.kind).order_by(db.gate_events.c.id)).scalars())
+        kinds = list(conn.execute(sa.select(tables.gate_events.c.kind).order_by(tables.gate_events.c.id)).scalars())
     assert kinds == ["pause", "unpause"]
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, gate, reconcile, status
+from iipub import clock, gate, reconcile, status
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
@@ -53,7 +53,7 @@ def test_a_long_create_cool_down_holds_creates_only_and_custody_goes_on(
     store.schedule(slow.products["daily-brief"], utc_today())
     reconcile.run(slow, engine)  # today's create: 429, retry in ten minutes
     with engine.connect() as conn:
-        g, now = gate.read(conn), db.read_now(conn)
+        g, now = gate.read(conn), clock.read_now(conn)
     assert g.cooldown_until is not None and (g.cooldown_until - now).total_seconds() > 500
     slow_sim.advance(1000)  # yesterday's response finishes: the provider keeps it ~10 minutes
     reconcile.run(slow, engine)  # another process's tick, inside the create cool-down

@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import sqlalchemy as sa
 
-from iipub import db, migrate
+from iipub import clock, db, migrate, tables
 from iipub.config import load_settings
 from iipub.edition_schema import text_format
 from iipub.provider import create_input
@@ -48,12 +48,13 @@ def tick(env: dict[str, str], cwd: Path, sim: Simulator, *args: str) -> None:
 
 def reasons(engine: sa.Engine) -> Counter[str]:
     with engine.connect() as conn:
-        return Counter(conn.execute(sa.select(db.job_events.c.reason)).scalars())
+        return Counter(conn.execute(sa.select(tables.job_events.c.reason)).scalars())
 
 
 def editions(engine: sa.Engine) -> Counter[tuple[str, str, str]]:
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(db.editions.c.product, db.editions.c.edition_date, db.editions.c.lang))
+        rows = conn.execute(sa.select(tables.editions.c.product, tables.editions.c.edition_date,
+                                      tables.editions.c.lang))
         return Counter((p, str(d)[:10], lang) for p, d, lang in rows)
 
 
@@ -118,7 +119,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
     assert not any(k[2] == "create" and k[0] == "daily-brief" and k[1] != today.isoformat() for k in diffs)
 
     # -- phase 4: cutover. Shadowed steps are looked at again within five minutes. ------------------
-    db.advance_clock(engine, 301)
+    clock.advance_clock(engine, 301)
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     run_cli("relay", env=env, cwd=tmp_path, check=True)
     published = editions(engine)

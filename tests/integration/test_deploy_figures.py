@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import db, reconcile, status
+from iipub import reconcile, status, tables
 from iipub.config import Settings
 from iipub.handlers import on_output
 from iipub.outcomes import Observed
@@ -109,12 +109,12 @@ def test_status_reads_the_dwell_from_the_journal(engine: sa.Engine, settings: Se
     for _ in range(6):
         reconcile.run(s, engine)
         with engine.connect() as conn:
-            if conn.execute(sa.select(sa.func.count()).where(db.job_events.c.to_state == RNV)).scalar_one():
+            if conn.execute(sa.select(sa.func.count()).where(tables.job_events.c.to_state == RNV)).scalar_one():
                 break
         sim.advance(5)
     with engine.connect() as conn:
         details = [json.loads(d) for d in conn.execute(
-            sa.select(db.job_events.c.detail).where(db.job_events.c.to_state == RNV)).scalars()]
+            sa.select(tables.job_events.c.detail).where(tables.job_events.c.to_state == RNV)).scalars()]
     assert details and {"provider_created_at", "provider_completed_at"} <= set(details[0])
     report = status.collect(engine, s)
     assert report.dwell.count >= 1

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, heartbeat, reconcile
+from iipub import clock, heartbeat, reconcile, tables
 from iipub.errors import DatabaseUnavailable
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -80,7 +80,7 @@ def env_for(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, monitoring:
 
 def run_rows(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.runs).order_by(db.runs.c.id)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.runs).order_by(tables.runs.c.id)).mappings()]
 
 
 def status_json(env: dict[str, str], cwd: Path) -> tuple[int, dict[str, Any]]:
@@ -117,7 +117,7 @@ def test_each_reconcile_and_relay_run_is_recorded_and_shown_by_status(
         assert json.loads(row["summary"]) == json.loads(out.stdout)  # what the run printed
         assert json.loads(row["summary"])["worker"] == row["worker"]  # the worker its journal rows name
     with engine.connect() as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
     assert all(abs((now - r["finished_at"]).total_seconds()) < 30 for r in rows)  # the database clock
 
     _, doc = status_json(env, tmp_path)
@@ -214,7 +214,7 @@ def test_check_is_critical_when_the_last_run_finished_too_long_ago(
     code, doc = status_json(env, tmp_path)
     assert not [p for p in problems(doc) if " run " in p], problems(doc)
 
-    db.advance_clock(engine, 301)  # cron stopped five minutes ago
+    clock.advance_clock(engine, 301)  # cron stopped five minutes ago
     code, doc = status_json(env, tmp_path)
     assert code == 2
     found = [p for p in problems(doc) if " run " in p]
@@ -252,7 +252,7 @@ def test_a_new_install_warns_until_something_runs_and_jobs_without_runs_are_crit
 
     product = load_settings({"IIPUB_CONFIG": env["IIPUB_CONFIG"]}).products["daily-brief"]
     with engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     assert Store(engine, "test").schedule(product, today)
     code, doc = status_json(env, tmp_path)
     assert code == 2
@@ -269,11 +269,11 @@ def test_a_run_that_never_finished_is_reported(cli_env: dict[str, str], sim: Sim
     code, doc = status_json(env, tmp_path)
     assert doc["heartbeats"]["reconcile"]["running"] == 1  # recent: it may still be running
     assert not [p for p in problems(doc) if "did not finish" in p]
-    db.advance_clock(engine, 290)  # past any tick and lease, not yet past the heartbeat limit
+    clock.advance_clock(engine, 290)  # past any tick and lease, not yet past the heartbeat limit
     record_heartbeats(engine)
     code, doc = status_json(env, tmp_path)
     assert doc["heartbeats"]["reconcile"]["in_window"]["unfinished"] == 0  # 290 s < 300 s
-    db.advance_clock(engine, 20)
+    clock.advance_clock(engine, 20)
     code, doc = status_json(env, tmp_path)
     assert doc["heartbeats"]["reconcile"]["in_window"]["unfinished"] == 1
     assert code == 1 and problems(doc) == [
@@ -322,9 +322,9 @@ def test_a_ping_url_that_is_down_does_not_fail_the_run(
 def test_runs_prune_their_own_table(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     with engine.begin() as conn:  # a week and a day ago, and a day ago
         for days in (8, 8, 1):
-            conn.execute(db.runs.insert().values(
-                command="reconcile", host="h", pid=1, worker="w", started_at=db.now(conn, -days * 86_400.0),
-                finished_at=db.now(conn, -days * 86_400.0 + 1), ok=True))
+            conn.execute(tables.runs.insert().values(
+                command="reconcile", host="h", pid=1, worker="w", started_at=clock.now(conn, -days * 86_400.0),
+                finished_at=clock.now(conn, -days * 86_400.0 + 1), ok=True))
     monkeypatch.setattr(heartbeat, "PRUNE_EVERY", 1)  # every run prunes (normally one in twenty)
     run = heartbeat.start(engine, "relay", "relay:test")
     heartbeat.finish(run, ok=True)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, handlers, invariants, reconcile, relay, steps
+from iipub import clock, handlers, invariants, reconcile, relay, steps
 from iipub.config import Settings
 from iipub.jobs import Job
 from iipub.outcomes import Observed
@@ -175,7 +175,7 @@ def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_inv
     assert row["state"] == State.RETRIEVED_NOT_VALIDATED and row["quarantine_reason"] is None
     assert row["lease_owner"] is None
     with engine.connect() as conn:
-        assert row["next_attempt_at"] <= db.read_now(conn)  # due now
+        assert row["next_attempt_at"] <= clock.read_now(conn)  # due now
     ev = last_event(engine, job_id)
     assert ev["reason"] == Reason.OPERATOR_IMPORT_PAYLOAD and ev["from_state"] == State.QUARANTINED
     d = ev["detail"]

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from iipub import db, ledger, reconcile
+from iipub import clock, ledger, reconcile
 from iipub.config import Settings, load_settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
@@ -40,7 +40,7 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     refused = [e for e in job_events(engine, row["id"]) if e["reason"] == "create_refused"]
     assert refused and "short write" in refused[-1]["detail"]
     monkeypatch.setattr(ledger, "_write", real_write)  # room again: the next tick pays once
-    db.advance_clock(engine, 120)  # past the refund's backoff
+    clock.advance_clock(engine, 120)  # past the refund's backoff
     engine_ledger = cfg.ledger_path()
     assert engine_ledger is not None
     with capture_logs() as logs:

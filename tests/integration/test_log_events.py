@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from iipub import db, reconcile
+from iipub import clock, reconcile, tables
 from iipub.config import Settings
 from iipub.provider import Provider
 from iipub.simulator import Simulator
@@ -26,7 +26,7 @@ from tests.helpers import job_rows
 
 def db_today(engine: sa.Engine) -> dt.date:
     with engine.connect() as conn:
-        return db.read_now(conn).date()
+        return clock.read_now(conn).date()
 
 
 def _one_at_a_time(cfg: Settings) -> Settings:
@@ -48,7 +48,8 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: 
         batch = tick.batch([leased.id])
         batch.defer(store.plan(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN))
         with engine.begin() as conn:  # another writer moves the job on meanwhile
-            conn.execute(db.jobs.update().where(db.jobs.c.id == leased.id).values(version=db.jobs.c.version + 1))
+            conn.execute(tables.jobs.update().where(tables.jobs.c.id == leased.id)
+                         .values(version=tables.jobs.c.version + 1))
         with capture_logs() as logs:
             batch.done(leased.id)
     lost = _events(logs, "lease_lost")
@@ -65,7 +66,7 @@ def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_misse
     (job,) = job_rows(engine)
     assert job["response_id"]
     sim.advance(5)
-    db.advance_clock(engine, 600)
+    clock.advance_clock(engine, 600)
     with capture_logs() as logs:
         reconcile.run(hooked, engine)
     missed = _events(logs, "webhook_missed")
@@ -80,7 +81,7 @@ def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
     Store(engine, "t").schedule(s.products["daily-brief"], db_today(engine))
     reconcile.run(s, engine)
     sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
-    db.advance_clock(engine, 60)
+    clock.advance_clock(engine, 60)
     with capture_logs() as logs:
         reconcile.run(s, engine)
     trouble = _events(logs, "provider_trouble")

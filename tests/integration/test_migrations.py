@@ -6,7 +6,7 @@ import threading
 
 import sqlalchemy as sa
 
-from iipub import db, migrate
+from iipub import db, migrate, tables
 
 
 def _schema(engine: sa.Engine) -> dict[str, dict[str, object]]:
@@ -30,7 +30,7 @@ def _schema(engine: sa.Engine) -> dict[str, dict[str, object]]:
 
 def _declared() -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
-    for t in db.metadata.sorted_tables:
+    for t in tables.metadata.sorted_tables:
         out[t.name] = {
             "columns": {c.name: bool(c.nullable) and not c.primary_key for c in t.columns},
             "pk": tuple(c.name for c in t.primary_key.columns),
@@ -70,8 +70,9 @@ def test_two_concurrent_migrations_apply_each_once(db_url: str) -> None:
         applied = sorted(m.version for r in results for m in r)
         assert applied == [m.version for m in migrate.available(db.dialect_family(engines[0]))]
         with engines[0].connect() as conn:
-            assert conn.execute(sa.select(sa.func.count()).select_from(db.schema_migrations)).scalar() == len(applied)
-            assert conn.execute(sa.select(sa.func.count()).select_from(db.clock)).scalar() == 1
+            count = sa.select(sa.func.count()).select_from(tables.schema_migrations)
+            assert conn.execute(count).scalar() == len(applied)
+            assert conn.execute(sa.select(sa.func.count()).select_from(tables.clock)).scalar() == 1
     finally:
         for e in engines:
             e.dispose()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay, status
+from iipub import clock, db, reconcile, relay, status, tables
 from iipub.config import Settings, load_settings
 from iipub.simulator import Simulator
 from iipub.simulator.faults import FaultRule
@@ -50,19 +50,19 @@ def backfill(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:
 def tick(settings: Settings, engine: sa.Engine, sim: Simulator, *, db_seconds: float = 0) -> reconcile.TickReport:
     """One tick after moving the simulated and database clocks on (past any backoff)."""
     if db_seconds:
-        db.advance_clock(engine, db_seconds)
+        clock.advance_clock(engine, db_seconds)
     sim.advance(5)
     return reconcile.run(settings, engine)
 
 
 def spend_rows(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.spend).order_by(db.spend.c.id)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.spend).order_by(tables.spend.c.id)).mappings()]
 
 
 def gate_events(engine: sa.Engine, kind: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(db.gate_events).where(db.gate_events.c.kind == kind)).mappings()
+        rows = conn.execute(sa.select(tables.gate_events).where(tables.gate_events.c.kind == kind)).mappings()
         return [{**r, "detail": json.loads(r["detail"] or "{}")} for r in rows]
 
 
@@ -83,7 +83,7 @@ def test_flex_refusals_are_refunded_and_retried_at_flex_one_create_reaches_the_p
     job = job_rows(engine)[0]
     assert job["state"] == State.CREATE_ELIGIBLE.value and job["generation_attempts"] == 0  # refunded
     with engine.connect() as conn:
-        g = conn.execute(sa.select(db.create_gate)).mappings().one()
+        g = conn.execute(sa.select(tables.create_gate)).mappings().one()
     assert g["breaker"] == "closed" and g["cooldown_until"] is None  # no breaker, no shared cool-down
     for _ in range(8):
         if job_rows(engine)[0]["state"] == State.SAVED_NOT_PUBLIC.value:
@@ -152,14 +152,14 @@ def test_a_flex_response_is_polled_at_the_flex_cadence(settings: Settings, engin
     job = job_rows(engine)[0]
     assert job["state"] == State.ACCEPTED.value
     with engine.connect() as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
     assert (naive_utc(job["next_attempt_at"]) - now).total_seconds() > 150  # not [reconcile]'s 0 s
-    db.advance_clock(engine, 250)
+    clock.advance_clock(engine, 250)
     reconcile.run(s, engine)  # a poll while the (slower) flex response still runs
     job = job_rows(engine)[0]
     assert details(engine, job["id"], Reason.POLL), [e["reason"] for e in job_events(engine, job["id"])]
     with engine.connect() as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
     assert (naive_utc(job["next_attempt_at"]) - now).total_seconds() > 150
 
 
@@ -293,7 +293,7 @@ def test_ticks_that_cannot_connect_report_refusals_and_check_warns_after_n(
     Store(engine, "test-scheduler").schedule(s.products["daily-brief"], DAY)
     summaries = []
     for _ in range(2):
-        db.advance_clock(engine, 120)  # past the refused create's backoff
+        clock.advance_clock(engine, 120)  # past the refused create's backoff
         result = run_cli("reconcile", env=env)
         assert result.returncode == 0, result.stderr
         summaries.append(json.loads(result.stdout))
@@ -319,5 +319,5 @@ def test_a_bad_override_is_one_error_line_and_nothing_is_written(
     assert result.returncode != 0
     one_line_error(result, code, needle)
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(db.spend_overrides)).scalar_one() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.spend_overrides)).scalar_one() == 0
     assert gate_events(engine, "budget_override") == []

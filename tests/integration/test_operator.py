@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay, scheduling
+from iipub import clock, reconcile, relay, scheduling, tables
 from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
 from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
@@ -52,12 +52,12 @@ def op(cfg: Settings, engine: sa.Engine) -> Iterator[Operator]:
 
 def row(engine: sa.Engine, job_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(db.jobs).where(db.jobs.c.id == job_id)).mappings().one())
+        return dict(conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id)).mappings().one())
 
 
 def today(engine: sa.Engine) -> dt.date:
     with engine.connect() as conn:
-        return db.read_now(conn).date()
+        return clock.read_now(conn).date()
 
 
 def only_job(cfg: Settings, engine: sa.Engine) -> str:
@@ -125,7 +125,7 @@ def last_event(engine: sa.Engine, job_id: str) -> dict[str, Any]:
 def test_quarantine_list_shows_reason_age_and_budgets(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                                       op: Operator) -> None:
     job_id = create_unknown(cfg, engine, sim)
-    db.advance_clock(engine, 120)
+    clock.advance_clock(engine, 120)
     (q,) = op.quarantine_list()
     assert q.job.id == job_id and q.job.quarantine_reason == "create_outcome_unknown"
     assert 120 <= q.age_seconds < 180
@@ -147,7 +147,7 @@ def test_release_verified_lost_allows_one_new_paid_create(cfg: Settings, engine:
         "QUARANTINED", "CREATE_ELIGIBLE", "operator_release_verified_lost", "operator:alice")
     assert e["detail"]["by"] == "alice" and e["detail"]["why"] == "no response on the dashboard"
     assert e["detail"]["quarantine_reason"] == "create_outcome_unknown"
-    db.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)  # the unknown outcome opened the breaker
+    clock.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)  # the unknown outcome opened the breaker
     tick(cfg, engine)
     assert row(engine, job_id)["state"] == State.ACCEPTED
     assert sim.stats()["creates_by_job"] == {job_id: 2}
@@ -190,7 +190,7 @@ def test_release_link_adopts_the_dropped_response(cfg: Settings, engine: sa.Engi
     finish(cfg, engine, sim, job_id, State.SAVED_NOT_PUBLIC)
     stats = sim.stats()
     assert stats["creates_total"] == 1  # adopting never pays twice
-    assert row_count(engine, db.editions) == len(cfg.products[PRODUCT].languages)
+    assert row_count(engine, tables.editions) == len(cfg.products[PRODUCT].languages)
 
 
 def test_release_link_refuses_a_response_of_another_job(cfg: Settings, engine: sa.Engine, sim: Simulator,
@@ -203,7 +203,7 @@ def test_release_link_refuses_a_response_of_another_job(cfg: Settings, engine: s
     lost_id, other_id = (j.id for j in store.list_jobs(day=day) + store.list_jobs(day=day - dt.timedelta(days=1)))
     sim.add_faults([{"op": "create", "fault": "drop_after_accept", "job_id": lost_id}])
     tick(cfg, engine)
-    db.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)  # the lost create opened the breaker
+    clock.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)  # the lost create opened the breaker
     tick(cfg, engine)
     assert row(engine, lost_id)["state"] == State.QUARANTINED
     other_response = row(engine, other_id)["response_id"]
@@ -239,7 +239,7 @@ def test_32_manual_release_resets_poll_count(cfg: Settings, engine: sa.Engine, s
     job_id, response_id = accepted_response(cfg, engine)
     sim.add_faults([{"op": "retrieve", "fault": "server_error", "times": 2}])
     for _ in range(3):  # two failed polls, then the budget check
-        db.advance_clock(engine, 30)  # past the poll backoff
+        clock.advance_clock(engine, 30)  # past the poll backoff
         tick(cfg, engine)
     r = row(engine, job_id)
     assert (r["state"], r["quarantine_reason"], r["poll_count"]) == (State.QUARANTINED, "poll_budget_exhausted", 2)
@@ -273,7 +273,7 @@ def test_33_suspended_job_is_never_leased_but_its_output_is_kept(cfg: Settings, 
     assert row(engine, job_id) == frozen
     sim.advance(120)  # it finishes while suspended
     for _ in range(3):
-        db.advance_clock(engine, 60)
+        clock.advance_clock(engine, 60)
         tick(cfg, engine)
     r = row(engine, job_id)
     # Never leased and no decision taken, but custody is never frozen: the output is stored once.
@@ -320,7 +320,7 @@ def test_operator_never_takes_a_live_workers_lease(cfg: Settings, engine: sa.Eng
     with pytest.raises(JobTaken, match=r"leased by reconcile:busy .*retry in a minute"):
         op.suspend(job.id, "incident", "hank")
     assert row(engine, job.id) == before
-    db.advance_clock(engine, 61)
+    clock.advance_clock(engine, 61)
     assert op.suspend(job.id, "incident", "hank").state == State.MANUALLY_SUSPENDED
 
 
@@ -346,8 +346,8 @@ def test_cancel_race_harvests_and_publishes_exactly_once(cfg: Settings, engine: 
     relay.run(cfg, engine)
     assert row(engine, job_id)["state"] == State.PUBLISHED
     langs = cfg.products[PRODUCT].languages
-    assert row_count(engine, db.editions) == len(langs)
-    assert row_count(engine, db.outbox) == len(langs)
+    assert row_count(engine, tables.editions) == len(langs)
+    assert row_count(engine, tables.outbox) == len(langs)
     day = row(engine, job_id)["edition_date"].isoformat()
     for lang in langs:
         assert (tmp_path / "public" / PRODUCT / day / f"{lang}.html").is_file()
@@ -365,7 +365,7 @@ def test_cancel_of_a_running_response_quarantines_it(cfg: Settings, engine: sa.E
     e = last_event(engine, job_id)
     assert (e["reason"], e["worker"], e["detail"]["status"]) == ("operator_cancel", "operator:judy", "cancelled")
     # Parked: no tick re-creates it on its own.
-    db.advance_clock(engine, 60)
+    clock.advance_clock(engine, 60)
     tick(cfg, engine)
     assert row(engine, job_id)["state"] == State.QUARANTINED and sim.stats()["creates_total"] == 1
 
@@ -400,7 +400,7 @@ def test_kill_deletes_remote_data_and_never_publishes(cfg: Settings, engine: sa.
     stats = sim.stats()
     assert stats["deleted_ids"] == [response_id] and stats["deletes"] == 1
     relay.run(cfg, engine)
-    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
+    assert row_count(engine, tables.editions) == 0 and row_count(engine, tables.outbox) == 0
 
 
 def test_kill_is_refused_once_the_edition_is_saved(cfg: Settings, engine: sa.Engine, sim: Simulator,
@@ -441,13 +441,13 @@ def test_backfill_is_idempotent_and_dry_run_writes_nothing(cfg: Settings, engine
     start = day - dt.timedelta(days=2)
     seen: list[tuple[dt.date, bool]] = []
     dry = backfill(cfg, engine, PRODUCT, start, day, dry_run=True, today=day, progress=lambda d, c: seen.append((d, c)))
-    assert dry.created == [start, start + dt.timedelta(days=1), day] and row_count(engine, db.jobs) == 0
+    assert dry.created == [start, start + dt.timedelta(days=1), day] and row_count(engine, tables.jobs) == 0
     assert seen == [(d, True) for d in dry.created]
     first = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert first.created == dry.created and first.present == []
     again = backfill(cfg, engine, PRODUCT, start, day, today=day)
     assert again.created == [] and again.present == dry.created
-    assert row_count(engine, db.jobs) == 3
+    assert row_count(engine, tables.jobs) == 3
     flags = {r["edition_date"]: r["is_backfill"] for r in job_rows(engine)}
     assert flags == {start: True, start + dt.timedelta(days=1): True, day: False}
 
@@ -462,7 +462,7 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
         backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day, today=day)
     with pytest.raises(ConfigError, match="unknown product 'nope'"):
         backfill(cfg, engine, "nope", day, day, today=day)
-    assert row_count(engine, db.jobs) == 0
+    assert row_count(engine, tables.jobs) == 0
 
 
 def test_resume_polling_is_refused_while_the_config_has_drifted(cfg: Settings, engine: sa.Engine,

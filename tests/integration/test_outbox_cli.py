@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import clock, reconcile, relay, tables
 from iipub.config import Settings, WebhookSink
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -51,7 +51,7 @@ def saved(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
         reconcile.run(s, engine)
         sim.advance(5)
         with engine.connect() as conn:
-            if set(conn.execute(sa.select(db.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}:
+            if set(conn.execute(sa.select(tables.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}:
                 return
     raise AssertionError("the job did not reach SAVED_NOT_PUBLIC")
 
@@ -65,7 +65,7 @@ def listed(env: dict[str, str], tmp_path: Path, *args: str) -> list[dict[str, An
 
 def job_state(engine: sa.Engine) -> str:
     with engine.connect() as conn:
-        return str(conn.execute(sa.select(db.jobs.c.state)).scalar_one())
+        return str(conn.execute(sa.select(tables.jobs.c.state)).scalar_one())
 
 
 def test_parked_webhook_events_are_listed_requeued_and_delivered_once(
@@ -89,7 +89,7 @@ def test_parked_webhook_events_are_listed_requeued_and_delivered_once(
     assert first["event_id"] in text and "webhook=parked" in text and "HTTP 400" in text
 
     # Parked: the relay does not try the webhook again by itself, however long it waits.
-    db.advance_clock(engine, 7200)
+    clock.advance_clock(engine, 7200)
     relay.run(s, engine)
     assert len(hook.requests) == 2
 
@@ -135,11 +135,11 @@ def test_a_failing_event_is_requeued_due_now_and_a_claimed_one_is_refused(
     # A relay holding the claim right now: refused, retry in a minute.
     held = failing[0]["event_id"]
     with engine.begin() as conn:
-        conn.execute(db.outbox.update().where(db.outbox.c.event_id == held)
-                     .values(lease_owner="relay:other", lease_expiry=db.now(conn, 60)))
+        conn.execute(tables.outbox.update().where(tables.outbox.c.event_id == held)
+                     .values(lease_owner="relay:other", lease_expiry=clock.now(conn, 60)))
     one_line_error(run_cli("outbox", "requeue", held, env=env, cwd=tmp_path), 75, "being delivered by relay:other")
     with engine.begin() as conn:
-        conn.execute(db.outbox.update().values(lease_owner=None, lease_expiry=None))
+        conn.execute(tables.outbox.update().values(lease_owner=None, lease_expiry=None))
 
     for e in failing:
         res = run_cli("outbox", "requeue", e["event_id"], env=env, cwd=tmp_path, check=True)

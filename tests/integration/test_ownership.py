@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import db, installation, migrate, reconcile, relay, webhook, webhook_server
+from iipub import clock, db, installation, migrate, reconcile, relay, tables, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator, SimulatorOptions
@@ -69,7 +69,7 @@ class Installation:
 
     def outcomes(self) -> list[str]:
         with self.engine.connect() as conn:
-            return sorted(conn.execute(sa.select(db.webhook_deliveries.c.outcome)).scalars())
+            return sorted(conn.execute(sa.select(tables.webhook_deliveries.c.outcome)).scalars())
 
 
 def hooked(base: Settings, api_key: str) -> Settings:
@@ -120,7 +120,7 @@ def test_migrate_gives_each_database_its_own_installation_id_once(tmp_path: Path
                 assert migrate.migrate(engine) == []  # a second migrate keeps it
                 assert installation.read(engine) == first and first.startswith("inst_")
                 with engine.connect() as conn:
-                    assert conn.execute(sa.select(sa.func.count()).select_from(db.installation)).scalar_one() == 1
+                    assert conn.execute(sa.select(sa.func.count()).select_from(tables.installation)).scalar_one() == 1
                 ids.append(first)
             finally:
                 engine.dispose()
@@ -265,7 +265,7 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
     (row,) = job_rows(engine)
     assert row["state"] == State.DELETED.value
     with engine.connect() as conn:
-        editions = conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar_one()
+        editions = conn.execute(sa.select(sa.func.count()).select_from(tables.editions)).scalar_one()
         deletes = installation.deletes(conn)
     assert editions == len(settings.products["daily-brief"].languages)
     stats = sim.stats()
@@ -322,7 +322,7 @@ def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_
     assert row["state"] == State.ACCEPTED.value and row["response_id"] == job["response_id"]
     assert "loss_suspected" in [e["reason"] for e in job_events(engine, job["id"])]
     with engine.connect() as conn:
-        assert db.read_now(conn) >= row["next_attempt_at"]  # due again now, not a relaxed poll away
+        assert clock.read_now(conn) >= row["next_attempt_at"]  # due again now, not a relaxed poll away
     reconcile.run(settings, engine)
     (row,) = job_rows(engine)
     assert row["payload_sha256"] is not None and sim.stats()["creates_total"] == 1
@@ -336,12 +336,12 @@ def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
     sim.advance(5)
     assert announce(url, response_id) == 200
     with engine.connect() as conn:
-        (delivery,) = conn.execute(sa.select(db.webhook_deliveries)).mappings().all()
+        (delivery,) = conn.execute(sa.select(tables.webhook_deliveries)).mappings().all()
     # One 404 is not believed: nothing recorded as lost, the delivery waits for the next reads.
     assert delivery["outcome"] == "unconfirmed" and Deliveries(engine).orphans() == []
     reconcile.run(settings, engine)  # the next read finds the response after all
     with engine.connect() as conn:
-        (delivery,) = conn.execute(sa.select(db.webhook_deliveries)).mappings().all()
+        (delivery,) = conn.execute(sa.select(tables.webhook_deliveries)).mappings().all()
     assert delivery["outcome"] == "orphan"
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["status"] == "completed" and orphan["output_kept"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import clock, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -31,7 +31,7 @@ def test_pause_everything_stops_every_automated_command_and_check_counts_down_th
     assert "everything paused" in paused.stdout
     sim.advance(30)  # the response finishes meanwhile
     versions = {r["id"]: r["version"] for r in job_rows(engine)}
-    runs_before = row_count(engine, db.runs)
+    runs_before = row_count(engine, tables.runs)
     requests_before = sum(sim.stats()["requests"].values())
     out = run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     assert json.loads(out.stdout)["paused_everything"] is True
@@ -39,7 +39,7 @@ def test_pause_everything_stops_every_automated_command_and_check_counts_down_th
     assert json.loads(held.stdout)["held"] == "paused_everything"
     assert {r["id"]: r["version"] for r in job_rows(engine)} == versions
     assert sum(sim.stats()["requests"].values()) == requests_before  # not even a poll
-    assert row_count(engine, db.runs) == runs_before + 2  # but both heartbeats
+    assert row_count(engine, tables.runs) == runs_before + 2  # but both heartbeats
     check = run_cli("status", "--check", env=env, cwd=tmp_path)
     assert check.returncode == 2, check.stdout
     assert "everything paused" in check.stdout and f"{polling} responses finishing unretrieved" in check.stdout
@@ -75,14 +75,14 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
     deletes = sim.stats()["deletes"]
     (job,) = job_rows(engine)
     if job["state"] == "CLEANUP_PENDING":
-        db.advance_clock(engine, 3600)
+        clock.advance_clock(engine, 3600)
     report = reconcile.run(shadow, engine)
     assert report.shadow
     assert sim.stats()["deletes"] == deletes == 0
     (after,) = job_rows(engine)
     assert after["state"] == "CLEANUP_PENDING"
     assert job_events(engine, after["id"])[-1]["reason"] == "shadow_would_delete"
-    db.advance_clock(engine, 301)
+    clock.advance_clock(engine, 301)
     reconcile.run(cfg, engine)  # normal mode again: the delete goes out
     assert sim.stats()["deletes"] == 1
     assert job_rows(engine)[0]["state"] == "DELETED"
@@ -103,10 +103,10 @@ def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
         body = event("resp_" + "b" * 48)
         answer = receiver.receive(body, signed(body))
         assert answer.status == 503 and "pause --everything" in answer.message
-        assert row_count(engine, db.webhook_deliveries) == 0  # not even recorded: the provider delivers again
+        assert row_count(engine, tables.webhook_deliveries) == 0  # not even recorded: the provider delivers again
         Operator(hooked, engine).unpause("ops")
         assert receiver.receive(body, signed(body)).status == 200
-        assert row_count(engine, db.webhook_deliveries) == 1
+        assert row_count(engine, tables.webhook_deliveries) == 1
     finally:
         receiver.close()
 

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub import db
+from iipub import clock, tables
 from iipub.config import settings_from_dict
 from iipub.store import Store
 from tests.helpers import clean_env, one_line_error, record_heartbeats, run_cli
@@ -34,19 +34,19 @@ def populated(engine: sa.Engine) -> sa.Engine:
     """Jobs in a few states (slots of past dates, some moved on by hand), tokens spent, runs recorded."""
     products = settings_from_dict({}).products
     with engine.connect() as conn:
-        today = db.read_now(conn).date()
+        today = clock.read_now(conn).date()
     store = Store(engine, "test")
     for name in products:
         for back in range(3):
             assert store.schedule(products[name], today - dt.timedelta(days=back))
     with engine.begin() as conn:
-        ids = list(conn.execute(sa.select(db.jobs.c.id).order_by(db.jobs.c.product, db.jobs.c.edition_date))
+        ids = list(conn.execute(sa.select(tables.jobs.c.id).order_by(tables.jobs.c.product, tables.jobs.c.edition_date))
                    .scalars())
-        conn.execute(db.jobs.update().where(db.jobs.c.id.in_(ids[:2])).values(
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id.in_(ids[:2])).values(
             state="QUARANTINED", quarantine_reason="create_outcome_unknown"))
-        conn.execute(db.jobs.update().where(db.jobs.c.id == ids[2]).values(
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == ids[2]).values(
             state="QUARANTINED", quarantine_reason="poll_budget_exhausted"))
-        conn.execute(db.jobs.update().where(db.jobs.c.id == ids[3]).values(
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == ids[3]).values(
             state="DELETED", input_tokens=1200, output_tokens=3400, total_tokens=4600))
     record_heartbeats(engine)
     return engine
@@ -63,10 +63,11 @@ def test_the_textfile_holds_the_database_s_figures(populated: sa.Engine, cli_env
 
     with populated.connect() as conn:
         by_state = Counter({(p, s): int(n) for p, s, n in conn.execute(
-            sa.select(db.jobs.c.product, db.jobs.c.state, sa.func.count()).group_by(db.jobs.c.product,
-                                                                                   db.jobs.c.state))})
-        tokens = conn.execute(sa.select(sa.func.sum(db.jobs.c.input_tokens), sa.func.sum(db.jobs.c.output_tokens),
-                                        sa.func.sum(db.jobs.c.total_tokens))).one()
+            sa.select(tables.jobs.c.product, tables.jobs.c.state, sa.func.count()).group_by(tables.jobs.c.product,
+                                                                                   tables.jobs.c.state))})
+        tokens = conn.execute(sa.select(sa.func.sum(tables.jobs.c.input_tokens),
+                                        sa.func.sum(tables.jobs.c.output_tokens),
+                                        sa.func.sum(tables.jobs.c.total_tokens))).one()
     jobs = {(dict(k)["product"], dict(k)["state"]): v for k, v in m["iipub_jobs"].items()}
     assert {k: v for k, v in jobs.items() if v} == by_state
     assert jobs[("daily-brief", "PUBLISHED")] == 0  # every state has a series, zero included

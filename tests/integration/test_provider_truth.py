@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay, status
+from iipub import clock, invariants, reconcile, relay, status, tables
 from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
@@ -36,18 +36,18 @@ def schedule(s: Settings, engine: sa.Engine, n: int = 1) -> list[str]:
     for i in range(n):
         store.schedule(s.products[PRODUCT], DAY - dt.timedelta(days=i))
     with engine.connect() as conn:
-        return list(conn.execute(sa.select(db.jobs.c.id).order_by(db.jobs.c.edition_date.desc())).scalars())
+        return list(conn.execute(sa.select(tables.jobs.c.id).order_by(tables.jobs.c.edition_date.desc())).scalars())
 
 
 def rows(engine: sa.Engine) -> dict[str, dict[str, Any]]:
     with engine.connect() as conn:
-        return {r["id"]: dict(r) for r in conn.execute(sa.select(db.jobs)).mappings()}
+        return {r["id"]: dict(r) for r in conn.execute(sa.select(tables.jobs)).mappings()}
 
 
 def reasons(engine: sa.Engine, job_id: str) -> list[str]:
     with engine.connect() as conn:
-        return list(conn.execute(sa.select(db.job_events.c.reason).where(db.job_events.c.job_id == job_id)
-                                 .order_by(db.job_events.c.id)).scalars())
+        return list(conn.execute(sa.select(tables.job_events.c.reason).where(tables.job_events.c.job_id == job_id)
+                                 .order_by(tables.job_events.c.id)).scalars())
 
 
 def run(s: Settings, engine: sa.Engine, sim: Simulator, ticks: int, *, db_seconds: float = 0.0) -> None:
@@ -56,7 +56,7 @@ def run(s: Settings, engine: sa.Engine, sim: Simulator, ticks: int, *, db_second
         relay.run(s, engine)
         sim.advance(5)
         if db_seconds:
-            db.advance_clock(engine, db_seconds)
+            clock.advance_clock(engine, db_seconds)
 
 
 def published(engine: sa.Engine) -> set[str]:
@@ -182,7 +182,7 @@ def test_the_breaker_is_shared_by_processes_and_a_probe_closes_it(cfg: Settings,
     reconcile.run(cfg, engine, worker="reconcile:host-a")
     other = reconcile.run(cfg, engine, worker="reconcile:host-b")  # another process, same database
     assert other.creates == 0 and sim.stats()["requests"]["create"] == 1
-    db.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)
+    clock.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)
     run(cfg, engine, sim, 6)
     assert len(published(engine)) == 2 and sim.stats()["creates_total"] == 2
     g = status.collect(engine, cfg).gate
@@ -235,7 +235,7 @@ def test_pause_stops_creates_everywhere_but_custody_goes_on(cfg: Settings, engin
     run(cfg, engine, sim, 5)
     assert len(published(engine)) == 3 and sim.stats()["creates_total"] == 3
     with engine.connect() as conn:
-        kinds = list(conn.execute(sa.select(db.gate_events.c.kind).order_by(db.gate_events.c.id)).scalars())
+        kinds = list(conn.execute(sa.select(tables.gate_events.c.kind).order_by(tables.gate_events.c.id)).scalars())
     assert kinds.count("pause") == 1 and kinds.count("unpause") == 1
 
 
@@ -245,13 +245,13 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     sim.add_faults([{"op": "create", "fault": "rate_limit", "times": 1000}])
     run(cfg, engine, sim, 2)
     late = cfg.status.late_after_minutes * 60
-    db.advance_clock(engine, late + 60)
+    clock.advance_clock(engine, late + 60)
     run(cfg, engine, sim, 1)
     report = status.collect(engine, cfg)
     assert [j.id for j in report.late] == [job_id] and not report.stranded
     code, line = report.check()
     assert code == status.WARNING and "1 edition late" in line
-    db.advance_clock(engine, cfg.status.stranded_after_seconds)
+    clock.advance_clock(engine, cfg.status.stranded_after_seconds)
     report = status.collect(engine, cfg)
     assert report.check()[0] == status.CRITICAL and [j.id for j in report.stranded] == [job_id]
     violations = invariants.check(engine, settings=cfg, stranded_after_seconds=cfg.status.stranded_after_seconds)

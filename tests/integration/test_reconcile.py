@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from iipub import db, reconcile, relay
+from iipub import clock, db, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.errors import InvariantViolation
 from iipub.jobs import Job
@@ -110,8 +110,8 @@ def test_01_to_10_full_run_both_products_both_languages_one_paid_create_each(
         assert versions == sorted(set(versions))
     # 10 and 17: one edition and one outbox event per language, from one payload.
     with engine.connect() as conn:
-        eds = conn.execute(sa.select(db.editions.c.product, db.editions.c.lang, db.editions.c.sha256)).all()
-        outbox = conn.execute(sa.select(db.outbox.c.payload)).scalars().all()
+        eds = conn.execute(sa.select(tables.editions.c.product, tables.editions.c.lang, tables.editions.c.sha256)).all()
+        outbox = conn.execute(sa.select(tables.outbox.c.payload)).scalars().all()
     assert sorted((p, lang) for p, lang, _ in eds) == [
         ("daily-brief", "en"), ("daily-brief", "es"), ("revolution-watch", "en"), ("revolution-watch", "es")]
     assert len(outbox) == 4
@@ -192,7 +192,7 @@ def test_08_28_36_44_45_bad_output_is_retained_not_paid_again(
     for _ in range(2):
         tick(s1, engine)
     assert sim.stats()["creates_total"] == 1
-    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
+    assert row_count(engine, tables.editions) == 0 and row_count(engine, tables.outbox) == 0
 
 
 def test_09_46_valid_output_with_exactly_the_configured_items_passes(s1: Settings, engine: sa.Engine,
@@ -211,7 +211,7 @@ def test_46_wrong_item_count_fails_validation(s1: Settings, engine: sa.Engine, s
     sim.advance(5)
     narrower = only(s1, items=12)
     with engine.begin() as conn:  # keep the fingerprint check out of the way: same job, new item rule
-        conn.execute(db.jobs.update().values(config_fingerprint=narrower.products["daily-brief"].fingerprint()))
+        conn.execute(tables.jobs.update().values(config_fingerprint=narrower.products["daily-brief"].fingerprint()))
     row = drive_to(narrower, engine, sim, "VALIDATION_FAILED_RETAINED")
     assert "schema" in row["last_error"] and "12" in row["last_error"]
 
@@ -231,7 +231,7 @@ def test_21_ambiguous_create_quarantines_and_never_posts_again(
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "create_outcome_unknown"
     assert row["generation_attempts"] == 1 and row["response_id"] is None
     for _ in range(3):
-        db.advance_clock(engine, 3600)
+        clock.advance_clock(engine, 3600)
         tick(s1, engine)
     assert sim.stats()["creates_total"] == (0 if fault == "server_error" else 1)
     assert sim.stats()["requests"]["create"] == 1
@@ -260,7 +260,7 @@ def test_22_43_rate_limit_refunds_and_respects_reset_headers(s1: Settings, engin
     assert report.transitions["CREATE_IN_FLIGHT"] == 1
     tick(s1, engine)  # not due yet: x-ratelimit-reset-requests said 2s
     assert sim.stats()["requests"]["create"] == 1
-    db.advance_clock(engine, 2.5)
+    clock.advance_clock(engine, 2.5)
     tick(s1, engine)
     assert sim.stats()["requests"]["create"] == 2 and one(engine)["state"] == "ACCEPTED"
     assert one(engine)["generation_attempts"] == 1
@@ -279,8 +279,8 @@ def test_rate_limit_cools_the_provider_down_for_the_tick(settings: Settings, eng
     reasons = [[e["reason"] for e in job_events(engine, r["id"])] for r in rows]
     assert sorted(r.count("create_refused") for r in reasons) == [0] * (len(rows) - 1) + [1]
     with engine.connect() as conn:
-        gate = conn.execute(sa.select(db.create_gate)).mappings().one()
-        assert gate["cooldown_until"] is not None and gate["cooldown_until"] > db.read_now(conn)
+        gate = conn.execute(sa.select(tables.create_gate)).mappings().one()
+        assert gate["cooldown_until"] is not None and gate["cooldown_until"] > clock.read_now(conn)
 
 
 def test_connection_refused_on_create_is_refunded(s1: Settings, engine: sa.Engine) -> None:
@@ -295,7 +295,7 @@ def test_connection_refused_on_create_is_refunded(s1: Settings, engine: sa.Engin
     assert [e["to_state"] for e in job_events(engine, row["id"])][-2:] == ["CREATE_IN_FLIGHT", "CREATE_ELIGIBLE"]
     assert job_events(engine, row["id"])[-1]["reason"] == "create_refused" and row["quarantine_reason"] is None
     with engine.connect() as conn:
-        assert row["next_attempt_at"] > db.read_now(conn)
+        assert row["next_attempt_at"] > clock.read_now(conn)
 
 
 # -- polls -----------------------------------------------------------------------------------------
@@ -306,13 +306,13 @@ def test_23_server_errors_on_polls_count_polls_only(s1: Settings, engine: sa.Eng
     tick(s1, engine)
     sim.add_faults([{"op": "retrieve", "fault": "server_error", "times": 2}])
     for _ in range(2):
-        db.advance_clock(engine, 120)
+        clock.advance_clock(engine, 120)
         tick(s1, engine)
     row = one(engine)
     assert row["state"] == "ACCEPTED" and row["poll_count"] == 2 and row["generation_attempts"] == 1
     assert row["retry_count"] == 2 and "500" in row["last_error"]
     sim.advance(5)
-    db.advance_clock(engine, 120)
+    clock.advance_clock(engine, 120)
     ticks_until(s1, engine, sim, {"SAVED_NOT_PUBLIC"})
     assert sim.stats()["creates_total"] == 1
 
@@ -327,7 +327,7 @@ def test_24_poll_budget_exhausted_quarantines_keeping_the_response(s1: Settings,
     # Every poll hangs (8 s) past the client timeout; 0.5 s instead of 4 s keeps the test short.
     s = replace(s, provider=replace(s.provider, timeout_seconds=0.5))
     for _ in range(5):
-        db.advance_clock(engine, 600)
+        clock.advance_clock(engine, 600)
         tick(s, engine)
     row = one(engine)
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "poll_budget_exhausted"
@@ -359,7 +359,7 @@ def test_25_generation_budget_halts_creates(s1: Settings, engine: sa.Engine, sim
     sim.add_faults([{"op": "retrieve", "fault": "not_found", "times": 100}])
     for _ in range(16):  # three creates, each lost only after three reads
         tick(s1, engine)
-        db.advance_clock(engine, 120)
+        clock.advance_clock(engine, 120)
     row = one(engine)
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "generation_budget_exhausted"
     assert row["generation_attempts"] == 3 and sim.stats()["creates_total"] == 3
@@ -416,7 +416,7 @@ def test_16_49_dead_worker_mid_retrieval_is_taken_over_after_its_lease(s1: Setti
     assert dead.acquire_lease(row["id"], row["version"]) is not None  # then it "dies"
     report = tick(s1, engine)
     assert report.leased == 0 and one(engine)["state"] == "ACCEPTED"
-    db.advance_clock(engine, 11)
+    clock.advance_clock(engine, 11)
     tick(s1, engine)
     assert one(engine)["state"] == "SAVED_NOT_PUBLIC"
 
@@ -432,7 +432,7 @@ def test_crashed_during_create_is_quarantined(s1: Settings, engine: sa.Engine, s
                      keep_lease=True)
     tick(s1, engine)  # lease still live: nobody touches it
     assert one(engine)["state"] == "CREATE_IN_FLIGHT"
-    db.advance_clock(engine, 11)
+    clock.advance_clock(engine, 11)
     tick(s1, engine)
     row = one(engine)
     assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "crashed_during_create"
@@ -463,7 +463,7 @@ def test_29_overlapping_ticks_never_repeat_a_get_or_a_create(settings: Settings,
             for t in threads:
                 t.join()
             sim.advance(5)
-            db.advance_clock(engine, 400)  # past every poll interval and lease: phase 2 finds all 100 due
+            clock.advance_clock(engine, 400)  # past every poll interval and lease: phase 2 finds all 100 due
     finally:
         for e in engines:
             e.dispose()
@@ -485,7 +485,7 @@ def test_41_50_hundred_jobs_two_products_no_contention(settings: Settings, engin
     assert {r["state"] for r in job_rows(engine)} == {"SAVED_NOT_PUBLIC"}
     assert sum(r.contention + r.errors + r.lease_lost for r in reports) == 0
     assert sim.stats()["creates_total"] == 100
-    assert row_count(engine, db.editions) == 200
+    assert row_count(engine, tables.editions) == 200
 
 
 def test_42_backfill_yields_to_today(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -523,10 +523,10 @@ def test_27_database_error_during_save_rolls_back_everything(s1: Settings, engin
     assert fired and report.errors == 1
     row = one(engine)
     assert row["state"] == "COMPOSED_NOT_SAVED" and row["lease_owner"] is None
-    assert row_count(engine, db.editions) == 0 and row_count(engine, db.outbox) == 0
+    assert row_count(engine, tables.editions) == 0 and row_count(engine, tables.outbox) == 0
     tick(s1, engine)
     assert one(engine)["state"] == "SAVED_NOT_PUBLIC"
-    assert row_count(engine, db.editions) == 2 and row_count(engine, db.outbox) == 2
+    assert row_count(engine, tables.editions) == 2 and row_count(engine, tables.outbox) == 2
 
 
 def test_38_failure_while_storing_the_payload_rolls_back(s1: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -546,12 +546,12 @@ def test_38_failure_while_storing_the_payload_rolls_back(s1: Settings, engine: s
 def test_edition_conflict_is_reported_not_half_written(s1: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s1, engine)
     with engine.begin() as conn:
-        conn.execute(db.editions.insert().values(
+        conn.execute(tables.editions.insert().values(
             job_id="someone-else", product="daily-brief", edition_date=DAY, lang="es", title="x", content="{}",
             sha256="0" * 64, created_at=dt.datetime(2026, 1, 1)))
     row = drive_to(s1, engine, sim, "QUARANTINED")
     assert row["quarantine_reason"] == "edition_conflict"
-    assert row_count(engine, db.editions) == 1 and row_count(engine, db.outbox) == 0
+    assert row_count(engine, tables.editions) == 1 and row_count(engine, tables.outbox) == 0
 
 
 def _published(s: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
@@ -580,10 +580,10 @@ def test_39_cleanup_network_failure_retries_without_touching_publication(
     before = {p: p.read_bytes() for p in files}
     for _ in range(3):
         tick(down, engine)
-        db.advance_clock(engine, 3600)
+        clock.advance_clock(engine, 3600)
     after = one(engine)
     assert after["state"] == "CLEANUP_PENDING" and after["retry_count"] == 3
-    assert {p: p.read_bytes() for p in files} == before and row_count(engine, db.editions) == 2
+    assert {p: p.read_bytes() for p in files} == before and row_count(engine, tables.editions) == 2
     tick(s1, engine)
     assert one(engine)["state"] == "DELETED" and sim.stats()["deleted_ids"] == [row["response_id"]]
 
@@ -659,7 +659,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     schedule(settings, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
     tick(settings, engine)
     assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "QUEUED", "IN_PROGRESS"}
-    db.advance_clock(engine, 3600)  # every poll (and today's slots' creates) is due
+    clock.advance_clock(engine, 3600)  # every poll (and today's slots' creates) is due
     sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
     one_at_a_time = replace(settings, reconcile=replace(settings.reconcile, concurrency=1, batch_size=1))
     candidate_queries: list[str] = []
@@ -691,7 +691,7 @@ def test_the_sweep_waits_for_its_workers_without_spinning(settings: Settings, en
         schedule(s, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
         tick(s, engine)
         assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "IN_PROGRESS"}
-        db.advance_clock(engine, 60)
+        clock.advance_clock(engine, 60)
         one_at_a_time = replace(s, reconcile=replace(s.reconcile, concurrency=1))
         cpu0, wall0 = time.process_time(), time.perf_counter()
         report = tick(one_at_a_time, engine)

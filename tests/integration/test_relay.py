@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import clock, db, reconcile, relay, tables
 from iipub.config import Settings, WebhookSink
 from iipub.outbox import Outbox
 from iipub.simulator import Simulator
@@ -50,17 +50,17 @@ def tree(root: Path) -> dict[str, str]:
 
 def outbox_rows(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.outbox).order_by(db.outbox.c.id)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.outbox).order_by(tables.outbox.c.id)).mappings()]
 
 
 def deliveries(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.outbox_deliveries)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.outbox_deliveries)).mappings()]
 
 
 def job_states(engine: sa.Engine) -> set[str]:
     with engine.connect() as conn:
-        return set(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        return set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def test_10_final_save_produces_a_verified_outbox_event(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
@@ -68,7 +68,7 @@ def test_10_final_save_produces_a_verified_outbox_event(settings: Settings, engi
     rows = outbox_rows(engine)
     assert len(rows) == 4 and all(r["published_at"] is None for r in rows)
     with engine.connect() as conn:
-        editions = {r.id: r for r in conn.execute(sa.select(db.editions))}
+        editions = {r.id: r for r in conn.execute(sa.select(tables.editions))}
     for r in rows:
         payload = json.loads(r["payload"])
         ed = editions[r["edition_id"]]
@@ -105,15 +105,15 @@ def test_18_relay_deduplicates_identical_events(settings: Settings, engine: sa.E
     # Re-arm every event as if a relay had died before marking it: each is delivered
     # again, the files stay byte-identical and the webhook sees the same keys.
     with engine.begin() as conn:
-        conn.execute(db.outbox.update().values(published_at=None, version=db.outbox.c.version + 1))
-        conn.execute(db.outbox_deliveries.delete())
+        conn.execute(tables.outbox.update().values(published_at=None, version=tables.outbox.c.version + 1))
+        conn.execute(tables.outbox_deliveries.delete())
     relay.run(s, engine)
     assert tree(tmp_path / "public") == first
     keys = hook.keys()
     assert len(keys) == 4 and set(keys.values()) == {2}
     assert hook.verified() == 8
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(db.editions)).scalar() == 4
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.editions)).scalar() == 4
 
 
 def test_34_relay_network_failure_leaves_the_event_and_the_next_tick_succeeds(
@@ -130,7 +130,7 @@ def test_34_relay_network_failure_leaves_the_event_and_the_next_tick_succeeds(
     assert job_states(engine) == {"SAVED_NOT_PUBLIC"}
     # The static sink was not held up by the failing webhook.
     assert sum(1 for d in deliveries(engine) if d["sink"] == "static" and d["delivered_at"]) == 4
-    db.advance_clock(engine, 3600)
+    clock.advance_clock(engine, 3600)
     up = with_webhook(settings, hook.url)
     report = relay.run(up, engine)
     assert report.published == 4 and job_states(engine) == {"PUBLISHED"}
@@ -148,7 +148,7 @@ def test_webhook_down_for_hours_then_delivered(settings: Settings, engine: sa.En
     s = with_webhook(settings, hook.url)
     hook.mode = "503"
     for _ in range(6):  # six simulated hours of 503 with retry-after: 120
-        db.advance_clock(engine, 3600)
+        clock.advance_clock(engine, 3600)
         report = relay.run(s, engine)
         assert report.published == 0
     rows = outbox_rows(engine)
@@ -156,7 +156,7 @@ def test_webhook_down_for_hours_then_delivered(settings: Settings, engine: sa.En
     hook.mode = "ok"
     relay.run(s, engine)  # retry-after 120 s has not passed by the database clock
     assert all(r["published_at"] is None for r in outbox_rows(engine))
-    db.advance_clock(engine, 121)
+    clock.advance_clock(engine, 121)
     report = relay.run(s, engine)
     assert report.published == 4 and job_states(engine) == {"PUBLISHED"}
     counts = hook.keys()
@@ -172,7 +172,7 @@ def test_webhook_4xx_parks_for_an_operator_and_requeue_delivers(settings: Settin
     assert report.parked == 4
     parked = [d for d in deliveries(engine) if d["sink"] == "webhook"]
     assert len(parked) == 4 and all(d["parked_at"] and "400" in d["last_error"] for d in parked)
-    db.advance_clock(engine, 7200)
+    clock.advance_clock(engine, 7200)
     relay.run(s, engine)
     assert len(hook.requests) == 4  # parked: not retried by itself
     hook.mode = "ok"
@@ -213,6 +213,6 @@ def test_prune_removes_old_published_events_in_batches(settings: Settings, engin
     relay.run(settings, engine)
     box = Outbox(engine, "pruner", 60)
     assert box.prune(86400, batch=3) == 0  # too young
-    db.advance_clock(engine, 2 * 86400)
+    clock.advance_clock(engine, 2 * 86400)
     assert box.prune(86400, batch=3) == 4
     assert outbox_rows(engine) == [] and deliveries(engine) == []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, relay
+from iipub import clock, relay, tables
 from iipub.config import Settings, WebhookSink, settings_from_dict
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator
@@ -42,18 +42,18 @@ def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) 
 
 def deliveries(engine: sa.Engine, sink: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.outbox_deliveries)
-                                              .where(db.outbox_deliveries.c.sink == sink)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.outbox_deliveries)
+                                              .where(tables.outbox_deliveries.c.sink == sink)).mappings()]
 
 
 def outbox_rows(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.outbox).order_by(db.outbox.c.id)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.outbox).order_by(tables.outbox.c.id)).mappings()]
 
 
 def job_states(engine: sa.Engine) -> set[str]:
     with engine.connect() as conn:
-        return set(conn.execute(sa.select(db.jobs.c.state)).scalars())
+        return set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -101,7 +101,7 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
     hook.mode = "ok"
     report = relay.run(s, engine)
     assert (report.published, report.deferred, report.deliveries) == (6, 0, {"webhook": 6})
-    db.advance_clock(engine, 120)
+    clock.advance_clock(engine, 120)
     report = relay.run(s, engine)
     assert report.published == 2 and job_states(engine) == {"PUBLISHED"}
     # Exactly once per sink: the static sink was never asked again, each event reached the CMS

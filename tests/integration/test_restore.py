@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import reconcile, relay, tables
 from iipub.config import Settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
@@ -31,14 +31,14 @@ pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one 
 def backup(engine: sa.Engine) -> Backup:
     """Every row of every table (a logical dump, the same on SQLite and MariaDB)."""
     with engine.connect() as conn:
-        return {t.name: [dict(r) for r in conn.execute(sa.select(t)).mappings()] for t in db.metadata.sorted_tables}
+        return {t.name: [dict(r) for r in conn.execute(sa.select(t)).mappings()] for t in tables.metadata.sorted_tables}
 
 
 def restore(engine: sa.Engine, dump: Backup) -> None:
     with engine.begin() as conn:
-        for t in reversed(db.metadata.sorted_tables):
+        for t in reversed(tables.metadata.sorted_tables):
             conn.execute(t.delete())
-        for t in db.metadata.sorted_tables:
+        for t in tables.metadata.sorted_tables:
             if dump[t.name]:
                 conn.execute(t.insert(), dump[t.name])
 
@@ -108,7 +108,7 @@ def test_check_ledger_reports_the_slots_the_database_is_behind_on(
     spend, bad = ledger.read()
     assert bad == 0 and spend and all(s.charged == 1 and s.response_id for s in spend.values())
     with engine.begin() as conn:  # a restore from before the creates
-        conn.execute(db.jobs.update().values(generation_attempts=0, response_id=None, state="CREATE_ELIGIBLE"))
+        conn.execute(tables.jobs.update().values(generation_attempts=0, response_id=None, state="CREATE_ELIGIBLE"))
     result = run_cli("check", "--ledger", env=env, cwd=tmp_path)
     assert result.returncode == 1 and "behind_ledger" in result.stdout
 
@@ -132,8 +132,8 @@ def test_a_different_edition_never_replaces_a_live_page_without_republish(
     assert sim.stats()["creates_total"] == 2 and row["state"] == "SAVED_NOT_PUBLIC"
     assert pages(root) == live  # ... but the new, different edition does not replace the live page
     with engine.connect() as conn:
-        parked = conn.execute(sa.select(db.outbox_deliveries.c.last_error)
-                              .where(db.outbox_deliveries.c.parked_at.is_not(None))).scalars().all()
+        parked = conn.execute(sa.select(tables.outbox_deliveries.c.last_error)
+                              .where(tables.outbox_deliveries.c.parked_at.is_not(None))).scalars().all()
     assert parked and all("conflicting_republish" in e for e in parked)
     from iipub.actions import Operator
 

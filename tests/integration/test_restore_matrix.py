@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay, webhook, webhook_server
+from iipub import clock, invariants, reconcile, relay, webhook, webhook_server
 from iipub.actions import Operator
 from iipub.config import Budgets, Settings, WebhookSettings
 from iipub.jobs import Job
@@ -184,7 +184,7 @@ def _drill(d: Drill) -> None:
     assert live, "nothing was published"
     # -- the restore -------------------------------------------------------------------------
     restore_rows(d.engine, d.backup)
-    db.advance_clock(d.engine, 120)  # leases held at the moment of the backup have expired since
+    clock.advance_clock(d.engine, 120)  # leases held at the moment of the backup have expired since
     parked = {s.value for s in OPERATOR_STATES}
     d.run_on(lambda r: _is_done(r) or r["state"] in parked, most=8)
     if d.remedy is not None and d.job()["state"] in parked:

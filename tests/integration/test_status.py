@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile, relay
+from iipub import clock, reconcile, relay, tables
 from iipub import status as st
 from iipub.config import Settings
 from iipub.outbox import Outbox
@@ -31,7 +31,7 @@ def s(settings: Settings) -> Settings:
 
 def today(engine: sa.Engine) -> dt.date:
     with engine.connect() as conn:
-        return db.read_now(conn).date()
+        return clock.read_now(conn).date()
 
 
 def schedule(s: Settings, engine: sa.Engine, day: dt.date | None = None) -> None:
@@ -42,7 +42,7 @@ def schedule(s: Settings, engine: sa.Engine, day: dt.date | None = None) -> None
 
 def journal(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.job_events).order_by(db.job_events.c.id)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.job_events).order_by(tables.job_events.c.id)).mappings()]
 
 
 def drive(s: Settings, engine: sa.Engine, sim: Simulator, until: set[str], limit: int = 15,
@@ -149,7 +149,7 @@ def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine, 
     schedule(s, engine)
     reconcile.run(s, engine)
     assert {j["state"] for j in job_rows(engine)} == {"ACCEPTED"}
-    db.advance_clock(engine, 200)  # cron missed a few minutes: the polls run 200 s late
+    clock.advance_clock(engine, 200)  # cron missed a few minutes: the polls run 200 s late
     open_report = collect(s, engine)
     assert open_report.overdue_polls.open == 2 and open_report.overdue_polls.breached
     reconcile.run(s, engine)
@@ -167,13 +167,13 @@ def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: S
     report = collect(s, engine)
     assert report.outbox_unpublished == 4 and report.check()[0] == st.OK
 
-    db.advance_clock(engine, 700)
+    clock.advance_clock(engine, 700)
     report = collect(s, engine)
     assert report.outbox_lag_seconds >= 700 and report.stranded == ()
     code, line = report.check()
     assert code == st.WARNING and "outbox lag" in line and "> 600s" in line, line
 
-    db.advance_clock(engine, 3000)
+    clock.advance_clock(engine, 3000)
     code, line = collect(s, engine).check()
     assert code == st.CRITICAL and "> 3600s" in line, line
 
@@ -181,7 +181,7 @@ def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: S
     report = collect(s, engine)
     assert report.outbox_unpublished == 0 and report.outbox_lag_seconds == 0
     with engine.connect() as conn:
-        event_id = conn.execute(sa.select(db.outbox.c.event_id).limit(1)).scalar_one()
+        event_id = conn.execute(sa.select(tables.outbox.c.event_id).limit(1)).scalar_one()
     Outbox(engine, "test", 10).record(event_id, "webhook", parked=True, error="HTTP 410")
     report = collect(s, engine)
     assert report.outbox_parked == 1
@@ -201,7 +201,7 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
     assert states == {(today(engine), "ACCEPTED"), (later, "NO_JOB")}
     assert collect(s, engine).check()[0] == st.OK
 
-    db.advance_clock(engine, 3 * 3600)
+    clock.advance_clock(engine, 3 * 3600)
     report = collect(s, engine)
     accepted = {j["id"] for j in job_rows(engine) if j["state"] == "ACCEPTED"}
     assert {r.id for r in report.stranded} == accepted
@@ -214,11 +214,11 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
 
 def test_a_slot_never_dispatched_counts_against_dispatch_and_strands(s: Settings, engine: sa.Engine) -> None:
     schedule(s, engine)  # no tick ever runs: cron is broken
-    db.advance_clock(engine, 300)
+    clock.advance_clock(engine, 300)
     report = collect(s, engine)
     assert report.dispatch.open == 2 and report.dispatch.breached and report.stranded == ()
     assert report.check()[0] == st.WARNING
-    db.advance_clock(engine, 3 * 3600)
+    clock.advance_clock(engine, 3 * 3600)
     report = collect(s, engine)
     assert {r.state for r in report.stranded} == {"NO_JOB"} and len(report.stranded) == 2
     assert report.check()[0] == st.CRITICAL

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from freezegun import freeze_time
 from sqlalchemy import event
 
-from iipub import db
+from iipub import clock, db, tables
 from iipub.config import settings_from_dict
 from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.states import Reason, State
@@ -31,7 +31,7 @@ def _rows(engine: sa.Engine, table: sa.Table) -> list[dict[str, Any]]:
 def _scheduled(engine: sa.Engine, worker: str = "w1", lease: float = 60) -> tuple[Store, str]:
     store = Store(engine, worker, lease)
     assert store.schedule(PRODUCT, DAY)
-    return store, _rows(engine, db.jobs)[0]["id"]
+    return store, _rows(engine, tables.jobs)[0]["id"]
 
 
 def test_01_schedule_creates_uuid_job_in_no_job(engine: sa.Engine) -> None:
@@ -56,8 +56,8 @@ def test_11_scheduling_the_same_slot_twice_concurrently_yields_one_job(engine: s
     for t in threads:
         t.join()
     assert sorted(results) == [False] * 5 + [True]
-    assert len(_rows(engine, db.jobs)) == 1
-    assert len(_rows(engine, db.job_events)) == 1
+    assert len(_rows(engine, tables.jobs)) == 1
+    assert len(_rows(engine, tables.job_events)) == 1
     assert stores[0].schedule(PRODUCT, DAY) is False
 
 
@@ -80,7 +80,7 @@ def test_two_connections_race_to_lease_exactly_one_wins(db_url: str, engine: sa.
             t.join()
         winners = [w for w, j in won.items() if j is not None]
         assert len(winners) == 1
-        row = _rows(engine, db.jobs)[0]
+        row = _rows(engine, tables.jobs)[0]
         assert row["lease_owner"] == winners[0] and row["version"] == 2
     finally:
         for e in engines:
@@ -92,11 +92,11 @@ def test_12_stale_version_write_is_rejected_and_changes_nothing(engine: sa.Engin
     job = store.acquire_lease(job_id, 1)
     assert job is not None
     moved = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
-    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+    before_rows, before_events = _rows(engine, tables.jobs), _rows(engine, tables.job_events)
     with pytest.raises(LeaseLost):
         store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)  # job.version is stale
-    assert _rows(engine, db.jobs) == before_rows
-    assert _rows(engine, db.job_events) == before_events
+    assert _rows(engine, tables.jobs) == before_rows
+    assert _rows(engine, tables.job_events) == before_events
     assert moved.version == before_rows[0]["version"] == 3
 
 
@@ -104,15 +104,15 @@ def test_failure_after_update_before_commit_leaves_nothing(engine: sa.Engine) ->
     store, job_id = _scheduled(engine)
     job = store.acquire_lease(job_id, 1)
     assert job is not None
-    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+    before_rows, before_events = _rows(engine, tables.jobs), _rows(engine, tables.job_events)
 
     def boom(conn: sa.Connection) -> None:
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
         store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, extra=boom)
-    assert _rows(engine, db.jobs) == before_rows
-    assert _rows(engine, db.job_events) == before_events
+    assert _rows(engine, tables.jobs) == before_rows
+    assert _rows(engine, tables.job_events) == before_events
 
 
 def test_illegal_edge_raises_before_any_sql(engine: sa.Engine) -> None:
@@ -149,9 +149,9 @@ def test_15_lease_expiry_follows_database_time(engine: sa.Engine) -> None:
     assert job_a is not None
     # 14: a live lease is never taken, whatever version B saw.
     assert b.acquire_lease(job_id, job_a.version) is None
-    db.advance_clock(engine, 30)
+    clock.advance_clock(engine, 30)
     assert b.acquire_lease(job_id, job_a.version) is None
-    db.advance_clock(engine, 31)
+    clock.advance_clock(engine, 31)
     job_b = b.acquire_lease(job_id, job_a.version)
     assert job_b is not None and job_b.lease_owner == "B"
     # A wakes up after its lease expired: its write is fenced out.
@@ -171,7 +171,7 @@ def test_48_host_clock_skew_changes_no_lease_decision(engine: sa.Engine, skew: d
         assert job is not None
         assert b.acquire_lease(job_id, job.version) is None
         with engine.connect() as conn:
-            db_now = db.read_now(conn)
+            db_now = clock.read_now(conn)
     assert abs((db_now - dt.datetime.now(dt.UTC).replace(tzinfo=None)).total_seconds()) < 60
 
 
@@ -182,7 +182,7 @@ def test_version_increases_on_every_write_and_journal_follows(engine: sa.Engine)
     job = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, keep_lease=True)
     job = store.transition(job, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH,
                            changes={"generation_attempts": 1}, keep_lease=True)
-    row = _rows(engine, db.jobs)[0]
+    row = _rows(engine, tables.jobs)[0]
     assert row["version"] == job.version == 4
     assert row["lease_owner"] == store.worker and row["generation_attempts"] == 1
     versions = [e.version for e in store.events(job_id)]
@@ -193,7 +193,7 @@ def test_release_gives_the_lease_back(engine: sa.Engine) -> None:
     store, job_id = _scheduled(engine)
     job = store.acquire_lease(job_id, 1)
     assert job is not None and store.release(job)
-    assert _rows(engine, db.jobs)[0]["lease_owner"] is None
+    assert _rows(engine, tables.jobs)[0]["lease_owner"] is None
     assert Store(engine, "other").acquire_lease(job_id, job.version + 1) is not None
 
 
@@ -204,7 +204,7 @@ def test_suspended_job_is_never_leased_by_a_worker(engine: sa.Engine) -> None:
     assert job is not None
     job = op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True,
                         changes={"suspended_from": "NO_JOB"})
-    db.advance_clock(engine, 3600 * 24)
+    clock.advance_clock(engine, 3600 * 24)
     assert store.due_candidates(10) == []
     assert store.acquire_lease(job_id, job.version) is None
 
@@ -215,9 +215,9 @@ def test_mysql_rowcount_counts_matched_rows(engine: sa.Engine) -> None:
     UPDATE changes nothing."""
     _store, job_id = _scheduled(engine)
     with engine.begin() as conn:
-        res = conn.execute(db.jobs.update().where(db.jobs.c.id == job_id).values(product=PRODUCT.name))
+        res = conn.execute(tables.jobs.update().where(tables.jobs.c.id == job_id).values(product=PRODUCT.name))
         assert res.rowcount == 1
-        res = conn.execute(db.jobs.update().where(db.jobs.c.id == "nope").values(product="x"))
+        res = conn.execute(tables.jobs.update().where(tables.jobs.c.id == "nope").values(product="x"))
         assert res.rowcount == 0
 
 
@@ -233,7 +233,7 @@ def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engin
     days = [DAY - dt.timedelta(days=i) for i in range(4)]
     for day in days:
         assert store.schedule(PRODUCT, day)
-    ids = {r["edition_date"]: r["id"] for r in _rows(engine, db.jobs)}
+    ids = {r["edition_date"]: r["id"] for r in _rows(engine, tables.jobs)}
     fresh, stale, held, suspended = (ids[d] for d in days)
     assert Store(engine, "other").acquire_lease(held, 1) is not None  # someone else holds it
     op = Store(engine, "operator:alice")
@@ -241,12 +241,12 @@ def test_claim_leases_each_free_job_of_a_chunk_on_its_own_fence(engine: sa.Engin
     assert job is not None
     op.transition(job, State.MANUALLY_SUSPENDED, reason=Reason.OPERATOR_SUSPEND, operator=True,
                   changes={"suspended_from": "NO_JOB"})
-    db.advance_clock(engine, 1)  # the other lease is still live (60 s)
+    clock.advance_clock(engine, 1)  # the other lease is still live (60 s)
 
     got = store.claim([(suspended, 3), (held, 1), (stale, 0), (fresh, 1)])
 
     assert [j.id for j in got] == [fresh]  # only the job nobody wrote to since version 1
-    by_id = {r["id"]: r for r in _rows(engine, db.jobs)}
+    by_id = {r["id"]: r for r in _rows(engine, tables.jobs)}
     assert by_id[fresh]["lease_owner"] == "w1" and by_id[fresh]["version"] == 2 and got[0].version == 2
     assert by_id[stale]["lease_owner"] is None and by_id[stale]["version"] == 1
     assert by_id[held]["lease_owner"] == "other" and by_id[held]["version"] == 2
@@ -282,7 +282,7 @@ def test_a_pooled_connection_killed_while_idle_is_pinged_and_replaced(
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)  # the pooled connection counts as idle
         assert Store(worker, "w1").schedule(PRODUCT, DAY)  # no error: the ping found it dead first
         assert _connection_id(worker) != dead
-        assert len(_rows(engine, db.jobs)) == 1
+        assert len(_rows(engine, tables.jobs)) == 1
 
 
 @pytest.mark.mysql
@@ -294,9 +294,9 @@ def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals
         store = Store(worker, "w1")
         with pytest.raises(DatabaseUnavailable):
             store.schedule(PRODUCT, DAY)
-        assert _rows(engine, db.jobs) == []  # nothing half-written
+        assert _rows(engine, tables.jobs) == []  # nothing half-written
         assert store.schedule(PRODUCT, DAY)  # the pool dropped the dead connection
-        assert len(_rows(engine, db.jobs)) == 1
+        assert len(_rows(engine, tables.jobs)) == 1
 
 
 @pytest.mark.parametrize(("reason", "operator", "needle"), [
@@ -310,19 +310,19 @@ def test_transition_refuses_an_undeclared_or_mismatched_reason(
     store, job_id = _scheduled(engine)
     job = store.acquire_lease(job_id, 1)
     assert job is not None
-    before_rows, before_events = _rows(engine, db.jobs), _rows(engine, db.job_events)
+    before_rows, before_events = _rows(engine, tables.jobs), _rows(engine, tables.job_events)
     to = State.MANUALLY_SUSPENDED if reason == Reason.OPERATOR_SUSPEND else State.CREATE_ELIGIBLE
     with pytest.raises(IllegalTransition, match=needle):
         store.transition(job, to, reason=reason, operator=operator)  # type: ignore[arg-type]
-    assert _rows(engine, db.jobs) == before_rows
-    assert _rows(engine, db.job_events) == before_events
+    assert _rows(engine, tables.jobs) == before_rows
+    assert _rows(engine, tables.job_events) == before_events
 
 
 def _accepted(store: Store, n: int) -> list[Any]:
     jobs = []
     for i in range(n):
         store.schedule(PRODUCT, DAY - dt.timedelta(days=i + 1))
-    for row in _rows(store.engine, db.jobs):
+    for row in _rows(store.engine, tables.jobs):
         j = store.get(row["id"])
         j = store.transition(j, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, changes={"config_fingerprint": "f"})
         j = store.transition(j, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH, changes={"generation_attempts": 1},
@@ -343,11 +343,11 @@ def test_a_batch_of_transitions_commits_once_and_drops_only_the_job_that_lost_it
     results = store.transition_many(writes)
     assert [r is not None for r in results] == [True, False, True]
     assert len(commits) == 1
-    rows = {r["id"]: r for r in _rows(engine, db.jobs)}
+    rows = {r["id"]: r for r in _rows(engine, tables.jobs)}
     assert rows[a.id]["state"] == rows[c.id]["state"] == State.IN_PROGRESS.value
     assert rows[a.id]["version"] == a.version + 1 and rows[a.id]["poll_count"] == 1
     assert rows[b.id]["state"] == State.QUEUED.value and rows[b.id]["poll_count"] == 0  # the other writer's
-    polls = [e for e in _rows(engine, db.job_events) if e["reason"] == "poll"]
+    polls = [e for e in _rows(engine, tables.job_events) if e["reason"] == "poll"]
     assert sorted((e["job_id"], e["worker"]) for e in polls) == sorted(
         [(a.id, "w1"), (c.id, "w1"), (b.id, "other")])
     with pytest.raises(IllegalTransition):

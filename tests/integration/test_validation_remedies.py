@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, reconcile
+from iipub import reconcile, tables
 from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 def _row(engine: sa.Engine) -> dict[str, Any]:
     with engine.connect() as conn:
-        return dict(conn.execute(sa.select(db.jobs)).mappings().one())
+        return dict(conn.execute(sa.select(tables.jobs)).mappings().one())
 
 
 def _failed(settings: Settings, engine: sa.Engine, sim: Simulator) -> tuple[Settings, dict[str, Any]]:
@@ -56,7 +56,7 @@ def test_revalidate_after_fixing_the_rules_publishes_without_paying_again(
     assert row["state"] == "SAVED_NOT_PUBLIC" and row["payload_sha256"] == failed["payload_sha256"]
     assert sim.stats()["creates_total"] == 1
     with engine.connect() as conn:
-        ev = conn.execute(sa.select(db.job_events).where(db.job_events.c.reason == "operator_revalidate")).one()
+        ev = conn.execute(sa.select(tables.job_events).where(tables.job_events.c.reason == "operator_revalidate")).one()
     assert ev.worker == "operator:alice" and json.loads(ev.detail)["why"] == "allowed_domains fixed"
 
 
@@ -72,8 +72,8 @@ def test_regenerate_pays_once_more_within_budget_and_is_refused_past_it(
     reconcile.run(s, engine)
     assert sim.stats()["creates_total"] == 2 and _row(engine)["generation_attempts"] == 2
     with engine.begin() as conn:  # pretend the budget is spent and it failed again
-        conn.execute(db.jobs.update().values(state="VALIDATION_FAILED_RETAINED", generation_attempts=3,
-                                             version=db.jobs.c.version + 1))
+        conn.execute(tables.jobs.update().values(state="VALIDATION_FAILED_RETAINED", generation_attempts=3,
+                                             version=tables.jobs.c.version + 1))
     before = _row(engine)
     with Operator(s, engine) as op, pytest.raises(OperatorRefused, match="paid creates are used"):
         op.regenerate(failed["id"], "again", "bob")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, reconcile, relay, webhook, webhook_server
+from iipub import clock, invariants, reconcile, relay, tables, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
@@ -42,7 +42,7 @@ class World:
 
     def deliveries(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
-            return [dict(r) for r in conn.execute(sa.select(db.webhook_deliveries)).mappings()]
+            return [dict(r) for r in conn.execute(sa.select(tables.webhook_deliveries)).mappings()]
 
 
 @pytest.fixture
@@ -139,11 +139,11 @@ def test_a_dropped_webhook_costs_one_safety_net_interval_and_tightens_polling(wo
     states = {j["id"]: j["state"] for j in world.jobs()}
     assert states[first] == State.ACCEPTED.value  # nobody told it
     assert {s for k, s in states.items() if k != first} == {State.SAVED_NOT_PUBLIC.value}
-    db.advance_clock(world.engine, 251)  # the safety net's poll is due
+    clock.advance_clock(world.engine, 251)  # the safety net's poll is due
     world.tick()
     assert all(j["state"] in SAVED for j in world.jobs())
     with world.engine.connect() as conn:
-        missed = list(conn.execute(sa.select(db.webhook_misses.c.job_id)).scalars())
+        missed = list(conn.execute(sa.select(tables.webhook_misses.c.job_id)).scalars())
     assert missed == [first]
     one_create_each(world)
 
@@ -162,7 +162,7 @@ def test_an_ambiguous_create_followed_by_its_webhook_is_published_with_one_paid_
     assert Counter(d["outcome"] for d in world.deliveries())["auto_linked"] == 1
     # The breaker the unknown outcome opened lets the other slot go once its probe succeeds.
     for _ in range(6):
-        db.advance_clock(world.engine, 61)
+        clock.advance_clock(world.engine, 61)
         world.tick()
         world.sim.advance(5)
         settled(world)

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from iipub import db, webhook, webhook_server
+from iipub import clock, db, tables, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
@@ -91,7 +91,7 @@ def status_of(answer: bytes) -> int:
 
 def deliveries(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.webhook_deliveries)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.webhook_deliveries)).mappings()]
 
 
 def signed_request(body: bytes, headers: dict[str, str], path: str = "/") -> bytes:
@@ -188,7 +188,7 @@ def test_a_burst_beyond_the_connection_limit_waits_in_the_backlog_without_resets
         for t in threads:
             t.join(60)
     assert sorted(results, key=str) == [200] * 120, [r for r in results if r != 200][:5]
-    assert row_count(engine, db.webhook_deliveries) == 120
+    assert row_count(engine, tables.webhook_deliveries) == 120
 
 
 # -- malformed requests: 400, never a 500 or a traceback ----------------------------------------
@@ -425,7 +425,7 @@ def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["body"]["message"] == webhook.TEST_ANSWER
-    assert row_count(engine, db.webhook_deliveries) == 0
+    assert row_count(engine, tables.webhook_deliveries) == 0
 
 
 def test_without_preload_nothing_is_built_at_import(cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -444,7 +444,7 @@ def test_prune_deletes_old_deliveries_and_misses_in_batches_and_keeps_orphans(
         engine: sa.Engine, cli_env: dict[str, str]) -> None:
     ds = Deliveries(engine)
     with db.transaction(engine) as conn:
-        now = db.read_now(conn)
+        now = clock.read_now(conn)
         old, recent = now - dt.timedelta(days=31), now - dt.timedelta(days=29)
         rows = [{"webhook_id": f"wh_old_{i}", "event_type": "response.completed", "outcome": "custody",
                  "received_at": old} for i in range(7)]
@@ -452,36 +452,36 @@ def test_prune_deletes_old_deliveries_and_misses_in_batches_and_keeps_orphans(
                   "received_at": recent},
                  {"webhook_id": "wh_waiting", "event_type": "response.completed", "outcome": "awaiting_create",
                   "received_at": old, "response_id": "resp_w"}]
-        conn.execute(db.webhook_deliveries.insert(), rows)
-        conn.execute(db.webhook_misses.insert(), [{"response_id": "resp_m_old", "job_id": "j", "noticed_at": old},
+        conn.execute(tables.webhook_deliveries.insert(), rows)
+        conn.execute(tables.webhook_misses.insert(), [{"response_id": "resp_m_old", "job_id": "j", "noticed_at": old},
                                                   {"response_id": "resp_m_new", "job_id": "j", "noticed_at": recent}])
-        conn.execute(db.orphans.insert(), [
+        conn.execute(tables.orphans.insert(), [
             {"response_id": f"resp_{name}", "status": "completed", "why": "x", "output": "kept", "first_seen_at": old}
             for name in ("unresolved", "discarded_long_ago", "discarded_lately")])
-        conn.execute(db.orphan_details.insert(), [
+        conn.execute(tables.orphan_details.insert(), [
             {"response_id": "resp_discarded_long_ago", "fate": "discarded", "fate_at": old},
             {"response_id": "resp_discarded_lately", "fate": "discarded", "fate_at": recent},
             {"response_id": "resp_unresolved", "fate": None, "fate_at": None}])
     assert ds.prune(30, batch=3) == {"webhook_deliveries": 7, "webhook_misses": 1, "orphans": 1}
     assert sorted(r["webhook_id"] for r in deliveries(engine)) == ["wh_recent", "wh_waiting"]
-    assert row_count(engine, db.webhook_misses) == 1
+    assert row_count(engine, tables.webhook_misses) == 1
     with engine.connect() as conn:
-        left = sorted(conn.execute(sa.select(db.orphans.c.response_id)).scalars())
+        left = sorted(conn.execute(sa.select(tables.orphans.c.response_id)).scalars())
     assert left == ["resp_discarded_lately", "resp_unresolved"]
-    assert row_count(engine, db.orphan_details) == 3  # what became of each stays (iipub check reads it)
+    assert row_count(engine, tables.orphan_details) == 3  # what became of each stays (iipub check reads it)
     with db.transaction(engine) as conn:
-        conn.execute(db.webhook_deliveries.insert(), [{"webhook_id": "wh_old_again", "event_type": "x",
+        conn.execute(tables.webhook_deliveries.insert(), [{"webhook_id": "wh_old_again", "event_type": "x",
                                                        "outcome": "ignored", "received_at": old}])
     result = run_cli("webhook", "prune", env=cli_env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["pruned"]["webhook_deliveries"] == 1
     with db.transaction(engine) as conn:
-        conn.execute(db.webhook_deliveries.insert(), [{"webhook_id": "wh_old_3", "event_type": "x",
+        conn.execute(tables.webhook_deliveries.insert(), [{"webhook_id": "wh_old_3", "event_type": "x",
                                                        "outcome": "ignored", "received_at": old}])
     relayed = run_cli("relay", "--prune", env=cli_env)
     assert relayed.returncode == 0, relayed.stderr
     assert json.loads(relayed.stdout)["webhooks"]["webhook_deliveries"] == 1
-    assert row_count(engine, db.webhook_deliveries) == 2
+    assert row_count(engine, tables.webhook_deliveries) == 2
 
 
 # -- the signed test delivery --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import db, installation, reconcile, relay, webhook, webhook_server
+from iipub import clock, installation, reconcile, relay, tables, webhook, webhook_server
 from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
@@ -84,7 +84,7 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
 
 def deliveries(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(sa.select(db.webhook_deliveries)).mappings()]
+        return [dict(r) for r in conn.execute(sa.select(tables.webhook_deliveries)).mappings()]
 
 
 def the_job(engine: sa.Engine) -> dict[str, Any]:
@@ -207,7 +207,7 @@ def test_a_completion_takes_custody_in_seconds_and_a_duplicate_changes_nothing(
 def test_19_a_webhook_for_a_published_job_is_200_and_a_no_op(
         url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
     job = in_flight(hooked, engine, sim)
-    db.advance_clock(engine, 301)  # the poll wins: the webhook is late
+    clock.advance_clock(engine, 301)  # the poll wins: the webhook is late
     reconcile.run(hooked, engine)
     relay.run(hooked, engine)
     reconcile.run(hooked, engine)
@@ -224,7 +224,7 @@ def test_19_a_webhook_for_a_published_job_is_200_and_a_no_op(
     assert [r["outcome"] for r in deliveries(engine)] == ["no_op"]
     # The late webhook clears the miss the poll noted: webhooks do arrive, just slowly.
     with engine.connect() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(db.webhook_misses)).scalar_one() == 0
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.webhook_misses)).scalar_one() == 0
 
 
 def test_a_job_whose_lease_is_held_is_made_due_now_instead(
@@ -239,7 +239,7 @@ def test_a_job_whose_lease_is_held_is_made_due_now_instead(
     row = the_job(engine)
     assert row["lease_owner"] == "someone-else" and row["version"] == held.version  # the holder's fence stands
     with engine.connect() as conn:
-        assert db.read_now(conn) >= row["next_attempt_at"]
+        assert clock.read_now(conn) >= row["next_attempt_at"]
     assert sim.stats()["requests"]["retrieve"] == 0
 
 
@@ -293,11 +293,11 @@ def test_polling_relaxes_while_deliveries_arrive_and_tightens_after_a_miss(
     reconcile.run(settings, engine)  # dispatch: the first poll is a safety net away
     job = the_job(engine)
     with engine.connect() as conn:
-        gap = (job["next_attempt_at"] - db.read_now(conn)).total_seconds()
+        gap = (job["next_attempt_at"] - clock.read_now(conn)).total_seconds()
     assert 150 < gap <= 200
     # The safety net finds the completion before any webhook: a miss; polling tightens.
     sim.advance(5)
-    db.advance_clock(engine, 201)
+    clock.advance_clock(engine, 201)
     reconcile.run(settings, engine)
     assert the_job(engine)["payload"] is not None
     assert not ds.health(3600).healthy
@@ -307,9 +307,9 @@ def test_polling_relaxes_while_deliveries_arrive_and_tightens_after_a_miss(
     store.schedule(off.products["daily-brief"], dt.date(2026, 11, 1))
     reconcile.run(off, engine)
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(db.jobs.c.next_attempt_at, db.jobs.c.state)
-                            .where(db.jobs.c.edition_date == dt.date(2026, 11, 1))).one()
-        assert (rows.next_attempt_at - db.read_now(conn)).total_seconds() <= 10
+        rows = conn.execute(sa.select(tables.jobs.c.next_attempt_at, tables.jobs.c.state)
+                            .where(tables.jobs.c.edition_date == dt.date(2026, 11, 1))).one()
+        assert (rows.next_attempt_at - clock.read_now(conn)).total_seconds() <= 10
 
 
 # -- the standalone receiver process --------------------------------------------------------------

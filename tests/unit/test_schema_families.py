@@ -7,12 +7,12 @@ import re
 
 import sqlalchemy as sa
 
-from iipub import db, migrate
+from iipub import migrate, tables
 
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.DOTALL)
 _COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?(.*)$", re.MULTILINE)
 _ALTER = re.compile(r"ALTER TABLE (\w+) (.*?);", re.DOTALL)
-_ADDED = re.compile(r"ADD COLUMN (\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?")
+_ADDED = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?")
 _KEYWORDS = {"PRIMARY", "UNIQUE", "KEY", "INDEX", "CONSTRAINT", "FOREIGN", "CHECK"}
 # What a declared type is, whichever dialect spells it.
 _FAMILY = {
@@ -73,7 +73,7 @@ def test_both_dialects_declare_the_same_columns_and_type_families() -> None:
 
 def test_the_migrations_agree_with_the_code_s_table_definitions() -> None:
     mysql = _columns("mysql")
-    for table in db.metadata.sorted_tables:
+    for table in tables.metadata.sorted_tables:
         assert table.name in mysql, table.name
         for column in table.columns:
             family, length = mysql[table.name][column.name]
