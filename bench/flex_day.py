@@ -27,7 +27,7 @@ import sqlalchemy as sa
 import benchdb
 import common
 import reporting
-from iipub import clock, reconcile, relay, status, tables
+from iipub import clock, reconcile, relay, status_queries, tables
 from iipub.config import ModelPrice, Pricing, Settings
 from iipub.jobs import slot_opened
 from iipub.simulator import Simulator, SimulatorOptions
@@ -120,7 +120,7 @@ def _tally(out: Outcome, settings: Settings, engine: sa.Engine, sim: Simulator) 
     stats = sim.stats()
     out.creates = dict(stats["creates_by_tier"])
     out.refused = int(stats["flex_refused"])
-    paid = status.collect(engine, settings).paid
+    paid = status_queries.collect(engine, settings).paid
     assert paid is not None
     window = paid.window("30d")
     out.tokens = {tier: t.tokens for tier, t in sorted(window.by_tier.items())}

@@ -92,9 +92,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
     """
     from .. import status as st
+    from .. import status_queries
 
     try:
-        report = st.collect(app.engine(), app.settings)
+        report = status_queries.collect(app.engine(), app.settings)
     except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise

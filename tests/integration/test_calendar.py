@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, metrics, reconcile, scheduling, status, tables
+from iipub import clock, metrics, reconcile, scheduling, status, status_queries, tables
 from iipub.config import Settings
 from iipub.jobs import slot_row
 from iipub.store import Store
@@ -71,13 +71,14 @@ def test_with_catch_up_off_status_reports_the_missing_day_and_check_warns(settin
     yesterday = utc_today() - dt.timedelta(days=1)
     assert {day for _, day in _slots(engine)} == {utc_today(), *(utc_today() - dt.timedelta(days=n)
                                                                   for n in (3, 4, 5))}
-    report = status.collect(engine, off)
+    report = status_queries.collect(engine, off)
     assert report.cutover is not None
     assert ("daily-brief", yesterday) in report.cutover.missing
     assert ("revolution-watch", yesterday) in report.cutover.missing
     code, line = report.check()
     assert code >= status.WARNING and "without a slot" in line and f"daily-brief {yesterday}" in line
-    wide = status.collect(engine, dataclasses.replace(off, status=dataclasses.replace(off.status, window_hours=72)))
+    wide = status_queries.collect(
+        engine, dataclasses.replace(off, status=dataclasses.replace(off.status, window_hours=72)))
     assert wide.cutover is not None
     assert {d for p, d in wide.cutover.missing if p == "daily-brief"} == {yesterday, yesterday - dt.timedelta(days=1)}
     assert "missing_slots" in report.to_dict()["cutover"]
@@ -144,7 +145,7 @@ def test_in_shadow_mode_what_the_legacy_system_publishes_is_not_late_for_status(
 ) -> None:
     Store(engine, "test").schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=2))
     clock.advance_clock(engine, 3 * 3600)  # three hours since the slot was made: stranded unless shadowed
-    normal = status.collect(engine, settings)
+    normal = status_queries.collect(engine, settings)
     assert normal.stranded and normal.late
-    shadow = status.collect(engine, _with(settings, mode="shadow"))
+    shadow = status_queries.collect(engine, _with(settings, mode="shadow"))
     assert not shadow.stranded and not shadow.late

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import compose, invariants, reconcile, relay, status, steps, tables
+from iipub import compose, invariants, reconcile, relay, status, status_queries, steps, tables
 from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.errors import OperatorRefused
@@ -138,7 +138,7 @@ def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
     assert accepted["payload"]  # custody first
     assert (fresh["state"], fresh["quarantine_reason"]) == ("QUARANTINED", "product_removed")
     assert sim.stats()["creates_total"] == 1
-    code, line = status.collect(engine, gone).check()
+    code, line = status_queries.collect(engine, gone).check()
     assert code >= status.WARNING and "product_removed" in line
 
 
@@ -159,7 +159,7 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
             break
         if row["state"] == "READY_TO_COMPOSE":
             assert row["last_error"].startswith("step_failed: OSError: disk full"), row["last_error"]
-            code, line = status.collect(engine, cfg).check()
+            code, line = status_queries.collect(engine, cfg).check()
             assert code == status.WARNING and "step is failing" in line, line
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "step_failing")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, gate, reconcile, status
+from iipub import clock, gate, reconcile, status_queries
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
@@ -70,7 +70,7 @@ def test_a_read_rate_limit_cools_reads_only_for_at_most_a_minute_and_status_says
     (job,) = job_rows(engine)
     slow_sim.add_faults([{"fault": "rate_limit_long", "op": "retrieve", "times": 1}])
     reconcile.run(slow, engine)  # the poll: 429, retry in ten minutes
-    report = status.collect(engine, slow)
+    report = status_queries.collect(engine, slow)
     assert report.read_cooldown_until is not None
     wait = (report.read_cooldown_until - report.generated_at).total_seconds()
     assert 0 < wait <= gate.READ_COOLDOWN_CAP_SECONDS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import reconcile, status, tables
+from iipub import reconcile, status, status_queries, tables
 from iipub.config import Settings
 from iipub.handlers import on_output
 from iipub.outcomes import Observed
@@ -116,5 +116,5 @@ def test_status_reads_the_dwell_from_the_journal(engine: sa.Engine, settings: Se
         details = [json.loads(d) for d in conn.execute(
             sa.select(tables.job_events.c.detail).where(tables.job_events.c.to_state == RNV)).scalars()]
     assert details and {"provider_created_at", "provider_completed_at"} <= set(details[0])
-    report = status.collect(engine, s)
+    report = status_queries.collect(engine, s)
     assert report.dwell.count >= 1

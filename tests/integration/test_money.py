@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, reconcile, relay, status, tables
+from iipub import clock, db, reconcile, relay, status, status_queries, tables
 from iipub.config import Settings, load_settings
 from iipub.simulator import Simulator
 from iipub.simulator.faults import FaultRule
@@ -206,7 +206,7 @@ def test_at_the_ceiling_creates_wait_everything_else_goes_on_and_the_override_is
     again = db.make_engine(env["IIPUB_DATABASE_URL"])
     try:
         assert tick(s, again, sim).held_by_ceiling == 1
-        counted = status.collect(again, s).paid
+        counted = status_queries.collect(again, s).paid
         assert counted is not None and counted.ceilings[0].reached
         assert counted.ceilings[0].spent == sum(r["total_tokens"] for r in job_rows(again))
         override = run_cli("budget", "override", "--tokens", "1000000", "--reason", "editor approved the backfill",
@@ -241,7 +241,7 @@ def test_a_product_ceiling_holds_that_product_only(settings: Settings, engine: s
         by_product.setdefault(r["product"], []).append(r["state"])
     assert by_product["daily-brief"].count(State.CREATE_ELIGIBLE.value) == 1
     assert by_product["revolution-watch"] == [State.SAVED_NOT_PUBLIC.value] * 2
-    code, line = status.collect(engine, s).check()
+    code, line = status_queries.collect(engine, s).check()
     assert code == status.CRITICAL and "product daily-brief max_tokens_per_day 1" in line
 
 
@@ -253,7 +253,7 @@ def test_spend_is_counted_by_payment_time_with_prices_and_the_flex_saving(
     backfill(s, engine, *days)
     for _ in range(5):
         tick(s, engine, sim)
-    paid = status.collect(engine, s).paid
+    paid = status_queries.collect(engine, s).paid
     assert paid is not None
     today = paid.window("today")
     tokens = sum(r["total_tokens"] for r in job_rows(engine))
@@ -261,11 +261,11 @@ def test_spend_is_counted_by_payment_time_with_prices_and_the_flex_saving(
     assert today.by_tier["flex"].tokens == tokens and today.by_product["daily-brief"].creates == 4
     assert today.total.cost is not None and today.total.flex_saving is not None
     assert today.total.flex_saving == pytest.approx(today.total.cost)  # flex at half price saves as much
-    doc = status.collect(engine, s).to_dict()
+    doc = status_queries.collect(engine, s).to_dict()
     assert doc["paid"]["windows"]["30d"]["tokens"] == tokens and doc["paid"]["currency"] == "USD"
     from iipub import metrics
 
-    text = metrics.render(status.collect(engine, s), s.products).decode()
+    text = metrics.render(status_queries.collect(engine, s), s.products).decode()
     assert f'iipub_paid_tokens{{window="today"}} {float(tokens)}' in text
     assert 'iipub_paid_tokens_by_tier{tier="flex",window="7d"}' in text
     assert 'iipub_flex_saving{currency="USD",window="30d"}' in text

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, invariants, reconcile, relay, status, tables
+from iipub import clock, invariants, reconcile, relay, status, status_queries, tables
 from iipub.actions import Operator, ReleaseMode
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
@@ -91,7 +91,7 @@ def test_a_suspected_loss_that_flips_back_is_published_with_one_paid_create(
     assert "loss_confirmed" not in trail and "recreate_after_loss" not in trail
     if rule["fault"] == "unknown_status":
         assert trail.count("provider_unexpected_status") == 3
-        assert status.collect(engine, cfg).unexpected_statuses == 3
+        assert status_queries.collect(engine, cfg).unexpected_statuses == 3
     else:
         assert "loss_suspected" in trail
     assert sim.stats()["faults_fired"].get(rule["fault"], 0) >= 1
@@ -153,7 +153,7 @@ def test_an_outage_over_20_slots_quarantines_only_the_probes_and_all_publish_aft
     assert sim.stats()["requests"]["create"] == len(probes) <= 4  # 60 s, 120 s, 240 s cool-downs in 6 minutes
     assert all(r["state"] == "CREATE_ELIGIBLE" and r["generation_attempts"] == 0
                for j, r in during.items() if j not in probes)
-    gate = status.collect(engine, cfg)
+    gate = status_queries.collect(engine, cfg)
     code, line = gate.check()
     assert code >= status.WARNING and "create breaker open (create_outcome_unknown)" in line
     sim.clear_faults()  # the provider is back
@@ -185,7 +185,7 @@ def test_the_breaker_is_shared_by_processes_and_a_probe_closes_it(cfg: Settings,
     clock.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)
     run(cfg, engine, sim, 6)
     assert len(published(engine)) == 2 and sim.stats()["creates_total"] == 2
-    g = status.collect(engine, cfg).gate
+    g = status_queries.collect(engine, cfg).gate
     assert g is not None and not g.is_open and g.open_count == 0
     assert len(ids) == 3
 
@@ -199,7 +199,7 @@ def test_an_exhausted_quota_is_critical_and_sends_a_bounded_number_of_requests(
     ids = schedule(cfg, engine, 5)
     sim.add_faults([{"op": "create", "fault": "quota_exhausted", "times": 1000}])
     run(cfg, engine, sim, 3, db_seconds=60)
-    code, line = status.collect(engine, cfg).check()
+    code, line = status_queries.collect(engine, cfg).check()
     assert code == status.CRITICAL and "quota_exhausted" in line
     run(cfg, engine, sim, 10, db_seconds=60)  # 13 minutes of cron
     assert sim.stats()["requests"]["create"] <= 2  # the first refusal, at most one probe in 15 minutes
@@ -228,7 +228,7 @@ def test_pause_stops_creates_everywhere_but_custody_goes_on(cfg: Settings, engin
     run(cfg, engine, sim, 5)
     assert published(engine) == {first, second}  # custody and publication went on
     assert sim.stats()["creates_total"] == 2  # the new slot waited
-    code, line = status.collect(engine, cfg).check()
+    code, line = status_queries.collect(engine, cfg).check()
     assert code >= status.WARNING and "creates paused by alice" in line
     with Operator(cfg, engine) as op:
         assert not op.unpause("alice", "over").paused
@@ -247,12 +247,12 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     late = cfg.status.late_after_minutes * 60
     clock.advance_clock(engine, late + 60)
     run(cfg, engine, sim, 1)
-    report = status.collect(engine, cfg)
+    report = status_queries.collect(engine, cfg)
     assert [j.id for j in report.late] == [job_id] and not report.stranded
     code, line = report.check()
     assert code == status.WARNING and "1 edition late" in line
     clock.advance_clock(engine, cfg.status.stranded_after_seconds)
-    report = status.collect(engine, cfg)
+    report = status_queries.collect(engine, cfg)
     assert report.check()[0] == status.CRITICAL and [j.id for j in report.stranded] == [job_id]
     violations = invariants.check(engine, settings=cfg, stranded_after_seconds=cfg.status.stranded_after_seconds)
     stranded = [v for v in violations if v.kind == "stranded"]

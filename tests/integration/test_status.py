@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, tables
+from iipub import clock, reconcile, relay, status_queries, tables
 from iipub import status as st
 from iipub.config import Settings
 from iipub.outbox import Outbox
@@ -58,7 +58,7 @@ def drive(s: Settings, engine: sa.Engine, sim: Simulator, until: set[str], limit
 
 
 def collect(s: Settings, engine: sa.Engine) -> st.Status:
-    return st.collect(engine, s)
+    return status_queries.collect(engine, s)
 
 
 # -- healthy ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
         "Provider(ProviderSettings(), 'sk-test').close()  # constructed, never called\n"
     )
     heavy = {"openai", "iipub.simulator.server", "iipub.simulator.webhooks", "iipub.actions", "iipub.invariants",
-             "iipub.status", "iipub.relay", "iipub.webhook"}
+             "iipub.status", "iipub.status_queries", "iipub.relay", "iipub.webhook"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
@@ -61,6 +61,7 @@ def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_l
             "        assert not exc.code, exc.code\n")
     loaded = _loaded_after(code, env=env, cwd=tmp_path)
     assert "iipub.reconcile" in loaded  # it did run the tick
-    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.simulator.server",
-             "iipub.steps", "iipub.handlers", "iipub.validate", "iipub.outbox", "iipub.settle"}
+    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.status_queries",
+             "iipub.simulator.server", "iipub.steps", "iipub.handlers", "iipub.validate", "iipub.outbox",
+             "iipub.settle"}
     assert not heavy & loaded, sorted(heavy & loaded)

@@ -51,6 +51,7 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
 @pytest.mark.parametrize(("module", "planted"), [
     ("handlers.py", "from . import store  # planted\n"),      # a decision reaching up into an edge
     ("states.py", "import sqlalchemy  # planted\n"),         # a pure value reaching the database
+    ("status.py", "from . import tables  # planted\n"),       # the status report reading rows itself
 ])
 def test_a_planted_back_import_breaks_the_contract(tree_copy: Path, module: str, planted: str) -> None:
     target = tree_copy / "iipub" / module

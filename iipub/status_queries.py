@@ -1,0 +1,241 @@
+"""The SQL that collects what `iipub status` reports (`status.Status`): job counts, the journal
+rows behind the SLIs, outbox health, quarantine, spend, the gate, cut-over and heartbeats.
+
+Reads only; the arithmetic and the check live in `status`. Every age is measured against the
+database clock (`clock.read_now`), the same clock that stamped the rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from . import clock, cutover, db, deliveries, gate, heartbeat, installation, outbox, status, tables
+from .config import Settings, StatusSettings
+from .errors import SchemaNotReady
+from .jobs import slot_opened
+from .payments import report as paid_report
+from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
+from .timefmt import naive_utc, seconds_between
+
+jobs_table = tables.jobs
+events_table = tables.job_events
+
+
+def collect(engine: Engine, settings: Settings) -> status.Status:
+    """Read everything `status` reports, in one short read plus the outbox check."""
+    s = settings.status
+    with engine.connect() as conn:
+        now = clock.read_now(conn)
+        cutoff = clock.now(conn, -s.window_hours * 3600)
+        counts = _counts(conn)
+        live = _live_jobs(conn)
+        dispatch = _dispatch(conn, cutoff, now, live, s)
+        dwell = _dwell(conn, cutoff, now, live, s)
+        overdue = _overdue_polls(conn, cutoff, now, live, s)
+        duplicates = _duplicates(conn)
+        unpublished, oldest = conn.execute(
+            sa.select(sa.func.count(), sa.func.min(tables.outbox.c.created_at))
+            .where(tables.outbox.c.published_at.is_(None))
+        ).one()
+        expired_in_window = int(conn.execute(
+            sa.select(sa.func.count()).where(
+                events_table.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, events_table.c.at >= cutoff)
+        ).scalar_one())
+        spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
+        gate_state = gate.read(conn)
+        read_cooldown = gate.read_cool_down(conn)
+        unexpected = int(conn.execute(
+            sa.select(sa.func.count()).where(
+                events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
+        ).scalar_one())
+        try:
+            installation_id: str | None = installation.read(conn)
+        except SchemaNotReady:
+            installation_id = None
+        beats = heartbeat.summary(conn, now, after_seconds=settings.heartbeat_limit(),
+                                  ping_configured=bool(settings.monitoring.ping_url), window_hours=s.window_hours,
+                                  stale_after_seconds=status.stale_after(settings), any_jobs=bool(counts),
+                                  unreachable_after=s.unreachable_after_ticks)
+        try:
+            paid = paid_report(conn, now, settings.pricing, settings.budgets, settings.products)
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+            if db.is_missing_table(exc):
+                raise SchemaNotReady("the spend table is missing (migration 0008): run `iipub db migrate`") from None
+            raise
+        cut = cutover.collect(conn, settings, now, gate_state)
+        ledger_trouble = _ledger_problem(conn, settings)
+    # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
+    held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
+    attention = [j for j in live if j["state"] not in held]
+    # A separate connection: on SQLite each one holds the write lock while open.
+    problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
+    hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
+    return status.Status(
+        generated_at=now,
+        settings=s,
+        counts=counts,
+        dispatch=dispatch,
+        dwell=dwell,
+        overdue_polls=overdue,
+        duplicate_publications=duplicates,
+        stranded=status.stranded_jobs(attention, now, s.stranded_after_seconds),
+        quarantined=tuple(sorted(
+            (status.job_ref(j, seconds_between(now, j["state_entered_at"]))
+             for j in live if j["state"] == State.QUARANTINED.value),
+            key=lambda r: -r.age_seconds,
+        )),
+        expired_now=sum(1 for j in live if j["state"] == State.PROVIDER_EXPIRED_OR_MISSING.value),
+        expired_in_window=expired_in_window,
+        outbox_unpublished=int(unpublished),
+        outbox_lag_seconds=max(0.0, seconds_between(now, naive_utc(oldest))) if oldest is not None else 0.0,
+        outbox_problems=tuple(problems),
+        spend=spend,
+        late=status.late_editions(attention, now, s.late_after_minutes * 60),
+        gate=gate_state,
+        unexpected_statuses=unexpected,
+        failing_steps=tuple(
+            status.JobRef(j["id"], j["product"], j["edition_date"], j["state"], 0.0, j["last_error"])
+            for j in live if (j["last_error"] or "").startswith("step_failed:")
+        ),
+        webhooks=hooks,
+        heartbeats=beats,
+        installation_id=installation_id,
+        read_cooldown_until=read_cooldown,
+        cutover=cut,
+        paid=paid,
+        ledger_problem=ledger_trouble,
+    )
+
+
+def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
+    """The spend ledger missing or unreadable once this database recorded a paid create: a
+    restore would then pay for every one of them again."""
+    path = settings.ledger_path()
+    if path is None or (path.is_file() and os.access(path, os.R_OK)):
+        return None
+    paid = conn.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.generation_attempts > 0).limit(1)).first()
+    if paid is None:
+        return None
+    why = "is unreadable" if path.exists() else "does not exist"
+    return f"spend ledger {path} {why} but paid creates are recorded (a restore would pay again)"
+
+
+def _counts(conn: Connection) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    rows = conn.execute(sa.select(jobs_table.c.product, jobs_table.c.state, sa.func.count())
+                        .group_by(jobs_table.c.product, jobs_table.c.state))
+    for product, state, n in rows:
+        out.setdefault(product, {})[state] = int(n)
+    return out
+
+
+def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
+    """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
+    cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state,
+            jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
+            jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
+            jobs_table.c.kill_requested, jobs_table.c.last_error]
+    q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
+    return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+              s: StatusSettings) -> status.Sli:
+    """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window.
+    Backfills are left out: admission control holds them back by design."""
+    cif = State.CREATE_IN_FLIGHT.value
+    recent = sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.at >= cutoff)
+    first = (
+        sa.select(events_table.c.job_id, sa.func.min(events_table.c.at).label("first_at"))
+        .where(events_table.c.to_state == cif, events_table.c.job_id.in_(recent))
+        .group_by(events_table.c.job_id)
+        .subquery()
+    )
+    rows = conn.execute(
+        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first.c.first_at)
+        .join(first, first.c.job_id == jobs_table.c.id)
+        .where(jobs_table.c.is_backfill == sa.false())
+    ).all()
+    # A min() that predates the window means this was a re-dispatch; only firsts count.
+    cut = now - dt.timedelta(hours=s.window_hours)
+    durations = [max(0.0, seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)))
+                 for r in rows if naive_utc(r.first_at) >= cut]
+    waiting = {
+        j["id"]: seconds_between(now, slot_opened(j["opens_at"], j["created_at"]))
+        for j in live
+        if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value) and not j["is_backfill"]
+    }
+    waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
+    if waiting:
+        dispatched = set(conn.execute(
+            sa.select(events_table.c.job_id)
+            .where(events_table.c.to_state == cif, events_table.c.job_id.in_(list(waiting))).distinct()
+        ).scalars())
+        waiting = {k: v for k, v in waiting.items() if k not in dispatched}
+    return status.Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
+               tuple(durations) + tuple(waiting.values()), open=len(waiting))
+
+
+def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+           s: StatusSettings) -> status.Sli:
+    """From the provider's completion (or the entry into COMPLETED_NOT_RETRIEVED) to custody."""
+    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
+    e = events_table.c
+    rows = conn.execute(
+        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
+        .where(e.at >= cutoff, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
+        .order_by(e.job_id, e.id)
+    ).all()
+    durations, failed = status.dwell_samples(
+        (r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
+    waiting = [seconds_between(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
+    waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
+    return status.Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
+               tuple(durations) + tuple(waiting), open=len(waiting), failed=failed)
+
+
+def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                   s: StatusSettings) -> status.Sli:
+    """How late each provider observation ran: its `at` minus the `due_at` it was waiting for."""
+    rows = conn.execute(
+        sa.select(events_table.c.at, events_table.c.detail)
+        .where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
+    ).all()
+    durations = [d for d in (status.poll_lateness(naive_utc(r.at), r.detail) for r in rows) if d is not None]
+    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    late = [
+        seconds_between(now, j["next_attempt_at"]) for j in live
+        if j["state"] in watched and (j["lease_expiry"] is None or naive_utc(j["lease_expiry"]) < now)
+    ]
+    late = [d for d in late if d >= s.overdue_poll_slo_seconds]
+    return status.Sli("overdue_polls", s.overdue_poll_slo_seconds, s.overdue_poll_slo_target,
+               tuple(durations) + tuple(late), open=len(late))
+
+
+def _duplicates(conn: Connection) -> int:
+    ed = tables.editions
+    groups = (
+        sa.select(sa.func.count().label("n"))
+        .select_from(ed)
+        .group_by(ed.c.product, ed.c.edition_date, ed.c.lang)
+        .having(sa.func.count() > 1)
+        .subquery()
+    )
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(groups.c.n - 1), 0))).scalar_one())
+
+
+def _spend(conn: Connection, since: dt.date) -> tuple[status.Spend, ...]:
+    q = (
+        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens),
+                  sa.func.sum(jobs_table.c.output_tokens), sa.func.sum(jobs_table.c.total_tokens))
+        .where(jobs_table.c.edition_date >= since)
+        .group_by(jobs_table.c.product, jobs_table.c.edition_date)
+        .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
+    )
+    return tuple(status.Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
