@@ -113,11 +113,13 @@ class Event:
     reason: str
     detail: dict[str, Any]
     at: dt.datetime
+    lang: str | None = None  # a language track's entry (its version is the track's); None: the slot's
 
     def public(self) -> dict[str, Any]:
         return {
             "from_state": self.from_state, "to_state": self.to_state, "version": self.version,
-            "reason": self.reason, "worker": self.worker, "at": iso_z(self.at), "detail": self.detail,
+            "reason": self.reason, "worker": self.worker, "at": iso_z(self.at), "lang": self.lang,
+            "detail": self.detail,
         }
 
 

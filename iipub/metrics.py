@@ -13,24 +13,32 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from . import deliveries
+from .config import Product
 from .files import fsync_dir, replace_atomically
 from .money import GLOBAL, TIERS
 from .states import QUARANTINE_REASONS, State
 from .status import Status
 from .timefmt import naive_utc
+from .track_views import Figures as TrackFigures
+from .track_views import parked_reason as _parked_reason
 
 NAN = math.nan
 
 
-def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegistry:
+Products = Iterable[str] | Mapping[str, Product]
+
+
+def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     """A fresh registry holding the report's figures. `products` (the configured ones) get a
-    zero for every state even before they have a job."""
+    zero for every state even before they have a job (and, given as configured `Product`s,
+    every language of theirs a zero for every track state)."""
     reg = CollectorRegistry(auto_describe=True)
 
     def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
@@ -41,6 +49,8 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
         by_state = report.counts.get(product, {})
         for state in State:
             jobs.labels(product=product, state=state.value).set(by_state.get(state.value, 0))
+
+    _tracks(report, products, gauge)
 
     quarantined = gauge("quarantined_jobs", "Jobs in QUARANTINED, by quarantine reason.", ("reason",))
     by_reason = report.quarantine_reasons
@@ -147,6 +157,41 @@ def registry_for(report: Status, products: Iterable[str] = ()) -> CollectorRegis
     return reg
 
 
+def _tracks(report: Status, products: Products, gauge: Callable[..., Gauge]) -> None:
+    """The language tracks by product, language and state; parked ones by language and reason;
+    stranded ones and duplicate publications per language (SLIs 4 and 5 count editions)."""
+    t = report.tracks or TrackFigures(counts={})
+    languages = {name: set(p.languages) for name, p in products.items()} if isinstance(products, Mapping) else {}
+    for product, langs in t.counts.items():
+        languages.setdefault(product, set()).update(langs)
+    tracks = gauge("tracks", "Language tracks by product, language and state.", ("product", "lang", "state"))
+    for product in sorted(languages):
+        for lang in sorted(languages[product]):
+            by_state = t.counts.get(product, {}).get(lang, {})
+            for state in State:
+                tracks.labels(product=product, lang=lang, state=state.value).set(by_state.get(state.value, 0))
+    every_lang = sorted({lang for langs in languages.values() for lang in langs} | set(t.duplicates_by_lang))
+    parked = gauge("parked_tracks", "Tracks waiting for an operator (VALIDATION_FAILED_RETAINED, QUARANTINED), by "
+                   "language and reason (the quarantine reason, or validation_failed_retained).", ("lang", "reason"))
+    by_reason = Counter((r.lang, _parked_reason(r)) for r in t.parked)
+    for lang in every_lang:
+        for reason in sorted({"validation_failed_retained", *QUARANTINE_REASONS}):
+            parked.labels(lang=lang, reason=reason).set(by_reason.get((lang, reason), 0))
+    for (lang, reason), n in sorted(by_reason.items()):
+        parked.labels(lang=lang, reason=reason).set(n)
+    stranded = gauge("stranded_tracks", "Unpublished tracks nobody is asked to act on, past stranded_after_seconds, "
+                     "by language.", ("lang",))
+    duplicates = gauge("duplicate_publications_by_lang", "Editions per product and date beyond the first, by "
+                       "language (SLO 0).", ("lang",))
+    stranded_by_lang = t.stranded_by_lang()
+    for lang in sorted(set(every_lang) | set(stranded_by_lang)):
+        stranded.labels(lang=lang).set(stranded_by_lang.get(lang, 0))
+        duplicates.labels(lang=lang).set(t.duplicates_by_lang.get(lang, 0))
+    oldest = t.stranded[0].age_seconds if t.stranded else 0.0
+    gauge("oldest_stranded_track_age_seconds", "Age since its slot opened of the oldest stranded track (0: none).").set(
+        oldest)
+
+
 def _paid(report: Status, gauge: Callable[..., Gauge]) -> None:
     """Spend by payment time (windows today, 7d, 30d), the daily ceilings, an unreachable provider."""
     p = report.paid
@@ -195,12 +240,12 @@ def _paid(report: Status, gauge: Callable[..., Gauge]) -> None:
         reached.labels(scope=scope).set(int(c.reached))
 
 
-def render(report: Status, products: Iterable[str] = ()) -> bytes:
+def render(report: Status, products: Products = ()) -> bytes:
     """The text exposition format of `registry_for`."""
     return generate_latest(registry_for(report, products))
 
 
-def write_textfile(path: Path, report: Status, products: Iterable[str] = ()) -> None:
+def write_textfile(path: Path, report: Status, products: Products = ()) -> None:
     """Write the metrics to `path` atomically: a hidden temp file beside it (which the textfile
     collector ignores: it reads `*.prom` only), fsync, rename, fsync of the directory. Raises
     OSError when the directory is missing or not writable."""

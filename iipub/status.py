@@ -22,6 +22,7 @@ from .jobs import is_stranded, late_seconds
 from .payments import Report as PaidReport
 from .states import State
 from .timefmt import duration, iso_z, iso_z_or_none, seconds_between
+from .track_views import Figures as TrackFigures
 from .wording import clip_words, plural
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
@@ -152,6 +153,7 @@ class Status:
     cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
     paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
+    tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -193,6 +195,7 @@ class Status:
             found.append((CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
+        found.extend(self._track_problems())
         if self.late:
             o = self.late[0]
             severe = o.age_seconds > s.stranded_after_seconds
@@ -239,6 +242,26 @@ class Status:
                      for sli in self.slis if sli.breached)
         found.extend(self.extra_problems)
         return sorted(found, key=lambda p: -p[0])
+
+    def _track_problems(self) -> list[tuple[int, str]]:
+        """Stranded tracks are CRITICAL like stranded jobs; a parked track is a WARNING like a
+        parked job (its language waits for an operator; the other languages go on)."""
+        t, s = self.tracks, self.settings
+        if t is None:
+            return []
+        found: list[tuple[int, str]] = []
+        if t.stranded:
+            o = t.stranded[0]
+            found.append((CRITICAL, (f"{plural(len(t.stranded), 'track')} stranded > "
+                                     f"{duration(s.stranded_after_seconds)} (oldest {o.describe()} for "
+                                     f"{duration(o.age_seconds)}, job {o.job_id[:8]})")))
+        if t.parked:
+            o = t.parked[0]
+            reasons = ", ".join(f"{reason} {n}" for reason, n in t.parked_by_reason().items())
+            why = f": {clip_words(o.reason, 80)}" if o.reason else ""
+            found.append((WARNING, (f"{plural(len(t.parked), 'parked track')} ({reasons}; oldest {o.describe()} "
+                                    f"for {duration(o.age_seconds)}{why}, job {o.job_id[:8]})")))
+        return found
 
     def _gate_problems(self) -> list[tuple[int, str]]:
         g, s = self.gate, self.settings
@@ -288,6 +311,8 @@ class Status:
             f"outbox_parked={self.outbox_parked};0",
             f"duplicates={self.duplicate_publications};;0",
             f"late={len(self.late)};0",
+            f"tracks_parked={len(self.tracks.parked) if self.tracks else 0};0",
+            f"tracks_stranded={len(self.tracks.stranded) if self.tracks else 0};;0",
             # Nagios ranges: "0" alerts above 0, so a 0/1 flag warns as soon as it is 1.
             f"breaker_open={int(bool(self.gate and self.gate.is_open))};0",
             f"paused={int(bool(self.gate and self.gate.paused))};0",
@@ -325,6 +350,7 @@ class Status:
                 "overdue_polls": self.overdue_polls.to_dict(),
             },
             "duplicate_publications": self.duplicate_publications,
+            "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
             "stranded": {
                 "count": len(self.stranded),
                 "after_seconds": self.settings.stranded_after_seconds,

@@ -15,13 +15,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import clock, cutover, db, deliveries, gate, heartbeat, installation, outbox, status, tables
+from . import clock, cutover, db, deliveries, gate, heartbeat, installation, outbox, status, tables, track_views
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
-from .jobs import slot_opened
+from .jobs import DONE_STATES, slot_opened
 from .payments import report as paid_report
 from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
 from .timefmt import naive_utc, seconds_between
+from .track_views import Figures as TrackFigures
 
 jobs_table = tables.jobs
 events_table = tables.job_events
@@ -70,8 +71,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
             raise
         cut = cutover.collect(conn, settings, now, gate_state)
         ledger_trouble = _ledger_problem(conn, settings)
-    # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
-    held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
+        # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
+        held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
+        track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -84,7 +86,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         dwell=dwell,
         overdue_polls=overdue,
         duplicate_publications=duplicates,
-        stranded=status.stranded_jobs(attention, now, s.stranded_after_seconds),
+        # A slot waiting on a parked track is reported by that track (a WARNING), not stranded.
+        stranded=status.stranded_jobs([j for j in attention if j["id"] not in track_figures.parked_job_ids], now,
+                                      s.stranded_after_seconds),
         quarantined=tuple(sorted(
             (status.job_ref(j, seconds_between(now, j["state_entered_at"]))
              for j in live if j["state"] == State.QUARANTINED.value),
@@ -110,7 +114,27 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         cutover=cut,
         paid=paid,
         ledger_problem=ledger_trouble,
+        tracks=track_figures,
     )
+
+
+def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, held: set[str]) -> TrackFigures:
+    """The language tracks' figures: counts grouped in the database, then every track not done
+    yet with its job's liveness columns, and the duplicate publications per language."""
+    t, j, ed = tables.tracks.c, jobs_table.c, tables.editions.c
+    counts = conn.execute(sa.select(t.product, t.lang, t.state, sa.func.count()).group_by(t.product, t.lang, t.state))
+    done = sorted(s.value for s in DONE_STATES)
+    unfinished = conn.execute(
+        sa.select(t.job_id, t.product, t.edition_date, t.lang, t.state, t.quarantine_reason, t.last_error,
+                  t.state_entered_at, j.state.label("job_state"), j.opens_at, j.created_at.label("job_created_at"),
+                  j.kill_requested)
+        .join(jobs_table, j.id == t.job_id).where(t.state.not_in(done))
+    ).mappings().all()
+    groups = (sa.select(ed.lang, sa.func.count().label("n")).group_by(ed.product, ed.edition_date, ed.lang)
+              .having(sa.func.count() > 1).subquery())
+    duplicates = {lang: int(n) for lang, n in conn.execute(
+        sa.select(groups.c.lang, sa.func.sum(groups.c.n - 1)).group_by(groups.c.lang))}
+    return track_views.figures(counts.all(), unfinished, now, stranded_after_seconds, duplicates, held)
 
 
 def _ledger_problem(conn: Connection, settings: Settings) -> str | None:

@@ -32,10 +32,14 @@ from .errors import (
 from .jobs import Event, Job, new_worker_id, slot_row
 from .states import Reason, State
 from .timefmt import as_date
+from .track_views import TrackView
 
 log = structlog.get_logger("iipub.store")
 jobs_table = tables.jobs
 events_table = tables.job_events
+# A track read names this many jobs at most per IN list.
+_IN_CHUNK = 500
+_TRACK_VIEW_COLUMNS = [tables.tracks.c[f.name] for f in dataclasses.fields(TrackView)]
 
 __all__ = ["Event", "Job", "Store", "new_worker_id"]
 
@@ -140,10 +144,25 @@ class Store:
                 Event(
                     id=r.id, job_id=r.job_id, from_state=r.from_state, to_state=r.to_state,
                     version=r.version, worker=r.worker, reason=r.reason,
-                    detail=json.loads(r.detail) if r.detail else {}, at=r.at,
+                    detail=json.loads(r.detail) if r.detail else {}, at=r.at, lang=r.lang,
                 )
                 for r in conn.execute(q)
             ]
+
+    def tracks_of(self, job_ids: Sequence[str]) -> dict[str, list[TrackView]]:
+        """The language tracks of each of `job_ids` (languages in order), without payloads; a
+        job without tracks is absent. One IN list per `_IN_CHUNK` jobs."""
+        ids = list(dict.fromkeys(job_ids))
+        t = tables.tracks.c
+        found: dict[str, list[TrackView]] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(ids), _IN_CHUNK):
+                q = (sa.select(*_TRACK_VIEW_COLUMNS).where(t.job_id.in_(ids[start:start + _IN_CHUNK]))
+                     .order_by(t.job_id, t.lang))
+                for row in conn.execute(q).mappings():
+                    track = TrackView.from_row(row)
+                    found.setdefault(track.job_id, []).append(track)
+        return found
 
     def suspected_loss_reads(self, job_id: str, most: int) -> int:
         """How many reads in a row (transient failures between them aside) suspected the job's

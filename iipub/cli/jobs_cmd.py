@@ -9,9 +9,23 @@ from typing import Any
 
 import click
 
-from .. import clock, scheduling
+from .. import clock, scheduling, track_views
 from ..states import State
-from .common import DATE, AnyCaseChoice, App, by_option, emit_json, json_option, moved, pass_app, reason_option, table
+from ..timefmt import iso_z
+from ..track_views import TrackView
+from .common import (
+    DATE,
+    AnyCaseChoice,
+    App,
+    by_option,
+    clip,
+    emit_json,
+    json_option,
+    moved,
+    pass_app,
+    reason_option,
+    table,
+)
 
 
 @click.command("schedule")
@@ -51,17 +65,21 @@ def jobs_group() -> None:
 @pass_app
 def list_command(app: App, state: str | None, product: str | None, day: dt.date | None, limit: int,
                  as_json: bool) -> None:
-    """One line per job, newest edition first."""
+    """One line per job, newest edition first. TRACKS sums up its language tracks (each
+    language's state, e.g. `en:PUBLISHED es:VALIDATION_FAILED_RETAINED`; empty before the fork)."""
     if product:
         app.settings.product(product)  # an unknown product is a configuration error, as for `schedule`
-    jobs = app.store().list_jobs(state=state, product=product, day=day, limit=limit)
+    store = app.store()
+    jobs = store.list_jobs(state=state, product=product, day=day, limit=limit)
+    tracks = store.tracks_of([j.id for j in jobs])
     if as_json:
-        emit_json([j.public() for j in jobs])
+        emit_json([{**j.public(), "tracks": [t.public() for t in tracks.get(j.id, [])]} for j in jobs])
         return
     click.echo(table(
         [(j.id, j.product, j.edition_date, j.state.value, j.version, j.generation_attempts, j.poll_count,
-          j.response_id or "-", j.quarantine_reason or "") for j in jobs],
-        ["ID", "PRODUCT", "DATE", "STATE", "VER", "GEN", "POLLS", "RESPONSE", "QUARANTINE"],
+          j.response_id or "-", j.quarantine_reason or "", track_views.summary(tracks.get(j.id, [])))
+         for j in jobs],
+        ["ID", "PRODUCT", "DATE", "STATE", "VER", "GEN", "POLLS", "RESPONSE", "QUARANTINE", "TRACKS"],
     ))
 
 
@@ -70,19 +88,25 @@ def list_command(app: App, state: str | None, product: str | None, day: dt.date 
 @json_option
 @pass_app
 def show_command(app: App, job_id: str, as_json: bool) -> None:
-    """One job: its columns and full event history (oldest first). ID may be a unique prefix."""
+    """One job: its columns, its language tracks and its full event history (oldest first;
+    LANG names a track's entries, whose VER is the track's version). ID may be a unique prefix."""
     store = app.store()
     job = store.lookup(job_id)
     events = store.events(job.id)
+    tracks = store.tracks_of([job.id]).get(job.id, [])
     if as_json:
-        emit_json({**job.public(), "events": [e.public() for e in events]})
+        emit_json({**job.public(), "tracks": [t.public() for t in tracks], "events": [e.public() for e in events]})
         return
     for key, value in job.public().items():
         click.echo(f"{key:<20} {'' if value is None else value}")
+    if tracks:
+        click.echo("")
+        click.echo(_tracks_table(tracks))
     click.echo("")
     click.echo(table(
-        [(e.at, e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail)) for e in events],
-        ["AT", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"],
+        [(e.at, e.lang or "-", e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail))
+         for e in events],
+        ["AT", "LANG", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"],
     ))
 
 
@@ -115,6 +139,22 @@ def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: s
 
 
 DETAIL_WIDTH = 100
+SHA_WIDTH = 12  # enough to tell hashes apart on screen; `--json` has them whole
+ERROR_WIDTH = 80
+
+
+def _tracks_table(tracks: list[TrackView]) -> str:
+    def lease(t: TrackView) -> str:
+        if t.lease_owner is None:
+            return "-"
+        return f"{t.lease_owner} until {iso_z(t.lease_expiry, 'seconds') if t.lease_expiry else '?'}"
+
+    return table(
+        [(t.lang, t.state, t.version, lease(t), iso_z(t.next_attempt_at, "seconds"),
+          (t.payload_sha256 or "-")[:SHA_WIDTH], (t.composed_sha256 or "-")[:SHA_WIDTH],
+          t.quarantine_reason or "-", clip(t.last_error, ERROR_WIDTH) or "-") for t in tracks],
+        ["LANG", "STATE", "VER", "LEASE", "NEXT", "PAYLOAD", "COMPOSED", "QUARANTINE", "LAST ERROR"],
+    )
 
 
 def _brief(detail: dict[str, Any] | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,9 +15,10 @@ from ..db import describe_error
 from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady
 from ..states import State
 from ..timefmt import duration
-from .common import App, emit_json, json_option, pass_app, table
+from .common import App, clip, emit_json, json_option, pass_app, table
 
 if TYPE_CHECKING:
+    from ..config import Product
     from ..status import Status
 
 UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing the report
@@ -50,7 +51,15 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                             {count, open, failed, p50_seconds, p99_seconds, max_seconds,
                              slo_seconds, target, within_slo, breached}
       duplicate_publications editions per product/date/language beyond the first
-      stranded              {count, after_seconds, oldest, jobs}
+      tracks                the language tracks: {total, by_state, by_lang: {lang:
+                             {state: n}}, by_product: {product: {lang: {state: n}}},
+                             parked: {count, by_reason, oldest, tracks}, stranded:
+                             {count, by_lang, oldest, tracks},
+                             duplicate_publications_by_lang: {lang: n}}; a track
+                            reference is {job_id, product, edition_date, lang, state,
+                             age_seconds, reason}
+      stranded              {count, after_seconds, oldest, jobs} (a job waiting on a
+                             parked track is not stranded: the track is reported)
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
       quarantine            {count, by_reason, oldest, jobs}
@@ -90,6 +99,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     ceiling is reached (naming it); WARNING for a day of the window without a product's slot,
     for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
+    A parked language track (VALIDATION_FAILED_RETAINED or QUARANTINED) is a WARNING like a
+    parked job; a stranded track (unpublished, not parked, its job not parked, past [status]
+    stranded_after_seconds since the slot opened) is CRITICAL like a stranded job.
     """
     from .. import status as st
     from .. import status_queries
@@ -127,7 +139,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
         raise CannotWrite(unwritable)
 
 
-def _write_metrics(path: Path, report: Status, products: Iterable[str]) -> str | None:
+def _write_metrics(path: Path, report: Status, products: Mapping[str, Product]) -> str | None:
     """Write the Prometheus textfile; None when done, else the one-line reason it was not."""
     from .. import metrics  # prometheus_client only for the runs that ask for it
 
@@ -190,6 +202,7 @@ def render(r: Status) -> str:
                                 for state in states]
     rows.append(["TOTAL", *[sum(r.counts[p].values()) for p in products], r.jobs_total])
     out += ["JOBS", table(rows, ["STATE", *products, "TOTAL"]), ""]
+    out += _track_lines(r)
 
     sli_rows = []
     for sli in r.slis:
@@ -279,6 +292,32 @@ def render(r: Status) -> str:
 
     out.append(r.check()[1])
     return "\n".join(out)
+
+
+def _track_lines(r: Status) -> list[str]:
+    """TRACKS: tracks by state per product and language, then the parked and stranded ones
+    (nothing when no slot has forked yet)."""
+    t = r.tracks
+    if t is None or not t.total:
+        return []
+    columns = [(p, lang) for p, langs in sorted(t.counts.items()) for lang in sorted(langs)]
+    states = list(t.by_state)
+    rows: list[list[object]] = [[state, *[t.counts[p][lang].get(state, 0) for p, lang in columns],
+                                 t.by_state[state]] for state in states]
+    rows.append(["TOTAL", *[sum(t.counts[p][lang].values()) for p, lang in columns], t.total])
+    lines = ["TRACKS", table(rows, ["STATE", *[f"{p}/{lang}" for p, lang in columns], "TOTAL"])]
+    facts: list[list[object]] = [
+        ["parked tracks", len(t.parked), ", ".join(f"{k}: {v}" for k, v in t.parked_by_reason().items())],
+        ["stranded tracks", len(t.stranded), f"unpublished, not parked, > {duration(r.settings.stranded_after_seconds)}"
+         " after the slot opened" + (f"; oldest {t.stranded[0].describe()} {duration(t.stranded[0].age_seconds)}"
+                                     if t.stranded else "")],
+    ]
+    facts.extend(["  parked", f"{o.job_id} {o.lang}", f"{o.state} {duration(o.age_seconds)}: {clip(o.reason, 80)}"]
+                 for o in t.parked[:5])
+    if t.duplicates_by_lang:
+        facts.append(["duplicates by language", sum(t.duplicates_by_lang.values()),
+                      ", ".join(f"{k}: {v}" for k, v in t.duplicates_by_lang.items())])
+    return [*lines, _aligned(facts), ""]
 
 
 def _money(value: float | None, currency: str | None) -> str:

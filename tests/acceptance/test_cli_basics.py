@@ -49,7 +49,7 @@ def test_migrate_schedule_list_show(cli_env: dict[str, str], tmp_path: Path) -> 
 
     shown_human = run_cli("jobs", "show", jobs[0]["id"], env=cli_env, cwd=tmp_path, check=True).stdout
     header, event_row = shown_human.splitlines()[-2:]
-    assert header.split() == ["AT", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"]
+    assert header.split() == ["AT", "LANG", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"]
     assert "NO_JOB" in event_row and "scheduled" in event_row and event_row.endswith('{"backfill": false}')
 
 
