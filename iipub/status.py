@@ -255,6 +255,10 @@ class Status:
             found.append((CRITICAL, (f"{plural(len(t.stranded), 'track')} stranded > "
                                      f"{duration(s.stranded_after_seconds)} (oldest {o.describe()} for "
                                      f"{duration(o.age_seconds)}, job {o.job_id[:8]})")))
+        if t.failing_steps:
+            o = t.failing_steps[0]
+            found.append((WARNING, (f"{plural(len(t.failing_steps), 'track')} whose step is failing (e.g. "
+                                    f"{o.describe()}: {clip_words(o.reason or '', 120)})")))
         if t.parked:
             o = t.parked[0]
             reasons = ", ".join(f"{reason} {n}" for reason, n in t.parked_by_reason().items())

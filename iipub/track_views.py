@@ -24,6 +24,8 @@ PUBLIC_FIELDS = (
     "payload_sha256", "source_sha256", "composed_sha256", "quarantine_reason", "last_error",
     "suspended_from", "created_at", "updated_at", "state_entered_at",
 )
+# A track's step that failed with an unexpected error says so in its last_error (like a job's).
+STEP_FAILED = "step_failed:"
 _PARKED = frozenset(s.value for s in PARKED_STATES)
 _DONE = frozenset(s.value for s in DONE_STATES)
 
@@ -105,6 +107,7 @@ class Figures:
     stranded: tuple[TrackRef, ...] = ()  # unpublished, nobody asked to act, past the limit; oldest first
     duplicates_by_lang: Mapping[str, int] = dataclasses.field(default_factory=dict)
     parked_job_ids: frozenset[str] = frozenset()  # jobs waiting on a parked track
+    failing_steps: tuple[TrackRef, ...] = ()  # tracks whose last step failed with an unexpected error
 
     @property
     def total(self) -> int:
@@ -153,6 +156,7 @@ class Figures:
                 "tracks": [t.to_dict() for t in self.stranded],
             },
             "duplicate_publications_by_lang": dict(self.duplicates_by_lang),
+            "failing_steps": [t.to_dict() for t in self.failing_steps],
         }
 
 
@@ -175,10 +179,12 @@ def figures(counts: Iterable[Sequence[Any]], unfinished: Iterable[Mapping[Any, A
     by_product: dict[str, dict[str, dict[str, int]]] = {}
     for product, lang, state, n in counts:
         by_product.setdefault(product, {}).setdefault(lang, {})[state] = int(n)
-    parked, stranded = [], []
+    parked, stranded, failing = [], [], []
     for r in unfinished:
         if r["state"] in _DONE:
             continue
+        if (r["last_error"] or "").startswith(STEP_FAILED):
+            failing.append(_track_ref(r, 0.0, r["last_error"]))
         if r["state"] in _PARKED:
             why = r["quarantine_reason"] if r["state"] == State.QUARANTINED.value else r["last_error"]
             parked.append(_track_ref(r, seconds_between(now, r["state_entered_at"]), why))
@@ -193,6 +199,7 @@ def figures(counts: Iterable[Sequence[Any]], unfinished: Iterable[Mapping[Any, A
         stranded=tuple(sorted(stranded, key=lambda x: -x.age_seconds)),
         duplicates_by_lang=dict(sorted(duplicates_by_lang.items())),
         parked_job_ids=frozenset(ref.job_id for ref in parked),
+        failing_steps=tuple(failing),
     )
 
 

@@ -55,7 +55,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              {state: n}}, by_product: {product: {lang: {state: n}}},
                              parked: {count, by_reason, oldest, tracks}, stranded:
                              {count, by_lang, oldest, tracks},
-                             duplicate_publications_by_lang: {lang: n}}; a track
+                             duplicate_publications_by_lang: {lang: n}, failing_steps:
+                             [tracks whose step failed unexpectedly]}; a track
                             reference is {job_id, product, edition_date, lang, state,
                              age_seconds, reason}
       stranded              {count, after_seconds, oldest, jobs} (a job waiting on a

@@ -181,7 +181,7 @@ def slot(settings: Settings, engine: sa.Engine, product: str, day: dt.date, stat
 def tracks_world(settings: Settings, engine: sa.Engine) -> dict[str, str]:
     """Four slots past the fork:
     parked_new   daily-brief, opened 10 min ago: en PUBLISHED, es VALIDATION_FAILED_RETAINED
-    stuck        revolution-watch, opened 3 h ago: en READY_TO_COMPOSE (stranded), es PUBLISHED
+    stuck        revolution-watch, opened 3 h ago: en READY_TO_COMPOSE (stranded, its step failing), es PUBLISHED
     suspended    daily-brief, opened 3 h ago, the job MANUALLY_SUSPENDED: es COMPOSED_NOT_SAVED (frozen)
     parked_old   daily-brief, opened 3 h ago: en PUBLISHED, es QUARANTINED config_drift for 3 h"""
     d = dt.date(2026, 11, 10)
@@ -196,7 +196,8 @@ def tracks_world(settings: Settings, engine: sa.Engine) -> dict[str, str]:
     add_track(engine, ids["parked_new"], "en", State.PUBLISHED)
     add_track(engine, ids["parked_new"], "es", State.VALIDATION_FAILED_RETAINED, entered_ago=300,
               last_error="es.title: empty")
-    add_track(engine, ids["stuck"], "en", State.READY_TO_COMPOSE, entered_ago=3 * 3600)
+    add_track(engine, ids["stuck"], "en", State.READY_TO_COMPOSE, entered_ago=3 * 3600,
+              last_error="step_failed: OSError: disk full")
     add_track(engine, ids["stuck"], "es", State.PUBLISHED)
     add_track(engine, ids["suspended"], "en", State.PUBLISHED)
     add_track(engine, ids["suspended"], "es", State.COMPOSED_NOT_SAVED, entered_ago=3 * 3600)
@@ -231,6 +232,7 @@ def test_status_counts_tracks_and_reports_parked_and_stranded_ones(settings: Set
     problems = {text.split(" (")[0]: sev for sev, text in report.problems()}
     assert problems["1 track stranded > 2h00m"] == st.CRITICAL
     assert problems["2 parked tracks"] == st.WARNING
+    assert problems["1 track whose step is failing"] == st.WARNING
     lines = [text for _, text in report.problems()]
     assert (f"1 track stranded > 2h00m (oldest revolution-watch 2026-11-10 en in READY_TO_COMPOSE for 3h00m, job "
             f"{ids['stuck'][:8]})") in lines
@@ -245,6 +247,10 @@ def test_status_counts_tracks_and_reports_parked_and_stranded_ones(settings: Set
     assert doc["tracks"]["stranded"]["oldest"]["job_id"] == ids["stuck"]
     assert doc["tracks"]["stranded"]["by_lang"] == {"en": 1}
     assert doc["tracks"]["duplicate_publications_by_lang"] == {}
+    assert [(f["job_id"], f["lang"], f["reason"]) for f in doc["tracks"]["failing_steps"]] == [
+        (ids["stuck"], "en", "step_failed: OSError: disk full")]
+    assert ("1 track whose step is failing (e.g. revolution-watch 2026-11-10 en in READY_TO_COMPOSE: step_failed: "
+            "OSError: disk full)") in lines
     assert "tracks_parked=2;0" in report.perfdata() and "tracks_stranded=1;;0" in report.perfdata()
 
 
