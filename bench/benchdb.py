@@ -36,7 +36,8 @@ if str(ROOT) not in sys.path:  # running from a checkout without the editable in
 import sqlalchemy as sa
 
 from iipub import clock, db, edition_schema, migrate, tables
-from iipub.config import Product, Settings, settings_from_dict
+from iipub.config import Product, Settings
+from iipub.config_file import settings_from_dict
 from iipub.jobs import slot_row
 from iipub.outcomes import CreateRequest
 from iipub.provider import create_input, create_metadata

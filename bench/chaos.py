@@ -58,7 +58,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from iipub import clock, db, gate, invariants, migrate, tables
-from iipub.config import default_ledger_path, settings_from_dict
+from iipub.config_file import default_ledger_path, settings_from_dict
 from iipub.ledger import SpendLedger
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
 from iipub.states import State

@@ -33,7 +33,8 @@ if str(ROOT) not in sys.path:  # running from a checkout without the install
 import sqlalchemy as sa
 
 from iipub import clock, db, invariants, logs, migrate, reconcile, relay, tables
-from iipub.config import Settings, settings_from_dict
+from iipub.config import Settings
+from iipub.config_file import settings_from_dict
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
 from iipub.timefmt import seconds_between

@@ -68,7 +68,8 @@ import sqlalchemy as sa
 import benchdb
 import reporting
 from iipub import clock, invariants, logs, reconcile, relay, tables, webhook
-from iipub.config import Settings, settings_from_dict
+from iipub.config import Settings
+from iipub.config_file import settings_from_dict
 from iipub.deliveries import Deliveries
 from iipub.outcomes import CreateOutcome, CreateRequest
 from iipub.provider import Provider

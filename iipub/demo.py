@@ -17,7 +17,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from . import clock, db, heartbeat, migrate, reconcile, relay, scheduling, tables
-from .config import Product, Settings, settings_from_dict
+from .config import Product, Settings
+from .config_file import settings_from_dict
 from .errors import ConfigError
 from .jobs import new_worker_id
 from .simulator import Simulator, SimulatorOptions

@@ -37,7 +37,8 @@ import structlog
 from openai.types.webhooks import UnwrapWebhookEvent
 
 from . import clock, db, gate, logs, settle
-from .config import Settings, WebhookSettings, load_settings
+from .config import Settings, WebhookSettings
+from .config_file import load_settings
 from .deliveries import IGNORED, UNKNOWN_EVENT, Deliveries
 from .errors import Contention, DatabaseUnavailable, IipubError
 from .jobs import new_worker_id

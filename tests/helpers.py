@@ -39,7 +39,8 @@ import structlog
 from click.testing import CliRunner
 
 from iipub import logs, reconcile, tables
-from iipub.config import Settings, settings_from_dict
+from iipub.config import Settings
+from iipub.config_file import settings_from_dict
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.simulator import server as simulator_server

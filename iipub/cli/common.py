@@ -15,7 +15,8 @@ import click
 from sqlalchemy.engine import Engine
 
 from .. import db, logs
-from ..config import Settings, load_settings
+from ..config import Settings
+from ..config_file import load_settings
 from ..jobs import Job, new_worker_id
 from ..states import State
 from ..store import Store

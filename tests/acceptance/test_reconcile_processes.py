@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import clock
-from iipub.config import settings_from_dict
+from iipub.config_file import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
 from tests.helpers import job_events, job_rows, run_cli, sim_env, start_iipub, wait_for

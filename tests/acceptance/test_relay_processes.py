@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub import clock, tables
-from iipub.config import settings_from_dict
+from iipub.config_file import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.store import Store
 from tests.helpers import SECRET, job_rows, receiver, run_cli, sim_env, start_iipub

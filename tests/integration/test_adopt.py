@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import adoption, handover, tables
-from iipub.config import Settings, load_settings
+from iipub.config import Settings
+from iipub.config_file import load_settings
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store

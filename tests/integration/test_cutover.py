@@ -17,7 +17,7 @@ import openai
 import sqlalchemy as sa
 
 from iipub import clock, db, migrate, tables
-from iipub.config import load_settings
+from iipub.config_file import load_settings
 from iipub.edition_schema import text_format
 from iipub.provider import create_input
 from iipub.simulator import Simulator

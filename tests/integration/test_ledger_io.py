@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from iipub import clock, ledger, reconcile
-from iipub.config import Settings, load_settings
+from iipub.config import Settings
+from iipub.config_file import load_settings
 from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator
 from iipub.store import Store

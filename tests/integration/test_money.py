@@ -15,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import clock, db, reconcile, relay, status, status_queries, tables
-from iipub.config import Settings, load_settings
+from iipub.config import Settings
+from iipub.config_file import load_settings
 from iipub.simulator import Simulator
 from iipub.simulator.faults import FaultRule
 from iipub.states import Reason, State

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from iipub import reconcile, status_queries
 from iipub import status as st
-from iipub.config import Settings, settings_from_dict
+from iipub.config import Settings
+from iipub.config_file import settings_from_dict
 from iipub.gate import CreateGate
 from iipub.simulator import Simulator
 from iipub.store import Store

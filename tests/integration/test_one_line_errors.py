@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.config import settings_from_dict
+from iipub.config_file import settings_from_dict
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from iipub import clock, tables
-from iipub.config import settings_from_dict
+from iipub.config_file import settings_from_dict
 from iipub.store import Store
 from tests.helpers import clean_env, one_line_error, record_heartbeats, run_cli
 

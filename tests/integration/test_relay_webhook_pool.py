@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub import clock, relay, tables
-from iipub.config import Settings, WebhookSink, settings_from_dict
+from iipub.config import Settings, WebhookSink
+from iipub.config_file import settings_from_dict
 from iipub.errors import ConfigError
 from iipub.simulator import Simulator
 from iipub.timefmt import naive_utc

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from iipub.compose import compose
-from iipub.config import Product, default_products, settings_from_dict
+from iipub.config import Product, default_products
+from iipub.config_file import settings_from_dict
 from iipub.edition_schema import output_model
 from iipub.sinks import Delivered, Event, Parked
 from iipub.sinks.static import StaticSink

@@ -14,7 +14,7 @@ from freezegun import freeze_time
 from sqlalchemy import event
 
 from iipub import clock, db, tables
-from iipub.config import settings_from_dict
+from iipub.config_file import settings_from_dict
 from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.states import Reason, State
 from iipub.store import Store

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from iipub.config import load_settings, settings_from_dict
+from iipub.config_file import load_settings, settings_from_dict
 from iipub.errors import ConfigError, MissingApiKey
 
 
@@ -85,3 +85,18 @@ def test_missing_and_corrupt_config_files(tmp_path: Path) -> None:
     corrupt.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError):
         load_settings({"IIPUB_CONFIG": str(corrupt)})
+
+
+def test_the_environment_is_read_when_the_settings_are_built_never_afterwards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`config_file` reads the environment once; the built settings (pure `config` values) keep
+    what it said, however the process environment changes later."""
+    built = settings_from_dict({}, env={"XDG_STATE_HOME": str(tmp_path / "at-load")})
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "later"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-later")
+    assert built.ledger_path() == tmp_path / "at-load" / "iipub" / "spend-ledger.jsonl"
+    assert built.api_key is None
+    loaded = load_settings({"XDG_STATE_HOME": str(tmp_path / "loaded"), "OPENAI_API_KEY": "sk-at-load"})
+    assert loaded.ledger_path() == tmp_path / "loaded" / "iipub" / "spend-ledger.jsonl"
+    assert loaded.require_api_key() == "sk-at-load"

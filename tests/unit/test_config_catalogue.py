@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iipub.config import load_settings
+from iipub.config_file import load_settings
 from iipub.errors import ConfigError
 from tests.helpers import clean_env, error_messages, run_cli
 

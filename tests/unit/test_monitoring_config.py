@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from iipub import heartbeat
-from iipub.config import MonitoringSettings, settings_from_dict
+from iipub.config import MonitoringSettings
+from iipub.config_file import settings_from_dict
 from iipub.errors import ConfigError
 from tests.helpers import clean_env, one_line_error, run_cli
 
