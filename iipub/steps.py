@@ -61,10 +61,7 @@ def _run_bound(tick: Tick, job: Job) -> None:
     store = tick.store
     bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
     try:
-        if tick.waits_for_provider(job.state):
-            hold(tick, job)  # the provider cooled down while this job waited in the queue
-            return
-        drive(tick, job)
+        drive(tick, job)  # each step that calls the provider checks the cool-down first (`_provider_waits`)
     except LeaseLost as exc:
         tick.count("lease_lost")
         bound.warning("lease_lost", error=str(exc))
@@ -332,7 +329,7 @@ def _note_if_missed(tick: Tick, job: Job) -> None:
 
 def step_completed(tick: Tick, job: Job) -> Job | None:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): fetch the output now."""
-    if tick.reads_cooling():
+    if tick.cooling_for(job.state):
         hold(tick, job)
         return None
     assert job.response_id

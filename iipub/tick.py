@@ -142,17 +142,15 @@ class Tick:
         """A read was rate-limited: no poll, custody read or delete for a while (at most 60 s)."""
         return time.monotonic() < self._reads_cool_until
 
-    def cooling(self) -> bool:
-        """Provider reads wait (the calls most steps make); creates ask `creates_cooling`."""
-        return self.reads_cooling()
-
     def waits_for_provider(self, state: State) -> bool:
-        """Whether a job in `state` should not even be stepped now: its next step calls the
-        provider, and that kind of call cools down (the one cool-down check of the sweep)."""
+        """Whether the sweep should not even lease a job in `state` now: its next step calls the
+        provider, and that kind of call cools down. (A leased job's step asks `cooling_for` again
+        right before its call: a cool-down may begin while it waits in the queue.)"""
         return state in PROVIDER_BOUND and self.cooling_for(state)
 
     def cooling_for(self, state: State) -> bool:
-        """Whether a job in `state` would wait for a cool-down before its provider call."""
+        """Whether a job in `state` waits for a cool-down before its provider call (the one rule:
+        a create's 429 holds creates, a read's holds every other provider call)."""
         return self.creates_cooling() if state == State.CREATE_ELIGIBLE else self.reads_cooling()
 
     def cool_down(self, seconds: float, *, creates: bool) -> None:

@@ -235,13 +235,21 @@ def restored_before_dispatch(settings: Settings, engine: sa.Engine) -> tuple[str
     return job["id"], job["response_id"]
 
 
-def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_new_create(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
-        no_today_slots: None) -> None:
+def announced_orphan(receiver_url: tuple[Settings, str], engine: sa.Engine,
+                     sim: Simulator) -> tuple[Settings, str, str]:
+    """`restored_before_dispatch`, then the response finishes and its webhook is answered 200:
+    an orphan of this installation. Returns the settings, the job's id and the response's."""
     settings, url = receiver_url
     job_id, response_id = restored_before_dispatch(settings, engine)
     sim.advance(5)
     assert announce(url, response_id) == 200
+    return settings, job_id, response_id
+
+
+def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_new_create(
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
+        no_today_slots: None) -> None:
+    settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["response_id"] == response_id and orphan["output_kept"] and orphan["fate"] is None
     assert orphan["installation_id"] == installation.read(engine)
@@ -279,10 +287,7 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
 def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_only_then(
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
         no_today_slots: None) -> None:
-    settings, url = receiver_url
-    job_id, response_id = restored_before_dispatch(settings, engine)
-    sim.advance(5)
-    assert announce(url, response_id) == 200
+    settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     other_day = Store(engine, "test")
     other_day.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=1))
     (other,) = [j for j in job_rows(engine) if j["id"] != job_id]
@@ -350,10 +355,7 @@ def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
 
 def test_an_orphan_a_job_took_back_no_longer_counts_as_awaiting_a_decision(
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
-    settings, url = receiver_url
-    job_id, response_id = restored_before_dispatch(settings, engine)
-    sim.advance(5)
-    assert announce(url, response_id) == 200
+    settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     assert Deliveries(engine).orphan_count() == 1
     reconcile.run(settings, engine)  # the spend ledger's fence takes the response back for its job
     (row,) = job_rows(engine)

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from iipub import clock, db, reconcile, relay, tables
+from iipub import clock, db, gate, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.errors import InvariantViolation
 from iipub.jobs import Job
@@ -679,6 +679,17 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     assert sim.stats()["requests"]["retrieve"] == retrieves + 1
     assert not report.stopped_at_deadline and report.seconds < 10
     assert len(candidate_queries) <= len(job_rows(engine)) + 1
+    with engine.connect() as conn:  # the cool-down is shared with every other process
+        cooled_until, now = gate.read_cool_down(conn), clock.read_now(conn)
+    assert cooled_until is not None and cooled_until > now
+    left = job_rows(engine)  # left as they were: unleased, still polling, still due
+    assert all(r["lease_owner"] is None and r["state"] in {"ACCEPTED", "QUEUED", "IN_PROGRESS"} for r in left)
+    # Once the cool-down has passed, the next tick polls every one of them.
+    clock.advance_clock(engine, gate.READ_COOLDOWN_CAP_SECONDS + 1)
+    tick(one_at_a_time, engine)
+    assert sim.stats()["requests"]["retrieve"] == retrieves + 1 + len(left)
+    assert all(r["version"] > before_row["version"]
+               for r, before_row in zip(job_rows(engine), left, strict=True))
 
 
 @pytest.mark.slow
