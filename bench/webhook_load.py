@@ -147,13 +147,15 @@ def burst(port: int, clients: int, rounds: int) -> tuple[Tally, float]:
     return tally, time.monotonic() - start
 
 
-def amid_slow_clients(port: int, slow: int, amid: int) -> tuple[Tally, Counter[str], float]:
-    """`amid` deliveries while `slow` clients trickle; what the slow ones were answered."""
-    socks: list[socket.socket] = []
-    for _ in range(slow):
-        s = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
-        s.sendall(b"POST /hooks/openai HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
-        socks.append(s)
+@contextlib.contextmanager
+def trickling_clients(port: int, count: int, path: str = "/hooks/openai",
+                      timeout: float = CLIENT_TIMEOUT) -> Iterator[list[socket.socket]]:
+    """`count` connections that each send a request head announcing a 5,000-byte body, then one
+    byte every 0.5 s until the block ends. The connections stay open for the caller to read
+    their answers and close (tests/integration/test_webhook_server.py uses this too)."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(count)]
+    for s in socks:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n".encode())
     stop = threading.Event()
 
     def trickle() -> None:
@@ -164,15 +166,21 @@ def amid_slow_clients(port: int, slow: int, amid: int) -> tuple[Tally, Counter[s
 
     feeder = threading.Thread(target=trickle, daemon=True)
     feeder.start()
-    tally = Tally()
-    start = time.monotonic()
     try:
-        time.sleep(1.0)
-        for i in range(amid):
-            deliver(port, f"amid_{i}", tally)
+        yield socks
     finally:
         stop.set()
         feeder.join(5)
+
+
+def amid_slow_clients(port: int, slow: int, amid: int) -> tuple[Tally, Counter[str], float]:
+    """`amid` deliveries while `slow` clients trickle; what the slow ones were answered."""
+    tally = Tally()
+    start = time.monotonic()
+    with trickling_clients(port, slow) as socks:
+        time.sleep(1.0)
+        for i in range(amid):
+            deliver(port, f"amid_{i}", tally)
     slow_answers: Counter[str] = Counter()
     for s in socks:
         s.settimeout(15)

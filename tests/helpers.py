@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import importlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -285,6 +286,23 @@ def minute_simulator() -> Iterator[Simulator]:
     response finishes by advancing the simulator's clock."""
     with Simulator(SimulatorOptions(queued_seconds=0.5, in_progress_seconds=60, slow_seconds=4)) as sim:
         yield sim
+
+
+def bench_module(name: str) -> Any:
+    """bench/NAME.py, imported as the benchmarks run (bench/ is not a package: on sys.path just
+    for the import)."""
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)
+
+
+def fast_first(values: Sequence[Any], fast: int = 1) -> list[Any]:
+    """A family of parametrized cases: the first `fast` run in the fast loop (`-m "not slow"`),
+    the others with the slow tests (CI runs them all)."""
+    return [*values[:fast], *(pytest.param(v, marks=pytest.mark.slow) for v in values[fast:])]
 
 
 # -- settings and environments ----------------------------------------------------------------------------

@@ -112,6 +112,7 @@ def test_bad_config_stops_every_command_before_any_write(
 # -- the database ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unreachable_or_wrong_database_is_one_line(cli_env: dict[str, str], tmp_path: Path) -> None:
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     urls = [

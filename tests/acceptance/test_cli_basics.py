@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub import db, tables
@@ -93,6 +94,7 @@ def test_corrupt_config_file_is_one_clear_error(cli_env: dict[str, str], tmp_pat
     assert proc.returncode == 78 and "not valid TOML" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_installed_console_script_smoke(cli_env: dict[str, str], tmp_path: Path) -> None:
     """The one start of the installed `iipub` script in this file: its entry point runs a
     command end to end against the test's database."""

@@ -203,6 +203,7 @@ def test_env_file_option_and_variable(engine: sa.Engine, cli_env: dict[str, str]
 # -- item 5: the log lines an operator greps for -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quarantine_is_a_warning_and_provider_trouble_names_the_job(engine: sa.Engine, cli_env: dict[str, str],
                                                                      sim: Simulator, tmp_path: Path) -> None:
     env = sim_env(cli_env, sim, tmp_path,

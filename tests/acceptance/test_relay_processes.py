@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub import clock, tables
@@ -34,6 +35,7 @@ def _unpublished(engine: sa.Engine) -> int:
         return int(conn.execute(sa.select(sa.func.count()).where(tables.outbox.c.published_at.is_(None))).scalar_one())
 
 
+@pytest.mark.slow
 def test_relay_killed_between_sink_write_and_mark_redelivers_identically(
     engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

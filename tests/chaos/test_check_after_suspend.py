@@ -17,6 +17,7 @@ from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.simulator import Simulator
 from iipub.store import Store
+from tests.helpers import fast_first
 
 DAY = dt.date(2026, 11, 28)
 
@@ -57,7 +58,7 @@ def _suspend_and_resume(s: Settings, engine: sa.Engine) -> None:
         assert op.resume(job_id, "alice", "drill over").state == before
 
 
-@pytest.mark.parametrize("where", ["SAVED_NOT_PUBLIC", "PUBLISHED"])
+@pytest.mark.parametrize("where", fast_first(["SAVED_NOT_PUBLIC", "PUBLISHED"]))
 def test_suspend_and_resume_of_a_saved_or_published_edition_is_no_violation(
     settings: Settings, engine: sa.Engine, sim: Simulator, where: str
 ) -> None:

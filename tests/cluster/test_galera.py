@@ -10,15 +10,15 @@ servers run as the `mysql` user for rsync SST). Not part of the default CI run.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,12 +46,8 @@ pytestmark = [
 
 
 def import_galera() -> Any:
-    """bench/galera.py (bench/ is not a package: on sys.path just for the import)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module("galera")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    """bench/galera.py."""
+    return bench_module("galera")
 
 
 def test_short_campaign_on_three_nodes_loses_and_duplicates_nothing(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from iipub import clock, invariants, reconcile, relay, tables
 from iipub.config import Settings
 from iipub.simulator import Simulator, content
 from iipub.store import Store
+from tests.helpers import fast_first
 
 PRODUCT = "daily-brief"
 GOOD_DAY = dt.date(2026, 11, 27)
@@ -293,7 +294,7 @@ def bad_answer_beside_published_work(settings: Settings, engine: sa.Engine, fake
 # -- payloads that cannot be read are polled to the budget, then parked with the response id ---------------------
 
 
-@pytest.mark.parametrize("mode", ["invalid_utf8", "truncated_body", "truncated_json", "html"])
+@pytest.mark.parametrize("mode", fast_first(["invalid_utf8", "truncated_body", "truncated_json", "html"]))
 def test_unreadable_completed_response_is_parked_with_its_response_id(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:
@@ -303,7 +304,7 @@ def test_unreadable_completed_response_is_parked_with_its_response_id(
         assert fake.count("create", job_id) == 1 and fake.count("retrieve", job_id) == POLL_BUDGET
 
 
-@pytest.mark.parametrize("mode", ["invalid_utf8", "no_id", "truncated_body"])
+@pytest.mark.parametrize("mode", fast_first(["no_id", "invalid_utf8", "truncated_body"]))
 def test_unreadable_create_answer_is_an_unknown_outcome_never_retried(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:
@@ -344,6 +345,7 @@ def test_lone_surrogate_in_the_output_is_retained_and_paid_once(settings: Settin
     assert row["state"] == "VALIDATION_FAILED_RETAINED" and row["payload"]
 
 
+@pytest.mark.slow
 def test_output_beyond_what_the_database_takes_is_parked_and_paid_once(settings: Settings, engine: sa.Engine,
                                                                        fake: FakeResponses) -> None:
     _, row = paid_once_before_the_provider_forgets(settings, engine, fake, "huge")

@@ -18,7 +18,7 @@ from iipub.errors import OperatorRefused
 from iipub.simulator import Simulator
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows
+from tests.helpers import fast_first, job_events, job_rows
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
@@ -59,7 +59,7 @@ def drifted(s: Settings) -> Settings:
     return replace(s, products={PRODUCT: replace(p, prompt="A new prompt, deployed mid-flight.")})
 
 
-@pytest.mark.parametrize("where", ["RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED"])
+@pytest.mark.parametrize("where", fast_first(["RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED"]))
 def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
     cfg: Settings, engine: sa.Engine, sim: Simulator, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
@@ -144,6 +144,8 @@ def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
 
 def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two failures in a row park the job (the default is five: the rule is the same, with fewer ticks).
+    cfg = replace(cfg, reconcile=replace(cfg.reconcile, max_step_failures=2))
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
 
     def broken(*args: Any, **kwargs: Any) -> Any:

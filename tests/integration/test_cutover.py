@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 import sqlalchemy as sa
 
 from iipub import clock, db, migrate, tables
@@ -40,7 +41,8 @@ def legacy_create(sim: Simulator, env: dict[str, str], product: str, day: dt.dat
     return rid
 
 
-def tick(env: dict[str, str], cwd: Path, sim: Simulator, *args: str) -> None:
+def cli_tick(env: dict[str, str], cwd: Path, sim: Simulator, *args: str) -> None:
+    """One cron minute on the command line: `iipub reconcile`, `iipub relay`, then the simulator's clock moves on."""
     run_cli("reconcile", *args, env=env, cwd=cwd, check=True)
     run_cli("relay", env=env, cwd=cwd, check=True)
     sim.advance(5)
@@ -64,6 +66,7 @@ def intents(ledger: Path) -> list[dict[str, Any]]:
     return [rec for rec in map(json.loads, ledger.read_text().splitlines()) if rec["t"] == "intent"]
 
 
+@pytest.mark.slow
 def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_database(
     cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path
 ) -> None:
@@ -93,7 +96,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
 
     # -- shadow ticks: custody as usual, nothing created, deleted or published -----------------------
     for _ in range(4):
-        tick(env, tmp_path, sim, "--shadow")
+        cli_tick(env, tmp_path, sim, "--shadow")
     stats = sim.stats()
     assert stats["creates_total"] == 3  # the legacy system's own
     assert stats["deletes"] == 0 and stats["cancels"] == 0
@@ -165,7 +168,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
             assert took.returncode == 0, took.stdout + took.stderr
             assert took.stdout.count(": adopted resp_") == len(rows)
             for _ in range(6):
-                tick(env2, tmp_path, sim)
+                cli_tick(env2, tmp_path, sim)
             second = editions(eng2)
             checked = run_cli("check", "--ledger", env=env2, cwd=tmp_path)
             assert checked.returncode == 0, checked.stdout + checked.stderr

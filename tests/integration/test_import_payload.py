@@ -25,7 +25,7 @@ from iipub.outcomes import Observed
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows, minute_simulator, one_line_error, run_cli, sim_env, stored
+from tests.helpers import fast_first, job_events, job_rows, minute_simulator, one_line_error, run_cli, sim_env, stored
 
 PRODUCT = "daily-brief"
 PRODUCT_TOML = (
@@ -150,7 +150,7 @@ def write(tmp_path: Path, name: str, data: bytes | str) -> Path:
 # -- the happy paths ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("form", ["response", "output_text", "text"])
+@pytest.mark.parametrize("form", fast_first(["response", "output_text", "text"]))
 def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_invariants_hold(
     cfg: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path, form: str
 ) -> None:
@@ -196,7 +196,7 @@ def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_inv
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.parametrize("where", [State.PROVIDER_EXPIRED_OR_MISSING, State.COMPLETED_NOT_RETRIEVED])
+@pytest.mark.parametrize("where", fast_first([State.PROVIDER_EXPIRED_OR_MISSING, State.COMPLETED_NOT_RETRIEVED]))
 def test_output_the_provider_no_longer_has_is_imported_and_published(
     cfg: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path,
     where: State

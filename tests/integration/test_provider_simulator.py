@@ -447,6 +447,7 @@ def test_cli_rejects_bad_fault_and_non_loopback() -> None:
     assert CliRunner().invoke(simulator_command, ["--host", "0.0.0.0", "--port", "0"]).exit_code == 2
 
 
+@pytest.mark.slow
 def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "IIPUB_"))}

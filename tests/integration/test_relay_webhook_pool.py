@@ -62,6 +62,7 @@ def tree(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow
 def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_delivered_later(
     settings: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver, tmp_path: Path
 ) -> None:

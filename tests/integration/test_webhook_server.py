@@ -33,7 +33,7 @@ from iipub.config import Settings, WebhookSettings
 from iipub.deliveries import Deliveries
 from iipub.simulator import Simulator
 from iipub.webhook_server import Server
-from tests.helpers import row_count, run_cli
+from tests.helpers import bench_module, row_count, run_cli
 from tests.integration.test_webhooks import SECRET, event, signed
 
 HOOKS = WebhookSettings(enabled=True, poll_interval_seconds=300, lease_wait_seconds=0.3, request_seconds=10,
@@ -129,6 +129,7 @@ def test_a_slow_loris_is_answered_408_and_closed_at_the_deadline(server: Server,
     assert deliveries(engine) == []
 
 
+@pytest.mark.slow
 def test_a_client_that_connects_and_says_nothing_is_closed_at_the_deadline(server: Server) -> None:
     started = time.monotonic()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
@@ -388,6 +389,7 @@ def test_a_delivery_at_the_proxys_own_path_is_settled(server: Server, engine: sa
 # -- warm start ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
         engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
     """IIPUB_WEBHOOK_PRELOAD=1 (gunicorn --preload): the engine, the provider's client and the
@@ -428,6 +430,7 @@ def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
     assert row_count(engine, tables.webhook_deliveries) == 0
 
 
+@pytest.mark.slow
 def test_without_preload_nothing_is_built_at_import(cli_env: dict[str, str], tmp_path: Path) -> None:
     code = "import iipub.webhook as w; print(w._receiver is None)"
     env = cli_env | {"OPENAI_WEBHOOK_SECRET": SECRET, "OPENAI_API_KEY": "sk-test"}
@@ -515,22 +518,8 @@ def test_test_delivery_checks_the_chain_and_records_nothing(server: Server, engi
 def test_100_slow_clients_do_not_keep_a_signed_delivery_from_its_budget(hooked: Settings, engine: sa.Engine,
                                                                          sim: Simulator) -> None:
     settings = replace(hooked, webhooks=replace(hooked.webhooks, read_seconds=8, request_seconds=5, threads=4))
-    stop = threading.Event()
-    with served(settings, engine) as (_, srv):
-        socks = []
-        for _ in range(100):
-            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-            s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
-            socks.append(s)
-
-        def trickle() -> None:
-            while not stop.wait(0.5):
-                for s in socks:
-                    with contextlib.suppress(OSError):
-                        s.send(b"x")
-
-        feeder = threading.Thread(target=trickle, daemon=True)
-        feeder.start()
+    trickling_clients = bench_module("webhook_load").trickling_clients  # the benchmark's slow clients
+    with served(settings, engine) as (_, srv), trickling_clients(srv.port, 100, path="/", timeout=10) as socks:
         try:
             time.sleep(1)
             body = json.dumps({"id": "evt_s", "object": "event", "type": "batch.completed", "created_at": 1,
@@ -540,8 +529,6 @@ def test_100_slow_clients_do_not_keep_a_signed_delivery_from_its_budget(hooked: 
                                 timeout=30)
             took = time.monotonic() - started
         finally:
-            stop.set()
-            feeder.join(5)
             for s in socks:
                 s.close()
     assert answer.status_code == 200, answer.text

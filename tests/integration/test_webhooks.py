@@ -315,6 +315,7 @@ def test_polling_relaxes_while_deliveries_arrive_and_tightens_after_a_miss(
 # -- the standalone receiver process --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_webhook_serve_verifies_settles_and_stops_on_sigterm(
         hooked: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path) -> None:
     # The receiver's config file names the same product as `hooked` (same fingerprint).

@@ -198,6 +198,7 @@ def documented_exit_codes() -> set[int]:
     return {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
 
 
+@pytest.mark.slow
 def test_every_exit_code_is_documented_and_every_documented_one_exists() -> None:
     from iipub import status
 

@@ -32,6 +32,7 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
+@pytest.mark.slow
 def test_the_provider_builds_its_sdk_client_at_the_first_call() -> None:
     loaded = _loaded_after(
         "from iipub.config import ProviderSettings\n"

@@ -88,6 +88,7 @@ def test_every_third_party_import_is_a_declared_dependency() -> None:
     assert not missing, "\n".join(missing)
 
 
+@pytest.mark.slow
 def test_the_import_scan_sees_the_known_dependencies_and_skips_type_checking_blocks() -> None:
     found = third_party_imports()
     assert {"click", "sqlalchemy", "httpx", "openai", "structlog", "pydantic", "idna"} <= set(found)
