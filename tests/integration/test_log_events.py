@@ -1,6 +1,7 @@
 """The log lines that are operational signals carry what an operator greps for: a lost fence
-(`lease_lost`), a completion the webhooks missed (`webhook_missed`), a provider's trouble
-(`provider_trouble`). Asserted with structlog's `capture_logs` on single-threaded paths."""
+(`lease_lost`), a write rolled back by a lock (`contention`), a completion the webhooks missed
+(`webhook_missed`), a provider's trouble (`provider_trouble`). Asserted with structlog's
+`capture_logs` on single-threaded paths."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from iipub import clock, reconcile, tables
+from iipub import clock, db, reconcile, steps, tables
 from iipub.config import Settings
 from iipub.provider import Provider
 from iipub.simulator import Simulator
@@ -87,3 +88,30 @@ def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
     trouble = _events(logs, "provider_trouble")
     assert [(e["op"], e["status"], e["log_level"]) for e in trouble] == [("read", 429, "warning")]
     assert job_rows(engine)[0]["generation_attempts"] == 1  # a read's trouble never costs a create
+
+
+def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
+    cfg: Settings, engine: sa.Engine, db_url: str
+) -> None:
+    """Another transaction holds the job's row (MariaDB) or the write lock (SQLite) past the
+    store's lock wait: the step's write is rolled back as `Contention`, logged and counted."""
+    waits_a_second = db.make_engine(db_url, lock_wait_seconds=1)
+    try:
+        store = Store(waits_a_second, "w-contended")
+        assert store.schedule(cfg.products["daily-brief"], db_today(engine))
+        (row,) = job_rows(engine)
+        leased = store.acquire_lease(row["id"], row["version"])
+        assert leased is not None
+        with Provider(cfg.provider, "sk-test") as provider:
+            tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
+            with engine.connect() as blocker, blocker.begin():
+                blocker.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.id == leased.id).with_for_update())
+                with capture_logs() as logs:
+                    steps.run(tick, leased)
+    finally:
+        waits_a_second.dispose()
+    contended = _events(logs, "contention")
+    assert [(e["job_id"], e["worker"], e["log_level"]) for e in contended] == [(leased.id, "w-contended", "warning")]
+    assert tick.report.contention == 1 and dict(tick.report.transitions) == {}
+    (after,) = job_rows(engine)
+    assert (after["state"], after["version"]) == ("NO_JOB", leased.version)  # the write was rolled back
