@@ -91,6 +91,11 @@ class Provider(Closing):
         self._api_key = api_key
         self._sdk: openai.OpenAI | None = None
         self._sdk_lock = threading.Lock()
+        # Built pools, one per shard (`_client`); the calling thread's shard, once it has one.
+        self._shards: list[tuple[httpx.Client, openai.OpenAI]] = []
+        self._mine = threading.local()
+        self._turn = 0  # the shard the next thread beyond `max_connections` shares
+        self._tls: Any = None
         self._closed = False
         self._root = self  # a view made by `until` shares its root's client
         self._deadline: float | None = None
@@ -117,39 +122,63 @@ class Provider(Closing):
 
     @property
     def _client(self) -> openai.OpenAI:
-        """The SDK client and its HTTP pool, built at the first call: an idle tick imports
-        neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day)."""
+        """The calling thread's SDK client and HTTP pool, built at its first call: an idle tick
+        imports neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day).
+
+        Threads do not share one pool: up to `max_connections` pools of one connection each,
+        thread i on pool i mod `max_connections` (the same bound on connections). httpx's pool
+        hands out connections under one lock, scanning every connection and waiting request, so
+        64 threads on one pool spent more CPU there than on the rest of a poll. A client given
+        to the constructor is the one pool, shared."""
         if self._root is not self:
             return self._root._client
-        sdk = self._sdk
-        if sdk is not None:  # built: every later call skips the lock
+        sdk: openai.OpenAI | None = getattr(self._mine, "sdk", None)
+        if sdk is not None:  # this thread's: every later call skips the lock
             return sdk
         with self._sdk_lock:
             if self._closed:  # a caller bug: nothing may build a pool that nothing would close
                 raise RuntimeError("the provider was closed")
-            if self._sdk is None:
-                import httpx
-                import openai
+            sdk = self._shard()
+        self._mine.sdk = sdk
+        return sdk
 
-                s = self._settings
-                timeout = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
-                if self._http is None:
-                    self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=s.max_connections))
-                # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
-                # with no idempotency key, creating duplicate paid jobs. It still sends
-                # x-stainless-retry-count (always "0" here), which lets the simulator prove no
-                # retry happened.
-                self._sdk = openai.OpenAI(api_key=self._api_key, base_url=s.base_url, max_retries=0,
-                                          timeout=timeout, http_client=self._http)
-            return self._sdk
+    def _shard(self) -> openai.OpenAI:
+        """The next thread's client (under `_sdk_lock`): a new pool while fewer than
+        `max_connections` exist, else an existing one, in turn."""
+        import httpx
+        import openai
+
+        s = self._settings
+        if self._sdk is None:
+            timeout = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
+            if self._http is None:
+                # One TLS context serves every pool (building one reads the CA bundle).
+                self._tls = httpx.create_ssl_context()
+                self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=1), verify=self._tls)
+            # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
+            # with no idempotency key, creating duplicate paid jobs. It still sends
+            # x-stainless-retry-count (always "0" here), which lets the simulator prove no
+            # retry happened.
+            self._sdk = openai.OpenAI(api_key=self._api_key, base_url=s.base_url, max_retries=0,
+                                      timeout=timeout, http_client=self._http)
+            self._shards.append((self._http, self._sdk))
+        elif self._owns_http and len(self._shards) < s.max_connections:
+            http = httpx.Client(timeout=self._shards[0][0].timeout,
+                                limits=httpx.Limits(max_connections=1), verify=self._tls)
+            self._shards.append((http, self._sdk.with_options(http_client=http)))
+        else:
+            self._turn = (self._turn + 1) % len(self._shards)
+            return self._shards[self._turn][1]
+        return self._shards[-1][1]
 
     def close(self) -> None:
         if self._root is not self:
             return  # a view: its root owns the client
         with self._sdk_lock:
             self._closed = True
-            if self._owns_http and self._http is not None:
-                self._http.close()
+            if self._owns_http:
+                for http in [h for h, _ in self._shards] or ([self._http] if self._http else []):
+                    http.close()
 
     # -- create: the money path -------------------------------------------------------------
 

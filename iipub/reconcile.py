@@ -9,8 +9,11 @@ fenced), and stop taking new work at the tick deadline. What each state's step d
 from __future__ import annotations
 
 import random
+import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
@@ -101,9 +104,39 @@ def _settle_awaiting(tick: Tick) -> None:
         log.warning("awaiting_creates_deferred", worker=tick.store.worker, error=str(exc))
 
 
+class _InFlight:
+    """How many of this pass's jobs are submitted and not finished. `wait(FIRST_COMPLETED)` over
+    the pending futures did the same at a cost per call that grew with the concurrency (a waiter
+    on every pending future, each time a worker came free)."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._changed = threading.Condition()
+
+    def submit(self, pool: ThreadPoolExecutor, fn: Callable[..., None], *args: Any) -> None:
+        with self._changed:
+            self._n += 1
+        try:
+            future = pool.submit(fn, *args)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_done_callback(self._done)
+
+    def _done(self, _: Future[None] | None) -> None:
+        with self._changed:
+            self._n -= 1
+            self._changed.notify_all()
+
+    def wait_below(self, limit: int) -> None:
+        with self._changed:
+            while self._n >= limit:
+                self._changed.wait()
+
+
 def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
     s = tick.settings.reconcile
-    pending: set[Future[None]] = set()
+    pending = _InFlight()
     while not tick.past_deadline():
         # The next batch is fetched while the previous one's tail still runs: no
         # drain bubble at batch boundaries.
@@ -113,8 +146,7 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
         for start in range(0, len(batch), s.concurrency):
             # Claim only when a worker is about to be free, so a claimed job waits in
             # the queue for at most about one job's time, well inside its lease.
-            while len(pending) >= s.concurrency:
-                _, pending = wait(pending, return_when=FIRST_COMPLETED)
+            pending.wait_below(s.concurrency)
             if tick.past_deadline():
                 tick.report.stopped_at_deadline = True
                 break
@@ -129,8 +161,9 @@ def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
                 tick.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
             claimed = _claim(tick, wanted)
             writes = tick.batch([job.id for job in claimed])
-            pending.update(pool.submit(_handle_in_batch, tick, job, writes) for job in claimed)
-    wait(pending)
+            for job in claimed:
+                pending.submit(pool, _handle_in_batch, tick, job, writes)
+    pending.wait_below(1)
 
 
 def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:

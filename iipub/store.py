@@ -475,6 +475,7 @@ def _transition_statement(family: str, keys: tuple[str, ...], entered: bool, due
 
 
 @functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select[Any]]:
     """The chunk lease (each (id, version) pair fenced on its own; the primary key drives the
     lookup) and the read of what was leased; one statement whatever the chunk's size."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 from types import FrameType
@@ -43,10 +44,20 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
         reconcile.STOP.set()  # stop taking work; what is in hand finishes and lets go of its lease
 
     signal.signal(signal.SIGTERM, stop)
+    _collect_less()
     worker = new_worker_id("reconcile")
     with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
         run.summary = reconcile.run(settings, engine, worker=worker).summary()
     click.echo(json.dumps(run.summary, sort_keys=True))
+
+
+def _collect_less() -> None:
+    """What start-up built (modules, settings, tables: most of the heap) is left out of every
+    later collection, and a young collection runs every 20,000 allocations instead of 700: a
+    tick of 10,000 polls otherwise spent about 6 % of its CPU in the cycle collector, which
+    found almost nothing (reference counting frees a poll's objects)."""
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
 
 
 @click.command("relay")

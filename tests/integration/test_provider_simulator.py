@@ -480,3 +480,45 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert out.splitlines()[0] == f"iipub simulator listening on {url}"
     assert "POST /v1/responses -> 200" in err
+
+
+def test_threads_poll_through_pools_of_their_own_within_max_connections(sim: Simulator) -> None:
+    """Each thread gets a one-connection pool of its own until `max_connections` pools exist;
+    later threads share those in turn: never more connections than configured."""
+    import threading
+
+    settings = ProviderSettings(base_url=sim.url, timeout_seconds=30.0, connect_timeout_seconds=10.0, max_connections=4)
+    with Provider(settings, "sk-test") as p:
+        created = p.create(request())  # this thread's pool
+        assert isinstance(created, Accepted)
+        seen: list[object] = []
+        lock = threading.Lock()
+
+        def poll() -> None:
+            for _ in range(3):
+                try:
+                    outcome: object = p.retrieve(created.response_id)
+                except Exception as exc:
+                    outcome = exc
+                with lock:
+                    seen.append(outcome)
+
+        threads = [threading.Thread(target=poll) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert [o for o in seen if not isinstance(o, Observed)] == [] and len(seen) == 9
+        assert len(p._shards) == 4
+        assert all(http._transport._pool._max_connections == 1 for http, _ in p._shards)  # type: ignore[attr-defined]
+        assert sim.stats()["requests"]["retrieve"] == 9
+        # Threads beyond max_connections share the pools there are.
+        later: list[object] = []
+        extra = [threading.Thread(target=lambda: later.append(p._client)) for _ in range(3)]
+        for t in extra:
+            t.start()
+        for t in extra:
+            t.join(timeout=10)
+        assert len(p._shards) == 4 and len(later) == 3
+        assert {id(c) for c in later} <= {id(sdk) for _, sdk in p._shards}
+    assert all(http.is_closed for http, _ in p._shards)

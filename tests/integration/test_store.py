@@ -388,3 +388,19 @@ def test_the_machine_finds_jobs_by_whole_id_only_and_operators_by_prefix(engine:
         store.get(job_id[:8])
     assert store.lookup(job_id[:8]).id == job_id
     assert store.get(job_id).id == job_id
+
+
+def test_mysql_connections_share_one_default_tls_context(engine: sa.Engine) -> None:
+    """PyMySQL's default ("preferred") TLS context is built once per process, not per connection
+    (it reads the CA bundle each time); the connections still work, each on its own socket."""
+    if db.dialect_family(engine) != "mysql":
+        pytest.skip("PyMySQL only")
+    conns = [engine.connect() for _ in range(3)]
+    try:
+        assert [c.execute(sa.text("SELECT 1")).scalar_one() for c in conns] == [1, 1, 1]
+        raw = [c.connection.dbapi_connection for c in conns]
+        assert len({id(r) for r in raw}) == 3
+        assert len({id(r.ctx) for r in raw}) == 1  # type: ignore[union-attr]
+    finally:
+        for c in conns:
+            c.close()
