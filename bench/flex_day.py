@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import benchdb
-import common
+import harness
 import reporting
 from iipub import clock, reconcile, relay, status_queries, tables
 from iipub.config import ModelPrice, Pricing, Settings
@@ -129,13 +129,13 @@ def _tally(out: Outcome, settings: Settings, engine: sa.Engine, sim: Simulator) 
 
 
 def main() -> None:
-    ap = common.parser(__doc__ or "", sqlite=True)
+    ap = harness.parser(__doc__ or "", sqlite=True)
     ap.add_argument("--days", type=int, default=None, help="simulated days per configuration (default 10; 3 quick)")
     ap.add_argument("--refusal-rate", type=float, default=0.2, help="share of flex creates refused (default 0.2)")
     ap.add_argument("--flex-until", type=int, default=30, help="flex_until_minutes (default 30)")
     ap.add_argument("--input-price", type=float, default=0.25, help="per million input tokens, default tier")
     ap.add_argument("--output-price", type=float, default=2.0, help="per million output tokens, default tier")
-    run = common.start(ap)
+    run = harness.start(ap)
     a = run.args
     days = a.days or (3 if a.quick else 10)
     base = "sqlite" if a.sqlite else a.mysql

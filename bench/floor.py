@@ -1,30 +1,27 @@
-"""The floor: the least a program can do for one poll, with the same I/O as an iipub poll tick.
+"""The floors: an iipub poll tick's I/O and nothing else, on two stacks.
 
-Over jobs seeded as for the tick benchmark (`benchdb.seed_polls`: due, unleased, each holding a
-real simulator response still in progress), on the same schema (iipub's migrations), the same
-engine settings (`iipub.db.make_engine`: SQLAlchemy + PyMySQL, READ COMMITTED) and the same
-simulator process, it does what iipub's tick does on the wire and nothing else:
+Over a database seeded for a poll tick (due jobs, each holding a real simulator response still in
+progress), both do exactly what iipub's tick does on the wire:
 
-* the candidate SELECT (the WHERE and ORDER BY of `Store.due_candidates`, `batch` rows more
-  than the sweep has seen, those it has seen left out: one poll per job per sweep, as iipub);
-* a chunk of `concurrency` candidates leased in one transaction: one UPDATE fenced on each
-  (id, version) pair with the lease free, the re-read of what was leased, COMMIT;
-* per job, in one of `concurrency` threads: GET the response through the official openai SDK
-  (`client.responses.retrieve`, `max_retries=0`, one shared httpx client with
-  `max_connections`), then one transaction: the fenced UPDATE (state, poll_count,
-  next_attempt_at = database clock + 30 s, version + 1, lease cleared), the journal INSERT, COMMIT.
+* the candidate SELECT (the WHERE and ORDER BY of `Store.due_candidates`), `--batch` rows more
+  than the sweep has seen, those seen left out (one poll per job per sweep, as iipub);
+* each chunk of `--concurrency` candidates leased in one transaction when a worker is about to be
+  free (one UPDATE fenced on all its (id, version) pairs with the lease free, the re-read of what
+  was leased, COMMIT);
+* per job, in one of `--concurrency` threads, a GET of its response, the body read as JSON;
+* per chunk, once its last GET is in, one writer thread writes it in one transaction: a fenced
+  UPDATE per job (state, poll_count, next_attempt_at = now + 30 s, version + 1, lease cleared),
+  one multi-row journal INSERT, COMMIT (iipub's `WriteBatch`).
 
-No logging, no decisions beyond status -> state, no per-job objects. Variants (`Floor`):
-`--batch` reads the body as JSON through the SDK's request path and writes each leased chunk in one
-transaction from one writer thread (a fenced UPDATE per job, one multi-row journal INSERT, one
-COMMIT), which is iipub's current I/O; `--raw` does a plain httpx GET and writes each chunk with a
-single UPDATE fenced on all its (id, version) pairs, one multi-row INSERT and one COMMIT.
+The stacks: `lean` (the default), PyMySQL and httpx alone, no iipub import, no logging: the
+least a Python program can spend on this work; `--library`, the same SQL through SQLAlchemy's
+engine (`iipub.db.make_engine`) and the GET through the official SDK's request path
+(`client.get(..., cast_to=httpx.Response)`), each thread on a pool of its own as in iipub: the floor of iipub's own
+logic over the libraries it uses. Run as a process (cold, as cron starts one) by
+`bench/cli_tick.py`; prints one JSON line:
 
-Normally run by `bench/floor_vs_iipub.py` as a child process (it seeds the database and owns
-the simulator); run alone it measures a database already seeded and prints one JSON line:
-
-    .venv/bin/python bench/floor.py --url URL --sim-url URL [--batch | --raw | --get G --writes W]
-        [--concurrency 64] [--max-connections 32]
+    .venv/bin/python bench/floor.py --url mysql+pymysql://root@127.0.0.1:3306/DB --sim-url URL
+        [--library] [--concurrency 64] [--max-connections 64]
 """
 
 from __future__ import annotations
@@ -33,409 +30,258 @@ import argparse
 import json
 import os
 import queue
-import resource
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
-import sqlalchemy as sa
 
-import benchdb  # noqa: F401 - puts this checkout on sys.path before iipub
-from iipub import db, states
-from iipub.states import Reason, State
-
-API_KEY = "sk-bench"
-POLL_INTERVAL_SECONDS = 30  # iipub's reconcile.poll_interval_seconds default
-LEASE_SECONDS = 60  # iipub's reconcile.lease_seconds default
-STATUS_STATE = {"queued": State.QUEUED.value, "in_progress": State.IN_PROGRESS.value}
-
-_ACTIVE = sorted(s.value for s in states.ACTIVE)
-_CREATE_PHASE = [State.NO_JOB.value, State.CREATE_ELIGIBLE.value, State.PROVIDER_EXPIRED_OR_MISSING.value]
-_CLEANUP_PHASE = [State.PUBLISHED.value, State.CLEANUP_PENDING.value]
-_NOW = "UTC_TIMESTAMP(6)"
-
-# The statements, written once (the floor compiles nothing per call).
-CANDIDATES = sa.text(f"""
-    SELECT id, version, state FROM jobs
-    WHERE state IN :active AND next_attempt_at <= {_NOW} AND (lease_expiry IS NULL OR lease_expiry < {_NOW})
-    ORDER BY CASE WHEN state IN :create_phase THEN 2 WHEN state IN :cleanup_phase THEN 3 ELSE 0 END,
-             is_backfill, priority, next_attempt_at, id
-    LIMIT :limit""").bindparams(sa.bindparam("active", expanding=True), sa.bindparam("create_phase", expanding=True),
-                                sa.bindparam("cleanup_phase", expanding=True))
-LEASE = sa.text(f"""
-    UPDATE jobs SET lease_owner = :worker, lease_expiry = {_NOW} + INTERVAL {LEASE_SECONDS} SECOND,
-                    version = version + 1
-    WHERE id IN :ids AND (id, version) IN :pairs AND (lease_expiry IS NULL OR lease_expiry < {_NOW})
-          AND state != :suspended""").bindparams(sa.bindparam("ids", expanding=True),
-                                                 sa.bindparam("pairs", expanding=True))
-REREAD = sa.text("""
-    SELECT id, version, state, response_id, poll_count, next_attempt_at FROM jobs
-    WHERE id IN :ids AND (id, version) IN :pairs AND lease_owner = :worker""").bindparams(
-    sa.bindparam("ids", expanding=True), sa.bindparam("pairs", expanding=True))
-# MySQL assigns left to right, so state_entered_at compares with the state before this write.
-POLLED = sa.text(f"""
-    UPDATE jobs SET state_entered_at = IF(state = :state, state_entered_at, {_NOW}), state = :state,
-                    poll_count = :polls, retry_count = 0, version = version + 1, updated_at = {_NOW},
-                    next_attempt_at = {_NOW} + INTERVAL {POLL_INTERVAL_SECONDS} SECOND,
-                    lease_owner = NULL, lease_expiry = NULL
-    WHERE id = :id AND version = :version""")
-JOURNAL = sa.text(f"""
-    INSERT INTO job_events (job_id, from_state, to_state, version, worker, reason, detail, at)
-    VALUES (:job_id, :from_state, :to_state, :version, :worker, :reason, :detail, {_NOW})""")
+NOW = "UTC_TIMESTAMP(6)"
+ACTIVE = ("NO_JOB", "CREATE_ELIGIBLE", "CREATE_IN_FLIGHT", "ACCEPTED", "QUEUED", "IN_PROGRESS",
+          "COMPLETED_NOT_RETRIEVED", "RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED",
+          "PUBLISHED", "CLEANUP_PENDING", "PROVIDER_EXPIRED_OR_MISSING")
+STATUS_STATE = {"queued": "QUEUED", "in_progress": "IN_PROGRESS"}
+Item = tuple[dict[str, Any], str]
 
 
-# -- a cheap meter: the commands PyMySQL writes ---------------------------------------------
+def _marks(n: int, mark: str = "%s") -> str:
+    return ", ".join([mark] * n)
 
 
-class WireCounter:
-    """Every command PyMySQL writes to its sockets, by kind (statement, COMMIT, ROLLBACK, PING…):
-    one counter increment per command, so the meter costs the same to every program measured
-    (no SQLAlchemy event hooks). PyMySQL sends every statement as its own COM_QUERY, so
-    `statement` is also the number of SQL statements."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._undo: Callable[[], None] | None = None
-
-    def __enter__(self) -> WireCounter:
-        import pymysql.connections as pc
-
-        original = pc.Connection._execute_command
-        names = {14: "PING", 1: "QUIT", 2: "INIT_DB"}
-        counts, lock = self.counts, self._lock
-
-        def counted(conn: Any, command: int, sql: Any) -> Any:
-            if command == 3:
-                head = (sql[:9].decode("latin-1") if isinstance(sql, bytes) else str(sql)[:9]).strip().upper()
-                name = head if head in ("COMMIT", "ROLLBACK") else "statement"
-            else:
-                name = names.get(command, f"COM_{command}")
-            with lock:
-                counts[name] += 1
-            return original(conn, command, sql)
-
-        pc.Connection._execute_command = counted
-
-        def undo() -> None:
-            pc.Connection._execute_command = original
-
-        self._undo = undo
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._undo is not None:
-            self._undo()
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self.counts)
+# -- the two stacks: a transaction that runs SQL text, and a GET ---------------------------
 
 
-@contextmanager
-def measured() -> Iterator[dict[str, Any]]:
-    """Wall, process CPU (all threads) and wire commands over the block, and the process's peak
-    RSS at its end, written into the dict it yields."""
-    out: dict[str, Any] = {}
-    with WireCounter() as wire:
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        yield out
-        out["wall"] = time.perf_counter() - t0
-        out["cpu"] = time.process_time() - cpu0
-        out["wire"] = wire.snapshot()
-        out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+class Lean:
+    """PyMySQL connections in a queue (READ COMMITTED, as iipub's engine sets; no TLS context
+    built for a server that offers none), httpx's plain GET. As in iipub's provider, each thread
+    has a one-connection HTTP pool of its own, up to `max_connections` pools (then shared in
+    turn): one pool shared by 64 threads costs more CPU in its lock than the rest of a poll."""
+
+    def __init__(self, url: str, sim_url: str, max_connections: int) -> None:
+        import pymysql
+
+        u = urlsplit(url.replace("mysql+pymysql://", "mysql://"))
+        self.connect: Callable[[], Any] = lambda: pymysql.connect(
+            host=u.hostname or "127.0.0.1", port=u.port or 3306, user=u.username or "root", password=u.password or "",
+            database=u.path.lstrip("/"), charset="utf8mb4", autocommit=False, ssl_disabled=True,
+            init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self.idle: queue.LifoQueue[Any] = queue.LifoQueue()
+        self.url, self.max_connections = sim_url.rstrip("/"), max_connections
+        self.pools: list[Any] = []
+        self.mine = threading.local()
+        self.lock = threading.Lock()
+        self.turn = 0
+        self.tls = httpx.create_ssl_context()
+
+    def client(self) -> Any:
+        """This thread's pool (`http` for lean, an SDK client on its own pool for library)."""
+        mine = getattr(self.mine, "client", None)
+        if mine is None:
+            with self.lock:
+                if len(self.pools) < self.max_connections:
+                    self.pools.append(self.new_client(httpx.Client(
+                        timeout=httpx.Timeout(60.0, connect=10.0), limits=httpx.Limits(max_connections=1),
+                        verify=self.tls, headers={"Authorization": "Bearer sk-bench"})))
+                    mine = self.pools[-1]
+                else:
+                    self.turn += 1
+                    mine = self.pools[self.turn % len(self.pools)]
+            self.mine.client = mine
+        return mine
+
+    def new_client(self, http: httpx.Client) -> Any:
+        return http
+
+    @contextmanager
+    def transaction(self) -> Iterator[Callable[[str, Sequence[Any]], Any]]:
+        try:
+            conn = self.idle.get_nowait()
+        except queue.Empty:
+            conn = self.connect()
+        cur = conn.cursor()
+        try:
+            yield lambda sql, params: (cur.execute(sql, params), cur)[1]
+            conn.commit()
+        finally:
+            cur.close()
+            self.idle.put(conn)
+
+    def get(self, response_id: str) -> str:
+        resp = self.client().get(f"{self.url}/responses/{response_id}")
+        resp.raise_for_status()
+        return str(json.loads(resp.content)["status"])
+
+    def close(self) -> None:
+        for pool in self.pools:
+            pool.close()
+        while not self.idle.empty():
+            self.idle.get_nowait().close()
 
 
-# -- the floor ------------------------------------------------------------------------------
+class Library(Lean):
+    """The same SQL through SQLAlchemy's engine and pool, the GET through the SDK's request path
+    (an SDK client per pool, as iipub's provider has)."""
+
+    def __init__(self, url: str, sim_url: str, max_connections: int, pool_size: int) -> None:
+        super().__init__(url, sim_url, max_connections)
+        import benchdb  # noqa: F401 - puts this checkout on sys.path before iipub
+        from iipub import db
+
+        self.engine = db.make_engine(url, pool_size=pool_size)  # as `iipub reconcile` sizes it
+
+    def new_client(self, http: httpx.Client) -> Any:
+        import openai
+
+        return openai.OpenAI(api_key="sk-bench", base_url=self.url, max_retries=0, http_client=http)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Callable[[str, Sequence[Any]], Any]]:
+        with self.engine.begin() as conn:
+            yield lambda sql, params: conn.exec_driver_sql(sql, tuple(params))
+
+    def get(self, response_id: str) -> str:
+        resp = self.client().get(f"/responses/{response_id}", cast_to=httpx.Response)
+        return str(json.loads(resp.content)["status"])
+
+    def close(self) -> None:
+        super().close()
+        self.engine.dispose()
 
 
-GETS = ("model", "sdk", "httpx")
-WRITES = ("job", "chunk", "chunk-one-update")
+# -- the sweep --------------------------------------------------------------------------------
 
 
 class Floor:
-    """One sweep. `get`: how a response is read — `model`, the SDK's `responses.retrieve` (its
-    pydantic Response built); `sdk`, the SDK's request path with the body read as JSON
-    (`client.get(path, cast_to=httpx.Response)`, as iipub's `Provider.retrieve` now does);
-    `httpx`, a plain GET on the shared httpx client. `writes`: `job`, one transaction per job
-    (fenced UPDATE, journal INSERT, COMMIT); `chunk`, one transaction per leased chunk, written by
-    one writer thread once the chunk's last GET is in (a fenced UPDATE per job, one multi-row
-    journal INSERT, one COMMIT: iipub's `WriteBatch`); `chunk-one-update`, the same with a single
-    UPDATE fenced on all the chunk's (id, version) pairs."""
-
-    def __init__(self, url: str, sim_url: str, *, concurrency: int = 64, max_connections: int = 32,
-                 batch: int = 500, get: str = "model", writes: str = "job", timeout: float = 60.0) -> None:
-        if get not in GETS or writes not in WRITES:
-            raise ValueError(f"get must be one of {GETS}, writes one of {WRITES}")
-        self.engine = db.make_engine(url, pool_size=concurrency + 4)  # as `iipub reconcile` sizes it
-        self.sim_url = sim_url
-        self.concurrency = concurrency
-        self.batch = batch
-        self.get, self.writes = get, writes
+    def __init__(self, stack: Lean, concurrency: int, batch: int) -> None:
+        self.stack, self.concurrency, self.batch = stack, concurrency, batch
         self.worker = f"floor:{os.getpid()}"
-        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0),
-                                 limits=httpx.Limits(max_connections=max_connections))
-        self.sdk: Any = None
-        if get != "httpx":
-            import openai
-
-            self.sdk = openai.OpenAI(api_key=API_KEY, base_url=sim_url, max_retries=0, http_client=self.http,
-                                     timeout=httpx.Timeout(timeout, connect=10.0))
-        self.headers = {"Authorization": f"Bearer {API_KEY}"}
         self.results: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._chunks: queue.Queue[list[tuple[dict[str, Any], str]] | None] = queue.Queue()
-
-    def close(self) -> None:
-        self.http.close()
+        self.lock = threading.Lock()
+        self.chunks: queue.Queue[list[Item] | None] = queue.Queue()
 
     def count(self, key: str, n: int = 1) -> None:
-        with self._lock:
+        with self.lock:
             self.results[key] += n
 
-    # The sweep: candidates, then chunks leased as workers come free (iipub's `_pass`).
-
     def run(self) -> None:
-        writer = threading.Thread(target=self._writer, name="floor-writer") if self.writes != "job" else None
-        if writer is not None:
-            writer.start()
+        writer = threading.Thread(target=self.writer)
+        writer.start()
         pending: set[Future[None]] = set()
-        seen: set[str] = set()  # one poll per job per sweep, as iipub's tick: a job polled early
-        # comes due again 30 s later, which a sweep longer than that would otherwise chase forever
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="floor-job") as pool:
-            while True:
-                batch = [c for c in self.candidates(self.batch + len(seen)) if c[0] not in seen]
-                if not batch:
-                    break
+        seen: set[str] = set()
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            while batch := [c for c in self.candidates(self.batch + len(seen)) if c[0] not in seen]:
                 for start in range(0, len(batch), self.concurrency):
                     while len(pending) >= self.concurrency:
                         _, pending = wait(pending, return_when=FIRST_COMPLETED)
                     wanted = batch[start : start + self.concurrency]
                     seen.update(job_id for job_id, _ in wanted)
                     jobs = self.lease(wanted)
-                    chunk = _Chunk(len(jobs)) if writer is not None else None
+                    chunk = Chunk(len(jobs))
                     pending.update(pool.submit(self.poll, job, chunk) for job in jobs)
             wait(pending)
-        if writer is not None:
-            self._chunks.put(None)
-            writer.join()
+        self.chunks.put(None)
+        writer.join()
 
     def candidates(self, limit: int) -> list[tuple[str, int]]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(CANDIDATES, {"active": _ACTIVE, "create_phase": _CREATE_PHASE,
-                                             "cleanup_phase": _CLEANUP_PHASE, "limit": limit}).all()
+        with self.stack.transaction() as sql:
+            rows = sql(f"SELECT id, version FROM jobs WHERE state IN ({_marks(len(ACTIVE))}) AND next_attempt_at <= "
+                       f"{NOW} AND (lease_expiry IS NULL OR lease_expiry < {NOW}) ORDER BY CASE WHEN state IN "
+                       "('NO_JOB', 'CREATE_ELIGIBLE', 'PROVIDER_EXPIRED_OR_MISSING') THEN 2 WHEN state IN "
+                       "('PUBLISHED', 'CLEANUP_PENDING') THEN 3 ELSE 0 END, is_backfill, priority, next_attempt_at, "
+                       "id LIMIT %s", (*ACTIVE, limit)).fetchall()
         return [(r[0], r[1]) for r in rows]
 
-    def lease(self, chunk: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
-        ids = [job_id for job_id, _ in chunk]
-        with self.engine.begin() as conn:
-            leased = conn.execute(LEASE, {"ids": ids, "pairs": list(chunk), "worker": self.worker,
-                                          "suspended": State.MANUALLY_SUSPENDED.value}).rowcount
-            if leased == 0:
-                return []
-            rows = conn.execute(REREAD, {"ids": ids, "pairs": [(job_id, v + 1) for job_id, v in chunk],
-                                         "worker": self.worker}).mappings().all()
+    def lease(self, chunk: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        ids, n = [job_id for job_id, _ in chunk], len(chunk)
+        fenced = f"id IN ({_marks(n)}) AND (id, version) IN ({_marks(n, '(%s, %s)')})"
+        with self.stack.transaction() as sql:
+            leased = sql(f"UPDATE jobs SET lease_owner = %s, lease_expiry = {NOW} + INTERVAL 60 SECOND, version = "
+                         f"version + 1 WHERE {fenced} AND (lease_expiry IS NULL OR lease_expiry < {NOW}) AND state != "
+                         "'MANUALLY_SUSPENDED'", (self.worker, *ids, *(x for p in chunk for x in p))).rowcount
+            rows = sql("SELECT id, version, state, response_id, poll_count, next_attempt_at FROM jobs WHERE "
+                       f"{fenced} AND lease_owner = %s",
+                       (*ids, *(x for job_id, v in chunk for x in (job_id, v + 1)), self.worker)).fetchall() \
+                if leased else []
         self.count("leased", len(rows))
-        return [dict(r) for r in rows]
+        keys = ("id", "version", "state", "response_id", "poll_count", "next_attempt_at")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
-    # One job: the GET, then its write (in this thread, or with its chunk by the writer).
-
-    def poll(self, job: dict[str, Any], chunk: _Chunk | None) -> None:
+    def poll(self, job: dict[str, Any], chunk: Chunk) -> None:
         status: str | None = None
         try:
-            status = self._get(job["response_id"])
-        except Exception as exc:  # counted; the job's lease simply expires
+            status = self.stack.get(job["response_id"])
+        except Exception as exc:  # counted; the lease simply expires
             self.count(f"get_error:{type(exc).__name__}")
-        if chunk is not None:
-            full = chunk.add(job, status)
-            if full is not None:
-                self._chunks.put(full)
-            return
-        if status is None:
-            return
-        try:
-            self._write_one(job, status)
-        except Exception as exc:
-            self.count(f"write_error:{type(exc).__name__}")
+        full = chunk.add(job, status)
+        if full is not None:
+            self.chunks.put(full)
 
-    def _get(self, response_id: str) -> str:
-        if self.get == "model":
-            return str(self.sdk.responses.retrieve(response_id).status)
-        if self.get == "sdk":
-            resp = self.sdk.get(f"/responses/{response_id}", cast_to=httpx.Response)
-        else:
-            resp = self.http.get(f"{self.sim_url}/responses/{response_id}", headers=self.headers)
-            resp.raise_for_status()
-        return str(json.loads(resp.content)["status"])
+    def writer(self) -> None:
+        while (items := self.chunks.get()) is not None:
+            if items:
+                try:
+                    self.write(items)
+                except Exception as exc:
+                    self.count(f"write_error:{type(exc).__name__}", len(items))
 
-    def _write_one(self, job: dict[str, Any], status: str) -> None:
-        to_state = STATUS_STATE.get(status, job["state"])
-        try:
-            with self.engine.begin() as conn:
-                res = conn.execute(POLLED, {"state": to_state, "polls": job["poll_count"] + 1, "id": job["id"],
-                                            "version": job["version"]})
-                if res.rowcount != 1:
-                    raise _LeaseLost
-                conn.execute(JOURNAL, {"job_id": job["id"], "from_state": job["state"], "to_state": to_state,
-                                       "version": job["version"] + 1, "worker": self.worker,
-                                       "reason": Reason.POLL.value, "detail": _detail(job, status)})
-        except _LeaseLost:  # rolled back: someone wrote since the lease
-            self.count("lease_lost")
-            return
-        self.count("polled")
-
-    # Chunk writes: one writer, one transaction per chunk.
-
-    def _writer(self) -> None:
-        while True:
-            items = self._chunks.get()
-            if items is None:
-                return
-            if not items:
-                continue
-            try:
-                if self.writes == "chunk":
-                    self._write_chunk(items)
-                else:
-                    self._write_chunk_one_update(items)
-            except Exception as exc:
-                self.count(f"write_error:{type(exc).__name__}", len(items))
-
-    def _write_chunk(self, items: list[tuple[dict[str, Any], str]]) -> None:
-        kept = []
-        with self.engine.begin() as conn:
+    def write(self, items: list[Item]) -> None:
+        kept: list[Item] = []
+        with self.stack.transaction() as sql:
             for job, status in items:
-                res = conn.execute(POLLED, {"state": STATUS_STATE.get(status, job["state"]),
-                                            "polls": job["poll_count"] + 1, "id": job["id"], "version": job["version"]})
-                if res.rowcount == 1:
+                to = STATUS_STATE.get(status, job["state"])
+                if sql(f"UPDATE jobs SET state_entered_at = IF(state = %s, state_entered_at, {NOW}), state = %s, "
+                       f"poll_count = %s, retry_count = 0, version = version + 1, updated_at = {NOW}, next_attempt_at "
+                       f"= {NOW} + INTERVAL 30 SECOND, lease_owner = NULL, lease_expiry = NULL WHERE id = %s AND "
+                       "version = %s", (to, to, job["poll_count"] + 1, job["id"], job["version"])).rowcount == 1:
                     kept.append((job, status))
-                else:  # dropped; the others commit
-                    self.count("lease_lost")
+            values: list[Any] = []
+            for job, status in kept:  # the journal detail iipub writes for a poll (`handlers.after_poll`)
+                detail = json.dumps({"due_at": str(job["next_attempt_at"]), "status": status}, sort_keys=True)
+                values += [job["id"], job["state"], STATUS_STATE.get(status, job["state"]), job["version"] + 1,
+                           self.worker, "poll", detail]
             if kept:
-                self._journal_rows(conn, kept)
+                sql("INSERT INTO job_events (job_id, from_state, to_state, version, worker, reason, detail, at) "
+                    f"VALUES {_marks(len(kept), f'(%s, %s, %s, %s, %s, %s, %s, {NOW})')}", values)
         self.count("polled", len(kept))
-
-    def _journal_rows(self, conn: sa.Connection, items: list[tuple[dict[str, Any], str]]) -> None:
-        """One multi-row INSERT. (An executemany would not be one: PyMySQL rewrites only VALUES
-        lists made of placeholders alone, and the database-clock column is an expression.)"""
-        rows = ", ".join([f"(%s, %s, %s, %s, %s, %s, %s, {_NOW})"] * len(items))
-        values: list[Any] = []
-        for job, status in items:
-            values += [job["id"], job["state"], STATUS_STATE.get(status, job["state"]), job["version"] + 1,
-                       self.worker, Reason.POLL.value, _detail(job, status)]
-        conn.exec_driver_sql("INSERT INTO job_events (job_id, from_state, to_state, version, worker, reason, "
-                             f"detail, at) VALUES {rows}", tuple(values))
-
-    def _write_chunk_one_update(self, items: list[tuple[dict[str, Any], str]]) -> None:
-        by_state: dict[str, list[dict[str, Any]]] = {}
-        for job, status in items:
-            by_state.setdefault(STATUS_STATE.get(status, job["state"]), []).append(job)
-        with self.engine.begin() as conn:
-            for to_state, group in by_state.items():
-                ids = ", ".join(["%s"] * len(group))
-                pairs = ", ".join(["(%s, %s)"] * len(group))
-                sql = (f"UPDATE jobs SET state_entered_at = IF(state = %s, state_entered_at, {_NOW}), state = %s, "
-                       f"poll_count = poll_count + 1, retry_count = 0, version = version + 1, updated_at = {_NOW}, "
-                       f"next_attempt_at = {_NOW} + INTERVAL {POLL_INTERVAL_SECONDS} SECOND, "
-                       f"lease_owner = NULL, lease_expiry = NULL WHERE id IN ({ids}) AND (id, version) IN ({pairs})")
-                params: list[Any] = [to_state, to_state, *(j["id"] for j in group)]
-                for j in group:
-                    params += [j["id"], j["version"]]
-                matched = conn.exec_driver_sql(sql, tuple(params)).rowcount
-                # Which rows lost their fence is not known here, so the journal below still has
-                # them: a floor for an uncontended run, counted if it ever happens.
-                if matched != len(group):
-                    self.count("lease_lost", len(group) - matched)
-            self._journal_rows(conn, items)
-        self.count("polled", len(items))
+        self.count("lease_lost", len(items) - len(kept))
 
 
-class _Chunk:
+class Chunk:
     """A leased chunk's results, handed to the writer whole when its last GET is in."""
 
     def __init__(self, size: int) -> None:
-        self._left = size
-        self._items: list[tuple[dict[str, Any], str]] = []
-        self._lock = threading.Lock()
+        self.left, self.lock = size, threading.Lock()
+        self.items: list[Item] = []
 
-    def add(self, job: dict[str, Any], status: str | None) -> list[tuple[dict[str, Any], str]] | None:
-        with self._lock:
+    def add(self, job: dict[str, Any], status: str | None) -> list[Item] | None:
+        with self.lock:
             if status is not None:
-                self._items.append((job, status))
-            self._left -= 1
-            return self._items if self._left == 0 else None
-
-
-class _LeaseLost(Exception):
-    pass
-
-
-def _detail(job: dict[str, Any], status: str) -> str:
-    """The journal detail iipub writes for a poll (`handlers.after_poll`)."""
-    return json.dumps({"due_at": str(job["next_attempt_at"]), "status": status}, sort_keys=True)
-
-
-def warm_imports() -> None:
-    """What every measured program imports before its clock starts: the SDK, its Responses
-    resource and models (a one-off second of CPU that would otherwise land on the first polls)."""
-    import openai
-    import openai.resources.responses
-    import openai.types.responses  # noqa: F401
-
-
-def measure(url: str, sim_url: str, *, get: str = "model", writes: str = "job", concurrency: int = 64,
-            max_connections: int = 32, warm_id: str | None = None) -> dict[str, Any]:
-    """One floor sweep over the seeded database: wall, process CPU, wire commands, outcomes.
-    Before the clock starts: the SDK imported and, given `warm_id` (a response not among the
-    seeded ones), one GET of it the way this variant reads (the SDK's lazily built models)."""
-    warm_imports()
-    if warm_id is not None:
-        warm = Floor(url, sim_url, concurrency=1, max_connections=1, get=get, writes=writes)
-        try:
-            warm._get(warm_id)
-        finally:
-            warm.close()
-            warm.engine.dispose()
-    with measured() as m:
-        floor = Floor(url, sim_url, concurrency=concurrency, max_connections=max_connections, get=get,
-                      writes=writes)
-        try:
-            floor.run()
-        finally:
-            floor.close()
-    floor.engine.dispose()  # outside the clock, as for iipub
-    m["results"] = dict(floor.results)
-    m["polls"] = floor.results.get("polled", 0)
-    return m
+                self.items.append((job, status))
+            self.left -= 1
+            return self.items if self.left == 0 else None
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--url", required=True, help="the seeded database (mysql+pymysql://…)")
-    ap.add_argument("--sim-url", required=True, help="the simulator's base URL (…/v1)")
-    ap.add_argument("--get", choices=GETS, default="model", help="how a response is read (default model)")
-    ap.add_argument("--writes", choices=WRITES, default="job", help="how polls are written (default job)")
-    ap.add_argument("--batch", action="store_true", help="= --get sdk --writes chunk (iipub's current I/O)")
-    ap.add_argument("--raw", action="store_true", help="= --get httpx --writes chunk-one-update")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--sim-url", required=True)
+    ap.add_argument("--library", action="store_true", help="SQLAlchemy and the SDK's request path")
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--max-connections", type=int, default=32)
-    ap.add_argument("--warm-id", default=None, help="a response to GET once before the clock starts")
+    ap.add_argument("--max-connections", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=500)
     args = ap.parse_args()
-    get, writes = args.get, args.writes
-    if args.batch:
-        get, writes = "sdk", "chunk"
-    if args.raw:
-        get, writes = "httpx", "chunk-one-update"
-    m = measure(args.url, args.sim_url, get=get, writes=writes, concurrency=args.concurrency,
-                max_connections=args.max_connections, warm_id=args.warm_id)
-    m["pid"] = os.getpid()
-    m["mode"] = {"get": get, "writes": writes}
-    print(json.dumps(m))
+    stack = (Library(args.url, args.sim_url, args.max_connections, args.concurrency + 4) if args.library
+             else Lean(args.url, args.sim_url, args.max_connections))
+    floor = Floor(stack, args.concurrency, args.batch)
+    try:
+        floor.run()
+    finally:
+        stack.close()
+    print(json.dumps({"polls": floor.results["polled"], "results": dict(floor.results)}))
 
 
 if __name__ == "__main__":

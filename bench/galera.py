@@ -522,7 +522,7 @@ def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurr
     """bench/overlap.py's measurement, one `iipub reconcile` per entry of `nodes` (1-based node
     numbers), each with IIPUB_DATABASE_URL of its node: wall time of one tick over N due polls."""
     import benchdb
-    import common
+    import harness
 
     sim.reset()
     with benchdb.fresh_database(cluster.nodes[0].url(), "galera") as url, \
@@ -537,11 +537,11 @@ def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurr
             }
             settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
             benchdb.seed_polls(engine, settings, sim, n)
-            env = common.reconcile_env(url, sim.url, Path(tmp), sections)
+            env = harness.reconcile_env(url, sim.url, Path(tmp), sections)
             cluster.wait_synced(120)
             before = sim.requests().get("retrieve", 0)
             t0 = time.perf_counter()
-            summaries = common.run_reconcilers(
+            summaries = harness.run_reconcilers(
                 [dict(env, IIPUB_DATABASE_URL=cluster.nodes[i - 1].url(dbname)) for i in nodes], tmp)
             wall = time.perf_counter() - t0
             polls = sim.requests().get("retrieve", 0) - before

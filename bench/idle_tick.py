@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import benchdb
-import common
+import harness
 import metering
 import reporting
 import simproc
@@ -80,11 +80,11 @@ def short_sql(statement: str, limit: int = 150) -> str:
 
 
 def main() -> None:
-    ap = common.parser(__doc__.split("\n\n")[0])
+    ap = harness.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--events-per-job", type=int, default=1,
                     help="journal rows inserted per terminal job (default 1; the idle tick reads none)")
     ap.add_argument("--sizes", default=None, help="comma-separated row counts (default 0,100000,1000000)")
-    run = common.start(ap)
+    run = harness.start(ap)
     args = run.args
     sizes = [int(x) for x in (args.sizes or ("0,100000" if args.quick else "0,100000,1000000")).split(",")]
     runs = args.runs or (3 if args.quick else 5)
@@ -174,20 +174,10 @@ def main() -> None:
     head = run.header(f"{runs} idle ticks per size after one warm-up (median, min–max); "
                       "one when the warm-up tick took over 10 s")
     statement_text = short_sql(statement, 1200)
+    prose = harness.note("idle_tick", events_per_job=args.events_per_job, buffer_pool=buffer_pool(args.mysql),
+                         statement=statement_text)
     body = f"""{head}
-- Set-up: one database grown in steps; DELETED jobs with realistic columns (200 synthetic products,
-  one slot per product and day, so 1,000,000 slots span ~14 years; ascending UUID-shaped ids) and
-  {args.events_per_job} journal row(s) each, inserted with `executemany` in chunks of 5,000 / 10,000;
-  today's slots of the configured products present and DELETED (so the tick's scheduling finds
-  them); `ANALYZE TABLE` after each step; production settings; InnoDB buffer pool
-  {buffer_pool(args.mysql)}.
-- The candidate query, as `Store.due_candidates(500)` sends it (`now()` is the database-clock
-  expression of `iipub.db.now`):
-
-```sql
-{statement_text}
-```
-
+{prose}
 {reporting.table(["terminal rows", "journal rows", "runs", "idle tick ms", "warm-up tick ms",
                   "statements / wire round trips", "candidate query key", "candidate rows read (ANALYZE)",
                   "insert s"], summary)}

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import benchdb
-import common
+import harness
 import metering
 import reporting
 import simproc
@@ -141,9 +141,9 @@ def rows_for(label: str, k: int, ms: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def main() -> None:
-    ap = common.parser(__doc__.split("\n\n")[0], sqlite=True)
+    ap = harness.parser(__doc__.split("\n\n")[0], sqlite=True)
     ap.add_argument("--slots", type=int, default=None, help="K, slots per run (default 200, --quick 40)")
-    run = common.start(ap)
+    run = harness.start(ap)
     args = run.args
     k = args.slots or (40 if args.quick else 200)
     runs = args.runs or (1 if args.quick else 3)
@@ -158,17 +158,7 @@ def main() -> None:
     stmts = ", ".join(f"{name} {n / ev:.2f}" for name, n in sorted(m0["statements"].items(), key=lambda kv: -kv[1]))
     calls = ", ".join(f"{op} {n / k:.2f}" for op, n in m0["calls"].items())
     body = f"""{head}
-- Set-up: fresh database; K slots of the two default products scheduled as backfill (`Store.schedule`,
-  NO_JOB, due); simulator in its own process, zero latency, responses queued 1 s then in progress 2 s
-  (simulated clock advanced 5 s after each reconcile + relay pair); production settings except
-  `reconcile.poll_interval_seconds = 0`, `reconcile.max_in_flight = K` (admission control would
-  otherwise pace creates at 100 per tick), `tick_seconds = 3600` for both commands;
-  static sink into a temporary directory; log lines rendered into /dev/null.
-- Each slot takes 11 journaled transitions (NO_JOB → CREATE_ELIGIBLE → CREATE_IN_FLIGHT → ACCEPTED →
-  COMPLETED_NOT_RETRIEVED → RETRIEVED_NOT_VALIDATED → READY_TO_COMPOSE → COMPOSED_NOT_SAVED →
-  SAVED_NOT_PUBLIC → PUBLISHED → CLEANUP_PENDING → DELETED) plus a poll when the first poll finds
-  it still running; it takes 3 reconcile + relay loops.
-
+{harness.note("lifecycle")}
 {reporting.table(["backend", "K slots", "runs", "wall s", "slots/s", "transitions/s", "transitions/slot",
                   "SQL stmts/transition", "wire round trips/transition", "reconcile s / relay s",
                   "max unretrieved dwell s (samples)"], rows)}

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import benchdb
-import common
+import harness
 import reporting
 import simproc
 from iipub import tables
@@ -41,10 +41,10 @@ def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency
             }
             settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
             benchdb.seed_polls(engine, settings, sim, n)
-            env = common.reconcile_env(url, sim.url, Path(tmp), sections)
+            env = harness.reconcile_env(url, sim.url, Path(tmp), sections)
             before = sim.requests().get("retrieve", 0)
             t0 = time.perf_counter()
-            summaries = common.run_reconcilers([env] * procs, tmp)
+            summaries = harness.run_reconcilers([env] * procs, tmp)
             wall = time.perf_counter() - t0
             polls = sim.requests().get("retrieve", 0) - before
             with engine.connect() as conn:
@@ -73,12 +73,12 @@ def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency
 
 
 def main() -> None:
-    ap = common.parser(__doc__.split("\n\n")[0])
+    ap = harness.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--concurrency", type=int, default=16, help="reconcile.concurrency of each process (default 16)")
     ap.add_argument("--goal-runs", type=int, default=None,
                     help="runs of the goal-shaped cells (N = 10,000, concurrency 64, P = 1 and 2; default 2, "
                          "0 skips them)")
-    run = common.start(ap, production_logs=False)  # the ticks run in child processes
+    run = harness.start(ap, production_logs=False)  # the ticks run in child processes
     args = run.args
     runs = args.runs or (1 if args.quick else 3)
     goal_runs = args.goal_runs if args.goal_runs is not None else (0 if args.quick else 2)
@@ -117,18 +117,7 @@ def main() -> None:
     head = run.header(f"{runs} per cell, {goal_runs} for the goal-shaped cells (median, min–max); "
                       "the P values of a scenario measured back to back in each run")
     body = f"""{head}
-- Set-up per cell: fresh database; N polling jobs seeded as for the tick benchmark (real simulator
-  responses still in progress); P × `iipub reconcile` (the console script, JSON logs at info to
-  /dev/null) started at once with `IIPUB_DATABASE_URL`, `IIPUB_CONFIG` (`reconcile.concurrency =
-  {args.concurrency}` unless the scenario says otherwise, `tick_seconds = 600`), `OPENAI_API_KEY`,
-  `OPENAI_BASE_URL` (simulator in its own process).
-- *wall*: first start to last exit, start-up (imports, engine, schema check) included; *own tick*:
-  median of the processes' `seconds`. Counters are the sums over the P JSON summaries (median run).
-  *max polls / jobs polled twice / double polls*: provider retrieves seen by the simulator, jobs with
-  more than one poll journaled, and polls that came sooner than `reconcile.poll_interval_seconds`
-  (30 s) after the same job's previous poll (a second poll after the interval is due work: the
-  tick outlasted the interval), worst run.
-
+{harness.note("overlap", concurrency=args.concurrency)}
 {reporting.table(["scenario", "N", "P", "runs", "wall s", "polls/s", "speed-up vs P=1", "own tick s", *KEYS,
                   "max polls / jobs polled twice / double polls"], rows)}
 """

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import benchdb
-import common
+import harness
 import metering
 import reporting
 import simproc
@@ -181,12 +181,12 @@ def _report(e: int, r: int, x: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    ap = common.parser(__doc__.split("\n\n")[0])
+    ap = harness.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--slots", type=int, default=None, help="M new slots per run (default 50; --quick 20)")
     ap.add_argument("--editions", default=None,
                     help="comma-separated E values, editions per product and language already published "
                          "(default 25,1000,10000; --quick 25,1000)")
-    run = common.start(ap)
+    run = harness.start(ap)
     args = run.args
     m = args.slots or (20 if args.quick else 50)
     sizes = [int(x) for x in (args.editions or ("25,1000" if args.quick else "25,1000,10000")).split(",")]
@@ -223,27 +223,7 @@ def main() -> None:
              f"{reporting.median(x['wire_per_event'] for x in xs):.1f}"),
         ])
     body = f"""{head}
-- Set-up per run: fresh database and static root; the root holds E editions per product and
-  language (the two default products, languages en and es: 4·E editions, dated before the new
-  ones), each edition's JSON in the public tree and its entry in the sink's manifest, as this
-  version of the sink leaves them (their pages are rendered when a delivery needs them). The
-  archive is seeded once per E and hard-linked into each run's root, then synced:
-  {seeded_text}. Then M = {m} backfill slots are driven by reconcile ticks to SAVED_NOT_PUBLIC
-  (zero-latency simulator), leaving 2·M outbox events, and one `relay.run` is timed (production
-  settings, `relay.tick_seconds = 3600`), static sink only, into a temporary directory on the
-  same disk as MariaDB (every file the sink writes is fsynced, and its directory once per
-  delivery).
-- Each delivery reads the manifest's catalog and a few month shards (at most 31 entries each),
-  renders the pages the new edition changes (the edition, its previous and next editions, the
-  same date in the other language while it does not link to this one yet, its month and the
-  neighbouring months, the product's index, the feed's latest 50 entries, the site index) and
-  writes those whose bytes changed. Nothing in it reads the archive; what grows with it is one
-  line per month (12 a year) in the catalog and in the index's archive list.
-- Before the manifest (2026-11-29, same machine): 46 events/s at 25 editions per index (12.9 ms
-  sink + 8.7 ms db/other per event), 23 at 75 (33.3 + 10.8): the sink rebuilt each index and
-  feed from every edition on disk at each delivery, about 0.4 ms more per event for each
-  edition per index (some 4 s per event at 10,000).
-
+{harness.note("relay_throughput", seeded=seeded_text, m=m)}
 {reporting.table(["E editions per index (seeded)", "per index (end)", "events", "runs", "relay wall s",
                   "events/s", "ms per event", "sink ms / db+other ms per event",
                   "SQL stmts / wire round trips per event"], rows)}

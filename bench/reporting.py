@@ -72,8 +72,7 @@ def loadavg() -> str:
 
 # -- the document ---------------------------------------------------------------------------
 
-SECTIONS = ("tick_throughput", "lifecycle", "idle_tick", "overlap", "relay_throughput", "memory", "profile",
-            "host_share", "before_after", "webhook_load", "flex_day")
+SECTIONS = ("cli_tick", "lifecycle", "idle_tick", "overlap", "relay_throughput", "webhook_load", "flex_day")
 
 DOC_HEADER = """# iipub benchmarks
 

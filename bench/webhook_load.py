@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import benchdb
-import common
+import harness
 import reporting
 from iipub import webhook
 from iipub.config import WebhookSettings
@@ -198,8 +198,8 @@ def receiver(url: str, workdir: Path) -> Iterator[tuple[int, int]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
     env.update(IIPUB_DATABASE_URL=url, OPENAI_API_KEY="sk-bench", OPENAI_WEBHOOK_SECRET=SECRET,
                OPENAI_BASE_URL="http://127.0.0.1:9/v1")
-    subprocess.run([*common.iipub_exe(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=120)
-    proc = subprocess.Popen([*common.iipub_exe(), "--log-level", "warning", "webhook", "serve", "--port", "0"],
+    subprocess.run([*harness.iipub_exe(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=120)
+    proc = subprocess.Popen([*harness.iipub_exe(), "--log-level", "warning", "webhook", "serve", "--port", "0"],
                             env=env, cwd=workdir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         assert proc.stderr is not None
@@ -222,13 +222,13 @@ def receiver(url: str, workdir: Path) -> Iterator[tuple[int, int]]:
 
 
 def main() -> None:
-    ap = common.parser(__doc__.splitlines()[0])
+    ap = harness.parser(__doc__.splitlines()[0])
     ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead of MariaDB")
     ap.add_argument("--clients", type=int, default=250, help="client threads in the burst (deliveries in flight)")
     ap.add_argument("--rounds", type=int, default=4, help="deliveries per client, one after the other")
     ap.add_argument("--slow", type=int, default=100, help="slow-body clients in phase 2")
     ap.add_argument("--amid", type=int, default=20, help="signed deliveries sent while the slow clients trickle")
-    run = common.start(ap)
+    run = harness.start(ap)
     args = run.args
     if args.quick:
         args.clients, args.rounds, args.slow, args.amid = 200, 1, 50, 5

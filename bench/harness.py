@@ -1,0 +1,281 @@
+"""The one bench harness: what every measurement sets up, measures and tears down.
+
+* `parser` / `start`: the one command line (`--mysql`, `--runs`, `--quick`, `--no-doc`, and
+  `--sqlite` where a script offers it);
+* `polling_simulator`: the provider simulator as the poll benchmarks run it (responses that
+  stay in progress for a day, kept for ten), in its own process;
+* `bed`: fresh database -> engine -> settings -> seeded polls -> round-trip counter ->
+  timers -> dispose, as one context manager (`Bed`);
+* `run_process`: a program started as cron starts it (cold, logs on to a file), measured
+  from outside: wall, whole-process CPU from `wait4`'s rusage, peak RSS;
+* `grid`: runs x configurations, interleaved, so every configuration of one run sees the
+  same host.
+
+Prose for docs/benchmarks.md lives in bench/notes/<key>.md (`note`), not in Python strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import benchdb  # puts this checkout on sys.path before iipub
+import metering
+import reporting
+import simproc
+
+BENCH = Path(__file__).resolve().parent
+ROOT = benchdb.ROOT
+NOTES = BENCH / "notes"
+DEFAULT_MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+# The simulator of the poll benchmarks: a response stays in progress for a day (every poll
+# is a plain "still running") and is kept for ten, whatever the benchmark's own clock does.
+POLLING = {"queued_seconds": 0.0, "in_progress_seconds": 86400.0, "retention_seconds": 864000.0}
+
+# -- command line -----------------------------------------------------------------------
+
+
+def parser(description: str, *, sqlite: bool = False, runs: int | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--mysql", default=os.environ.get("IIPUB_BENCH_MYSQL_URL", DEFAULT_MYSQL),
+                   help="server URL; each measurement creates and drops its own iipub_bench_* database "
+                        f"(default {DEFAULT_MYSQL})")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs (a smoke run)")
+    p.add_argument("--runs", type=int, default=runs, help="repetitions per measurement (median is reported)")
+    p.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    if sqlite:
+        p.add_argument("--sqlite", action="store_true", help="also measure on SQLite (bonus figures)")
+    return p
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a benchmark script: its arguments, the load average before it and its start."""
+
+    args: argparse.Namespace
+    load_before: str
+    started: float
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def header(self, runs: str, extra: Sequence[str] = ()) -> str:
+        wall = f"- Script wall time: {self.elapsed():.0f} s"
+        return reporting.server_header(self.args.mysql, runs, self.load_before, [wall, *extra])
+
+    def write_section(self, key: str, title: str, body: str) -> None:
+        reporting.write_section(key, title, body, enabled=not self.args.no_doc)
+
+
+def start(ap: argparse.ArgumentParser, *, production_logs: bool = True) -> Run:
+    """Parse the command line, log as production does into /dev/null (unless the ticks run in
+    child processes), note the load average and the time."""
+    args = ap.parse_args()
+    if production_logs:
+        production_logs_to_devnull()
+    return Run(args, reporting.loadavg(), time.monotonic())
+
+
+def production_logs_to_devnull() -> None:
+    """structlog configured exactly as the CLI does (JSON lines, level info), into /dev/null:
+    rendering every line is part of an in-process figure, the terminal noise is not."""
+    import logging
+
+    from iipub import logs
+
+    saved = sys.stderr
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    try:
+        logs.configure("info")
+    finally:
+        sys.stderr = saved
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+def note(key: str, **figures: Any) -> str:
+    """The prose of a section of docs/benchmarks.md (bench/notes/<key>.md), its `{name}` fields
+    filled from `figures` (a note given figures spells a literal brace `{{`)."""
+    path = NOTES / f"{key}.md"
+    text = path.read_text(encoding="utf-8").strip() if path.exists() else ""
+    return (text.format(**figures) if figures else text) + "\n"
+
+
+# -- the simulator and the test bed -------------------------------------------------------
+
+
+def polling_simulator(latency: float, **options: Any) -> simproc.SimProc:
+    return simproc.SimProc(latency_seconds=latency, **{**POLLING, **options})
+
+
+@dataclass
+class Bed:
+    """One measurement's world: a fresh migrated database, its engine and settings, the
+    simulator, a work directory, and (when asked for) a round-trip counter."""
+
+    url: str
+    engine: Any
+    settings: Any
+    sim: simproc.SimProc
+    workdir: Path
+    trips: metering.RoundTrips | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, name: str = "") -> Iterator[dict[str, float]]:
+        """Wall and this process's CPU over the block, into `timings` (prefixed by `name`)."""
+        out: dict[str, float] = {}
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        try:
+            yield out
+        finally:
+            out["wall"] = time.perf_counter() - t0
+            out["cpu"] = time.process_time() - cpu0
+            self.timings.update({f"{name}{k}": v for k, v in out.items()})
+
+    def env(self, **sections: Mapping[str, Any]) -> dict[str, str]:
+        """The environment of an `iipub` child run as cron runs it on this bed."""
+        return reconcile_env(self.url, self.sim.url, self.workdir, sections)
+
+
+@contextlib.contextmanager
+def bed(base_url: str, tag: str, sim: simproc.SimProc, *, polls: int = 0, pool_size: int = 8,
+        count_trips: bool = False, seed: Callable[[Bed], None] | None = None,
+        sections: Mapping[str, Mapping[str, Any]] | None = None) -> Iterator[Bed]:
+    """Fresh database -> engine -> settings (`sections` over production defaults) -> `polls`
+    due polls (and `seed(bed)`) -> round-trip counter -> yield -> dispose and drop."""
+    sim.reset()
+    with benchdb.fresh_database(base_url, tag) as url, tempfile.TemporaryDirectory() as tmp:
+        engine = benchdb.open_db(url, pool_size=pool_size)
+        trips = None
+        try:
+            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **(sections or {}))
+            world = Bed(url, engine, settings, sim, Path(tmp))
+            if polls:
+                benchdb.seed_polls(engine, settings, sim, polls)
+            if seed is not None:
+                seed(world)
+            if count_trips:
+                trips = world.trips = metering.RoundTrips(engine)
+            yield world
+        finally:
+            if trips is not None:
+                trips.close()
+            engine.dispose()
+
+
+def park_today(world: Bed) -> None:
+    """A `seed`: today's slots present and finished, so a tick has nothing to schedule."""
+    benchdb.park_today(world.engine, world.settings)
+
+
+# -- a program as cron starts it ---------------------------------------------------------
+
+
+def iipub_exe() -> list[str]:
+    exe = Path(sys.executable).parent / "iipub"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "iipub"]
+
+
+def reconcile_env(url: str, sim_url: str, workdir: Path, sections: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """This process's environment without any IIPUB_/OPENAI_ variable, plus the database, the
+    simulator as the provider and `IIPUB_CONFIG` (workdir/iipub.toml: `sections` and a static
+    sink under workdir/public)."""
+    cfg = workdir / "iipub.toml"
+    cfg.write_text(benchdb.settings_toml(workdir / "public", **sections))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
+    env.update(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=sim_url)
+    return env
+
+
+def run_reconcilers(envs: Sequence[Mapping[str, str]], cwd: str | Path, timeout: float = 900) -> list[dict[str, Any]]:
+    """One `iipub reconcile` per environment, all at once (as overlapping cron runs would); their
+    JSON summaries (the last line each prints), in order."""
+    children = [subprocess.Popen([*iipub_exe(), "reconcile"], env=dict(env), cwd=cwd,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                for env in envs]
+    summaries = []
+    for child in children:
+        out, _ = child.communicate(timeout=timeout)
+        if child.returncode != 0:
+            raise RuntimeError(f"iipub reconcile exited {child.returncode}: {out[-500:]}")
+        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    return summaries
+
+
+def run_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                log: Path | None = None, timeout: float = 900) -> dict[str, Any]:
+    """Start `cmd` cold, stderr appended to `log` (cron's `>> log 2>&1`), stdout kept; measure
+    wall around it and, from `wait4`, its whole-process CPU (user + system, every thread). Peak
+    RSS is its VmHWM, read while it runs: `wait4`'s ru_maxrss starts from this (larger) process's
+    RSS at the fork. The last stdout line, when it is JSON, is in `result`."""
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(open(log, "ab")) if log is not None else subprocess.DEVNULL
+        out = stack.enter_context(tempfile.TemporaryFile())
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
+                                stdout=out, stderr=err)
+        peak_kib, deadline = 0, time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                break
+            peak_kib = max(peak_kib, _vm_hwm_kib(proc.pid))
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise TimeoutError(f"{list(cmd)[:3]} exceeded {timeout} s")
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    m: dict[str, Any] = {"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime,
+                         "sys": usage.ru_stime, "peak_rss_mib": peak_kib / 1024}
+    lines = text.strip().splitlines()
+    with contextlib.suppress(ValueError, IndexError):
+        m["result"] = json.loads(lines[-1])
+    if rc != 0:
+        raise RuntimeError(f"{list(cmd)[:3]} exited {rc}: {text[-2000:]}")
+    return m
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):  # gone, or a zombie without memory
+        pass
+    return 0
+
+
+# -- runs x configurations ------------------------------------------------------------------
+
+K = TypeVar("K")
+
+
+def grid(runs: int, configs: Sequence[K], measure: Callable[[K], dict[str, Any]],
+         progress: bool = True) -> dict[K, list[dict[str, Any]]]:
+    """Every configuration once per run, in turn (run 1: a, b, c; run 2: a, b, c; ...)."""
+    results: dict[K, list[dict[str, Any]]] = {c: [] for c in configs}
+    for r in range(runs):
+        for c in configs:
+            m = measure(c)
+            results[c].append(m)
+            if progress:
+                print(f"run {r + 1}/{runs} {c}: " + json.dumps({k: v for k, v in m.items()
+                                                               if isinstance(v, (int, float))}, default=str),
+                      file=sys.stderr, flush=True)
+    return results
