@@ -99,8 +99,11 @@ def server_version(engine: sa.Engine) -> str:
 
 def bench_settings(db_url: str, sim_url: str, static_root: Path, **sections: Mapping[str, Any]) -> Settings:
     """Production defaults (`iipub.config`) plus the given section overrides, the default two
-    products, a static sink under `static_root`, and the simulator as the provider."""
-    data: dict[str, Any] = {"sinks": {"static": {"root": str(static_root)}}}
+    products, a static sink under `static_root`, the spend ledger beside it (a run's own: the
+    default path would carry one run's paid creates into the next run's fresh database), and the
+    simulator as the provider."""
+    data: dict[str, Any] = {"sinks": {"static": {"root": str(static_root)}},
+                            "ledger": {"path": str(static_root.parent / "spend-ledger.jsonl")}}
     for name, values in sections.items():
         data[name] = {**data.get(name, {}), **values}
     base = settings_from_dict(data)

@@ -47,21 +47,20 @@ class Drive:
 
 
 @contextlib.contextmanager
-def driven(base_url: str, k: int, *, ends: Sequence[str] = (State.DELETED.value,), tick_seconds: float = 3600.0,
-           ledger_in_temp_dir: bool = False) -> Iterator[Drive]:
+def driven(base_url: str, k: int, *, ends: Sequence[str] = (State.DELETED.value,),
+           tick_seconds: float = 3600.0) -> Iterator[Drive]:
     """K backfill slots in a fresh database driven by reconcile + relay loops until every job is
-    in one of `ends`; the simulator in its own process at zero latency. `ledger_in_temp_dir`
-    puts the spend ledger in the run's temporary directory instead of the working directory."""
+    in one of `ends`; the simulator in its own process at zero latency, the spend ledger the run's
+    own (`benchdb.bench_settings`)."""
     with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
             benchdb.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
         engine = benchdb.open_db(url, pool_size=16 + 4)
         try:
-            ledger = {"ledger": {"path": str(Path(tmp) / "ledger.jsonl")}} if ledger_in_temp_dir else {}
             settings = benchdb.bench_settings(
                 url, sim.url, Path(tmp) / "public",
-                reconcile={"poll_interval_seconds": 0.0, "tick_seconds": tick_seconds, "max_in_flight": k},
+                reconcile={"poll_interval_seconds": 0.0, "tick_seconds": tick_seconds, "max_in_flight": k,
+                           "catch_up_days": 0},  # only the slots it made: no catch-up of missed days
                 relay={"tick_seconds": tick_seconds},
-                **ledger,
             )
             benchdb.park_today(engine, settings)
             benchdb.schedule_backfill(engine, settings, k)
