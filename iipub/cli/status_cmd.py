@@ -308,8 +308,8 @@ def _track_lines(r: Status) -> list[str]:
     rows.append(["TOTAL", *[sum(t.counts[p][lang].values()) for p, lang in columns], t.total])
     lines = ["TRACKS", table(rows, ["STATE", *[f"{p}/{lang}" for p, lang in columns], "TOTAL"])]
     facts: list[list[object]] = [
-        ["parked tracks", len(t.parked), ", ".join(f"{k}: {v}" for k, v in t.parked_by_reason().items())],
-        ["stranded tracks", len(t.stranded), f"unpublished, not parked, > {duration(r.settings.stranded_after_seconds)}"
+        ["tracks parked", len(t.parked), ", ".join(f"{k}: {v}" for k, v in t.parked_by_reason().items())],
+        ["tracks stranded", len(t.stranded), f"unpublished, not parked, > {duration(r.settings.stranded_after_seconds)}"
          " after the slot opened" + (f"; oldest {t.stranded[0].describe()} {duration(t.stranded[0].age_seconds)}"
                                      if t.stranded else "")],
     ]

@@ -275,7 +275,7 @@ def test_a_parked_track_alone_is_a_warning(settings: Settings, engine: sa.Engine
     assert human[at + 2].split() == ["VALIDATION_FAILED_RETAINED", "0", "1", "1"]
     assert human[at + 3].split() == ["PUBLISHED", "1", "0", "1"]
     assert human[at + 4].split() == ["TOTAL", "1", "1", "2"]
-    assert any(line.split()[:3] == ["parked", "tracks", "1"] for line in human)
+    assert any(line.split()[:3] == ["tracks", "parked", "1"] for line in human)
     assert any(line.strip().startswith("parked") and f"{job_id} es" in line and "not public" in line
                for line in human)
 
