@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from . import clock, installation, money, outbox, payments, remedies, restore, tables
+from . import clock, installation, money, outbox, payments, remedies, restore, states, tables, tracks
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -35,6 +35,7 @@ from .remedies import ReleaseMode
 from .states import QUARANTINE_REASONS, Reason, State
 from .store import Store
 from .timefmt import iso_z, naive_utc
+from .track_handlers import Hop
 
 log = structlog.get_logger("iipub.actions")
 __all__ = ["BulkResult", "Operator", "Quarantined", "ReleaseMode"]
@@ -246,9 +247,18 @@ class Operator(Closing):
         return self._finish(store, done)
 
     def kill(self, job_id: str, reason: str, by: str) -> Job:
-        """Terminate: the job will not publish. The next tick cancels and deletes any remote data."""
+        """Terminate: the job will not publish. The next tick cancels and deletes any remote data;
+        the slot's unpublished language tracks end with it, in the same transaction."""
         remedies.check_input(by, reason)
-        killed = self._act(job_id, by, lambda job: remedies.kill(job, by, reason))
+
+        def decide(job: Job) -> Decision:
+            saved = sorted(t.lang for t in self.tracks_of(job.id) if t.state in states.TRACK_SAVED)
+            return remedies.kill(job, by, reason, saved)
+
+        store, job, d = self._lease(job_id, by, decide)
+        detail = remedies.who(by, reason)
+        killed = self._finish(store, self._write(store, job, d, extra=lambda conn: tracks.kill_unpublished(
+            conn, store, job.id, detail)))
         self._ledger_kill(killed)
         return killed
 
@@ -267,14 +277,41 @@ class Operator(Closing):
 
     # -- out of a validation failure ------------------------------------------------
 
-    def revalidate(self, job_id: str, reason: str, by: str) -> Job:
+    def revalidate(self, job_id: str, reason: str, by: str, lang: str | None = None) -> Job:
+        """The kept payload checked again for free: one language's track (`lang`), or the job
+        itself when it is parked, else every parked track of the job."""
         remedies.check_input(by, reason)
-        return self._act(job_id, by, lambda job: remedies.revalidate(job, by, reason, self._fingerprint(job)))
+        job = Store(self.engine, _worker(by)).lookup(job_id)
+        found = self.tracks_of(job.id)
+        if lang is not None or (job.state not in states.PARKED and any(
+                t.state in states.TRACK_PARKED for t in found)):
+            langs = [lang] if lang is not None else [t.lang for t in found if t.state in states.TRACK_PARKED]
+            for one in langs:
+                self.revalidate_track(job, one, reason, by)
+            return self._finish(Store(self.engine, _worker(by)), job)
+        return self._act(job.id, by, lambda job: remedies.revalidate(job, by, reason, self._fingerprint(job)))
+
+    def revalidate_track(self, job: Job, lang: str, reason: str, by: str) -> tracks.Track:
+        """`revalidate ID --lang L`: fenced on the track alone (the slot's row is not written)."""
+        track = next((t for t in self.tracks_of(job.id) if t.lang == lang), None)
+        to, why, changes, detail = remedies.revalidate_track(job, lang, track.state if track else None, by, reason,
+                                                              track.quarantine_reason if track else None)
+        assert track is not None
+        ts = tracks.TrackStore(Store(self.engine, _worker(by), self.settings.reconcile.lease_seconds))
+        if track.lease_owner is not None:
+            raise JobTaken(f"job {job.id}: the {lang} track is leased by {track.lease_owner}; retry in a minute")
+        return ts.advance(track, [Hop(to, why, detail)], changes=changes, delay=0, operator=True)
 
     def regenerate(self, job_id: str, reason: str, by: str) -> Job:
+        """A new paid generation for the slot's unpublished languages (the journal names them)."""
         remedies.check_input(by, reason)
         max_gen = self.settings.budgets.max_generation_attempts
-        return self._act(job_id, by, lambda job: remedies.regenerate(job, max_gen, by, reason))
+        return self._act(job_id, by, lambda job: remedies.regenerate(
+            job, max_gen, by, reason, {t.lang: t.state for t in self.tracks_of(job.id)}))
+
+    def tracks_of(self, job_id: str) -> list[tracks.Track]:
+        with self.engine.connect() as conn:
+            return tracks.of_job(conn, job_id)
 
     # -- output recovered by hand ---------------------------------------------------
 
@@ -383,10 +420,11 @@ class Operator(Closing):
         store, job, d = self._lease(job_id, by, decide)
         return self._finish(store, self._write(store, job, d))
 
-    def _write(self, store: Store, job: Job, d: Decision) -> Job:
+    def _write(self, store: Store, job: Job, d: Decision,
+               extra: Callable[[sa.Connection], object] | None = None) -> Job:
         try:
             return store.transition(job, d.to, reason=d.reason, operator=True, changes=d.changes, detail=d.detail,
-                                    delay=d.delay, keep_lease=d.go_on)
+                                    delay=d.delay, keep_lease=d.go_on, extra=extra)
         except Exception:
             _release_quietly(store, job)  # never leave the command's lease behind
             raise

@@ -50,22 +50,26 @@ class Artifact:
 
 def compose(edition: BaseModel, product: Product, edition_date: dt.date) -> dict[str, Artifact]:
     """One artifact per product language, in the product's language order."""
-    date = edition_date.isoformat()
     out: dict[str, Artifact] = {}
     for lang in product.languages:
         part = getattr(edition, lang, None)
         if part is None:
             raise ValueError(f"edition has no {lang!r} part")
-        items = [
-            {
-                "headline": item.headline,
-                "summary": item.summary,
-                "sources": [{"title": s.title, "url": s.url} for s in item.sources],
-            }
-            for item in part.items
-        ]
-        out[lang] = _artifact(product.name, date, lang, part.title, part.summary, items)
+        out[lang] = compose_language(part, product, lang, edition_date)
     return out
+
+
+def compose_language(part: Any, product: Product, lang: str, edition_date: dt.date) -> Artifact:
+    """The artifact of one language's validated part (what a language track composes)."""
+    items = [
+        {
+            "headline": item.headline,
+            "summary": item.summary,
+            "sources": [{"title": s.title, "url": s.url} for s in item.sources],
+        }
+        for item in part.items
+    ]
+    return _artifact(product.name, edition_date.isoformat(), lang, part.title, part.summary, items)
 
 
 def artifact_from_json(body: bytes) -> Artifact:

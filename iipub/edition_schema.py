@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from .edition_limits import MAX_ITEMS, MAX_SOURCES_PER_ITEM, MAX_SUMMARY, MAX_TITLE, MAX_URL, SCHEMA_NAME
 
 __all__ = ["MAX_ITEMS", "MAX_SOURCES_PER_ITEM", "MAX_SUMMARY", "MAX_TITLE", "MAX_URL", "SCHEMA_NAME",
-           "json_schema", "output_model", "text_format"]
+           "json_schema", "language_model", "output_model", "text_format"]
 
 
 class _Strict(BaseModel):
@@ -42,13 +42,19 @@ class LanguageEdition(_Strict):
 
 
 @functools.lru_cache(maxsize=32)
-def output_model(languages: tuple[str, ...], items: int) -> type[BaseModel]:
-    """A model with one required edition per language, each holding exactly `items` items."""
-    edition = create_model(
+def language_model(items: int) -> type[BaseModel]:
+    """One language's edition holding exactly `items` items (what a language track validates)."""
+    return create_model(
         f"LanguageEdition{items}",
         __base__=LanguageEdition,
         items=(list[Item], Field(min_length=items, max_length=items)),
     )
+
+
+@functools.lru_cache(maxsize=32)
+def output_model(languages: tuple[str, ...], items: int) -> type[BaseModel]:
+    """A model with one required edition per language, each holding exactly `items` items."""
+    edition = language_model(items)
     fields: dict[str, Any] = dict.fromkeys(languages, (edition, ...))
     return create_model(
         "EditionOutput_" + "_".join(languages), __base__=_Strict, **fields

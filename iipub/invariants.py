@@ -60,6 +60,12 @@ Spend ledger (`check_ledger`, `iipub check --ledger`)
   ledger_missing         the ledger file is missing or unreadable although the database recorded a
                          paid create
 
+Language tracks
+  journal_* / not_published / published_twice / deleted_without_custody, per track: its journal
+                         is a chain of track edges fenced by its version; a PUBLISHED slot has every
+                         track published; a saved track has exactly one edition of its language; a
+                         slot is deleted only with every track's part in custody
+
 Liveness
   stranded               a job neither published nor killed nor parked, `stranded_after_seconds` past
                          its slot's opening (database clock; `jobs.is_stranded`, as `status` reports)
@@ -174,9 +180,13 @@ def check(
             jobs_table.c.payload.is_not(None).label("has_payload"),
         )).mappings()}
         events: dict[str, list[_Ev]] = defaultdict(list)
+        track_events: dict[tuple[str, str], list[_Ev]] = defaultdict(list)
         for r in conn.execute(sa.select(events_table).order_by(events_table.c.job_id, events_table.c.id)):
-            events[r.job_id].append(_Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason,
-                                        _detail(r.detail), naive_utc(r.at)))
+            ev = _Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason, _detail(r.detail), naive_utc(r.at))
+            (events[r.job_id] if r.lang is None else track_events[(r.job_id, r.lang)]).append(ev)
+        track_rows = {(r["job_id"], r["lang"]): dict(r) for r in conn.execute(sa.select(
+            *[c for c in tables.tracks.columns if c.name not in ("payload", "composed")],
+            tables.tracks.c.payload.is_not(None).label("has_payload"))).mappings()}
         editions = [dict(r) for r in conn.execute(sa.select(
             editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date,
             editions_table.c.lang, editions_table.c.sha256)).mappings()]
@@ -199,8 +209,9 @@ def check(
         _journal(found, job, evs, max_gen)
         _custody(found, job, evs)
         _liveness(found, job, evs, now, stranded_after_seconds, settled)
+    _tracks(found, jobs, track_rows, track_events, editions)
     _publication(found, jobs, events, editions, outbox, deliveries, list(sinks or _sink_names(deliveries)),
-                 static_root, webhook_keys, now, settled)
+                 static_root, webhook_keys, now, settled, track_events)
     _deletes(found, jobs, deletes, fates)
     if sim_stats is not None:
         _creates(found, jobs, events, _own(sim_stats, ours), ledger or {})
@@ -384,12 +395,14 @@ def _publication(
     editions: Sequence[Mapping[str, Any]], outbox: Sequence[Mapping[str, Any]],
     deliveries: Sequence[Mapping[str, Any]], sinks: Sequence[str], static_root: Path | None,
     webhook_keys: Collection[str] | None, now: dt.datetime, settled: bool,
+    track_events: Mapping[tuple[str, str], Sequence[_Ev]] | None = None,
 ) -> None:
     ed_by_job: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     ed_by_id = {e["id"]: e for e in editions}
     for e in editions:
         job = jobs.get(e["job_id"])
-        saved = any(ev.reason == Reason.SAVED for ev in events.get(e["job_id"], ()))
+        saved = any(ev.reason == Reason.SAVED for ev in itertools.chain(
+            events.get(e["job_id"], ()), (track_events or {}).get((e["job_id"], e["lang"]), ())))
         if job is None or (job["product"], job["edition_date"]) != (e["product"], e["edition_date"]) or not saved:
             found.add("edition_orphan", e["job_id"], f"edition {e['product']} {e['edition_date']} {e['lang']} "
                                                      "has no saved job of that slot")
@@ -467,6 +480,70 @@ def _publication(
                 and o["event_id"] not in webhook_keys:
             found.add("webhook_not_received", o["job_id"], f"event {o['event_id']} marked delivered to the "
                                                            "webhook, never received")
+
+
+def _tracks(found: _Found, jobs: Mapping[str, Mapping[str, Any]], tracks: Mapping[tuple[str, str], Mapping[str, Any]],
+            events: Mapping[tuple[str, str], Sequence[_Ev]], editions: Sequence[Mapping[str, Any]]) -> None:
+    """Language tracks: each track's journal is a chain of track edges its version fences; a
+    PUBLISHED slot has every track published; a saved track has its one edition; a remote delete
+    of a slot (not killed) had every track's part in custody."""
+    langs_by_job: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for (jid, lang), track in tracks.items():
+        langs_by_job[jid][lang] = track
+    eds = Counter((e["job_id"], e["lang"]) for e in editions)
+    for (jid, lang), evs in sorted(events.items()):
+        if (jid, lang) not in tracks:
+            found.add("journal_orphan", jid, f"{len(evs)} events of a {lang} track that does not exist")
+    for (jid, lang), track in sorted(tracks.items()):
+        where = f"{lang} track"
+        evs = events.get((jid, lang), ())
+        if jid not in jobs:
+            found.add("journal_orphan", jid, f"{where} of a job that does not exist")
+            continue
+        _track_journal(found, jid, where, track, evs)
+        state = State(track["state"])
+        if state in states.TRACK_SAVED and eds[(jid, lang)] != 1:
+            found.add("not_published", jid, f"{where} is {state} with {eds[(jid, lang)]} editions, not 1")
+        saves = sum(e.reason == Reason.SAVED for e in evs)
+        pubs = sum(e.reason == Reason.ALL_EVENTS_DELIVERED for e in evs)
+        if saves > 1 or pubs > 1:
+            found.add("published_twice", jid, f"{where}: {saves} saves and {pubs} publications journaled")
+    for jid, langs in langs_by_job.items():
+        job = jobs.get(jid)
+        if job is None:
+            continue
+        if job["state"] in (State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value) \
+                and not job["kill_requested"]:
+            behind = sorted(lang for lang, t in langs.items() if t["state"] != State.PUBLISHED.value)
+            if behind:
+                found.add("not_published", jid, f"{job['state']} while the {', '.join(behind)} track is not published")
+            lost = sorted(lang for lang, t in langs.items() if not t["has_payload"])
+            if job["state"] == State.DELETED.value and lost:
+                found.add("deleted_without_custody", jid, f"DELETED without the {', '.join(lost)} track's part")
+
+
+def _track_journal(found: _Found, jid: str, where: str, track: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
+    if not evs:
+        found.add("journal_chain", jid, f"{where} has no journal at all")
+        return
+    if evs[0].from_state is not None:
+        found.add("journal_chain", jid, f"{where}: first event starts in {evs[0].from_state}, not at its fork")
+    for prev, ev in itertools.pairwise(evs):
+        if ev.version <= prev.version:
+            found.add("journal_versions", jid, f"{where}: event {ev.id} has version {ev.version} after {prev.version}")
+        if ev.from_state != prev.to_state:
+            found.add("journal_chain", jid, f"{where}: event {ev.id} starts in {ev.from_state} but the track was "
+                                            f"in {prev.to_state}")
+        if not (_is_state(str(ev.from_state)) and _is_state(ev.to_state)
+                and states.track_allowed(str(ev.from_state), ev.to_state, operator=is_operator_reason(ev.reason))):
+            found.add("journal_edge", jid, f"{where}: event {ev.id}: {ev.from_state} -> {ev.to_state} "
+                                           f"({ev.reason}) is not a track edge")
+    if evs[-1].to_state != track["state"]:
+        found.add("journal_chain", jid, f"{where}: journal ends in {evs[-1].to_state} but the track is "
+                                        f"{track['state']}")
+    if evs[-1].version > track["version"]:
+        found.add("journal_versions", jid, f"{where}: journal version {evs[-1].version} > track version "
+                                           f"{track['version']}")
 
 
 def _static_problem(root: Path, ed: Mapping[str, Any]) -> str | None:

@@ -24,7 +24,7 @@ from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
 from .jobs import Job, new_worker_id
 from .provider import Provider
-from .states import State
+from .states import TRACKS_RUN_IN, State
 from .store import Store
 from .tick import STOP, Tick, TickReport, WriteBatch
 
@@ -89,9 +89,21 @@ def _sweep(tick: Tick) -> None:
             # now that the probe's outcome is recorded.
             waiting = tick.take_probe_waiters()
             if not waiting or tick.past_deadline():
-                return
+                break
             tick.wait_for_probe_outcome()
             seen -= waiting
+        _tracks(tick, pool)
+
+
+def _tracks(tick: Tick, pool: ThreadPoolExecutor) -> None:
+    """The language tracks of forked slots, then the slots that follow them: one tick still takes
+    a finished response to SAVED_NOT_PUBLIC. Loaded only when some track is due."""
+    if tick.past_deadline() or not tick.store.tracks_due():
+        return
+    from . import track_steps
+
+    if track_steps.track_pass(tick, pool):
+        _pass(tick, pool, set(), only=TRACKS_RUN_IN)
 
 
 def _settle_awaiting(tick: Tick) -> None:
@@ -134,13 +146,13 @@ class _InFlight:
                 self._changed.wait()
 
 
-def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str]) -> None:
+def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str], only: frozenset[State] | None = None) -> None:
     s = tick.settings.reconcile
     pending = _InFlight()
     while not tick.past_deadline():
         # The next batch is fetched while the previous one's tail still runs: no
         # drain bubble at batch boundaries.
-        batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen)) if c[0] not in seen]
+        batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen), only) if c[0] not in seen]
         if not batch:
             break
         for start in range(0, len(batch), s.concurrency):

@@ -26,7 +26,7 @@ import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, config, handlers, outbox, tables
+from . import backoff, config, handlers, outbox, tables, tracks
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
 from .jobs import Job, new_worker_id
@@ -37,6 +37,7 @@ from .sinks.static import StaticSink
 from .sinks.webhook import WebhookSink
 from .states import State
 from .store import Store
+from .track_handlers import Hop
 
 log = structlog.get_logger("iipub.relay")
 # Sinks delivered from a thread pool beside the others, under their own deadline (`_Background`).
@@ -281,20 +282,25 @@ def _finish(box: Outbox, d: _Delivery, settings: Settings, report: RelayReport) 
 
 def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
                           spend_ledger: SpendLedger | None = None) -> int:
-    """SAVED_NOT_PUBLIC jobs whose every event is delivered move to PUBLISHED, and the spend
-    ledger records the editions published. Run after each relay pass, so a crash between the
-    two writes heals on the next run."""
-    jobs_table, outbox_table = tables.jobs, tables.outbox
+    """SAVED_NOT_PUBLIC language tracks whose every event is delivered move to PUBLISHED; then
+    SAVED_NOT_PUBLIC slots with no unpublished track (a slot from before tracks: every event
+    delivered) move to PUBLISHED, and the spend ledger records the editions published. Run after
+    each relay pass, so a crash between the writes heals on the next run."""
+    store = Store(engine, worker, lease_seconds)
+    _publish_finished_tracks(store)
+    jobs_table, outbox_table, t = tables.jobs, tables.outbox, tables.tracks.c
     with engine.connect() as conn:
         pending = sa.select(outbox_table.c.id).where(
             outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
         ).exists()
         has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
+        has_tracks = sa.select(t.id).where(t.job_id == jobs_table.c.id).exists()
+        unpublished = sa.select(t.id).where(t.job_id == jobs_table.c.id, t.state != State.PUBLISHED.value).exists()
         rows = conn.execute(
             sa.select(jobs_table.c.id, jobs_table.c.version)
-            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value, has_events, ~pending)
+            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value,
+                   sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
         ).all()
-    store = Store(engine, worker, lease_seconds)
     done = 0
     for job_id, version in rows:
         try:
@@ -308,6 +314,29 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
                 _record_published(engine, spend_ledger, published)
         except (LeaseLost, Contention) as exc:
             log.warning("publish_deferred", job_id=job_id, error=str(exc))
+    return done
+
+
+def _publish_finished_tracks(store: Store) -> int:
+    """SAVED_NOT_PUBLIC tracks whose language's events are all delivered: PUBLISHED (fenced on
+    the track; the slot's row is not touched)."""
+    t, o, e = tables.tracks.c, tables.outbox.c, tables.editions.c
+    of_track = sa.select(o.id).select_from(tables.outbox.join(tables.editions, e.id == o.edition_id)).where(
+        o.job_id == t.job_id, e.lang == t.lang)
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(tables.tracks).where(
+            t.state == State.SAVED_NOT_PUBLIC.value, of_track.exists(),
+            ~of_track.where(o.published_at.is_(None)).exists())).mappings().all()
+    ts = tracks.TrackStore(store)
+    done = 0
+    for row in rows:
+        track = tracks.Track.from_row(row)
+        d = handlers.on_delivered()
+        try:
+            ts.advance(track, [Hop(d.to, d.reason)])
+            done += 1
+        except (LeaseLost, Contention) as exc:
+            log.warning("publish_deferred", job_id=track.job_id, lang=track.lang, error=str(exc))
     return done
 
 

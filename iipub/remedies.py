@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,10 +237,17 @@ def _cancelled(job: Job, by: str, reason: str, detail: dict[str, Any], note: str
     return Decision(d.to, d.reason, d.changes, {**detail, "note": note})
 
 
-def kill(job: Job, by: str, reason: str) -> Decision:
-    """Terminate: the job will not publish. The next tick cancels and deletes any remote data."""
+def kill(job: Job, by: str, reason: str, saved_languages: Sequence[str] = ()) -> Decision:
+    """Terminate: the job will not publish. The next tick cancels and deletes any remote data.
+    Refused once any language's edition is saved (`saved_languages`: its tracks saved or
+    published); the slot's unpublished tracks end with it."""
     effective = job.effective_state
     suspended = " (suspended)" if job.state == State.MANUALLY_SUSPENDED else ""
+    if saved_languages:
+        raise OperatorRefused(
+            f"job {job.id}: the {', '.join(saved_languages)} edition is already saved; kill only stops jobs "
+            "before any edition is saved"
+        )
     if effective in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
         raise OperatorRefused(
             f"job {job.id} is {effective}{suspended}: the edition is already saved; kill only stops jobs "
@@ -282,12 +289,38 @@ def revalidate(job: Job, by: str, reason: str, current_fingerprint: str | None =
                                quarantine_reason=job.quarantine_reason))
 
 
-def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> Decision:
+def revalidate_track(job: Job, lang: str, track_state: State | None, by: str, reason: str,
+                     quarantine_reason: str | None = None) -> tuple[State, Reason, dict[str, Any], dict[str, Any]]:
+    """`revalidate ID --lang L`: that language's kept part checked again under the rules deployed
+    now (free). Returns the track's next state, the reason, its column changes and the detail."""
+    if track_state is None:
+        raise OperatorRefused(f"job {job.id} has no {lang} track (its payload has not forked into languages; "
+                              "revalidate the job without --lang)")
+    if track_state not in states.TRACK_PARKED:
+        raise OperatorRefused(f"job {job.id}: the {lang} track is {track_state}; only a VALIDATION_FAILED_RETAINED "
+                              "or QUARANTINED track can be revalidated")
+    return (State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE,
+            {"last_error": None, "quarantine_reason": None, "retry_count": 0},
+            who(by, reason, lang=lang, was=track_state.value, quarantine_reason=quarantine_reason))
+
+
+def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
+               track_states: Mapping[str, State] | None = None) -> Decision:
     """Pay for a new generation of a slot whose output failed validation, within the generation
     budget (also a job parked by config drift or a failing step, generated again under the rules
-    deployed now). The failed payload's hash stays in the journal."""
-    if not (job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES):
+    deployed now). The failed payload's hash stays in the journal. A forked slot waiting on a
+    parked language track (`track_states`) is generated again for its unpublished languages only:
+    a saved edition is kept, never replaced."""
+    tracks = dict(track_states or {})
+    if job.state in states.TRACKS_RUN_IN:
+        parked = sorted(lang for lang, s in tracks.items() if s in states.TRACK_PARKED)
+        if not parked:
+            raise OperatorRefused(f"job {job.id} is {job.state} and none of its language tracks is parked; "
+                                  "regenerate applies to a failed validation")
+    elif not (job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES):
         _require_parked_payload(job, "regenerate")
+    languages = sorted(lang for lang, s in tracks.items() if s not in states.TRACK_SAVED) if tracks else []
+    kept = sorted(lang for lang, s in tracks.items() if s in states.TRACK_SAVED)
     if job.generation_attempts >= max_generation_attempts:
         raise OperatorRefused(
             f"job {job.id}: all {max_generation_attempts} paid creates are used "
@@ -299,7 +332,8 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str) -> 
         changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
                  "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None},
         detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
-                   attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason),
+                   attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason,
+                   languages=languages or "all", kept=kept),
     )
 
 

@@ -84,7 +84,11 @@ EDGES: tuple[Edge, ...] = tuple(
                                          S.PROVIDER_EXPIRED_OR_MISSING, S.QUARANTINED])
     # Config drift, a removed product or a step that keeps failing park the job with its payload kept.
     + _edges(S.RETRIEVED_NOT_VALIDATED, [S.READY_TO_COMPOSE, S.VALIDATION_FAILED_RETAINED, S.QUARANTINED])
-    + _edges(S.READY_TO_COMPOSE, [S.COMPOSED_NOT_SAVED, S.QUARANTINED])
+    # A forked slot follows its slowest language track (`TRACK_EDGES`): every track composed, or
+    # every track saved at once (validate, compose and save of a track are one transaction).
+    # A slot none of whose tracks is saved parks with them (every track failed validation, or parked).
+    + _edges(S.READY_TO_COMPOSE, [S.COMPOSED_NOT_SAVED, S.SAVED_NOT_PUBLIC, S.VALIDATION_FAILED_RETAINED,
+                                  S.QUARANTINED])
     + _edges(S.COMPOSED_NOT_SAVED, [S.SAVED_NOT_PUBLIC, S.QUARANTINED])
     + _edges(S.SAVED_NOT_PUBLIC, [S.PUBLISHED])
     + _edges(S.PUBLISHED, [S.CLEANUP_PENDING])
@@ -96,6 +100,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
              operator=True)
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # A slot waiting on a parked language track: a new paid generation for the unpublished
+    # languages (`regenerate`, budget permitting).
+    + _edges(S.READY_TO_COMPOSE, [S.CREATE_ELIGIBLE], operator=True)
+    + _edges(S.COMPOSED_NOT_SAVED, [S.CREATE_ELIGIBLE], operator=True)
     # Output an operator recovered from the provider's dashboard after the response was lost
     # (`iipub jobs import-payload`): custody by hand, validated by the next tick as usual.
     + _edges(S.PROVIDER_EXPIRED_OR_MISSING, [S.RETRIEVED_NOT_VALIDATED], operator=True)
@@ -129,6 +137,50 @@ PARKED = frozenset({S.QUARANTINED, S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSP
 ACTIVE = frozenset(State) - TERMINAL - PARKED - {S.SAVED_NOT_PUBLIC}
 
 _BY_PAIR = {(e.src, e.dst): e for e in EDGES}
+
+# -- language tracks (PRODUCT.md section 15) --------------------------------------------------
+# After the slot's shared validation its payload forks into one track per language; a track
+# validates, composes, saves and publishes its own edition. Its states are `State` members.
+TRACK_UNPUBLISHED = frozenset({S.RETRIEVED_NOT_VALIDATED, S.VALIDATION_FAILED_RETAINED, S.READY_TO_COMPOSE,
+                               S.COMPOSED_NOT_SAVED, S.QUARANTINED})
+# A track holding its language's saved edition: kept across a new generation, never replaced.
+TRACK_SAVED = frozenset({S.SAVED_NOT_PUBLIC, S.PUBLISHED})
+TRACK_PARKED = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED})
+# Tracks the sweep works on (the relay publishes SAVED_NOT_PUBLIC ones).
+TRACK_ACTIVE = frozenset({S.RETRIEVED_NOT_VALIDATED, S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
+# The slot states whose tracks the sweep moves: a suspended, parked or killed slot freezes them.
+TRACKS_RUN_IN = frozenset({S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
+
+TRACK_EDGES: tuple[Edge, ...] = tuple(
+    # Config drift, a removed product or a failing step park the track with its part kept.
+    _edges(S.RETRIEVED_NOT_VALIDATED, [S.READY_TO_COMPOSE, S.VALIDATION_FAILED_RETAINED, S.QUARANTINED])
+    + _edges(S.READY_TO_COMPOSE, [S.COMPOSED_NOT_SAVED, S.QUARANTINED])
+    # The save writes the edition and its outbox rows in the same transaction (a clash: rolled back).
+    + _edges(S.COMPOSED_NOT_SAVED, [S.SAVED_NOT_PUBLIC, S.QUARANTINED])
+    + _edges(S.SAVED_NOT_PUBLIC, [S.PUBLISHED])
+    # Shadow mode journals the save it would do and stays.
+    + [Edge(S.COMPOSED_NOT_SAVED, S.COMPOSED_NOT_SAVED)]
+    # A new generation of the slot forks again: an unpublished track takes the new part. The
+    # same edge out of VALIDATION_FAILED_RETAINED / QUARANTINED is `revalidate ID --lang L`'s:
+    # the kept part re-checked under fixed rules (free).
+    + [Edge(s, S.RETRIEVED_NOT_VALIDATED) for s in sorted(TRACK_UNPUBLISHED)]
+    # `kill`: the slot will not publish; its unpublished tracks end with it.
+    + [Edge(s, S.DELETED, operator=True) for s in sorted(TRACK_UNPUBLISHED)]
+)
+_TRACK_BY_PAIR = {(e.src, e.dst): e for e in TRACK_EDGES}
+
+
+def track_allowed(src: State | str, dst: State | str, *, operator: bool = False) -> bool:
+    e = _TRACK_BY_PAIR.get((State(src), State(dst)))
+    return e is not None and (operator or not e.operator)
+
+
+def track_blocks(job_state: State) -> frozenset[State]:
+    """Track states that keep a forked slot where it is: before every track is composed (a slot
+    in READY_TO_COMPOSE), before every track is saved (COMPOSED_NOT_SAVED)."""
+    if job_state == S.READY_TO_COMPOSE:
+        return TRACK_UNPUBLISHED - {S.COMPOSED_NOT_SAVED} | {S.DELETED}
+    return TRACK_UNPUBLISHED | {S.DELETED}
 
 
 def edge(src: State | str, dst: State | str) -> Edge | None:
@@ -172,6 +224,7 @@ class Reason(enum.StrEnum):
     CLEANUP_RETRY = "cleanup_retry"
     REMOTE_DELETED = "remote_deleted"
     NOTHING_REMOTE = "nothing_remote"
+    FORKED = "forked"
     # Quarantine reasons written by the machine.
     CREATE_OUTCOME_UNKNOWN = "create_outcome_unknown"
     CREATE_REJECTED = "create_rejected"
@@ -245,6 +298,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CLEANUP_RETRY: (False, "deleting the remote response failed; retrying later"),
     R.REMOTE_DELETED: (False, "the remote response is deleted (or was already gone)"),
     R.NOTHING_REMOTE: (False, "no remote response to delete"),
+    R.FORKED: (False, ("the slot's payload passed the shared checks: this language's part forked into its "
+                       "track (a new generation forks again only into tracks not saved)")),
     R.CREATE_OUTCOME_UNKNOWN: (False, "quarantine: the create may have been accepted and billed (timeout, reset, 5xx)"),
     R.CREATE_REJECTED: (False, "quarantine: the provider rejected the create with a 4xx it will repeat"),
     R.CRASHED_DURING_CREATE: (False, "quarantine: a worker died mid-create; it may have been billed"),

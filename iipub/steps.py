@@ -12,10 +12,10 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import db, handlers, installation, ledger, money, outbox, payments, restore, validate
+from . import handlers, installation, ledger, money, payments, restore, track_steps
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
-from .errors import Contention, DatabaseUnavailable, InvariantViolation, LeaseLost
+from .errors import Contention, DatabaseUnavailable, LeaseLost
 from .handlers import Decision
 from .jobs import Job, slot_opened
 from .outcomes import (
@@ -350,40 +350,17 @@ def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
 
 
 def step_validate(tick: Tick, job: Job) -> Job:
-    product = _product(tick, job)
-    parked = handlers.config_check(job, product)
-    if parked is not None or product is None:
-        return apply(tick, job, _checked(parked))
-    return apply(tick, job, handlers.on_validation(job, validate.validate(job.payload, product)))
-
-
-def step_compose(tick: Tick, job: Job) -> Job:
-    product = _product(tick, job)
-    parked = handlers.config_check(job, product)
-    if parked is not None or product is None:
-        return apply(tick, job, _checked(parked))
-    try:
-        d = handlers.on_compose(job, product)
-    except handlers.NoLongerValid as exc:
-        raise InvariantViolation(str(exc), job_id=job.id) from None
-    return apply(tick, job, d)
-
-
-def step_save(tick: Tick, job: Job) -> Job:
-    """One transaction: fenced state change, one edition per language, one outbox row each."""
+    """The shared checks, and the fork into language tracks (`track_steps`)."""
     parked = handlers.config_check(job, _product(tick, job))
     if parked is not None:
         return apply(tick, job, parked)
-    if tick.shadow:  # no edition, no outbox row: nothing a relay could publish
-        return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_PUBLISH,
-                                                  composed_sha256=job.composed_sha256))
-    artifacts = handlers.composed_artifacts(job)
-    try:
-        return apply(tick, job, handlers.on_save(job, artifacts),
-                      extra=lambda conn: outbox.save_editions(conn, job, artifacts))
-    except sa.exc.IntegrityError as exc:
-        # Rolled back whole; an edition for this slot exists already. Report, never half-write.
-        return apply(tick, job, handlers.on_save_conflict(db.describe_error(exc)))
+    return track_steps.fork(tick, job)
+
+
+def step_follow(tick: Tick, job: Job) -> Job | None:
+    """A forked slot follows its slowest language track (`track_steps.follow`); each track
+    checks the config itself before it saves, so a slot whose tracks are saved is not parked."""
+    return track_steps.follow(tick, job)
 
 
 def step_published(tick: Tick, job: Job) -> Job:
@@ -403,11 +380,12 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     if handlers.cancel_before_delete(job):
         tick.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
-    if job.payload is not None or job.kill_requested:  # journaled first, so `iipub check` sees every one
+    # Custody: the slot's payload and every language track's part.
+    custody = job.payload is not None and track_steps.tracks_hold_custody(tick, job)
+    if custody or job.kill_requested:  # journaled first, so `iipub check` sees every one
         installation.record_delete(tick.store.engine, job.response_id, job.id,
-                                   "custody" if job.payload is not None else "kill", tick.store.worker)
-    outcome = tick.provider.delete(job.response_id, has_custody=job.payload is not None,
-                                   kill_requested=job.kill_requested)
+                                   "custody" if custody else "kill", tick.store.worker)
+    outcome = tick.provider.delete(job.response_id, has_custody=custody, kill_requested=job.kill_requested)
     tick.called(outcome)
     return apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
 
@@ -441,8 +419,8 @@ STEPS: dict[State, StepFn] = {
     State.IN_PROGRESS: step_poll,
     State.COMPLETED_NOT_RETRIEVED: step_completed,
     State.RETRIEVED_NOT_VALIDATED: step_validate,
-    State.READY_TO_COMPOSE: step_compose,
-    State.COMPOSED_NOT_SAVED: step_save,
+    State.READY_TO_COMPOSE: step_follow,
+    State.COMPOSED_NOT_SAVED: step_follow,
     State.PUBLISHED: step_published,
     State.CLEANUP_PENDING: step_cleanup,
     State.PROVIDER_EXPIRED_OR_MISSING: step_expired,

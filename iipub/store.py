@@ -179,9 +179,12 @@ class Store:
                 break
         return count
 
-    def due_candidates(self, limit: int) -> list[tuple[str, int, State]]:
-        """Due, unleased (or lease-expired) jobs in the states `reconcile` works on, best
-        first: accepted (paid) work before new creates, today's slots before backfill."""
+    def due_candidates(self, limit: int, only: frozenset[State] | None = None) -> list[tuple[str, int, State]]:
+        """Due, unleased (or lease-expired) jobs in the states `reconcile` works on (or `only`
+        these), best first: accepted (paid) work before new creates, today's slots before
+        backfill. A forked slot is due only when its tracks let it move (`states.track_blocks`),
+        so a slot waiting on a parked track costs nothing per tick."""
+        active = states.ACTIVE if only is None else only
         with self.engine.connect() as conn:
             now = clock.now(conn)
             phase = sa.case(
@@ -192,15 +195,24 @@ class Store:
             q = (
                 sa.select(jobs_table.c.id, jobs_table.c.version, jobs_table.c.state)
                 .where(
-                    jobs_table.c.state.in_([s.value for s in states.ACTIVE]),
+                    jobs_table.c.state.in_([s.value for s in active]),
                     jobs_table.c.next_attempt_at <= now,
                     sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now),
+                    _tracks_let_move(),
                 )
                 .order_by(phase, jobs_table.c.is_backfill, jobs_table.c.priority, jobs_table.c.next_attempt_at,
                           jobs_table.c.id)
                 .limit(limit)
             )
             return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
+
+    def tracks_due(self) -> bool:
+        """Whether some language track is due (one indexed read; an idle tick stops here)."""
+        t = tables.tracks.c
+        with self.engine.connect() as conn:
+            q = (sa.select(t.id).where(t.state.in_([s.value for s in states.TRACK_ACTIVE]),
+                                       t.next_attempt_at <= clock.now(conn)).limit(1))
+            return conn.execute(q).first() is not None
 
     def suspended_awaiting_custody(self, limit: int) -> list[Job]:
         """Suspended jobs whose response may still finish (never leased: custody of their
@@ -249,7 +261,7 @@ class Store:
                 conn.execute(jobs_table.insert().values(slot_row(
                     job_id=job_id, product=product.name, day=day, priority=product.priority + (1000 if backfill else 0),
                     opens_at=opens, now=now, backfill=backfill)))
-                self._journal(conn, [self._journal_row(job_id, None, State.NO_JOB, 1, Reason.SCHEDULED,
+                self.journal(conn, [self.journal_row(job_id, None, State.NO_JOB, 1, Reason.SCHEDULED,
                                                        {"backfill": backfill})], clock.clock_offset(conn))
         except (sa.exc.IntegrityError, Contention) as exc:
             if not db.slot_taken(exc):
@@ -313,7 +325,7 @@ class Store:
             if not self._write(conn, w, now):
                 raise LeaseLost(f"job {job.id} changed since version {job.version}; {job.state} -> {w.to_state} "
                                 "rejected", job_id=job.id)
-            self._journal(conn, [w.journal], now)
+            self.journal(conn, [w.journal], now)
             if changes and "payload" in changes and "total_tokens" in changes:
                 # Custody with the provider's usage: the paid create's spend row learns it, in
                 # this same transaction (every custody path comes through here).
@@ -332,7 +344,7 @@ class Store:
         with self._tx() as conn:
             now = clock.clock_offset(conn)
             done = [self._write(conn, w, now) for w in writes]
-            self._journal(conn, [w.journal for w, ok in zip(writes, done, strict=True) if ok], now)
+            self.journal(conn, [w.journal for w, ok in zip(writes, done, strict=True) if ok], now)
         return [self._written(w) if ok else None for w, ok in zip(writes, done, strict=True)]
 
     def plan(self, job: Job, to_state: State, *, reason: Reason, changes: Mapping[str, Any] | None = None,
@@ -345,14 +357,14 @@ class Store:
                  detail: Mapping[str, Any] | None, delay: float | None, keep_lease: bool,
                  operator: bool) -> PlannedWrite:
         to_state = State(to_state)
-        reason = _declared(reason, operator=operator, job_id=job.id)
+        reason = declared(reason, operator=operator, job_id=job.id)
         if not states.allowed(job.state, to_state, operator=operator):
             raise IllegalTransition(f"{job.state} -> {to_state} is not an allowed transition", job_id=job.id)
         values: dict[str, Any] = dict(changes or {})
         bad = set(values) - {c.name for c in jobs_table.columns} | ({"id", "version", "state"} & set(values))
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
-        journal = self._journal_row(job.id, job.state, to_state, job.version + 1, reason, detail)
+        journal = self.journal_row(job.id, job.state, to_state, job.version + 1, reason, detail)
         return PlannedWrite(job, to_state, reason, values, journal, delay, keep_lease)
 
     def _write(self, conn: Connection, w: PlannedWrite, now: int | str) -> bool:
@@ -431,14 +443,15 @@ class Store:
             )
             return res.rowcount == 1
 
-    def _journal_row(self, job_id: str, from_state: State | None, to_state: State, version: int,
-                     reason: Reason, detail: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    def journal_row(self, job_id: str, from_state: State | None, to_state: State, version: int,
+                     reason: Reason, detail: Mapping[str, Any] | None, lang: str | None = None) -> Mapping[str, Any]:
+        """One journal row's values: the slot's own (`lang` None) or a language track's."""
         return {"e_job_id": job_id, "e_from_state": from_state.value if from_state else None,
                 "e_to_state": to_state.value, "e_version": version, "e_worker": self.worker,
-                "e_reason": reason.value,
+                "e_reason": reason.value, "e_lang": lang,
                 "e_detail": json.dumps(dict(detail), sort_keys=True, default=str) if detail else None}
 
-    def _journal(self, conn: Connection, rows: Sequence[Mapping[str, Any]], now: int | str) -> None:
+    def journal(self, conn: Connection, rows: Sequence[Mapping[str, Any]], now: int | str) -> None:
         """The one journal writer, in the transaction of the job rows it records. One row is
         timed by the database clock in the INSERT itself; several read that clock once, so the
         INSERT carries only plain values and the driver sends it as one multi-row INSERT."""
@@ -474,6 +487,19 @@ def _transition_statement(family: str, keys: tuple[str, ...], entered: bool, due
             .values(values))
 
 
+def _tracks_let_move() -> sa.ColumnElement[bool]:
+    """A job not forked, or forked and no track holds it where it is, or every track parked with
+    none saved (the slot parks with them)."""
+    t, j = tables.tracks.c, jobs_table.c
+    unparked = sa.select(t.id).where(t.job_id == j.id, t.state.not_in([s.value for s in states.TRACK_PARKED]))
+
+    def held(state: State) -> sa.ColumnElement[bool]:
+        blocking = sa.select(t.id).where(t.job_id == j.id, t.state.in_([s.value for s in states.track_blocks(state)]))
+        return sa.and_(j.state == state.value, blocking.exists(), unparked.exists())
+
+    return ~sa.or_(*(held(s) for s in sorted(states.TRACKS_RUN_IN)))
+
+
 @functools.lru_cache(maxsize=8)
 @functools.lru_cache(maxsize=4)
 def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select[Any]]:
@@ -495,7 +521,7 @@ def _claim_statements(family: str, operator: bool) -> tuple[sa.Update, sa.Select
 
 
 # The journal's columns a transition writes, each bound as `e_<column>`.
-_JOURNAL_COLUMNS = ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail")
+_JOURNAL_COLUMNS = ("job_id", "from_state", "to_state", "version", "worker", "reason", "detail", "lang")
 
 
 def _journal_binds(columns: Sequence[str]) -> dict[str, sa.BindParameter[Any]]:
@@ -512,7 +538,7 @@ def _journal_statement(family: str) -> sa.Insert:
     return events_table.insert().values(_journal_binds(_JOURNAL_COLUMNS) | {"at": clock.clock_at(family, "c_now")})
 
 
-def _declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:
+def declared(reason: Reason | str, *, operator: bool, job_id: str) -> Reason:
     """The journal speaks one declared vocabulary, and an operator's entries are its own."""
     try:
         declared = Reason(reason)

@@ -49,6 +49,8 @@ class TickReport:
     provider_calls: int = 0
     unreachable: int = 0  # provider calls that could not even connect
     transitions: Counter[str] = field(default_factory=Counter)
+    tracks_leased: int = 0  # language tracks leased by this tick
+    track_transitions: Counter[str] = field(default_factory=Counter)  # by the state a track entered
     stopped_at_deadline: bool = False
     seconds: float = 0.0
     shadow: bool = False  # shadow mode: creates, saves, deletes and cancels were journaled, not done
@@ -62,6 +64,7 @@ class TickReport:
     def summary(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["transitions"] = dict(self.transitions)
+        d["track_transitions"] = dict(self.track_transitions)
         d["provider_unreachable"] = self.provider_unreachable
         return d
 
@@ -311,6 +314,10 @@ class Tick:
     def counted(self, to: State) -> None:
         with self._lock:
             self.report.transitions[to.value] += 1
+
+    def counted_track(self, to: State) -> None:
+        with self._lock:
+            self.report.track_transitions[to.value] += 1
 
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -59,55 +59,138 @@ class Validation:
     edition: BaseModel | None  # set only when ok: a failed payload can never be composed
 
 
+@dataclass(frozen=True)
+class Shared:
+    """The checks of a slot's whole payload, before it forks into language tracks: size, UTF-8,
+    strict JSON without duplicate keys, exactly the product's languages (each an object), and no
+    text copied across languages. `parts` (set only when ok) maps each language to its part."""
+
+    ok: bool
+    reasons: tuple[str, ...]
+    parts: Mapping[str, Any]
+
+
 def validate(payload_text: str | None, product: Product) -> Validation:
-    """Check a model payload against `product`; never raises for bad input."""
+    """Check a whole model payload against `product` (the shared checks and every language's);
+    never raises for bad input."""
     reasons = _Reasons()
+    data = _parsed(payload_text, product, reasons)
+    if data is _UNPARSED:
+        return _fail(reasons)
+    _shape(data, product, reasons)
+    editions: dict[str, BaseModel] = {}
+    if isinstance(data, dict):
+        for lang in product.languages:
+            if isinstance(data.get(lang), dict):
+                part = _language(data[lang], product, lang, reasons)
+                if part is not None:
+                    editions[lang] = part
+    for reason in _same_text(data, product.languages):
+        reasons.add(reason)
+    if reasons:
+        return _fail(reasons)
+    from . import edition_schema
+
+    model = edition_schema.output_model(tuple(product.languages), product.items)
+    return Validation(ok=True, reasons=(), edition=model.model_construct(None, **editions))
+
+
+def shared(payload_text: str | None, product: Product) -> Shared:
+    """The slot's shared checks; never raises for bad input."""
+    reasons = _Reasons()
+    data = _parsed(payload_text, product, reasons)
+    if data is not _UNPARSED:
+        _shape(data, product, reasons)
+        for path, text in _strings(data, ""):  # a `\ud800` escape: no language could be stored as UTF-8
+            found = _SURROGATE.search(text)
+            if found:
+                reasons.add(f"control_chars: {path or '(root)'} (U+{ord(found.group()):04X})")
+        for reason in _same_text(data, product.languages):
+            reasons.add(reason)
+    if reasons:
+        return Shared(ok=False, reasons=_fail(reasons).reasons, parts={})
+    assert isinstance(data, dict)
+    return Shared(ok=True, reasons=(), parts={lang: data[lang] for lang in product.languages})
+
+
+def language(part: Any, product: Product, lang: str) -> Validation:
+    """One language track's checks on its part (`{"title", "summary", "items"}`): the product's
+    schema for one edition, control characters and URLs. `edition` is the validated part."""
+    reasons = _Reasons()
+    edition = _language(part, product, lang, reasons)
+    if reasons or edition is None:
+        return _fail(reasons)
+    return Validation(ok=True, reasons=(), edition=edition)
+
+
+_UNPARSED: Any = object()
+
+
+def _parsed(payload_text: str | None, product: Product, reasons: _Reasons) -> Any:
+    """The payload as JSON, bounded before parsing; `_UNPARSED` (with the reason) if it is not."""
     if payload_text is None or not payload_text.strip():
-        return _fail(["empty_output"])
+        reasons.add("empty_output")
+        return _UNPARSED
     size = len(payload_text.encode("utf-8", "surrogatepass"))
     if size > product.max_output_bytes:
-        return _fail([f"too_large: {size} bytes > {product.max_output_bytes}"])
+        reasons.add(f"too_large: {size} bytes > {product.max_output_bytes}")
+        return _UNPARSED
     bad = _SURROGATE.search(payload_text)
     if bad:
-        return _fail([f"not_utf8: lone surrogate U+{ord(bad.group()):04X} at offset {bad.start()}"])
+        reasons.add(f"not_utf8: lone surrogate U+{ord(bad.group()):04X} at offset {bad.start()}")
+        return _UNPARSED
     try:
-        data = json.loads(payload_text, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(payload_text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
-        return _fail([f"duplicate_key: {exc}"])
+        reasons.add(f"duplicate_key: {exc}")
     except json.JSONDecodeError as exc:
-        return _fail([f"not_json: {exc}"])
+        reasons.add(f"not_json: {exc}")
     except RecursionError:
-        return _fail(["not_json: nesting too deep"])
+        reasons.add("not_json: nesting too deep")
+    return _UNPARSED
 
+
+def _shape(data: Any, product: Product, reasons: _Reasons) -> None:
+    """A top-level object whose keys are exactly the product's languages, each an object."""
+    if not isinstance(data, dict):
+        reasons.add("schema: (root): Input should be an object")
+        return
+    for lang in product.languages:
+        if lang not in data:
+            reasons.add(f"schema: {lang}: Field required")
+        elif not isinstance(data[lang], dict):
+            reasons.add(f"schema: {lang}: Input should be an object")
+    for key in data:
+        if key not in product.languages:
+            reasons.add(f"schema: {_loc([key])}: Extra inputs are not permitted")
+            for path, text in _strings(data[key], key):
+                found = _BAD_CHARS.search(text)
+                if found:
+                    reasons.add(f"control_chars: {path} (U+{ord(found.group()):04X})")
+
+
+def _language(part: Any, product: Product, lang: str, reasons: _Reasons) -> BaseModel | None:
     from pydantic import ValidationError
 
     from . import edition_schema
 
-    model = edition_schema.output_model(tuple(product.languages), product.items)
     edition: BaseModel | None = None
     try:
-        edition = model.model_validate(data)
+        edition = edition_schema.language_model(product.items).model_validate(part)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
-            reasons.add(f"schema: {_loc(err['loc']) or '(root)'}: {err['msg']}")
-
-    # The remaining checks walk the raw document so that they report even when the schema
-    # check failed; each tolerates a document of the wrong shape.
-    for path, text in _strings(data, ""):
+            reasons.add(f"schema: {_loc([lang, *err['loc']])}: {err['msg']}")
+    # The remaining checks walk the raw part, so they report even when the schema check failed.
+    for path, text in _strings(part, lang):
         found = _BAD_CHARS.search(text)
         if found:
-            reasons.add(f"control_chars: {path or '(root)'} (U+{ord(found.group()):04X})")
-    for path, url in _urls(data):
+            reasons.add(f"control_chars: {path} (U+{ord(found.group()):04X})")
+    for path, url in _urls({lang: part}):
         problem = url_problem(url, product.allowed_domains)
         if problem:
             kind, detail = problem
             reasons.add(f"{kind}: {path}: {detail}")
-    for reason in _same_text(data, product.languages):
-        reasons.add(reason)
-
-    if reasons:
-        return _fail(reasons)
-    return Validation(ok=True, reasons=(), edition=edition)
+    return edition
 
 
 # --- URLs -----------------------------------------------------------------------------------

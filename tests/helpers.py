@@ -463,10 +463,13 @@ def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> reconcile.TickRepo
     return reconcile.run(settings, engine, **kw)
 
 
-def job_events(engine: sa.Engine, job_id: str) -> list[dict[str, Any]]:
-    """One job's journal, oldest first."""
+def job_events(engine: sa.Engine, job_id: str, lang: str | None = None) -> list[dict[str, Any]]:
+    """One slot's own journal (`lang` None) or one of its language tracks', oldest first."""
+    ev = tables.job_events.c
     with engine.connect() as conn:
-        q = sa.select(tables.job_events).where(tables.job_events.c.job_id == job_id).order_by(tables.job_events.c.id)
+        q = (sa.select(tables.job_events).where(ev.job_id == job_id,
+                                                ev.lang.is_(None) if lang is None else ev.lang == lang)
+             .order_by(ev.id))
         return [dict(r) for r in conn.execute(q).mappings()]
 
 

@@ -11,7 +11,7 @@ import click
 from .. import clock, scheduling
 from ..errors import UsageError
 from ..jobs import Job
-from ..states import State
+from ..states import TRACK_SAVED, State
 from ..store import Store
 from ..timefmt import duration, parse_date
 from .common import (
@@ -297,13 +297,28 @@ def kill_command(app: App, job_id: str, reason: str, by: str) -> None:
 
 @click.command("revalidate")
 @click.argument("job_id")
+@click.option("--lang", metavar="LANG", default=None,
+              help="Only this language's track (its kept part), e.g. es; the others are not touched.")
 @reason_option
 @by_option
 @pass_app
-def revalidate_command(app: App, job_id: str, reason: str, by: str) -> None:
+def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by: str) -> None:
     """Validate a VALIDATION_FAILED_RETAINED job's kept payload again, after the product's
-    rules (items, allowed_domains, …) were fixed. Free: nothing is sent to the provider."""
-    _act(app, job_id, lambda op: op.revalidate(job_id, reason, by))
+    rules (items, allowed_domains, …) were fixed. Free: nothing is sent to the provider.
+
+    A slot whose payload forked into language tracks: --lang re-checks that language's track;
+    without it every parked track is re-checked."""
+    if lang is None:
+        _act(app, job_id, lambda op: op.revalidate(job_id, reason, by))
+        return
+    from ..actions import Operator
+
+    op = Operator(app.settings, app.engine())
+    job = op.get(job_id)
+    before = {t.lang: t.state for t in op.tracks_of(job.id)}
+    op.revalidate(job.id, reason, by, lang=lang)
+    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED "
+               "(validated again by the next reconcile; nothing paid)")
 
 
 @click.command("regenerate")
@@ -313,8 +328,19 @@ def revalidate_command(app: App, job_id: str, reason: str, by: str) -> None:
 @pass_app
 def regenerate_command(app: App, job_id: str, reason: str, by: str) -> None:
     """Pay for a new generation of a VALIDATION_FAILED_RETAINED job (e.g. after fixing the
-    prompt), within the slot's generation budget. Refused when the budget is spent."""
-    _act(app, job_id, lambda op: op.regenerate(job_id, reason, by))
+    prompt), within the slot's generation budget. Refused when the budget is spent.
+
+    A slot waiting on a parked language track is generated again for its unpublished languages
+    only (named in the output); a saved or published edition is kept, never replaced."""
+    from ..actions import Operator
+
+    job = _act(app, job_id, lambda op: op.regenerate(job_id, reason, by))
+    found = {t.lang: t.state for t in Operator(app.settings, app.engine()).tracks_of(job.id)}
+    if found:
+        new = sorted(lang for lang, s in found.items() if s not in TRACK_SAVED)
+        kept = sorted(lang for lang, s in found.items() if s in TRACK_SAVED)
+        click.echo(f"new paid generation for: {', '.join(new)}" + (f"; kept: {', '.join(kept)} (already saved, "
+                                                                   "never replaced)" if kept else ""))
 
 
 # -- backfill -------------------------------------------------------------------------

@@ -108,6 +108,12 @@ service_unavailable@create~START..END: every create answers 503 in that window."
               "(no flex capacity, nothing created or charged).")
 @click.option("--flex-slowdown", default=3.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Flex mode: a flex response stays queued and in progress this many times longer.")
+@click.option("--corrupt-lang", metavar="LANG", default=None,
+              help="Corrupt one language of every generated edition (e.g. es): its sources link to hosts that are "
+              "never public, so only that language fails validation; the others publish.")
+@click.option("--corrupt-domain", metavar="HOST", default=None,
+              help="With --corrupt-lang: link that language's sources to HOST instead (it fails where the product's "
+              "allowed_domains lacks HOST; adding HOST fixes it, then `iipub revalidate ID --lang LANG`).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
 @click.option("--log-requests/--no-log-requests", default=True, show_default=True,
@@ -129,6 +135,8 @@ def simulator_command(
     webhook_late_seconds: float,
     flex_refusal_rate: float,
     flex_slowdown: float,
+    corrupt_lang: str | None,
+    corrupt_domain: str | None,
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
@@ -143,6 +151,9 @@ def simulator_command(
     event per finished background response, as OpenAI does (retried on failure).
     """
     from ..simulator import Simulator, SimulatorOptions  # the server loads only for this command
+
+    if corrupt_domain and not corrupt_lang:
+        raise click.UsageError("--corrupt-domain needs --corrupt-lang (the language whose sources it replaces)")
 
     setup_logging(None)  # run on its own (`python -m iipub.cli.simulator_cmd`) too: one logger, on stderr
 
@@ -161,6 +172,8 @@ def simulator_command(
         webhook_late_seconds=webhook_late_seconds,
         flex_refusal_rate=flex_refusal_rate,
         flex_slowdown=flex_slowdown,
+        corrupt_lang=corrupt_lang,
+        corrupt_domain=corrupt_domain,
     )
     try:
         sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)

@@ -71,6 +71,8 @@ class Stored:
     forced: tuple[str, float] | None = None  # (status, when) set by cancel
     race_reported: bool = False  # cancelled_then_completed: the lying read has happened
     announced: bool = False  # its finish has been handed to the webhook sender
+    corrupt_lang: str | None = None  # this language's part fails validation (`content.corrupt`)
+    corrupt_domain: str | None = None
     _text: str | None = None
 
     @property
@@ -108,6 +110,8 @@ class Stored:
                 slot=(self.request.get("metadata") or {}).get("iipub_slot"),
                 seed=seed,
                 faults=self.faults,
+                corrupt_lang=self.corrupt_lang,
+                corrupt_domain=self.corrupt_domain,
             )
         return self._text
 
@@ -172,8 +176,13 @@ class Backend:
         run_faults: tuple[FaultRule, ...],
         announce: bool = False,
         flex_slowdown: float = 3.0,
+        corrupt_lang: str | None = None,
+        corrupt_domain: str | None = None,
     ) -> None:
         self.flex_slowdown = flex_slowdown  # flex responses take this many times longer
+        # Responses created from now on corrupt this language only (a test may change it mid-run).
+        self.corrupt_lang = corrupt_lang
+        self.corrupt_domain = corrupt_domain
         self.queued_seconds = queued_seconds
         self.in_progress_seconds = in_progress_seconds
         self.retention_seconds = retention_seconds
@@ -282,6 +291,8 @@ class Backend:
                 queued_s=self.queued_seconds * slow,
                 in_progress_s=self.in_progress_seconds * slow,
                 service_tier=tier,
+                corrupt_lang=self.corrupt_lang,
+                corrupt_domain=self.corrupt_domain,
             )
             self._responses[stored.id] = stored
             if self._announce and req.get("background"):

@@ -90,7 +90,8 @@ def edition_shape(schema: Any) -> tuple[tuple[str, ...], int]:
     return langs, int(count) if isinstance(count, int) and count > 0 else _DEFAULT_ITEMS
 
 
-def generate(schema: Any, *, model: str, slot: str | None, seed: int | None, faults: frozenset[str]) -> str:
+def generate(schema: Any, *, model: str, slot: str | None, seed: int | None, faults: frozenset[str],
+             corrupt_lang: str | None = None, corrupt_domain: str | None = None) -> str:
     """The output text for a finished response (JSON unless a fault says otherwise)."""
     langs, count = edition_shape(schema)
     product, _, date = (slot or "edition/today").partition("/")
@@ -117,6 +118,8 @@ def generate(schema: Any, *, model: str, slot: str | None, seed: int | None, fau
             doc.pop(langs[-1])
         else:
             doc[langs[0]].pop("items")
+    if corrupt_lang in doc:
+        corrupt(doc[corrupt_lang], corrupt_domain)
     if f.OVERSIZED_OUTPUT in faults:
         filler = "This sentence pads the summary far beyond any sane size. "
         doc[langs[0]]["summary"] = filler * (OVERSIZE_BYTES // len(filler) + 1)
@@ -125,6 +128,14 @@ def generate(schema: Any, *, model: str, slot: str | None, seed: int | None, fau
         # What a model says when it ignores the format: prose wrapped around broken JSON.
         text = "Here is today's edition as requested:\n" + text[: max(1, len(text) // 3)]
     return text
+
+
+def corrupt(edition: dict[str, Any], domain: str | None) -> None:
+    """One language's sources moved to `domain` (a product whose allowed_domains lacks it refuses
+    them), or without one to a host that is never public: that language fails, the others pass."""
+    for i, item in enumerate(edition["items"]):
+        for j, source in enumerate(item["sources"]):
+            source["url"] = f"https://{domain}/simulado-{i}-{j}" if domain else BAD_URLS[(i + j) % len(BAD_URLS)]
 
 
 def truncate(text: str) -> str:

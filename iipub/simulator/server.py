@@ -67,6 +67,11 @@ class SimulatorOptions:
     # with this probability, and a flex response takes `flex_slowdown` times as long to finish.
     flex_refusal_rate: float = 0.0
     flex_slowdown: float = 3.0
+    # One language corrupted, the others intact (a language track's own failure): its sources
+    # link to `corrupt_domain` (fails where the product's allowed_domains lacks it: a config fix
+    # cures it), or, without a domain, to a host that is never public (only a new generation cures it).
+    corrupt_lang: str | None = None
+    corrupt_domain: str | None = None
 
 
 class Simulator:
@@ -105,6 +110,8 @@ class Simulator:
             run_faults=tuple(_checked(r, None) for r in o.faults + flex),
             announce=o.webhook_url is not None,
             flex_slowdown=o.flex_slowdown,
+            corrupt_lang=o.corrupt_lang,
+            corrupt_domain=o.corrupt_domain,
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()

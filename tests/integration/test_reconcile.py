@@ -104,8 +104,11 @@ def test_01_to_10_full_run_both_products_both_languages_one_paid_create_each(
         assert r["total_tokens"] > 0
         path = [e["to_state"] for e in job_events(engine, r["id"])]
         for expected in ["NO_JOB", "CREATE_ELIGIBLE", "CREATE_IN_FLIGHT", "ACCEPTED", "COMPLETED_NOT_RETRIEVED",
-                         "RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "COMPOSED_NOT_SAVED", "SAVED_NOT_PUBLIC"]:
+                         "RETRIEVED_NOT_VALIDATED", "READY_TO_COMPOSE", "SAVED_NOT_PUBLIC"]:
             assert expected in path
+        for lang in ("en", "es"):  # each language track: validated, composed and saved in one write
+            assert [e["reason"] for e in job_events(engine, r["id"], lang)] == [
+                "forked", "validated", "composed", "saved"]
         versions = [e["version"] for e in job_events(engine, r["id"])]
         assert versions == sorted(set(versions))
     # 10 and 17: one edition and one outbox event per language, from one payload.
@@ -522,8 +525,14 @@ def test_27_database_error_during_save_rolls_back_everything(s1: Settings, engin
     report = tick(s1, engine)
     assert fired and report.errors == 1
     row = one(engine)
-    assert row["state"] == "COMPOSED_NOT_SAVED" and row["lease_owner"] is None
-    assert row_count(engine, tables.editions) == 0 and row_count(engine, tables.outbox) == 0
+    # One language's save rolled back whole (its edition too); the other language saved.
+    assert row["state"] == "READY_TO_COMPOSE" and row["lease_owner"] is None
+    with engine.connect() as conn:
+        found = {t.lang: t for t in conn.execute(sa.select(tables.tracks)).all()}
+        saved = {lang for (lang,) in conn.execute(sa.select(tables.editions.c.lang)).all()}
+    failed = {lang for lang, t in found.items() if t.state == "RETRIEVED_NOT_VALIDATED"}
+    assert len(failed) == 1 and found[next(iter(failed))].lease_owner is None
+    assert saved == set(found) - failed and row_count(engine, tables.outbox) == 1
     tick(s1, engine)
     assert one(engine)["state"] == "SAVED_NOT_PUBLIC"
     assert row_count(engine, tables.editions) == 2 and row_count(engine, tables.outbox) == 2
@@ -549,9 +558,15 @@ def test_edition_conflict_is_reported_not_half_written(s1: Settings, engine: sa.
         conn.execute(tables.editions.insert().values(
             job_id="someone-else", product="daily-brief", edition_date=DAY, lang="es", title="x", content="{}",
             sha256="0" * 64, created_at=dt.datetime(2026, 1, 1)))
-    row = drive_to(s1, engine, sim, "QUARANTINED")
-    assert row["quarantine_reason"] == "edition_conflict"
-    assert row_count(engine, tables.editions) == 1 and row_count(engine, tables.outbox) == 0
+    for _ in range(4):
+        tick(s1, engine)
+        sim.advance(5)
+    # The Spanish save rolled back whole and parked its track; English saved on its own.
+    with engine.connect() as conn:
+        found = {t.lang: (t.state, t.quarantine_reason) for t in conn.execute(sa.select(tables.tracks)).all()}
+    assert found == {"en": ("SAVED_NOT_PUBLIC", None), "es": ("QUARANTINED", "edition_conflict")}
+    assert one(engine)["state"] == "READY_TO_COMPOSE"
+    assert row_count(engine, tables.editions) == 2 and row_count(engine, tables.outbox) == 1
 
 
 def _published(s: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
