@@ -110,6 +110,7 @@ FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
     ("hallucinated_urls", "create", 0.005, 0.015),
     ("script_injection", "create", 0.005, 0.015),
     ("same_text", "create", 0.005, 0.015),
+    ("corrupt_language", "create", 0.005, 0.015),  # one language parked, the other published
     ("oversized_output", "create", 0.003, 0.008),
     # Provider truth: what the provider says is evidence, not proof.
     ("quota_exhausted", "create", 0.003, 0.01),

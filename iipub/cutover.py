@@ -178,9 +178,10 @@ def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState
          .join(jobs, jobs.c.id == events.c.job_id)
          .where(events.c.reason.in_([r.value for r in SHADOW_REASONS]), events.c.at >= cutoff))
     for reason, product, day in conn.execute(q):
-        action = SHADOW_REASONS[reason]
+        shadow.add((product, as_date(day), SHADOW_REASONS[reason]))
+    # One decision per slot and action (a slot's language tracks each journal the publication).
+    for _, _, action in shadow:
         counts[action] = counts.get(action, 0) + 1
-        shadow.add((product, as_date(day), action))
     cut = Cutover(tuple(days), tuple(missing), counts, abort=_abort(conn, now, g))
     path = settings.reconcile.legacy_decisions_file
     if path is None:

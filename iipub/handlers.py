@@ -8,14 +8,12 @@ are `states.QUARANTINE_REASONS` (each has a runbook entry).
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backoff, compose, states, validate
-from .compose import Artifact
+from . import backoff, states, validate
 from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
 from .outcomes import (
@@ -453,38 +451,6 @@ def on_validation(job: Job, result: validate.Validation) -> Decision:
         changes={"last_error": "; ".join(reasons)[:_ERROR_MAX]},
         detail={"reasons": reasons, "payload_sha256": job.payload_sha256},
     )
-
-
-class NoLongerValid(Exception):
-    """A payload that passed validation no longer does (the rules changed under it)."""
-
-
-def on_compose(job: Job, product: Product) -> Decision:
-    """READY_TO_COMPOSE: the per-language artifacts, serialised onto the job with their hash."""
-    result = validate.validate(job.payload, product)
-    if not result.ok or result.edition is None:
-        raise NoLongerValid(f"job {job.id}: payload in READY_TO_COMPOSE no longer validates")
-    artifacts = compose.compose(result.edition, product, job.edition_date)
-    doc = {lang: a.document() for lang, a in sorted(artifacts.items())}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return Decision(
-        State.COMPOSED_NOT_SAVED, Reason.COMPOSED,
-        changes={"composed": text, "composed_sha256": hashlib.sha256(text.encode()).hexdigest()},
-        detail={"artifacts": {lang: a.sha256 for lang, a in sorted(artifacts.items())}},
-        go_on=True,
-    )
-
-
-def composed_artifacts(job: Job) -> dict[str, Artifact]:
-    """The artifacts a COMPOSED_NOT_SAVED job carries, by language."""
-    assert job.composed
-    return {lang: compose.artifact_from_document(doc) for lang, doc in json.loads(job.composed).items()}
-
-
-def on_save(job: Job, artifacts: Mapping[str, Artifact]) -> Decision:
-    """COMPOSED_NOT_SAVED: applied in one transaction with the editions and their outbox rows."""
-    return Decision(State.SAVED_NOT_PUBLIC, Reason.SAVED,
-                    detail={"editions": sorted(artifacts), "composed_sha256": job.composed_sha256})
 
 
 def on_save_conflict(why: str) -> Decision:

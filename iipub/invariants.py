@@ -204,11 +204,19 @@ def check(
     for job_id in sorted(set(events) - set(jobs)):
         found.add("journal_orphan", job_id, f"{len(events[job_id])} events of a job that does not exist")
     max_gen = settings.budgets.max_generation_attempts if settings is not None else None
+    # Slots waiting only on parked language tracks (the others saved): parked, for an operator.
+    by_job: dict[str, list[str]] = defaultdict(list)
+    for (jid, _lang), t in track_rows.items():
+        by_job[jid].append(t["state"])
+    waiting = {jid for jid, ss in by_job.items()
+               if any(s in states.TRACK_PARKED for s in ss) and all(s in states.TRACK_PARKED | states.TRACK_SAVED
+                                                                    for s in ss)}
     for job_id, job in sorted(jobs.items(), key=lambda kv: (kv[1]["product"], kv[1]["edition_date"], kv[0])):
         evs = events.get(job_id, [])
         _journal(found, job, evs, max_gen)
         _custody(found, job, evs)
-        _liveness(found, job, evs, now, stranded_after_seconds, settled)
+        _liveness(found, job, evs, now, stranded_after_seconds, settled,
+                  parked_track=job_id in waiting and job["state"] in states.TRACKS_RUN_IN)
     _tracks(found, jobs, track_rows, track_events, editions)
     _publication(found, jobs, events, editions, outbox, deliveries, list(sinks or _sink_names(deliveries)),
                  static_root, webhook_keys, now, settled, track_events)
@@ -360,16 +368,16 @@ def _custody(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
 
 
 def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt.datetime, after: float,
-              settled: bool) -> None:
+              settled: bool, parked_track: bool = False) -> None:
     jid = job["id"]
     state = State(job["state"])
     not_open = state == State.NO_JOB and naive_utc(job["opens_at"]) > now
     # The same definition `iipub status` uses: measured from the slot's opening.
     age = is_stranded(state, bool(job["kill_requested"]), job["opens_at"], job["created_at"], now, after)
-    if age is not None:
+    if age is not None and not parked_track:
         found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), unpublished {age:.0f} s "
                                    f"after its slot opened > {after:.0f} s")
-    if state not in SETTLED and not not_open and settled:
+    if state not in SETTLED and not not_open and settled and not parked_track:
         found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
                                     f"last error: {(job['last_error'] or '-')[:200]}")
     if state == State.QUARANTINED and not job["quarantine_reason"]:

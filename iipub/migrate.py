@@ -27,7 +27,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import clock, db, installation, tables
+from . import clock, db, installation, states, tables
 from .errors import DatabaseUnavailable, MigrationError
 from .jobs import new_worker_id
 
@@ -125,14 +125,34 @@ def migrate(engine: Engine) -> list[Migration]:
     migrations = available(family)
     try:
         if family == "mysql":
-            return _migrate_mysql(engine, migrations)
-        with engine.begin() as conn:  # BEGIN IMMEDIATE: one migrator at a time
-            _bootstrap(conn, migrations)
-            return _apply_pending(conn, migrations)
+            done = _migrate_mysql(engine, migrations)
+        else:
+            with engine.begin() as conn:  # BEGIN IMMEDIATE: one migrator at a time
+                _bootstrap(conn, migrations)
+                done = _apply_pending(conn, migrations)
+        if any(m.version == "0009" for m in available(family)):
+            _convert_to_tracks(engine)
+        return done
     except sa.exc.OperationalError as exc:
         raise DatabaseUnavailable(f"database unreachable: {db.describe_error(exc)}") from None
     except sa.exc.DBAPIError as exc:
         raise MigrationError(f"migration failed: {db.describe_error(exc)}") from None
+
+
+def _convert_to_tracks(engine: Engine) -> None:
+    """The data step of 0009, idempotent: slots past the fork get their language tracks (the
+    conversion's machinery loads only when some slot needs it)."""
+    j, t = tables.jobs.c, tables.tracks.c
+    past = [s.value for s in states.TRACK_OF_UNFORKED_SLOT] + [states.State.MANUALLY_SUSPENDED.value]
+    with engine.connect() as conn:
+        some = conn.execute(sa.select(j.id).where(j.state.in_(past), ~sa.select(t.id).where(
+            t.job_id == j.id).exists()).limit(1)).first()
+        if some is None:
+            return
+        from . import tracks
+
+        ids = tracks.unconverted(conn)
+    tracks.convert_all(engine, ids)
 
 
 def _migrate_mysql(engine: Engine, migrations: list[Migration]) -> list[Migration]:

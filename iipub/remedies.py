@@ -243,15 +243,15 @@ def kill(job: Job, by: str, reason: str, saved_languages: Sequence[str] = ()) ->
     published); the slot's unpublished tracks end with it."""
     effective = job.effective_state
     suspended = " (suspended)" if job.state == State.MANUALLY_SUSPENDED else ""
-    if saved_languages:
-        raise OperatorRefused(
-            f"job {job.id}: the {', '.join(saved_languages)} edition is already saved; kill only stops jobs "
-            "before any edition is saved"
-        )
     if effective in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
         raise OperatorRefused(
             f"job {job.id} is {effective}{suspended}: the edition is already saved; kill only stops jobs "
             "before their edition is saved"
+        )
+    if saved_languages:
+        raise OperatorRefused(
+            f"job {job.id}: the {', '.join(saved_languages)} edition is already saved; kill only stops jobs "
+            "before any edition is saved"
         )
     if effective == State.CREATE_IN_FLIGHT:
         raise OperatorRefused(

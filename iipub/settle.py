@@ -33,9 +33,12 @@ log = structlog.get_logger("iipub.settle")
 def _run(tick: Tick, job: Job) -> None:
     """A leased job's steps, exactly as the sweep runs them (`steps.run`); loaded with the first
     delivery that has a job to move, so a tick that only checks for late deliveries never does."""
-    from . import steps
+    from . import steps, track_steps
 
     steps.run(tick, job)
+    # The slot's language tracks, in this thread, then the slot following them: a delivery takes
+    # a finished response as far as a tick does.
+    track_steps.run_slot(tick, job.id)
 
 
 def _custody_while_suspended(tick: Tick, job: Job) -> None:

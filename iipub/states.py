@@ -151,6 +151,17 @@ TRACK_ACTIVE = frozenset({S.RETRIEVED_NOT_VALIDATED, S.READY_TO_COMPOSE, S.COMPO
 # The slot states whose tracks the sweep moves: a suspended, parked or killed slot freezes them.
 TRACKS_RUN_IN = frozenset({S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
 
+# A slot past the fork without tracks (a row from before them, or restored from an older
+# backup) is converted: each language's track in this state (`tracks.convert`).
+TRACK_OF_UNFORKED_SLOT: dict[State, State] = {
+    S.READY_TO_COMPOSE: S.RETRIEVED_NOT_VALIDATED,
+    S.COMPOSED_NOT_SAVED: S.COMPOSED_NOT_SAVED,
+    S.SAVED_NOT_PUBLIC: S.SAVED_NOT_PUBLIC,
+    S.PUBLISHED: S.PUBLISHED,
+    S.CLEANUP_PENDING: S.PUBLISHED,
+    S.DELETED: S.PUBLISHED,
+}
+
 TRACK_EDGES: tuple[Edge, ...] = tuple(
     # Config drift, a removed product or a failing step park the track with its part kept.
     _edges(S.RETRIEVED_NOT_VALIDATED, [S.READY_TO_COMPOSE, S.VALIDATION_FAILED_RETAINED, S.QUARANTINED])

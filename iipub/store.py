@@ -179,7 +179,8 @@ class Store:
                 break
         return count
 
-    def due_candidates(self, limit: int, only: frozenset[State] | None = None) -> list[tuple[str, int, State]]:
+    def due_candidates(self, limit: int, only: frozenset[State] | None = None,
+                       job_id: str | None = None) -> list[tuple[str, int, State]]:
         """Due, unleased (or lease-expired) jobs in the states `reconcile` works on (or `only`
         these), best first: accepted (paid) work before new creates, today's slots before
         backfill. A forked slot is due only when its tracks let it move (`states.track_blocks`),
@@ -204,6 +205,8 @@ class Store:
                           jobs_table.c.id)
                 .limit(limit)
             )
+            if job_id is not None:
+                q = q.where(jobs_table.c.id == job_id)
             return [(r.id, r.version, State(r.state)) for r in conn.execute(q)]
 
     def tracks_due(self) -> bool:

@@ -64,7 +64,8 @@ def on_shared_validation(job: Job, result: validate.Shared) -> tuple[Decision, l
     is written in the same transaction) or failed (every language parked with the payload kept)."""
     if result.ok:
         parts = parts_of(result)
-        return Decision(State.READY_TO_COMPOSE, Reason.VALIDATED,
+        # Due at once: the slot moves as soon as its tracks let it (the due query waits for them).
+        return Decision(State.READY_TO_COMPOSE, Reason.VALIDATED, delay=0,
                         detail={"languages": [p.lang for p in parts], "forked": True}), parts
     return handlers.on_validation(job, validate.Validation(False, result.reasons, None)), []
 

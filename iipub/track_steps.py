@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import sqlalchemy as sa
 import structlog
 
-from . import db, outbox, track_handlers, tracks, validate
+from . import db, outbox, states, track_handlers, tracks, validate
 from .errors import Contention, DatabaseUnavailable, LeaseLost
 from .jobs import Job
-from .states import State
+from .states import Reason, State
 from .tick import Tick
 from .tracks import Track, TrackStore
 
@@ -51,6 +51,22 @@ def track_pass(tick: Tick, pool: ThreadPoolExecutor) -> int:
         leased += sum(f.result() for f in results)
     tick.count("tracks_leased", leased)
     return leased
+
+
+def run_slot(tick: Tick, job_id: str) -> None:
+    """One slot's due tracks run here (a webhook delivery's thread), then the slot follows them."""
+    ts = TrackStore(tick.store)
+    due = ts.due_of(job_id)
+    if not due or tick.past_deadline():
+        return
+    for one in due:
+        _claim_and_run(tick, ts, one)
+    from . import steps
+
+    for job_id_, version, _ in tick.store.due_candidates(1, states.TRACKS_RUN_IN, job_id=job_id):
+        job = tick.store.acquire_lease(job_id_, version)
+        if job is not None:
+            steps.run(tick, job)
 
 
 def _claim_and_run(tick: Tick, ts: TrackStore, seen: tuple[str, int]) -> int:
@@ -130,7 +146,7 @@ def _failed(tick: Tick, ts: TrackStore, track: Track, error: str) -> None:
         return
     from . import handlers
 
-    d = handlers.quarantine(track_handlers.Reason.STEP_FAILING, f"{failures} failures in a row: {error}",
+    d = handlers.quarantine(Reason.STEP_FAILING, f"{failures} failures in a row: {error}",
                             failures=failures, failed_in=track.state.value)
     plan = track_handlers.quarantined(d)
     ts.advance(track, plan.hops, changes=plan.changes)

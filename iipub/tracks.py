@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.engine import Connection, Engine
 
 from . import clock, compose, db, states, tables, validate
-from .errors import IllegalTransition, LeaseLost, OperatorRefused
+from .errors import Contention, IllegalTransition, LeaseLost, OperatorRefused
 from .jobs import Job, new_worker_id
 from .states import Reason, State
 from .store import Store, declared
@@ -78,9 +78,9 @@ class TrackStore:
         with self.engine.connect() as conn:
             return of_job(conn, job_id)
 
-    def due(self, limit: int) -> list[tuple[str, int]]:
-        """Due, unleased tracks the sweep works on, of slots that let their tracks run (a
-        suspended, parked or killed slot freezes them)."""
+    def due(self, limit: int, job_id: str | None = None) -> list[tuple[str, int]]:
+        """Due, unleased tracks the sweep works on (of one slot: `job_id`), of slots that let
+        their tracks run (a suspended, parked or killed slot freezes them)."""
         t, j = tracks_table.c, tables.jobs.c
         with self.engine.connect() as conn:
             now = clock.now(conn)
@@ -91,7 +91,12 @@ class TrackStore:
                         j.state.in_([s.value for s in states.TRACKS_RUN_IN]))
                  .order_by(j.is_backfill, j.priority, t.next_attempt_at, t.id)
                  .limit(limit))
+            if job_id is not None:
+                q = q.where(t.job_id == job_id)
             return [(r.id, r.version) for r in conn.execute(q)]
+
+    def due_of(self, job_id: str) -> list[tuple[str, int]]:
+        return self.due(100, job_id)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -251,28 +256,15 @@ def kill_unpublished(conn: Connection, store: Store, job_id: str, detail: Mappin
 
 # -- rows from before the fork existed (PRODUCT.md section 15, "Existing rows") -----------------
 
-# Slot states past the fork, and the track state each language takes when a slot without tracks
-# is converted (None: from the slot's own columns, see `convert`).
-_CONVERTED: dict[State, State] = {
-    State.READY_TO_COMPOSE: State.RETRIEVED_NOT_VALIDATED,
-    State.COMPOSED_NOT_SAVED: State.COMPOSED_NOT_SAVED,
-    State.SAVED_NOT_PUBLIC: State.SAVED_NOT_PUBLIC,
-    State.PUBLISHED: State.PUBLISHED,
-    State.CLEANUP_PENDING: State.PUBLISHED,
-    State.DELETED: State.PUBLISHED,
-}
-PAST_THE_FORK = frozenset(_CONVERTED)
-
-
 def convert(conn: Connection, store: Store, job: Job) -> list[str]:
     """Give a slot past the fork that has no tracks (a row from before tracks, or restored from an
     older backup) its tracks, from what the row holds: its payload split per language, its
     composed artifacts, its saved editions. Nothing is validated, paid or published again.
     Returns the languages converted (none if the slot is not past the fork or has tracks)."""
     state = job.effective_state
-    if state not in _CONVERTED or of_job(conn, job.id):
+    if state not in states.TRACK_OF_UNFORKED_SLOT or of_job(conn, job.id):
         return []
-    to = _CONVERTED[state]
+    to = states.TRACK_OF_UNFORKED_SLOT[state]
     parts = _split(job.payload)
     composed = json.loads(job.composed) if job.composed else {}
     ed = tables.editions.c
@@ -313,22 +305,28 @@ def _split(payload: str | None) -> dict[str, Part]:
                                                                    if isinstance(v, dict)}))}
 
 
-def convert_all(engine: Engine, limit: int = 100_000) -> int:
-    """`db migrate`'s data step, idempotent: every slot past the fork without tracks gets them,
-    one slot per transaction (a slot another migrator converted at the same moment is skipped)."""
+def unconverted(conn: Connection, limit: int = 100_000) -> list[str]:
+    """The ids of slots past the fork without tracks (suspended ones by the state they left)."""
     j, t = tables.jobs.c, tracks_table.c
     has_tracks = sa.select(t.id).where(t.job_id == j.id).exists()
-    past = [s.value for s in PAST_THE_FORK]
-    q = (sa.select(tables.jobs).where(~has_tracks, sa.or_(j.state.in_(past), sa.and_(
+    past = [s.value for s in states.TRACK_OF_UNFORKED_SLOT]
+    q = (sa.select(j.id).where(~has_tracks, sa.or_(j.state.in_(past), sa.and_(
         j.state == State.MANUALLY_SUSPENDED.value, j.suspended_from.in_(past)))).limit(limit))
-    with engine.connect() as conn:
-        jobs = [Job.from_row(r) for r in conn.execute(q).mappings()]
+    return list(conn.execute(q).scalars())
+
+
+def convert_all(engine: Engine, ids: Sequence[str]) -> int:
+    """`db migrate`'s data step, idempotent: each of these slots (`unconverted`) gets its tracks,
+    one slot per transaction (a slot another migrator converted at the same moment is skipped)."""
     store = Store(engine, new_worker_id("migrate"))
     converted = 0
-    for job in jobs:
+    for job_id in ids:  # one row in memory at a time: payloads may be large
+        job = store.find(job_id)
+        if job is None:
+            continue
         try:
             with db.transaction(engine) as conn:
                 converted += bool(convert(conn, store, job))
-        except sa.exc.IntegrityError:
+        except (sa.exc.IntegrityError, Contention):  # Galera: the other node's insert won certification
             log.info("tracks_converted_elsewhere", job_id=job.id)
     return converted

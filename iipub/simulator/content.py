@@ -120,6 +120,8 @@ def generate(schema: Any, *, model: str, slot: str | None, seed: int | None, fau
             doc[langs[0]].pop("items")
     if corrupt_lang in doc:
         corrupt(doc[corrupt_lang], corrupt_domain)
+    if f.CORRUPT_LANGUAGE in faults and len(langs) > 1:
+        corrupt(doc[langs[-1]], None)
     if f.OVERSIZED_OUTPUT in faults:
         filler = "This sentence pads the summary far beyond any sane size. "
         doc[langs[0]]["summary"] = filler * (OVERSIZE_BYTES // len(filler) + 1)

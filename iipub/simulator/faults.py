@@ -67,6 +67,7 @@ SCHEMA_BREAK = "schema_break"
 HALLUCINATED_URLS = "hallucinated_urls"
 SCRIPT_INJECTION = "script_injection"
 SAME_TEXT = "same_text"
+CORRUPT_LANGUAGE = "corrupt_language"
 OVERSIZED_OUTPUT = "oversized_output"
 FAIL_REFUSED = "fail_refused"
 FAIL_POLICY = "fail_policy"
@@ -87,6 +88,7 @@ CONTENT_FAULTS = (
     HALLUCINATED_URLS,
     SCRIPT_INJECTION,
     SAME_TEXT,
+    CORRUPT_LANGUAGE,
     OVERSIZED_OUTPUT,
     FAIL_REFUSED,
     FAIL_POLICY,
@@ -153,6 +155,8 @@ DESCRIPTIONS: dict[str, str] = {
     HALLUCINATED_URLS: "sources point at localhost, private IPs, example.com, javascript:",
     SCRIPT_INJECTION: "headlines carry <script> and a source is javascript:",
     SAME_TEXT: "every language has identical text",
+    CORRUPT_LANGUAGE: ("the last language's sources link to hosts that are never public: that language alone "
+                       "fails validation (`--corrupt-lang LANG` names the language for a whole run)"),
     OVERSIZED_OUTPUT: "the output text is larger than 1 MB",
     FAIL_REFUSED: "the response ends 'failed' with invalid_prompt (the prompt is refused, every time)",
     FAIL_POLICY: "the response ends 'failed' with bio_policy",

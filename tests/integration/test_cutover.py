@@ -102,7 +102,7 @@ def test_cutover_drill_from_a_legacy_poller_and_the_hand_back_to_a_second_databa
     assert stats["deletes"] == 0 and stats["cancels"] == 0
     assert editions(engine) == Counter() and not (tmp_path / "public" / "daily-brief").exists()
     shadowed = reasons(engine)
-    assert shadowed["retrieved"] == 3 and shadowed["shadow_would_publish"] == 3
+    assert shadowed["retrieved"] == 3 and shadowed["shadow_would_publish"] == 6  # 3 slots x 2 language tracks
     assert shadowed["shadow_would_create"] >= 1  # revolution-watch (and today's slots once open)
     by_day = {(r["product"], r["edition_date"]): r for r in job_rows(engine)}
     assert {by_day["daily-brief", d]["state"] for d in days} == {"COMPOSED_NOT_SAVED"}

@@ -188,8 +188,8 @@ def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_inv
 
     publish(cfg, engine, sim)
     trail = [e["reason"] for e in job_events(engine, job_id)]
-    assert trail[trail.index("operator_import_payload"):][:4] == ["operator_import_payload", "validated", "composed",
-                                                                  "saved"]
+    # The slot's own journal: validated (and forked), then saved once both language tracks were.
+    assert trail[trail.index("operator_import_payload"):][:3] == ["operator_import_payload", "validated", "saved"]
     assert sim.stats()["creates_total"] == 1  # nothing paid again
     assert invariants.check(engine, settings=cfg, sim_stats=sim.stats(), settled=True) == []
     check = run_cli("check", "--settled", env=env, cwd=tmp_path)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, invariants, reconcile, relay, webhook, webhook_server
+from iipub import clock, handlers, invariants, reconcile, relay, webhook, webhook_server
 from iipub.actions import Operator
 from iipub.config import Budgets, Settings, WebhookSettings
 from iipub.jobs import Job
@@ -31,6 +31,7 @@ from iipub.ledger import SpendLedger
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
+from iipub.tracks import TrackStore
 from tests.helpers import Snapshot, job_events, job_rows, make_settings, restore_rows, snapshot_rows
 
 DAY = dt.date(2026, 11, 29)
@@ -165,6 +166,18 @@ def _first_run(d: Drill) -> None:
             with d.operator() as op:
                 op.resume(d.job()["id"], "drill")
         d.remedy = resume
+    elif t == State.COMPOSED_NOT_SAVED:
+        # A slot is composed and unsaved while its language tracks' saves are journaled, not done
+        # (shadow mode; a track validates, composes and saves in one transaction otherwise).
+        with pytest.MonkeyPatch.context() as held:
+            held.setattr(TrackStore, "due", lambda self, limit, job_id=None: [])
+            d.run_on(lambda r: r["state"] == State.READY_TO_COMPOSE.value)
+        normal = d.settings
+        d.settings = replace(normal, reconcile=replace(normal.reconcile, mode="shadow"))
+        with pytest.MonkeyPatch.context() as now:
+            now.setattr(handlers, "SHADOW_RECHECK_SECONDS", 0.0)  # the tracks' saves stay due
+            d.run_on(lambda r: r["state"] == t.value)
+        d.settings = normal
     elif t == State.PROVIDER_EXPIRED_OR_MISSING:
         d.sim.add_faults([{"op": "create", "fault": "fail", "times": 1}])  # the first response fails
     if d.remedy is not None:

@@ -129,7 +129,8 @@ def _lock_counters(engine: sa.Engine) -> dict[str, int]:
 
 @pytest.mark.mysql
 @pytest.mark.slow
-def test_17_dual_language_fork_without_lock_contention(private_mariadb: str, tmp_path: Path, no_today_slots: None) -> None:
+def test_17_dual_language_fork_without_lock_contention(private_mariadb: str, tmp_path: Path,
+                                                       no_today_slots: None) -> None:
     slots = 32
     engine = db.make_engine(private_mariadb, pool_size=24)
     migrate.migrate(engine)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from iipub import handlers, remedies, states, steps, validate
+from iipub import handlers, remedies, states, steps, track_handlers, validate
 from iipub.config import Budgets, Product, ProviderSettings, ReconcileSettings
 from iipub.errors import OperatorRefused, UsageError
 from iipub.handlers import Decision
@@ -148,8 +148,6 @@ CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
     ("validation failure keeps the payload", job(State.RETRIEVED_NOT_VALIDATED, payload="{}"),
      lambda j: handlers.on_validation(j, validate.validate(j.payload, PRODUCT)),
      State.VALIDATION_FAILED_RETAINED, Reason.VALIDATION_FAILED, {}),
-    ("composed", job(State.READY_TO_COMPOSE, payload=GOOD), lambda j: handlers.on_compose(j, PRODUCT),
-     State.COMPOSED_NOT_SAVED, Reason.COMPOSED, {}),
     ("save conflict", job(State.COMPOSED_NOT_SAVED), lambda j: handlers.on_save_conflict("duplicate"),
      State.QUARANTINED, Reason.EDITION_CONFLICT, {"quarantine_reason": "edition_conflict"}),
     ("delivered", job(State.SAVED_NOT_PUBLIC), lambda j: handlers.on_delivered(),
@@ -234,18 +232,47 @@ def test_custody_escapes_unencodable_text_and_truncates_oversize_output() -> Non
     assert_allowed(j, big)
 
 
-def test_compose_refuses_a_payload_that_no_longer_validates() -> None:
-    with pytest.raises(handlers.NoLongerValid):
-        handlers.on_compose(job(State.READY_TO_COMPOSE, payload="{}"), PRODUCT)
+def test_a_track_validates_composes_and_saves_its_language_in_one_plan() -> None:
+    j = job(State.READY_TO_COMPOSE, payload=GOOD)
+    (part,) = track_handlers.parts_of(validate.shared(GOOD, PRODUCT))
+    plan = track_handlers.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=False)
+    assert [(h.to, h.reason) for h in plan.hops] == [
+        (State.READY_TO_COMPOSE, Reason.VALIDATED), (State.COMPOSED_NOT_SAVED, Reason.COMPOSED),
+        (State.SAVED_NOT_PUBLIC, Reason.SAVED)]
+    assert plan.save is not None and plan.changes["composed_sha256"] == plan.save.sha256
+    at = State.RETRIEVED_NOT_VALIDATED
+    for hop in plan.hops:
+        assert states.track_allowed(at, hop.to)
+        at = hop.to
+    shadowed = track_handlers.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=True)
+    assert shadowed.save is None and shadowed.hops[-1].reason == Reason.SHADOW_WOULD_PUBLISH
 
 
-def test_save_lists_the_composed_languages() -> None:
-    composed = handlers.on_compose(job(State.READY_TO_COMPOSE, payload=GOOD), PRODUCT)
-    j = job(State.COMPOSED_NOT_SAVED, **composed.changes)
-    artifacts = handlers.composed_artifacts(j)
-    d = handlers.on_save(j, artifacts)
-    assert d.to == State.SAVED_NOT_PUBLIC and d.detail["editions"] == ["en"]
-    assert d.detail["composed_sha256"] == composed.changes["composed_sha256"]
+def test_a_track_whose_part_fails_parks_alone_with_its_reasons() -> None:
+    bad = json.dumps({"en": {"title": "t", "summary": "s", "items": []}})
+    plan = track_handlers.step(job(State.READY_TO_COMPOSE, payload=GOOD), "en", State.RETRIEVED_NOT_VALIDATED, bad,
+                               None, PRODUCT, shadow=False)
+    assert [h.to for h in plan.hops] == [State.VALIDATION_FAILED_RETAINED] and plan.save is None
+    assert plan.changes["last_error"].startswith("schema: en.items")
+
+
+def test_the_slot_follows_its_slowest_track() -> None:
+    rtc = job(State.READY_TO_COMPOSE)
+    assert track_handlers.slot_follows(rtc, {"en": (State.SAVED_NOT_PUBLIC, "{}"),
+                                             "es": (State.RETRIEVED_NOT_VALIDATED, None)}) is None
+    d = track_handlers.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.COMPOSED_NOT_SAVED, "{}")})
+    assert d is not None and (d.to, d.reason) == (State.COMPOSED_NOT_SAVED, Reason.COMPOSED)
+    d = track_handlers.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.SAVED_NOT_PUBLIC, "{}")})
+    assert d is not None and d.to == State.SAVED_NOT_PUBLIC and d.detail["editions"] == ["en", "es"]
+    assert track_handlers.slot_parks({"en": (State.SAVED_NOT_PUBLIC, None, None),
+                                      "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: x")}) is None
+    d = track_handlers.slot_parks({"en": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: a"),
+                                   "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: b")})
+    assert d is not None and d.to == State.VALIDATION_FAILED_RETAINED and d.detail["reasons"] == ["bad_url: a",
+                                                                                                  "bad_url: b"]
+    d = track_handlers.slot_parks({"en": (State.QUARANTINED, "config_drift", "drift"),
+                                   "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: b")})
+    assert d is not None and d.changes["quarantine_reason"] == "config_drift"
 
 
 def test_a_killed_job_without_custody_is_cancelled_before_its_delete() -> None:

@@ -74,11 +74,13 @@ def test_money_edges() -> None:
     assert states.successors(State.CREATE_IN_FLIGHT, operator=False) == {
         State.ACCEPTED, State.CREATE_ELIGIBLE, State.QUARANTINED,
     }
-    # Publication needs custody: no edge reaches SAVED_NOT_PUBLIC except from a composed payload.
+    # Publication needs custody: no edge reaches SAVED_NOT_PUBLIC except from a composed payload,
+    # or a forked slot's READY_TO_COMPOSE once its language tracks saved their composed parts
     # (resuming a suspended job returns it to where it was, which may be SAVED_NOT_PUBLIC.)
     assert {e.src for e in EDGES if e.dst == State.SAVED_NOT_PUBLIC and not e.operator} == {
-        State.COMPOSED_NOT_SAVED
+        State.COMPOSED_NOT_SAVED, State.READY_TO_COMPOSE
     }
+    assert {e.src for e in states.TRACK_EDGES if e.dst == State.SAVED_NOT_PUBLIC} == {State.COMPOSED_NOT_SAVED}
 
 
 def test_suspended_and_parked_never_worked_by_reconcile() -> None:
