@@ -273,12 +273,7 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
     if evs[0].from_state is not None or evs[0].to_state != State.NO_JOB.value:
         found.add("journal_chain", jid,
                   f"first event {evs[0].from_state} -> {evs[0].to_state}, not the slot's creation")
-    for prev, ev in itertools.pairwise(evs):
-        if ev.version <= prev.version:
-            found.add("journal_versions", jid, f"event {ev.id} has version {ev.version} after {prev.version}")
-        if ev.from_state != prev.to_state:
-            found.add("journal_chain", jid, f"event {ev.id} starts in {ev.from_state} but the job was in "
-                                            f"{prev.to_state}")
+    _chained(found, jid, evs, "", "job")
     for ev in evs[1:]:
         if ev.from_state is None:
             continue
@@ -530,18 +525,24 @@ def _tracks(found: _Found, jobs: Mapping[str, Mapping[str, Any]], tracks: Mappin
                 found.add("deleted_without_custody", jid, f"DELETED without the {', '.join(lost)} track's part")
 
 
+def _chained(found: _Found, jid: str, evs: Sequence[_Ev], prefix: str, what: str) -> None:
+    """Versions strictly increase, and each event starts where the previous one ended."""
+    for prev, ev in itertools.pairwise(evs):
+        if ev.version <= prev.version:
+            found.add("journal_versions", jid, f"{prefix}event {ev.id} has version {ev.version} after {prev.version}")
+        if ev.from_state != prev.to_state:
+            found.add("journal_chain", jid, f"{prefix}event {ev.id} starts in {ev.from_state} but the {what} was in "
+                                            f"{prev.to_state}")
+
+
 def _track_journal(found: _Found, jid: str, where: str, track: Mapping[str, Any], evs: Sequence[_Ev]) -> None:
     if not evs:
         found.add("journal_chain", jid, f"{where} has no journal at all")
         return
     if evs[0].from_state is not None:
         found.add("journal_chain", jid, f"{where}: first event starts in {evs[0].from_state}, not at its fork")
-    for prev, ev in itertools.pairwise(evs):
-        if ev.version <= prev.version:
-            found.add("journal_versions", jid, f"{where}: event {ev.id} has version {ev.version} after {prev.version}")
-        if ev.from_state != prev.to_state:
-            found.add("journal_chain", jid, f"{where}: event {ev.id} starts in {ev.from_state} but the track was "
-                                            f"in {prev.to_state}")
+    _chained(found, jid, evs, f"{where}: ", "track")
+    for ev in evs[1:]:
         if not (_is_state(str(ev.from_state)) and _is_state(ev.to_state)
                 and states.track_allowed(str(ev.from_state), ev.to_state, operator=is_operator_reason(ev.reason))):
             found.add("journal_edge", jid, f"{where}: event {ev.id}: {ev.from_state} -> {ev.to_state} "

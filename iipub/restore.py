@@ -44,7 +44,8 @@ def known(engine: sa.Engine, job_id: str) -> dict[str, int]:
     wanted = [r.value for r in (*_LINK_OF, *ACKING_REASONS)]
     with engine.connect() as conn:
         rows = conn.execute(sa.select(ev.c.reason, ev.c.detail)
-                            .where(ev.c.job_id == job_id, ev.c.reason.in_(wanted)).order_by(ev.c.id)).all()
+                            .where(ev.c.job_id == job_id, ev.c.lang.is_(None),  # the slot's own chain
+                                   ev.c.reason.in_(wanted)).order_by(ev.c.id)).all()
     counts = dict.fromkeys(CHAIN, 0)
     for reason, detail in rows:
         link = _LINK_OF.get(Reason(reason))

@@ -167,7 +167,7 @@ class Store:
     def suspected_loss_reads(self, job_id: str, most: int) -> int:
         """How many reads in a row (transient failures between them aside) suspected the job's
         response lost: the `loss_suspected` entries since its last other journal entry."""
-        q = (sa.select(events_table.c.reason).where(events_table.c.job_id == job_id)
+        q = (sa.select(events_table.c.reason).where(events_table.c.job_id == job_id, events_table.c.lang.is_(None))
              .order_by(events_table.c.id.desc()).limit(3 * most + 3))
         with self.engine.connect() as conn:
             reasons = list(conn.execute(q).scalars())

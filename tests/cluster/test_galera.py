@@ -117,3 +117,69 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
                 e.dispose()
     finally:
         shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
+def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 0009 run on both nodes at once over a database holding a job in every state
+    (tests/integration/test_tracks_migration.py's): every slot past the fork gets its tracks
+    once, and the upgraded cluster finishes every slot with no create paid twice."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from iipub import db, migrate, reconcile, relay, tables
+    from iipub.simulator import Simulator, SimulatorOptions
+    from tests.integration import test_tracks_migration as tm
+
+    galera = import_galera()
+    cluster_dir = Path("/tmp") / f"iipub-galera-tracks-{os.getpid()}"
+    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    try:
+        with galera.running_cluster(2, cluster_dir, sql_port=33081, gcomm_port=45871, ist_port=45881,
+                                    sst_port=45891) as cluster, \
+                Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
+            admin = sa.create_engine(cluster.nodes[0].url(), isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(sa.text("CREATE DATABASE iipub_tracks CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+            admin.dispose()
+            cluster.wait_synced(60)
+            engines = [db.make_engine(n.url("iipub_tracks")) for n in cluster.nodes]
+            tm._at_0008(engines[0], monkeypatch)
+            s = tm.settings_for(cluster.nodes[0].url("iipub_tracks"), sim, tmp_path)
+            ids = tm._populate(engines[0], s, sim)
+            paid_before = dict(sim.stats()["creates_by_job"])
+            cluster.wait_synced(60)
+            errors: list[BaseException] = []
+            barrier = threading.Barrier(len(engines))
+
+            def go(e: sa.Engine) -> None:
+                barrier.wait()
+                try:
+                    migrate.migrate(e)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=go, args=(e,)) for e in engines]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=300)
+            assert errors == []
+            cluster.wait_synced(60)
+            with engines[1].connect() as conn:
+                rows = conn.execute(sa.select(tables.tracks.c.job_id, tables.tracks.c.lang)).all()
+            assert len(rows) == len(set(rows)) == 2 * len(tm.EXPECTED_TRACKS)
+            assert {job_id for job_id, _ in rows} == {ids[state] for state in tm.EXPECTED_TRACKS}
+            for _ in range(6):
+                reconcile.run(s, engines[0])
+                relay.run(s, engines[0])
+                sim.advance(5)
+            stats = sim.stats()
+            for state, job_id in ids.items():
+                new = stats["creates_by_job"].get(job_id, 0) - paid_before.get(job_id, 0)
+                assert new == (0 if state in tm.PAID else 1), state
+            for e in engines:
+                e.dispose()
+    finally:
+        shutil.rmtree(cluster_dir, ignore_errors=True)

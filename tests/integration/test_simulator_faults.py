@@ -15,7 +15,7 @@ from openai.types.responses import Response
 
 from iipub.cli import simulator_cmd
 from iipub.errors import ConfigError
-from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator import Simulator, SimulatorOptions, content
 from iipub.simulator.faults import DESCRIPTIONS, FAULTS, FaultRule, parse_fault_spec, parse_outage_spec, rule_from_dict
 from tests.helpers import simulator_options_seen
 
@@ -340,3 +340,28 @@ def test_cli_rejects_bad_specs_and_documents_them() -> None:
     help_text = runner.invoke(simulator_cmd.simulator_command, ["--help"]).output
     for text in ("--outage", "*TIMES", "~START..END", "quota_exhausted", "cancelled_then_completed"):
         assert text in help_text
+
+
+def test_cli_corrupts_one_language(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = simulator_options_seen(monkeypatch)
+    result = CliRunner().invoke(simulator_cmd.simulator_command, ["--corrupt-lang", "es", "--port", "0"])
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert (seen[0].corrupt_lang, seen[0].corrupt_domain) == ("es", None)
+    refused = CliRunner().invoke(simulator_cmd.simulator_command, ["--corrupt-domain", "www.efe.com"])
+    assert refused.exit_code == 2 and "--corrupt-domain needs --corrupt-lang" in refused.output
+
+
+@pytest.mark.parametrize("how", ["option", "fault"])
+def test_one_language_corrupted_the_others_intact(how: str) -> None:
+    from iipub.config import Product
+    from iipub.validate import language, shared
+
+    product = Product(name="daily-brief", prompt="p", items=3)
+    faults = frozenset({"corrupt_language"}) if how == "fault" else frozenset()
+    text = content.generate(product.output_schema(), model="m", slot="daily-brief/2026-11-20", seed=1, faults=faults,
+                            corrupt_lang="es" if how == "option" else None)
+    parts = shared(text, product)
+    assert parts.ok  # the shared checks pass: the fork happens
+    assert language(parts.parts["en"], product, "en").ok
+    es = language(parts.parts["es"], product, "es")
+    assert not es.ok and all(r.startswith("bad_url: es.items[") for r in es.reasons), es.reasons

@@ -130,15 +130,19 @@ def _snapshot(engine: sa.Engine, table: sa.Table) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(sa.select(table).order_by(*table.primary_key.columns)).mappings()]
 
 
+def settings_for(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
+    s = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0})
+    p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+    return replace(s, products={PRODUCT: p}, webhook_sink=None)
+
+
 def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_paying_or_publishing_twice(
         db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
     engine = db.make_engine(db_url, pool_size=24)
     _at_0008(engine, monkeypatch)
     with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
-        s = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0})
-        p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-        s = replace(s, products={PRODUCT: p}, webhook_sink=None)
+        s = settings_for(db_url, sim, tmp_path)
         ids = _populate(engine, s, sim)
         creates_before = dict(sim.stats()["creates_by_job"])
         jobs_before = {r["id"]: r for r in _snapshot(engine, tables.jobs)}
