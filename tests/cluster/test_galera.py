@@ -50,6 +50,32 @@ def import_galera() -> Any:
     return bench_module("galera")
 
 
+def migrate_at_once(engines: list[Any]) -> tuple[list[Any], list[BaseException]]:
+    """`migrate.migrate` on every engine at the same moment (one thread each): what each applied,
+    and what each raised."""
+    import threading
+
+    from iipub import migrate
+
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(engines))
+
+    def go(e: Any) -> None:
+        barrier.wait()
+        try:
+            results.append(migrate.migrate(e))
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return results, errors
+
+
 def test_short_campaign_on_three_nodes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     galera = import_galera()
     report = tmp_path / "report.json"
@@ -73,7 +99,6 @@ def test_short_campaign_on_three_nodes_loses_and_duplicates_nothing(tmp_path: Pa
 
 def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -> None:
     """GET_LOCK would let both run (it is not replicated); the lock row is certified."""
-    import threading
 
     import sqlalchemy as sa
 
@@ -90,22 +115,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
             admin.dispose()
             cluster.wait_synced(60)
             engines = [db.make_engine(n.url("iipub_mig")) for n in cluster.nodes]
-            results: list[list[migrate.Migration]] = []
-            errors: list[BaseException] = []
-            barrier = threading.Barrier(len(engines))
-
-            def go(e: sa.Engine) -> None:
-                barrier.wait()
-                try:
-                    results.append(migrate.migrate(e))
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=go, args=(e,)) for e in engines]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=300)
+            results, errors = migrate_at_once(engines)
             assert errors == []
             applied = sorted(m.version for r in results for m in r)
             assert applied == [m.version for m in migrate.available("mysql")]
@@ -124,11 +134,10 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
     """Migration 0009 run on both nodes at once over a database holding a job in every state
     (tests/integration/test_tracks_migration.py's): every slot past the fork gets its tracks
     once, and the upgraded cluster finishes every slot with no create paid twice."""
-    import threading
 
     import sqlalchemy as sa
 
-    from iipub import db, migrate, reconcile, relay, tables
+    from iipub import db, reconcile, relay, tables
     from iipub.simulator import Simulator, SimulatorOptions
     from tests.integration import test_tracks_migration as tm
 
@@ -150,21 +159,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
             ids = tm._populate(engines[0], s, sim)
             paid_before = dict(sim.stats()["creates_by_job"])
             cluster.wait_synced(60)
-            errors: list[BaseException] = []
-            barrier = threading.Barrier(len(engines))
-
-            def go(e: sa.Engine) -> None:
-                barrier.wait()
-                try:
-                    migrate.migrate(e)
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=go, args=(e,)) for e in engines]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(timeout=300)
+            _, errors = migrate_at_once(engines)
             assert errors == []
             cluster.wait_synced(60)
             with engines[1].connect() as conn:
