@@ -10,7 +10,6 @@ tracks of one slot never wait for each other's locks.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from .jobs import Job, new_worker_id
 from .states import Reason, State
 from .store import Store, declared
 from .track_handlers import Hop, Part, parts_of
+from .track_views import TrackView
 
 log = structlog.get_logger("iipub.tracks")
 tracks_table = tables.tracks
@@ -35,29 +35,13 @@ _WRITABLE = frozenset(c.name for c in tracks_table.columns) - {"id", "job_id", "
 
 
 @dataclass(frozen=True)
-class Track:
-    id: str
-    job_id: str
-    product: str
-    edition_date: dt.date
-    lang: str
+class Track(TrackView):
+    """A track as its writer holds it: the operator's view, its state as a `State`, and the
+    language's part and composed artifact it keeps."""
+
     state: State
-    version: int
-    lease_owner: str | None
-    lease_expiry: dt.datetime | None
-    next_attempt_at: dt.datetime
-    retry_count: int
-    payload: str | None
-    payload_sha256: str | None
-    source_sha256: str | None
-    composed: str | None
-    composed_sha256: str | None
-    quarantine_reason: str | None
-    last_error: str | None
-    suspended_from: str | None
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    state_entered_at: dt.datetime
+    payload: str | None = None
+    composed: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Track:

@@ -69,9 +69,9 @@ def human_figures(text: str) -> dict[str, Any]:
             found["jobs_total"] = int(cells[-1])
         elif cells[0] in ("time_to_dispatch", "unretrieved_dwell", "overdue_polls"):
             found[cells[0]] = int(cells[1])
-        elif line.startswith("quarantined "):
+        elif line.startswith("quarantined ") and cells[1].isdigit():  # not the "... tracks" lines
             found["quarantined"] = int(cells[1])
-        elif line.startswith("stranded "):
+        elif line.startswith("stranded ") and cells[1].isdigit():
             found["stranded"] = int(cells[1])
         elif line.startswith("unpublished events "):
             found["unpublished"] = int(cells[2])

@@ -50,6 +50,20 @@ def import_galera() -> Any:
     return bench_module("galera")
 
 
+def database_on_every_node(cluster: Any, name: str) -> list[Any]:
+    """A new database on the cluster, and an engine on it for each node (once it replicated)."""
+    import sqlalchemy as sa
+
+    from iipub import db
+
+    admin = sa.create_engine(cluster.nodes[0].url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    admin.dispose()
+    cluster.wait_synced(60)
+    return [db.make_engine(n.url(name)) for n in cluster.nodes]
+
+
 def migrate_at_once(engines: list[Any]) -> tuple[list[Any], list[BaseException]]:
     """`migrate.migrate` on every engine at the same moment (one thread each): what each applied,
     and what each raised."""
@@ -102,19 +116,14 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 
     import sqlalchemy as sa
 
-    from iipub import db, migrate, tables
+    from iipub import migrate, tables
 
     galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-mig-{os.getpid()}"
     try:
         with galera.running_cluster(2, cluster_dir, sql_port=33071, gcomm_port=45771, ist_port=45781,
                                     sst_port=45791) as cluster:
-            admin = sa.create_engine(cluster.nodes[0].url(), isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(sa.text("CREATE DATABASE iipub_mig CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-            admin.dispose()
-            cluster.wait_synced(60)
-            engines = [db.make_engine(n.url("iipub_mig")) for n in cluster.nodes]
+            engines = database_on_every_node(cluster, "iipub_mig")
             results, errors = migrate_at_once(engines)
             assert errors == []
             applied = sorted(m.version for r in results for m in r)
@@ -137,7 +146,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
 
     import sqlalchemy as sa
 
-    from iipub import db, reconcile, relay, tables
+    from iipub import reconcile, relay, tables
     from iipub.simulator import Simulator, SimulatorOptions
     from tests.integration import test_tracks_migration as tm
 
@@ -148,12 +157,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
         with galera.running_cluster(2, cluster_dir, sql_port=33081, gcomm_port=45871, ist_port=45881,
                                     sst_port=45891) as cluster, \
                 Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
-            admin = sa.create_engine(cluster.nodes[0].url(), isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(sa.text("CREATE DATABASE iipub_tracks CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-            admin.dispose()
-            cluster.wait_synced(60)
-            engines = [db.make_engine(n.url("iipub_tracks")) for n in cluster.nodes]
+            engines = database_on_every_node(cluster, "iipub_tracks")
             tm._at_0008(engines[0], monkeypatch)
             s = tm.settings_for(cluster.nodes[0].url("iipub_tracks"), sim, tmp_path)
             ids = tm._populate(engines[0], s, sim)
