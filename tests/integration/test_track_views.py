@@ -7,19 +7,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, metrics, status_queries, tables
+from iipub import clock, metrics, reconcile, relay, status_queries, tables
 from iipub import status as st
 from iipub import store as store_module
 from iipub.config import Settings
+from iipub.simulator import Simulator, SimulatorOptions
 from iipub.states import State
 from iipub.store import Store
-from tests.helpers import record_heartbeats, run_cli
+from tests.helpers import make_settings, record_heartbeats, run_cli, sim_env
 
 SHA_EN, SHA_ES, COMPOSED_EN = "a" * 64, "b" * 64, "c" * 64
 TRACK_KEYS = {"lang", "state", "version", "lease_owner", "lease_expiry", "next_attempt_at", "retry_count",
@@ -331,3 +333,60 @@ def test_duplicate_publications_are_counted_per_language(settings: Settings, eng
     samples = metrics.render(report, settings.products).decode()
     assert 'iipub_duplicate_publications_by_lang{lang="es"} 2.0' in samples
     assert 'iipub_duplicate_publications_by_lang{lang="en"} 0.0' in samples
+
+
+# -- end to end: reconcile and relay with a Spanish-only failure -------------------------------------
+
+
+def test_a_spanish_only_failure_as_the_operator_sees_it(db_url: str, engine: sa.Engine, cli_env: dict[str, str],
+                                                        tmp_path: Path, no_today_slots: None) -> None:
+    """The simulator corrupts Spanish only: after reconcile and relay the operator's views show
+    English published and Spanish parked, with one paid create, the journal per language, the
+    slot not stranded and a WARNING naming the Spanish track."""
+    wires = ("reuters.com", "apnews.com")  # where the simulator's sources link
+    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, corrupt_lang="es")) as sim:
+        base = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0})
+        product = replace(base.products["daily-brief"], items=3, opens_at=dt.time(0, 0), allowed_domains=wires)
+        s = replace(base, products={"daily-brief": product}, webhook_sink=None)
+        store = Store(engine, "test")
+        assert store.schedule(product, dt.date(2026, 11, 20))
+        for _ in range(5):
+            reconcile.run(s, engine)
+            relay.run(s, engine)
+            sim.advance(5)
+        assert sim.stats()["creates_total"] == 1
+        env = sim_env(cli_env, sim, tmp_path)
+
+    (listed,) = json.loads(run_cli("jobs", "list", "--json", env=env, cwd=tmp_path, check=True).stdout)
+    job_id = listed["id"]
+    assert [(t["lang"], t["state"]) for t in listed["tracks"]] == [("en", "PUBLISHED"),
+                                                                   ("es", "VALIDATION_FAILED_RETAINED")]
+    assert listed["state"] not in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")  # the slot waits for Spanish
+    text = run_cli("jobs", "list", env=env, cwd=tmp_path, check=True).stdout
+    assert text.splitlines()[1].endswith("en:PUBLISHED es:VALIDATION_FAILED_RETAINED")
+
+    shown = json.loads(run_cli("jobs", "show", job_id, "--json", env=env, cwd=tmp_path, check=True).stdout)
+    by_lang: dict[str | None, list[dict[str, Any]]] = {}
+    for e in shown["events"]:
+        by_lang.setdefault(e["lang"], []).append(e)
+    assert set(by_lang) == {None, "en", "es"}
+    assert [e["reason"] for e in by_lang["es"]][-1] == "validation_failed"
+    assert {"validated", "composed", "saved", "all_events_delivered"} <= {e["reason"] for e in by_lang["en"]}
+    assert "dispatch" in {e["reason"] for e in by_lang[None]}  # the money stays the slot's
+    for track in shown["tracks"]:  # a track's version is its journal's
+        assert track["version"] == max(e["version"] for e in by_lang[track["lang"]])
+    es = shown["tracks"][1]
+    assert es["payload_sha256"] and es["composed_sha256"] is None and es["last_error"]
+
+    report = status_queries.collect(engine, s)
+    assert report.tracks is not None
+    assert report.tracks.counts == {"daily-brief": {"en": {"PUBLISHED": 1}, "es": {"VALIDATION_FAILED_RETAINED": 1}}}
+    assert [(p.job_id, p.lang) for p in report.tracks.parked] == [(job_id, "es")]
+    assert report.tracks.stranded == () and report.stranded == ()
+    assert any(sev == st.WARNING and text.startswith("1 parked track (validation_failed_retained 1; oldest "
+                                                      "daily-brief 2026-11-20 es in VALIDATION_FAILED_RETAINED")
+               for sev, text in report.problems())
+    samples = metrics.render(report, s.products).decode()
+    assert 'iipub_tracks{lang="es",product="daily-brief",state="VALIDATION_FAILED_RETAINED"} 1.0' in samples
+    assert 'iipub_tracks{lang="en",product="daily-brief",state="PUBLISHED"} 1.0' in samples
+    assert 'iipub_parked_tracks{lang="es",reason="validation_failed_retained"} 1.0' in samples
