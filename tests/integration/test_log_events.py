@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from iipub import clock, db, reconcile, steps, tables
 from iipub.config import Settings
+from iipub.jobs import Job
 from iipub.provider import Provider
 from iipub.simulator import Simulator
 from iipub.states import Reason, State
@@ -38,12 +39,18 @@ def _events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapp
     return [e for e in logs if e["event"] == name]
 
 
-def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: Settings, engine: sa.Engine) -> None:
-    store = Store(engine, "w-lost")
+def _one_leased_job(store: Store, cfg: Settings, engine: sa.Engine) -> Job:
+    """Today's daily-brief slot, scheduled and leased by `store`."""
     assert store.schedule(cfg.products["daily-brief"], db_today(engine))
     (row,) = job_rows(engine)
     leased = store.acquire_lease(row["id"], row["version"])
     assert leased is not None
+    return leased
+
+
+def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: Settings, engine: sa.Engine) -> None:
+    store = Store(engine, "w-lost")
+    leased = _one_leased_job(store, cfg, engine)
     with Provider(cfg.provider, "sk-test") as provider:
         tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
         batch = tick.batch([leased.id])
@@ -98,10 +105,7 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
     waits_a_second = db.make_engine(db_url, lock_wait_seconds=1)
     try:
         store = Store(waits_a_second, "w-contended")
-        assert store.schedule(cfg.products["daily-brief"], db_today(engine))
-        (row,) = job_rows(engine)
-        leased = store.acquire_lease(row["id"], row["version"])
-        assert leased is not None
+        leased = _one_leased_job(store, cfg, engine)
         with Provider(cfg.provider, "sk-test") as provider:
             tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
             with engine.connect() as blocker, blocker.begin():
