@@ -31,7 +31,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from . import __version__, clock, db, tables
+from . import __version__, clock, db, tables, tls
 from .config import MonitoringSettings
 from .errors import SchemaNotReady
 from .timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
@@ -191,7 +191,7 @@ def _get(url: str, timeout: float, outcome: list[int | str]) -> None:
     import httpx  # only a run that pings needs it here
 
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False,
+        with httpx.Client(timeout=timeout, follow_redirects=False, verify=tls.client_context(),
                           headers={"User-Agent": f"iipub/{__version__}"}) as client, client.stream("GET", url) as resp:
             outcome.append(resp.status_code)  # the body is never read
     except Exception as exc:

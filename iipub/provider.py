@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that ca
     import httpx  # (an idle cron run) never pays for them
     import openai
 
-from . import backoff
+from . import backoff, tls
 from .closing import Closing
 from .config import Product, ProviderSettings
 from .errors import ConfigError, InvariantViolation, MissingApiKey
@@ -152,8 +152,9 @@ class Provider(Closing):
         if self._sdk is None:
             timeout = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
             if self._http is None:
-                # One TLS context serves every pool (building one reads the CA bundle).
-                self._tls = httpx.create_ssl_context()
+                # One TLS context serves every pool and every provider of the process
+                # (building one reads the CA bundle).
+                self._tls = tls.client_context()
                 self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=1), verify=self._tls)
             # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
             # with no idempotency key, creating duplicate paid jobs. It still sends

@@ -26,7 +26,7 @@ import httpx
 import sqlalchemy as sa
 import structlog
 
-from . import backoff, config, handlers, outbox, tables, tracks
+from . import backoff, config, handlers, outbox, tables, tls, tracks
 from .config import Settings
 from .errors import ConfigError, Contention, LeaseLost
 from .jobs import Job, new_worker_id
@@ -101,7 +101,7 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
         report.held = held
         return report
     box = Outbox(engine, worker, rs.lease_seconds)
-    client = httpx.Client() if sinks is None and settings.webhook_sink is not None else None
+    client = httpx.Client(verify=tls.client_context()) if sinks is None and settings.webhook_sink is not None else None
     hooks: _Background | None = None
     try:
         sinks = sinks if sinks is not None else build_sinks(settings, client, engine)

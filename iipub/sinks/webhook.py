@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import httpx
 
+from .. import tls
 from ..backoff import parse_retry_after
 from ..closing import Closing
 from . import Delivered, DeliveryResult, Event, Parked, RetryLater
@@ -71,7 +72,8 @@ class WebhookSink(Closing):
         self._clock = clock
         self._owns_client = client is None
         # Redirects are not followed: a signed POST must reach the configured receiver only.
-        self._client = client if client is not None else httpx.Client(timeout=timeout, follow_redirects=False)
+        self._client = client if client is not None else httpx.Client(
+            timeout=timeout, follow_redirects=False, verify=tls.client_context())
 
     def __repr__(self) -> str:  # never show the secret
         return f"WebhookSink(url={self.url!r})"
