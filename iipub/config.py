@@ -164,6 +164,9 @@ class ProviderSettings(Checked):
     flex_timeout_seconds: Timeout = 45.0  # a create asked at the flex tier is answered more slowly
     max_connections: Annotated[int, Bounds(ge=1, le=1024)] = 32
     base_url: str | None = None  # from OPENAI_BASE_URL
+    # From OPENAI_ORG_ID and OPENAI_PROJECT_ID: sent with creates and reads alike.
+    organization: str | None = None
+    project: str | None = None
     # A 404, an unrequested `cancelled` or a `failed` is a loss only once it held over this
     # many reads spread over at least this many seconds (well inside the ~10-minute retention).
     loss_confirm_reads: Annotated[int, Bounds(ge=1, le=20)] = 3

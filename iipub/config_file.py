@@ -103,7 +103,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
         api_key=env.get("OPENAI_API_KEY") or None,
         provider_webhook_secret=env.get("OPENAI_WEBHOOK_SECRET") or None,
-        provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url),
+        provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url,
+                         organization=env.get("OPENAI_ORG_ID") or settings.provider.organization,
+                         project=env.get("OPENAI_PROJECT_ID") or settings.provider.project),
         config_path=path,
     )
 

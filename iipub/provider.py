@@ -15,8 +15,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 import structlog
 
@@ -54,6 +54,7 @@ METADATA_MAX_KEYS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is not set
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
@@ -87,18 +88,20 @@ class Provider(Closing):
             raise MissingApiKey()
         self._settings = settings
         self._owns_http = http_client is None
-        self._http = http_client
+        self._http = http_client  # the first pool (or the one given, shared by every thread)
         self._api_key = api_key
-        self._sdk: openai.OpenAI | None = None
-        self._sdk_lock = threading.Lock()
-        # Built pools, one per shard (`_client`); the calling thread's shard, once it has one.
-        self._shards: list[tuple[httpx.Client, openai.OpenAI]] = []
+        self._base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._headers = read_headers(settings, api_key)
+        self._lock = threading.Lock()
+        # Built pools, one per shard (`_pool`); the calling thread's shard, once it has one.
+        self._shards: list[httpx.Client] = []
+        self._sdks: dict[int, openai.OpenAI] = {}  # the SDK client over each pool, built by a create
         self._mine = threading.local()
         self._turn = 0  # the shard the next thread beyond `max_connections` shares
-        self._tls: Any = None
         self._closed = False
-        self._root = self  # a view made by `until` shares its root's client
+        self._root = self  # a view made by `until` shares its root's pools
         self._deadline: float | None = None
+        self._configured: httpx.Timeout | None = None
 
     def until(self, deadline: float) -> Provider:
         """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`):
@@ -111,19 +114,19 @@ class Provider(Closing):
         return view
 
     def ready(self) -> None:
-        """Build the SDK client and its HTTP pool now, or say in one line why they cannot be
-        built (a CA bundle that is not there, a proxy URL httpx refuses, ...). The sweep calls
-        this before it leases work for the provider, so a broken environment fails the run
-        before any job is touched, as it did when the client was built up front."""
+        """Build the calling thread's HTTP pool now, or say in one line why it cannot be built (a
+        CA bundle that is not there, a proxy URL httpx refuses, ...). The sweep calls this before
+        it leases work for the provider, so a broken environment fails the run before any job is
+        touched."""
         try:
-            self._client  # noqa: B018 - built by the property
+            self._pool  # noqa: B018 - built by the property
         except Exception as exc:
             raise ConfigError(f"cannot set up the provider's HTTP client: {_described(exc)}") from exc
 
     @property
-    def _client(self) -> openai.OpenAI:
-        """The calling thread's SDK client and HTTP pool, built at its first call: an idle tick
-        imports neither the SDK nor httpx (most of an idle cron run's CPU, 1,440 times a day).
+    def _pool(self) -> httpx.Client:
+        """The calling thread's HTTP pool, built at its first call: an idle tick imports no HTTP
+        client (most of an idle cron run's CPU, 1,440 times a day).
 
         Threads do not share one pool: up to `max_connections` pools of one connection each,
         thread i on pool i mod `max_connections` (the same bound on connections). httpx's pool
@@ -131,54 +134,66 @@ class Provider(Closing):
         64 threads on one pool spent more CPU there than on the rest of a poll. A client given
         to the constructor is the one pool, shared."""
         if self._root is not self:
-            return self._root._client
-        sdk: openai.OpenAI | None = getattr(self._mine, "sdk", None)
-        if sdk is not None:  # this thread's: every later call skips the lock
-            return sdk
-        with self._sdk_lock:
+            return self._root._pool
+        http: httpx.Client | None = getattr(self._mine, "http", None)
+        if http is not None:  # this thread's: every later call skips the lock
+            return http
+        with self._lock:
             if self._closed:  # a caller bug: nothing may build a pool that nothing would close
                 raise RuntimeError("the provider was closed")
-            sdk = self._shard()
-        self._mine.sdk = sdk
-        return sdk
+            http = self._shard()
+        self._mine.http = http
+        return http
 
-    def _shard(self) -> openai.OpenAI:
-        """The next thread's client (under `_sdk_lock`): a new pool while fewer than
-        `max_connections` exist, else an existing one, in turn."""
+    def _shard(self) -> httpx.Client:
+        """The next thread's pool (under `_lock`): a new one while fewer than `max_connections`
+        exist, else an existing one, in turn."""
         import httpx
-        import openai
 
         s = self._settings
-        if self._sdk is None:
-            timeout = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
-            if self._http is None:
-                # One TLS context serves every pool and every provider of the process
-                # (building one reads the CA bundle).
-                self._tls = tls.client_context()
-                self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=1), verify=self._tls)
-            # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
-            # with no idempotency key, creating duplicate paid jobs. It still sends
-            # x-stainless-retry-count (always "0" here), which lets the simulator prove no
-            # retry happened.
-            self._sdk = openai.OpenAI(api_key=self._api_key, base_url=s.base_url, max_retries=0,
-                                      timeout=timeout, http_client=self._http)
-            self._shards.append((self._http, self._sdk))
-        elif self._owns_http and len(self._shards) < s.max_connections:
-            http = httpx.Client(timeout=self._shards[0][0].timeout,
-                                limits=httpx.Limits(max_connections=1), verify=self._tls)
-            self._shards.append((http, self._sdk.with_options(http_client=http)))
-        else:
-            self._turn = (self._turn + 1) % len(self._shards)
-            return self._shards[self._turn][1]
-        return self._shards[-1][1]
+        if not self._owns_http and self._http is not None:
+            if not self._shards:
+                self._shards.append(self._http)
+            return self._http
+        if len(self._shards) < s.max_connections:
+            # One TLS context serves every pool and every provider of the process (building
+            # one reads the CA bundle).
+            http = httpx.Client(timeout=self._configured_timeout(),
+                                limits=httpx.Limits(max_connections=1), verify=tls.client_context())
+            self._shards.append(http)
+            self._http = self._http or http
+            return http
+        self._turn = (self._turn + 1) % len(self._shards)
+        return self._shards[self._turn]
+
+    def _sdk(self) -> openai.OpenAI:
+        """The official SDK over the calling thread's pool: the create path only (its request
+        building and error classes decide whether money may have been spent). Imported and built
+        at the first create, so a tick that only polls never loads it."""
+        http = self._pool
+        root = self._root
+        with root._lock:
+            sdk = root._sdks.get(id(http))
+            if sdk is None:
+                import openai
+
+                s = self._settings
+                # max_retries=0: the SDK would otherwise retry POST timeouts and 408/409/429/5xx
+                # with no idempotency key, creating duplicate paid jobs. It still sends
+                # x-stainless-retry-count (always "0" here), which lets the simulator prove no
+                # retry happened.
+                sdk = root._sdks[id(http)] = openai.OpenAI(
+                    api_key=self._api_key, base_url=self._base, organization=s.organization, project=s.project,
+                    max_retries=0, timeout=self._configured_timeout(), http_client=http)
+        return sdk
 
     def close(self) -> None:
         if self._root is not self:
-            return  # a view: its root owns the client
-        with self._sdk_lock:
+            return  # a view: its root owns the pools
+        with self._lock:
             self._closed = True
             if self._owns_http:
-                for http in [h for h, _ in self._shards] or ([self._http] if self._http else []):
+                for http in self._shards:
                     http.close()
 
     # -- create: the money path -------------------------------------------------------------
@@ -197,7 +212,7 @@ class Provider(Closing):
             "service_tier": req.service_tier,
         }
         try:
-            client = self._client
+            client = self._sdk()
         except Exception as exc:  # the client could not even be built: not a byte was sent
             return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {_described(exc)}"))
         if req.service_tier == "flex":  # flex is answered more slowly: its own (longer) read timeout
@@ -215,29 +230,67 @@ class Provider(Closing):
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
 
     def retrieve(self, response_id: str) -> ReadOutcome:
-        # The SDK's own request path (auth, base URL, its error classes), but the body is read
-        # as JSON once and mapped here: building its full response model cost more CPU than
-        # the rest of a poll.
-        return self._read(response_id, lambda options: self._client.get(
-            f"/responses/{response_id}", cast_to=_raw(), options=options))
+        return self._read("GET", response_id, "")
 
     def cancel(self, response_id: str) -> ReadOutcome:
         """Cancel a background response. Cancelling a finished one answers Rejected(400):
         retrieve it instead."""
-        return self._read(response_id, lambda options: self._client.post(
-            f"/responses/{response_id}/cancel", cast_to=_raw(), options=options))
+        return self._read("POST", response_id, "/cancel")
 
-    def _read(self, response_id: str, call: Callable[[Any], Any]) -> ReadOutcome:
+    def _read(self, method: str, response_id: str, suffix: str) -> ReadOutcome:
         """A call answered with the response as it now stands (retrieve, cancel)."""
+        answer = self._send("read", method, response_id, suffix)
+        if not isinstance(answer, Answer):
+            return answer
+        if not 200 <= answer.status < 300:
+            return _trouble_status("read", response_id, answer)
+        return _observed(answer.body)
+
+    def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
+        # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
+        # so it may only go earlier if an operator killed the job.
+        if not (has_custody or kill_requested):
+            _check_id(response_id)
+            _refuse_delete(response_id)
+        answer = self._send("delete", "DELETE", response_id, "")
+        if not isinstance(answer, Answer):
+            return answer
+        if not 200 <= answer.status < 300:
+            outcome = _trouble_status("delete", response_id, answer)
+            assert not isinstance(outcome, Observed)
+            return outcome
+        return Deleted(response_id)
+
+    def _send(self, op: str, method: str, response_id: str, suffix: str) -> Answer | Transient:
+        """One request of the read path (retrieve, cancel, delete) with plain httpx: the same
+        endpoint, key and headers the SDK would send, without importing it or building its
+        request and response models (a poll is a GET and a JSON body, 1,000s of them a tick).
+        These calls are safe to repeat, so a transport failure is only ever Transient."""
         _check_id(response_id)
         timeout = self._timeout()
         if timeout is None:
             return _NO_TIME_LEFT
+        import httpx
+
+        url = f"{self._base}/responses/{response_id}{suffix}"
         try:
-            resp: Any = call({} if timeout is _CONFIGURED else {"timeout": timeout})
-        except _read_errors() as exc:
-            return _trouble("read", response_id, exc, _read_outcome(exc))
-        return _observed(resp)
+            http = self._pool
+            resp = http.request(method, url, headers=self._headers,
+                                timeout=self._configured_timeout() if timeout is _CONFIGURED else timeout)
+        except httpx.HTTPError as exc:
+            unreachable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+            return _trouble(op, response_id, exc,
+                            Transient(None, f"transport failure: {_named(exc)}", unreachable=unreachable))
+        return Answer(resp.status_code, resp.content, resp.headers)
+
+    def _configured_timeout(self) -> httpx.Timeout:
+        """The settings' timeouts (built once: every poll passes them)."""
+        if self._configured is None:
+            import httpx
+
+            s = self._settings
+            self._configured = httpx.Timeout(s.timeout_seconds, connect=s.connect_timeout_seconds)
+        return self._configured
 
     def _timeout(self) -> Any:
         """The timeouts for the next call: the configured ones (`_CONFIGURED`), those cut to what
@@ -252,25 +305,27 @@ class Provider(Closing):
         s = self._settings
         return httpx.Timeout(min(s.timeout_seconds, left), connect=min(s.connect_timeout_seconds, left))
 
-    def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
-        # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
-        # so it may only go earlier if an operator killed the job.
-        _check_id(response_id)
-        if not (has_custody or kill_requested):
-            _refuse_delete(response_id)
-        timeout = self._timeout()
-        if timeout is None:
-            return _NO_TIME_LEFT
-        try:
-            if timeout is _CONFIGURED:
-                self._client.responses.delete(response_id)
-            else:
-                self._client.responses.delete(response_id, timeout=timeout)
-        except _read_errors() as exc:
-            outcome = _trouble("delete", response_id, exc, _read_outcome(exc))
-            assert not isinstance(outcome, Observed)
-            return outcome
-        return Deleted(response_id)
+
+class Answer(NamedTuple):
+    """A read-path HTTP answer, whatever its status."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+
+def read_headers(settings: ProviderSettings, api_key: str) -> dict[str, str]:
+    """The headers of every read-path request: the key, and the organization and project the
+    SDK would send for creates (so a response is read under the same scope it was created in)."""
+    from . import __version__
+
+    headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
+               "User-Agent": f"iipub/{__version__}"}
+    if settings.organization:
+        headers["OpenAI-Organization"] = settings.organization
+    if settings.project:
+        headers["OpenAI-Project"] = settings.project
+    return headers
 
 
 _T = TypeVar("_T")
@@ -283,13 +338,6 @@ def _text_format(product: Product) -> dict[str, Any]:
     from . import edition_schema  # pydantic: only when a create is made
 
     return edition_schema.text_format(product.languages, product.items)
-
-
-def _raw() -> type[httpx.Response]:
-    """`cast_to` for a body read as JSON here, not through the SDK's model."""
-    import httpx
-
-    return httpx.Response
 
 
 def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
@@ -383,39 +431,50 @@ def _never_sent(exc: openai.APIConnectionError) -> bool:
     return isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
 
 
-def _read_errors() -> tuple[type[Exception], ...]:
-    """What a read, cancel or delete may fail with and still be an answer: the SDK's errors,
-    transport errors, and a body that is not JSON. Anything else is a bug and propagates."""
-    import httpx
-    import openai
-
-    return (openai.APIError, httpx.HTTPError, ValueError)
+def _trouble_status(op: str, subject: str, answer: Answer) -> Missing | Transient | Rejected:
+    outcome = _read_status_outcome(answer)
+    log.warning("provider_trouble", op=op, subject=subject, status=answer.status,
+                outcome=type(outcome).__name__, why=outcome.why)
+    return outcome
 
 
-def _read_outcome(exc: Exception) -> Missing | Transient | Rejected:
+def _read_status_outcome(answer: Answer) -> Missing | Transient | Rejected:
     """Reads, cancels and deletes can be repeated, so only 'gone' and 'never works' are final."""
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        why = _status_why(exc)
-        if status == 404:
-            return Missing(why)
-        if status in (408, 409, 425, 429) or status >= 500:
-            return Transient(backoff.delay_from_headers(exc.response.headers), why)
-        if 400 <= status < 500:
-            return Rejected(status, why)
-        return Transient(None, why)
-    if isinstance(exc, openai.APIConnectionError):
-        return Transient(None, f"transport failure: {_cause_name(exc)}", unreachable=_never_sent(exc))
-    # JSON decode errors and the like: the body could not be read; asking again is harmless.
-    return Transient(None, f"unreadable answer: {_described(exc)}")
+    status = answer.status
+    why = _answer_why(answer)
+    if status == 404:
+        return Missing(why)
+    if status in (408, 409, 425, 429) or status >= 500:
+        return Transient(backoff.delay_from_headers(answer.headers), why)
+    if 400 <= status < 500:
+        return Rejected(status, why)
+    return Transient(None, why)  # 1xx/3xx: not an answer to act on; asking again is harmless
 
 
-def _observed(resp: httpx.Response) -> Observed | Transient:
+def _answer_why(answer: Answer) -> str:
+    """A non-2xx answer as the journal shows it: `HTTP 404: <the provider's error message>
+    (request <id>)`, the message read as the SDK reads it (the JSON body's `error.message`, else
+    the body, else the status)."""
+    text = answer.body.decode("utf-8", "replace").strip()
+    message = text or f"Error code: {answer.status}"
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = f"Error code: {answer.status} - {body}"
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+    request_id = answer.headers.get("x-request-id")
+    suffix = f" (request {request_id})" if request_id else ""
+    return f"HTTP {answer.status}: {_clip(message)}{suffix}"
+
+
+def _observed(content: bytes) -> Observed | Transient:
     """A 2xx read's body, as the provider's response object (JSON) says it."""
     try:
-        doc = json.loads(resp.content)
+        doc = json.loads(content)
     except ValueError as exc:  # not JSON (or not UTF-8): asking again is harmless
         return Transient(None, f"unreadable answer: {_described(exc)}")
     try:
@@ -492,11 +551,12 @@ def _status_why(exc: openai.APIStatusError) -> str:
 
 
 def _cause_name(exc: BaseException) -> str:
-    cause = exc.__cause__
-    if cause is None:
-        return type(exc).__name__
-    detail = _clip(str(cause), 120)
-    return f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+    return _named(exc.__cause__) if exc.__cause__ is not None else type(exc).__name__
+
+
+def _named(exc: BaseException) -> str:
+    detail = _clip(str(exc), 120)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
 def _described(exc: BaseException) -> str:

@@ -51,6 +51,12 @@ from iipub.config import Settings  # noqa: E402
 from iipub.simulator import Simulator  # noqa: E402
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than the usable cores. A third of a test's time is waiting (the
+    simulator's latency, lease and webhook timings, fsync), which another worker's test fills."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"iipub database backend: {BACKEND}" + (f" ({_safe(MYSQL_URL)})" if MYSQL_URL else "")
 

@@ -510,15 +510,15 @@ def test_threads_poll_through_pools_of_their_own_within_max_connections(sim: Sim
             t.join(timeout=60)
         assert [o for o in seen if not isinstance(o, Observed)] == [] and len(seen) == 9
         assert len(p._shards) == 4
-        assert all(http._transport._pool._max_connections == 1 for http, _ in p._shards)  # type: ignore[attr-defined]
+        assert all(http._transport._pool._max_connections == 1 for http in p._shards)  # type: ignore[attr-defined]
         assert sim.stats()["requests"]["retrieve"] == 9
         # Threads beyond max_connections share the pools there are.
         later: list[object] = []
-        extra = [threading.Thread(target=lambda: later.append(p._client)) for _ in range(3)]
+        extra = [threading.Thread(target=lambda: later.append(p._pool)) for _ in range(3)]
         for t in extra:
             t.start()
         for t in extra:
             t.join(timeout=10)
         assert len(p._shards) == 4 and len(later) == 3
-        assert {id(c) for c in later} <= {id(sdk) for _, sdk in p._shards}
-    assert all(http.is_closed for http, _ in p._shards)
+        assert {id(c) for c in later} <= {id(http) for http in p._shards}
+    assert all(http.is_closed for http in p._shards)

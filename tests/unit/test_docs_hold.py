@@ -26,9 +26,11 @@ SECTIONS: dict[str, type] = {
     "monitoring": config.MonitoringSettings, "ledger": config.LedgerSettings, "products": config.Product,
     "sinks.static": config.StaticSink, "sinks.webhook": config.WebhookSink,
 }
-# Keys README's example leaves out on purpose: the provider URL (OPENAI_BASE_URL, its table) and the
+# Keys README's example leaves out on purpose: the provider URL, organization and project
+# (OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID: its environment table) and the
 # [status] alias of [monitoring] heartbeat_after_seconds (named in its prose).
-UNLISTED: dict[str, set[str]] = {"provider": {"base_url"}, "status": {"heartbeat_after_seconds"}}
+UNLISTED: dict[str, set[str]] = {"provider": {"base_url", "organization", "project"},
+                                 "status": {"heartbeat_after_seconds"}}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _LAUNCHERS = {"timeout", "exec", "env", "nice", "sudo", "-u", "iipub:"}
 

@@ -33,15 +33,20 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
 
 
 @pytest.mark.slow
-def test_the_provider_builds_its_sdk_client_at_the_first_call() -> None:
-    loaded = _loaded_after(
-        "from iipub.config import ProviderSettings\n"
-        "from iipub.provider import Provider\n"
-        "p = Provider(ProviderSettings(base_url='http://127.0.0.1:9/v1', connect_timeout_seconds=0.2), 'sk-test')\n"
-        "p.retrieve('resp_1')\n"
-        "p.close()\n"
-    )
-    assert "openai" in loaded
+def test_reads_load_httpx_alone_and_the_sdk_loads_at_the_first_create() -> None:
+    """A tick that only polls (a GET per job) never pays for the SDK's import; a create does."""
+    start = ("import datetime as dt\n"
+             "from iipub.config import Product, ProviderSettings\n"
+             "from iipub.outcomes import CreateRequest\n"
+             "from iipub.provider import Provider\n"
+             "s = ProviderSettings(base_url='http://127.0.0.1:9/v1', connect_timeout_seconds=0.2)\n"
+             "p = Provider(s, 'sk-test')\n"
+             "assert p.retrieve('resp_1').unreachable\n")
+    read = _loaded_after(start + "p.cancel('resp_1'); p.delete('resp_1', has_custody=True)\np.close()\n")
+    assert "httpx" in read and "openai" not in read and "pydantic" not in read
+    create = _loaded_after(start + "print(p.create(CreateRequest('j', Product(name='daily-brief', prompt='x'), "
+                                   "dt.date(2026, 1, 1), 1, 'f' * 64)))\np.close()\n")
+    assert "openai" in create
 
 
 def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_library(tmp_path: Path) -> None:

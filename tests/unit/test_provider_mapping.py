@@ -360,10 +360,11 @@ def test_provider_builds_its_own_client_with_settings() -> None:
     settings = ProviderSettings(base_url=BASE, timeout_seconds=12.0, connect_timeout_seconds=3.0, max_connections=4)
     with Provider(settings, "sk-test") as p:
         assert p._http is None  # nothing built until the first call
-        assert p._client.max_retries == 0
+        sdk = p._sdk()
+        assert sdk.max_retries == 0
         assert p._http is not None and p._http.timeout == httpx.Timeout(12.0, connect=3.0)
-        assert p._client.timeout == httpx.Timeout(12.0, connect=3.0)
-        assert str(p._client.base_url).rstrip("/") == BASE
+        assert sdk.timeout == httpx.Timeout(12.0, connect=3.0)
+        assert str(sdk.base_url).rstrip("/") == BASE
     assert p._http.is_closed
 
 
