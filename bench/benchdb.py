@@ -7,7 +7,7 @@
 * bulk inserts of jobs in a given state with valid columns (`polling_rows`, `terminal_rows`,
   `park_today`, `seed_polls`, `insert_rows`), a scheduler for lifecycle runs
   (`schedule_backfill`) and the loop that drives them (`drive`);
-* counts read back from the journal and the tables.
+* counts read back from the tables (`count_rows`, `count_by`, `state_counts`).
 
 Every benchmark imports this module before iipub: it puts this checkout on `sys.path`.
 """
@@ -41,7 +41,7 @@ from iipub.config_file import settings_from_dict
 from iipub.jobs import slot_row
 from iipub.outcomes import CreateRequest
 from iipub.provider import create_input, create_metadata
-from iipub.states import POLL_REASONS, State
+from iipub.states import State
 from iipub.store import Store
 
 if TYPE_CHECKING:
@@ -109,6 +109,13 @@ def bench_settings(db_url: str, sim_url: str, static_root: Path, **sections: Map
     base = settings_from_dict(data)
     return replace(base, database_url=db_url, api_key="sk-bench",
                    provider=replace(base.provider, base_url=sim_url))
+
+
+def brief_only(settings: Settings, product: str = "daily-brief") -> Settings:
+    """`settings` with one product (3 items, a short prompt, open from midnight) and no webhook
+    sink: the drills' workload."""
+    p = replace(settings.products[product], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
+    return replace(settings, products={product: p}, webhook_sink=None)
 
 
 def settings_toml(static_root: Path, **sections: Mapping[str, Any]) -> str:
@@ -244,8 +251,10 @@ def insert_rows(engine: sa.Engine, table: sa.Table, rows: Iterable[dict[str, Any
 
 
 def schedule_backfill(engine: sa.Engine, settings: Settings, k: int) -> list[str]:
-    """k NO_JOB slots through `Store.schedule` (as `iipub schedule --backfill` does), dated
-    before yesterday so they are all due; returns the job ids."""
+    """Today's slots parked (`park_today`) and k NO_JOB slots through `Store.schedule` (as
+    `iipub schedule --backfill` does), dated before yesterday so they are all due; returns the
+    job ids."""
+    park_today(engine, settings)
     store = Store(engine, "bench-scheduler")
     last = db_now(engine).date() - dt.timedelta(days=2)
     for p, day in slots(list(settings.products.values()), k, last):
@@ -281,34 +290,19 @@ def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[C
 
 
 def state_counts(engine: sa.Engine) -> Counter[str]:
+    return count_by(engine, tables.jobs.c.state)
+
+
+def count_by(engine: sa.Engine, column: Any, *where: Any) -> Counter[Any]:
+    """Rows by the value of `column`, `where` applied."""
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(tables.jobs.c.state, sa.func.count()).group_by(tables.jobs.c.state)).all()
-    return Counter({s: int(n) for s, n in rows})
+        rows = conn.execute(sa.select(column, sa.func.count()).where(*where).group_by(column)).all()
+    return Counter({value: int(n) for value, n in rows})
 
 
 def count_rows(engine: sa.Engine, table: sa.Table, *where: Any) -> int:
     with engine.connect() as conn:
-        q = sa.select(sa.func.count()).select_from(table)
-        for w in where:
-            q = q.where(w)
-        return int(conn.execute(q).scalar_one())
-
-
-def poll_lateness(engine: sa.Engine, since_id: int = 0) -> list[float]:
-    """For every poll journaled after event `since_id`: seconds from its due time to when it
-    ran (the overdue-poll SLI of `iipub status`)."""
-    from iipub.status import poll_lateness as lateness
-
-    E = tables.job_events
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(E.c.at, E.c.detail).where(E.c.id > since_id, E.c.reason.in_(POLL_REASONS)))
-        out = []
-        for at, detail in rows:
-            at = dt.datetime.fromisoformat(at) if isinstance(at, str) else at
-            d = lateness(at, detail)
-            if d is not None:
-                out.append(d)
-    return out
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table).where(*where)).scalar_one())
 
 
 def max_event_id(engine: sa.Engine) -> int:

@@ -12,15 +12,7 @@ convergence phase runs (no faults, a few reconcile/relay rounds with time advanc
     .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
         --slots 1200 --seconds 480 --seed 11 --restart-db
 
-Every choice (fault probabilities, which action when, which victim, how far time jumps, when
-the database restarts) comes from `random.Random(seed)`; the seed is printed and recorded,
-so a run is reproducible from its seed as far as process timing allows (which worker is
-alive at a given moment depends on the machine). Bounded: the chaos phase stops after
-`--seconds` or `--max-actions`, the convergence phase after `--convergence-rounds`, every
-wait has a timeout, and every process the runner starts is killed (process group) on exit.
-
-Exit status: 0 when no invariant is violated, 1 when some are, 2 when the run itself failed.
-A JSON report (`--report`, default WORKDIR/report.json) holds every figure.
+Reproducibility, bounds, exit status and the report: bench/notes/chaos.md (also in `--help`).
 """
 
 from __future__ import annotations
@@ -35,37 +27,32 @@ import math
 import os
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import tomllib
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
+import benchdb  # puts this checkout on sys.path before iipub
+import chaos_restore
+import harness
 from iipub import clock, db, gate, invariants, migrate, tables
 from iipub.config_file import default_ledger_path, settings_from_dict
 from iipub.ledger import SpendLedger
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
 from iipub.states import State
 from iipub.store import Store
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chaos_restore
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
 API_KEY = "sk-chaos"
@@ -148,9 +135,15 @@ def log(msg: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def iipub_exe() -> list[str]:
-    exe = shutil.which("iipub", path=str(Path(sys.executable).parent))
-    return [exe] if exe else [sys.executable, "-m", "iipub"]
+def signal_group(pid: int, *sigs: int) -> bool:
+    """Send each signal to the process group `pid` leads (SIGCONT before SIGKILL wakes a stopped
+    one); False when it is gone."""
+    try:
+        for sig in sigs:
+            os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -198,53 +191,29 @@ def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
 
 
 class Receiver:
-    """Records every Idempotency-Key; during the chaos phase answers 503 now and then."""
+    """A WSGI app (served by `harness.wsgi_server`): records every Idempotency-Key; during the
+    chaos phase answers 503 now and then."""
 
     def __init__(self, seed: int, fail_rate: float) -> None:
         self.keys: Counter[str] = Counter()
         self.fail_rate = fail_rate
         self.failed = 0
+        self.url = ""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
-                key = self.headers.get("idempotency-key", "")
-                with receiver._lock:
-                    fail = receiver._rng.random() < receiver.fail_rate
-                    if fail:
-                        receiver.failed += 1
-                    else:
-                        receiver.keys[key] += 1
-                status = 503 if fail else 200
-                body = b'{"ok":false}' if fail else b'{"ok":true}'
-                try:
-                    self.send_response(status)
-                    if fail:
-                        self.send_header("retry-after", "1")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/iipub"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-
-    def start(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        with self._lock:
+            fail = self._rng.random() < self.fail_rate
+            if fail:
+                self.failed += 1
+            else:
+                self.keys[environ.get("HTTP_IDEMPOTENCY_KEY", "")] += 1
+        body = b'{"ok":false}' if fail else b'{"ok":true}'
+        start_response("503 Service Unavailable" if fail else "200 OK",
+                       [("Content-Length", str(len(body))), *([("retry-after", "1")] if fail else [])])
+        return [body]
 
 
 # -- worker processes ----------------------------------------------------------------------------------
@@ -283,8 +252,8 @@ class Worker:
                     if self.closed or stop.is_set():
                         break
                     self.log_size_at_start = os.fstat(err.fileno()).st_size
-                    self.proc = subprocess.Popen([*iipub_exe(), self.role], env=self.env, cwd=self.cwd, stdout=out,
-                                                 stderr=err, start_new_session=True)
+                    self.proc = subprocess.Popen([*harness.iipub_exe(), self.role], env=self.env, cwd=self.cwd,
+                                                 stdout=out, stderr=err, start_new_session=True)
                     self.started_at = time.monotonic()
                     self.runs += 1
                 rc = self._wait(hard_deadline)
@@ -311,8 +280,7 @@ class Worker:
                 if age > limit:
                     self.hung += 1
                     log(f"{self.name}: pid {self.proc.pid} still running after {age:.0f} s; killing it")
-                self.signal(signal.SIGCONT)
-                self.signal(signal.SIGKILL)
+                self.signal(signal.SIGCONT, signal.SIGKILL)
 
     def working(self) -> bool:
         """Past its start-up (imports take seconds on a loaded host): a reconcile has logged
@@ -327,14 +295,9 @@ class Worker:
                 return False
         return time.monotonic() - self.started_at > 3.0
 
-    def signal(self, sig: int) -> bool:
+    def signal(self, *sigs: int) -> bool:
         proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return False
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-            return True
-        return False
+        return proc is not None and proc.poll() is None and signal_group(proc.pid, *sigs)
 
     def terminate(self) -> None:
         """Kill the current process (if any) and start no other."""
@@ -342,9 +305,7 @@ class Worker:
             self.closed = True
             proc = self.proc
         if proc is not None and proc.poll() is None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+            signal_group(proc.pid, signal.SIGCONT, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
 
@@ -381,6 +342,7 @@ class Run:
         self.undo: list[tuple[float, list[str]]] = []  # operator commands to run later (resume, unpause)
         self.config_restore_at: float | None = None
         self.backup: chaos_restore.Backup | None = None
+        self.servers = contextlib.ExitStack()  # the webhook receiver's server
         self.t0 = time.monotonic()
 
     # -- recording ---------------------------------------------------------------------
@@ -403,10 +365,12 @@ class Run:
         migrate.migrate(self.engine)
 
         fail_rate = round(self.rng.uniform(0.02, 0.06), 4)
-        self.receiver = Receiver(self.seed ^ 0x5EED, fail_rate).start()
+        self.receiver = Receiver(self.seed ^ 0x5EED, fail_rate)
+        server = self.servers.enter_context(harness.wsgi_server(self.receiver))
+        self.receiver.url = f"http://127.0.0.1:{server.server_port}/hooks/iipub"
         cfg = self.workdir / "iipub.toml"
         cfg.write_text(config_toml(self.public, self.receiver.url), encoding="utf-8")
-        self.settings = settings_from_dict(_toml(cfg), base_dir=self.workdir)
+        self.settings = settings_from_dict(tomllib.loads(cfg.read_text(encoding="utf-8")), base_dir=self.workdir)
         # The workers' ledger (IIPUB_CONFIG is set for them: beside the configuration file).
         self.settings = dataclasses.replace(self.settings, ledger=dataclasses.replace(
             self.settings.ledger, path=default_ledger_path(cfg, {})))
@@ -415,9 +379,9 @@ class Run:
         self.report["faults_configured"] = dict(faults)
         self.report["webhook_fail_rate"] = fail_rate
         port_file = self.workdir / "sim.port"
-        cmd = [*iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file), "--seed", str(self.seed),
-               "--queued-seconds", "1", "--in-progress-seconds", "2", "--retention-seconds", "600",
-               "--slow-seconds", "5", "--no-log-requests"]
+        cmd = [*harness.iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file),
+               "--seed", str(self.seed), "--queued-seconds", "1", "--in-progress-seconds", "2",
+               "--retention-seconds", "600", "--slow-seconds", "5", "--no-log-requests"]
         for spec, probability in faults:
             cmd += ["--fault", f"{spec}:{probability}"]
         with open(self.logdir / "simulator.out", "ab") as out, open(self.logdir / "simulator.err", "ab") as err:
@@ -448,11 +412,12 @@ class Run:
                    OPENAI_BASE_URL=self.sim_origin + "/v1", IIPUB_WEBHOOK_SECRET=WEBHOOK_SECRET,
                    PYTHONUNBUFFERED="1")
         self.env = env
-        for i in range(self.args.reconcilers):
-            self.workers.append(Worker("reconcile", i, env, self.workdir, random.Random(f"{self.seed}-r{i}"),
-                                       self.logdir))
-        for i in range(self.args.relays):
-            self.workers.append(Worker("relay", i, env, self.workdir, random.Random(f"{self.seed}-l{i}"), self.logdir))
+        self.workers = [self.worker(role, i, env) for role, n in (("reconcile", self.args.reconcilers),
+                                                                  ("relay", self.args.relays)) for i in range(n)]
+
+    def worker(self, role: str, index: int, env: dict[str, str]) -> Worker:
+        rng = random.Random(f"{self.seed}-{'r' if role == 'reconcile' else 'l'}{index}")
+        return Worker(role, index, env, self.workdir, rng, self.logdir)
 
     # -- chaos ------------------------------------------------------------------------
 
@@ -566,12 +531,15 @@ class Run:
                 keep.append((until, w, pid))
         self.paused = keep
 
+    def _processlist(self, conn: sa.Connection) -> list[Any]:
+        """The server's other connections (SHOW PROCESSLIST rows: id, user, host, db, command, ...)."""
+        own = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+        return [r for r in conn.execute(sa.text("SHOW PROCESSLIST")).all() if int(r[0]) != own]
+
     def do_kill_db_connections(self) -> None:
         assert self.admin is not None
         with self.admin.connect() as conn:
-            own = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
-            rows = conn.execute(sa.text("SHOW PROCESSLIST")).all()
-            ours = sorted(int(r[0]) for r in rows if r[3] == self.dbname and int(r[0]) != own)
+            ours = sorted(int(r[0]) for r in self._processlist(conn) if r[3] == self.dbname)
             if not ours:
                 self.record("kill_db_connections_missed")
                 return
@@ -673,8 +641,8 @@ class Run:
             self.record("config_restored")
 
     def _iipub(self, label: str, args: list[str], **facts: Any) -> None:
-        proc = subprocess.run([*iipub_exe(), *args], env=self.env, cwd=self.workdir, capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run([*harness.iipub_exe(), *args], env=self.env, cwd=self.workdir, capture_output=True,
+                              text=True, timeout=60)
         self.record(label, rc=proc.returncode, out=(proc.stdout.strip() or proc.stderr.strip())[-300:], **facts)
 
     def do_nothing(self) -> None:
@@ -698,7 +666,7 @@ class Run:
         log(f"stopping MariaDB: {a.db_stop_cmd}")
         t = time.monotonic()
         stop = subprocess.run(shlex.split(a.db_stop_cmd), check=False, timeout=120, capture_output=True, text=True)
-        went_down = _wait_for_db_down(self.admin, 90)
+        went_down = _wait_for_db(self.admin, 90, up=False)
         stopped = time.monotonic()
         down = self.rng.uniform(2, 6)
         time.sleep(down)
@@ -721,20 +689,16 @@ class Run:
         assert self.admin is not None
         try:
             with self.admin.connect() as conn:
-                own = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
-                rows = conn.execute(sa.text("SHOW PROCESSLIST")).all()
+                rows = self._processlist(conn)
         except sa.exc.DBAPIError:
             return []
         return [f"{r[0]}:{r[3]}" for r in rows
-                if int(r[0]) != own and r[1] not in ("system user", "event_scheduler")
-                and r[4] != "Daemon" and r[3] != self.dbname]
+                if r[1] not in ("system user", "event_scheduler") and r[4] != "Daemon" and r[3] != self.dbname]
 
     def _state_line(self) -> str:
         try:
             assert self.engine is not None
-            with self.engine.connect() as conn:
-                rows = conn.execute(sa.select(tables.jobs.c.state, sa.func.count()).group_by(tables.jobs.c.state)).all()
-            return " ".join(f"{s}={n}" for s, n in sorted(rows))
+            return " ".join(f"{s}={n}" for s, n in sorted(benchdb.state_counts(self.engine).items()))
         except sa.exc.DBAPIError:
             return "(database unavailable)"
 
@@ -844,8 +808,12 @@ class Run:
 
     def _spawn(self, role: str, name: str) -> subprocess.Popen[bytes]:
         with open(self.logdir / f"{name}.out", "ab") as out, open(self.logdir / f"{name}.err", "ab") as err:
-            return subprocess.Popen([*iipub_exe(), role], env=self.env, cwd=self.workdir, stdout=out, stderr=err,
-                                    start_new_session=True)
+            return subprocess.Popen([*harness.iipub_exe(), role], env=self.spawn_env(), cwd=self.workdir, stdout=out,
+                                    stderr=err, start_new_session=True)
+
+    def spawn_env(self) -> dict[str, str]:
+        """The environment of a convergence round's process."""
+        return self.env
 
     def _pending(self) -> int:
         assert self.engine is not None
@@ -871,29 +839,19 @@ class Run:
         found += invariants.check_ledger(self.engine, spend, unreadable, missing=missing)
         if self.args.restore:
             found += self.restore_verdict()
-        with self.engine.connect() as conn:
-            states: dict[str, int] = dict(conn.execute(sa.select(tables.jobs.c.state, sa.func.count())
-                                                       .group_by(tables.jobs.c.state)).all())
-            reasons: dict[str | None, int] = dict(conn.execute(sa.select(tables.jobs.c.quarantine_reason,
-                sa.func.count())
-                                        .where(tables.jobs.c.state == State.QUARANTINED.value)
-                                        .group_by(tables.jobs.c.quarantine_reason)).all())
-            journal = conn.execute(sa.select(sa.func.count()).select_from(tables.job_events)).scalar_one()
-            editions = conn.execute(sa.select(sa.func.count()).select_from(tables.editions)).scalar_one()
-            outbox_n = conn.execute(sa.select(sa.func.count()).select_from(tables.outbox)).scalar_one()
-            deliveries: dict[str, int] = dict(conn.execute(sa.select(tables.outbox_deliveries.c.sink, sa.func.count())
-                                           .group_by(tables.outbox_deliveries.c.sink)).all())
-            total_jobs = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs)).scalar_one()
-        vfr_reasons = self._validation_reasons()
+        states = benchdb.state_counts(self.engine)
+        reasons = benchdb.count_by(self.engine, tables.jobs.c.quarantine_reason,
+                                   tables.jobs.c.state == State.QUARANTINED.value)
+        outbox_n = benchdb.count_rows(self.engine, tables.outbox)
         self.report.update({
-            "jobs_total": total_jobs,
+            "jobs_total": sum(states.values()),
             "final_states": dict(sorted(states.items())),
             "quarantine_reasons": dict(sorted((k or "-", v) for k, v in reasons.items())),
-            "validation_failure_kinds": vfr_reasons,
-            "journal_events": journal,
-            "editions": editions,
+            "validation_failure_kinds": self._validation_reasons(),
+            "journal_events": benchdb.count_rows(self.engine, tables.job_events),
+            "editions": benchdb.count_rows(self.engine, tables.editions),
             "outbox_events": outbox_n,
-            "deliveries_by_sink": deliveries,
+            "deliveries_by_sink": dict(benchdb.count_by(self.engine, tables.outbox_deliveries.c.sink)),
             "webhook_received_keys": len(self.receiver.keys),
             "webhook_redeliveries": sum(n - 1 for n in self.receiver.keys.values()),
             "webhook_503_answers": self.receiver.failed,
@@ -1006,16 +964,9 @@ class Run:
         for t in self.threads:
             t.join(timeout=15)
         if self.sim_proc is not None and self.sim_proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.sim_proc.pid, signal.SIGTERM)
-            try:
-                self.sim_proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.sim_proc.pid, signal.SIGKILL)
-                self.sim_proc.wait(timeout=10)
-        if self.receiver is not None:
-            self.receiver.stop()
+            signal_group(self.sim_proc.pid, signal.SIGTERM)
+            _wait(self.sim_proc, 10)
+        self.servers.close()
         if self.engine is not None:
             self.engine.dispose()
         if self.admin is not None:
@@ -1030,50 +981,33 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         return -999  # hung
 
 
-def _wait_for_db(admin: sa.Engine | None, timeout: float) -> bool:
+def _wait_for_db(admin: sa.Engine | None, timeout: float, up: bool = True) -> bool:
+    """True once a fresh connection to the server succeeds (`up`) or fails (the stop command
+    really stopped it), within `timeout` seconds."""
     assert admin is not None
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-            return True
-        except sa.exc.DBAPIError:
-            time.sleep(1)
-    return False
-
-
-def _wait_for_db_down(admin: sa.Engine | None, timeout: float) -> bool:
-    """True once a fresh connection to the server fails (the stop command really stopped it)."""
-    assert admin is not None
-    admin.dispose()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text("SELECT 1"))
-        except sa.exc.DBAPIError:
-            return True
         admin.dispose()
-        time.sleep(0.5)
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            if up:
+                return True
+        except sa.exc.DBAPIError:
+            if not up:
+                return True
+        time.sleep(1 if up else 0.5)
     return False
 
 
 def _shorten(line: str, words: int = 6) -> str:
     # Group one-line errors by their kind, not their ids and numbers.
     return " ".join(line.split()[:words])[:160]
-
-
-def _toml(path: Path) -> dict[str, Any]:
-    import tomllib
-
-    return tomllib.loads(path.read_text(encoding="utf-8"))
 
 
 @contextlib.contextmanager
@@ -1091,17 +1025,27 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mysql", default=os.environ.get("IIPUB_TEST_MYSQL_URL"),
-                   help="MariaDB/MySQL server URL (the database part is ignored; default $IIPUB_TEST_MYSQL_URL)")
+def campaign_args(p: argparse.ArgumentParser, seed: int) -> None:
+    """The options of a campaign, here and in bench/galera.py."""
     p.add_argument("--database", help="database to create (default iipub_chaos_<seed>_<random>)")
     p.add_argument("--slots", type=int, default=300, help="publication slots to schedule (past dates)")
     p.add_argument("--seconds", type=float, default=180.0, help="length of the chaos phase")
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=seed)
+    p.add_argument("--max-actions", type=int, default=5000, help="bound on chaos actions")
+    p.add_argument("--convergence-rounds", type=int, default=30)
+    p.add_argument("--convergence-seconds", type=float, default=600.0)
+    p.add_argument("--workdir", help="where logs, the static site and the report go (default: a new temp dir)")
+    p.add_argument("--report", help="write the JSON report here (default WORKDIR/report.json)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, epilog=harness.note("chaos"),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mysql", default=os.environ.get("IIPUB_TEST_MYSQL_URL"),
+                   help="MariaDB/MySQL server URL (the database part is ignored; default $IIPUB_TEST_MYSQL_URL)")
+    campaign_args(p, seed=7)
     p.add_argument("--reconcilers", type=int, default=3, help="concurrent `iipub reconcile` loops")
     p.add_argument("--relays", type=int, default=2, help="concurrent `iipub relay` loops")
-    p.add_argument("--max-actions", type=int, default=5000, help="bound on chaos actions")
     p.add_argument("--restart-db", action="store_true", help="restart MariaDB once, mid-run (start-stop-daemon)")
     p.add_argument("--db-stop-cmd",
                    default="start-stop-daemon --stop --exec /usr/sbin/mariadbd --retry TERM/60/KILL/10",
@@ -1116,10 +1060,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="restart MariaDB even while other clients are connected to it")
     p.add_argument("--restart-wait", type=float, default=60.0,
                    help="seconds to wait for other clients to leave before skipping the restart")
-    p.add_argument("--convergence-rounds", type=int, default=30)
-    p.add_argument("--convergence-seconds", type=float, default=600.0)
-    p.add_argument("--workdir", help="where logs, the static site and the report go (default: a new temp dir)")
-    p.add_argument("--report", help="write the JSON report here (default WORKDIR/report.json)")
     p.add_argument("--keep-db", action="store_true", help="keep the database (kept anyway when violations are found)")
     a = p.parse_args(argv)
     if not a.mysql:

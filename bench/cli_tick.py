@@ -53,7 +53,8 @@ def measure(args: Any, program: str, n: int, sim: Any) -> dict[str, Any]:
     sections = {"reconcile": {"concurrency": c}, "provider": {"max_connections": mc}}
     with harness.bed(args.mysql, "cli", sim, polls=n, pool_size=4, seed=None if n else harness.park_today,
                      sections=sections) as bed:
-        cmd = {"iipub": [*harness.iipub_exe(), "reconcile"], "iipub idle": [*harness.iipub_exe(), "reconcile"],
+        exe = [str(args.iipub)] if args.iipub else harness.iipub_exe()
+        cmd = {"iipub": [*exe, "reconcile"], "iipub idle": [*exe, "reconcile"],
                "iipub@base": [str(args.compare), "reconcile"],
                "lean floor": [sys.executable, str(harness.BENCH / "floor.py")],
                "library floor": [sys.executable, str(harness.BENCH / "floor.py"), "--library"]}[program]
@@ -239,6 +240,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--max-connections", type=int, default=64)
     ap.add_argument("--programs", default=",".join(PROGRAMS))
+    ap.add_argument("--iipub", type=Path, default=None, metavar="EXE",
+                    help="the iipub measured (default: this checkout's venv; a plain `pip install .` is what "
+                         "users run: the dev extra brings rich, which structlog then imports at every start)")
     ap.add_argument("--compare", type=Path, default=None, metavar="EXE",
                     help="also run this `iipub` executable (another checkout's venv) as iipub@base")
     ap.add_argument("--peer-python", default=None, help="a Python with bench/requirements-peer.txt (DBOS)")

@@ -16,10 +16,8 @@ million tokens at the default tier, half at flex (batch rates).
 from __future__ import annotations
 
 import datetime as dt
-import tempfile
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -58,24 +56,18 @@ def run_days(base_url: str, label: str, days: int, *, tier: str, refusal_rate: f
     out = Outcome(label)
     options = SimulatorOptions(queued_seconds=20, in_progress_seconds=60, flex_refusal_rate=refusal_rate,
                                flex_slowdown=3.0, seed=seed)
-    with Simulator(options) as sim, benchdb.fresh_database(base_url, "flex") as url, \
-            tempfile.TemporaryDirectory() as tmp:
-        engine = benchdb.open_db(url, pool_size=20)
-        try:
-            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public",
-                                              ledger={"path": str(Path(tmp) / "ledger.jsonl")})
-            products = {name: replace(p, service_tier=tier, flex_until_minutes=flex_until)
-                        for name, p in settings.products.items()}
-            settings = replace(settings, products=products,
-                               pricing=Pricing("USD", {p.model: price for p in products.values()}))
-            t0 = time.perf_counter()
-            first = benchdb.db_now(engine).date() + dt.timedelta(days=1)
-            for i in range(days):
-                out.ticks += _one_day(settings, engine, sim, first + dt.timedelta(days=i))
-            out.wall = time.perf_counter() - t0
-            _tally(out, settings, engine, sim)
-        finally:
-            engine.dispose()
+    with Simulator(options) as sim, harness.bed(base_url, "flex", sim, pool_size=20) as bed:
+        engine = bed.engine
+        products = {name: replace(p, service_tier=tier, flex_until_minutes=flex_until)
+                    for name, p in bed.settings.products.items()}
+        settings = replace(bed.settings, products=products,
+                           pricing=Pricing("USD", {p.model: price for p in products.values()}))
+        t0 = time.perf_counter()
+        first = benchdb.db_now(engine).date() + dt.timedelta(days=1)
+        for i in range(days):
+            out.ticks += _one_day(settings, engine, sim, first + dt.timedelta(days=i))
+        out.wall = time.perf_counter() - t0
+        _tally(out, settings, engine, sim)
     return out
 
 
@@ -167,9 +159,7 @@ def main() -> None:
             ["configuration", "slots", "on time (<= 60 min)", "latest (min after open)", "creates by tier",
              "flex refusals", "tokens paid by tier", "cost USD", "flex saving USD", "ticks", "wall s"], rows),
         "",
-        ("Every refused flex create was refunded (one paid create per slot: `creates by tier` equals "
-        "the slot count) and retried at flex until its deadline; tokens and money are `status`'s "
-        "payment-time figures (`paid`, 30-day window)."),
+        harness.note("flex_day"),
     ])
     run.write_section("flex_day", "Flex tier: simulated days at 20 % flex refusals", body)
 

@@ -1,24 +1,7 @@
 """The floors: an iipub poll tick's I/O and nothing else, on two stacks.
 
-Over a database seeded for a poll tick (due jobs, each holding a real simulator response still in
-progress), both do exactly what iipub's tick does on the wire:
-
-* the candidate SELECT (the WHERE and ORDER BY of `Store.due_candidates`), `--batch` rows more
-  than the sweep has seen, those seen left out (one poll per job per sweep, as iipub);
-* each chunk of `--concurrency` candidates leased in one transaction when a worker is about to be
-  free (one UPDATE fenced on all its (id, version) pairs with the lease free, the re-read of what
-  was leased, COMMIT);
-* per job, in one of `--concurrency` threads, a GET of its response, the body read as JSON;
-* per chunk, once its last GET is in, one writer thread writes it in one transaction: a fenced
-  UPDATE per job (state, poll_count, next_attempt_at = now + 30 s, version + 1, lease cleared),
-  one multi-row journal INSERT, COMMIT (iipub's `WriteBatch`).
-
-The stacks: `lean` (the default), PyMySQL and httpx alone, no iipub import, no logging: the
-least a Python program can spend on this work; `--library`, the same SQL through SQLAlchemy's
-engine (`iipub.db.make_engine`) and the GET through the official SDK's request path
-(`client.get(..., cast_to=httpx.Response)`), each thread on a pool of its own as in iipub: the floor of iipub's own
-logic over the libraries it uses. Run as a process (cold, as cron starts one) by
-`bench/cli_tick.py`; prints one JSON line:
+What both do on the wire, and the two stacks: bench/notes/floor.md (also in `--help`). Run as a
+process (cold, as cron starts one) by `bench/cli_tick.py`; prints one JSON line:
 
     .venv/bin/python bench/floor.py --url mysql+pymysql://root@127.0.0.1:3306/DB --sim-url URL
         [--library] [--concurrency 64] [--max-connections 64]
@@ -35,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -266,7 +250,9 @@ class Chunk:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    notes = Path(__file__).resolve().parent / "notes" / "floor.md"
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], epilog=notes.read_text(encoding="utf-8"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)
     ap.add_argument("--sim-url", required=True)
     ap.add_argument("--library", action="store_true", help="SQLAlchemy and the SDK's request path")

@@ -1,23 +1,7 @@
 #!/usr/bin/env python
 """iipub on a MariaDB Galera cluster, proven under node failures.
 
-Starts N MariaDB nodes on loopback (separate datadirs under a temp dir, ports
-33061.. for SQL, 45671.. for gcomm, 45681.. for IST, 45691.. for rsync SST; the servers run
-as the `mysql` user, which rsync SST needs), bootstraps the first with
-`--wsrep-new-cluster`, joins the others and waits for `wsrep_cluster_size = N` and every
-node `Synced`. Then runs the chaos campaign of `bench/chaos.py` (its simulator faults,
-worker kills and pauses, killed connections, operator commands, clock jumps, the same
-convergence phase and invariant check) with one `iipub reconcile` loop and one `iipub relay`
-loop per node (IIPUB_DATABASE_URL of that node), plus node faults:
-
-* `kill`: SIGKILL a node's mariadbd mid-tick, restart it a few seconds later; it rejoins
-  with a state transfer (IST, or rsync SST when its state was lost);
-* `pause`: SIGSTOP a node for longer than the lease (the others evict it after
-  evs.inactive_timeout and carry on), then SIGCONT; it rejoins with IST.
-
-Node 1 is the control node (the runner's own engine, clock jumps, `iipub check`) and is
-never faulted; the victims are nodes 2..N. Finally `iipub check --simulator URL --settled`
-runs through node 1 and the verdict is printed and written to the JSON report.
+How the cluster is built, the node faults and the verdict: bench/notes/galera.md (also in `--help`).
 
     .venv/bin/python bench/galera.py campaign --slots 1000 --seconds 420 --seed 21 \\
         --node-kills 2 --node-pauses 2
@@ -57,6 +41,7 @@ for p in (str(ROOT), str(BENCH)):
         sys.path.insert(0, p)
 
 import chaos  # noqa: E402  (bench/chaos.py: the single-node campaign this one extends)
+import harness  # noqa: E402
 from iipub import invariants  # noqa: E402
 
 MARIADBD = "/usr/sbin/mariadbd"
@@ -218,9 +203,10 @@ class Cluster:
         node.starts += 1
         log(f"{node.name}: mariadbd pid {node.proc.pid}{' (bootstrap)' if bootstrap else ''}")
 
-    def sql(self, node: Node, statement: str) -> str:
-        out = subprocess.run(["mariadb", f"--socket={node.socket}", "-uroot", "-N", "-B", "-e", statement],
-                             capture_output=True, text=True, timeout=60)
+    def sql(self, node: Node, statement: str, *options: str, timeout: float = 60) -> str:
+        """`statement` run by the `mariadb` client over the node's socket: its output."""
+        out = subprocess.run(["mariadb", f"--socket={node.socket}", "-uroot", "-N", "-B", *options, "-e", statement],
+                             capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
             raise RuntimeError(f"{node.name}: {out.stderr.strip()[-300:]}")
         return out.stdout
@@ -230,14 +216,10 @@ class Cluster:
         if node.state in ("killed", "paused", "stopped"):
             return {}
         try:
-            out = subprocess.run(["mariadb", f"--socket={node.socket}", "-uroot", "-N", "-B", "--connect-timeout=2",
-                                  "-e", "SHOW GLOBAL STATUS LIKE 'wsrep_%'"],
-                                 capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
+            out = self.sql(node, "SHOW GLOBAL STATUS LIKE 'wsrep_%'", "--connect-timeout=2", timeout=10)
+        except (subprocess.TimeoutExpired, RuntimeError):
             return {}
-        if out.returncode != 0:
-            return {}
-        return dict(line.split("\t", 1) for line in out.stdout.splitlines() if "\t" in line)
+        return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
 
     def wait_node(self, node: Node, timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -329,6 +311,18 @@ def running_cluster(n: int, workdir: Path, **ports: Any) -> Iterator[Cluster]:
         cluster.stop()
 
 
+@contextlib.contextmanager
+def cluster_of(args: argparse.Namespace) -> Iterator[Cluster]:
+    """The cluster the command line asks for, under --cluster-dir (or a new temp dir, removed
+    afterwards unless --keep-cluster)."""
+    base = Path(args.cluster_dir or tempfile.mkdtemp(prefix="iipub-galera-"))
+    with running_cluster(args.nodes, base, sql_port=args.sql_port, gcomm_port=args.gcomm_port,
+                         ist_port=args.ist_port, sst_port=args.sst_port) as cluster:
+        yield cluster
+    if not args.keep_cluster:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # -- the campaign ----------------------------------------------------------------------------------
 
 
@@ -337,7 +331,6 @@ class GaleraRun(chaos.Run):
 
     def __init__(self, args: argparse.Namespace, cluster: Cluster) -> None:
         args.mysql = cluster.nodes[0].url()
-        args.restart_db = False
         super().__init__(args)
         self.cluster = cluster
         self.node_rng = random.Random(f"{self.seed}-nodes")
@@ -357,9 +350,7 @@ class GaleraRun(chaos.Run):
             env = dict(self.env, IIPUB_DATABASE_URL=node.url(self.dbname))
             self.envs.append(env)
             for role in ("reconcile",) * self.args.reconcilers_per_node + ("relay",) * self.args.relays_per_node:
-                idx = len(self.workers)
-                tag = "r" if role == "reconcile" else "l"
-                w = chaos.Worker(role, idx, env, self.workdir, random.Random(f"{self.seed}-{tag}{idx}"), self.logdir)
+                w = self.worker(role, len(self.workers), env)
                 self.workers.append(w)
                 self.worker_node[w.name] = node.name
         self.report["workers"] = dict(self.worker_node)
@@ -448,18 +439,15 @@ class GaleraRun(chaos.Run):
         self.report["resync_after_chaos"] = {"seconds": round(time.monotonic() - t, 1), "nodes": seen}
         log(f"cluster Synced again after {time.monotonic() - t:.1f} s")
 
-    def _spawn(self, role: str, name: str) -> subprocess.Popen[bytes]:
+    def spawn_env(self) -> dict[str, str]:
         """Convergence rounds rotate over the nodes too."""
-        env = self.envs[self._spawned % len(self.envs)]
         self._spawned += 1
-        with open(self.logdir / f"{name}.out", "ab") as out, open(self.logdir / f"{name}.err", "ab") as err:
-            return subprocess.Popen([*chaos.iipub_exe(), role], env=env, cwd=self.workdir, stdout=out, stderr=err,
-                                    start_new_session=True)
+        return self.envs[(self._spawned - 1) % len(self.envs)]
 
     def verdict(self) -> list[invariants.Violation]:
         found = super().verdict()
         # The same check as an operator would run it: `iipub check` through one node.
-        proc = subprocess.run([*chaos.iipub_exe(), "check", "--simulator", self.sim_origin, "--settled", "--json"],
+        proc = subprocess.run([*harness.iipub_exe(), "check", "--simulator", self.sim_origin, "--settled", "--json"],
                               env=self.envs[0], cwd=self.workdir, capture_output=True, text=True, timeout=600)
         try:
             doc: Any = json.loads(proc.stdout)
@@ -494,11 +482,9 @@ class GaleraRun(chaos.Run):
 
 
 def campaign(args: argparse.Namespace) -> int:
-    base = Path(args.cluster_dir or tempfile.mkdtemp(prefix="iipub-galera-"))
-    with running_cluster(args.nodes, base, sql_port=args.sql_port, gcomm_port=args.gcomm_port,
-                         ist_port=args.ist_port, sst_port=args.sst_port) as cluster:
+    with cluster_of(args) as cluster:
         if args.workdir is None:
-            args.workdir = str(base / "run")
+            args.workdir = str(cluster.workdir / "run")
         run = GaleraRun(args, cluster)
         # The database is not dropped: the cluster (and the database with it) goes away below anyway.
         found, failed = chaos.campaign(run, keep_db=True)
@@ -510,8 +496,6 @@ def campaign(args: argparse.Namespace) -> int:
     log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}")
     print(json.dumps({k: r.get(k) for k in ("seed", "jobs_total", "figures", "violations_by_kind", "node_events",
                                             "final_states", "unexpected_exits", "wall_seconds")}, default=str))
-    if not args.keep_cluster:
-        shutil.rmtree(base, ignore_errors=True)
     if failed:
         return 2
     return 1 if found else 0
@@ -521,64 +505,43 @@ def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurr
                    max_connections: int = 64) -> dict[str, Any]:
     """bench/overlap.py's measurement, one `iipub reconcile` per entry of `nodes` (1-based node
     numbers), each with IIPUB_DATABASE_URL of its node: wall time of one tick over N due polls."""
-    import benchdb
-    import harness
-
-    sim.reset()
-    with benchdb.fresh_database(cluster.nodes[0].url(), "galera") as url, \
-            tempfile.TemporaryDirectory() as tmp:
-        dbname = sa.engine.make_url(url).database
-        engine = benchdb.open_db(url, pool_size=4)
-        try:
-            sections: dict[str, dict[str, Any]] = {
-                "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
-                "provider": {"max_connections": max_connections},
-                "monitoring": {"heartbeat_after_seconds": 0},  # a 600 s tick: the heartbeat check off
-            }
-            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
-            benchdb.seed_polls(engine, settings, sim, n)
-            env = harness.reconcile_env(url, sim.url, Path(tmp), sections)
-            cluster.wait_synced(120)
-            before = sim.requests().get("retrieve", 0)
-            t0 = time.perf_counter()
-            summaries = harness.run_reconcilers(
-                [dict(env, IIPUB_DATABASE_URL=cluster.nodes[i - 1].url(dbname)) for i in nodes], tmp)
-            wall = time.perf_counter() - t0
-            polls = sim.requests().get("retrieve", 0) - before
-            keys = ("leased", "taken", "contention", "lease_lost", "errors")
-            return {"nodes": nodes, "wall": round(wall, 2), "polls": polls, "rate": round(polls / wall, 1),
-                    "tick_s": [float(s["seconds"]) for s in summaries],
-                    **{k: sum(int(s.get(k, 0)) for s in summaries) for k in keys}}
-        finally:
-            engine.dispose()
+    sections: dict[str, dict[str, Any]] = {
+        "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
+        "provider": {"max_connections": max_connections},
+        "monitoring": {"heartbeat_after_seconds": 0},  # a 600 s tick: the heartbeat check off
+    }
+    with harness.bed(cluster.nodes[0].url(), "galera", sim, polls=n, pool_size=4, sections=sections) as bed:
+        dbname = sa.engine.make_url(bed.url).database
+        env = bed.env(**sections)
+        cluster.wait_synced(120)
+        before = sim.requests().get("retrieve", 0)
+        t0 = time.perf_counter()
+        summaries = harness.run_reconcilers(
+            [dict(env, IIPUB_DATABASE_URL=cluster.nodes[i - 1].url(dbname)) for i in nodes], bed.workdir)
+        wall = time.perf_counter() - t0
+        polls = sim.requests().get("retrieve", 0) - before
+    keys = ("leased", "taken", "contention", "lease_lost", "errors")
+    return {"nodes": nodes, "wall": round(wall, 2), "polls": polls, "rate": round(polls / wall, 1),
+            "tick_s": [float(s["seconds"]) for s in summaries],
+            **{k: sum(int(s.get(k, 0)) for s in summaries) for k in keys}}
 
 
 def throughput(args: argparse.Namespace) -> int:
     """One tick over `--jobs` due polls at `--latency`: 1 process on node 1, then one process on
     each node (and, with --same-node, N processes all on node 1)."""
-    import simproc
-
-    base = Path(args.cluster_dir or tempfile.mkdtemp(prefix="iipub-galera-"))
     results = []
-    with running_cluster(args.nodes, base, sql_port=args.sql_port, gcomm_port=args.gcomm_port,
-                         ist_port=args.ist_port, sst_port=args.sst_port) as cluster, \
-            simproc.SimProc(latency_seconds=args.latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                            retention_seconds=864000.0) as sim:
+    with cluster_of(args) as cluster, harness.polling_simulator(args.latency) as sim:
         cells = [[1], list(range(1, args.nodes + 1))] + ([[1] * args.nodes] if args.same_node else [])
         for cell in cells:
             m = measure_spread(cluster, sim, args.jobs, cell)
             results.append(m)
             log(f"N={args.jobs} processes on nodes {cell}: {m}")
     print(json.dumps(results))
-    if not args.keep_cluster:
-        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
 def start_only(args: argparse.Namespace) -> int:
-    base = Path(args.cluster_dir or tempfile.mkdtemp(prefix="iipub-galera-"))
-    with running_cluster(args.nodes, base, sql_port=args.sql_port, gcomm_port=args.gcomm_port,
-                         ist_port=args.ist_port, sst_port=args.sst_port) as cluster:
+    with cluster_of(args) as cluster:
         for node in cluster.nodes:
             print(node.url())
         sys.stdout.flush()
@@ -592,7 +555,8 @@ def start_only(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, epilog=harness.note("galera"),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("start", "campaign", "throughput"):
         s = sub.add_parser(name)
@@ -604,19 +568,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         s.add_argument("--ist-port", type=int, default=45681)
         s.add_argument("--sst-port", type=int, default=45691)
         if name == "campaign":
-            s.add_argument("--slots", type=int, default=300)
-            s.add_argument("--seconds", type=float, default=180.0)
-            s.add_argument("--seed", type=int, default=21)
+            chaos.campaign_args(s, seed=21)
             s.add_argument("--reconcilers-per-node", type=int, default=1)
             s.add_argument("--relays-per-node", type=int, default=1)
             s.add_argument("--node-kills", type=int, default=1)
             s.add_argument("--node-pauses", type=int, default=1)
-            s.add_argument("--max-actions", type=int, default=5000)
-            s.add_argument("--convergence-rounds", type=int, default=30)
-            s.add_argument("--convergence-seconds", type=float, default=600.0)
-            s.add_argument("--workdir")
-            s.add_argument("--report")
-            s.add_argument("--database")
+            # What chaos.Run reads from its own arguments (its database restart and restore are off).
+            s.set_defaults(keep_db=True, restart_db=False, restore=False, force_restart=False, restart_wait=0.0,
+                           db_stop_cmd="", db_start_cmd="")
         if name == "throughput":
             s.add_argument("--jobs", type=int, default=10_000)
             s.add_argument("--latency", type=float, default=0.2)
@@ -624,13 +583,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                            help="also run N processes all on node 1 (separates more processes from more nodes)")
     a = p.parse_args(argv)
     if a.command == "campaign":
-        # What chaos.Run reads from its own arguments.
         a.reconcilers = a.nodes * a.reconcilers_per_node
         a.relays = a.nodes * a.relays_per_node
-        a.keep_db = True
-        a.force_restart = False
-        a.restart_wait = 0.0
-        a.db_stop_cmd = a.db_start_cmd = ""
     return a
 
 

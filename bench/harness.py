@@ -5,11 +5,13 @@
 * `polling_simulator`: the provider simulator as the poll benchmarks run it (responses that
   stay in progress for a day, kept for ten), in its own process;
 * `bed`: fresh database -> engine -> settings -> seeded polls -> round-trip counter ->
-  timers -> dispose, as one context manager (`Bed`);
+  dispose, as one context manager (`Bed`);
 * `run_process`: a program started as cron starts it (cold, logs on to a file), measured
   from outside: wall, whole-process CPU from `wait4`'s rusage, peak RSS;
 * `grid`: runs x configurations, interleaved, so every configuration of one run sees the
-  same host.
+  same host;
+* the drills' command line and set-up (`drill_parser`, `drill_logs_and_slots`) and a
+  loopback WSGI server for webhook receivers (`wsgi_server`).
 
 Prose for docs/benchmarks.md lives in bench/notes/<key>.md (`note`), not in Python strings.
 """
@@ -23,16 +25,19 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import benchdb  # puts this checkout on sys.path before iipub
 import metering
 import reporting
 import simproc
+from iipub.simulator import Simulator
 
 BENCH = Path(__file__).resolve().parent
 ROOT = benchdb.ROOT
@@ -118,6 +123,10 @@ def polling_simulator(latency: float, **options: Any) -> simproc.SimProc:
     return simproc.SimProc(latency_seconds=latency, **{**POLLING, **options})
 
 
+# Either simulator: in its own process (the poll benchmarks) or in this one (the drills).
+Sim = simproc.SimProc | Simulator
+
+
 @dataclass
 class Bed:
     """One measurement's world: a fresh migrated database, its engine and settings, the
@@ -126,22 +135,9 @@ class Bed:
     url: str
     engine: Any
     settings: Any
-    sim: simproc.SimProc
+    sim: Sim
     workdir: Path
     trips: metering.RoundTrips | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @contextlib.contextmanager
-    def timed(self, name: str = "") -> Iterator[dict[str, float]]:
-        """Wall and this process's CPU over the block, into `timings` (prefixed by `name`)."""
-        out: dict[str, float] = {}
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        try:
-            yield out
-        finally:
-            out["wall"] = time.perf_counter() - t0
-            out["cpu"] = time.process_time() - cpu0
-            self.timings.update({f"{name}{k}": v for k, v in out.items()})
 
     def env(self, **sections: Mapping[str, Any]) -> dict[str, str]:
         """The environment of an `iipub` child run as cron runs it on this bed."""
@@ -149,19 +145,22 @@ class Bed:
 
 
 @contextlib.contextmanager
-def bed(base_url: str, tag: str, sim: simproc.SimProc, *, polls: int = 0, pool_size: int = 8,
-        count_trips: bool = False, seed: Callable[[Bed], None] | None = None,
-        sections: Mapping[str, Mapping[str, Any]] | None = None) -> Iterator[Bed]:
-    """Fresh database -> engine -> settings (`sections` over production defaults) -> `polls`
-    due polls (and `seed(bed)`) -> round-trip counter -> yield -> dispose and drop."""
+def bed(base_url: str, tag: str, sim: Sim, *, polls: int = 0, pool_size: int = 8,
+        count_trips: bool = False, seed: Callable[[Bed], object] | None = None,
+        sections: Mapping[str, Mapping[str, Any]] | None = None, workdir: Path | None = None) -> Iterator[Bed]:
+    """Fresh database -> engine -> settings (`sections` over production defaults, the static
+    sink under `workdir`/public, `workdir` a temporary directory unless given) -> `polls` due
+    polls (and `seed(bed)`) -> round-trip counter -> yield -> dispose and drop."""
     sim.reset()
-    with benchdb.fresh_database(base_url, tag) as url, tempfile.TemporaryDirectory() as tmp:
+    with benchdb.fresh_database(base_url, tag) as url, contextlib.ExitStack() as stack:
+        work = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         engine = benchdb.open_db(url, pool_size=pool_size)
         trips = None
         try:
-            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **(sections or {}))
-            world = Bed(url, engine, settings, sim, Path(tmp))
+            settings = benchdb.bench_settings(url, sim.url, work / "public", **(sections or {}))
+            world = Bed(url, engine, settings, sim, work)
             if polls:
+                assert isinstance(sim, simproc.SimProc), "seeded polls need the simulator's child process"
                 benchdb.seed_polls(engine, settings, sim, polls)
             if seed is not None:
                 seed(world)
@@ -177,6 +176,62 @@ def bed(base_url: str, tag: str, sim: simproc.SimProc, *, polls: int = 0, pool_s
 def park_today(world: Bed) -> None:
     """A `seed`: today's slots present and finished, so a tick has nothing to schedule."""
     benchdb.park_today(world.engine, world.settings)
+
+
+# -- the drills (provider_truth.py, webhooks.py): the simulator in process, SQLite by default --
+
+
+def drill_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--mysql", help="a MariaDB/MySQL URL whose server may create scratch databases (default SQLite)")
+    p.add_argument("--json", type=Path, help="write the results here too")
+    return p
+
+
+def drill_logs_and_slots() -> None:
+    """A drill's ticks see only its own slots (today's schedule would add one per product and
+    day); logs at warning, so the breaker's and the receiver's warnings stay visible."""
+    from iipub import logs, reconcile
+
+    reconcile._ensure_today = lambda settings, store: None
+    logs.configure("warning")
+
+
+# -- a loopback WSGI server (the webhook receivers of webhooks.py and chaos.py) -------------
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+class _ThreadingServer(WSGIServer):
+    """Deliveries may overlap: one thread each, like mod_wsgi's."""
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+
+@contextlib.contextmanager
+def wsgi_server(app: Any = None) -> Iterator[WSGIServer]:
+    """A loopback WSGI server on a free port serving `app`, or (when the app needs to know the
+    server's URL first) the app given to `server.set_app` later."""
+    server = make_server("127.0.0.1", 0, app or (lambda environ, start: []), server_class=_ThreadingServer,
+                         handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 # -- a program as cron starts it ---------------------------------------------------------

@@ -11,9 +11,7 @@ candidate query exactly as `Store.due_candidates` renders it through the engine,
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,16 +23,6 @@ import reporting
 import simproc
 from iipub import reconcile, tables
 from iipub.store import Store
-
-
-def capture(engine: sa.Engine, counter: metering.RoundTrips, fn: Any) -> list[tuple[str, Any]]:
-    counter.reset()
-    counter.record_sql = True
-    try:
-        fn()
-    finally:
-        counter.record_sql = False
-    return list(counter.sql)
 
 
 def explain(engine: sa.Engine, statement: str, params: Any) -> list[dict[str, Any]]:
@@ -90,87 +78,85 @@ def main() -> None:
     runs = args.runs or (3 if args.quick else 5)
     sections: list[str] = []
     summary: list[list[str]] = []
-    with simproc.SimProc(latency_seconds=0.0) as sim, benchdb.fresh_database(args.mysql, "idle") as url, \
-            tempfile.TemporaryDirectory() as tmp:
-        engine = benchdb.open_db(url, pool_size=20)
-        try:
-            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", reconcile={"tick_seconds": 3600.0})
-            benchdb.park_today(engine, settings)
-            now = benchdb.db_now(engine)
-            have = 0
-            for size in sizes:
+    with simproc.SimProc(latency_seconds=0.0) as sim, \
+            harness.bed(args.mysql, "idle", sim, pool_size=20, seed=harness.park_today,
+                        sections={"reconcile": {"tick_seconds": 3600.0}}) as bed:
+        engine, settings = bed.engine, bed.settings
+        now = benchdb.db_now(engine)
+        have = 0
+        for size in sizes:
+            t0 = time.perf_counter()
+            added = benchdb.insert_rows(engine, tables.jobs, benchdb.terminal_rows(have, size - have, now),
+                chunk=5000)
+            ev = benchdb.insert_rows(engine, tables.job_events,
+                                     benchdb.terminal_events(have, size - have, now, args.events_per_job),
+                                     chunk=10000)
+            load_s = time.perf_counter() - t0
+            have = size
+            with engine.connect() as conn:
+                conn.exec_driver_sql("ANALYZE TABLE jobs, job_events").all()
+            if added:
+                print(f"inserted {added:,} jobs + {ev:,} events in {load_s:.0f} s "
+                      f"({(added + ev) / load_s:,.0f} rows/s)", flush=True)
+            counter = metering.RoundTrips(engine)
+            walls, stmts, wires = [], [], []
+            t0 = time.perf_counter()
+            reconcile.run(settings, engine)  # warm-up (not counted)
+            warm = time.perf_counter() - t0
+            # A tick that takes many seconds is measured once more, not `runs` times (bounded run).
+            k = runs if warm < 10 else 1
+            per_stmt: dict[str, list[float]] = {}
+            tick_sql: list[tuple[str, Any]] = []
+            for i in range(k):
+                counter.reset()
+                counter.record_sql = i == k - 1  # keep the last run's statements for EXPLAIN
                 t0 = time.perf_counter()
-                added = benchdb.insert_rows(engine, tables.jobs, benchdb.terminal_rows(have, size - have, now),
-                    chunk=5000)
-                ev = benchdb.insert_rows(engine, tables.job_events,
-                                         benchdb.terminal_events(have, size - have, now, args.events_per_job),
-                                         chunk=10000)
-                load_s = time.perf_counter() - t0
-                have = size
-                with engine.connect() as conn:
-                    conn.exec_driver_sql("ANALYZE TABLE jobs, job_events").all()
-                if added:
-                    print(f"inserted {added:,} jobs + {ev:,} events in {load_s:.0f} s "
-                          f"({(added + ev) / load_s:,.0f} rows/s)", flush=True)
-                counter = metering.RoundTrips(engine)
-                walls, stmts, wires = [], [], []
-                t0 = time.perf_counter()
-                reconcile.run(settings, engine)  # warm-up (not counted)
-                warm = time.perf_counter() - t0
-                # A tick that takes many seconds is measured once more, not `runs` times (bounded run).
-                k = runs if warm < 10 else 1
-                per_stmt: dict[str, list[float]] = {}
-                tick_sql: list[tuple[str, Any]] = []
-                for i in range(k):
-                    counter.reset()
-                    counter.record_sql = i == k - 1  # keep the last run's statements for EXPLAIN
-                    t0 = time.perf_counter()
-                    report = reconcile.run(settings, engine)
-                    walls.append(time.perf_counter() - t0)
-                    counter.record_sql = False
-                    snap = counter.snapshot()
-                    stmts.append(snap["statement_total"])
-                    wires.append(snap["wire_total"])
-                    for key, v in counter.statement_seconds.items():
-                        per_stmt.setdefault(key, []).append(v)
-                    assert report.leased == 0 and not report.transitions, report.summary()
-                tick_sql = list(counter.sql)
-                print(f"{size:>9,} terminal rows: idle tick {reporting.median(walls) * 1000:.1f} ms "
-                      f"(warm-up {warm * 1000:.0f} ms; runs {', '.join(f'{w * 1000:.0f}' for w in walls)})",
-                      flush=True)
-                cand_sql = capture(engine, counter, lambda: Store(engine, "bench-explain").due_candidates(500))
-                counter.close()
-                statement, params = cand_sql[-1]
-                plan = explain(engine, statement, params)
-                an = analyze(engine, statement, params)
-                key_used = ", ".join(str(r.get("key")) for r in plan)
-                summary.append([f"{size:,}", f"{args.events_per_job * size:,}", str(k), reporting.spread(
-                    [w * 1000 for w in walls]), f"{warm * 1000:,.0f}",
-                    f"{reporting.median(stmts):.0f} / {reporting.median(wires):.0f}",
-                    key_used, str(sum(int(t.get("r_rows") or 0) for t in an["tables"])),
-                    f"{load_s:.0f}" if added else "–"])
-                others = []
-                seen: set[str] = set()
-                for st, prm in tick_sql:
-                    if not st.lstrip().upper().startswith("SELECT") or st in seen or st == statement:
-                        continue
-                    seen.add(st)
-                    t_ms = reporting.median(per_stmt.get(metering.statement_key(st), [0.0])) * 1000
-                    if t_ms < 5000:
-                        read = [(t["table_name"], t["r_rows"]) for t in analyze(engine, st, prm)["tables"]]
-                        how = f"ANALYZE rows read {read}"
-                    else:
-                        how = "not ANALYZEd (that would run it again)"
-                    others.append(f"- `{short_sql(st)}` — {t_ms:,.1f} ms per tick; {how}\n\n"
-                                  + explain_table(explain(engine, st, prm)))
-                cand_ms = reporting.median(per_stmt.get(metering.statement_key(statement), [0.0])) * 1000
-                sections.append(
-                    f"**{size:,} terminal rows** — candidate query ({cand_ms:.1f} ms per tick, ANALYZE: "
-                    f"{an['r_total_time_ms']} ms, rows read {[(t['table_name'], t['r_rows']) for t in an['tables']]}):"
-                    f"\n\n{explain_table(plan)}\n\nOther SELECTs of the idle tick:\n\n" + "\n\n".join(others)
-                )
-        finally:
-            engine.dispose()
+                report = reconcile.run(settings, engine)
+                walls.append(time.perf_counter() - t0)
+                counter.record_sql = False
+                snap = counter.snapshot()
+                stmts.append(snap["statement_total"])
+                wires.append(snap["wire_total"])
+                for key, v in counter.statement_seconds.items():
+                    per_stmt.setdefault(key, []).append(v)
+                assert report.leased == 0 and not report.transitions, report.summary()
+            tick_sql = list(counter.sql)
+            print(f"{size:>9,} terminal rows: idle tick {reporting.median(walls) * 1000:.1f} ms "
+                  f"(warm-up {warm * 1000:.0f} ms; runs {', '.join(f'{w * 1000:.0f}' for w in walls)})",
+                  flush=True)
+            counter.reset()
+            counter.record_sql = True
+            Store(engine, "bench-explain").due_candidates(500)
+            counter.close()
+            statement, params = counter.sql[-1]
+            plan = explain(engine, statement, params)
+            an = analyze(engine, statement, params)
+            key_used = ", ".join(str(r.get("key")) for r in plan)
+            summary.append([f"{size:,}", f"{args.events_per_job * size:,}", str(k), reporting.spread(
+                [w * 1000 for w in walls]), f"{warm * 1000:,.0f}",
+                f"{reporting.median(stmts):.0f} / {reporting.median(wires):.0f}",
+                key_used, str(sum(int(t.get("r_rows") or 0) for t in an["tables"])),
+                f"{load_s:.0f}" if added else "–"])
+            others = []
+            seen: set[str] = set()
+            for st, prm in tick_sql:
+                if not st.lstrip().upper().startswith("SELECT") or st in seen or st == statement:
+                    continue
+                seen.add(st)
+                t_ms = reporting.median(per_stmt.get(metering.statement_key(st), [0.0])) * 1000
+                if t_ms < 5000:
+                    read = [(t["table_name"], t["r_rows"]) for t in analyze(engine, st, prm)["tables"]]
+                    how = f"ANALYZE rows read {read}"
+                else:
+                    how = "not ANALYZEd (that would run it again)"
+                others.append(f"- `{short_sql(st)}` — {t_ms:,.1f} ms per tick; {how}\n\n"
+                              + explain_table(explain(engine, st, prm)))
+            cand_ms = reporting.median(per_stmt.get(metering.statement_key(statement), [0.0])) * 1000
+            sections.append(
+                f"**{size:,} terminal rows** — candidate query ({cand_ms:.1f} ms per tick, ANALYZE: "
+                f"{an['r_total_time_ms']} ms, rows read {[(t['table_name'], t['r_rows']) for t in an['tables']]}):"
+                f"\n\n{explain_table(plan)}\n\nOther SELECTs of the idle tick:\n\n" + "\n\n".join(others)
+            )
     head = run.header(f"{runs} idle ticks per size after one warm-up (median, min–max); "
                       "one when the warm-up tick took over 10 s")
     statement_text = short_sql(statement, 1200)

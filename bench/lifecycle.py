@@ -12,88 +12,50 @@ SQLAlchemy's `before_cursor_execute` hook, and (MariaDB) every command PyMySQL s
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 import benchdb
 import harness
-import metering
 import reporting
 import simproc
 from iipub import tables
 from iipub.states import State
 
 
-@dataclass
-class Drive:
-    """What one `driven` run measured; `engine` (open inside the `with` block) and `first_event`
-    let the caller query the journal the run wrote."""
-
-    engine: sa.Engine
-    first_event: int
-    wall: float
-    cpu: float  # this process's CPU time over the drive
-    spent: dict[str, Any]  # benchdb.drive's per-command times and loop count
-    events: int  # job_events rows the drive wrote
-    round_trips: dict[str, Any]  # metering.RoundTrips.snapshot()
-    calls: dict[str, int]  # provider calls seen by the simulator, per operation
-
-
-@contextlib.contextmanager
-def driven(base_url: str, k: int, *, ends: Sequence[str] = (State.DELETED.value,),
-           tick_seconds: float = 3600.0) -> Iterator[Drive]:
-    """K backfill slots in a fresh database driven by reconcile + relay loops until every job is
-    in one of `ends`; the simulator in its own process at zero latency, the spend ledger the run's
-    own (`benchdb.bench_settings`)."""
-    with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
-            benchdb.fresh_database(base_url, "life") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = benchdb.open_db(url, pool_size=16 + 4)
-        try:
-            settings = benchdb.bench_settings(
-                url, sim.url, Path(tmp) / "public",
-                reconcile={"poll_interval_seconds": 0.0, "tick_seconds": tick_seconds, "max_in_flight": k,
-                           "catch_up_days": 0},  # only the slots it made: no catch-up of missed days
-                relay={"tick_seconds": tick_seconds},
-            )
-            benchdb.park_today(engine, settings)
-            benchdb.schedule_backfill(engine, settings, k)
-            first_event = benchdb.max_event_id(engine)
-            requests_before = sim.requests()
-            counter = metering.RoundTrips(engine)
-            counter.reset()
-            cpu0, t0 = time.process_time(), time.perf_counter()
-            spent = benchdb.drive(settings, engine, sim,
-                                  lambda c: sum(c.get(s, 0) for s in ends) == k + len(settings.products),
-                                  relay_too=True, max_loops=12)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-            rt = counter.snapshot()
-            counter.close()
-            events = benchdb.count_rows(engine, tables.job_events, tables.job_events.c.id > first_event)
-            req = sim.requests()
-            calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
-            yield Drive(engine=engine, first_event=first_event, wall=wall, cpu=cpu, spent=spent, events=events,
-                        round_trips=rt, calls=calls)
-        finally:
-            engine.dispose()
-
-
 def measure(base_url: str, k: int) -> dict[str, Any]:
-    with driven(base_url, k) as d:
-        dwell = dwell_seconds(d.engine, d.first_event)
-    rt, events, wall = d.round_trips, d.events, d.wall
+    """K backfill slots in a fresh database driven by reconcile + relay loops until every job is
+    DELETED; the simulator in its own process at zero latency, the spend ledger the run's own
+    (`benchdb.bench_settings`)."""
+    sections = {"reconcile": {"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": k,
+                              "catch_up_days": 0},  # only the slots it made: no catch-up of missed days
+                "relay": {"tick_seconds": 3600.0}}
+    with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
+            harness.bed(base_url, "life", sim, pool_size=16 + 4, sections=sections, count_trips=True,
+                        seed=lambda w: benchdb.schedule_backfill(w.engine, w.settings, k)) as bed:
+        engine, settings, counter = bed.engine, bed.settings, bed.trips
+        assert counter is not None
+        first_event = benchdb.max_event_id(engine)
+        requests_before = sim.requests()
+        counter.reset()
+        t0 = time.perf_counter()
+        spent = benchdb.drive(settings, engine, sim,
+                              lambda c: c.get(State.DELETED.value, 0) == k + len(settings.products),
+                              relay_too=True, max_loops=12)
+        wall = time.perf_counter() - t0
+        rt = counter.snapshot()
+        events = benchdb.count_rows(engine, tables.job_events, tables.job_events.c.id > first_event)
+        req = sim.requests()
+        calls = {op: req.get(op, 0) - requests_before.get(op, 0) for op in ("create", "retrieve", "delete")}
+        dwell = dwell_seconds(engine, first_event)
     return {
         "wall": wall, "slots_per_s": k / wall, "events": events, "transitions_per_s": events / wall,
-        "reconcile_s": d.spent["reconcile_s"], "relay_s": d.spent["relay_s"], "loops": d.spent["loops"],
+        "reconcile_s": spent["reconcile_s"], "relay_s": spent["relay_s"], "loops": spent["loops"],
         "stmts_per_tr": rt["statement_total"] / events,
         "wire_per_tr": rt["wire_total"] / events if rt["wire_total"] else float("nan"),
-        "statements": rt["statements"], "other": rt["other"], "wire": rt["wire"], "calls": d.calls,
+        "statements": rt["statements"], "other": rt["other"], "wire": rt["wire"], "calls": calls,
         "dwell_max": max(dwell) if dwell else float("nan"), "dwell_n": len(dwell),
     }
 

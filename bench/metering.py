@@ -1,13 +1,11 @@
 """Meters for the iipub benchmarks: SQL statements and driver round trips of an engine
-(`RoundTrips`), the CPU time of another process (`cpu_seconds`) and a child's own rusage
-(`wait_rusage`).
+(`RoundTrips`) and the CPU time of another process (`cpu_seconds`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -137,19 +135,3 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def wait_rusage(proc: subprocess.Popen[Any], timeout: float) -> tuple[int, Any]:
-    """Wait for `proc` with os.wait4: its exit status and its own rusage (ru_maxrss in KiB)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid == proc.pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return proc.returncode, usage
-        if time.monotonic() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            raise TimeoutError(f"child {proc.args!r} exceeded {timeout} s")
-        time.sleep(0.02)

@@ -12,14 +12,11 @@ first), `contention` and `lease_lost`; plus a check that no job was polled twice
 from __future__ import annotations
 
 import itertools
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-import benchdb
 import harness
 import reporting
 import simproc
@@ -31,45 +28,34 @@ KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
 
 def measure(base_url: str, sim: simproc.SimProc, n: int, procs: int, concurrency: int,
             max_connections: int = 32) -> dict[str, Any]:
-    sim.reset()
-    with benchdb.fresh_database(base_url, "overlap") as url, tempfile.TemporaryDirectory() as tmp:
-        engine = benchdb.open_db(url, pool_size=4)
-        try:
-            sections: dict[str, dict[str, Any]] = {
-                "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
-                "provider": {"max_connections": max_connections},
-            }
-            settings = benchdb.bench_settings(url, sim.url, Path(tmp) / "public", **sections)
-            benchdb.seed_polls(engine, settings, sim, n)
-            env = harness.reconcile_env(url, sim.url, Path(tmp), sections)
-            before = sim.requests().get("retrieve", 0)
-            t0 = time.perf_counter()
-            summaries = harness.run_reconcilers([env] * procs, tmp)
-            wall = time.perf_counter() - t0
-            polls = sim.requests().get("retrieve", 0) - before
-            with engine.connect() as conn:
-                E = tables.job_events
-                per_job = (sa.select(E.c.job_id, sa.func.count().label("n"))
-                           .where(E.c.reason.in_(POLL_REASONS)).group_by(E.c.job_id).subquery())
-                twice = conn.execute(
-                    sa.select(sa.func.count()).select_from(per_job).where(per_job.c.n > 1)
-                ).scalar_one()
-                journaled = conn.execute(sa.select(sa.func.count()).select_from(E)
-                                         .where(E.c.reason.in_(POLL_REASONS))).scalar_one()
-                polls_at = conn.execute(sa.select(E.c.job_id, E.c.at).where(E.c.reason.in_(POLL_REASONS))
-                                        .order_by(E.c.job_id, E.c.id)).all()
-            # A second poll of a job is legitimate once its poll interval has passed (a tick longer
-            # than the interval finds it due again); sooner than that it is a double poll.
-            interval = settings.reconcile.poll_interval_seconds
-            gaps = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(polls_at)
-                    if a.job_id == b.job_id]
-            premature = sum(1 for g in gaps if g < interval - 1)
-            totals = {k: sum(int(s.get(k, 0)) for s in summaries) for k in KEYS}
-            return {"wall": wall, "polls": polls, "rate": polls / wall, "journaled": int(journaled),
-                    "twice": int(twice), "premature": premature, "min_gap": min(gaps) if gaps else float("nan"),
-                    "tick_s": [float(s["seconds"]) for s in summaries], **totals}
-        finally:
-            engine.dispose()
+    cfg: dict[str, dict[str, Any]] = {"reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},
+                                      "provider": {"max_connections": max_connections}}
+    with harness.bed(base_url, "overlap", sim, polls=n, pool_size=4, sections=cfg) as bed:
+        before = sim.requests().get("retrieve", 0)
+        t0 = time.perf_counter()
+        summaries = harness.run_reconcilers([bed.env(**cfg)] * procs, bed.workdir)
+        wall = time.perf_counter() - t0
+        polls = sim.requests().get("retrieve", 0) - before
+        with bed.engine.connect() as conn:
+            E = tables.job_events
+            per_job = (sa.select(E.c.job_id, sa.func.count().label("n"))
+                       .where(E.c.reason.in_(POLL_REASONS)).group_by(E.c.job_id).subquery())
+            twice = conn.execute(
+                sa.select(sa.func.count()).select_from(per_job).where(per_job.c.n > 1)
+            ).scalar_one()
+            journaled = conn.execute(sa.select(sa.func.count()).select_from(E)
+                                     .where(E.c.reason.in_(POLL_REASONS))).scalar_one()
+            polls_at = conn.execute(sa.select(E.c.job_id, E.c.at).where(E.c.reason.in_(POLL_REASONS))
+                                    .order_by(E.c.job_id, E.c.id)).all()
+        # A second poll of a job is legitimate once its poll interval has passed (a tick longer
+        # than the interval finds it due again); sooner than that it is a double poll.
+        interval = bed.settings.reconcile.poll_interval_seconds
+    gaps = [(b.at - a.at).total_seconds() for a, b in itertools.pairwise(polls_at) if a.job_id == b.job_id]
+    premature = sum(1 for g in gaps if g < interval - 1)
+    totals = {k: sum(int(s.get(k, 0)) for s in summaries) for k in KEYS}
+    return {"wall": wall, "polls": polls, "rate": polls / wall, "journaled": int(journaled),
+            "twice": int(twice), "premature": premature, "min_gap": min(gaps) if gaps else float("nan"),
+            "tick_s": [float(s["seconds"]) for s in summaries], **totals}
 
 
 def main() -> None:
@@ -93,8 +79,7 @@ def main() -> None:
     rows = []
     for label, latency, n, concurrency, max_connections, procs, k in scenarios:
         results: dict[int, list[dict[str, Any]]] = {p: [] for p in procs}
-        with simproc.SimProc(latency_seconds=latency, queued_seconds=0.0, in_progress_seconds=86400.0,
-                             retention_seconds=864000.0) as sim:
+        with harness.polling_simulator(latency) as sim:
             for r in range(k):
                 for p in results:  # side by side within a run
                     m = measure(args.mysql, sim, n, p, concurrency, max_connections)

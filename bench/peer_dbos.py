@@ -1,24 +1,6 @@
 """A DBOS Transact peer: iipub's provider work written the way DBOS would have it.
 
-One workflow per job, all started at once (`DBOS.start_workflow`):
-
-1. a create step: `client.responses.create` with the body iipub sends (`--bodies`, written by
-   `bench/floor_vs_iipub.py` from `benchdb.create_body`), returning the response id;
-2. until the response is completed: `DBOS.sleep(--sleep)` (a durable sleep) and a retrieve step
-   (`client.responses.retrieve`, returning the status, and the output text once completed);
-3. a store step: a `SQLAlchemyDatasource` transaction inserting the output into a table.
-
-One warm-up job runs first, before the clock starts (DBOS's and the SDK's lazily loaded parts).
-
-The SDK is the official openai client with `max_retries=0` on one shared httpx client
-(`--max-connections`), as in iipub. The system database and the datasource live in a fresh
-PostgreSQL database (`dbos_bench_<random>` on the `--pg` server, dropped afterwards).
-
-Printed (one JSON line): wall and process CPU (all threads) from the first workflow started to
-the last result; creates and retrieves made; COMMITs and SQL statements SQLAlchemy sent on any
-engine over that window (class-level engine events: DBOS's own engines included); and the
-database's `xact_commit` / `xact_rollback` in `pg_stat_database` over the whole process (launch,
-migrations and background threads included), read after DBOS was destroyed and its sessions ended.
+The workflow, the client and what is printed: bench/notes/peer_dbos.md (also in `--help`).
 
 Needs `bench/requirements-peer.txt` (DBOS is not an iipub dependency), in its own virtualenv:
 
@@ -39,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -191,7 +174,9 @@ def run(url: str, sim_url: str, bodies: list[dict[str, Any]], warm_body: dict[st
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    notes = Path(__file__).resolve().parent / "notes" / "peer_dbos.md"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=notes.read_text(encoding="utf-8"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pg", default=DEFAULT_PG, help=f"the PostgreSQL server (default {DEFAULT_PG})")
     ap.add_argument("--sim-url", required=True, help="the simulator's base URL (…/v1)")
     ap.add_argument("--bodies", required=True,

@@ -14,27 +14,22 @@ The table it prints is the one in docs/reliability.md.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # running from a checkout without the install
-    sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa
 
-from iipub import clock, db, invariants, logs, migrate, reconcile, relay, tables
+import benchdb
+import harness
+import reporting
+from iipub import clock, invariants, reconcile, relay, tables
 from iipub.config import Settings
-from iipub.config_file import settings_from_dict
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
 from iipub.timefmt import seconds_between
@@ -71,40 +66,14 @@ SCENARIOS = (
 )
 
 
-def settings_for(url: str, sim: Simulator, root: Path) -> Settings:
-    s = settings_from_dict({
-        "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 15, "tick_seconds": 30, "concurrency": 8,
-                      "backoff_base_seconds": 1, "backoff_cap_seconds": 60},
-        "provider": {"timeout_seconds": 4, "connect_timeout_seconds": 1, "loss_confirm_seconds": 60},
-        "sinks": {"static": {"root": str(root)}},
-    })
-    p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(s, database_url=url, api_key="sk-bench", products={PRODUCT: p}, webhook_sink=None,
-                   provider=replace(s.provider, base_url=sim.url))
+SECTIONS = {
+    "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 15, "tick_seconds": 30, "concurrency": 8,
+                  "backoff_base_seconds": 1, "backoff_cap_seconds": 60},
+    "provider": {"timeout_seconds": 4, "connect_timeout_seconds": 1, "loss_confirm_seconds": 60},
+}
 
 
-def fresh_database(mysql: str | None, workdir: Path, name: str) -> tuple[str, sa.Engine]:
-    if not mysql:
-        url = f"sqlite:///{workdir / (name + '.sqlite3')}"
-        engine = db.make_engine(url)
-    else:
-        admin = sa.create_engine(mysql, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
-            conn.execute(sa.text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-        admin.dispose()
-        url = sa.engine.make_url(mysql).set(database=name).render_as_string(hide_password=False)
-        engine = db.make_engine(url)
-    migrate.migrate(engine)
-    return url, engine
-
-
-def states(engine: sa.Engine) -> Counter[str]:
-    with engine.connect() as conn:
-        return Counter(conn.execute(sa.select(tables.jobs.c.state)).scalars())
-
-
-def _ticks_to_settle(engine: sa.Engine, upper: int) -> int:
+def _ticks_to_settle(engine: sa.Engine) -> int:
     """Cron minutes from the slots' opening to the last publication (database clock)."""
     with engine.connect() as conn:
         first = conn.execute(sa.select(sa.func.min(tables.job_events.c.at))).scalar_one()
@@ -122,74 +91,60 @@ def tick(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     clock.advance_clock(engine, TICK_DB_SECONDS)
 
 
-def run_scenario(sc: Scenario, mysql: str | None, workdir: Path, index: int) -> dict[str, Any]:
-    with Simulator(SimulatorOptions(queued_seconds=5, in_progress_seconds=20, log_requests=False)) as sim:
-        url, engine = fresh_database(mysql, workdir, f"iipub_truth_{index}")
-        try:
-            s = settings_for(url, sim, workdir / f"public-{index}")
-            store = Store(engine, "bench")
-            for i in range(sc.slots):
-                store.schedule(s.products[PRODUCT], DAY - dt.timedelta(days=i))
-            sim.add_faults(sc.rules)
-            total = 0
-            for _ in range(sc.fault_ticks):
-                tick(s, engine, sim)
-                total += 1
-            during = states(engine)
-            sim.clear_faults()
-            started, ticks = time.monotonic(), 0
-            while ticks < 90:
-                now = states(engine)
-                if not (set(now) - {"DELETED", "QUARANTINED", "VALIDATION_FAILED_RETAINED"}):
-                    break
-                tick(s, engine, sim)
-                ticks += 1
-            wall = time.monotonic() - started
-            total = _ticks_to_settle(engine, total + ticks)
-            final = states(engine)
-            stats = sim.stats()
-            creates = Counter(stats["creates_by_job"].values())
-            violations = invariants.check(engine, settings=s, sim_stats=stats)
-            return {
-                "fault": sc.name, "slots": sc.slots,
-                "paid_creates_per_slot": dict(sorted(creates.items())),
-                "max_paid_creates_per_slot": max(stats["creates_by_job"].values(), default=0),
-                "create_requests": stats["requests"].get("create", 0),
-                "quarantined": final.get("QUARANTINED", 0),
-                "quarantined_during_fault": during.get("QUARANTINED", 0),
-                "published": sum(final.get(x, 0) for x in DONE),
-                "recovery_ticks": ticks, "recovery_db_minutes": ticks * TICK_DB_SECONDS / 60,
-                "minutes_to_last_publication": total,
-                "recovery_wall_seconds": round(wall, 2),
-                "violations": [str(v) for v in violations],
-            }
-        finally:
-            engine.dispose()
+def run_scenario(sc: Scenario, mysql: str | None, index: int) -> dict[str, Any]:
+    with Simulator(SimulatorOptions(queued_seconds=5, in_progress_seconds=20, log_requests=False)) as sim, \
+            harness.bed(mysql or "sqlite", f"truth_{index}", sim, sections=SECTIONS) as bed:
+        s, engine = benchdb.brief_only(bed.settings), bed.engine
+        store = Store(engine, "bench")
+        for i in range(sc.slots):
+            store.schedule(s.products[PRODUCT], DAY - dt.timedelta(days=i))
+        sim.add_faults(sc.rules)
+        for _ in range(sc.fault_ticks):
+            tick(s, engine, sim)
+        during = benchdb.state_counts(engine)
+        sim.clear_faults()
+        started, ticks = time.monotonic(), 0
+        while ticks < 90:
+            now = benchdb.state_counts(engine)
+            if not (set(now) - {"DELETED", "QUARANTINED", "VALIDATION_FAILED_RETAINED"}):
+                break
+            tick(s, engine, sim)
+            ticks += 1
+        wall = time.monotonic() - started
+        final = benchdb.state_counts(engine)
+        stats = sim.stats()
+        violations = invariants.check(engine, settings=s, sim_stats=stats)
+        return {
+            "fault": sc.name, "slots": sc.slots,
+            "paid_creates_per_slot": dict(sorted(Counter(stats["creates_by_job"].values()).items())),
+            "max_paid_creates_per_slot": max(stats["creates_by_job"].values(), default=0),
+            "create_requests": stats["requests"].get("create", 0),
+            "quarantined": final.get("QUARANTINED", 0),
+            "quarantined_during_fault": during.get("QUARANTINED", 0),
+            "published": sum(final.get(x, 0) for x in DONE),
+            "recovery_ticks": ticks, "recovery_db_minutes": ticks * TICK_DB_SECONDS / 60,
+            "minutes_to_last_publication": _ticks_to_settle(engine),
+            "recovery_wall_seconds": round(wall, 2),
+            "violations": [str(v) for v in violations],
+        }
 
 
 def render(results: Sequence[dict[str, Any]]) -> str:
-    lines = [("| fault | slots | paid creates per slot | quarantined | published | minutes to last publication "
-              "| after the fault cleared |"), "|---|---|---|---|---|---|---|"]
+    rows = []
     for r in results:
         per = ", ".join(f"{n} create{'s' if n != 1 else ''}: {k} slot{'s' if k != 1 else ''}"
                         for n, k in r["paid_creates_per_slot"].items()) or "none"
-        lines.append(f"| {r['fault']} | {r['slots']} | {per} | {r['quarantined']} | {r['published']} | "
-                     f"{r['minutes_to_last_publication'] if r['minutes_to_last_publication'] >= 0 else '-'} | "
-                     f"{r['recovery_ticks']} ticks "
-                     f"({r['recovery_wall_seconds']:.1f} s of tick time) |")
-    return "\n".join(lines)
+        minutes = r["minutes_to_last_publication"]
+        rows.append([r["fault"], r["slots"], per, r["quarantined"], r["published"], minutes if minutes >= 0 else "-",
+                     f"{r['recovery_ticks']} ticks ({r['recovery_wall_seconds']:.1f} s of tick time)"])
+    return reporting.table(["fault", "slots", "paid creates per slot", "quarantined", "published",
+                            "minutes to last publication", "after the fault cleared"], rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mysql", help="a MariaDB/MySQL URL whose server may create scratch databases")
-    ap.add_argument("--json", type=Path, help="write the results here too")
-    args = ap.parse_args(argv)
-    # Only the drill's own slots: today's schedule would add one more slot per product and day.
-    reconcile._ensure_today = lambda settings, store: None
-    logs.configure("warning")  # the breaker's own warnings stay visible, transitions do not
-    with tempfile.TemporaryDirectory(prefix="iipub-truth-") as tmp:
-        results = [run_scenario(sc, args.mysql, Path(tmp), i) for i, sc in enumerate(SCENARIOS)]
+    args = harness.drill_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    harness.drill_logs_and_slots()
+    results = [run_scenario(sc, args.mysql, i) for i, sc in enumerate(SCENARIOS)]
     print(render(results))
     bad = [r for r in results if r["violations"]]
     for r in bad:

@@ -19,11 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 import benchdb
 import harness
-import metering
 import reporting
 import simproc
 from iipub import relay, tables
@@ -55,14 +52,10 @@ class TimedSink:
             self.calls += 1
 
 
-def relay_settings(url: str, sim_url: str, root: Path, m: int) -> Settings:
-    return benchdb.bench_settings(
-        url, sim_url, root,
-        reconcile={"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": max(m, 1)},
-        relay={"tick_seconds": 3600.0},
-        monitoring={"heartbeat_after_seconds": 0.0},  # off: a one-hour tick is longer than any heartbeat
-        ledger={"path": str(root.parent / "spend-ledger.jsonl")},  # this run's own, never the checkout's
-    )
+def relay_sections(m: int) -> dict[str, dict[str, Any]]:
+    return {"reconcile": {"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": max(m, 1)},
+            "relay": {"tick_seconds": 3600.0},
+            "monitoring": {"heartbeat_after_seconds": 0.0}}  # off: a one-hour tick is longer than any heartbeat
 
 
 def _artifact_doc(product: str, day: dt.date, lang: str, items: int) -> dict[str, Any]:
@@ -121,14 +114,6 @@ def copy_archive(template: Path, root: Path) -> None:
     os.sync()
 
 
-def prepare(engine: sa.Engine, settings: Settings, sim: simproc.SimProc, m: int) -> None:
-    """M slots in SAVED_NOT_PUBLIC with their outbox events (reconcile only, no relay)."""
-    benchdb.park_today(engine, settings)
-    benchdb.schedule_backfill(engine, settings, m)
-    benchdb.drive(settings, engine, sim, lambda c: c.get(State.SAVED_NOT_PUBLIC.value, 0) == m,
-                  relay_too=False, max_loops=10)
-
-
 def first_new_day(settings: Settings, m: int) -> dt.date:
     """The oldest of the M backfill slots: they end two days before today (UTC, as the database
     clock has it) and go back M / products days."""
@@ -137,40 +122,39 @@ def first_new_day(settings: Settings, m: int) -> dt.date:
 
 def measure(base_url: str, m: int, template: Path, work: Path) -> dict[str, Any]:
     with simproc.SimProc(latency_seconds=0.0, queued_seconds=0.5, in_progress_seconds=1.0) as sim, \
-            benchdb.fresh_database(base_url, "relay") as url:
-        engine = benchdb.open_db(url, pool_size=20)
-        try:
-            settings = relay_settings(url, sim.url, work / "public", m)
-            t0 = time.perf_counter()
-            copy_archive(template, work / "public")
-            seed = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            prepare(engine, settings, sim, m)
-            prep = time.perf_counter() - t0
-            events = benchdb.count_rows(engine, tables.outbox)
-            timed = [TimedSink(s) for s in build_sinks(settings)]
-            sinks: list[Sink] = list(timed)
-            counter = metering.RoundTrips(engine)
-            counter.reset()
-            t0 = time.perf_counter()
-            report = relay.run(settings, engine, sinks=sinks)
-            wall = time.perf_counter() - t0
-            rt = counter.snapshot()
-            counter.close()
-            published = benchdb.count_rows(engine, tables.outbox, tables.outbox.c.published_at.is_not(None))
-            if published != events or report.jobs_published != m:
-                print(f"  !! M={m}: {published}/{events} events published, {report.jobs_published} jobs")
-            sink_s = sum(s.seconds for s in timed)
-            return {
-                "seed": seed, "prep": prep, "wall": wall, "events": published, "rate": published / wall,
-                "ms_per_event": wall / max(published, 1) * 1000, "sink_share": sink_s / wall,
-                "sink_ms": sink_s / max(published, 1) * 1000,
-                "db_ms": (wall - sink_s) / max(published, 1) * 1000,
-                "stmts_per_event": rt["statement_total"] / max(published, 1),
-                "wire_per_event": rt["wire_total"] / max(published, 1) if rt["wire_total"] else float("nan"),
-            }
-        finally:
-            engine.dispose()
+            harness.bed(base_url, "relay", sim, pool_size=20, sections=relay_sections(m), workdir=work,
+                        count_trips=True) as bed:
+        engine, settings, counter = bed.engine, bed.settings, bed.trips
+        assert counter is not None
+        t0 = time.perf_counter()
+        copy_archive(template, work / "public")
+        seed = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        # M slots in SAVED_NOT_PUBLIC with their outbox events (reconcile only, no relay).
+        benchdb.schedule_backfill(engine, settings, m)
+        benchdb.drive(settings, engine, sim, lambda c: c.get(State.SAVED_NOT_PUBLIC.value, 0) == m,
+                      relay_too=False, max_loops=10)
+        prep = time.perf_counter() - t0
+        events = benchdb.count_rows(engine, tables.outbox)
+        timed = [TimedSink(s) for s in build_sinks(settings)]
+        sinks: list[Sink] = list(timed)
+        counter.reset()
+        t0 = time.perf_counter()
+        report = relay.run(settings, engine, sinks=sinks)
+        wall = time.perf_counter() - t0
+        rt = counter.snapshot()
+        published = benchdb.count_rows(engine, tables.outbox, tables.outbox.c.published_at.is_not(None))
+    if published != events or report.jobs_published != m:
+        print(f"  !! M={m}: {published}/{events} events published, {report.jobs_published} jobs")
+    sink_s = sum(s.seconds for s in timed)
+    return {
+        "seed": seed, "prep": prep, "wall": wall, "events": published, "rate": published / wall,
+        "ms_per_event": wall / max(published, 1) * 1000, "sink_share": sink_s / wall,
+        "sink_ms": sink_s / max(published, 1) * 1000,
+        "db_ms": (wall - sink_s) / max(published, 1) * 1000,
+        "stmts_per_event": rt["statement_total"] / max(published, 1),
+        "wire_per_event": rt["wire_total"] / max(published, 1) if rt["wire_total"] else float("nan"),
+    }
 
 
 def _report(e: int, r: int, x: dict[str, Any]) -> None:
@@ -199,7 +183,7 @@ def main() -> None:
             # Every run's root has the same path (the manifest names it); each run gets its own
             # copy, and the copies are removed at the end (not between measurements).
             work = base / f"run-{e}"
-            shape = relay_settings(args.mysql, "http://127.0.0.1:9/v1", work / "public", m)
+            shape = benchdb.bench_settings(args.mysql, "http://127.0.0.1:9/v1", work / "public", **relay_sections(m))
             seeded[e] = seed_archive(shape, e, first_new_day(shape, m), base / f"seed-{e}")
             print(f"E={e}: {4 * e:,} editions seeded in {seeded[e]:.1f} s", flush=True)
         for r in range(runs):  # sizes interleaved, so a busy spell of a shared host does not land on one size

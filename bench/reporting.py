@@ -74,21 +74,8 @@ def loadavg() -> str:
 
 SECTIONS = ("cli_tick", "lifecycle", "idle_tick", "overlap", "relay_throughput", "webhook_load", "flex_day")
 
-DOC_HEADER = """# iipub benchmarks
-
-Figures produced by the scripts in `bench/` (commands in `bench/README.md`). Each numbered
-section is rewritten by its script between its `bench:` markers; everything outside the
-markers is written by hand.
-
-## Design goal
-
-One 2-core host keeps **10,000 in-flight provider jobs, each polled at least once a minute**:
-a reconcile tick over 10,000 due polls must finish inside the 50 s tick budget
-(`reconcile.tick_seconds`, cron every minute), i.e. at least 200 polls/s sustained, with the
-dwell SLO intact (a finished response taken into custody within 180 s, 99 %; polls at most
-90 s late, 95 %).
-
-"""
+# The start of a new docs/benchmarks.md (written by hand once the file exists).
+DOC_HEADER = ROOT / "bench" / "notes" / "header.md"
 
 
 def machine(engine: sa.Engine | None = None) -> str:
@@ -144,7 +131,7 @@ def write_section(key: str, title: str, body: str, *, enabled: bool = True) -> N
     if not enabled:
         return
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    text = DOC.read_text(encoding="utf-8") if DOC.exists() else DOC_HEADER
+    text = (DOC if DOC.exists() else DOC_HEADER).read_text(encoding="utf-8")
     for k in SECTIONS:  # placeholders keep the order stable whatever runs first
         if f"<!-- bench:{k}:begin -->" not in text:
             text = text.rstrip() + f"\n\n<!-- bench:{k}:begin -->\n<!-- bench:{k}:end -->\n"

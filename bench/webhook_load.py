@@ -2,21 +2,7 @@
 loopback, with its production defaults ([webhooks] threads 8, connection_limit 500, backlog 1024,
 read_seconds 10, request_seconds 20).
 
-Phase 1, burst: `--clients` client threads (default 250) each send `--rounds` signed deliveries
-one after the other, each on a new connection, all starting at one barrier, so that about
-`--clients` deliveries are in flight at once (the peak actually in flight is counted). Each is a
-verified `batch.completed` event: signature check, one row recorded and settled (`ignored`) per
-`webhook-id`, the receiver's full path short of a provider read. Recorded: connection resets
-(and any other transport failure), answers by status, latency p50 / p99 / max, the peak in
-flight, and the server process's peak thread count and RSS (sampled from /proc every 20 ms).
-
-Phase 2, slow clients: `--slow` connections (default 100) each send a request head announcing a
-5,000-byte body and then one byte every 0.5 s; meanwhile `--amid` signed deliveries are sent one
-after another. Each must be answered 200 within its request budget; the slow ones are answered
-408 at read_seconds.
-
-Everything is bounded: a fixed count of requests, each with a 60 s client timeout, and the
-server is stopped (SIGTERM) at the end.
+The two phases and what each records: bench/notes/webhook_load.md (also in `--help`).
 
     python bench/webhook_load.py [--mysql URL | --sqlite] [--clients 250] [--rounds 4] [--slow 100]
 
@@ -25,6 +11,7 @@ The section "Webhook receiver under load" of docs/benchmarks.md records it.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import http.client
@@ -223,6 +210,8 @@ def receiver(url: str, workdir: Path) -> Iterator[tuple[int, int]]:
 
 def main() -> None:
     ap = harness.parser(__doc__.splitlines()[0])
+    ap.epilog = harness.note("webhook_load")
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
     ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead of MariaDB")
     ap.add_argument("--clients", type=int, default=250, help="client threads in the burst (deliveries in flight)")
     ap.add_argument("--rounds", type=int, default=4, help="deliveries per client, one after the other")

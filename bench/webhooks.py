@@ -11,33 +11,7 @@ simulator (in process, real HTTP, real time: `time_scale` 1, no clock is advance
   custody within the delivery; [webhooks] enabled = true, so while verified deliveries keep
   arriving the ticks poll only as a safety net ([webhooks] poll_interval_seconds).
 
-Production timings are divided by `--scale` (default 10): cron every 60 s, [reconcile]
-poll_interval_seconds 30, [webhooks] poll_interval_seconds 240 and healthy_for_seconds 3600,
-generation 10 s queued + 200 s in progress, the provider's 600 s retention, the tick budgets.
-
-Workload: `--editions` editions of one product (3 items), one per past date, all due at the
-first tick (the first create is the breaker's probe; the others follow in later passes of the
-same tick). `--waves K` schedules them in K equal waves instead, a wave every generation time
-plus a cron interval, so that every wave after the first starts with deliveries already seen.
-
-Figures per mode:
-
-* polls per published edition: the simulator's own count of `GET /v1/responses/{id}` over the
-  editions published. It includes the receiver's reads (taking custody of an announced response
-  is one read); the journal splits them into reads by the ticks and reads by the receiver.
-* dwell: per job, the `at` of its `retrieved` journal event (database clock: the host's UTC
-  clock, like the simulator's) minus its completion. The simulator's lifecycle is fixed, so
-  completion = the moment the simulator created the response + queued + in-progress seconds.
-  That moment is bracketed by the tick's own clock readings around the create's HTTP call (a
-  `Provider` that notes them): the midpoint is used, so the error is at most half the create's
-  round trip (the largest such bound is reported: milliseconds). The journal's `accepted` event
-  is not precise enough: it is written after the ledger's fsync and a database write that waits
-  for the other writers (up to a second late on SQLite with 24 creates in one tick); the dwell
-  measured from it is kept in the JSON for comparison. p50 / p99 / max in real seconds and
-  x scale ("production seconds"); p99 is the nearest rank (`reporting.percentile`), which is
-  the maximum for fewer than 51 samples.
-* webhook deliveries by outcome (`webhook_deliveries`), the sender's attempts and answers, the
-  ticks run, the ticks that polled relaxed, and the wall time.
+The timings, the workload and the figures per mode: bench/notes/webhooks.md (also in `--help`).
 
     python bench/webhooks.py [--editions 24] [--scale 10] [--waves 1] [--mysql URL] [--json PATH]
 
@@ -54,20 +28,19 @@ import json
 import math
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import sqlalchemy as sa
 
 import benchdb
+import harness
 import reporting
-from iipub import clock, invariants, logs, reconcile, relay, tables, webhook
+from iipub import invariants, reconcile, relay, tables, webhook
 from iipub.config import Settings
 from iipub.config_file import settings_from_dict
 from iipub.deliveries import Deliveries
@@ -113,40 +86,6 @@ class Timings:
 # -- the receiver ---------------------------------------------------------------------------
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
-class _ThreadingServer(WSGIServer):
-    """Deliveries may overlap: one thread each, like mod_wsgi's."""
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        threading.Thread(target=self._serve_one, args=(request, client_address), daemon=True).start()
-
-    def _serve_one(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        finally:
-            self.shutdown_request(request)
-
-
-@contextlib.contextmanager
-def listening() -> Iterator[WSGIServer]:
-    """A loopback WSGI server, started before the simulator (which needs its URL); its app is
-    set once the receiver's settings (the simulator's URL) exist."""
-    server = make_server("127.0.0.1", 0, lambda environ, start: [], server_class=_ThreadingServer,
-                         handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 class TimedProvider(Provider):
     """A tick's provider that notes the host's clock (`time.time()`, the clock the database and
     the simulator read too) just before and just after each create's HTTP call: the simulator
@@ -168,7 +107,7 @@ def warm_up() -> None:
     """One create and one read on a scratch simulator, so that the process's first provider call
     (the SDK's lazy imports and model builds: over a second) does not sit inside a measured create."""
     base = settings_from_dict({})
-    product = replace(base.products[PRODUCT], items=3, prompt="Write the brief.")
+    product = benchdb.brief_only(base).products[PRODUCT]
     with Simulator(SimulatorOptions(queued_seconds=0, in_progress_seconds=0)) as sim, \
             Provider(replace(base.provider, base_url=sim.url), "sk-bench") as provider:
         outcome = provider.create(CreateRequest(job_id="warm-up", product=product, edition_date=dt.date(2026, 1, 1),
@@ -181,29 +120,11 @@ def warm_up() -> None:
 # -- settings and workload ------------------------------------------------------------------
 
 
-def settings_for(url: str, sim: Simulator, workdir: Path, t: Timings, webhooks: bool) -> Settings:
-    s = settings_from_dict({
-        "reconcile": {"poll_interval_seconds": t(POLL_INTERVAL), "tick_seconds": t(TICK_BUDGET)},
-        "relay": {"tick_seconds": t(TICK_BUDGET)},
-        "webhooks": {"enabled": webhooks, "poll_interval_seconds": t(SAFETY_NET_INTERVAL),
-                     "healthy_for_seconds": t(HEALTHY_FOR)},
-        "sinks": {"static": {"root": str(workdir / "public")}},
-        "ledger": {"path": str(workdir / "spend-ledger.jsonl")},  # never the checkout's
-    })
-    p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(s, database_url=url, api_key="sk-bench", products={PRODUCT: p}, webhook_sink=None,
-                   provider=replace(s.provider, base_url=sim.url),
-                   provider_webhook_secret=SECRET if webhooks else None)
-
-
-def _no_today_slot(settings: Settings, store: Store) -> None:
-    """Only the benchmark's own editions: a tick would otherwise schedule today's as well."""
-
-
-def past_days(engine: sa.Engine, n: int) -> list[dt.date]:
-    with engine.connect() as conn:
-        today = clock.read_now(conn).date()
-    return [today - dt.timedelta(days=1 + i) for i in range(n)]
+def sections(t: Timings, webhooks: bool) -> dict[str, dict[str, Any]]:
+    return {"reconcile": {"poll_interval_seconds": t(POLL_INTERVAL), "tick_seconds": t(TICK_BUDGET)},
+            "relay": {"tick_seconds": t(TICK_BUDGET)},
+            "webhooks": {"enabled": webhooks, "poll_interval_seconds": t(SAFETY_NET_INTERVAL),
+                         "healthy_for_seconds": t(HEALTHY_FOR)}}
 
 
 def waves_of(days: Sequence[dt.date], waves: int) -> list[list[dt.date]]:
@@ -212,11 +133,6 @@ def waves_of(days: Sequence[dt.date], waves: int) -> list[list[dt.date]]:
 
 
 # -- measuring -------------------------------------------------------------------------------
-
-
-def states(engine: sa.Engine) -> Counter[str]:
-    with engine.connect() as conn:
-        return Counter(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
 def journal(engine: sa.Engine) -> dict[str, list[Any]]:
@@ -298,13 +214,6 @@ def _role(worker: str) -> str:
     return "receiver" if worker.startswith("webhook:") else "tick"
 
 
-def deliveries(engine: sa.Engine) -> dict[str, int]:
-    d = tables.webhook_deliveries
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(d.c.outcome, sa.func.count()).group_by(d.c.outcome)).all()
-    return {str(outcome): int(n) for outcome, n in rows}
-
-
 def summary(values: Sequence[float], scale: float) -> dict[str, float]:
     p50, p99, top = (reporting.percentile(values, 50), reporting.percentile(values, 99),
                      max(values, default=float("nan")))
@@ -317,26 +226,26 @@ def summary(values: Sequence[float], scale: float) -> dict[str, float]:
 
 def run_mode(mode: str, args: argparse.Namespace, workdir: Path, t: Timings) -> dict[str, Any]:
     webhooks = mode == "webhooks"
-    base = args.mysql or "sqlite"
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(listening()) if webhooks else None
+        server = stack.enter_context(harness.wsgi_server()) if webhooks else None
         options = SimulatorOptions(
             queued_seconds=t(QUEUED), in_progress_seconds=t(IN_PROGRESS), retention_seconds=t(RETENTION),
             time_scale=1.0, log_requests=False,
             webhook_url=f"http://127.0.0.1:{server.server_port}/" if server is not None else None,
             webhook_secret=SECRET if webhooks else None)
         sim = stack.enter_context(Simulator(options))
-        url = stack.enter_context(benchdb.fresh_database(base, f"webhooks_{mode}"))
-        engine = benchdb.open_db(url)
-        stack.callback(engine.dispose)
-        s = settings_for(url, sim, workdir / mode, t, webhooks)
+        bed = stack.enter_context(harness.bed(args.mysql or "sqlite", f"webhooks_{mode}", sim,
+                                              sections=sections(t, webhooks), workdir=workdir / mode))
+        engine = bed.engine
+        s = replace(benchdb.brief_only(bed.settings), provider_webhook_secret=SECRET if webhooks else None)
         if server is not None:
             receiver = webhook.Receiver(s, engine=engine)
             stack.callback(receiver.close)
             server.set_app(receiver)
         store = Store(engine, "bench")
         product = s.products[PRODUCT]
-        waves = waves_of(past_days(engine, args.editions), args.waves)
+        today = benchdb.db_now(engine).date()
+        waves = waves_of([today - dt.timedelta(days=1 + i) for i in range(args.editions)], args.waves)
         wave_ticks = math.ceil((t.generation + t.cron) / t.cron)  # ticks between waves
         health = Deliveries(engine)
         calls: dict[str, tuple[float, float]] = {}
@@ -353,7 +262,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path, t: Timings) -> 
                 reconcile.run(s, engine, provider=provider)
             relay.run(s, engine)
             ticks += 1
-            now = states(engine)
+            now = benchdb.state_counts(engine)
             if ticks >= wave_ticks * (len(waves) - 1) and sum(now.get(x, 0) for x in DONE) >= args.editions:
                 break
             if time.monotonic() >= deadline:
@@ -362,7 +271,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path, t: Timings) -> 
             time.sleep(max(0.0, started + ticks * t.cron - time.monotonic()))
         wall = time.monotonic() - started
         flushed = sim.flush_webhooks(5)
-        final = states(engine)
+        final = benchdb.state_counts(engine)
         stats = sim.stats()
         published = sum(final.get(x, 0) for x in DONE)
         figures = dwell_figures(engine, t, calls, waves)
@@ -384,7 +293,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path, t: Timings) -> 
             "dwell_from_accepted_samples": [round(x, 4) for x in figures["dwell_from_accepted"]],
             "reads_per_edition_by_wave": figures["reads_per_edition_by_wave"],
             "paid_creates": int(stats["creates_total"]),
-            "deliveries": deliveries(engine),
+            "deliveries": dict(benchdb.count_by(engine, tables.webhook_deliveries.c.outcome)),
             "webhooks_sent": int(stats.get("webhooks_sent", 0)),
             "webhook_answers": dict(stats.get("webhook_answers", {})),
             "webhooks_flushed": flushed,
@@ -423,17 +332,16 @@ def render(results: Sequence[dict[str, Any]], scale: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.drill_parser(__doc__.split("\n\n")[0])
+    ap.epilog = harness.note("webhooks")
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter
     ap.add_argument("--editions", type=int, default=24, help="editions in the workload (default 24)")
     ap.add_argument("--scale", type=float, default=10.0, help="production timings divided by this (default 10)")
     ap.add_argument("--waves", type=int, default=1, help="schedule the editions in this many waves (default 1)")
-    ap.add_argument("--mysql", help="a MariaDB/MySQL URL whose server may create scratch databases (default SQLite)")
-    ap.add_argument("--json", type=Path, help="write the results here too")
     args = ap.parse_args(argv)
     if not 1 <= args.editions <= 100 or args.scale <= 0 or not 1 <= args.waves <= args.editions:
         ap.error("--editions must be 1-100 (max_in_flight), --scale > 0, --waves 1..editions")
-    reconcile._ensure_today = _no_today_slot
-    logs.configure("warning")  # the breaker's and the receiver's warnings stay visible
+    harness.drill_logs_and_slots()
     t = Timings(args.scale)
     warm_up()
     with tempfile.TemporaryDirectory(prefix="iipub-webhooks-") as tmp:
