@@ -28,8 +28,10 @@ from tests.helpers import (
     shared_ssl_contexts,
 )
 
+# The test run's own settings (IIPUB_TEST_*) stay: the parallel workers, started after this, read
+# the backend from them too. No command the tests run reads them (`clean_env` drops them).
 for _name in list(os.environ):
-    if _name.startswith(("IIPUB_", "OPENAI_")):
+    if _name.startswith(("IIPUB_", "OPENAI_")) and not _name.startswith("IIPUB_TEST_"):
         del os.environ[_name]
 
 # Bytecode is cached whatever the caller's environment says: the suite imports iipub in this

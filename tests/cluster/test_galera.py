@@ -1,6 +1,6 @@
 """iipub on a 3-node MariaDB Galera cluster under node faults (opt-in, minutes long).
 
-    IIPUB_TEST_GALERA=1 .venv/bin/python -m pytest -q tests/cluster/test_galera.py
+    IIPUB_TEST_GALERA=1 .venv/bin/python -m pytest -q -n 0 tests/cluster/test_galera.py
 
 Runs bench/galera.py's campaign (a reconcile and a relay per node, the chaos campaign's
 faults, one node SIGKILLed and restarted, one SIGSTOPped past the lease and resumed) on
