@@ -1,15 +1,5 @@
-"""Databases, settings and seeded rows for the iipub benchmarks (bench/*.py).
-
-* a fresh database per measurement (`fresh_database`: MariaDB `iipub_bench_*`, or a
-  temporary SQLite file), migrated with `iipub.migrate.migrate` (`open_db`);
-* production settings with a benchmark's overrides (`bench_settings`, `settings_toml`,
-  `reconcile_env` for `iipub reconcile` child processes);
-* bulk inserts of jobs in a given state with valid columns (`polling_rows`, `terminal_rows`,
-  `park_today`, `seed_polls`, `insert_rows`), a scheduler for lifecycle runs
-  (`schedule_backfill`) and the loop that drives them (`drive`);
-* counts read back from the tables (`count_rows`, `count_by`, `state_counts`).
-
-Every benchmark imports this module before iipub: it puts this checkout on `sys.path`.
+"""Databases, settings and seeded rows for the iipub benchmarks (bench/README.md, "Shared
+modules"). Every benchmark imports this module before iipub: it puts this checkout on `sys.path`.
 """
 
 from __future__ import annotations
@@ -48,7 +38,6 @@ if TYPE_CHECKING:
     from simproc import SimProc
 
 
-
 @contextlib.contextmanager
 def fresh_database(base_url: str, tag: str) -> Iterator[str]:
     """An empty database: `iipub_bench_<tag>_<random>` on the MariaDB server of `base_url`
@@ -75,9 +64,14 @@ def open_db(url: str, pool_size: int = 8) -> sa.Engine:
     return engine
 
 
-def server_probe(base_url: str) -> sa.Engine:
-    """An engine on the server itself (for its version string)."""
-    return sa.create_engine(base_url)
+@contextlib.contextmanager
+def server_probe(base_url: str) -> Iterator[sa.Engine]:
+    """A short-lived engine on the server itself (for its version string and variables)."""
+    engine = sa.create_engine(base_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def db_now(engine: sa.Engine) -> dt.datetime:
@@ -120,9 +114,8 @@ def brief_only(settings: Settings, product: str = "daily-brief") -> Settings:
 
 def settings_toml(static_root: Path, **sections: Mapping[str, Any]) -> str:
     """The same overrides as a TOML file for `iipub reconcile` subprocesses."""
-    data: dict[str, Any] = {**sections}
     lines: list[str] = []
-    for name, values in data.items():
+    for name, values in sections.items():
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
     lines += ["[sinks.static]", f"root = {_toml_value(str(static_root))}"]

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
-import math
 import os
 import random
 import shlex
@@ -39,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import sqlalchemy as sa
@@ -47,6 +46,7 @@ import sqlalchemy as sa
 import benchdb  # puts this checkout on sys.path before iipub
 import chaos_restore
 import harness
+import simproc
 from iipub import clock, db, gate, invariants, migrate, tables
 from iipub.config_file import default_ledger_path, settings_from_dict
 from iipub.ledger import SpendLedger
@@ -57,78 +57,18 @@ from iipub.store import Store
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
 API_KEY = "sk-chaos"
 
-# Products of the run: different language sets so editions per slot vary (1 to 3).
-PRODUCTS = (
-    ("chaos-brief", ("en", "es")),
-    ("chaos-watch", ("en", "fr", "de")),
-    ("chaos-wire", ("en",)),
-    ("chaos-digest", ("es", "pt")),
-)
-
-# Per-run simulator faults: (name, op, low, high). Every fault the simulator knows appears at
-# least once (checked at start-up); the probability of each is drawn from [low, high].
-FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = (
-    ("drop_after_accept", "create", 0.01, 0.03),
-    ("slow", "create", 0.005, 0.015),
-    ("rate_limit", "create", 0.005, 0.02),
-    ("rate_limit_long", "create", 0.001, 0.004),  # a 429 with the longest hint: creates hold, custody goes on
-    ("flex_unavailable", "create", 0.005, 0.02),  # flex capacity refusal: refunded, nothing else holds
-    ("server_error", "create", 0.01, 0.03),
-    ("unauthorized", "create", 0.003, 0.01),
-    ("drop_after_accept", "retrieve", 0.01, 0.03),
-    ("slow", "retrieve", 0.005, 0.015),
-    ("rate_limit", "retrieve", 0.005, 0.02),
-    # Ten minutes asked on a read: reads wait at most a minute, creates go on.
-    ("rate_limit_long", "retrieve", 0.001, 0.004),
-    ("server_error", "retrieve", 0.02, 0.05),
-    ("unauthorized", "retrieve", 0.003, 0.01),
-    ("not_found", "retrieve", 0.005, 0.012),
-    ("drop_after_accept", "delete", 0.01, 0.03),
-    ("slow", "delete", 0.005, 0.015),
-    ("rate_limit", "delete", 0.005, 0.02),
-    ("server_error", "delete", 0.02, 0.05),
-    ("not_found", "delete", 0.01, 0.03),
-    ("server_error", "cancel", 0.05, 0.1),
-    ("cancel_race", "cancel", 0.2, 0.4),
-    ("fail", "create", 0.005, 0.015),
-    ("incomplete", "create", 0.005, 0.015),
-    ("malformed_output", "create", 0.01, 0.02),
-    ("schema_break", "create", 0.005, 0.015),
-    ("hallucinated_urls", "create", 0.005, 0.015),
-    ("script_injection", "create", 0.005, 0.015),
-    ("same_text", "create", 0.005, 0.015),
-    ("corrupt_language", "create", 0.005, 0.015),  # one language parked, the other published
-    ("oversized_output", "create", 0.003, 0.008),
-    # Provider truth: what the provider says is evidence, not proof.
-    ("quota_exhausted", "create", 0.003, 0.01),
-    ("service_unavailable", "create", 0.005, 0.015),
-    ("service_unavailable", "retrieve", 0.01, 0.03),
-    ("report_cancelled", "retrieve", 0.005, 0.015),
-    ("report_failed", "retrieve", 0.005, 0.015),
-    ("unknown_status", "retrieve", 0.005, 0.015),
-    ("fail_refused", "create", 0.003, 0.01),
-    ("fail_policy", "create", 0.002, 0.006),
-    ("fail_unknown_code", "create", 0.002, 0.006),
-    ("cancelled_then_completed", "create", 0.01, 0.03),
-)
-
-# Chaos actions and their weights.
-ACTIONS = (
-    ("kill_reconcile", 6),
-    ("kill_relay", 4),
-    ("terminate", 2),  # cron's `timeout` sends SIGTERM: stop taking work, finish, let go of leases
-    ("pause", 8),
-    ("kill_db_connections", 10),
-    ("advance_small", 20),  # 1-8 s: backoffs come due
-    ("advance_lease", 6),  # 13-40 s: every lease held now expires
-    ("advance_outage", 1),  # 610-700 s: cron was down longer than the provider's retention
-    ("operator", 4),  # an operator cancels, kills, suspends (and later resumes) a job, or pauses creates
-    ("config_swap", 1),  # a careless deploy changes a prompt under in-flight jobs, then is rolled back
-    ("nothing", 12),
-)
+# The simulator faults (name, op, low, high) and the chaos actions with their weights:
+# bench/chaos_plan.toml.
+BENCH = Path(__file__).resolve().parent
+PLAN = tomllib.loads((BENCH / "chaos_plan.toml").read_text(encoding="utf-8"))
+FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = tuple(tuple(f) for f in PLAN["faults"])
+ACTIONS: tuple[tuple[str, int], ...] = tuple(PLAN["actions"].items())
 
 TICK_SECONDS = 30.0  # long enough that the SDK import (seconds on a busy host) is a small part
 LEASE_SECONDS = 12.0
+# The clock jumps, seconds drawn from these ranges: backoffs come due; every lease held expires;
+# cron was down longer than the provider's retention.
+JUMPS = {"advance_small": (1, 8), "advance_lease": (LEASE_SECONDS + 1, 40), "advance_outage": (610, 700)}
 
 
 def log(msg: str) -> None:
@@ -150,27 +90,10 @@ def signal_group(pid: int, *sigs: int) -> bool:
 
 
 def config_toml(public: Path, webhook_url: str, prompt_suffix: str = "") -> str:
-    lines = [
-        "[budgets]", "max_generation_attempts = 3", "max_poll_attempts = 30", "",
-        "[reconcile]", f"lease_seconds = {LEASE_SECONDS}", f"tick_seconds = {TICK_SECONDS}", "concurrency = 4",
-        "max_in_flight = 200", "poll_interval_seconds = 0", "backoff_base_seconds = 1",
-        "backoff_cap_seconds = 20", "batch_size = 100", "",
-        "[provider]", "connect_timeout_seconds = 1", "timeout_seconds = 4", "",
-        "[relay]", f"tick_seconds = {TICK_SECONDS}", f"lease_seconds = {LEASE_SECONDS}", "batch_size = 100",
-        "backoff_base_seconds = 1", "backoff_cap_seconds = 20", "",
-    ]
-    for name, langs in PRODUCTS:
-        lines += [
-            "[[products]]", f'name = "{name}"', f"languages = {json.dumps(list(langs))}", 'opens_at = "00:00"',
-            f'prompt = "Write the {name} edition.{prompt_suffix}"', "items = 3", "",
-        ]
-    lines += [
-        "[sinks.static]", f'root = "{public}"', "",
-        "[sinks.webhook]", f'url = "{webhook_url}"', 'secret_env = "IIPUB_WEBHOOK_SECRET"', "timeout_seconds = 3.0",
-        "deadline_seconds = 6.0",  # a delivery ends while its event is leased (12 s)
-        "",
-    ]
-    return "\n".join(lines)
+    """The workers' iipub.toml: bench/chaos_config.toml with its fields filled in."""
+    template = (BENCH / "chaos_config.toml").read_text(encoding="utf-8")
+    return template.format(lease=LEASE_SECONDS, tick=TICK_SECONDS, public=public, webhook_url=webhook_url,
+                           suffix=prompt_suffix)
 
 
 def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
@@ -305,9 +228,7 @@ class Worker:
             self.closed = True
             proc = self.proc
         if proc is not None and proc.poll() is None:
-            signal_group(proc.pid, signal.SIGCONT, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            simproc.stop_process(proc, 10, signals=(signal.SIGCONT, signal.SIGKILL), group=True)
 
 
 # -- the run ----------------------------------------------------------------------------------------------
@@ -334,9 +255,11 @@ class Run:
         self.stop = threading.Event()
         self.sim_proc: subprocess.Popen[bytes] | None = None
         self.sim_origin = ""
-        self.admin: sa.Engine | None = None
-        self.engine: sa.Engine | None = None
-        self.receiver: Receiver | None = None
+        # Engines connect on first use: the database itself is created by `setup`.
+        self.admin = sa.create_engine(self.server_url.set(database=None), isolation_level="AUTOCOMMIT",
+                                      pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        self.engine = db.make_engine(self.url, pool_size=4)
+        self.receiver = Receiver(self.seed ^ 0x5EED, round(self.rng.uniform(0.02, 0.06), 4))
         self.report: dict[str, Any] = {"seed": self.seed, "database": self.dbname, "workdir": str(self.workdir)}
         self.paused: list[tuple[float, Worker, int]] = []
         self.undo: list[tuple[float, list[str]]] = []  # operator commands to run later (resume, unpause)
@@ -357,15 +280,10 @@ class Run:
 
     def setup(self) -> None:
         log(f"seed {self.seed}; database {self.dbname}; workdir {self.workdir}")
-        self.admin = sa.create_engine(self.server_url.set(database=None), isolation_level="AUTOCOMMIT",
-                                      pool_pre_ping=True, connect_args={"connect_timeout": 5})
         with self.admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE `{self.dbname}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-        self.engine = db.make_engine(self.url, pool_size=4)
         migrate.migrate(self.engine)
 
-        fail_rate = round(self.rng.uniform(0.02, 0.06), 4)
-        self.receiver = Receiver(self.seed ^ 0x5EED, fail_rate)
         server = self.servers.enter_context(harness.wsgi_server(self.receiver))
         self.receiver.url = f"http://127.0.0.1:{server.server_port}/hooks/iipub"
         cfg = self.workdir / "iipub.toml"
@@ -377,15 +295,14 @@ class Run:
 
         faults = plan_faults(self.rng)
         self.report["faults_configured"] = dict(faults)
-        self.report["webhook_fail_rate"] = fail_rate
+        self.report["webhook_fail_rate"] = self.receiver.fail_rate
         port_file = self.workdir / "sim.port"
         cmd = [*harness.iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file),
                "--seed", str(self.seed), "--queued-seconds", "1", "--in-progress-seconds", "2",
                "--retention-seconds", "600", "--slow-seconds", "5", "--no-log-requests"]
         for spec, probability in faults:
             cmd += ["--fault", f"{spec}:{probability}"]
-        with open(self.logdir / "simulator.out", "ab") as out, open(self.logdir / "simulator.err", "ab") as err:
-            self.sim_proc = subprocess.Popen(cmd, cwd=self.workdir, start_new_session=True, stdout=out, stderr=err)
+        self.sim_proc = self._spawn(cmd, "simulator")
         end = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
             if time.monotonic() > end or self.sim_proc.poll() is not None:
@@ -397,23 +314,14 @@ class Run:
         store = Store(self.engine, "chaos-setup")
         with self.engine.connect() as conn:
             today = clock.read_now(conn).date()
-        products = list(self.settings.products.values())
-        days = math.ceil(self.args.slots / len(products))
-        created = 0
-        for d in range(1, days + 1):
-            for p in products:
-                if created >= self.args.slots:
-                    break
-                created += store.schedule(p, today - dt.timedelta(days=d), backfill=True)
-        self.report["slots_scheduled"] = created
+        slots = benchdb.slots(list(self.settings.products.values()), self.args.slots, today - dt.timedelta(days=1))
+        self.report["slots_scheduled"] = sum(store.schedule(p, day, backfill=True) for p, day in slots)
 
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
-        env.update(IIPUB_DATABASE_URL=self.url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY=API_KEY,
-                   OPENAI_BASE_URL=self.sim_origin + "/v1", IIPUB_WEBHOOK_SECRET=WEBHOOK_SECRET,
-                   PYTHONUNBUFFERED="1")
-        self.env = env
-        self.workers = [self.worker(role, i, env) for role, n in (("reconcile", self.args.reconcilers),
-                                                                  ("relay", self.args.relays)) for i in range(n)]
+        self.env = harness.clean_env(IIPUB_DATABASE_URL=self.url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY=API_KEY,
+                                     OPENAI_BASE_URL=self.sim_origin + "/v1", IIPUB_WEBHOOK_SECRET=WEBHOOK_SECRET,
+                                     PYTHONUNBUFFERED="1")
+        self.workers = [self.worker(role, i, self.env) for role, n in (("reconcile", self.args.reconcilers),
+                                                                       ("relay", self.args.relays)) for i in range(n)]
 
     def worker(self, role: str, index: int, env: dict[str, str]) -> Worker:
         rng = random.Random(f"{self.seed}-{'r' if role == 'reconcile' else 'l'}{index}")
@@ -432,8 +340,10 @@ class Run:
             self.threads.append(t)
         restart_at = start + self.rng.uniform(0.4, 0.6) * a.seconds if a.restart_db else None
         backup_at = start + self.rng.uniform(0.3, 0.5) * a.seconds if a.restore else None
-        outages_left = max(1, int(a.seconds // 150))
-        operator_left = max(3, a.slots // 40)
+        # Bounded actions: (budget, fallback once the budget is spent); operator and config_swap share one.
+        budget = {"outages": max(1, int(a.seconds // 150)), "operator": max(3, a.slots // 40)}
+        bounded = {"advance_outage": ("outages", "advance_small"), "operator": ("operator", "nothing"),
+                   "config_swap": ("operator", "nothing")}
         names = [n for n, _ in ACTIONS]
         weights = [w for _, w in ACTIONS]
         n = 0
@@ -451,28 +361,24 @@ class Run:
                 continue
             action = self.rng.choices(names, weights)[0]
             n += 1
-            if action == "advance_outage":
-                if outages_left <= 0:
-                    action = "advance_small"
+            if action in bounded:
+                key, fallback = bounded[action]
+                if budget[key] <= 0:
+                    action = fallback
                 else:
-                    outages_left -= 1
-            if action in ("operator", "config_swap"):
-                if operator_left <= 0:
-                    action = "nothing"
-                else:
-                    operator_left -= 1
+                    budget[key] -= 1
             self._operator_due()
             try:
-                getattr(self, "do_" + action)()
+                if action in JUMPS:
+                    self.advance(round(self.rng.uniform(*JUMPS[action]), 3), action)
+                else:
+                    getattr(self, "do_" + action)()
             except Exception as exc:  # the database may be down: the chaos goes on
                 self.record("action_failed", failed=action, error=f"{type(exc).__name__}: {str(exc)[:200]}")
             if n % 50 == 0:
                 log(f"{n} actions, {time.monotonic() - start:.0f} s; {self._state_line()}")
         self.report["chaos_actions"] = n
         self.report["chaos_seconds"] = round(time.monotonic() - start, 1)
-
-    def _live(self, role: str | None = None) -> list[Worker]:
-        return [w for w in self.workers if (role is None or w.role == role) and w.working()]
 
     def do_kill_reconcile(self) -> None:
         self._kill("reconcile")
@@ -483,7 +389,7 @@ class Run:
     def _victim(self, of_role: str | None, missed: str, **detail: Any) -> Worker | None:
         """A working worker (of the role, if given) chosen at random; None, recorded as `missed`
         with `detail`, when none is working."""
-        live = self._live(of_role)
+        live = [w for w in self.workers if (of_role is None or w.role == of_role) and w.working()]
         if not live:
             self.record(missed, **detail)
             return None
@@ -519,17 +425,12 @@ class Run:
             self.record("sigstop", worker=w.name, seconds=round(seconds, 2), beyond_lease=seconds > LEASE_SECONDS)
 
     def _resume_due(self, everything: bool = False) -> None:
-        now = time.monotonic()
-        keep = []
-        for until, w, pid in self.paused:
-            if everything or now >= until:
-                if w.proc is not None and w.proc.pid == pid:
-                    w.signal(signal.SIGCONT)
-                    self.record("sigcont", worker=w.name)
-                w.paused_until = None
-            else:
-                keep.append((until, w, pid))
-        self.paused = keep
+        due, self.paused = split_due(self.paused, everything)
+        for _, w, pid in due:
+            if w.proc is not None and w.proc.pid == pid:
+                w.signal(signal.SIGCONT)
+                self.record("sigcont", worker=w.name)
+            w.paused_until = None
 
     def _processlist(self, conn: sa.Connection) -> list[Any]:
         """The server's other connections (SHOW PROCESSLIST rows: id, user, host, db, command, ...)."""
@@ -537,7 +438,6 @@ class Run:
         return [r for r in conn.execute(sa.text("SHOW PROCESSLIST")).all() if int(r[0]) != own]
 
     def do_kill_db_connections(self) -> None:
-        assert self.admin is not None
         with self.admin.connect() as conn:
             ours = sorted(int(r[0]) for r in self._processlist(conn) if r[3] == self.dbname)
             if not ours:
@@ -554,15 +454,6 @@ class Run:
         self.counts["db_connections_killed"] += killed
         self.record("kill_db_connections", candidates=len(ours), killed=killed)
 
-    def do_advance_small(self) -> None:
-        self.advance(round(self.rng.uniform(1, 8), 3), "advance_small")
-
-    def do_advance_lease(self) -> None:
-        self.advance(round(self.rng.uniform(LEASE_SECONDS + 1, 40), 3), "advance_lease")
-
-    def do_advance_outage(self) -> None:
-        self.advance(round(self.rng.uniform(610, 700), 3), "advance_outage")
-
     def advance(self, seconds: float, label: str, *, wait: float = 1.0) -> bool:
         """Move both clocks: the database drill offset and the simulator's clock.
 
@@ -572,7 +463,6 @@ class Run:
         a worker SIGSTOPped inside a transaction, `clock.advance_clock` would freeze the whole
         system for innodb_lock_wait_timeout (50 s). So the runner waits at most `wait` seconds
         and otherwise defers the jump (counted as `<label>_deferred`)."""
-        assert self.engine is not None
         us = int(seconds * 1_000_000)
         try:
             with self.engine.begin() as conn:
@@ -597,7 +487,6 @@ class Run:
         """An operator acts while the tick runs: cancels or kills a job waiting on the provider,
         suspends a live job (resumed a few seconds later), or pauses creates for a while. Kills
         and cancels race the suspended state too: they are judged on what the job was."""
-        assert self.engine is not None
         verb = self.rng.choices(["cancel", "kill", "suspend", "pause"], [30, 15, 40, 15])[0]
         if verb == "pause":
             self._iipub("operator_pause", ["pause", "--reason", "chaos drill", "--by", "chaos"])
@@ -622,20 +511,16 @@ class Run:
     def do_config_swap(self) -> None:
         """A deploy changes the prompt under in-flight jobs (they drift: custody first, then
         quarantine), and is rolled back a few seconds later."""
-        assert self.receiver is not None
         cfg = self.workdir / "iipub.toml"
         cfg.write_text(config_toml(self.public, self.receiver.url, " Changed."), encoding="utf-8")
         self.config_restore_at = time.monotonic() + self.rng.uniform(3, 10)
         self.record("config_swap")
 
     def _operator_due(self, everything: bool = False) -> None:
-        now = time.monotonic()
-        due = [cmd for at, cmd in self.undo if everything or at <= now]
-        self.undo = [(at, cmd) for at, cmd in self.undo if not (everything or at <= now)]
-        for cmd in due:
+        due, self.undo = split_due(self.undo, everything)
+        for _, cmd in due:
             self._iipub(f"operator_{cmd[0]}", cmd)
-        if self.config_restore_at is not None and (everything or now >= self.config_restore_at):
-            assert self.receiver is not None
+        if self.config_restore_at is not None and (everything or time.monotonic() >= self.config_restore_at):
             (self.workdir / "iipub.toml").write_text(config_toml(self.public, self.receiver.url), encoding="utf-8")
             self.config_restore_at = None
             self.record("config_restored")
@@ -686,7 +571,6 @@ class Run:
             raise RuntimeError("MariaDB did not come back after the restart")
 
     def _foreign_clients(self) -> list[str]:
-        assert self.admin is not None
         try:
             with self.admin.connect() as conn:
                 rows = self._processlist(conn)
@@ -697,31 +581,35 @@ class Run:
 
     def _state_line(self) -> str:
         try:
-            assert self.engine is not None
             return " ".join(f"{s}={n}" for s, n in sorted(benchdb.state_counts(self.engine).items()))
         except sa.exc.DBAPIError:
             return "(database unavailable)"
 
     # -- stop and converge --------------------------------------------------------------
 
+    def stop_workers(self, grace: float = 0.0) -> None:
+        """Stop the worker loops (again, if already asked: each step is idempotent): paused workers
+        woken, `grace` seconds for the current runs to end, then whatever still runs killed."""
+        self.stop.set()
+        self._resume_due(everything=True)
+        for t in self.threads:
+            t.join(timeout=grace)
+        for w in self.workers:
+            w.terminate()
+        for t in self.threads:
+            t.join(timeout=15)
+
     def stop_chaos(self) -> None:
         log("stopping the chaos")
         self.stop.set()
         self._resume_due(everything=True)
         self._operator_due(everything=True)
-        for t in self.threads:
-            t.join(timeout=TICK_SECONDS + 120)
-        for w in self.workers:
-            w.terminate()
-        for t in self.threads:
-            t.join(timeout=15)
+        self.stop_workers(grace=TICK_SECONDS + 120)
         httpx.delete(self.sim_origin + "/_sim/faults", timeout=10).raise_for_status()
-        assert self.receiver is not None
         self.receiver.fail_rate = 0.0
 
     def take_backup(self) -> None:
         """The nightly backup, taken while the workers run."""
-        assert self.engine is not None
         try:
             self.backup = chaos_restore.take_backup(self.engine)
         except sa.exc.DBAPIError as exc:  # a killed connection: one more try a moment later
@@ -738,7 +626,6 @@ class Run:
     def restore_backup(self) -> None:
         """The workers are stopped (step 1 of the runbook's procedure): the database goes back to
         the backup; the ledger and the public site stay as they are."""
-        assert self.engine is not None
         if self.backup is None:
             raise RuntimeError("--restore: the chaos phase ended before the backup was taken")
         stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
@@ -782,7 +669,7 @@ class Run:
             # healthy now).
             while not self.advance(max(25.0, self._breaker_wait()), "converge_advance", wait=10):
                 time.sleep(1)
-            procs = [self._spawn(role, f"converge-{role}-{rounds}-{i}")
+            procs = [self._spawn([*harness.iipub_exe(), role], f"converge-{role}-{rounds}-{i}", self.spawn_env())
                      for i, role in enumerate(("reconcile", "reconcile", "relay"))]
             rcs = [_wait(p, TICK_SECONDS + 90) for p in procs]
             self.counts["converge_exit_" + ",".join(map(str, rcs))] += 1
@@ -796,7 +683,6 @@ class Run:
     def _breaker_wait(self) -> float:
         """Seconds (database clock) until the open create breaker allows its probe; 0 if closed."""
         try:
-            assert self.engine is not None
             with self.engine.connect() as conn:
                 g = gate.read(conn)
                 now = clock.read_now(conn)
@@ -806,17 +692,16 @@ class Run:
             return 0.0
         return max(0.0, (g.probe_after - now).total_seconds() + 1.0)
 
-    def _spawn(self, role: str, name: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, cmd: list[str], name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """`cmd` in a process group of its own, its output appended to logs/NAME.out and NAME.err."""
         with open(self.logdir / f"{name}.out", "ab") as out, open(self.logdir / f"{name}.err", "ab") as err:
-            return subprocess.Popen([*harness.iipub_exe(), role], env=self.spawn_env(), cwd=self.workdir, stdout=out,
-                                    stderr=err, start_new_session=True)
+            return subprocess.Popen(cmd, env=env, cwd=self.workdir, stdout=out, stderr=err, start_new_session=True)
 
     def spawn_env(self) -> dict[str, str]:
         """The environment of a convergence round's process."""
         return self.env
 
     def _pending(self) -> int:
-        assert self.engine is not None
         settled = [s.value for s in invariants.SETTLED]
         with self.engine.connect() as conn:
             now = clock.now(conn)
@@ -829,7 +714,6 @@ class Run:
     # -- verdict --------------------------------------------------------------------------
 
     def verdict(self) -> list[invariants.Violation]:
-        assert self.engine is not None and self.receiver is not None
         stats = httpx.get(self.sim_origin + "/_sim/stats", timeout=30).json()
         (self.workdir / "sim_stats.json").write_text(json.dumps(stats, indent=1), encoding="utf-8")
         path = self.settings.ledger_path()
@@ -855,21 +739,15 @@ class Run:
             "webhook_received_keys": len(self.receiver.keys),
             "webhook_redeliveries": sum(n - 1 for n in self.receiver.keys.values()),
             "webhook_503_answers": self.receiver.failed,
-            "simulator": {
-                "creates_total": stats.get("creates_total"),
-                "requests": stats.get("requests"),
-                "faults_fired": dict(sorted((stats.get("faults_fired") or {}).items())),
-                "deletes": stats.get("deletes"),
-                "cancels": stats.get("cancels"),
-                "max_retry_count_seen": stats.get("max_retry_count_seen"),
-            },
+            "simulator": {**{k: stats.get(k) for k in ("creates_total", "requests", "deletes", "cancels",
+                                                         "max_retry_count_seen")},
+                          "faults_fired": dict(sorted((stats.get("faults_fired") or {}).items()))},
             "violations_by_kind": invariants.summarize(found),
             "violations": [v.to_dict() for v in found[:200]],
         })
         return found
 
     def _validation_reasons(self) -> dict[str, int]:
-        assert self.engine is not None
         out: Counter[str] = Counter()
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(tables.job_events.c.detail).where(
@@ -957,39 +835,37 @@ class Run:
     # -- teardown --------------------------------------------------------------------------
 
     def cleanup(self, keep_db: bool) -> None:
-        self.stop.set()
-        self._resume_due(everything=True)
-        for w in self.workers:
-            w.terminate()
-        for t in self.threads:
-            t.join(timeout=15)
-        if self.sim_proc is not None and self.sim_proc.poll() is None:
-            signal_group(self.sim_proc.pid, signal.SIGTERM)
-            _wait(self.sim_proc, 10)
+        self.stop_workers()
+        if self.sim_proc is not None:
+            simproc.stop_process(self.sim_proc, 10, group=True)
         self.servers.close()
-        if self.engine is not None:
-            self.engine.dispose()
-        if self.admin is not None:
-            if not keep_db:
-                with contextlib.suppress(sa.exc.DBAPIError), self.admin.connect() as conn:
-                    conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{self.dbname}`"))
-            self.admin.dispose()
+        self.engine.dispose()
+        if not keep_db:
+            with contextlib.suppress(sa.exc.DBAPIError), self.admin.connect() as conn:
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{self.dbname}`"))
+        self.admin.dispose()
         self.actions_log.close()
 
 
+Due = TypeVar("Due", bound=tuple[Any, ...])
+
+
+def split_due(items: list[Due], everything: bool = False) -> tuple[list[Due], list[Due]]:
+    """(due, not yet due) of timed entries whose first field is a `time.monotonic()` deadline."""
+    now = time.monotonic()
+    due = [x for x in items if everything or x[0] <= now]
+    return due, [x for x in items if not (everything or x[0] <= now)]
+
+
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        return -999  # hung
+    """Its exit status, or -999 when it hung and was killed after `timeout` seconds."""
+    rc = simproc.stop_process(proc, timeout, signals=(), group=True)
+    return -999 if rc is None else rc
 
 
-def _wait_for_db(admin: sa.Engine | None, timeout: float, up: bool = True) -> bool:
+def _wait_for_db(admin: sa.Engine, timeout: float, up: bool = True) -> bool:
     """True once a fresh connection to the server succeeds (`up`) or fails (the stop command
     really stopped it), within `timeout` seconds."""
-    assert admin is not None
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         admin.dispose()
@@ -1039,8 +915,7 @@ def campaign_args(p: argparse.ArgumentParser, seed: int) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, epilog=harness.note("chaos"),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.described(__doc__ or "", "chaos")
     p.add_argument("--mysql", default=os.environ.get("IIPUB_TEST_MYSQL_URL"),
                    help="MariaDB/MySQL server URL (the database part is ignored; default $IIPUB_TEST_MYSQL_URL)")
     campaign_args(p, seed=7)
@@ -1108,14 +983,18 @@ def main(argv: list[str] | None = None) -> int:
     r = run.report
     log(f"seed {r['seed']}: {r.get('jobs_total')} slots, {r.get('process_runs')} worker runs, "
         f"actions {r.get('actions')}, advanced {r.get('advanced')}")
+    return outcome(run, found, failed, f"; database kept: {run.dbname}" if keep else "")
+
+
+def outcome(run: Run, found: list[invariants.Violation], failed: bool, kept: str = "") -> int:
+    """Log a campaign's final states and violations; its exit status (0 none, 1 violations,
+    2 the run failed)."""
+    r = run.report
     log(f"final states {r.get('final_states')}; quarantine {r.get('quarantine_reasons')}")
-    log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}"
-        + (f"; database kept: {run.dbname}" if keep else ""))
+    log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}{kept}")
     for v in found[:20]:
         log(f"  {v}")
-    if failed:
-        return 2
-    return 1 if found else 0
+    return 2 if failed else 1 if found else 0
 
 
 if __name__ == "__main__":

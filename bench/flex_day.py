@@ -2,12 +2,7 @@
 flex with a deadline, the simulator refusing a share of flex creates (429 resource
 unavailable): tokens paid at each tier, what they cost, editions on time.
 
-Each simulated day moves the database clock (the drill offset) to 04:58 UTC of that day and
-ticks `reconcile` + `relay` once per simulated minute, the simulator's clock moving with it,
-until both editions are published; the next day starts at its own 04:58. One configuration
-runs all its days in one fresh database. Production defaults otherwise (polls every 30 s,
-flex polls every 60 s, backoff from 2 s); prices are `--input-price` / `--output-price` per
-million tokens at the default tier, half at flex (batch rates).
+How a simulated day runs, and the prices: bench/notes/flex_day.md (also in `--help`).
 
     .venv/bin/python bench/flex_day.py [--mysql URL | --sqlite] [--quick] [--days N]
         [--refusal-rate 0.2] [--flex-until 30] [--no-doc]
@@ -79,13 +74,10 @@ def _one_day(settings: Settings, engine: sa.Engine, sim: Simulator, day: dt.date
     for minute in range(MAX_MINUTES):
         reconcile.run(settings, engine)
         relay.run(settings, engine)
-        with engine.connect() as conn:
-            left = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs).where(
-                tables.jobs.c.edition_date == day,
-                tables.jobs.c.state.not_in([State.PUBLISHED.value, State.CLEANUP_PENDING.value,
-                                        State.DELETED.value]))).scalar_one()
-            made = conn.execute(sa.select(sa.func.count()).select_from(tables.jobs)
-                                .where(tables.jobs.c.edition_date == day)).scalar_one()
+        today = tables.jobs.c.edition_date == day
+        made = benchdb.count_rows(engine, tables.jobs, today)
+        left = benchdb.count_rows(engine, tables.jobs, today, tables.jobs.c.state.not_in(
+            [State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value]))
         if made and not left:
             return minute + 1
         clock.advance_clock(engine, 60)
@@ -121,7 +113,7 @@ def _tally(out: Outcome, settings: Settings, engine: sa.Engine, sim: Simulator) 
 
 
 def main() -> None:
-    ap = harness.parser(__doc__ or "", sqlite=True)
+    ap = harness.parser(__doc__ or "", sqlite=True, note="flex_day")
     ap.add_argument("--days", type=int, default=None, help="simulated days per configuration (default 10; 3 quick)")
     ap.add_argument("--refusal-rate", type=float, default=0.2, help="share of flex creates refused (default 0.2)")
     ap.add_argument("--flex-until", type=int, default=30, help="flex_until_minutes (default 30)")

@@ -42,11 +42,13 @@ for p in (str(ROOT), str(BENCH)):
 
 import chaos  # noqa: E402  (bench/chaos.py: the single-node campaign this one extends)
 import harness  # noqa: E402
+import simproc  # noqa: E402
 from iipub import invariants  # noqa: E402
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
 PROVIDER = "/usr/lib/galera/libgalera_smm.so"
+CNF_TEMPLATE = BENCH / "galera.cnf"  # a node's my.cnf, its braced fields filled by Cluster._write_cnf
 
 
 def log(msg: str) -> None:
@@ -113,52 +115,11 @@ class Cluster:
     # -- configuration ---------------------------------------------------------------
 
     def _write_cnf(self, node: Node) -> None:
-        peers = ",".join(f"127.0.0.1:{n.gcomm_port}" for n in self.nodes)
-        provider_options = ";".join([
-            f"base_port={node.gcomm_port}",
-            f"gmcast.listen_addr=tcp://127.0.0.1:{node.gcomm_port}",
-            f"ist.recv_addr=127.0.0.1:{node.ist_port}",
-            "gcache.size=256M",
-            # A stopped or dead node is suspected after 5 s and evicted after 10 s, so a pause
-            # longer than the lease (12 s in the campaign) evicts it.
-            "evs.suspect_timeout=PT5S", "evs.inactive_timeout=PT10S", "evs.install_timeout=PT8S",
-        ])
-        lines = [
-            "[mysqld]",
-            f"datadir={node.datadir}",
-            f"socket={node.socket}",
-            f"port={node.sql_port}",
-            "bind-address=127.0.0.1",
-            f"pid-file={node.base / 'mysqld.pid'}",
-            f"log-error={node.error_log}",
-            "user=mysql",
-            "skip-name-resolve=1",
-            "character-set-server=utf8mb4",
-            "collation-server=utf8mb4_bin",
-            "max_connections=400",
-            "performance_schema=OFF",
-            # What Galera requires of InnoDB and the binlog format.
-            "default_storage_engine=InnoDB",
-            "binlog_format=ROW",
-            "innodb_autoinc_lock_mode=2",
-            f"innodb_buffer_pool_size={self.buffer_pool}",
-            "innodb_log_file_size=64M",
-            # Durability comes from the other nodes; 2 is the usual Galera setting.
-            "innodb_flush_log_at_trx_commit=2",
-            "wsrep_on=ON",
-            f"wsrep_provider={PROVIDER}",
-            "wsrep_cluster_name=iipub_bench",
-            f"wsrep_cluster_address=gcomm://{peers}",
-            f"wsrep_node_name={node.name}",
-            f"wsrep_node_address=127.0.0.1:{node.gcomm_port}",
-            f"wsrep_node_incoming_address=127.0.0.1:{node.sql_port}",
-            "wsrep_sst_method=rsync",
-            f"wsrep_sst_receive_address=127.0.0.1:{node.sst_port}",
-            f'wsrep_provider_options="{provider_options}"',
-            "wsrep_slave_threads=4",
-            "",
-        ]
-        node.cnf.write_text("\n".join(lines), encoding="utf-8")
+        """The node's my.cnf, from bench/galera.cnf."""
+        text = CNF_TEMPLATE.read_text(encoding="utf-8").format(
+            node=node, peers=",".join(f"127.0.0.1:{n.gcomm_port}" for n in self.nodes), provider=PROVIDER,
+            buffer_pool=self.buffer_pool)
+        node.cnf.write_text(text, encoding="utf-8")
 
     def _chown(self, path: Path) -> None:
         pw = pwd.getpwnam("mysql")
@@ -251,34 +212,29 @@ class Cluster:
 
     # -- node faults -------------------------------------------------------------------
 
-    def kill(self, node: Node) -> None:
+    def _signal(self, node: Node, sig: int, states: tuple[str, ...], then: str) -> None:
+        """Send `sig` to a node's running mariadbd if the node is in one of `states`; it is `then`."""
         with self._lock:
-            if node.pid is None:
+            if node.proc is None or node.pid is None or node.state not in states:
                 return
-            os.kill(node.pid, signal.SIGKILL)
-            assert node.proc is not None
-            node.proc.wait(timeout=30)
-            node.state = "killed"
+            os.kill(node.pid, sig)
+            if sig == signal.SIGKILL:
+                node.proc.wait(timeout=30)
+            node.state = then
+
+    def kill(self, node: Node) -> None:
+        self._signal(node, signal.SIGKILL, ("running", "paused"), "killed")
+
+    def pause(self, node: Node) -> None:
+        self._signal(node, signal.SIGSTOP, ("running",), "paused")
+
+    def resume(self, node: Node) -> None:
+        self._signal(node, signal.SIGCONT, ("paused",), "running")
 
     def restart(self, node: Node) -> None:
         with self._lock:
-            if node.state != "killed":
-                return
-            self.launch(node)
-
-    def pause(self, node: Node) -> None:
-        with self._lock:
-            if node.pid is None or node.state != "running":
-                return
-            os.kill(node.pid, signal.SIGSTOP)
-            node.state = "paused"
-
-    def resume(self, node: Node) -> None:
-        with self._lock:
-            if node.state != "paused" or node.pid is None:
-                return
-            os.kill(node.pid, signal.SIGCONT)
-            node.state = "running"
+            if node.state == "killed":
+                self.launch(node)
 
     def stop(self) -> None:
         """Stop every node this cluster started, by pid: SIGCONT, SIGTERM, then SIGKILL."""
@@ -286,15 +242,7 @@ class Cluster:
             proc = node.proc
             if proc is None or proc.poll() is not None:
                 continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGCONT)
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+            simproc.stop_process(proc, 60, signals=(signal.SIGCONT, signal.SIGTERM))
             node.state = "stopped"
             log(f"{node.name}: stopped (pid {proc.pid})")
 
@@ -396,18 +344,14 @@ class GaleraRun(chaos.Run):
                 self.node_event("node_sigstop", node, seconds=round(seconds, 1))
                 self.node_undo.append((now + seconds, "resume", node))
             busy.add(node.name)
-        keep = []
-        for at, what, node in self.node_undo:
-            if everything or now >= at:
-                if what == "restart":
-                    self.cluster.restart(node)
-                    self.node_event("node_restart", node)
-                else:
-                    self.cluster.resume(node)
-                    self.node_event("node_sigcont", node)
+        due, self.node_undo = chaos.split_due(self.node_undo, everything)
+        for _, what, node in due:
+            if what == "restart":
+                self.cluster.restart(node)
+                self.node_event("node_restart", node)
             else:
-                keep.append((at, what, node))
-        self.node_undo = keep
+                self.cluster.resume(node)
+                self.node_event("node_sigcont", node)
         if everything:
             self.node_plan = []
 
@@ -491,14 +435,10 @@ def campaign(args: argparse.Namespace) -> int:
     r = run.report
     log(f"seed {r['seed']}: {r.get('jobs_total')} slots on {args.nodes} nodes, {r.get('process_runs')} worker runs")
     log(f"node events: {[(e['t'], e['event'], e['node']) for e in r.get('node_events', [])]}")
-    log(f"final states {r.get('final_states')}; quarantine {r.get('quarantine_reasons')}")
     log(f"figures {r.get('figures')}; unexpected exits {r.get('unexpected_exits')}")
-    log(f"violations: {r.get('violations_by_kind') or 'none'}; report {run.report_path}")
     print(json.dumps({k: r.get(k) for k in ("seed", "jobs_total", "figures", "violations_by_kind", "node_events",
                                             "final_states", "unexpected_exits", "wall_seconds")}, default=str))
-    if failed:
-        return 2
-    return 1 if found else 0
+    return chaos.outcome(run, found, failed)
 
 
 def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurrency: int = 64,
@@ -545,18 +485,14 @@ def start_only(args: argparse.Namespace) -> int:
         for node in cluster.nodes:
             print(node.url())
         sys.stdout.flush()
-        try:
-            with chaos._signals_raise():
-                while True:
-                    time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        with contextlib.suppress(KeyboardInterrupt), chaos._signals_raise():  # until Ctrl-C or SIGTERM
+            while True:
+                time.sleep(3600)
     return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, epilog=harness.note("galera"),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.described(__doc__ or "", "galera")
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("start", "campaign", "throughput"):
         s = sub.add_parser(name)

@@ -1,19 +1,7 @@
-"""The one bench harness: what every measurement sets up, measures and tears down.
-
-* `parser` / `start`: the one command line (`--mysql`, `--runs`, `--quick`, `--no-doc`, and
-  `--sqlite` where a script offers it);
-* `polling_simulator`: the provider simulator as the poll benchmarks run it (responses that
-  stay in progress for a day, kept for ten), in its own process;
-* `bed`: fresh database -> engine -> settings -> seeded polls -> round-trip counter ->
-  dispose, as one context manager (`Bed`);
-* `run_process`: a program started as cron starts it (cold, logs on to a file), measured
-  from outside: wall, whole-process CPU from `wait4`'s rusage, peak RSS;
-* `grid`: runs x configurations, interleaved, so every configuration of one run sees the
-  same host;
-* the drills' command line and set-up (`drill_parser`, `drill_logs_and_slots`) and a
-  loopback WSGI server for webhook receivers (`wsgi_server`).
-
-Prose for docs/benchmarks.md lives in bench/notes/<key>.md (`note`), not in Python strings.
+"""The one bench harness: what every measurement sets up, measures and tears down (the
+command line, the simulator, the bed, a program measured as cron starts it, the runs x
+configurations grid, the drills' set-up and a loopback WSGI server); bench/README.md lists
+each. Prose for docs/benchmarks.md lives in bench/notes/<key>.md (`note`), not in Python strings.
 """
 
 from __future__ import annotations
@@ -51,8 +39,17 @@ POLLING = {"queued_seconds": 0.0, "in_progress_seconds": 86400.0, "retention_sec
 # -- command line -----------------------------------------------------------------------
 
 
-def parser(description: str, *, sqlite: bool = False, runs: int | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def described(description: str, note_key: str | None = None) -> argparse.ArgumentParser:
+    """A parser whose `--help` ends with bench/notes/<note_key>.md, when given."""
+    if note_key is None:
+        return argparse.ArgumentParser(description=description)
+    return argparse.ArgumentParser(description=description, epilog=note(note_key),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def parser(description: str, *, sqlite: bool = False, runs: int | None = None,
+           note: str | None = None) -> argparse.ArgumentParser:
+    p = described(description, note)
     p.add_argument("--mysql", default=os.environ.get("IIPUB_BENCH_MYSQL_URL", DEFAULT_MYSQL),
                    help="server URL; each measurement creates and drops its own iipub_bench_* database "
                         f"(default {DEFAULT_MYSQL})")
@@ -181,8 +178,8 @@ def park_today(world: Bed) -> None:
 # -- the drills (provider_truth.py, webhooks.py): the simulator in process, SQLite by default --
 
 
-def drill_parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def drill_parser(description: str, note: str | None = None) -> argparse.ArgumentParser:
+    p = described(description, note)
     p.add_argument("--mysql", help="a MariaDB/MySQL URL whose server may create scratch databases (default SQLite)")
     p.add_argument("--json", type=Path, help="write the results here too")
     return p
@@ -248,9 +245,13 @@ def reconcile_env(url: str, sim_url: str, workdir: Path, sections: Mapping[str, 
     sink under workdir/public)."""
     cfg = workdir / "iipub.toml"
     cfg.write_text(benchdb.settings_toml(workdir / "public", **sections))
+    return clean_env(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=sim_url)
+
+
+def clean_env(**variables: str) -> dict[str, str]:
+    """This process's environment without any IIPUB_/OPENAI_ variable, plus `variables`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
-    env.update(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench", OPENAI_BASE_URL=sim_url)
-    return env
+    return {**env, **variables}
 
 
 def run_reconcilers(envs: Sequence[Mapping[str, str]], cwd: str | Path, timeout: float = 900) -> list[dict[str, Any]]:
@@ -306,14 +307,7 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd
 
 
 def _vm_hwm_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):  # gone, or a zombie without memory
-        pass
-    return 0
+    return metering.proc_status(pid).get("VmHWM", 0)
 
 
 # -- runs x configurations ------------------------------------------------------------------

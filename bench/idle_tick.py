@@ -1,9 +1,6 @@
-"""The cost of a tick with nothing to do, as finished history piles up: 0, 100,000 and
-1,000,000 DELETED jobs (plus their last journal rows), bulk-inserted with executemany in
-chunks. For each size: the wall time of a reconcile tick with no due work (median of
-several), the statements it sent and their time, and `EXPLAIN` (and `ANALYZE`) of the
-candidate query exactly as `Store.due_candidates` renders it through the engine, plus
-`EXPLAIN` of every other SELECT the idle tick issues.
+"""The cost of a tick with nothing to do, as finished history piles up (0, 100,000 and
+1,000,000 DELETED jobs): wall time, statements, and `EXPLAIN` / `ANALYZE` of the tick's
+SELECTs. Set-up: bench/notes/idle_tick.md.
 
     .venv/bin/python bench/idle_tick.py [--mysql URL] [--quick] [--events-per-job E]
 """
@@ -61,9 +58,8 @@ def explain_table(rows: list[dict[str, Any]]) -> str:
 
 
 def short_sql(statement: str, limit: int = 150) -> str:
-    s = " ".join(statement.split())
-    s = s.replace("DATE_ADD(UTC_TIMESTAMP(6), INTERVAL ((SELECT offset_us FROM clock WHERE id = 1) + 0) MICROSECOND)",
-                  "now()")
+    """A statement as `metering.statement_key` folds it, cut to `limit` characters."""
+    s = metering.statement_key(statement, limit=len(statement))
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -173,15 +169,12 @@ def main() -> None:
 
 
 def buffer_pool(url: str) -> str:
-    probe = benchdb.server_probe(url)
     try:
-        with probe.connect() as conn:
+        with benchdb.server_probe(url) as probe, probe.connect() as conn:
             size = int(conn.execute(sa.text("SELECT @@innodb_buffer_pool_size")).scalar_one())
         return f"{size // (1024 * 1024)} MiB"
     except Exception:  # the figure is only informative: "?" whatever went wrong
         return "?"
-    finally:
-        probe.dispose()
 
 
 if __name__ == "__main__":

@@ -1,17 +1,14 @@
 """Full lifecycle throughput with a zero-latency simulator: K backfill slots driven from
-NO_JOB to DELETED by alternating `reconcile` and `relay` runs (the simulator's clock moved
-5 s after each pair, so responses finish), all in this process on one engine.
-
-Reported: slots per second (NO_JOB -> DELETED), fenced transitions per second (`job_events`
-rows written / time), and database traffic per transition: SQL statements counted with
-SQLAlchemy's `before_cursor_execute` hook, and (MariaDB) every command PyMySQL sends
-(statements plus the COMMITs, pool pre-ping PINGs and reset-on-return ROLLBACKs).
+NO_JOB to DELETED by alternating `reconcile` and `relay` runs, all in this process on one engine;
+slots and fenced transitions per second, SQL statements and (MariaDB) PyMySQL round trips per
+transition (`metering.RoundTrips`). Set-up: bench/notes/lifecycle.md.
 
     .venv/bin/python bench/lifecycle.py [--mysql URL] [--quick] [--sqlite] [--slots K]
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Any
 
@@ -23,6 +20,7 @@ import reporting
 import simproc
 from iipub import tables
 from iipub.states import State
+from iipub.status import dwell_samples
 
 
 def measure(base_url: str, k: int) -> dict[str, Any]:
@@ -63,10 +61,6 @@ def measure(base_url: str, k: int) -> dict[str, Any]:
 def dwell_seconds(engine: Any, first_event: int) -> list[float]:
     """The unretrieved-dwell SLI samples (COMPLETED_NOT_RETRIEVED -> RETRIEVED_NOT_VALIDATED),
     computed from the journal with `iipub.status.dwell_samples`."""
-    import datetime as dt
-
-    from iipub.status import dwell_samples
-
     E = tables.job_events
     with engine.connect() as conn:
         rows = conn.execute(sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)
@@ -74,18 +68,6 @@ def dwell_seconds(engine: Any, first_event: int) -> list[float]:
     parsed = [(j, f, t, dt.datetime.fromisoformat(a) if isinstance(a, str) else a) for j, f, t, a in rows]
     durations, _failed = dwell_samples(parsed)
     return durations
-
-
-def repeat(label: str, base_url: str, k: int, runs: int) -> list[dict[str, Any]]:
-    out = []
-    for r in range(runs):
-        m = measure(base_url, k)
-        out.append(m)
-        print(f"[{label}] K={k} run {r + 1}: {m['wall']:.2f} s, {m['slots_per_s']:.1f} slots/s, "
-              f"{m['transitions_per_s']:.0f} transitions/s, {m['stmts_per_tr']:.2f} stmts/transition, "
-              f"{m['wire_per_tr']:.2f} round trips/transition (reconcile {m['reconcile_s']:.1f} s, "
-              f"relay {m['relay_s']:.1f} s, {m['loops']} loops)", flush=True)
-    return out
 
 
 def rows_for(label: str, k: int, ms: list[dict[str, Any]]) -> list[list[str]]:
@@ -108,9 +90,8 @@ def main() -> None:
     args = run.args
     k = args.slots or (40 if args.quick else 200)
     runs = args.runs or (1 if args.quick else 3)
-    results = {"MariaDB": repeat("MariaDB", args.mysql, k, runs)}
-    if args.sqlite:
-        results["SQLite (bonus)"] = repeat("SQLite", "sqlite", k, runs)
+    backends = {"MariaDB": args.mysql, **({"SQLite (bonus)": "sqlite"} if args.sqlite else {})}
+    results = harness.grid(runs, list(backends), lambda label: measure(backends[label], k))
     head = run.header(f"{runs} (median, min–max)")
     rows = [r for label, ms in results.items() for r in rows_for(label, k, ms)]
     m0 = results["MariaDB"][len(results["MariaDB"]) // 2]

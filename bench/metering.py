@@ -1,9 +1,11 @@
 """Meters for the iipub benchmarks: SQL statements and driver round trips of an engine
-(`RoundTrips`) and the CPU time of another process (`cpu_seconds`).
+(`RoundTrips`), the CPU time of another process (`cpu_seconds`) and its /proc/PID/status
+figures (`proc_status`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -31,11 +33,12 @@ class RoundTrips:
         self.record_sql = False
         self.sql: list[tuple[str, Any]] = []
         self._t = threading.local()
-        event.listen(engine, "before_cursor_execute", self._before)
-        event.listen(engine, "after_cursor_execute", self._after)
-        event.listen(engine, "commit", self._commit)
-        event.listen(engine, "rollback", self._rollback)
-        event.listen(engine.pool, "checkout", self._checkout)
+        self._listeners: list[tuple[Any, str, Callable[..., None]]] = [
+            (engine, "before_cursor_execute", self._before), (engine, "after_cursor_execute", self._after),
+            (engine, "commit", self._other("COMMIT")), (engine, "rollback", self._other("ROLLBACK")),
+            (engine.pool, "checkout", self._other("checkout"))]
+        for target, name, fn in self._listeners:
+            event.listen(target, name, fn)
         self._unpatch: Callable[[], None] | None = None
         from iipub.db import dialect_family
 
@@ -58,17 +61,14 @@ class RoundTrips:
         with self.lock:
             self.statement_seconds[key] += time.perf_counter() - started
 
-    def _commit(self, conn: Any) -> None:
-        with self.lock:
-            self.other["COMMIT"] += 1
+    def _other(self, key: str) -> Callable[..., None]:
+        """A listener counting COMMIT, ROLLBACK or a pool checkout under `key`."""
 
-    def _rollback(self, conn: Any) -> None:
-        with self.lock:
-            self.other["ROLLBACK"] += 1
+        def count(*args: Any) -> None:
+            with self.lock:
+                self.other[key] += 1
 
-    def _checkout(self, *args: Any) -> None:
-        with self.lock:
-            self.other["checkout"] += 1
+        return count
 
     def _patch_pymysql(self) -> None:
         import pymysql.connections as pc
@@ -109,22 +109,19 @@ class RoundTrips:
             self.sql.clear()
 
     def close(self) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._before)
-        event.remove(self.engine, "after_cursor_execute", self._after)
-        event.remove(self.engine, "commit", self._commit)
-        event.remove(self.engine, "rollback", self._rollback)
-        event.remove(self.engine.pool, "checkout", self._checkout)
+        for target, name, fn in self._listeners:
+            event.remove(target, name, fn)
         if self._unpatch:
             self._unpatch()
 
 
-def statement_key(statement: str) -> str:
+def statement_key(statement: str, limit: int = 160) -> str:
     """A statement as `RoundTrips.statement_seconds` keys it: white space folded, the
-    database-clock expression shortened to `now()`, at most 160 characters."""
+    database-clock expression shortened to `now()`, at most `limit` characters."""
     s = " ".join(statement.split())
     s = re.sub(r"\(SELECT offset_us FROM clock WHERE id = 1\)", "<clock>", s)
     s = re.sub(r"DATE_ADD\(UTC_TIMESTAMP\(6\), INTERVAL \(<clock> \+ -?\d+\) MICROSECOND\)", "now()", s)
-    return s[:160]
+    return s[:limit]
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -135,3 +132,16 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """The numeric fields of /proc/PID/status (VmHWM, VmRSS in KiB, Threads, ...); {} when the
+    process is gone."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            first = value.split()[:1]
+            if first and first[0].isdigit():
+                out[key] = int(first[0])
+    return out

@@ -1,16 +1,13 @@
 """Overlapping reconcilers: P = 1, 2, 4 `iipub reconcile` processes started together on the
-same due set of N polling jobs (as cron would if ticks overran, or on several hosts).
-
-Reported per P: wall time from the first start to the last exit (process start-up
-included), total throughput (polls / wall), the processes' own tick times, and the sum of
-each process's JSON summary counters `leased`, `taken` (a candidate another process got
-first), `contention` and `lease_lost`; plus a check that no job was polled twice.
+same due set of N polling jobs (as cron would if ticks overran, or on several hosts). The figures
+and the double-poll check: bench/notes/overlap.md.
 
     .venv/bin/python bench/overlap.py [--mysql URL] [--quick]
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from typing import Any
@@ -78,16 +75,11 @@ def main() -> None:
                           (1, 2), goal_runs))
     rows = []
     for label, latency, n, concurrency, max_connections, procs, k in scenarios:
-        results: dict[int, list[dict[str, Any]]] = {p: [] for p in procs}
-        with harness.polling_simulator(latency) as sim:
-            for r in range(k):
-                for p in results:  # side by side within a run
-                    m = measure(args.mysql, sim, n, p, concurrency, max_connections)
-                    results[p].append(m)
-                    print(f"[{label}] N={n} P={p} run {r + 1}: {m['wall']:.2f} s, {m['rate']:.1f} polls/s, "
-                          f"polls {m['polls']} journaled {m['journaled']} twice {m['twice']} "
-                          f"(premature {m['premature']}, min gap {m['min_gap']:.1f} s), "
-                          + ", ".join(f"{k} {m[k]}" for k in KEYS), flush=True)
+        print(f"[{label}] N={n}", flush=True)
+        with harness.polling_simulator(latency) as sim:  # the P values side by side within a run
+            cell = functools.partial(measure, args.mysql, sim, n, concurrency=concurrency,
+                                     max_connections=max_connections)
+            results = harness.grid(k, procs, cell)
         base = {m_i: m["wall"] for m_i, m in enumerate(results[1])}
         for p, ms in results.items():
             ratio = [base[i] / m["wall"] for i, m in enumerate(ms) if i in base]

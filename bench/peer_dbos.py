@@ -1,15 +1,11 @@
 """A DBOS Transact peer: iipub's provider work written the way DBOS would have it.
 
 The workflow, the client and what is printed: bench/notes/peer_dbos.md (also in `--help`).
-
 Needs `bench/requirements-peer.txt` (DBOS is not an iipub dependency), in its own virtualenv:
 
     python3.11 -m venv /tmp/peer-venv && /tmp/peer-venv/bin/pip install -r bench/requirements-peer.txt
     /tmp/peer-venv/bin/python bench/peer_dbos.py --sim-url URL --bodies FILE [--jobs 200] [--sleep 1.0]
-        [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test] [--max-connections 32]
-
-With `--jobs 0` it launches and destroys DBOS only, after `--idle` seconds doing nothing (the
-baselines of the server-side counts).
+        [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test] [--max-connections 32] [--jobs 0 --idle S]
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -52,22 +49,18 @@ def _count(counter: Counter[str], key: str) -> None:
         counter[key] += 1
 
 
-@event.listens_for(sa.engine.Engine, "commit")
-def _on_commit(conn: Any) -> None:
-    if _window.is_set():
-        _count(sql, "COMMIT")
+def _counted(key: str) -> Callable[..., None]:
+    """An engine-event listener counting `key` in `sql` while the workload runs."""
+
+    def listener(*args: Any) -> None:
+        if _window.is_set():
+            _count(sql, key)
+
+    return listener
 
 
-@event.listens_for(sa.engine.Engine, "rollback")
-def _on_rollback(conn: Any) -> None:
-    if _window.is_set():
-        _count(sql, "ROLLBACK")
-
-
-@event.listens_for(sa.engine.Engine, "before_cursor_execute")
-def _on_statement(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-    if _window.is_set():
-        _count(sql, "statement")
+for _event, _key in (("commit", "COMMIT"), ("rollback", "ROLLBACK"), ("before_cursor_execute", "statement")):
+    event.listen(sa.engine.Engine, _event, _counted(_key))
 
 
 def db_stats(admin: sa.Engine, name: str) -> dict[str, int]:

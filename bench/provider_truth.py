@@ -1,11 +1,6 @@
 """Provider-truth drills: for each provider fault, what it costs and how fast iipub recovers.
 
-Each scenario schedules slots on a fresh database, runs cron-like ticks (reconcile + relay,
-the database and simulator clocks moved forward a minute per tick) against the simulator over
-real HTTP with the fault active, then clears the fault ("the provider is back") and runs until
-every slot that is not parked is published. It reports, per fault: paid creates per slot (the
-simulator's own count), quarantined slots, and the time from recovery to the last publication
-(database clock, i.e. cron minutes, and wall-clock seconds of the ticks).
+How a scenario runs and what it reports: bench/notes/provider_truth.md (also in `--help`).
 
     python bench/provider_truth.py [--mysql URL] [--json PATH]
 
@@ -142,7 +137,7 @@ def render(results: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = harness.drill_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    args = harness.drill_parser(__doc__.split("\n\n")[0], note="provider_truth").parse_args(argv)
     harness.drill_logs_and_slots()
     results = [run_scenario(sc, args.mysql, i) for i, sc in enumerate(SCENARIOS)]
     print(render(results))

@@ -1,9 +1,7 @@
-"""Relay throughput to the static sink, against the size of the archive already published: the
-static root is seeded with E editions per product and language (older than the new ones), then
-M slots are driven to SAVED_NOT_PUBLIC by reconcile (zero-latency simulator), which leaves one
-outbox event per slot and language, and one `relay.run` is timed. The static sink is wrapped
-(same object, timed `deliver`) to split the time between the sink's file work and the relay's
-database work. A flat cost per event from E = 25 to E = 10,000 is the point.
+"""Relay throughput to the static sink, against the size of the archive already published
+(E editions per product and language): one timed `relay.run` over M new slots' events, split
+between the sink's file work and the relay's database work. A flat cost per event from E = 25
+to E = 10,000 is the point. Set-up: bench/notes/relay_throughput.md.
 
     .venv/bin/python bench/relay_throughput.py [--mysql URL] [--quick] [--editions 25,1000,10000] [--slots 50]
 """
@@ -157,13 +155,6 @@ def measure(base_url: str, m: int, template: Path, work: Path) -> dict[str, Any]
     }
 
 
-def _report(e: int, r: int, x: dict[str, Any]) -> None:
-    print(f"E={e} run {r + 1}: copied in {x['seed']:.1f} s, prepared in {x['prep']:.1f} s; relay "
-          f"{x['wall']:.2f} s for {x['events']} events = {x['rate']:.1f} events/s ({x['sink_ms']:.1f} ms "
-          f"sink + {x['db_ms']:.1f} ms db/other per event, {x['stmts_per_event']:.1f} stmts, "
-          f"{x['wire_per_event']:.1f} round trips)", flush=True)
-
-
 def main() -> None:
     ap = harness.parser(__doc__.split("\n\n")[0])
     ap.add_argument("--slots", type=int, default=None, help="M new slots per run (default 50; --quick 20)")
@@ -175,7 +166,6 @@ def main() -> None:
     m = args.slots or (20 if args.quick else 50)
     sizes = [int(x) for x in (args.editions or ("25,1000" if args.quick else "25,1000,10000")).split(",")]
     runs = args.runs or (1 if args.quick else 3)
-    results: dict[int, list[dict[str, Any]]] = {e: [] for e in sizes}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         seeded = {}
@@ -186,14 +176,15 @@ def main() -> None:
             shape = benchdb.bench_settings(args.mysql, "http://127.0.0.1:9/v1", work / "public", **relay_sections(m))
             seeded[e] = seed_archive(shape, e, first_new_day(shape, m), base / f"seed-{e}")
             print(f"E={e}: {4 * e:,} editions seeded in {seeded[e]:.1f} s", flush=True)
-        for r in range(runs):  # sizes interleaved, so a busy spell of a shared host does not land on one size
-            for e in sizes:
-                work = base / f"run-{e}"
-                if work.exists():
-                    work.rename(base / f"done-{e}-{r}")  # out of the way, deleted with the rest at the end
-                x = measure(args.mysql, m, base / f"seed-{e}", work)
-                results[e].append(x)
-                _report(e, r, x)
+
+        def one_run(e: int) -> dict[str, Any]:
+            work = base / f"run-{e}"
+            if work.exists():  # the previous run's: out of the way, deleted with the rest at the end
+                work.rename(Path(tempfile.mkdtemp(dir=base)) / "done")
+            return measure(args.mysql, m, base / f"seed-{e}", work)
+
+        # Sizes interleaved, so a busy spell of a shared host does not land on one size.
+        results = harness.grid(runs, sizes, one_run)
     head = run.header(f"{runs} per E (median, min–max)")
     seeded_text = ", ".join(f"{4 * e:,} editions in {seeded[e]:.1f} s" for e in sizes)
     rows = []

@@ -31,8 +31,6 @@ def command_line() -> str:
     return " ".join([VENV_PY, shlex.quote(script), *map(shlex.quote, sys.argv[1:])])
 
 
-
-
 def median(values: Iterable[float]) -> float:
     vals = list(values)
     return statistics.median(vals) if vals else float("nan")
@@ -78,7 +76,8 @@ SECTIONS = ("cli_tick", "lifecycle", "idle_tick", "overlap", "relay_throughput",
 DOC_HEADER = ROOT / "bench" / "notes" / "header.md"
 
 
-def machine(engine: sa.Engine | None = None) -> str:
+def machine(base_url: str | None = None) -> str:
+    """The host, the versions, and the database server's version when `base_url` is given."""
     import pymysql
 
     mem = "?"
@@ -96,15 +95,17 @@ def machine(engine: sa.Engine | None = None) -> str:
         f"`nproc` {os.cpu_count()} ({cpu})", f"memory {mem}", f"Linux {platform.release()}",
         f"Python {platform.python_version()}", f"SQLAlchemy {sa.__version__}", f"PyMySQL {pymysql.__version__}",
     ]
-    if engine is not None:
-        parts.append(benchdb.server_version(engine))
+    if base_url is not None:
+        with benchdb.server_probe(base_url) as probe:
+            parts.append(benchdb.server_version(probe))
     return ", ".join(parts)
 
 
-def header_lines(engine: sa.Engine | None, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
+def server_header(base_url: str, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
+    """The lines that open a section: date, machine (and `base_url`'s server), command, runs, load."""
     lines = [
         f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {machine(engine)}",
+        f"- Machine: {machine(base_url)}",
         f"- Command: `{command_line()}`",
         f"- Runs: {runs}",
         (f"- Load average (1/5/15 min) before / after: {load_before} / {loadavg()} "
@@ -112,15 +113,6 @@ def header_lines(engine: sa.Engine | None, runs: str, load_before: str, extra: S
         *extra,
     ]
     return "\n".join(lines)
-
-
-def server_header(base_url: str, runs: str, load_before: str, extra: Sequence[str] = ()) -> str:
-    """`header_lines` with the server's version read through a short-lived probe engine."""
-    probe = benchdb.server_probe(base_url)
-    try:
-        return header_lines(probe, runs, load_before, extra)
-    finally:
-        probe.dispose()
 
 
 def write_section(key: str, title: str, body: str, *, enabled: bool = True) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -68,17 +70,34 @@ class SimProc:
         if self.proc.poll() is None:
             with contextlib.suppress(Exception):
                 self._call("quit")
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 10, signals=())
 
     def __enter__(self) -> SimProc:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float, *, signals: Sequence[int] = (signal.SIGTERM,),
+                 group: bool = False) -> int | None:
+    """Terminate, wait, then kill: send `signals` to `proc` (to its process group when `group`;
+    SIGCONT first wakes a stopped one), wait up to `timeout` seconds for it to exit, then SIGKILL
+    it. Its exit status, or None when it had to be killed."""
+
+    def send(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            (os.killpg if group else os.kill)(proc.pid, sig)
+
+    if proc.poll() is None:
+        for sig in signals:
+            send(sig)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        proc.wait(timeout=30)
+        return None
 
 
 def _sim_child(options_json: str) -> None:
@@ -123,6 +142,7 @@ def _sim_child(options_json: str) -> None:
                 print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
     finally:
         sim.stop()
+
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "sim-child":

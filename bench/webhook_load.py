@@ -5,19 +5,14 @@ read_seconds 10, request_seconds 20).
 The two phases and what each records: bench/notes/webhook_load.md (also in `--help`).
 
     python bench/webhook_load.py [--mysql URL | --sqlite] [--clients 250] [--rounds 4] [--slow 100]
-
-The section "Webhook receiver under load" of docs/benchmarks.md records it.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import http.client
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,19 +20,39 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import benchdb
 import harness
+import metering
 import reporting
+import simproc
 from iipub import webhook
 from iipub.config import WebhookSettings
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-bench-webhook-secret-0123456789").decode()
 CLIENT_TIMEOUT = 60.0
+
+
+@contextlib.contextmanager
+def every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
+    """`fn` called every `seconds` from a background thread while the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            fn()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 @dataclass
@@ -47,30 +62,11 @@ class Sampler:
     pid: int
     threads: int = 0
     rss_kib: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> None:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("Threads:"):
-                    self.threads = max(self.threads, int(line.split()[1]))
-                elif line.startswith("VmRSS:"):
-                    self.rss_kib = max(self.rss_kib, int(line.split()[1]))
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        def loop() -> None:
-            while not self._stop.wait(0.02):
-                self.sample()
-
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        try:
-            yield
-        finally:
-            self._stop.set()
-            t.join(2)
-            self.sample()
+        status = metering.proc_status(self.pid)
+        self.threads = max(self.threads, status.get("Threads", 0))
+        self.rss_kib = max(self.rss_kib, status.get("VmRSS", 0))
 
 
 @dataclass
@@ -143,21 +139,14 @@ def trickling_clients(port: int, count: int, path: str = "/hooks/openai",
     socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(count)]
     for s in socks:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n".encode())
-    stop = threading.Event()
 
     def trickle() -> None:
-        while not stop.wait(0.5):
-            for s in socks:
-                with contextlib.suppress(OSError):
-                    s.send(b"x")
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.send(b"x")
 
-    feeder = threading.Thread(target=trickle, daemon=True)
-    feeder.start()
-    try:
+    with every(0.5, trickle):
         yield socks
-    finally:
-        stop.set()
-        feeder.join(5)
 
 
 def amid_slow_clients(port: int, slow: int, amid: int) -> tuple[Tally, Counter[str], float]:
@@ -182,9 +171,8 @@ def amid_slow_clients(port: int, slow: int, amid: int) -> tuple[Tally, Counter[s
 
 @contextlib.contextmanager
 def receiver(url: str, workdir: Path) -> Iterator[tuple[int, int]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("IIPUB_", "OPENAI_"))}
-    env.update(IIPUB_DATABASE_URL=url, OPENAI_API_KEY="sk-bench", OPENAI_WEBHOOK_SECRET=SECRET,
-               OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+    env = harness.clean_env(IIPUB_DATABASE_URL=url, OPENAI_API_KEY="sk-bench", OPENAI_WEBHOOK_SECRET=SECRET,
+                            OPENAI_BASE_URL="http://127.0.0.1:9/v1")
     subprocess.run([*harness.iipub_exe(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=120)
     proc = subprocess.Popen([*harness.iipub_exe(), "--log-level", "warning", "webhook", "serve", "--port", "0"],
                             env=env, cwd=workdir, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -200,18 +188,11 @@ def receiver(url: str, workdir: Path) -> Iterator[tuple[int, int]]:
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
         yield proc.pid, port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        simproc.stop_process(proc, 60)
 
 
 def main() -> None:
-    ap = harness.parser(__doc__.splitlines()[0])
-    ap.epilog = harness.note("webhook_load")
-    ap.formatter_class = argparse.RawDescriptionHelpFormatter
+    ap = harness.parser(__doc__.splitlines()[0], note="webhook_load")
     ap.add_argument("--sqlite", action="store_true", help="a temporary SQLite file instead of MariaDB")
     ap.add_argument("--clients", type=int, default=250, help="client threads in the burst (deliveries in flight)")
     ap.add_argument("--rounds", type=int, default=4, help="deliveries per client, one after the other")
@@ -227,9 +208,10 @@ def main() -> None:
         sampler = Sampler(pid)
         sampler.sample()
         idle_threads, idle_rss = sampler.threads, sampler.rss_kib
-        with sampler.running():
+        with every(0.02, sampler.sample):  # the server's peaks, every 20 ms
             tally, wall = burst(port, args.clients, args.rounds)
             amid, slow_answers, slow_wall = amid_slow_clients(port, args.slow, args.amid)
+        sampler.sample()
     lat = tally.latencies
     total = args.clients * args.rounds
     rows: list[list[Any]] = [

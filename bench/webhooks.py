@@ -1,21 +1,12 @@
 """Webhooks against polling: polls per published edition and the dwell from the provider's
 completion to custody, for the same workload, with and without the provider's webhooks.
 
-Two modes run one after the other in one process, each on its own fresh database and its own
-simulator (in process, real HTTP, real time: `time_scale` 1, no clock is advanced):
-
-* `polling`: no webhooks; cron-like ticks (`reconcile.run` then `relay.run`) poll every job in
-  flight at [reconcile] poll_interval_seconds;
-* `webhooks`: the simulator signs and POSTs a webhook for every finished response to
-  `iipub.webhook.Receiver`, served on a loopback wsgiref server in this process, which takes
-  custody within the delivery; [webhooks] enabled = true, so while verified deliveries keep
-  arriving the ticks poll only as a safety net ([webhooks] poll_interval_seconds).
-
-The timings, the workload and the figures per mode: bench/notes/webhooks.md (also in `--help`).
+Two modes, each on its own fresh database and in-process simulator (real HTTP, real time):
+`polling` (cron-like ticks poll every job in flight) and `webhooks` (the simulator POSTs signed
+webhooks to `iipub.webhook.Receiver` on a loopback server, which takes custody; the ticks poll
+only as a safety net). Timings, workload and figures: bench/notes/webhooks.md (also in `--help`).
 
     python bench/webhooks.py [--editions 24] [--scale 10] [--waves 1] [--mysql URL] [--json PATH]
-
-The section "Webhooks: polls per edition and custody dwell" of docs/benchmarks.md records it.
 """
 
 from __future__ import annotations
@@ -135,28 +126,19 @@ def waves_of(days: Sequence[dt.date], waves: int) -> list[list[dt.date]]:
 # -- measuring -------------------------------------------------------------------------------
 
 
-def journal(engine: sa.Engine) -> dict[str, list[Any]]:
-    ev = tables.job_events
+def journal(engine: sa.Engine) -> tuple[dict[str, list[Any]], dict[str, dt.datetime], dict[str, dt.date]]:
+    """Per job: its journal events (reason, worker, at), when the receiver recorded its first
+    delivery (database clock), and its edition date."""
+    ev, d, jobs = tables.job_events, tables.webhook_deliveries, tables.jobs
     with engine.connect() as conn:
         rows = conn.execute(sa.select(ev.c.job_id, ev.c.reason, ev.c.worker, ev.c.at).order_by(ev.c.id)).all()
-    out: dict[str, list[Any]] = {}
+        received = conn.execute(sa.select(d.c.job_id, sa.func.min(d.c.received_at)).where(d.c.job_id.is_not(None))
+                                .group_by(d.c.job_id)).all()
+        dates = {r.id: r.edition_date for r in conn.execute(sa.select(jobs.c.id, jobs.c.edition_date))}
+    events: dict[str, list[Any]] = {}
     for r in rows:
-        out.setdefault(r.job_id, []).append((r.reason, r.worker, naive_utc(r.at)))
-    return out
-
-
-def received(engine: sa.Engine) -> dict[str, dt.datetime]:
-    """Per job, when the receiver recorded its first delivery (database clock)."""
-    d = tables.webhook_deliveries
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(d.c.job_id, sa.func.min(d.c.received_at)).where(d.c.job_id.is_not(None))
-                            .group_by(d.c.job_id)).all()
-    return {str(job_id): naive_utc(at) for job_id, at in rows}
-
-
-def edition_dates(engine: sa.Engine) -> dict[str, dt.date]:
-    with engine.connect() as conn:
-        return {r.id: r.edition_date for r in conn.execute(sa.select(tables.jobs.c.id, tables.jobs.c.edition_date))}
+        events.setdefault(r.job_id, []).append((r.reason, r.worker, naive_utc(r.at)))
+    return events, {str(job_id): naive_utc(at) for job_id, at in received}, dates
 
 
 def _utc(epoch: float) -> dt.datetime:
@@ -168,8 +150,7 @@ def dwell_figures(engine: sa.Engine, t: Timings, calls: dict[str, tuple[float, f
     """Per job: retrieved.at - completion, completion = the create call's midpoint + queued +
     in progress (and, for comparison, accepted.at + the same); who took custody; who read."""
     wave_of = {day: i for i, days in enumerate(waves) for day in days}
-    dates = edition_dates(engine)
-    arrived = received(engine)
+    events_by_job, arrived, dates = journal(engine)
     arrival: list[float] = []  # completion -> the receiver recorded the delivery
     handling: list[float] = []  # recorded -> custody
     generation = dt.timedelta(seconds=t.generation)
@@ -180,7 +161,7 @@ def dwell_figures(engine: sa.Engine, t: Timings, calls: dict[str, tuple[float, f
     reads: Counter[str] = Counter()
     reads_by_wave: Counter[int] = Counter()
     jobs_by_wave: Counter[int] = Counter()
-    for job_id, events in journal(engine).items():
+    for job_id, events in events_by_job.items():
         wave = wave_of.get(dates.get(job_id, dt.date.min), -1)
         jobs_by_wave[wave] += 1
         for reason, worker, _ in events:
@@ -332,9 +313,7 @@ def render(results: Sequence[dict[str, Any]], scale: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = harness.drill_parser(__doc__.split("\n\n")[0])
-    ap.epilog = harness.note("webhooks")
-    ap.formatter_class = argparse.RawDescriptionHelpFormatter
+    ap = harness.drill_parser(__doc__.split("\n\n")[0], note="webhooks")
     ap.add_argument("--editions", type=int, default=24, help="editions in the workload (default 24)")
     ap.add_argument("--scale", type=float, default=10.0, help="production timings divided by this (default 10)")
     ap.add_argument("--waves", type=int, default=1, help="schedule the editions in this many waves (default 1)")
@@ -347,12 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="iipub-webhooks-") as tmp:
         results = [run_mode(mode, args, Path(tmp), t) for mode in MODES]
     engine_note = "SQLite" if not args.mysql else "MariaDB"
-    probe = benchdb.server_probe(args.mysql) if args.mysql else None
-    try:
-        machine = reporting.machine(probe)
-    finally:
-        if probe is not None:
-            probe.dispose()
+    machine = reporting.machine(args.mysql)
     print(render(results, args.scale))
     polling, hooked = results
     if polling["polls_per_edition"] and hooked["polls_per_edition"] == hooked["polls_per_edition"]:

@@ -68,7 +68,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
-        values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row}
+        values = {name: row[name] for name in _FIELD_NAMES if name in row}
         values["state"] = State(values["state"])
         values["is_backfill"] = bool(values["is_backfill"])
         values["kill_requested"] = bool(values["kill_requested"])
@@ -85,6 +85,9 @@ class Job:
     def public(self) -> dict[str, Any]:
         """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""
         return {name: jsonable(getattr(self, name)) for name in PUBLIC_FIELDS}
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Job))  # `dataclasses.fields` builds a tuple per call
 
 
 def slot_row(*, job_id: str, product: str, day: dt.date, priority: int, opens_at: Any, now: Any,

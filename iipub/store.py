@@ -387,7 +387,11 @@ class Store:
     def _written(self, w: PlannedWrite) -> Job:
         job = w.job
         # Into QUARANTINED is the one transition that needs a human: a warning, with its reason.
-        emit = log.warning if w.to_state == State.QUARANTINED else log.info
+        # A write that keeps the state (a poll that found the response still running, a retry
+        # put off) is a debug line: the journal has it, and at 10,000 polls a minute info would
+        # be a line per poll in cron's log.
+        emit = (log.warning if w.to_state == State.QUARANTINED
+                else log.debug if w.to_state == job.state else log.info)
         emit(
             "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),
             from_state=job.state.value, to_state=w.to_state.value, version=job.version + 1, reason=w.reason.value,

@@ -119,3 +119,19 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
     assert tick.report.contention == 1 and dict(tick.report.transitions) == {}
     (after,) = job_rows(engine)
     assert (after["state"], after["version"]) == ("NO_JOB", leased.version)  # the write was rolled back
+
+
+def test_a_write_that_keeps_the_state_is_a_debug_line_and_a_move_is_info(cfg: Settings, engine: sa.Engine) -> None:
+    """A poll that found the response still running (the same state again) is journaled but logged
+    at debug, so 10,000 polls a minute are not 10,000 info lines; a move to another state is info."""
+    store = Store(engine, "w-log")
+    leased = _one_leased_job(store, cfg, engine)
+    with capture_logs() as logs:
+        kept = store.transition(leased, State.NO_JOB, reason=Reason.POLL, keep_lease=True)
+        store.transition(kept, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN)
+    lines = [(e["from_state"], e["to_state"], e["log_level"]) for e in _events(logs, "transition")]
+    assert lines == [("NO_JOB", "NO_JOB", "debug"), ("NO_JOB", "CREATE_ELIGIBLE", "info")]
+    with engine.connect() as conn:  # both are in the journal all the same
+        reasons = conn.execute(sa.select(tables.job_events.c.reason).where(tables.job_events.c.job_id == leased.id)
+                               .order_by(tables.job_events.c.id)).scalars().all()
+    assert reasons[-2:] == ["poll", "window_open"]

@@ -390,17 +390,34 @@ def test_the_machine_finds_jobs_by_whole_id_only_and_operators_by_prefix(engine:
     assert store.get(job_id).id == job_id
 
 
-def test_mysql_connections_share_one_default_tls_context(engine: sa.Engine) -> None:
+def test_mysql_connections_share_one_default_tls_context_built_only_for_a_server_with_tls(
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """PyMySQL's default ("preferred") TLS context is built once per process, not per connection
-    (it reads the CA bundle each time); the connections still work, each on its own socket."""
+    (it reads the CA bundle each time), and only when the server offers TLS; the connections
+    still work, each on its own socket."""
     if db.dialect_family(engine) != "mysql":
         pytest.skip("PyMySQL only")
+    import ssl
+
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    with engine.connect() as conn:
+        offers_tls = conn.execute(sa.text("SELECT @@have_ssl")).scalar_one() == "YES"
     conns = [engine.connect() for _ in range(3)]
     try:
         assert [c.execute(sa.text("SELECT 1")).scalar_one() for c in conns] == [1, 1, 1]
-        raw = [c.connection.dbapi_connection for c in conns]
+        raw: list[Any] = [c.connection.dbapi_connection for c in conns]
         assert len({id(r) for r in raw}) == 3
-        assert len({id(r.ctx) for r in raw}) == 1  # type: ignore[union-attr]
+        assert len(built) == (1 if offers_tls else 0)
+        # Asked for, every connection's context is the one context.
+        contexts = {id(r.ctx._build() if isinstance(r.ctx, db._OnFirstUse) else r.ctx) for r in raw}
+        assert len(contexts) == 1 and len(built) == 1
     finally:
         for c in conns:
             c.close()
