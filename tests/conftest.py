@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -96,6 +97,35 @@ def _quick_http_plumbing() -> Iterator[None]:
     without waiting out their poll interval (see tests/helpers.py)."""
     with shared_ssl_contexts(), prompt_server_shutdown():
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_statement_cache_per_backend() -> Iterator[None]:
+    """On SQLite, every engine of a run shares the first one's dialect and compiled statement
+    cache. SQLAlchemy caches compiled SQL per engine (keyed by its dialect), and each test makes a
+    fresh engine (and each in-process command its own): compiling the same few dozen statements
+    again in every test was about a tenth of the suite's CPU. Each statement is still compiled
+    once per process, by the dialect the engine would have had (`db.make_engine` configures every
+    SQLite engine alike, and SQLite's dialect keeps nothing of one database). Not on MySQL/MariaDB,
+    whose dialect remembers its engine's database."""
+    original = db.make_engine
+    first: list[sa.Engine] = []
+
+    def make_engine(url: str, *args: Any, **kwargs: Any) -> sa.Engine:
+        eng = original(url, *args, **kwargs)
+        if eng.dialect.name != "sqlite":
+            return eng
+        if not first:
+            first.append(eng)
+        eng.dialect = first[0].dialect
+        eng._compiled_cache = first[0]._compiled_cache
+        return eng
+
+    setattr(db, "make_engine", make_engine)  # noqa: B010 - the module's own name, for every caller
+    try:
+        yield
+    finally:
+        setattr(db, "make_engine", original)  # noqa: B010
 
 
 @pytest.fixture(autouse=True)
