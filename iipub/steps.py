@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import handlers, installation, ledger, money, payments, restore, track_steps
+from . import handlers, installation, ledger, money, payments
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -203,6 +203,8 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return apply(tick, job, d)
     if tick.shadow:
         return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
+    from . import restore  # the restore fence (and the site it reads): for creates, not for polls
+
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
     in_ledger = tick.spend(slot)
     ahead = restore.ahead(tick.store.engine, job, in_ledger)
@@ -275,6 +277,8 @@ def _adopt_from_ledger(tick: Tick, parked: Job, in_ledger: ledger.SlotSpend) -> 
     outcome = tick.provider.retrieve(in_ledger.response_id) if in_ledger.response_id else None
     d = handlers.adopt_restored(parked, in_ledger, outcome) if outcome is not None else None
     if d is None and not isinstance(outcome, (Transient, Rejected)):
+        from . import restore
+
         d = handlers.adopt_published(parked, in_ledger, restore.published_live(tick.settings, in_ledger), outcome)
     if d is None:
         tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
@@ -354,12 +358,16 @@ def step_validate(tick: Tick, job: Job) -> Job:
     parked = handlers.config_check(job, _product(tick, job))
     if parked is not None:
         return apply(tick, job, parked)
+    from . import track_steps  # tracks, outbox and their writers: a tick that only polls never loads them
+
     return track_steps.fork(tick, job)
 
 
 def step_follow(tick: Tick, job: Job) -> Job | None:
     """A forked slot follows its slowest language track (`track_steps.follow`); each track
     checks the config itself before it saves, so a slot whose tracks are saved is not parked."""
+    from . import track_steps
+
     return track_steps.follow(tick, job)
 
 
@@ -381,6 +389,8 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
         tick.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
     # Custody: the slot's payload and every language track's part.
+    from . import track_steps
+
     custody = job.payload is not None and track_steps.tracks_hold_custody(tick, job)
     if custody or job.kill_requested:  # journaled first, so `iipub check` sees every one
         installation.record_delete(tick.store.engine, job.response_id, job.id,
