@@ -610,3 +610,53 @@ def receiver() -> Iterator[Receiver]:
     """A webhook receiver on loopback for the duration of the block."""
     with recording_server(_Handler, Receiver, "/hooks/iipub") as rec:
         yield rec
+
+
+# -- a MariaDB server of a test's own ---------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def private_mariadbd(base: Path, *options: str) -> Iterator[str]:
+    """A mariadbd of the caller's own (its datadir under `base`, a free loopback port, `options`
+    added to its command line, stopped by its process id): the URL of its database `t`. Skips
+    when mariadbd is not installed."""
+    binary = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+    if not Path(binary).exists() or not shutil.which("mariadb-install-db"):
+        pytest.skip("mariadbd is not installed")
+    data, port = base / "data", free_port()
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, capture_output=True, timeout=120)
+    with open(base / "server.log", "ab") as out:
+        proc = subprocess.Popen([binary, "--no-defaults", f"--datadir={data}", f"--socket={base / 'sock'}",
+                                 f"--port={port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
+                                 "--innodb-buffer-pool-size=64M", "--skip-log-bin", f"--pid-file={base / 'pid'}",
+                                 *options], stdout=out, stderr=subprocess.STDOUT)
+    url = f"mysql+pymysql://root@127.0.0.1:{port}/"
+    try:
+        admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with admin.connect() as conn:
+                    conn.execute(sa.text("CREATE DATABASE IF NOT EXISTS t CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+                break
+            except sa.exc.OperationalError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        admin.dispose()
+        yield url + "t"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

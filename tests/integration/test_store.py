@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from iipub.config_file import settings_from_dict
 from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.states import Reason, State
 from iipub.store import Store
+from tests.helpers import private_mariadbd
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = settings_from_dict({}).products["daily-brief"]
@@ -421,3 +425,37 @@ def test_mysql_connections_share_one_default_tls_context_built_only_for_a_server
     finally:
         for c in conns:
             c.close()
+
+
+@pytest.mark.mysql
+@pytest.mark.slow
+def test_a_server_that_offers_tls_is_spoken_to_over_tls_with_one_context(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyMySQL's preferred mode against a server that offers TLS (as MariaDB 11.4 does by
+    default): every connection is encrypted, and the one context is built at the first handshake."""
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+                   check=True, capture_output=True, timeout=60)
+    built: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(args)
+        return real(*args, **kwargs)
+
+    with private_mariadbd(tmp_path, f"--ssl-cert={tmp_path / 'cert.pem'}", f"--ssl-key={tmp_path / 'key.pem'}") as url:
+        engine = db.make_engine(url)
+        monkeypatch.setattr(ssl, "create_default_context", counted)
+        try:
+            conns = [engine.connect() for _ in range(3)]
+            ciphers = [c.execute(sa.text("SHOW SESSION STATUS LIKE 'Ssl_cipher'")).one()[1] for c in conns]
+            for c in conns:
+                c.close()
+        finally:
+            engine.dispose()
+    assert all(ciphers) and len(ciphers) == 3, ciphers
+    assert len(built) <= 1  # none if an earlier connection of this process already built it

@@ -9,9 +9,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,7 +23,7 @@ from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
-from tests.helpers import job_events, make_settings, run_cli, sim_env
+from tests.helpers import job_events, make_settings, private_mariadbd, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)
 PRODUCT = "daily-brief"
@@ -74,51 +71,11 @@ def _simulator(**options: Any) -> Iterator[Simulator]:
 # -- test 17: both tracks of many slots at once, no lock waited for ---------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def private_mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A mariadbd of this test's own (its datadir in tmp, its own port, stopped by pid), so the
-    server's lock counters count this test's statements only."""
-    if not (shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists()) or not shutil.which("mariadb-install-db"):
-        pytest.skip("mariadbd is not installed")
-    base = tmp_path_factory.mktemp("mariadbd")
-    data, port = base / "data", _free_port()
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, capture_output=True, timeout=120)
-    binary = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
-    with open(base / "server.log", "ab") as out:
-        proc = subprocess.Popen([binary, "--no-defaults", f"--datadir={data}", f"--socket={base / 'sock'}",
-                                 f"--port={port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
-                                 "--innodb-buffer-pool-size=64M", "--skip-log-bin", f"--pid-file={base / 'pid'}"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"mysql+pymysql://root@127.0.0.1:{port}/"
-    try:
-        admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with admin.connect() as conn:
-                    conn.execute(sa.text("CREATE DATABASE IF NOT EXISTS t17 CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
-                break
-            except sa.exc.OperationalError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        admin.dispose()
-        yield url + "t17"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+    """A mariadbd of this test's own, so the server's lock counters count this test's statements only."""
+    with private_mariadbd(tmp_path_factory.mktemp("mariadbd")) as url:
+        yield url
 
 
 def _lock_counters(engine: sa.Engine) -> dict[str, int]:

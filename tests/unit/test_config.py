@@ -100,3 +100,14 @@ def test_the_environment_is_read_when_the_settings_are_built_never_afterwards(
     loaded = load_settings({"XDG_STATE_HOME": str(tmp_path / "loaded"), "OPENAI_API_KEY": "sk-at-load"})
     assert loaded.ledger_path() == tmp_path / "loaded" / "iipub" / "spend-ledger.jsonl"
     assert loaded.require_api_key() == "sk-at-load"
+
+
+def test_the_provider_organization_and_project_come_from_the_environment_over_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "iipub.toml"
+    cfg.write_text('[provider]\norganization = "org-file"\nproject = "proj-file"\n')
+    from_file = load_settings({"IIPUB_CONFIG": str(cfg)}).provider
+    assert (from_file.organization, from_file.project) == ("org-file", "proj-file")
+    env = {"IIPUB_CONFIG": str(cfg), "OPENAI_ORG_ID": "org-env", "OPENAI_PROJECT_ID": "proj-env"}
+    from_env = load_settings(env).provider
+    assert (from_env.organization, from_env.project) == ("org-env", "proj-env")
+    assert (load_settings({}).provider.organization, load_settings({}).provider.project) == (None, None)

@@ -381,3 +381,37 @@ def test_malformed_response_ids_are_refused_before_sending(provider: Provider, r
     with pytest.raises(ValueError, match="malformed response id"):
         provider.delete(bad, has_custody=True)
     assert rec.requests == []
+
+
+def test_reads_and_creates_carry_the_same_key_organization_and_project(rec: Recorder) -> None:
+    """A poll is plain httpx, a create goes through the SDK: both name the same key, organization
+    and project, so a response is read under the scope it was created in."""
+    settings = ProviderSettings(base_url=BASE, organization="org-7", project="proj_9")
+    client = httpx.Client(transport=httpx.MockTransport(rec))
+    rec.handler = answer(200, response_json(status="in_progress", text=None))
+    with Provider(settings, "sk-test", http_client=client) as p:
+        assert isinstance(p.retrieve("resp_abc123"), Observed)
+        rec.handler = answer(200, response_json(status="queued", text=None))
+        assert isinstance(p.create(REQ), Accepted)
+    client.close()
+    read, create = rec.requests
+    assert (read.method, str(read.url)) == ("GET", f"{BASE}/responses/resp_abc123")
+    assert (create.method, str(create.url)) == ("POST", f"{BASE}/responses")
+    for request in (read, create):
+        assert request.headers["authorization"] == "Bearer sk-test"
+        assert request.headers["openai-organization"] == "org-7"
+        assert request.headers["openai-project"] == "proj_9"
+
+
+def test_a_read_error_is_explained_as_the_provider_said_it(provider: Provider, rec: Recorder) -> None:
+    """The journal's `why` of a failed read: the error's message and the request id, clipped."""
+    rec.handler = answer(404, {"error": {"message": "No response with id 'resp_abc123' found.", "code": None}},
+                         headers={"x-request-id": "req_1"})
+    outcome = provider.retrieve("resp_abc123")
+    assert outcome == Missing("HTTP 404: No response with id 'resp_abc123' found. (request req_1)")
+    rec.handler = answer(502, b"<html>bad gateway</html>", headers={"content-type": "text/html"})
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Transient) and outcome.why == "HTTP 502: <html>bad gateway</html>"
+    rec.handler = answer(503, b"", headers={"retry-after": "7"})
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Transient) and outcome.why == "HTTP 503: Error code: 503" and outcome.retry_after == 7.0
