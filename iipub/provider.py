@@ -54,7 +54,10 @@ METADATA_MAX_KEYS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
-DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is not set
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# The most of one read-path answer iipub reads: a response object carries the output text (a
+# product's `max_output_bytes` is at most 16 MB) JSON-escaped, and little else.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # the SDK's, when OPENAI_BASE_URL is not set
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
@@ -273,15 +276,29 @@ class Provider(Closing):
         import httpx
 
         url = f"{self._base}/responses/{response_id}{suffix}"
+        # The whole answer is bounded in time and size, not only each read: a provider that
+        # trickles a body forever, or sends one without end, costs one poll, not a thread or
+        # the host's memory.
+        whole = self._settings.timeout_seconds if timeout is _CONFIGURED else timeout.read
+        ends = time.monotonic() + whole
         try:
             http = self._pool
-            resp = http.request(method, url, headers=self._headers,
-                                timeout=self._configured_timeout() if timeout is _CONFIGURED else timeout)
+            with http.stream(method, url, headers=self._headers,
+                             timeout=self._configured_timeout() if timeout is _CONFIGURED else timeout) as resp:
+                body = bytearray()
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        return _trouble(op, response_id, _TooMuch(f"answer larger than {MAX_ANSWER_BYTES} bytes"),
+                                        Transient(None, f"answer larger than {MAX_ANSWER_BYTES} bytes: not read"))
+                    if time.monotonic() > ends:
+                        return _trouble(op, response_id, _TooMuch(f"answer not complete after {whole:g} s"),
+                                        Transient(None, f"answer not complete after {whole:g} s: not read"))
         except httpx.HTTPError as exc:
             unreachable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
             return _trouble(op, response_id, exc,
                             Transient(None, f"transport failure: {_named(exc)}", unreachable=unreachable))
-        return Answer(resp.status_code, resp.content, resp.headers)
+        return Answer(resp.status_code, bytes(body), resp.headers)
 
     def _configured_timeout(self) -> httpx.Timeout:
         """The settings' timeouts (built once: every poll passes them)."""
@@ -304,6 +321,10 @@ class Provider(Closing):
 
         s = self._settings
         return httpx.Timeout(min(s.timeout_seconds, left), connect=min(s.connect_timeout_seconds, left))
+
+
+class _TooMuch(Exception):
+    """An answer iipub stopped reading: longer than MAX_ANSWER_BYTES, or than a read's time."""
 
 
 class Answer(NamedTuple):

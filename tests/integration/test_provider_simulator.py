@@ -25,7 +25,17 @@ from iipub import edition_schema
 from iipub.cli.simulator_cmd import simulator_command
 from iipub.config import Product, ProviderSettings
 from iipub.errors import ConfigError, InvariantViolation
-from iipub.outcomes import Accepted, Ambiguous, CreateRequest, Deleted, Missing, Observed, Refused, Rejected
+from iipub.outcomes import (
+    Accepted,
+    Ambiguous,
+    CreateRequest,
+    Deleted,
+    Missing,
+    Observed,
+    Refused,
+    Rejected,
+    Transient,
+)
 from iipub.provider import Provider
 from iipub.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
 
@@ -522,3 +532,41 @@ def test_threads_poll_through_pools_of_their_own_within_max_connections(sim: Sim
         assert len(p._shards) == 4 and len(later) == 3
         assert {id(c) for c in later} <= {id(http) for http in p._shards}
     assert all(http.is_closed for http in p._shards)
+
+
+def test_a_provider_that_trickles_its_answer_costs_one_poll_not_a_thread() -> None:
+    """Over a real socket: headers at once, then a byte every 50 ms of a body that would take
+    minutes. The poll gives up after the read's time (`timeout_seconds`) and is a Transient."""
+    import threading
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            for _ in range(200):  # at most 10 s
+                if stop.wait(0.05):
+                    return
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    settings = ProviderSettings(base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=0.5)
+    try:
+        with Provider(settings, "sk-test") as p:
+            started = time.monotonic()
+            outcome = p.retrieve("resp_trickle")
+            took = time.monotonic() - started
+    finally:
+        stop.set()
+        listener.close()
+        server.join(timeout=5)
+    assert outcome == Transient(None, "answer not complete after 0.5 s: not read")
+    assert 0.4 < took < 2.0

@@ -415,3 +415,36 @@ def test_a_read_error_is_explained_as_the_provider_said_it(provider: Provider, r
     rec.handler = answer(503, b"", headers={"retry-after": "7"})
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Transient) and outcome.why == "HTTP 503: Error code: 503" and outcome.retry_after == 7.0
+
+
+def test_an_answer_larger_than_the_bound_is_not_read(provider: Provider, rec: Recorder,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read path stops reading past MAX_ANSWER_BYTES: a Transient, nothing kept."""
+    import iipub.provider as provider_module
+
+    monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)
+    rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Transient) and outcome.why == "answer larger than 3000 bytes: not read"
+    rec.handler = answer(200, response_json(text="y" * 500))
+    assert isinstance(provider.retrieve("resp_abc123"), Observed)  # under the bound: read as before
+
+
+def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -> None:
+    """Each chunk in time is not enough: the whole answer has `timeout_seconds`."""
+    import time
+
+    def trickle() -> Iterator[bytes]:
+        for _ in range(100):
+            time.sleep(0.02)
+            yield b" "
+
+    rec.handler = lambda request: httpx.Response(200, content=trickle())
+    client = httpx.Client(transport=httpx.MockTransport(rec))
+    with Provider(ProviderSettings(base_url=BASE, timeout_seconds=0.2), "sk-test", http_client=client) as p:
+        started = time.monotonic()
+        outcome = p.retrieve("resp_abc123")
+        took = time.monotonic() - started
+    client.close()
+    assert isinstance(outcome, Transient) and outcome.why == "answer not complete after 0.2 s: not read"
+    assert took < 1.0
