@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 import structlog
@@ -156,13 +157,14 @@ class Provider(Closing):
         s = self._settings
         if not self._owns_http and self._http is not None:
             if not self._shards:
+                _bound(self._http)
                 self._shards.append(self._http)
             return self._http
         if len(self._shards) < s.max_connections:
             # One TLS context serves every pool and every provider of the process (building
             # one reads the CA bundle).
-            http = httpx.Client(timeout=self._configured_timeout(),
-                                limits=httpx.Limits(max_connections=1), verify=tls.client_context())
+            http = _bound(httpx.Client(timeout=self._configured_timeout(),
+                                       limits=httpx.Limits(max_connections=1), verify=tls.client_context()))
             self._shards.append(http)
             self._http = self._http or http
             return http
@@ -276,29 +278,15 @@ class Provider(Closing):
         import httpx
 
         url = f"{self._base}/responses/{response_id}{suffix}"
-        # The whole answer is bounded in time and size, not only each read: a provider that
-        # trickles a body forever, or sends one without end, costs one poll, not a thread or
-        # the host's memory.
-        whole = self._settings.timeout_seconds if timeout is _CONFIGURED else timeout.read
-        ends = time.monotonic() + whole
         try:
             http = self._pool
-            with http.stream(method, url, headers=self._headers,
-                             timeout=self._configured_timeout() if timeout is _CONFIGURED else timeout) as resp:
-                body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
-                        return _trouble(op, response_id, _TooMuch(f"answer larger than {MAX_ANSWER_BYTES} bytes"),
-                                        Transient(None, f"answer larger than {MAX_ANSWER_BYTES} bytes: not read"))
-                    if time.monotonic() > ends:
-                        return _trouble(op, response_id, _TooMuch(f"answer not complete after {whole:g} s"),
-                                        Transient(None, f"answer not complete after {whole:g} s: not read"))
-        except httpx.HTTPError as exc:
+            resp = http.request(method, url, headers=self._headers,
+                                timeout=self._configured_timeout() if timeout is _CONFIGURED else timeout)
+        except httpx.HTTPError as exc:  # the answer's bounds (`bounded_answers`) are ReadErrors too
             unreachable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
             return _trouble(op, response_id, exc,
                             Transient(None, f"transport failure: {_named(exc)}", unreachable=unreachable))
-        return Answer(resp.status_code, bytes(body), resp.headers)
+        return Answer(resp.status_code, resp.content, resp.headers)
 
     def _configured_timeout(self) -> httpx.Timeout:
         """The settings' timeouts (built once: every poll passes them)."""
@@ -323,16 +311,58 @@ class Provider(Closing):
         return httpx.Timeout(min(s.timeout_seconds, left), connect=min(s.connect_timeout_seconds, left))
 
 
-class _TooMuch(Exception):
-    """An answer iipub stopped reading: longer than MAX_ANSWER_BYTES, or than a read's time."""
-
-
 class Answer(NamedTuple):
     """A read-path HTTP answer, whatever its status."""
 
     status: int
     body: bytes
     headers: Mapping[str, str]
+
+
+def _bound(http: httpx.Client) -> httpx.Client:
+    """Every answer on `http` (reads and creates alike) is bounded in size and time."""
+    if bounded_answers not in http.event_hooks["response"]:
+        http.event_hooks["response"].append(bounded_answers)
+    return http
+
+
+def bounded_answers(response: httpx.Response) -> None:
+    """A response hook (run once the headers are in, before the body is read): the body is read
+    through a stream that stops past MAX_ANSWER_BYTES or once the request's read timeout has
+    passed since the headers, for the whole body and not per chunk. A provider that trickles a
+    body forever, or sends one without end, then costs one call (an httpx ReadError, which a
+    read maps to Transient and a create to Ambiguous), not a thread or the host's memory."""
+    read = (response.request.extensions.get("timeout") or {}).get("read")
+    response.stream = _bounded_stream_class()(response.stream, response.request, read)
+
+
+@functools.cache
+def _bounded_stream_class() -> Callable[[Any, httpx.Request, float | None], httpx.SyncByteStream]:
+    import httpx
+
+    class Bounded(httpx.SyncByteStream):
+        def __init__(self, inner: Any, request: httpx.Request, seconds: float | None) -> None:
+            self._inner = inner
+            self._request = request
+            self._seconds = seconds
+            self._ends = None if seconds is None else time.monotonic() + seconds
+
+        def __iter__(self) -> Iterator[bytes]:
+            size = 0
+            for chunk in self._inner:
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise httpx.ReadError(f"answer larger than {MAX_ANSWER_BYTES} bytes: not read",
+                                          request=self._request)
+                if self._ends is not None and time.monotonic() > self._ends:
+                    raise httpx.ReadTimeout(f"answer not complete after {self._seconds:g} s: not read",
+                                            request=self._request)
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return Bounded
 
 
 def read_headers(settings: ProviderSettings, api_key: str) -> dict[str, str]:

@@ -568,5 +568,5 @@ def test_a_provider_that_trickles_its_answer_costs_one_poll_not_a_thread() -> No
         stop.set()
         listener.close()
         server.join(timeout=5)
-    assert outcome == Transient(None, "answer not complete after 0.5 s: not read")
+    assert outcome == Transient(None, "transport failure: ReadTimeout: answer not complete after 0.5 s: not read")
     assert 0.4 < took < 2.0

@@ -419,15 +419,20 @@ def test_a_read_error_is_explained_as_the_provider_said_it(provider: Provider, r
 
 def test_an_answer_larger_than_the_bound_is_not_read(provider: Provider, rec: Recorder,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The read path stops reading past MAX_ANSWER_BYTES: a Transient, nothing kept."""
+    """Reads stop reading past MAX_ANSWER_BYTES: a Transient, nothing kept; a create's answer
+    that large is an unknown outcome (the request was sent), never a retry."""
     import iipub.provider as provider_module
 
     monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)
     rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
     outcome = provider.retrieve("resp_abc123")
-    assert isinstance(outcome, Transient) and outcome.why == "answer larger than 3000 bytes: not read"
+    assert isinstance(outcome, Transient)
+    assert outcome.why == "transport failure: ReadError: answer larger than 3000 bytes: not read"
     rec.handler = answer(200, response_json(text="y" * 500))
     assert isinstance(provider.retrieve("resp_abc123"), Observed)  # under the bound: read as before
+    rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
+    created = provider.create(REQ)
+    assert isinstance(created, Ambiguous) and "answer larger than 3000 bytes" in created.why
 
 
 def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -> None:
@@ -446,5 +451,6 @@ def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -
         outcome = p.retrieve("resp_abc123")
         took = time.monotonic() - started
     client.close()
-    assert isinstance(outcome, Transient) and outcome.why == "answer not complete after 0.2 s: not read"
+    assert isinstance(outcome, Transient)
+    assert outcome.why == "transport failure: ReadTimeout: answer not complete after 0.2 s: not read"
     assert took < 1.0
