@@ -518,7 +518,7 @@ def _answer_why(answer: Answer) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             message = error["message"]
     request_id = answer.headers.get("x-request-id")
-    suffix = f" (request {request_id})" if request_id else ""
+    suffix = f" (request {_clip(request_id, 64)})" if request_id else ""
     return f"HTTP {answer.status}: {_clip(message)}{suffix}"
 
 
@@ -597,7 +597,7 @@ def _status_why(exc: openai.APIStatusError) -> str:
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         message = body["message"]
     request_id = exc.request_id
-    suffix = f" (request {request_id})" if request_id else ""
+    suffix = f" (request {_clip(request_id, 64)})" if request_id else ""
     return f"HTTP {exc.status_code}: {_clip(message)}{suffix}"
 
 

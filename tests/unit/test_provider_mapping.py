@@ -454,3 +454,10 @@ def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -
     assert isinstance(outcome, Transient)
     assert outcome.why == "transport failure: ReadTimeout: answer not complete after 0.2 s: not read"
     assert took < 1.0
+
+
+def test_a_provider_request_id_is_clipped_like_its_message(provider: Provider, rec: Recorder) -> None:
+    """Untrusted text from the provider (a message, a request id) is clipped before the journal keeps it."""
+    rec.handler = answer(404, headers={"x-request-id": "r" * 5000})
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Missing) and len(outcome.why) < 400 and outcome.why.endswith(f"(request {'r' * 63}…)")
