@@ -249,7 +249,15 @@ class Provider(Closing):
             return answer
         if not 200 <= answer.status < 300:
             return _trouble_status("read", response_id, answer)
-        return _observed(answer.body)
+        observed = _observed(answer.body)
+        if isinstance(observed, Observed) and observed.response_id != response_id:
+            # Another response's body (a misrouting proxy or cache, a confused provider) is never
+            # taken as this one's: its output may be another job's, or another installation's.
+            why = f"asked for {response_id}, answered with {_clip(observed.response_id, 64)}: not taken"
+            log.warning("provider_trouble", op="read", subject=response_id, status=answer.status,
+                        outcome="Transient", why=why)
+            return Transient(None, why)
+        return observed
 
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
         # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,

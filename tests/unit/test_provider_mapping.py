@@ -461,3 +461,10 @@ def test_a_provider_request_id_is_clipped_like_its_message(provider: Provider, r
     rec.handler = answer(404, headers={"x-request-id": "r" * 5000})
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Missing) and len(outcome.why) < 400 and outcome.why.endswith(f"(request {'r' * 63}…)")
+
+
+def test_an_answer_about_another_response_is_never_taken_for_this_one(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(response_id="resp_someone_else"))
+    for call in (provider.retrieve, provider.cancel):
+        outcome = call("resp_abc123")
+        assert outcome == Transient(None, "asked for resp_abc123, answered with resp_someone_else: not taken")
