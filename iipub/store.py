@@ -296,9 +296,12 @@ class Store:
                       "c_lease": clock.clock_offset(conn, self.lease_seconds), "v_worker": self.worker}
             if conn.execute(update, params).rowcount == 0:
                 return []
-            rows = conn.execute(select, {"k_ids": ids, "k_pairs": [(job_id, v + 1) for job_id, v in seen],
-                                         "v_worker": self.worker}).mappings().all()
-        leased = {row["id"]: Job.from_row(row) for row in rows}
+            result = conn.execute(select, {"k_ids": ids, "k_pairs": [(job_id, v + 1) for job_id, v in seen],
+                                           "v_worker": self.worker})
+            keys = list(result.keys())
+            rows = result.all()
+        jobs = (Job.from_columns(keys, row) for row in rows)
+        leased = {job.id: job for job in jobs}
         return [leased[job_id] for job_id in ids if job_id in leased]
 
     def transition(

@@ -459,3 +459,21 @@ def test_a_server_that_offers_tls_is_spoken_to_over_tls_with_one_context(
             engine.dispose()
     assert all(ciphers) and len(ciphers) == 3, ciphers
     assert len(built) <= 1  # none if an earlier connection of this process already built it
+
+
+def test_a_job_read_as_a_tuple_is_the_job_read_as_a_mapping(engine: sa.Engine) -> None:
+    """The claim builds its jobs from tuples (`Job.from_columns`): the same values, types and
+    equality as `Job.from_row`; a column the job does not know is left out, a missing one is an error."""
+    from iipub.jobs import Job
+
+    _, job_id = _scheduled(engine)
+    with engine.connect() as conn:
+        result = conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id))
+        keys, row = list(result.keys()), result.one()
+        mapping = conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id)).mappings().one()
+    fast, slow = Job.from_columns(keys, row), Job.from_row(mapping)
+    assert fast == slow and fast.state is State.NO_JOB and fast.is_backfill is False and fast.kill_requested is False
+    assert vars(fast) == vars(slow)
+    assert Job.from_columns([*keys, "column_of_a_later_migration"], [*row, 1]) == slow
+    with pytest.raises(TypeError):
+        Job.from_columns(keys[1:], row[1:])  # no id
