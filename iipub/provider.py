@@ -163,7 +163,7 @@ class Provider(Closing):
         if len(self._shards) < s.max_connections:
             # One TLS context serves every pool and every provider of the process (building
             # one reads the CA bundle).
-            http = _bound(httpx.Client(timeout=self._configured_timeout(),
+            http = _bound(httpx.Client(timeout=self._configured_timeout(), headers={"Accept-Encoding": "identity"},
                                        limits=httpx.Limits(max_connections=1), verify=tls.client_context()))
             self._shards.append(http)
             self._http = self._http or http
@@ -341,21 +341,31 @@ def bounded_answers(response: httpx.Response) -> None:
     body forever, or sends one without end, then costs one call (an httpx ReadError, which a
     read maps to Transient and a create to Ambiguous), not a thread or the host's memory."""
     read = (response.request.extensions.get("timeout") or {}).get("read")
-    response.stream = _bounded_stream_class()(response.stream, response.request, read)
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    # Every request asks for the body as it is (`Accept-Encoding: identity`): the size bound
+    # counts the bytes that arrive, so a compressed body (a few KB that inflate to gigabytes)
+    # the provider sends anyway is not read.
+    refused = encoding not in ("", "identity")
+    response.stream = _bounded_stream_class()(response.stream, response.request, read,
+                                              f"an answer encoded {_clip(encoding, 32)!r}" if refused else None)
 
 
 @functools.cache
-def _bounded_stream_class() -> Callable[[Any, httpx.Request, float | None], httpx.SyncByteStream]:
+def _bounded_stream_class() -> Callable[[Any, httpx.Request, float | None, str | None], httpx.SyncByteStream]:
     import httpx
 
     class Bounded(httpx.SyncByteStream):
-        def __init__(self, inner: Any, request: httpx.Request, seconds: float | None) -> None:
+        def __init__(self, inner: Any, request: httpx.Request, seconds: float | None, refused: str | None) -> None:
             self._inner = inner
             self._request = request
             self._seconds = seconds
             self._ends = None if seconds is None else time.monotonic() + seconds
+            self._refused = refused
 
         def __iter__(self) -> Iterator[bytes]:
+            if self._refused is not None:
+                raise httpx.DecodingError(f"{self._refused}, which was not asked for: not read",
+                                          request=self._request)
             size = 0
             for chunk in self._inner:
                 size += len(chunk)
@@ -378,7 +388,7 @@ def read_headers(settings: ProviderSettings, api_key: str) -> dict[str, str]:
     SDK would send for creates (so a response is read under the same scope it was created in)."""
     from . import __version__
 
-    headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json",
+    headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json", "Accept-Encoding": "identity",
                "User-Agent": f"iipub/{__version__}"}
     if settings.organization:
         headers["OpenAI-Organization"] = settings.organization

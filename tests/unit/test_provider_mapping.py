@@ -468,3 +468,27 @@ def test_an_answer_about_another_response_is_never_taken_for_this_one(provider: 
     for call in (provider.retrieve, provider.cancel):
         outcome = call("resp_abc123")
         assert outcome == Transient(None, "asked for resp_abc123, answered with resp_someone_else: not taken")
+
+
+def test_a_compressed_answer_that_was_not_asked_for_is_not_read(provider: Provider, rec: Recorder) -> None:
+    """Reads ask for `identity`; a gzip body sent anyway (a few KB that could inflate to gigabytes
+    past the size bound, which counts arriving bytes) is not read: a read's Transient, a create's
+    unknown outcome."""
+    import gzip
+
+    body = gzip.compress(json.dumps(response_json()).encode())
+    rec.handler = lambda request: httpx.Response(200, content=iter([body]), headers={"content-encoding": "gzip"})
+    outcome = provider.retrieve("resp_abc123")
+    assert outcome == Transient(None, "transport failure: DecodingError: an answer encoded 'gzip', which was "
+                                      "not asked for: not read")
+    assert rec.requests[0].headers["accept-encoding"] == "identity"
+    created = provider.create(REQ)
+    assert isinstance(created, Ambiguous) and "encoded 'gzip'" in created.why
+
+
+def test_the_pools_iipub_builds_ask_for_uncompressed_answers() -> None:
+    """Reads and the SDK's creates go out on the same pools, which ask for `identity`."""
+    with Provider(ProviderSettings(base_url=BASE), "sk-test") as p:
+        http = p._pool
+        assert http.headers["accept-encoding"] == "identity" and p._headers["Accept-Encoding"] == "identity"
+        assert p._sdk()._client is http
