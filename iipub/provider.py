@@ -55,10 +55,10 @@ METADATA_MAX_KEYS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# The most of one read-path answer iipub reads: a response object carries the output text (a
-# product's `max_output_bytes` is at most 16 MB) JSON-escaped, and little else.
-MAX_ANSWER_BYTES = 64 * 1024 * 1024  # the SDK's, when OPENAI_BASE_URL is not set
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is not set
+# The most of one answer iipub reads: a response object carries the output text (a product's
+# `max_output_bytes` is at most 16 MB) JSON-escaped, and little else.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
