@@ -247,8 +247,6 @@ class Provider(Closing):
         answer = self._send("read", method, response_id, suffix)
         if not isinstance(answer, Answer):
             return answer
-        if not 200 <= answer.status < 300:
-            return _trouble_status("read", response_id, answer)
         observed = _observed(answer.body)
         if isinstance(observed, Observed) and observed.response_id != response_id:
             # Another response's body (a misrouting proxy or cache, a confused provider) is never
@@ -266,19 +264,14 @@ class Provider(Closing):
             _check_id(response_id)
             _refuse_delete(response_id)
         answer = self._send("delete", "DELETE", response_id, "")
-        if not isinstance(answer, Answer):
-            return answer
-        if not 200 <= answer.status < 300:
-            outcome = _trouble_status("delete", response_id, answer)
-            assert not isinstance(outcome, Observed)
-            return outcome
-        return Deleted(response_id)
+        return answer if not isinstance(answer, Answer) else Deleted(response_id)
 
-    def _send(self, op: str, method: str, response_id: str, suffix: str) -> Answer | Transient:
+    def _send(self, op: str, method: str, response_id: str, suffix: str) -> Answer | Missing | Transient | Rejected:
         """One request of the read path (retrieve, cancel, delete) with plain httpx: the same
         endpoint, key and headers the SDK would send, without importing it or building its
         request and response models (a poll is a GET and a JSON body, 1,000s of them a tick).
-        These calls are safe to repeat, so a transport failure is only ever Transient."""
+        These calls are safe to repeat, so a transport failure is only ever Transient; a 2xx is
+        an Answer, any other status its outcome."""
         _check_id(response_id)
         timeout = self._timeout()
         if timeout is None:
@@ -294,7 +287,8 @@ class Provider(Closing):
             unreachable = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
             return _trouble(op, response_id, exc,
                             Transient(None, f"transport failure: {_named(exc)}", unreachable=unreachable))
-        return Answer(resp.status_code, resp.content, resp.headers)
+        answer = Answer(resp.status_code, resp.content, resp.headers)
+        return answer if 200 <= answer.status < 300 else _trouble_status(op, response_id, answer)
 
     def _configured_timeout(self) -> httpx.Timeout:
         """The settings' timeouts (built once: every poll passes them)."""
