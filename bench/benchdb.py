@@ -25,12 +25,12 @@ if str(ROOT) not in sys.path:  # running from a checkout without the editable in
 
 import sqlalchemy as sa
 
-from iipub import clock, db, edition_schema, migrate, tables
+from iipub import clock, db, migrate, tables
 from iipub.config import Product, Settings
 from iipub.config_file import settings_from_dict
 from iipub.jobs import slot_row
 from iipub.outcomes import CreateRequest
-from iipub.provider import create_input, create_metadata
+from iipub.provider import create_body as provider_create_body
 from iipub.states import State
 from iipub.store import Store
 
@@ -150,14 +150,8 @@ def slots(products: Sequence[Product], n: int, last_day: dt.date) -> list[tuple[
 
 def create_body(product: Product, day: dt.date, job_id: str, attempt: int = 1) -> dict[str, Any]:
     """The JSON body `Provider.create` sends for this slot (same helpers, same shape)."""
-    req = CreateRequest(job_id=job_id, product=product, edition_date=day, attempt=attempt,
-                        fingerprint=product.fingerprint())
-    return {
-        "model": product.model, "instructions": product.prompt, "input": create_input(product, day),
-        "temperature": product.temperature, "background": True, "store": True,
-        "text": {"format": edition_schema.text_format(product.languages, product.items)},
-        "metadata": create_metadata(req),
-    }
+    return provider_create_body(CreateRequest(job_id=job_id, product=product, edition_date=day, attempt=attempt,
+                                              fingerprint=product.fingerprint()))
 
 
 def polling_rows(settings: Settings, sim: SimProc, n: int, now: dt.datetime,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from . import fingerprint
+from . import fingerprint, models
 from .edition_limits import MAX_ITEMS
 from .errors import ConfigError, MissingApiKey
 from .strict import Bounds, Checked
@@ -63,6 +63,18 @@ DEFAULT_TITLES: Mapping[str, Mapping[str, str]] = {
     "revolution-watch": {"en": "Revolution Watch", "es": "Observatorio de revoluciones"},
 }
 TITLE_MAX = 200
+_EFFORT_PATTERN = "^(" + "|".join(models.REASONING_EFFORTS) + ")$"
+_VERBOSITY_PATTERN = "^(" + "|".join(models.VERBOSITIES) + ")$"
+# Default output-token cap: about 250 tokens per item and 200 per language's title and summary
+# visible, four times that for a reasoning model's hidden tokens plus 8,000, within 16,000..128,000
+# (the GPT-5 family's largest output).
+_TOKENS_PER_ITEM, _TOKENS_PER_LANGUAGE = 250, 200
+OUTPUT_CAP_MIN, OUTPUT_CAP_MAX = 16_000, 128_000
+
+
+def default_output_token_cap(languages: int, items: int) -> int:
+    visible = languages * (_TOKENS_PER_LANGUAGE + items * _TOKENS_PER_ITEM)
+    return max(OUTPUT_CAP_MIN, min(OUTPUT_CAP_MAX, 4 * visible + 8_000))
 
 
 def display_title(name: str, lang: str, titles: Mapping[str, str] | None = None) -> str:
@@ -78,7 +90,13 @@ class Product(Checked):
     languages: tuple[str, ...] = ("en", "es")
     opens_at: dt.time = dt.time(5, 0)
     model: Annotated[str, Bounds(min_length=1, max_length=128, pattern=r"^\S+$")] = "gpt-5-mini"
-    temperature: Annotated[float, Bounds(ge=0, le=2)] = 0.2
+    # Sampling and reasoning keys, each sent only when set (`models` says which models take
+    # which: GPT-5 family and o-series models refuse temperature/top_p, chat models refuse
+    # reasoning_effort; a product asking a model for a key it refuses is refused at load).
+    temperature: Annotated[float, Bounds(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Bounds(ge=0, le=1)] | None = None
+    reasoning_effort: Annotated[str, Bounds(pattern=_EFFORT_PATTERN)] | None = None
+    verbosity: Annotated[str, Bounds(pattern=_VERBOSITY_PATTERN)] | None = None
     prompt: Annotated[str, Bounds(max_length=200_000)] = ""
     items: Annotated[int, Bounds(ge=1, le=MAX_ITEMS)] = 14
     allowed_domains: tuple[str, ...] = ()
@@ -96,6 +114,15 @@ class Product(Checked):
     flex_until_minutes: Annotated[int, Bounds(ge=0, le=1440)] = 30
     max_tokens_per_day: Annotated[int, Bounds(ge=1, le=10**12)] | None = None
     estimated_tokens: Annotated[int, Bounds(ge=1, le=10**9)] = 20_000
+    # The per-call cost cap sent with every create (`max_output_tokens`: visible and reasoning
+    # tokens alike); None: sized from the product's output (`output_token_cap`). Money, not the
+    # generation's shape: not in the fingerprint, so raising it never parks a job in flight.
+    max_output_tokens: Annotated[int, Bounds(ge=16, le=1_000_000)] | None = None
+
+    def output_token_cap(self) -> int:
+        """`max_output_tokens` as configured, else sized from the edition this product asks for."""
+        return self.max_output_tokens if self.max_output_tokens is not None else default_output_token_cap(
+            len(self.languages), self.items)
 
     def title(self, lang: str) -> str:
         """The product's name for readers in `lang` (`display_title`)."""
@@ -344,6 +371,8 @@ class Settings:
     webhooks: WebhookSettings = WebhookSettings()
     monitoring: MonitoringSettings = MonitoringSettings()
     pricing: Pricing = Pricing()
+    # `[models."<name or prefix*>"]`: the operator's entries over the built-in capability table.
+    models: Mapping[str, models.ModelRule] = field(default_factory=dict)
     api_key: str | None = field(default=None, repr=False)
     provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
@@ -427,6 +456,14 @@ def default_products() -> dict[str, Product]:
     }
 
 
+def check_model_keys(p: Product, where: str, configured: Mapping[str, models.ModelRule] | None = None) -> None:
+    """The keys the product sends must be ones its model takes (`models`): one line, at load."""
+    problems = models.refused_keys(p.model, temperature=p.temperature, top_p=p.top_p,
+                                   reasoning_effort=p.reasoning_effort, verbosity=p.verbosity, configured=configured)
+    if problems:
+        raise ConfigError(f"{where}: {problems[0]}")
+
+
 def check_product(p: Product, where: str) -> None:
     """Rules on one product that its keys' own bounds do not say."""
     if not p.prompt.strip():
@@ -442,7 +479,7 @@ def check_product(p: Product, where: str) -> None:
     stray = [lang for lang, _ in p.titles if lang not in p.languages]
     if stray:
         raise ConfigError(f"{where}: titles names language(s) the product does not publish: {', '.join(stray)}")
-    if not 0 <= p.temperature <= 2:
+    if p.temperature is not None and not 0 <= p.temperature <= 2:
         raise ConfigError(f"{where}: temperature must be between 0 and 2")
     if not 1 <= p.items <= MAX_ITEMS:
         raise ConfigError(f"{where}: items must be between 1 and {MAX_ITEMS}")

@@ -36,11 +36,13 @@ from .config import (
     StatusSettings,
     WebhookSettings,
     WebhookSink,
+    check_model_keys,
     check_product,
     check_settings,
     default_products,
 )
 from .errors import ConfigError
+from .models import REASONING_EFFORTS, ModelRule
 from .strict import InvalidValues
 
 if TYPE_CHECKING:
@@ -115,7 +117,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     """The settings a TOML document describes, relative paths under `base_dir`. The default spend
     ledger is placed once, here, from `config_path` and `env` (default: os.environ)."""
     known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
-             "webhooks", "monitoring", "pricing"}
+             "webhooks", "monitoring", "pricing", "models"}
     _no_unknown("top level", data, known)
     budgets = _section(Budgets, data.get("budgets"), "budgets")
     reconcile_raw = data.get("reconcile")
@@ -142,6 +144,9 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
             if p.name in products:
                 raise ConfigError(f"product {p.name!r} is declared twice")
             products[p.name] = p
+    model_rules = _models(data.get("models"))
+    for p in products.values():
+        check_model_keys(p, f"product {p.name!r}", model_rules)
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
@@ -188,6 +193,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
         webhooks=webhooks,
         monitoring=monitoring,
         pricing=_pricing(data.get("pricing")),
+        models=model_rules,
     )
     check_settings(settings)
     if settings.ledger.path is None:
@@ -215,6 +221,33 @@ def _webhooks(raw: Any) -> WebhookSettings:
         raise ConfigError(f"[webhooks] threads ({webhooks.threads}) must not exceed connection_limit "
                           f"({webhooks.connection_limit})")
     return webhooks
+
+
+def _models(raw: Any) -> dict[str, ModelRule]:
+    """`[models."gpt-5-mini"] sampling = false, reasoning_efforts = [...], verbosity = true`: the
+    operator's entries of the model-capability table (`iipub.models`)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[models] must be a table of model = {{ capabilities }} (got {_shown(raw)})")
+    rules: dict[str, ModelRule] = {}
+    for pattern, entry in raw.items():
+        label = f'[models."{pattern}"]'
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,127}\*?", pattern):
+            raise ConfigError(f"{label}: a model name, or a prefix ending in * (got {_shown(pattern)})")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{label} must be a table (got {_shown(entry)})")
+        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity"})
+        for key in ("sampling", "verbosity"):
+            if key in entry and not isinstance(entry[key], bool):
+                raise ConfigError(f"{label} {key} must be true or false (got {_shown(entry[key])})")
+        efforts = entry.get("reasoning_efforts", [])
+        if not isinstance(efforts, list) or any(e not in REASONING_EFFORTS for e in efforts):
+            raise ConfigError(f"{label} reasoning_efforts must be a list of {', '.join(REASONING_EFFORTS)} "
+                              f"(got {_shown(efforts)})")
+        rules[pattern] = ModelRule(sampling=entry.get("sampling", True), reasoning_efforts=tuple(efforts),
+                                   verbosity=entry.get("verbosity", False))
+    return rules
 
 
 def _pricing(raw: Any) -> Pricing:

@@ -6,9 +6,16 @@ as `config_drift`. So the fingerprint must change exactly when what shapes the g
 and never because a library was upgraded: it hashes a canonical document iipub writes itself
 (version 2), not a library's rendering of the schema.
 
-Version 1 hashed pydantic's `model_json_schema()` output. Jobs recorded under it keep matching:
-`matches` accepts a version-1 value computed from the same product (only when the version-2 value
-differs, so the schema machinery loads only for such a job).
+Version 3 adds the keys a create sends only when they are set (`top_p`, `reasoning_effort`,
+`verbosity`; `temperature` became one of them, null when unset). Version 2 hashed `temperature`
+always, its default 0.2. Version 1 hashed pydantic's `model_json_schema()` output. Jobs recorded
+under either keep matching (`matches`): an older value is computed from the product as that
+version saw it, an unset temperature as the old default, and only while none of the keys the old
+versions did not know is set (a job made without them was not made under this configuration). The
+upgrade thus parks no job in flight as `config_drift`.
+
+`max_output_tokens` and the service tier are not in it: they bound what a create may cost, and
+raising a cap must not park the jobs already running (the create hold keys on them: `holds`).
 """
 
 from __future__ import annotations
@@ -23,17 +30,29 @@ from . import edition_limits
 if TYPE_CHECKING:
     from .config import Product
 
-VERSION = 2
+VERSION = 3
+LEGACY_DEFAULT_TEMPERATURE = 0.2  # what versions 1 and 2 hashed (and sent) when none was configured
 
 
 def document(product: Product) -> dict[str, Any]:
     """Everything that shapes a generation, as plain JSON values in a fixed layout. Display-only
-    settings (titles, priority) and the checks applied after the fact are not in it."""
+    settings (titles, priority), money (the output cap, the tier) and the checks applied after
+    the fact are not in it."""
     return {
+        **_v2_document(product, product.temperature),
         "fingerprint_version": VERSION,
+        "top_p": product.top_p,
+        "reasoning_effort": product.reasoning_effort,
+        "verbosity": product.verbosity,
+    }
+
+
+def _v2_document(product: Product, temperature: float | None) -> dict[str, Any]:
+    return {
+        "fingerprint_version": 2,
         "model": product.model,
         "prompt": product.prompt,
-        "temperature": product.temperature,
+        "temperature": temperature,
         "tools": list(product.tools),
         "languages": list(product.languages),
         "items": product.items,
@@ -62,13 +81,30 @@ def current(product: Product) -> str:
     return _digest(document(product))
 
 
+def _legacy_temperature(product: Product) -> float | None:
+    """The temperature versions 1 and 2 hashed for this product, or None when they cannot
+    describe it (a key they did not know is set)."""
+    if product.top_p is not None or product.reasoning_effort is not None or product.verbosity is not None:
+        return None
+    return LEGACY_DEFAULT_TEMPERATURE if product.temperature is None else product.temperature
+
+
 @functools.lru_cache(maxsize=64)
-def legacy_v1(product: Product) -> str:
+def legacy_v2(product: Product) -> str | None:
+    temperature = _legacy_temperature(product)
+    return None if temperature is None else _digest(_v2_document(product, temperature))
+
+
+@functools.lru_cache(maxsize=64)
+def legacy_v1(product: Product) -> str | None:
     """The version-1 value: pydantic's rendering of the output schema inside the document."""
+    temperature = _legacy_temperature(product)
+    if temperature is None:
+        return None
     return hashlib.sha256(json.dumps({
         "model": product.model,
         "prompt": product.prompt,
-        "temperature": product.temperature,
+        "temperature": temperature,
         "schema": product.output_schema(),
         "items": product.items,
         "languages": list(product.languages),
@@ -76,5 +112,5 @@ def legacy_v1(product: Product) -> str:
 
 
 def matches(product: Product, recorded: str) -> bool:
-    """Whether a recorded fingerprint names the product as deployed now (either version)."""
-    return recorded == current(product) or recorded == legacy_v1(product)
+    """Whether a recorded fingerprint names the product as deployed now (any version)."""
+    return recorded == current(product) or recorded == legacy_v2(product) or recorded == legacy_v1(product)

@@ -84,6 +84,34 @@ def create_metadata(req: CreateRequest) -> dict[str, str]:
     return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
 
 
+def create_body(req: CreateRequest) -> dict[str, Any]:
+    """The create's parameters (the SDK's `ResponseCreateParams`): the sampling and reasoning
+    keys only when the product sets them (a model that refuses one was refused at load), and the
+    per-call cost cap always."""
+    p = req.product
+    text: dict[str, Any] = {"format": _text_format(p)}
+    if p.verbosity is not None:
+        text["verbosity"] = p.verbosity
+    body: dict[str, Any] = {
+        "model": p.model,
+        "instructions": p.prompt,
+        "input": create_input(p, req.edition_date),
+        "background": True,
+        "store": True,
+        "text": text,
+        "max_output_tokens": p.output_token_cap(),
+        "metadata": create_metadata(req),
+        "service_tier": req.service_tier,
+    }
+    if p.temperature is not None:
+        body["temperature"] = p.temperature
+    if p.top_p is not None:
+        body["top_p"] = p.top_p
+    if p.reasoning_effort is not None:
+        body["reasoning"] = {"effort": p.reasoning_effort}
+    return body
+
+
 class Provider(Closing):
     """The Responses API, reduced to the four calls iipub makes."""
 
@@ -204,18 +232,7 @@ class Provider(Closing):
     # -- create: the money path -------------------------------------------------------------
 
     def create(self, req: CreateRequest) -> CreateOutcome:
-        p = req.product
-        kwargs: dict[str, Any] = {
-            "model": p.model,
-            "instructions": p.prompt,
-            "input": create_input(p, req.edition_date),
-            "temperature": p.temperature,
-            "background": True,
-            "store": True,
-            "text": {"format": _text_format(p)},
-            "metadata": create_metadata(req),
-            "service_tier": req.service_tier,
-        }
+        kwargs = create_body(req)
         try:
             client = self._sdk()
         except Exception as exc:  # the client could not even be built: not a byte was sent

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import content
+from . import content, params
 from . import faults as f
 from .faults import FaultBook, FaultRule
 
@@ -144,6 +144,7 @@ class Stats:
     faults_fired: Counter[str] = field(default_factory=Counter)
     creates_by_tier: Counter[str] = field(default_factory=Counter)  # creates made, by the tier they run at
     flex_refused: int = 0  # flex creates answered 429 resource unavailable (nothing created)
+    param_refused: int = 0  # creates answered 400 for a parameter the model refuses (nothing created)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +162,7 @@ class Stats:
             "faults_fired": dict(self.faults_fired),
             "creates_by_tier": dict(self.creates_by_tier),
             "flex_refused": self.flex_refused,
+            "param_refused": self.param_refused,
         }
 
 
@@ -263,6 +265,12 @@ class Backend:
         problem = _invalid_create(req)
         if problem:
             return _error(400, problem, "invalid_request_error")
+        refused = params.refusal(req)  # what the real API refuses for this model (nothing is created)
+        if refused is not None:
+            message, code, param = refused
+            with self._lock:
+                self._stats.param_refused += 1
+            return _error(400, message, "invalid_request_error", code=code, param=param)
         metadata = req.get("metadata") or {}
         job_id = metadata.get("iipub_job_id")
         with self._lock:

@@ -473,7 +473,7 @@ def test_resume_polling_is_refused_while_the_config_has_drifted(cfg: Settings, e
     assert row(engine, job_id)["poll_count"] == 1
     p = cfg.products[PRODUCT]
     # Quarantined while its response runs (here: the poll budget ran out) under a drifted config.
-    drifted = replace(cfg, products={PRODUCT: replace(p, temperature=p.temperature + 0.5)},
+    drifted = replace(cfg, products={PRODUCT: replace(p, prompt=p.prompt + " Drifted.")},
                       budgets=replace(cfg.budgets, max_poll_attempts=row(engine, job_id)["poll_count"]))
     tick(drifted, engine)
     assert row(engine, job_id)["quarantine_reason"] == "poll_budget_exhausted"

@@ -65,6 +65,20 @@ CATALOGUE = [
     ('[pricing.models."gpt-5-mini"]\ninput_per_million = -1\noutput_per_million = 2\n', "input_per_million"),
     ('[pricing]\ncurrency = "US dollars"\n', "[pricing] currency"),
     (PRODUCT + 'service_tier = "flex"\n[provider]\nflex_timeout_seconds = 120\n', "flex_timeout_seconds"),
+    # What the model takes (`iipub.models`): the real API would refuse each of these creates.
+    (PRODUCT + 'model = "gpt-5-mini"\ntemperature = 0.2\n', "temperature is refused by gpt-5-mini"),
+    (PRODUCT + 'model = "o3"\ntop_p = 0.5\n', "top_p is refused by o3"),
+    (PRODUCT + 'model = "gpt-4.1"\nreasoning_effort = "low"\n', "reasoning_effort 'low' is refused by gpt-4.1"),
+    (PRODUCT + 'model = "gpt-5-mini"\nreasoning_effort = "none"\n', "reasoning_effort 'none' is refused"),
+    (PRODUCT + 'model = "o4-mini"\nverbosity = "low"\n', "verbosity is refused by o4-mini"),
+    (PRODUCT + 'reasoning_effort = "extreme"\n', "reasoning_effort"),
+    (PRODUCT + 'verbosity = "loud"\n', "verbosity"),
+    (PRODUCT + "top_p = 2\n", "top_p"),
+    (PRODUCT + "max_output_tokens = 5\n", "max_output_tokens"),
+    ('[models."gpt-5*"]\nsampling = "yes"\n', "sampling must be true or false"),
+    ('[models."gpt-5*"]\nreasoning_efforts = ["turbo"]\n', "reasoning_efforts must be a list"),
+    ('[models."gpt 5"]\nsampling = true\n', "a model name, or a prefix ending in *"),
+    ('[models."gpt-5*"]\ncolour = true\n', "unknown key(s) colour"),
 ]
 
 

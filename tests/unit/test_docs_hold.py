@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import pytest
 
-from iipub import config
+from iipub import config, models
 from iipub.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +145,11 @@ def test_the_readme_configuration_file_is_a_valid_configuration() -> None:
             prices = {f.name for f in dataclasses.fields(config.ModelPrice)}
             for model, keys in values["models"].items():
                 assert set(keys) == prices, (model, prices ^ set(keys))
+        elif section == "models":  # one table of capabilities per model or prefix
+            assert isinstance(values, dict)
+            rule = {f.name for f in dataclasses.fields(models.ModelRule)}
+            for model, keys in values.items():
+                assert set(keys) == rule, (model, rule ^ set(keys))
         else:
             assert isinstance(values, dict)
             assert set(values) <= _fields(section), (section, set(values) - _fields(section))

@@ -1,6 +1,6 @@
 """The config fingerprint is iipub's own canonical document: pinned values that only a change of
 what shapes a generation may move, never a library upgrade; jobs recorded under version 1 keep
-matching after the upgrade to version 2."""
+matching after the upgrades to versions 2 and 3."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ from iipub.states import Reason, State
 # Changing one of these is a deliberate act: every job in flight under the old value would be
 # quarantined `config_drift` unless `fingerprint.matches` still accepts it.
 PINNED = {
+    "daily-brief": "fcfdda3cd84020c79d10fde49ada0b4bf48d0336f4db17d2ab2f290a184bd485",
+    "revolution-watch": "584870d247aa5f323538b319e59fd1d1727bdb2ba3462fde8e9d5f611ed378dc",
+}
+# The same products' version-2 values, as jobs recorded them before version 3 (temperature 0.2
+# hashed, and sent, always).
+PINNED_V2 = {
     "daily-brief": "d7e139a35efbc2064e441002dcec99e3454a7eff2ac9d762ef5851fb4a836d2d",
     "revolution-watch": "fe867abd4daefec58cf6a81b684ded0202ede98107cc94e6b77dfa101822ebd3",
 }
@@ -40,6 +46,22 @@ def test_a_job_recorded_under_version_1_still_matches_its_unchanged_product() ->
         assert not replace(product, prompt=product.prompt + " ").fingerprint_matches(PINNED_V1[name])
 
 
+def test_a_job_recorded_under_version_2_still_matches_after_the_temperature_default_went() -> None:
+    """Version 2 hashed temperature 0.2 when none was configured; the same configuration file
+    read after the upgrade has no temperature at all, and its jobs in flight are not drifted."""
+    for name, product in default_products().items():
+        assert product.temperature is None
+        assert product.fingerprint() != PINNED_V2[name]
+        assert product.fingerprint_matches(PINNED_V2[name])
+        # A setting version 2 could not express, or another temperature, is a real change.
+        for change in ({"temperature": 0.7}, {"reasoning_effort": "low"}, {"verbosity": "low"}, {"top_p": 0.5}):
+            assert not replace(product, **change).fingerprint_matches(PINNED_V2[name])  # type: ignore[arg-type]
+            assert not replace(product, **change).fingerprint_matches(PINNED_V1[name])  # type: ignore[arg-type]
+    # An explicit temperature of 0.2 is what version 2 hashed too.
+    explicit = replace(default_products()["daily-brief"], temperature=0.2)
+    assert explicit.fingerprint_matches(PINNED_V2["daily-brief"])
+
+
 def test_the_in_flight_job_with_a_version_1_fingerprint_is_not_parked_as_drifted() -> None:
     product = default_products()["daily-brief"]
     t0 = dt.datetime(2026, 12, 1, 5, 0)
@@ -53,14 +75,16 @@ def test_the_in_flight_job_with_a_version_1_fingerprint_is_not_parked_as_drifted
 
 @pytest.mark.parametrize("change", [
     {"model": "gpt-5"}, {"prompt": "Other."}, {"temperature": 0.9}, {"items": 3},
-    {"languages": ("en",)}, {"tools": ("web_search",)},
+    {"languages": ("en",)}, {"tools": ("web_search",)}, {"top_p": 0.5}, {"reasoning_effort": "low"},
+    {"verbosity": "high"},
 ])
 def test_each_generation_setting_moves_the_fingerprint(change: dict[str, object]) -> None:
     base = default_products()["daily-brief"]
     assert replace(base, **change).fingerprint() != base.fingerprint()  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("change", [{"priority": 99}, {"titles": (("en", "Brief"),)}, {"max_output_bytes": 1000}])
+@pytest.mark.parametrize("change", [{"priority": 99}, {"titles": (("en", "Brief"),)}, {"max_output_bytes": 1000},
+                                    {"max_output_tokens": 50_000}, {"service_tier": "flex"}])
 def test_display_and_after_the_fact_settings_do_not(change: dict[str, object]) -> None:
     base = default_products()["daily-brief"]
     assert replace(base, **change).fingerprint() == base.fingerprint()  # type: ignore[arg-type]

@@ -30,7 +30,8 @@ from iipub.outcomes import (
 from iipub.provider import Provider
 
 BASE = "http://provider.test/v1"
-PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, temperature=0.3)
+# A chat model: it takes temperature (a GPT-5-family product could not set one: `models`).
+PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, model="gpt-4.1", temperature=0.3)
 REQ = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64)
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -221,7 +222,8 @@ def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) 
     assert body["model"] == PRODUCT.model
     assert body["instructions"] == PRODUCT.prompt
     assert "daily-brief" in body["input"] and "2025-03-01" in body["input"] and "en, es" in body["input"]
-    assert body["temperature"] == 0.3
+    assert body["temperature"] == 0.3 and "top_p" not in body and "reasoning" not in body
+    assert body["max_output_tokens"] == PRODUCT.output_token_cap()
     assert body["background"] is True and body["store"] is True
     assert body["text"] == {"format": edition_schema.text_format(PRODUCT.languages, PRODUCT.items)}
     assert body["metadata"] == {
@@ -230,6 +232,31 @@ def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) 
         "iipub_attempt": "2",
         "iipub_fingerprint": "f" * 64,
     }
+
+
+def test_a_default_product_sends_no_sampling_key_and_always_a_cost_cap(provider: Provider, rec: Recorder) -> None:
+    """The shipped products are gpt-5-mini, which refuses temperature: none is sent, and
+    max_output_tokens (sized from the product's output) is."""
+    from iipub.config import default_products
+
+    rec.handler = answer(200, response_json(status="queued"))
+    for product in default_products().values():
+        provider.create(CreateRequest("job-1", product, dt.date(2025, 3, 1), 1, "f" * 64))
+    for request, product in zip(rec.requests, default_products().values(), strict=True):
+        body = json.loads(request.content)
+        assert "temperature" not in body and "top_p" not in body and "reasoning" not in body
+        assert "verbosity" not in body["text"]
+        assert body["max_output_tokens"] == product.output_token_cap() >= 16_000
+
+
+def test_reasoning_and_verbosity_are_sent_where_set(provider: Provider, rec: Recorder) -> None:
+    rec.handler = answer(200, response_json(status="queued"))
+    product = Product(name="daily-brief", prompt="p", items=3, reasoning_effort="low", verbosity="high",
+                      max_output_tokens=9000)
+    provider.create(CreateRequest("job-1", product, dt.date(2025, 3, 1), 1, "f" * 64))
+    body = json.loads(rec.requests[0].content)
+    assert body["reasoning"] == {"effort": "low"} and body["text"]["verbosity"] == "high"
+    assert body["max_output_tokens"] == 9000 and "temperature" not in body
 
 
 def test_metadata_values_are_truncated_to_the_api_limit(provider: Provider, rec: Recorder) -> None:

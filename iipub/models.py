@@ -1,0 +1,103 @@
+"""Which request keys each model takes, pure: the model-capability table the configuration is
+checked against at load, so a create the real API would refuse for a parameter never goes out.
+
+The Responses API refuses, per model family, keys it accepts for others:
+- the GPT-5 family and the o-series (reasoning models) refuse `temperature` and `top_p` other
+  than the default (400 invalid_request_error, `unsupported_value` or `unsupported_parameter`,
+  `param` naming the key); they take `reasoning.effort` (each model only some values);
+- `text.verbosity` is a GPT-5-family key;
+- the chat models (gpt-4.1, gpt-4o, gpt-5-chat) take the sampling keys and refuse
+  `reasoning.effort` (`unsupported_parameter`).
+
+The table is matched by the longest pattern: an exact model name, or a prefix ending in `*`.
+A model no pattern matches is not checked (the API decides: a refusal holds that product's
+creates, `holds`). An operator extends or corrects the table in the configuration:
+
+    [models."gpt-5-mini"]          # or a family: [models."ft:gpt-4.1*"]
+    sampling = false               # temperature / top_p accepted
+    reasoning_efforts = ["low", "medium", "high"]   # [] : reasoning.effort not taken
+    verbosity = true               # text.verbosity accepted
+
+A configured entry replaces the built-in one of the same pattern and, like it, is matched by
+length (`gpt-5-mini` beats `gpt-5*`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# The values the installed SDK's types allow (openai/types/shared/reasoning_effort.py and
+# responses/response_text_config_param.py): a configured value outside them is refused at load.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+VERBOSITIES = ("low", "medium", "high")
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    """What one model (family) accepts."""
+
+    sampling: bool = True  # `temperature` and `top_p`
+    reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
+    verbosity: bool = False  # `text.verbosity`
+
+    @property
+    def reasons(self) -> bool:
+        return bool(self.reasoning_efforts)
+
+
+_GPT5 = ModelRule(sampling=False, reasoning_efforts=("minimal", "low", "medium", "high"), verbosity=True)
+_O_SERIES = ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"))
+_CHAT = ModelRule(sampling=True)
+
+BUILTIN: Mapping[str, ModelRule] = {
+    "gpt-5*": _GPT5,
+    "gpt-5-pro*": ModelRule(sampling=False, reasoning_efforts=("high",), verbosity=True),
+    "gpt-5-codex*": ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), verbosity=True),
+    "gpt-5.1*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high"), verbosity=True),
+    "gpt-5.2*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high", "xhigh"),
+                          verbosity=True),
+    "gpt-5-chat*": ModelRule(sampling=True, verbosity=False),
+    "o1*": _O_SERIES,
+    "o3*": _O_SERIES,
+    "o4*": _O_SERIES,
+    "gpt-4.1*": _CHAT,
+    "gpt-4o*": _CHAT,
+}
+
+
+def matches(pattern: str, model: str) -> bool:
+    return model.startswith(pattern[:-1]) if pattern.endswith("*") else model == pattern
+
+
+def rule_for(model: str, configured: Mapping[str, ModelRule] | None = None) -> tuple[str, ModelRule] | None:
+    """The (pattern, rule) that governs `model`: the longest matching pattern of the built-in
+    table with the configured entries laid over it; None for a model neither knows."""
+    table = {**BUILTIN, **(configured or {})}
+    found = [(len(p.rstrip("*")) + (0 if p.endswith("*") else 1), p) for p in table if matches(p, model)]
+    if not found:
+        return None
+    pattern = max(found)[1]
+    return pattern, table[pattern]
+
+
+def refused_keys(model: str, *, temperature: float | None, top_p: float | None, reasoning_effort: str | None,
+                 verbosity: str | None, configured: Mapping[str, ModelRule] | None = None) -> list[str]:
+    """Why the real API would refuse these keys for `model`, one phrase per key (empty: none)."""
+    governing = rule_for(model, configured)
+    if governing is None:
+        return []
+    pattern, rule = governing
+    where = f'[models."{pattern}"]'
+    problems = []
+    for key, value in (("temperature", temperature), ("top_p", top_p)):
+        if value is not None and not rule.sampling:
+            problems.append(f"{key} is refused by {model} (GPT-5 family and o-series models take only the default; "
+                            f"remove it, or set {where} sampling = true if this model takes it)")
+    if reasoning_effort is not None and reasoning_effort not in rule.reasoning_efforts:
+        taken = ", ".join(rule.reasoning_efforts) or "none: the model does not reason"
+        problems.append(f"reasoning_effort {reasoning_effort!r} is refused by {model} (it takes: {taken}; "
+                        f"see {where} reasoning_efforts)")
+    if verbosity is not None and not rule.verbosity:
+        problems.append(f"verbosity is refused by {model} (a GPT-5-family key; see {where} verbosity)")
+    return problems
