@@ -11,6 +11,8 @@ changes fenced on the row's version, so every reconcile process sees the same an
 - A create with no recent success is itself a probe: one at a time, so an outage that begins
   while iipub is idle costs one quarantined slot, not one per concurrent worker.
 - Optionally at most `max_creates_per_minute` creates across all processes.
+- A product whose create the provider refused for a parameter (`ProductHold`, rows of `holds`):
+  no create of that product until its configuration changes; the other products go on.
 - A daily token ceiling reached (`money.holding`: `[budgets]` and per product, counted by
   payment time, plus operator overrides): no create of the products it covers. `gate` asks it
   before these rules, so a held create never takes the probe.
@@ -65,6 +67,25 @@ class GateState:
     @property
     def is_open(self) -> bool:
         return self.breaker == OPEN
+
+
+@dataclass(frozen=True)
+class ProductHold:
+    """One product's creates held: the provider refused a parameter of its request (`holds`)."""
+
+    product: str
+    request_fingerprint: str
+    param: str | None
+    code: str | None
+    message: str | None
+    job_id: str | None
+    held_at: dt.datetime
+
+    def describe(self) -> str:
+        code = f", {self.code}" if self.code else ""
+        return (f"creates of {self.product} held: the provider refuses parameter {self.param!r}{code} "
+                f"(since {self.held_at.isoformat(timespec='seconds')}Z); fix the product's configuration "
+                f"and its creates resume")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ from .spend import SlotSpend
 from .states import POLLING, Reason, State
 
 _ERROR_MAX = 2000  # jobs.last_error is bounded; the journal detail keeps the whole text
+# A slot whose product's creates are held (a refused parameter) is looked at again this often:
+# once the configuration is fixed, its create goes out within this long.
+HELD_RECHECK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,17 @@ def after_create(
             detail={"response_id": outcome.response_id, "status": outcome.status, "service_tier_asked": tier,
                     "service_tier": outcome.service_tier},
             delay=s.poll_interval_seconds,
+        )
+    if isinstance(outcome, Refused) and outcome.param is not None:
+        # A parameter the model refuses: nothing was charged, and the same request would be
+        # refused again. The attempt is refunded and the product's creates are held (`holds`)
+        # until its configuration changes; this slot waits unpaid, looked at again now and then.
+        return Decision(
+            State.CREATE_ELIGIBLE, Reason.CREATE_PARAM_REFUSED,
+            changes={"generation_attempts": job.generation_attempts - 1, "last_error": outcome.why[:_ERROR_MAX]},
+            detail={"why": outcome.why, "param": outcome.param, "code": outcome.code, "product_held": job.product,
+                    "refunded_attempt": job.generation_attempts, "service_tier_asked": tier},
+            delay=HELD_RECHECK_SECONDS,
         )
     if isinstance(outcome, Refused):
         # Nothing can have been charged: refund the attempt and try again later.
@@ -286,7 +300,7 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
     `max_bytes` is stored cut to `max_bytes + 1` bytes. Either way validation then fails
     and the job parks in VALIDATION_FAILED_RETAINED; the journal keeps the original's size
     and hash."""
-    text = outcome.output_text or ""
+    text = outcome.output_text or outcome.refusal or ""  # a refusal's text is what the provider gave
     raw = text.encode("utf-8", "surrogatepass")
     detail: dict[str, Any] = {"bytes": len(raw), "status": outcome.status,
                               "sha256_as_received": hashlib.sha256(raw).hexdigest()}
@@ -304,7 +318,12 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
         "payload_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "retry_count": 0,
         "last_error": None,
+        "output_end": output_end(outcome),
     }
+    if outcome.refusal is not None:
+        detail["refusal"] = outcome.refusal
+    if changes["output_end"] is not None:
+        detail["output_end"] = changes["output_end"]
     if usage is not None:  # accumulated: a slot that needed two paid responses costs both
         changes.update(input_tokens=job.input_tokens + usage.input_tokens,
                        output_tokens=job.output_tokens + usage.output_tokens,
@@ -318,6 +337,39 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
         detail["provider_completed_at"] = outcome.completed_at
         detail["provider_created_at"] = outcome.created_at
     return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, changes=changes, detail=detail, go_on=True)
+
+
+MAX_OUTPUT_TOKENS = "max_output_tokens"  # `incomplete_details.reason` of a response stopped at its cap
+REFUSAL = "refusal"
+
+
+def output_end(outcome: Observed) -> str | None:
+    """How a finished response ended when that decides more than validation can (`jobs.output_end`)."""
+    if outcome.refusal is not None:
+        return REFUSAL
+    if outcome.status == "incomplete" and outcome.incomplete_reason == MAX_OUTPUT_TOKENS:
+        return MAX_OUTPUT_TOKENS
+    return None
+
+
+def before_validation(job: Job, product: Product | None) -> Decision | None:
+    """RETRIEVED_NOT_VALIDATED, output in custody: a response cut at the product's output cap,
+    or one in which the model refused, parks with its output kept (paying again would give the
+    same answer until the cap or the prompt changes); None: validate as usual."""
+    if job.output_end == MAX_OUTPUT_TOKENS:
+        cap = product.output_token_cap() if product is not None else None
+        return quarantine(
+            Reason.OUTPUT_CAP_REACHED,
+            f"the response {job.response_id} stopped at max_output_tokens ({cap or 'the cap'}) before its answer was "
+            f"complete; its output is kept. Raise [[products]] max_output_tokens for {job.product!r}, then "
+            f"`iipub quarantine release {job.id} --verified-lost --reason …` (one new paid create)",
+            response_id=job.response_id, max_output_tokens=cap)
+    if job.output_end == REFUSAL:
+        return quarantine(
+            Reason.PROVIDER_REFUSED,
+            f"the model refused in its answer: {job.payload or ''}"[:_ERROR_MAX],
+            response_id=job.response_id, refusal=job.payload)
+    return None
 
 
 def after_expired(job: Job, budgets: Budgets) -> Decision:

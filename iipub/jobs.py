@@ -23,7 +23,7 @@ PUBLIC_FIELDS = (
     "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
     "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
     "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
-    "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at",
+    "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at", "output_end", "create_scope",
 )
 
 
@@ -65,6 +65,8 @@ class Job:
     state_entered_at: dt.datetime
     origin: str | None = None  # "adopted": taken over from a legacy system by `iipub adopt`
     adopted_at: dt.datetime | None = None
+    output_end: str | None = None  # `max_output_tokens` or `refusal`: how the custody's response ended
+    create_scope: str | None = None  # the scope the create was sent under (`provider.scope_of`)
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:

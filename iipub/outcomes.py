@@ -60,6 +60,14 @@ QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "bi
 # capacity refusal of flex, not a rate limit of the account.
 CAPACITY_CODES = frozenset({"resource_unavailable", "resource_unavailable_error", "flex_capacity_unavailable"})
 CAPACITY_CODE = "resource_unavailable"
+# A 429 whose code or type says the account's rate limit (tokens or requests), not flex capacity.
+RATE_LIMIT_CODES = frozenset({"rate_limit_exceeded", "requests", "tokens", "rate_limit_error"})
+# 400 invalid_request_error codes that name a refused parameter (with `param`, or quoted in the
+# message when `param` is null): the request was refused before anything ran.
+PARAM_CODES = frozenset({"unsupported_value", "unsupported_parameter", "invalid_value", "integer_below_min_value",
+                         "integer_above_max_value", "invalid_json_schema", "invalid_type", "unknown_parameter",
+                         "missing_required_parameter", "decimal_below_min_value", "decimal_above_max_value",
+                         "string_above_max_length", "invalid_enum_value"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,7 @@ class Observed:
     completed_at: float | None = None  # the provider's own completion time (Unix seconds), if it says
     created_at: float | None = None  # ... and its creation time, on the same (the provider's) clock
     service_tier: str | None = None
+    refusal: str | None = None  # the text of the final answer's refusal parts, if the model refused
 
     @property
     def finished(self) -> bool:
@@ -124,6 +133,9 @@ class Refused:
     code: str | None = None  # the provider's error code, e.g. `insufficient_quota`
     capacity: bool = False  # a flex create refused for capacity: no cool-down, no breaker
     unreachable: bool = False  # no connection could be made: the provider was not reached
+    # A 400 invalid_request_error naming the parameter the model refuses (`temperature`,
+    # `reasoning.effort`, …): the product's creates are held until its configuration changes.
+    param: str | None = None
 
 
 @dataclass(frozen=True)

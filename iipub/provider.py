@@ -32,7 +32,9 @@ from .errors import ConfigError, InvariantViolation, MissingApiKey
 from .outcomes import (
     CAPACITY_CODE,
     CAPACITY_CODES,
+    PARAM_CODES,
     QUOTA_CODES,
+    RATE_LIMIT_CODES,
     Accepted,
     Ambiguous,
     CreateOutcome,
@@ -450,7 +452,8 @@ def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguou
     | 2xx with an id starting `resp_`  (see _accepted_...)   | Accepted   | job exists, will charge  |
     | 2xx, no usable id / body unparsable (_accepted_...)    | Ambiguous  | may exist, id unknown    |
     | 429                                                    | Refused    | rate-limited: not run    |
-    | 429 resource unavailable to a flex create              | Refused    | no flex capacity: not run|
+    | 429 to a flex create, neither quota nor rate limit     | Refused    | no flex capacity: not run|
+    | 400 invalid_request_error naming a parameter           | Refused    | refused before it ran    |
     | connect error / connect timeout / pool timeout         | Refused    | no request byte was sent |
     | read / write timeout, reset, protocol error, other I/O | Ambiguous  | request may have arrived |
     | 408, 409                                               | Ambiguous  | may have been processed  |
@@ -470,6 +473,10 @@ def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguou
             return Refused(backoff.delay_from_headers(exc.response.headers), why, code)
         if status in (408, 409) or status >= 500:
             return Ambiguous(why)
+        if status == 400:
+            param = _refused_param(exc)
+            if param is not None:
+                return Refused(None, why, _error_code(exc), param=param)
         if 400 <= status < 500:
             return Rejected(status, why)
         return Ambiguous(why)
@@ -497,11 +504,35 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
 
 
 def _capacity_refusal(exc: openai.APIStatusError, code: str) -> bool:
-    """A 429 that is flex's "Resource Unavailable", not the account's rate limit or quota."""
-    if code in QUOTA_CODES:
+    """A 429 to a flex create that is flex's "Resource Unavailable", not the account's rate limit
+    or quota. OpenAI documents the status and title only, so any 429 whose code, type and message
+    name neither a quota nor a rate limit is a capacity refusal, whatever else its body says."""
+    kinds = {str(getattr(exc, "code", None) or ""), str(getattr(exc, "type", None) or ""), code} - {""}
+    if kinds & QUOTA_CODES:
         return False
-    kinds = {str(getattr(exc, "code", None) or ""), str(getattr(exc, "type", None) or ""), code}
-    return bool(kinds & CAPACITY_CODES) or "resource unavailable" in _status_why(exc).lower()
+    message = _status_why(exc).lower()
+    if kinds & CAPACITY_CODES or "resource unavailable" in message or "resource_unavailable" in message:
+        return True
+    return not (kinds & RATE_LIMIT_CODES) and "rate limit" not in message and "quota" not in message
+
+
+_QUOTED_PARAM = re.compile(r"'([A-Za-z_][A-Za-z0-9_.\[\]]{0,127})'")
+
+
+def _refused_param(exc: openai.APIStatusError) -> str | None:
+    """The parameter a 400 invalid_request_error refuses (its `param`, else the name its message
+    quotes when its code is one of a refused parameter), or None: another 400."""
+    if getattr(exc, "type", None) != "invalid_request_error":
+        return None
+    param = getattr(exc, "param", None)
+    if isinstance(param, str) and param.strip():
+        return _clip(param, 128)
+    if _error_code(exc) in PARAM_CODES:
+        body = exc.body
+        found = _QUOTED_PARAM.search(str(body.get("message") or "") if isinstance(body, dict) else "")
+        if found:
+            return found.group(1)
+    return None
 
 
 def _never_sent(exc: openai.APIConnectionError) -> bool:
@@ -570,7 +601,8 @@ def _to_observed(doc: Any) -> Observed | Transient:
     if not isinstance(response_id, str) or not isinstance(status, str):
         return Transient(None, "2xx without an id or status")
     items = doc.get("output") or []
-    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"]
+    messages = _answer_messages(items)
+    refusal = _refusal_text(messages)
     usage = None
     if doc.get("usage") is not None:
         u = doc["usage"]
@@ -589,6 +621,7 @@ def _to_observed(doc: Any) -> Observed | Transient:
         completed_at=_epoch(doc.get("completed_at")),
         created_at=_epoch(doc.get("created_at")),
         service_tier=_clip(doc["service_tier"], 16) if isinstance(doc.get("service_tier"), str) else None,
+        refusal=refusal,
     )
 
 
@@ -599,8 +632,21 @@ def _epoch(value: Any) -> float | None:
     return float(value) if 1_577_836_800 <= value <= 4_102_444_800 else None
 
 
+def _answer_messages(items: Any) -> list[dict[str, Any]]:
+    """The messages that hold the answer, in order: reasoning items and tool calls are skipped;
+    when messages carry a `phase`, only the `final_answer` ones (a `commentary` message is the
+    model's preamble, not the edition)."""
+    if not isinstance(items, list):
+        raise TypeError("output is not a list")
+    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"
+                and item.get("role", "assistant") == "assistant"]
+    if any(m.get("phase") is not None for m in messages):
+        return [m for m in messages if m.get("phase") == "final_answer"]
+    return messages
+
+
 def _output_text(messages: list[dict[str, Any]]) -> str:
-    """What the SDK's `Response.output_text` gives: the `output_text` parts of every message."""
+    """The text of every `output_text` part of the answer's messages, joined in order."""
     texts = []
     for message in messages:
         for part in message.get("content") or []:
@@ -610,6 +656,19 @@ def _output_text(messages: list[dict[str, Any]]) -> str:
                     raise TypeError("output_text part without text")
                 texts.append(text)
     return "".join(texts)
+
+
+_REFUSAL_MAX = 4000  # the refusal's text is kept in the journal and shown by `jobs show`
+
+
+def _refusal_text(messages: list[dict[str, Any]]) -> str | None:
+    """The text of the answer's refusal parts (`{"type": "refusal", "refusal": "…"}`), or None."""
+    texts = [str(part.get("refusal") or "") for message in messages for part in message.get("content") or []
+             if isinstance(part, dict) and part.get("type") == "refusal"]
+    if not texts:
+        return None
+    text = " ".join(" ".join(texts).split()) or "(the refusal carried no text)"
+    return text if len(text) <= _REFUSAL_MAX else text[: _REFUSAL_MAX - 1] + "…"
 
 
 def _error_code(exc: openai.APIStatusError) -> str | None:

@@ -218,6 +218,7 @@ class Reason(enum.StrEnum):
     DISPATCH = "dispatch"
     ACCEPTED = "accepted"
     CREATE_REFUSED = "create_refused"
+    CREATE_PARAM_REFUSED = "create_param_refused"
     POLL = "poll"
     POLL_FAILED = "poll_failed"
     PROVIDER_FINISHED = "provider_finished"
@@ -245,6 +246,7 @@ class Reason(enum.StrEnum):
     CONFIG_DRIFT = "config_drift"
     EDITION_CONFLICT = "edition_conflict"
     PROVIDER_REFUSED = "provider_refused"
+    OUTPUT_CAP_REACHED = "output_cap_reached"
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
     RESTORED_ADOPTED = "restored_adopted"
@@ -291,6 +293,9 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.ACCEPTED: (False, "the provider accepted the create; its response id is recorded"),
     R.CREATE_REFUSED: (False, ("the provider provably refused the create (429, flex without capacity, never "
                                "connected); attempt refunded")),
+    R.CREATE_PARAM_REFUSED: (False, ("the provider refused a parameter of the create (400 invalid_request_error "
+                                     "naming it; nothing billed); attempt refunded, the product's creates held "
+                                     "until its configuration changes")),
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
@@ -329,8 +334,11 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.AUTO_LINKED: (False, ("a verified webhook proved which response an unknown create made (its metadata names "
                             "this job, attempt and config): the job adopted it, nothing paid again")),
     R.STEP_FAILING: (False, "quarantine: the job's step failed with an unexpected error too many times in a row"),
-    R.PROVIDER_REFUSED: (False, ("quarantine: the provider refused the prompt or policy; paying again would fail "
-                                 "again")),
+    R.PROVIDER_REFUSED: (False, ("quarantine: the provider refused the prompt or policy (a failed response, or "
+                                 "the model's refusal in its answer, kept); paying again would fail again")),
+    R.OUTPUT_CAP_REACHED: (False, ("quarantine: the response stopped at the product's max_output_tokens "
+                                   "(incomplete); its output is kept, nothing is paid again until an operator "
+                                   "raises the cap and releases it")),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
     R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
     R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),
@@ -357,7 +365,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
 # The values of `jobs.quarantine_reason`.
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
-    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.PRODUCT_REMOVED,
+    R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OUTPUT_CAP_REACHED,
+    R.PRODUCT_REMOVED,
     R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.

@@ -154,6 +154,7 @@ class Status:
     paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
+    product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -207,6 +208,7 @@ class Status:
         if self.ledger_problem:
             found.append((CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
+        found.extend((CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}") for h in self.product_holds)
         if self.cutover is not None:
             found.extend(self.cutover.problems())
         found.extend(self._ceiling_problems())
@@ -340,6 +342,8 @@ class Status:
         return {
             "generated_at": iso_z(self.generated_at),
             "installation_id": self.installation_id,
+            "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,
+                               "job_id": h.job_id, "held_at": iso_z(h.held_at)} for h in self.product_holds],
             "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),
                               "cap_seconds": gate.READ_COOLDOWN_CAP_SECONDS},
             "window_hours": self.settings.window_hours,

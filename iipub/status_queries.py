@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import clock, cutover, db, deliveries, gate, heartbeat, installation, outbox, status, tables, track_views
+from . import clock, cutover, db, deliveries, gate, heartbeat, holds, installation, outbox, status, tables, track_views
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
@@ -74,6 +74,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
+        product_holds = tuple(holds.all_holds(conn))
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -113,6 +114,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         read_cooldown_until=read_cooldown,
         cutover=cut,
         paid=paid,
+        product_holds=product_holds,
         ledger_problem=ledger_trouble,
         tracks=track_figures,
     )

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import handlers, installation, ledger, money, payments
+from . import handlers, holds, installation, ledger, money, payments
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -215,6 +215,11 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return _adopt_from_ledger(tick, parked, in_ledger)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
+    held = holds.holding(tick.store.engine, product, tick.store.worker)
+    if held is not None:  # a parameter the provider refuses: no create of this product until it is fixed
+        tick.count("held_by_product")
+        hold(tick, job)
+        return None
     # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
     verdict = tick.gate.admit(job.id, job.product)
     if not verdict.allowed:
@@ -257,8 +262,12 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     runs_at = (outcome.service_tier or tier) if isinstance(outcome, Accepted) else tier
     decision = handlers.after_create(in_flight, outcome, tick.poll_settings_for(runs_at), tick.rng, tier=tier,
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None)
-    after = apply(tick, in_flight, dataclasses.replace(decision, go_on=False),
-                  extra=lambda conn: payments.record_outcome(conn, paid[0], outcome))
+    def outcome_rows(conn: sa.Connection) -> None:
+        payments.record_outcome(conn, paid[0], outcome)
+        if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
+            holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, tick.store.worker)
+
+    after = apply(tick, in_flight, dataclasses.replace(decision, go_on=False), extra=outcome_rows)
     if isinstance(outcome, Accepted):
         tick.runs_at(job.id, runs_at)
     tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
@@ -355,7 +364,8 @@ def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
 
 def step_validate(tick: Tick, job: Job) -> Job:
     """The shared checks, and the fork into language tracks (`track_steps`)."""
-    parked = handlers.config_check(job, _product(tick, job))
+    product = _product(tick, job)
+    parked = handlers.config_check(job, product) or handlers.before_validation(job, product)
     if parked is not None:
         return apply(tick, job, parked)
     from . import track_steps  # tracks, outbox and their writers: a tick that only polls never loads them

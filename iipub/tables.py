@@ -84,6 +84,10 @@ jobs = sa.Table(
     # response carries no iipub metadata: this row is what makes iipub its owner); NULL otherwise.
     sa.Column("origin", sa.String(16)),
     sa.Column("adopted_at", Time),
+    # How the custody's response ended when validation cannot say it (`max_output_tokens`,
+    # `refusal`); and the scope (organization, project, key fingerprint) its create was sent under.
+    sa.Column("output_end", sa.String(32)),
+    sa.Column("create_scope", sa.String(255)),
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),
@@ -335,6 +339,20 @@ read_cooldown = sa.Table(
     sa.Column("until_at", Time, nullable=False),
     sa.Column("worker", sa.String(128), nullable=False),
     sa.Column("set_at", Time, nullable=False),
+)
+
+# A product whose create was refused for a parameter: its creates wait until its request changes.
+product_holds = sa.Table(
+    "product_holds",
+    metadata,
+    sa.Column("product", sa.String(64), primary_key=True),
+    sa.Column("request_fingerprint", sa.String(64), nullable=False),
+    sa.Column("param", sa.String(128)),
+    sa.Column("code", sa.String(64)),
+    sa.Column("message", sa.Text),
+    sa.Column("job_id", sa.String(36)),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("held_at", Time, nullable=False),
 )
 
 # One row per `iipub reconcile` / `iipub relay` run (`iipub.heartbeat`).

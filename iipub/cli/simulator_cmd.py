@@ -114,6 +114,11 @@ service_unavailable@create~START..END: every create answers 503 in that window."
 @click.option("--corrupt-domain", metavar="HOST", default=None,
               help="With --corrupt-lang: link that language's sources to HOST instead (it fails where the product's "
               "allowed_domains lacks HOST; adding HOST fixes it, then `iipub revalidate ID --lang LANG`).")
+@click.option("--output-shape", "output_shapes", multiple=True,
+              type=click.Choice(["output_reasoning", "output_phases", "output_parts", "output_refusal", "realistic"]),
+              help="Write every response's output in this shape (repeatable): a reasoning item first, commentary "
+              "and final_answer phases, the answer in several parts, a refusal; `realistic` is the first three "
+              "(what a reasoning model answers). Per response: the fault of the same name.")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
 @click.option("--log-requests/--no-log-requests", default=True, show_default=True,
@@ -137,6 +142,7 @@ def simulator_command(
     flex_slowdown: float,
     corrupt_lang: str | None,
     corrupt_domain: str | None,
+    output_shapes: tuple[str, ...],
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
@@ -151,6 +157,7 @@ def simulator_command(
     event per finished background response, as OpenAI does (retried on failure).
     """
     from ..simulator import Simulator, SimulatorOptions  # the server loads only for this command
+    from ..simulator.server import REALISTIC_OUTPUT
 
     if corrupt_domain and not corrupt_lang:
         raise click.UsageError("--corrupt-domain needs --corrupt-lang (the language whose sources it replaces)")
@@ -174,6 +181,8 @@ def simulator_command(
         flex_slowdown=flex_slowdown,
         corrupt_lang=corrupt_lang,
         corrupt_domain=corrupt_domain,
+        output_shapes=tuple(dict.fromkeys(shape for given in output_shapes
+                                          for shape in (REALISTIC_OUTPUT if given == "realistic" else (given,)))),
     )
     try:
         sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)

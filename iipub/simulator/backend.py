@@ -180,7 +180,10 @@ class Backend:
         flex_slowdown: float = 3.0,
         corrupt_lang: str | None = None,
         corrupt_domain: str | None = None,
+        output_shapes: frozenset[str] = frozenset(),
     ) -> None:
+        # Output shapes (`faults.OUTPUT_SHAPES`) every response of the run is written in.
+        self.output_shapes = output_shapes
         self.flex_slowdown = flex_slowdown  # flex responses take this many times longer
         # Responses created from now on corrupt this language only (a test may change it mid-run).
         self.corrupt_lang = corrupt_lang
@@ -265,9 +268,9 @@ class Backend:
         problem = _invalid_create(req)
         if problem:
             return _error(400, problem, "invalid_request_error")
-        refused = params.refusal(req)  # what the real API refuses for this model (nothing is created)
-        if refused is not None:
-            message, code, param = refused
+        param_refusal = params.refusal(req)  # what the real API refuses for this model (nothing is created)
+        if param_refusal is not None:
+            message, code, param = param_refusal
             with self._lock:
                 self._stats.param_refused += 1
             return _error(400, message, "invalid_request_error", code=code, param=param)
@@ -279,12 +282,11 @@ class Backend:
             if refused:
                 return refused
             tier = "flex" if req.get("service_tier") == "flex" else "default"
-            if tier == "flex" and self.faults.take_first("create", job_id, (f.FLEX_UNAVAILABLE,)):
-                self._stats.faults_fired[f.FLEX_UNAVAILABLE] += 1
+            flex_fault = self.faults.take_first("create", job_id, _FLEX_SHAPES) if tier == "flex" else None
+            if flex_fault is not None:
+                self._stats.faults_fired[flex_fault] += 1
                 self._stats.flex_refused += 1
-                return _error(429, "Resource Unavailable: there is not enough flex processing capacity for this "
-                              "request right now. Retry later, or send it with service_tier 'default'.",
-                              "resource_unavailable", code="resource_unavailable")
+                return _flex_refusal(flex_fault)
             slow = self.flex_slowdown if tier == "flex" else 1.0
             content_faults = frozenset(self.faults.take("create", job_id, f.CONTENT_FAULTS))
             self._stats.faults_fired.update(content_faults)
@@ -461,15 +463,7 @@ class Backend:
             text = s.full_text(self.seed)
             if status == "incomplete":
                 text = content.truncate(text)
-            output = [
-                {
-                    "type": "message",
-                    "id": s.message_id,
-                    "status": status,
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}],
-                }
-            ]
+            output = _output_items(s, status, text, self.output_shapes)
             out_tokens = max(1, len(text) // 4)
             usage = _usage(input_tokens, out_tokens)
         elif status == "failed":
@@ -506,6 +500,22 @@ class Backend:
         }
 
 
+_FLEX_SHAPES = (f.FLEX_UNAVAILABLE, f.FLEX_UNAVAILABLE_BARE, f.FLEX_UNAVAILABLE_OVERLOADED)
+
+
+def _flex_refusal(fault: str) -> Reply:
+    """A flex create refused for capacity. OpenAI documents "429 Resource Unavailable" and no body,
+    so the simulator answers in more than one shape: a client must not depend on one."""
+    if fault == f.FLEX_UNAVAILABLE_BARE:
+        return Reply(429, {"error": {"message": "Resource Unavailable"}})
+    if fault == f.FLEX_UNAVAILABLE_OVERLOADED:
+        return _error(429, "Resource Unavailable: the flex tier is at capacity. Please retry your request later.",
+                      "server_error")
+    return _error(429, "Resource Unavailable: there is not enough flex processing capacity for this request right "
+                  "now. Retry later, or send it with service_tier 'default'.", "resource_unavailable",
+                  code="resource_unavailable")
+
+
 # Faults that refuse a create (nothing created, nothing counted).
 _CREATE_REFUSING = (f.RATE_LIMIT, f.RATE_LIMIT_LONG, f.SERVER_ERROR, f.UNAUTHORIZED, f.QUOTA_EXHAUSTED,
                     f.SERVICE_UNAVAILABLE)
@@ -519,6 +529,43 @@ _FAIL_MESSAGES = {
     "bio_policy": "This request was blocked under our biological and chemical safety policy.",
     "mystery_error": "Something went wrong that this client has never heard of.",
 }
+
+
+def _output_items(s: Stored, status: str, text: str, run_shapes: frozenset[str]) -> list[dict[str, Any]]:
+    """The response's `output` array as the real API writes it: a reasoning item first for a
+    reasoning model (or on `output_reasoning`), a `commentary` message before the `final_answer`
+    one (`output_phases`), the answer in several parts (`output_parts`), a refusal part instead of
+    the answer (`output_refusal`); `logprobs` on every output_text part."""
+    shapes = s.faults | run_shapes
+    message_status = "completed" if status == "completed" else "incomplete"
+    items: list[dict[str, Any]] = []
+    if f.OUTPUT_REASONING in shapes:
+        items.append({"type": "reasoning", "id": "rs_" + s.message_id[4:], "summary": [
+            {"type": "summary_text", "text": "**Planning the edition** Choosing the day's items and sources."}],
+            "encrypted_content": None})
+    phased = f.OUTPUT_PHASES in shapes
+    if phased:
+        items.append({"type": "message", "id": "msg_c" + s.message_id[5:], "status": "completed",
+                      "role": "assistant", "phase": "commentary",
+                      "content": [_text_part("I will draft the edition in every language, then check each source.")]})
+    if f.OUTPUT_REFUSAL in shapes:
+        content: list[dict[str, Any]] = [{"type": "refusal",
+                                          "refusal": "I'm sorry, but I can't help with that request."}]
+    elif f.OUTPUT_PARTS in shapes and len(text) >= 3:
+        third = len(text) // 3
+        content = [_text_part(text[:third]), _text_part(text[third:2 * third]), _text_part(text[2 * third:])]
+    else:
+        content = [_text_part(text)]
+    final: dict[str, Any] = {"type": "message", "id": s.message_id, "status": message_status, "role": "assistant",
+                             "content": content}
+    if phased:
+        final["phase"] = "final_answer"
+    items.append(final)
+    return items
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
 def _invalid_create(req: Any) -> str | None:

@@ -34,6 +34,9 @@ QUOTA_EXHAUSTED = "quota_exhausted"
 SERVICE_UNAVAILABLE = "service_unavailable"
 # Flex mode: a create asking for service_tier "flex" answers 429 Resource Unavailable.
 FLEX_UNAVAILABLE = "flex_unavailable"
+# Flex refusals in the other body shapes seen for "429 Resource Unavailable".
+FLEX_UNAVAILABLE_BARE = "flex_unavailable_bare"
+FLEX_UNAVAILABLE_OVERLOADED = "flex_unavailable_overloaded"
 # Read faults: a retrieve answers 200 with the response misreported; the response is unchanged.
 REPORT_CANCELLED = "report_cancelled"
 REPORT_FAILED = "report_failed"
@@ -51,6 +54,8 @@ EXCHANGE_FAULTS = (
     QUOTA_EXHAUSTED,
     SERVICE_UNAVAILABLE,
     FLEX_UNAVAILABLE,
+    FLEX_UNAVAILABLE_BARE,
+    FLEX_UNAVAILABLE_OVERLOADED,
     *READ_FAULTS,
 )
 # Faults that answer without doing anything.
@@ -73,6 +78,13 @@ FAIL_REFUSED = "fail_refused"
 FAIL_POLICY = "fail_policy"
 FAIL_UNKNOWN_CODE = "fail_unknown_code"
 CANCELLED_THEN_COMPLETED = "cancelled_then_completed"
+# Output shapes the real API writes (openai/types/responses: ResponseReasoningItem, the `phase` of
+# ResponseOutputMessage, ResponseOutputRefusal); each publishes, or parks with the refusal's text.
+OUTPUT_REASONING = "output_reasoning"
+OUTPUT_PHASES = "output_phases"
+OUTPUT_PARTS = "output_parts"
+OUTPUT_REFUSAL = "output_refusal"
+OUTPUT_SHAPES = (OUTPUT_REASONING, OUTPUT_PHASES, OUTPUT_PARTS, OUTPUT_REFUSAL)
 # The `error.code` each failing content fault ends with.
 FAIL_CODES: dict[str, str] = {
     FAIL: "server_error",
@@ -94,6 +106,7 @@ CONTENT_FAULTS = (
     FAIL_POLICY,
     FAIL_UNKNOWN_CODE,
     CANCELLED_THEN_COMPLETED,
+    *OUTPUT_SHAPES,
 )
 
 # Faults on the webhook the simulator sends when a background response finishes.
@@ -127,6 +140,8 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     QUOTA_EXHAUSTED: ("create",),
     SERVICE_UNAVAILABLE: ("create", "retrieve", "cancel", "delete"),
     FLEX_UNAVAILABLE: ("create",),
+    FLEX_UNAVAILABLE_BARE: ("create",),
+    FLEX_UNAVAILABLE_OVERLOADED: ("create",),
     **dict.fromkeys(READ_FAULTS, ("retrieve",)),
     **dict.fromkeys(CONTENT_FAULTS, ("create",)),
     **dict.fromkeys(WEBHOOK_FAULTS, (WEBHOOK_OP,)),
@@ -162,6 +177,13 @@ DESCRIPTIONS: dict[str, str] = {
     FAIL_POLICY: "the response ends 'failed' with bio_policy",
     FAIL_UNKNOWN_CODE: "the response ends 'failed' with an error code the SDK does not list (mystery_error)",
     CANCELLED_THEN_COMPLETED: "the first read after it completes shows 'cancelled'; later reads 'completed'",
+    OUTPUT_REASONING: "the output starts with a reasoning item (summary, encrypted content) before the message",
+    OUTPUT_PHASES: "a phase 'commentary' message (prose, not JSON) precedes the phase 'final_answer' message",
+    OUTPUT_PARTS: "the answer's text comes in three output_text parts of one message",
+    OUTPUT_REFUSAL: "the model refuses: the message holds one refusal part and no output_text",
+    FLEX_UNAVAILABLE_BARE: "a flex create answers 429 with an error body of message only (no type, no code)",
+    FLEX_UNAVAILABLE_OVERLOADED: ("a flex create answers 429 'Resource Unavailable' with type 'server_error' and "
+                                  "code null"),
     WEBHOOK_DROPPED: "the response's finish event is never sent",
     WEBHOOK_DUPLICATE: "the event is delivered twice in a row (same webhook-id and body, each freshly signed)",
     WEBHOOK_LATE: "the event is sent only after webhook_late_seconds (real time)",

@@ -53,8 +53,8 @@ def refusal(req: dict[str, Any], *, legacy_sampling_message: bool = False) -> tu
             if value is not None and value != 1:
                 if legacy_sampling_message:
                     return f"Unsupported parameter: '{key}' is not supported with this model.", None, key
-                return (f"Unsupported value: '{key}' does not support {value} with this model. Only the default (1) "
-                        f"value is supported.", "unsupported_value", key)
+                return ((f"Unsupported value: '{key}' does not support {value} with this model. Only the default "
+                         f"(1) value is supported."), "unsupported_value", key)
     reasoning = req.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     if effort is not None:
@@ -62,16 +62,16 @@ def refusal(req: dict[str, Any], *, legacy_sampling_message: bool = False) -> tu
             return ("Unsupported parameter: 'reasoning.effort' is not supported with this model.",
                     "unsupported_parameter", "reasoning.effort")
         if effort not in _efforts(model):
-            return (f"Unsupported value: 'reasoning.effort' does not support '{effort}' with this model. Supported "
-                    f"values are: {_quoted(_efforts(model))}.", "unsupported_value", "reasoning.effort")
+            return ((f"Unsupported value: 'reasoning.effort' does not support '{effort}' with this model. "
+                     f"Supported values are: {_quoted(_efforts(model))}."), "unsupported_value", "reasoning.effort")
     text = req.get("text")
     if isinstance(text, dict) and text.get("verbosity") is not None and not model.startswith("gpt-5"):
         return ("Unsupported parameter: 'text.verbosity' is not supported with this model.", "unsupported_parameter",
                 "text.verbosity")
     cap = req.get("max_output_tokens")
     if isinstance(cap, int) and not isinstance(cap, bool) and cap < 16:
-        return (f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {cap} "
-                f"instead.", "integer_below_min_value", "max_output_tokens")
+        return ((f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
+                 f"{cap} instead."), "integer_below_min_value", "max_output_tokens")
     fmt = text.get("format") if isinstance(text, dict) else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and fmt.get("strict"):
         problem = strict_schema_problem(fmt.get("schema"))

@@ -34,7 +34,7 @@ import structlog
 
 from ..errors import ConfigError
 from .backend import Backend, Reply, error_reply
-from .faults import FLEX_UNAVAILABLE, FaultRule, rule_from_dict
+from .faults import FLEX_UNAVAILABLE, OUTPUT_SHAPES, FaultRule, rule_from_dict
 from .webhooks import WebhookLog, WebhookSender, parse_secret
 
 log = structlog.get_logger("iipub.simulator")
@@ -72,6 +72,13 @@ class SimulatorOptions:
     # cures it), or, without a domain, to a host that is never public (only a new generation cures it).
     corrupt_lang: str | None = None
     corrupt_domain: str | None = None
+    # Output shapes every response is written in (`faults.OUTPUT_SHAPES`, e.g. the realistic mix
+    # REALISTIC_OUTPUT: a reasoning item, commentary and final_answer phases, several parts).
+    output_shapes: tuple[str, ...] = ()
+
+
+# What a reasoning model's completed response looks like at the real API.
+REALISTIC_OUTPUT = ("output_reasoning", "output_phases", "output_parts")
 
 
 class Simulator:
@@ -94,6 +101,9 @@ class Simulator:
         if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds,
                o.latency_seconds) < 0 or o.time_scale <= 0:
             raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
+        if set(o.output_shapes) - set(OUTPUT_SHAPES):
+            raise ConfigError(f"unknown output shape(s): {', '.join(sorted(set(o.output_shapes) - set(OUTPUT_SHAPES)))}"
+                              f" (known: {', '.join(OUTPUT_SHAPES)})")
         if not 0 <= o.flex_refusal_rate <= 1 or o.flex_slowdown <= 0:
             raise ConfigError("flex_refusal_rate must be within 0..1 and flex_slowdown > 0")
         flex = ((FaultRule("create", FLEX_UNAVAILABLE, probability=o.flex_refusal_rate),)
@@ -112,6 +122,7 @@ class Simulator:
             flex_slowdown=o.flex_slowdown,
             corrupt_lang=o.corrupt_lang,
             corrupt_domain=o.corrupt_domain,
+            output_shapes=frozenset(o.output_shapes),
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()
