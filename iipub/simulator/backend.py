@@ -145,6 +145,9 @@ class Stats:
     creates_by_tier: Counter[str] = field(default_factory=Counter)  # creates made, by the tier they run at
     flex_refused: int = 0  # flex creates answered 429 resource unavailable (nothing created)
     param_refused: int = 0  # creates answered 400 for a parameter the model refuses (nothing created)
+    # Every create request's parameters as received (names and the values that matter to a test),
+    # refused or not: what iipub sent, checked against what the real API takes.
+    create_params: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,6 +166,7 @@ class Stats:
             "creates_by_tier": dict(self.creates_by_tier),
             "flex_refused": self.flex_refused,
             "param_refused": self.param_refused,
+            "create_params": [dict(p) for p in self.create_params],
         }
 
 
@@ -268,6 +272,12 @@ class Backend:
         problem = _invalid_create(req)
         if problem:
             return _error(400, problem, "invalid_request_error")
+        if isinstance(req, dict):
+            with self._lock:
+                self._stats.create_params.append({
+                    "keys": sorted(req), "model": req.get("model"), "temperature": req.get("temperature"),
+                    "max_output_tokens": req.get("max_output_tokens"), "reasoning": req.get("reasoning"),
+                    "service_tier": req.get("service_tier")})
         param_refusal = params.refusal(req)  # what the real API refuses for this model (nothing is created)
         if param_refusal is not None:
             message, code, param = param_refusal

@@ -1,0 +1,181 @@
+"""Against a simulator that answers like the real Responses API (PRODUCT.md section 18): the
+shipped products publish; every output shape the real API writes publishes, or parks with the
+model's refusal, for exactly one paid create; a parameter the model refuses costs one refused
+create and holds that product alone until its configuration changes; a response stopped at the
+output cap is kept and parked; a flex 429 of any body shape holds no default-tier create."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from iipub import clock, reconcile, relay, status_queries, tables
+from iipub.config import Settings
+from iipub.simulator import Simulator
+from iipub.simulator.faults import FaultRule
+from iipub.states import Reason, State
+from iipub.store import Store
+from tests.helpers import job_events, job_rows
+
+DAY = dt.date(2026, 11, 20)
+
+
+@pytest.fixture(autouse=True)
+def _only_our_slots(no_today_slots: None) -> None:
+    """Ticks work on the slots a test schedules, not today's as well."""
+
+
+def schedule(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:
+    store = Store(engine, "test-scheduler")
+    for day in days or (DAY,):
+        for p in settings.products.values():
+            store.schedule(p, day, backfill=True)
+
+
+def drive(settings: Settings, engine: sa.Engine, sim: Simulator, ticks: int = 6) -> None:
+    for _ in range(ticks):
+        reconcile.run(settings, engine)
+        sim.advance(5)
+        if all(j["state"] in (State.SAVED_NOT_PUBLIC.value, State.QUARANTINED.value) for j in job_rows(engine)):
+            return
+
+
+def reasons(engine: sa.Engine, job_id: str) -> list[str]:
+    return [e["reason"] for e in job_events(engine, job_id)]
+
+
+def details(engine: sa.Engine, job_id: str, reason: Reason) -> list[dict[str, Any]]:
+    return [json.loads(e["detail"] or "{}") for e in job_events(engine, job_id) if e["reason"] == reason.value]
+
+
+def test_the_shipped_products_send_what_the_api_takes_and_publish(settings: Settings, engine: sa.Engine,
+                                                                  sim: Simulator) -> None:
+    schedule(settings, engine)
+    drive(settings, engine, sim)
+    relay.run(settings, engine)
+    rows = job_rows(engine)
+    assert len(rows) == 2 and all(r["state"] == State.PUBLISHED.value for r in rows), rows
+    stats = sim.stats()
+    assert stats["creates_total"] == 2 and stats["param_refused"] == 0
+    for sent in stats["create_params"]:
+        assert "temperature" not in sent["keys"] and "top_p" not in sent["keys"]
+        assert sent["model"] == "gpt-5-mini" and sent["max_output_tokens"] >= 16_000
+
+
+@pytest.mark.parametrize("shape", ["output_reasoning", "output_phases", "output_parts", "realistic"])
+def test_each_output_shape_publishes_with_one_paid_create(cfg: Settings, engine: sa.Engine, sim: Simulator,
+                                                          shape: str) -> None:
+    faults = ["output_reasoning", "output_phases", "output_parts"] if shape == "realistic" else [shape]
+    sim.add_faults([FaultRule("create", name, times=1) for name in faults])
+    schedule(cfg, engine)
+    drive(cfg, engine, sim)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.SAVED_NOT_PUBLIC.value, (job["state"], job["last_error"])
+    assert sim.stats()["creates_total"] == 1
+    assert json.loads(job["payload"]).keys() == {"en", "es"}  # the final answer alone, parts joined
+    assert sim.stats()["faults_fired"] == dict.fromkeys(faults, 1)
+
+
+def test_a_refusal_parks_provider_refused_with_its_text(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    sim.add_faults([FaultRule("create", "output_refusal", times=1)])
+    schedule(cfg, engine)
+    drive(cfg, engine, sim)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.QUARANTINED.value and job["quarantine_reason"] == "provider_refused"
+    assert "I'm sorry, but I can't help with that request." in job["last_error"]
+    assert job["payload"] == "I'm sorry, but I can't help with that request." and job["output_end"] == "refusal"
+    (custody,) = details(engine, job["id"], Reason.RETRIEVED)
+    assert custody["refusal"] == "I'm sorry, but I can't help with that request."
+    (parked,) = details(engine, job["id"], Reason.PROVIDER_REFUSED)
+    assert parked["refusal"] == job["payload"]
+    assert sim.stats()["creates_total"] == 1
+    drive(cfg, engine, sim, ticks=2)  # parked: nothing is paid again
+    assert sim.stats()["creates_total"] == 1
+
+
+def test_a_response_stopped_at_the_output_cap_is_kept_and_parked(cfg: Settings, engine: sa.Engine,
+                                                                 sim: Simulator) -> None:
+    sim.add_faults([FaultRule("create", "incomplete", times=1)])
+    schedule(cfg, engine)
+    drive(cfg, engine, sim)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.QUARANTINED.value and job["quarantine_reason"] == "output_cap_reached"
+    assert job["payload"] and job["output_end"] == "max_output_tokens"
+    cap = cfg.products["daily-brief"].output_token_cap()
+    assert f"max_output_tokens ({cap})" in job["last_error"] and "Raise [[products]] max_output_tokens" in \
+        job["last_error"]
+    assert reasons(engine, job["id"])[-2:] == [Reason.RETRIEVED.value, Reason.OUTPUT_CAP_REACHED.value]
+    drive(cfg, engine, sim, ticks=2)
+    assert sim.stats()["creates_total"] == 1  # no automatic second payment
+
+
+def test_a_refused_parameter_holds_its_product_alone_until_the_config_changes(
+        settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    brief = replace(settings.products["daily-brief"], items=3, prompt="Write the brief.")
+    watch = replace(settings.products["revolution-watch"], items=3, prompt="Write the watch.")
+    # A configuration the load check would refuse (a temperature for gpt-5-mini), as a table
+    # that does not know a model would let through: the provider's 400 is the last line.
+    broken = replace(settings, webhook_sink=None,
+                     products={"daily-brief": replace(brief, temperature=0.2), "revolution-watch": watch})
+    schedule(broken, engine, DAY, DAY - dt.timedelta(days=1))
+    drive(broken, engine, sim, ticks=3)
+    stats = sim.stats()
+    assert stats["param_refused"] == 1  # one refused create, not one per slot
+    assert stats["creates_total"] == 2  # revolution-watch's two slots went on
+    held = [j for j in job_rows(engine) if j["product"] == "daily-brief"]
+    assert {j["state"] for j in held} == {State.CREATE_ELIGIBLE.value}
+    assert all(j["generation_attempts"] == 0 for j in held)  # refunded: nothing was billed
+    with engine.connect() as conn:
+        (hold,) = conn.execute(sa.select(tables.product_holds)).mappings()
+    assert hold["product"] == "daily-brief" and hold["param"] == "temperature" and hold["code"] == "unsupported_value"
+    refused = next(d for j in held for d in details(engine, j["id"], Reason.CREATE_PARAM_REFUSED))
+    assert refused["param"] == "temperature" and refused["product_held"] == "daily-brief"
+    assert [r["state"] for r in _spend(engine) if r["product"] == "daily-brief"] == ["refused"]
+    code, line = status_queries.collect(engine, broken).check()
+    assert code == 2 and "daily-brief" in line and "'temperature'" in line
+    # Fixed (the temperature removed): the hold lifts and both slots publish, one create each.
+    fixed = replace(broken, products={"daily-brief": brief, "revolution-watch": watch})
+    for _ in range(3):  # past the held slots' recheck delay
+        clock.advance_clock(engine, 120)
+        drive(fixed, engine, sim, ticks=2)
+    assert {j["state"] for j in job_rows(engine)} == {State.SAVED_NOT_PUBLIC.value}
+    stats = sim.stats()
+    assert stats["param_refused"] == 1 and stats["creates_total"] == 4
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(tables.product_holds)).first() is None
+        lifted = conn.execute(sa.select(tables.gate_events).where(
+            tables.gate_events.c.kind == "product_hold_lifted")).mappings().all()
+    assert len(lifted) == 1
+
+
+@pytest.mark.parametrize("shape", ["flex_unavailable", "flex_unavailable_bare", "flex_unavailable_overloaded"])
+def test_a_flex_refusal_of_any_shape_is_capacity_and_holds_no_default_tier_create(
+        settings: Settings, engine: sa.Engine, sim: Simulator, shape: str) -> None:
+    brief = replace(settings.products["daily-brief"], items=3, prompt="Write the brief.", service_tier="flex",
+                    flex_until_minutes=30)
+    watch = replace(settings.products["revolution-watch"], items=3, prompt="Write the watch.")
+    s = replace(settings, webhook_sink=None, products={"daily-brief": brief, "revolution-watch": watch},
+                reconcile=replace(settings.reconcile, flex_poll_interval_seconds=0))
+    sim.add_faults([FaultRule("create", shape, times=1)])
+    schedule(s, engine)
+    reconcile.run(s, engine)
+    rows = {j["product"]: j for j in job_rows(engine)}
+    assert rows["daily-brief"]["state"] == State.CREATE_ELIGIBLE.value
+    assert rows["daily-brief"]["generation_attempts"] == 0
+    (refusal,) = details(engine, rows["daily-brief"]["id"], Reason.CREATE_REFUSED)
+    assert refusal["capacity"] is True and refusal["service_tier_asked"] == "flex"
+    with engine.connect() as conn:
+        gate = conn.execute(sa.select(tables.create_gate)).mappings().one()
+    assert gate["cooldown_until"] is None and gate["breaker"] == "closed"
+    assert rows["revolution-watch"]["generation_attempts"] == 1  # the default-tier create went out
+    assert sim.stats()["creates_by_tier"] == {"default": 1}
+
+
+def _spend(engine: sa.Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(tables.spend).order_by(tables.spend.c.id)).mappings()]
