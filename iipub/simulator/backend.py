@@ -497,7 +497,6 @@ class Backend:
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "service_tier": s.service_tier,
-            "store": req.get("store", True) is not False,
             "temperature": req.get("temperature", 1.0),
             "text": req.get("text") or {"format": {"type": "text"}},
             "tool_choice": "auto",

@@ -1,0 +1,231 @@
+"""The simulator held to the installed openai SDK's types (no vendored spec): every answer it
+gives over HTTP (create, retrieve in each status, cancel, delete, each error body, each webhook
+event) validates with the SDK's pydantic models and carries no field the SDK does not know,
+nested ones included; iipub's create body is checked against `ResponseCreateParams`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pydantic
+import pytest
+from openai.types.responses import Response, response_create_params
+from openai.types.shared import ErrorObject
+from openai.types.webhooks import (
+    ResponseCancelledWebhookEvent,
+    ResponseCompletedWebhookEvent,
+    ResponseFailedWebhookEvent,
+    ResponseIncompleteWebhookEvent,
+)
+
+from iipub.config import Product, default_products
+from iipub.outcomes import CreateRequest
+from iipub.provider import create_body
+from iipub.simulator import Simulator, SimulatorOptions
+from iipub.simulator.faults import FaultRule
+from tests.helpers import SECRET, receiver, wait_for
+
+KEY = {"Authorization": "Bearer sk-conformance"}
+PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=2)
+WEBHOOK_EVENTS: dict[str, type[pydantic.BaseModel]] = {
+    "response.completed": ResponseCompletedWebhookEvent, "response.failed": ResponseFailedWebhookEvent,
+    "response.incomplete": ResponseIncompleteWebhookEvent, "response.cancelled": ResponseCancelledWebhookEvent,
+}
+
+
+def unknown_fields(model: Any, path: str = "") -> list[str]:
+    """Every key of a validated SDK model (recursively) that the model does not declare: pydantic
+    keeps such keys as extras, so a field the real API never sends would otherwise pass."""
+    found: list[str] = []
+    if isinstance(model, pydantic.BaseModel):
+        found += [f"{path}.{k}" for k in (model.model_extra or {})]
+        for name in type(model).model_fields:
+            found += unknown_fields(getattr(model, name), f"{path}.{name}")
+    elif isinstance(model, (list, tuple)):
+        for i, item in enumerate(model):
+            found += unknown_fields(item, f"{path}[{i}]")
+    elif isinstance(model, dict):
+        for k, v in model.items():
+            found += unknown_fields(v, f"{path}.{k}")
+    return found
+
+
+def conforms(body: dict[str, Any]) -> Response:
+    response = Response.model_validate(body)
+    assert unknown_fields(response) == [], unknown_fields(response)
+    return response
+
+
+def conforming_error(answer: httpx.Response) -> ErrorObject:
+    body = answer.json()
+    assert set(body) == {"error"}, body
+    error = ErrorObject.model_validate(body["error"])
+    assert unknown_fields(error) == [] and set(body["error"]) <= set(ErrorObject.model_fields), body
+    return error
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[Simulator, httpx.Client]]:
+    with Simulator(SimulatorOptions(queued_seconds=10, in_progress_seconds=10)) as sim, \
+            httpx.Client(base_url=sim.url, headers=KEY, timeout=10) as client:
+        yield sim, client
+
+
+def create(client: httpx.Client, **over: Any) -> httpx.Response:
+    req = CreateRequest("job-1", PRODUCT, dt.date(2026, 12, 3), 1, PRODUCT.fingerprint())
+    return client.post("/responses", json={**create_body(req), **over})
+
+
+def test_create_and_retrieve_in_each_status_conform(api: tuple[Simulator, httpx.Client]) -> None:
+    sim, client = api
+    answer = create(client)
+    assert answer.status_code == 200
+    assert conforms(answer.json()).status == "queued"
+    rid = answer.json()["id"]
+    sim.advance(11)
+    assert conforms(client.get(f"/responses/{rid}").json()).status == "in_progress"
+    sim.advance(10)
+    done = conforms(client.get(f"/responses/{rid}").json())
+    assert done.status == "completed" and json.loads(done.output_text).keys() == {"en", "es"}
+    for fault, status in (("incomplete", "incomplete"), ("fail", "failed"), ("fail_unknown_code", "failed")):
+        sim.add_faults([FaultRule("create", fault, times=1)])
+        rid = create(client).json()["id"]
+        sim.advance(25)
+        body = client.get(f"/responses/{rid}").json()
+        if fault == "fail_unknown_code":  # a code the SDK's literal does not list: the real API may add codes
+            body["error"]["code"] = "server_error"
+        assert conforms(body).status == status
+
+
+@pytest.mark.parametrize("shape", ["output_reasoning", "output_phases", "output_parts", "output_refusal"])
+def test_every_output_shape_conforms(api: tuple[Simulator, httpx.Client], shape: str) -> None:
+    sim, client = api
+    sim.add_faults([FaultRule("create", shape, times=1)])
+    rid = create(client).json()["id"]
+    sim.advance(25)
+    response = conforms(client.get(f"/responses/{rid}").json())
+    kinds = [item.type for item in response.output]
+    assert kinds == {"output_reasoning": ["reasoning", "message"], "output_phases": ["message", "message"],
+                     "output_parts": ["message"], "output_refusal": ["message"]}[shape]
+
+
+def test_cancel_and_delete_conform(api: tuple[Simulator, httpx.Client]) -> None:
+    _, client = api
+    rid = create(client).json()["id"]
+    cancelled = client.post(f"/responses/{rid}/cancel")
+    assert cancelled.status_code == 200 and conforms(cancelled.json()).status == "cancelled"
+    deleted = client.delete(f"/responses/{rid}")
+    # The SDK reads no body from a delete (`responses.delete` returns None): the keys are the API's.
+    assert deleted.status_code == 200 and deleted.json() == {"id": rid, "object": "response", "deleted": True}
+    assert conforming_error(client.get(f"/responses/{rid}")).type == "invalid_request_error"
+
+
+@pytest.mark.parametrize("fault", ["rate_limit", "rate_limit_long", "server_error", "unauthorized", "quota_exhausted",
+                                   "service_unavailable"])
+def test_every_error_body_conforms(api: tuple[Simulator, httpx.Client], fault: str) -> None:
+    sim, client = api
+    sim.add_faults([FaultRule("create", fault, times=1)])
+    answer = create(client)
+    assert answer.status_code >= 400
+    conforming_error(answer)
+
+
+@pytest.mark.parametrize("fault", ["flex_unavailable", "flex_unavailable_bare", "flex_unavailable_overloaded"])
+def test_flex_refusals_are_429s_the_sdk_can_read(api: tuple[Simulator, httpx.Client], fault: str) -> None:
+    sim, client = api
+    sim.add_faults([FaultRule("create", fault, times=1)])
+    answer = create(client, service_tier="flex")
+    assert answer.status_code == 429
+    error = answer.json()["error"]
+    assert set(error) <= set(ErrorObject.model_fields) and "Resource Unavailable" in error["message"]
+
+
+@pytest.mark.parametrize(("over", "param"), [
+    ({"model": "gpt-5-mini", "temperature": 0.2}, "temperature"),
+    ({"model": "o3", "top_p": 0.5}, "top_p"),
+    ({"model": "gpt-4.1", "reasoning": {"effort": "low"}}, "reasoning.effort"),
+    ({"model": "gpt-5-mini", "reasoning": {"effort": "none"}}, "reasoning.effort"),
+    ({"model": "gpt-5-mini", "max_output_tokens": 5}, "max_output_tokens"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "strict": True,
+                          "schema": {"type": "array", "items": {"type": "string"}}}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "strict": True,
+                          "schema": {"type": "object", "properties": {"a": {"type": "string"}},
+                                     "required": [], "additionalProperties": False}}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "strict": True, "schema": {
+        "type": "object", "required": ["a"], "additionalProperties": False,
+        "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}}}}}},
+     "text.format.schema"),
+])
+def test_what_the_real_api_refuses_is_refused_with_its_body(api: tuple[Simulator, httpx.Client],
+                                                            over: dict[str, Any], param: str) -> None:
+    sim, client = api
+    answer = create(client, **over)
+    assert answer.status_code == 400
+    error = conforming_error(answer)
+    assert error.type == "invalid_request_error" and error.param == param
+    assert sim.stats()["creates_total"] == 0 and sim.stats()["param_refused"] == 1
+
+
+def test_every_webhook_event_conforms() -> None:
+    with receiver() as rec, Simulator(SimulatorOptions(queued_seconds=0.1, in_progress_seconds=0.1,
+                                                       webhook_url=rec.url, webhook_secret=SECRET)) as sim, \
+            httpx.Client(base_url=sim.url, headers=KEY, timeout=10) as client:
+        for fault in ("fail", "incomplete", None):
+            if fault:
+                sim.add_faults([FaultRule("create", fault, times=1)])
+            create(client)
+        slow = create(client)  # cancelled before it finishes
+        client.post(f"/responses/{slow.json()['id']}/cancel")
+        wait_for(lambda: len(rec.requests) >= 4)
+        seen = set()
+        for request in rec.requests:
+            body = json.loads(request["body"])
+            event = WEBHOOK_EVENTS[body["type"]].model_validate(body)
+            assert unknown_fields(event) == [], body
+            seen.add(body["type"])
+        assert seen == set(WEBHOOK_EVENTS)
+
+
+def _accepts(hint: Any, value: Any) -> bool:
+    """Whether `value` is of the TypedDict field type `hint` (shallowly: the outer type)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(arg, value) for arg in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin in (typing.Required, typing.NotRequired) or str(origin).endswith("Annotated"):
+        return _accepts(typing.get_args(hint)[0], value)
+    if typing.is_typeddict(hint):
+        return isinstance(value, dict) and set(value) <= set(typing.get_type_hints(hint))
+    base = origin or hint
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(base, type):
+        if base in (dict, list, str, int, bool):
+            return isinstance(value, base) and not (base is int and isinstance(value, bool))
+        return isinstance(value, base)
+    return True  # an alias the check cannot resolve shallowly: the simulator's validation covers it
+
+
+@pytest.mark.parametrize("product", [*default_products().values(),
+                                     Product(name="daily-brief", prompt="p", items=3, reasoning_effort="low",
+                                             verbosity="low", max_output_tokens=20_000),
+                                     Product(name="daily-brief", prompt="p", model="gpt-4.1", temperature=0.3,
+                                             top_p=0.9)], ids=lambda p: f"{p.name}-{p.model}")
+def test_iipubs_create_body_is_a_create_params(product: Product) -> None:
+    body = create_body(CreateRequest("job-1", product, dt.date(2026, 12, 3), 1, product.fingerprint()))
+    hints = typing.get_type_hints(response_create_params.ResponseCreateParamsBase, include_extras=True)
+    assert set(body) <= set(hints), set(body) - set(hints)
+    for key, value in body.items():
+        assert _accepts(hints[key], value), (key, value, hints[key])
+    text_hints = typing.get_type_hints(hints["text"].__args__[0] if hasattr(hints["text"], "__args__")
+                                       else hints["text"])
+    assert set(body["text"]) <= set(text_hints)
