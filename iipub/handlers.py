@@ -29,6 +29,7 @@ from .outcomes import (
     Transient,
     failure_cause,
     failure_text,
+    same_scope,
 )
 from .spend import SlotSpend
 from .states import POLLING, Reason, State
@@ -37,6 +38,9 @@ _ERROR_MAX = 2000  # jobs.last_error is bounded; the journal detail keeps the wh
 # A slot whose product's creates are held (a refused parameter) is looked at again this often:
 # once the configuration is fixed, its create goes out within this long.
 HELD_RECHECK_SECONDS = 60.0
+# A response read under other credentials than its create's is read again this often (the
+# operator restores the scope's credentials; see the runbook's "Rotating a key").
+SCOPE_RECHECK_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -91,14 +95,17 @@ def before_dispatch(job: Job, fingerprint: str, budgets: Budgets, tier: str = "d
 def after_create(
     job: Job, outcome: Accepted | Refused | Ambiguous | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None, *, tier: str = "default", flex_left: float | None = None,
+    scope: str | None = None,
 ) -> Decision:
     """Leaving CREATE_IN_FLIGHT. `job` is the in-flight job (attempt already charged), `tier`
     the service tier it asked for; `flex_left` is how long the slot may still ask for flex
-    (a flex refusal's retry is not put off past it: after it the create asks the default tier)."""
+    (a flex refusal's retry is not put off past it: after it the create asks the default tier);
+    `scope` what the create was sent under (`outcomes.scope_of`), recorded with its response."""
     if isinstance(outcome, Accepted):
         return Decision(
             State.ACCEPTED, Reason.ACCEPTED,
-            changes={"response_id": outcome.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
+            changes={"response_id": outcome.response_id, "poll_count": 0, "retry_count": 0, "last_error": None,
+                     "create_scope": scope},
             detail={"response_id": outcome.response_id, "status": outcome.status, "service_tier_asked": tier,
                     "service_tier": outcome.service_tier},
             delay=s.poll_interval_seconds,
@@ -214,6 +221,7 @@ _DEFAULT_PROVIDER = ProviderSettings()
 def after_poll(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None, *, loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
+    scope: str | None = None,
 ) -> Decision:
     """An observation of the job's response. Counts `poll_count` only, never the generation budget.
 
@@ -221,7 +229,8 @@ def after_poll(
     or a `failed` is a suspected loss (the job stays put, `loss_suspected`) until it held over
     `loss.loss_confirm_reads` reads spread over `loss.loss_confirm_seconds`; `suspected_reads`
     is how many such reads of this response came before this one. A status iipub does not know
-    is observed again, never taken as a loss."""
+    is observed again, never taken as a loss; nor is a 404 read under another `scope` than the
+    create's (`jobs.create_scope`: the response is invisible there, not gone)."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
         if outcome.status in _STATUS_STATE:
@@ -253,6 +262,16 @@ def after_poll(
         facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error, "error_code": outcome.error_code}
         why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
     elif isinstance(outcome, Missing):
+        if job.create_scope and scope and not same_scope(job.create_scope, scope):
+            # The response lives in the scope its create was sent under; a read under another
+            # (a rotated key, a changed project or organization) cannot see it. Not a loss: wait.
+            why = (f"{outcome.why}: read under {scope}, but the response was created under {job.create_scope}; "
+                   "not taken as a loss, waiting for the credentials of its scope")
+            return Decision(job.state, Reason.SCOPE_MISMATCH,
+                            changes={"retry_count": 0, "last_error": why[:_ERROR_MAX]},
+                            detail={"created_under": job.create_scope, "read_under": scope, "answer": outcome.why,
+                                    "due_at": str(job.next_attempt_at)},
+                            delay=max(s.poll_interval_seconds, SCOPE_RECHECK_SECONDS))
         facts, why = {"status": "not_found", "answer": outcome.why}, outcome.why
     else:
         # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
@@ -409,12 +428,12 @@ def after_delete(
 def after_refetch(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     max_bytes: int | None = None, rng: random.Random | None = None, *,
-    loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
+    loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0, scope: str | None = None,
 ) -> Decision:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): the output was fetched again."""
     if isinstance(outcome, Observed) and outcome.finished:
         return on_output(job, outcome, max_bytes)
-    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads)
+    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads, scope=scope)
     if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
         d = Decision(State.COMPLETED_NOT_RETRIEVED, d.reason, d.changes, d.detail, d.delay, d.go_on, d.cooldown)
     return d

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import hashlib
 from dataclasses import dataclass, field
 
 from .config import Product
@@ -68,6 +69,26 @@ PARAM_CODES = frozenset({"unsupported_value", "unsupported_parameter", "invalid_
                          "integer_above_max_value", "invalid_json_schema", "invalid_type", "unknown_parameter",
                          "missing_required_parameter", "decimal_below_min_value", "decimal_above_max_value",
                          "string_above_max_length", "invalid_enum_value"})
+
+
+def scope_of(organization: str | None, project: str | None, api_key: str | None) -> str:
+    """The scope a request is made under, as a job records it: the organization, the project and
+    a fingerprint of the key (never the key). A response is visible only in the organization and
+    project it was created in; with neither named, the key's own project is the scope."""
+    key = hashlib.sha256((api_key or "").encode()).hexdigest()[:16] if api_key else "-"
+    return f"org={organization or '-'} project={project or '-'} key={key}"
+
+
+def same_scope(recorded: str, current: str) -> bool:
+    """Whether a read under `current` reaches what was created under `recorded`: the same
+    organization and project when the create named a project, else the same key too."""
+    def parts(scope: str) -> dict[str, str]:
+        return dict(p.split("=", 1) for p in scope.split() if "=" in p)
+
+    a, b = parts(recorded), parts(current)
+    if a.get("org") != b.get("org") or a.get("project") != b.get("project"):
+        return False
+    return a.get("project") not in (None, "-") or a.get("key") == b.get("key")
 
 
 @dataclass(frozen=True)

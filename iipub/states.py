@@ -224,6 +224,7 @@ class Reason(enum.StrEnum):
     PROVIDER_FINISHED = "provider_finished"
     PROVIDER_UNEXPECTED_STATUS = "provider_unexpected_status"
     LOSS_SUSPECTED = "loss_suspected"
+    SCOPE_MISMATCH = "scope_mismatch"
     LOSS_CONFIRMED = "loss_confirmed"
     RETRIEVED = "retrieved"
     RECREATE_AFTER_LOSS = "recreate_after_loss"
@@ -302,6 +303,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.PROVIDER_UNEXPECTED_STATUS: (False, ("the provider reports a status iipub does not know; observed again, "
                                            "never taken as a loss")),
     R.LOSS_SUSPECTED: (False, "a 404, an unrequested `cancelled` or a `failed`: read again before believing it"),
+    R.SCOPE_MISMATCH: (False, ("a 404 read under another organization, project or key than the create's: the "
+                               "response is invisible there, not lost; the job waits for its scope's credentials")),
     R.LOSS_CONFIRMED: (False, "the loss held over the confirmation reads; the response is gone"),
     R.RETRIEVED: (False, "the finished output was stored on the job row (custody)"),
     R.RECREATE_AFTER_LOSS: (False, "a lost response is generated again on the same row, budget permitting"),
@@ -385,7 +388,7 @@ SHADOW_REASONS: dict[Reason, str] = {
 # system's business while `[reconcile] mode = "shadow"`, so not late or stranded for `status`.
 SHADOW_HELD = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED, S.CLEANUP_PENDING})
 POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED, R.LOSS_SUSPECTED,
-                          R.PROVIDER_UNEXPECTED_STATUS})
+                          R.PROVIDER_UNEXPECTED_STATUS, R.SCOPE_MISMATCH})
 
 
 def reason_of(text: str | None) -> Reason | None:

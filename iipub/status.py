@@ -155,6 +155,11 @@ class Status:
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
+    # Jobs in flight created under another scope (organization, project, key) than reads use now,
+    # with one such scope and the current one (`outcomes.scope_of`).
+    other_scope_jobs: int = 0
+    other_scope: str | None = None
+    current_scope: str | None = None
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -209,6 +214,11 @@ class Status:
             found.append((CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
         found.extend((CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}") for h in self.product_holds)
+        if self.other_scope_jobs:
+            found.append((CRITICAL, (f"{plural(self.other_scope_jobs, 'job')} in flight created under "
+                                     f"{self.other_scope}, reads now under {self.current_scope}: their responses "
+                                     f"cannot be read there (a 404 is not taken as a loss); restore that scope's "
+                                     f"credentials (runbook: \"Rotating a key\")")))
         if self.cutover is not None:
             found.extend(self.cutover.problems())
         found.extend(self._ceiling_problems())
@@ -342,6 +352,8 @@ class Status:
         return {
             "generated_at": iso_z(self.generated_at),
             "installation_id": self.installation_id,
+            "other_scope": {"jobs": self.other_scope_jobs, "created_under": self.other_scope,
+                            "reads_under": self.current_scope},
             "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,
                                "job_id": h.job_id, "held_at": iso_z(h.held_at)} for h in self.product_holds],
             "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),

@@ -19,6 +19,7 @@ from . import clock, cutover, db, deliveries, gate, heartbeat, holds, installati
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
+from .outcomes import same_scope, scope_of
 from .payments import report as paid_report
 from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
 from .timefmt import naive_utc, seconds_between
@@ -76,6 +77,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
         product_holds = tuple(holds.all_holds(conn))
     attention = [j for j in live if j["state"] not in held]
+    current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
+    elsewhere = [j for j in live if j["state"] in _READ_STATES and j["create_scope"]
+                 and not same_scope(j["create_scope"], current_scope)]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -115,6 +119,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         cutover=cut,
         paid=paid,
         product_holds=product_holds,
+        other_scope_jobs=len(elsewhere),
+        other_scope=elsewhere[0]["create_scope"] if elsewhere else None,
+        current_scope=current_scope,
         ledger_problem=ledger_trouble,
         tracks=track_figures,
     )
@@ -161,12 +168,16 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     return out
 
 
+# States whose next step reads the job's response at the provider.
+_READ_STATES = frozenset(s.value for s in (*POLLING, State.COMPLETED_NOT_RETRIEVED))
+
+
 def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
     """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
     cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state,
             jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
             jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
-            jobs_table.c.kill_requested, jobs_table.c.last_error]
+            jobs_table.c.kill_requested, jobs_table.c.last_error, jobs_table.c.create_scope]
     q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
     return [dict(r) for r in conn.execute(q).mappings()]
 

@@ -261,7 +261,8 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         tick.create_refused()
     runs_at = (outcome.service_tier or tier) if isinstance(outcome, Accepted) else tier
     decision = handlers.after_create(in_flight, outcome, tick.poll_settings_for(runs_at), tick.rng, tier=tier,
-                                     flex_left=(deadline - verdict.at).total_seconds() if deadline else None)
+                                     flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
+                                     scope=tick.provider_scope)
     def outcome_rows(conn: sa.Connection) -> None:
         payments.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
@@ -312,7 +313,7 @@ def step_poll(tick: Tick, job: Job) -> Job | None:
     outcome = tick.provider.retrieve(job.response_id)
     tick.called(outcome)
     d = handlers.after_poll(job, outcome, tick.polls_of(job), tick.rng, loss=tick.settings.provider,
-                            suspected_reads=_suspected_reads(tick, job, outcome))
+                            suspected_reads=_suspected_reads(tick, job, outcome), scope=tick.provider_scope)
     batch = tick.batch_of(job.id)
     if batch is not None and not d.go_on:
         # Nothing more to do for this job this tick: its write joins the chunk's one commit.
@@ -350,7 +351,8 @@ def step_completed(tick: Tick, job: Job) -> Job | None:
     tick.called(outcome)
     return apply(tick, job, handlers.after_refetch(
         job, outcome, tick.settings.reconcile, max_output_bytes(_product(tick, job)), tick.rng,
-        loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome)))
+        loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome),
+        scope=tick.provider_scope))
 
 
 def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:

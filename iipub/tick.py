@@ -19,7 +19,7 @@ from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
 from .gate import CreateGate
 from .jobs import Job
-from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected
+from .outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected, scope_of
 from .provider import Provider  # cheap: the SDK and httpx load at its first call
 from .states import Reason, State
 from .store import PlannedWrite, Store
@@ -77,6 +77,8 @@ class Tick:
         self.settings = settings
         self.store = store
         self.provider = provider
+        # The scope every call of this run is made under (the key's fingerprint, never the key).
+        self.provider_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
         self.deadline = deadline
         self.rng = rng
         self.shadow = settings.reconcile.shadow

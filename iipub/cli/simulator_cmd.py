@@ -69,7 +69,14 @@ service_unavailable@create~START..END: every create answers 503 in that window."
 @click.option("--in-progress-seconds", default=5.0, show_default=True, type=click.FloatRange(min=0),
               help="Simulated seconds it then stays 'in_progress' before finishing.")
 @click.option("--retention-seconds", default=600.0, show_default=True, type=click.FloatRange(min=0),
-              help="Simulated seconds a finished response stays retrievable before answering 404.")
+              help="Simulated seconds a finished response created with store false, or in a --zdr project, stays "
+              "retrievable before answering 404 (the real API: about ten minutes).")
+@click.option("--stored-retention-seconds", default=30 * 86_400.0, show_default=True, type=click.FloatRange(min=0),
+              help="Simulated seconds a finished response created with store true (what iipub sends) stays "
+              "retrievable (the real API: 30 days).")
+@click.option("--zdr/--no-zdr", default=False, show_default=True,
+              help="A zero-data-retention project: every response is gone --retention-seconds after it finishes, "
+              "store true or not.")
 @click.option("--time-scale", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Simulated seconds per real second (e.g. 60 makes a minute pass every second).")
 @click.option("--slow-seconds", default=35.0, show_default=True, type=click.FloatRange(min=0),
@@ -130,6 +137,8 @@ def simulator_command(
     queued_seconds: float,
     in_progress_seconds: float,
     retention_seconds: float,
+    stored_retention_seconds: float,
+    zdr: bool,
     time_scale: float,
     slow_seconds: float,
     seed: int | None,
@@ -168,6 +177,8 @@ def simulator_command(
         queued_seconds=queued_seconds,
         in_progress_seconds=in_progress_seconds,
         retention_seconds=retention_seconds,
+        stored_retention_seconds=stored_retention_seconds,
+        zdr=zdr,
         time_scale=time_scale,
         slow_seconds=slow_seconds,
         seed=seed,

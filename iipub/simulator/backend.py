@@ -71,6 +71,7 @@ class Stored:
     forced: tuple[str, float] | None = None  # (status, when) set by cancel
     race_reported: bool = False  # cancelled_then_completed: the lying read has happened
     announced: bool = False  # its finish has been handed to the webhook sender
+    scope: tuple[str, str, str] = ("", "", "")  # (organization, project, key) it was created under
     corrupt_lang: str | None = None  # this language's part fails validation (`content.corrupt`)
     corrupt_domain: str | None = None
     _text: str | None = None
@@ -185,7 +186,14 @@ class Backend:
         corrupt_lang: str | None = None,
         corrupt_domain: str | None = None,
         output_shapes: frozenset[str] = frozenset(),
+        stored_retention_seconds: float = 30 * 86_400.0,
+        zdr: bool = False,
     ) -> None:
+        # Retention: a response created with `store: true` is kept `stored_retention_seconds` (the
+        # real API: 30 days); with `store: false`, or in a zero-data-retention project (`zdr`), it is
+        # gone `retention_seconds` (~10 minutes) after it finishes.
+        self.stored_retention_seconds = stored_retention_seconds
+        self.zdr = zdr
         # Output shapes (`faults.OUTPUT_SHAPES`) every response of the run is written in.
         self.output_shapes = output_shapes
         self.flex_slowdown = flex_slowdown  # flex responses take this many times longer
@@ -264,7 +272,7 @@ class Backend:
 
     # -- operations -------------------------------------------------------------------------
 
-    def create(self, raw: bytes) -> Reply:
+    def create(self, raw: bytes, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
         try:
             req = json.loads(raw or b"null")
         except (ValueError, UnicodeDecodeError):
@@ -311,6 +319,7 @@ class Backend:
                 queued_s=self.queued_seconds * slow,
                 in_progress_s=self.in_progress_seconds * slow,
                 service_tier=tier,
+                scope=scope,
                 corrupt_lang=self.corrupt_lang,
                 corrupt_domain=self.corrupt_domain,
             )
@@ -324,9 +333,9 @@ class Backend:
             self._stats.create_metadata.append({str(k): str(v) for k, v in metadata.items()})
             return Reply(200, self._render(stored, now), _ok_headers(), delivery)
 
-    def retrieve(self, response_id: str) -> Reply:
+    def retrieve(self, response_id: str, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
         with self._lock:
-            found = self._lookup("retrieve", response_id)
+            found = self._lookup("retrieve", response_id, scope)
             if isinstance(found, Reply):
                 return found
             stored, job_id = found
@@ -336,9 +345,9 @@ class Backend:
             delivery = self._delivery("retrieve", job_id)
             return Reply(200, self._render(stored, now, shown), _ok_headers(), delivery)
 
-    def cancel(self, response_id: str) -> Reply:
+    def cancel(self, response_id: str, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
         with self._lock:
-            found = self._lookup("cancel", response_id)
+            found = self._lookup("cancel", response_id, scope)
             if isinstance(found, Reply):
                 return found
             stored, job_id = found
@@ -358,9 +367,9 @@ class Backend:
             delivery = self._delivery("cancel", job_id)
             return Reply(200, self._render(stored, now), _ok_headers(), delivery)
 
-    def delete(self, response_id: str) -> Reply:
+    def delete(self, response_id: str, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
         with self._lock:
-            found = self._lookup("delete", response_id)
+            found = self._lookup("delete", response_id, scope)
             if isinstance(found, Reply):
                 return found
             stored, job_id = found
@@ -374,10 +383,14 @@ class Backend:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _lookup(self, op: str, response_id: str) -> tuple[Stored, str | None] | Reply:
+    def _lookup(self, op: str, response_id: str, scope: tuple[str, str, str]) -> tuple[Stored, str | None] | Reply:
         """The live response an `op` on `response_id` acts on, with its job id; or the reply
-        that ends the request instead (a refusing fault, else 404). Under the lock."""
+        that ends the request instead (a refusing fault, else 404: a response created in another
+        organization or project, or under another key when neither is named, is invisible). Under
+        the lock."""
         stored = self._get(response_id)
+        if stored is not None and not visible(stored.scope, scope):
+            stored = None
         job_id = stored.job_id if stored else None
         refused = self._fire(op, job_id, f.REFUSING_FAULTS, response_id)
         if refused:
@@ -392,7 +405,9 @@ class Backend:
         if stored is None:
             return None
         _, finished = stored.status_at(self.clock.now())
-        if finished is not None and self.clock.now() >= finished + self.retention_seconds:
+        short = self.zdr or stored.request.get("store") is False
+        retention = self.retention_seconds if short else self.stored_retention_seconds
+        if finished is not None and self.clock.now() >= finished + retention:
             del self._responses[response_id]
             return None
         return stored
@@ -609,6 +624,15 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": output_tokens // 5},
         "total_tokens": input_tokens + output_tokens,
     }
+
+
+def visible(created: tuple[str, str, str], reading: tuple[str, str, str]) -> bool:
+    """Whether a request under `reading` (organization, project, key) sees a response created
+    under `created`: the same organization and project; with no project named, the same key
+    (a key stands for its default project)."""
+    if created[0] != reading[0] or created[1] != reading[1]:
+        return False
+    return bool(created[1]) or created[2] == reading[2]
 
 
 def caller(api_key: str) -> str:

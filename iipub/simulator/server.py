@@ -46,7 +46,12 @@ _RESPONSE_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_\-]{1,200})(/cancel)?$"
 class SimulatorOptions:
     queued_seconds: float = 2.0
     in_progress_seconds: float = 5.0
-    retention_seconds: float = 600.0  # finished background responses then answer 404
+    # A finished response answers 404 this long after it finished when it was created with
+    # `store: false` or the project is zero-data-retention (`zdr`); with `store: true` (what iipub
+    # sends) it is kept `stored_retention_seconds`, as the real API keeps it (30 days).
+    retention_seconds: float = 600.0
+    stored_retention_seconds: float = 30 * 86_400.0
+    zdr: bool = False
     time_scale: float = 1.0  # simulated seconds per real second
     slow_seconds: float = 35.0  # real seconds; longer than a client's read timeout
     seed: int | None = None
@@ -98,8 +103,8 @@ class Simulator:
                 "(pass allow_non_loopback / --allow-non-loopback to override)"
             )
         o = self.options
-        if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.slow_seconds,
-               o.latency_seconds) < 0 or o.time_scale <= 0:
+        if min(o.queued_seconds, o.in_progress_seconds, o.retention_seconds, o.stored_retention_seconds,
+               o.slow_seconds, o.latency_seconds) < 0 or o.time_scale <= 0:
             raise ConfigError("simulator durations must be >= 0 and time_scale > 0")
         if set(o.output_shapes) - set(OUTPUT_SHAPES):
             raise ConfigError(f"unknown output shape(s): {', '.join(sorted(set(o.output_shapes) - set(OUTPUT_SHAPES)))}"
@@ -123,6 +128,8 @@ class Simulator:
             corrupt_lang=o.corrupt_lang,
             corrupt_domain=o.corrupt_domain,
             output_shapes=frozenset(o.output_shapes),
+            stored_retention_seconds=o.stored_retention_seconds,
+            zdr=o.zdr,
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()
@@ -370,16 +377,19 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("authorization", "")
         if op != "create" and response_id:
             backend.record_call(op, response_id, auth[len("Bearer ") :].strip())
+        # The scope of the request: responses are visible only where they were created.
+        scope = (self.headers.get("openai-organization", "").strip(), self.headers.get("openai-project", "").strip(),
+                 auth[len("Bearer ") :].strip())
         if not auth.startswith("Bearer ") or not auth[len("Bearer ") :].strip():
             reply = error_reply(401, "You didn't provide an API key.", code="invalid_api_key")
         elif op == "create":
-            reply = backend.create(body)
+            reply = backend.create(body, scope)
         elif op == "retrieve":
-            reply = backend.retrieve(response_id)
+            reply = backend.retrieve(response_id, scope)
         elif op == "cancel":
-            reply = backend.cancel(response_id)
+            reply = backend.cancel(response_id, scope)
         else:
-            reply = backend.delete(response_id)
+            reply = backend.delete(response_id, scope)
         if self.server.sim.options.log_requests:
             # Through the one structured logger (timestamped; one line per event from any thread).
             log.info("sim_request", method=method, path=path, status=reply.status, delivery=reply.delivery,
