@@ -74,6 +74,9 @@ service_unavailable@create~START..END: every create answers 503 in that window."
 @click.option("--stored-retention-seconds", default=30 * 86_400.0, show_default=True, type=click.FloatRange(min=0),
               help="Simulated seconds a finished response created with store true (what iipub sends) stays "
               "retrievable (the real API: 30 days).")
+@click.option("--key-project", "key_projects", metavar="KEY=PROJECT", multiple=True,
+              help="The project an API key acts in when a request names none (repeatable; keys not listed share "
+              "the default project). A response is read only in the organization and project it was created in.")
 @click.option("--zdr/--no-zdr", default=False, show_default=True,
               help="A zero-data-retention project: every response is gone --retention-seconds after it finishes, "
               "store true or not.")
@@ -139,6 +142,7 @@ def simulator_command(
     retention_seconds: float,
     stored_retention_seconds: float,
     zdr: bool,
+    key_projects: tuple[str, ...],
     time_scale: float,
     slow_seconds: float,
     seed: int | None,
@@ -179,6 +183,7 @@ def simulator_command(
         retention_seconds=retention_seconds,
         stored_retention_seconds=stored_retention_seconds,
         zdr=zdr,
+        key_projects=tuple(_key_project(kp) for kp in key_projects),
         time_scale=time_scale,
         slow_seconds=slow_seconds,
         seed=seed,
@@ -229,3 +234,10 @@ def simulator_command(
 
 if __name__ == "__main__":  # pragma: no cover - `python -m iipub.cli.simulator_cmd`
     simulator_command()
+
+
+def _key_project(text: str) -> tuple[str, str]:
+    key, sep, project = text.partition("=")
+    if not sep or not key.strip() or not project.strip():
+        raise click.BadParameter(f"{text!r}: expected KEY=PROJECT", param_hint="--key-project")
+    return key.strip(), project.strip()

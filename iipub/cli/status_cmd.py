@@ -43,6 +43,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
       generated_at          database time of the report (ISO 8601 UTC)
       installation_id       this database's installation id (every create's metadata
                             carries it; see README "Ownership")
+      other_scope           {jobs, created_under, reads_under}: jobs in flight created under
+                            another organization, project or key than reads use now
+      product_holds         [{product, param, code, message, job_id, held_at}]: products whose
+                            creates wait on a parameter the provider refused
       read_cooldown         {until (null: none), cap_seconds}: a rate limit on a provider read
                             holds polls, custody and cleanup (never creates) until then
       window_hours          the SLI window

@@ -12,6 +12,7 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,7 +189,11 @@ class Backend:
         output_shapes: frozenset[str] = frozenset(),
         stored_retention_seconds: float = 30 * 86_400.0,
         zdr: bool = False,
+        key_projects: Mapping[str, str] | None = None,
     ) -> None:
+        # Which project each API key belongs to (a key not listed: the default project); a
+        # request naming OpenAI-Project / OpenAI-Organization acts there instead.
+        self.key_projects = dict(key_projects or {})
         # Retention: a response created with `store: true` is kept `stored_retention_seconds` (the
         # real API: 30 days); with `store: false`, or in a zero-data-retention project (`zdr`), it is
         # gone `retention_seconds` (~10 minutes) after it finishes.
@@ -389,8 +394,8 @@ class Backend:
         organization or project, or under another key when neither is named, is invisible). Under
         the lock."""
         stored = self._get(response_id)
-        if stored is not None and not visible(stored.scope, scope):
-            stored = None
+        if stored is not None and self._scope(stored.scope) != self._scope(scope):
+            stored = None  # created in another organization or project: invisible here
         job_id = stored.job_id if stored else None
         refused = self._fire(op, job_id, f.REFUSING_FAULTS, response_id)
         if refused:
@@ -398,6 +403,9 @@ class Backend:
         if stored is None:
             return _not_found(response_id)
         return stored, job_id
+
+    def _scope(self, scope: tuple[str, str, str]) -> tuple[str, str]:
+        return effective_scope(*scope, self.key_projects)
 
     def _get(self, response_id: str) -> Stored | None:
         """The live response, purging it if its retention has run out."""
@@ -626,13 +634,13 @@ def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
     }
 
 
-def visible(created: tuple[str, str, str], reading: tuple[str, str, str]) -> bool:
-    """Whether a request under `reading` (organization, project, key) sees a response created
-    under `created`: the same organization and project; with no project named, the same key
-    (a key stands for its default project)."""
-    if created[0] != reading[0] or created[1] != reading[1]:
-        return False
-    return bool(created[1]) or created[2] == reading[2]
+DEFAULT_ORGANIZATION, DEFAULT_PROJECT = "org_default", "proj_default"
+
+
+def effective_scope(org: str, project: str, key: str, key_projects: Mapping[str, str]) -> tuple[str, str]:
+    """The (organization, project) a request acts in: the headers when given, else the key's
+    own project (`key_projects`; a key not listed belongs to the organization's default project)."""
+    return org or DEFAULT_ORGANIZATION, project or key_projects.get(key, DEFAULT_PROJECT)
 
 
 def caller(api_key: str) -> str:

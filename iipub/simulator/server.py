@@ -52,6 +52,10 @@ class SimulatorOptions:
     retention_seconds: float = 600.0
     stored_retention_seconds: float = 30 * 86_400.0
     zdr: bool = False
+    # (API key, project) pairs: the project a key acts in when a request names none (keys not
+    # listed share the organization's default project). A key rotated to another project is one
+    # listed here with another project.
+    key_projects: tuple[tuple[str, str], ...] = ()
     time_scale: float = 1.0  # simulated seconds per real second
     slow_seconds: float = 35.0  # real seconds; longer than a client's read timeout
     seed: int | None = None
@@ -130,6 +134,7 @@ class Simulator:
             output_shapes=frozenset(o.output_shapes),
             stored_retention_seconds=o.stored_retention_seconds,
             zdr=o.zdr,
+            key_projects=dict(o.key_projects),
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()

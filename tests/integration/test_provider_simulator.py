@@ -180,7 +180,7 @@ def test_strict_sdk_parses_every_status(sim: Simulator, strict_sdk: openai.OpenA
 
 def test_raw_bodies_validate_against_the_sdk_model(sim: Simulator, provider: Provider) -> None:
     rid = accepted(provider)
-    with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer x"}) as http:
+    with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer sk-test"}) as http:
         for step in (0, QUEUED, RUNNING):
             sim.advance(step)
             r = http.get(f"/responses/{rid}")
@@ -301,14 +301,33 @@ def test_retrieve_faults_are_transient(sim: Simulator, provider: Provider) -> No
     assert kinds == ["Transient", "Transient", "Transient", "Transient", "Observed"]
 
 
-def test_expiry_after_retention(sim: Simulator, provider: Provider) -> None:
+def test_a_stored_response_outlives_the_polling_window(sim: Simulator, provider: Provider) -> None:
+    """iipub creates with `store: true`: the real API keeps such a response (30 days), not ~10 min."""
     rid = accepted(provider)
     assert finished(sim, provider, rid).status == "completed"
-    sim.advance(RETENTION - 1)
+    sim.advance(RETENTION * 10)
     assert isinstance(provider.retrieve(rid), Observed)
-    sim.advance(2)
-    assert isinstance(provider.retrieve(rid), Missing)
-    assert sim.stats()["responses_live"] == 0
+    with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer sk-test", "OpenAI-Project": "proj_b"}) \
+            as http:
+        assert http.get(f"/responses/{rid}").status_code == 404  # another project: another scope
+    sim.backend.key_projects["sk-elsewhere"] = "proj_b"
+    with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer sk-elsewhere"}) as http:
+        assert http.get(f"/responses/{rid}").status_code == 404  # a key of another project
+    with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer sk-other-of-the-project"}) as http:
+        assert http.get(f"/responses/{rid}").status_code == 200  # another key of the same project
+
+
+def test_expiry_after_retention_in_a_zero_data_retention_project() -> None:
+    options = SimulatorOptions(queued_seconds=QUEUED, in_progress_seconds=RUNNING, retention_seconds=RETENTION,
+                               zdr=True)
+    with Simulator(options) as sim, Provider(ProviderSettings(base_url=sim.url), "sk-test") as provider:
+        rid = accepted(provider)
+        assert finished(sim, provider, rid).status == "completed"
+        sim.advance(RETENTION - 1)
+        assert isinstance(provider.retrieve(rid), Observed)
+        sim.advance(2)
+        assert isinstance(provider.retrieve(rid), Missing)
+        assert sim.stats()["responses_live"] == 0
 
 
 def test_unfinished_responses_do_not_expire(sim: Simulator, provider: Provider) -> None:

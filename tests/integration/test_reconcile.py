@@ -340,6 +340,7 @@ def test_24_poll_budget_exhausted_quarantines_keeping_the_response(s1: Settings,
 
 def test_26_31_expiry_then_recreate_with_budget_carried_over(s1: Settings, engine: sa.Engine,
                                                             sim: Simulator) -> None:
+    sim.backend.zdr = True  # a zero-data-retention project: gone ~10 minutes after it finished, store or not
     schedule(s1, engine)
     tick(s1, engine)
     first = one(engine)["response_id"]
@@ -380,11 +381,14 @@ def test_a_failed_response_is_a_loss_once_confirmed(s1: Settings, engine: sa.Eng
     assert row["generation_attempts"] == 2
 
 
-def test_incomplete_response_is_retrieved_and_validation_decides(s1: Settings, engine: sa.Engine,
-                                                                sim: Simulator) -> None:
+def test_a_response_cut_at_the_output_cap_is_retrieved_then_parked(s1: Settings, engine: sa.Engine,
+                                                                   sim: Simulator) -> None:
+    """`incomplete` for max_output_tokens: custody first, then parked with how to raise the cap
+    (it was: validation decides, VALIDATION_FAILED_RETAINED; PRODUCT.md section 18)."""
     schedule(s1, engine)
     sim.add_faults([{"op": "create", "fault": "incomplete"}])
-    row = drive_to(s1, engine, sim, "VALIDATION_FAILED_RETAINED")
+    row = drive_to(s1, engine, sim, "QUARANTINED")
+    assert row["quarantine_reason"] == "output_cap_reached"
     assert row["payload"] is not None and sim.stats()["creates_total"] == 1
 
 

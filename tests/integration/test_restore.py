@@ -147,6 +147,7 @@ def test_a_different_edition_never_replaces_a_live_page_without_republish(
 def _restored_behind_ledger(cfg: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
     """A slot paid for once, its database restored from before the create, the response gone at
     the provider and nothing published: parked `restored_behind_ledger`."""
+    sim.backend.zdr = True  # gone ~10 minutes after it finished (a store:true response outlives that)
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     dump = backup(engine)
     reconcile.run(cfg, engine)  # paid create, accepted

@@ -386,3 +386,72 @@ def test_a_response_reported_queued_again_does_not_move_the_job_back() -> None:
     d = handlers.after_poll(POLLING, observed("queued"), S, RNG)
     assert (d.to, d.reason) == (State.IN_PROGRESS, Reason.POLL)
     assert_allowed(POLLING, d)
+
+
+# -- speaking the real API (PRODUCT.md section 18) ----------------------------------------------------
+
+SCOPE_A = "org=- project=proj_a key=0123456789abcdef"
+SCOPE_B = "org=- project=proj_b key=fedcba9876543210"
+
+
+def test_a_refused_parameter_refunds_and_holds_without_cooling_anything_down() -> None:
+    d = handlers.after_create(IN_FLIGHT, Refused(None, "HTTP 400: Unsupported value", "unsupported_value",
+                                                 param="temperature"), S, RNG)
+    assert d.to == State.CREATE_ELIGIBLE and d.reason == Reason.CREATE_PARAM_REFUSED
+    assert d.changes["generation_attempts"] == IN_FLIGHT.generation_attempts - 1
+    assert d.cooldown is None and d.delay == handlers.HELD_RECHECK_SECONDS
+    assert d.detail["param"] == "temperature" and d.detail["product_held"] == IN_FLIGHT.product
+    assert_allowed(IN_FLIGHT, d)
+
+
+def test_an_accepted_create_records_its_scope() -> None:
+    d = handlers.after_create(IN_FLIGHT, Accepted("resp_9", "queued"), S, RNG, scope=SCOPE_A)
+    assert d.changes["create_scope"] == SCOPE_A
+
+
+def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
+    polling = replace(POLLING, create_scope=SCOPE_A)
+    d = handlers.after_poll(polling, Missing("HTTP 404: not found"), S, RNG, loss=LOSS, suspected_reads=5,
+                            scope=SCOPE_B)
+    assert d.to == polling.state and d.reason == Reason.SCOPE_MISMATCH
+    assert "poll_count" not in d.changes  # the poll budget is not spent waiting for credentials
+    assert d.detail["created_under"] == SCOPE_A and d.detail["read_under"] == SCOPE_B
+    # The same project under another key is the same scope: a 404 there is evidence, as before.
+    same_project = "org=- project=proj_a key=ffffffffffffffff"
+    d = handlers.after_poll(polling, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=same_project)
+    assert d.reason == Reason.LOSS_CONFIRMED
+    # No project named: the key is the scope.
+    keyed = replace(POLLING, create_scope="org=- project=- key=0123456789abcdef")
+    d = handlers.after_poll(keyed, Missing("HTTP 404"), S, RNG, loss=LOSS, scope="org=- project=- key=ffffffffffffffff")
+    assert d.reason == Reason.SCOPE_MISMATCH
+    # A job from before scopes were recorded: loss confirmation as before.
+    d = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=SCOPE_B)
+    assert d.reason == Reason.LOSS_CONFIRMED
+
+
+@pytest.mark.parametrize(("seen", "end", "parked"), [
+    (observed("incomplete", '{"en": {"title": "T', incomplete_reason="max_output_tokens"), "max_output_tokens",
+     Reason.OUTPUT_CAP_REACHED),
+    (observed("completed", refusal="I can't help with that."), "refusal", Reason.PROVIDER_REFUSED),
+    (observed("incomplete", '{"en"', incomplete_reason="content_filter"), None, None),
+    (observed("completed", GOOD), None, None),
+])
+def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: str | None,
+                                                          parked: Reason | None) -> None:
+    retrieved = job(State.COMPLETED_NOT_RETRIEVED, generation_attempts=1, response_id="resp_1")
+    d = handlers.on_output(retrieved, seen)
+    assert d.to == State.RETRIEVED_NOT_VALIDATED and d.reason == Reason.RETRIEVED  # custody, whatever it holds
+    assert d.changes["output_end"] == end and d.changes["payload"] == (seen.output_text or seen.refusal)
+    stored = replace(retrieved, state=State.RETRIEVED_NOT_VALIDATED, **{k: v for k, v in d.changes.items()
+                                                                         if k in ("payload", "output_end")})
+    p = handlers.before_validation(stored, PRODUCT)
+    if parked is None:
+        assert p is None
+        return
+    assert p is not None and p.to == State.QUARANTINED and p.changes["quarantine_reason"] == parked.value
+    assert_allowed(stored, p)
+    if parked == Reason.OUTPUT_CAP_REACHED:
+        assert f"max_output_tokens ({PRODUCT.output_token_cap()})" in p.changes["last_error"]
+        assert "max_output_tokens for 'daily-brief'" in p.changes["last_error"]
+    else:
+        assert "I can't help with that." in p.changes["last_error"] and p.detail["refusal"] == seen.refusal

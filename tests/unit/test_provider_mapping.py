@@ -519,3 +519,102 @@ def test_the_pools_iipub_builds_ask_for_uncompressed_answers() -> None:
         http = p._pool
         assert http.headers["accept-encoding"] == "identity" and p._headers["Accept-Encoding"] == "identity"
         assert p._sdk()._client is http
+
+
+# -- what the real API answers: refused parameters, flex refusals, output shapes ------------------
+
+
+def _error(status: int, message: str, type_: str | None, param: str | None = None, code: str | None = None,
+           **more: Any) -> Handler:
+    error: dict[str, Any] = {"message": message, **more}
+    if type_ is not None:
+        error.update(type=type_, param=param, code=code)
+    return answer(status, {"error": error})
+
+
+@pytest.mark.parametrize(("handler", "param", "code"), [
+    # The bodies projects quote from the real API.
+    (_error(400, "Unsupported value: 'temperature' does not support 0.2 with this model. Only the default (1) "
+            "value is supported.", "invalid_request_error", "temperature", "unsupported_value"),
+     "temperature", "unsupported_value"),
+    (_error(400, "Unsupported parameter: 'temperature' is not supported with this model.", "invalid_request_error",
+            "temperature", None), "temperature", "invalid_request_error"),
+    (_error(400, "Unsupported parameter: 'reasoning.effort' is not supported with this model.",
+            "invalid_request_error", "reasoning.effort", "unsupported_parameter"), "reasoning.effort",
+     "unsupported_parameter"),
+    # `param` null, the name only in the message.
+    (_error(400, "Unsupported parameter: 'reasoning_effort'. In the Responses API, this parameter has moved to "
+            "'reasoning.effort'.", "invalid_request_error", None, "unsupported_parameter"), "reasoning_effort",
+     "unsupported_parameter"),
+    (_error(400, "Invalid 'max_output_tokens': integer below minimum value.", "invalid_request_error",
+            "max_output_tokens", "integer_below_min_value"), "max_output_tokens", "integer_below_min_value"),
+])
+def test_a_refused_parameter_is_a_refusal_naming_it(provider: Provider, rec: Recorder, handler: Handler,
+                                                    param: str, code: str) -> None:
+    rec.handler = handler
+    outcome = provider.create(REQ)
+    assert isinstance(outcome, Refused) and outcome.param == param and outcome.code == code
+    assert not outcome.capacity and outcome.retry_after is None
+
+
+@pytest.mark.parametrize("handler", [
+    _error(400, "We could not parse the JSON body of your request.", "invalid_request_error"),  # no parameter
+    _error(400, "Something odd about 'temperature'.", "server_error", None, None),  # not a request error
+    _error(401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"),
+    _error(404, "The model 'gpt-9' does not exist.", "invalid_request_error", "model", "model_not_found"),
+])
+def test_other_4xx_stay_rejected(provider: Provider, rec: Recorder, handler: Handler) -> None:
+    rec.handler = handler
+    assert isinstance(provider.create(REQ), Rejected)
+
+
+FLEX = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64, service_tier="flex")
+
+
+@pytest.mark.parametrize(("handler", "capacity", "code"), [
+    (_error(429, "Resource Unavailable: no flex capacity.", "resource_unavailable", None, "resource_unavailable"),
+     True, "resource_unavailable"),
+    (_error(429, "Resource Unavailable", None), True, "resource_unavailable"),  # a message alone
+    (_error(429, "The flex tier is at capacity. Please retry later.", "server_error"), True, "resource_unavailable"),
+    (answer(429, b"", {"content-type": "text/plain"}), True, "resource_unavailable"),  # no body at all
+    (_error(429, "Rate limit reached for requests.", "requests", None, "rate_limit_exceeded",),
+     False, "rate_limit_exceeded"),
+    (_error(429, "Rate limit reached for gpt-5-mini on tokens per min.", "tokens", None, None), False, "tokens"),
+    (_error(429, "You exceeded your current quota.", "insufficient_quota", None, "insufficient_quota"),
+     False, "insufficient_quota"),
+])
+def test_a_flex_429_is_capacity_unless_it_names_quota_or_rate_limit(provider: Provider, rec: Recorder,
+                                                                    handler: Handler, capacity: bool,
+                                                                    code: str) -> None:
+    rec.handler = handler
+    outcome = provider.create(FLEX)
+    assert isinstance(outcome, Refused) and outcome.capacity is capacity and outcome.code == code
+    rec.handler = handler
+    assert not provider.create(REQ).capacity  # type: ignore[union-attr]  # never at the default tier
+
+
+def _message(content: list[dict[str, Any]], phase: str | None = None, **more: Any) -> dict[str, Any]:
+    item = {"type": "message", "id": "msg_x", "status": "completed", "role": "assistant", "content": content, **more}
+    if phase:
+        item["phase"] = phase
+    return item
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+@pytest.mark.parametrize(("output", "text", "refusal"), [
+    ([{"type": "reasoning", "id": "rs_1", "summary": []}, _message([_text('{"en": 1}')])], '{"en": 1}', None),
+    ([_message([_text("Let me draft it.")], "commentary"), _message([_text('{"en": 1}')], "final_answer")],
+     '{"en": 1}', None),
+    ([_message([_text('{"en"'), _text(": 1"), _text("}")])], '{"en": 1}', None),
+    ([_message([{"type": "refusal", "refusal": "I can't help with that."}])], None, "I can't help with that."),
+    ([_message([_text('{"en": 1}')], "final_answer"), _message([_text("Done.")], "commentary")], '{"en": 1}', None),
+])
+def test_output_is_read_as_the_real_api_writes_it(provider: Provider, rec: Recorder, output: list[dict[str, Any]],
+                                                 text: str | None, refusal: str | None) -> None:
+    rec.handler = answer(200, response_json(text=None, output=output))
+    observed = provider.retrieve("resp_abc123")
+    assert isinstance(observed, Observed)
+    assert (observed.output_text or None) == text and observed.refusal == refusal
