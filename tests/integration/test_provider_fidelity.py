@@ -179,3 +179,51 @@ def test_a_flex_refusal_of_any_shape_is_capacity_and_holds_no_default_tier_creat
 def _spend(engine: sa.Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(sa.select(tables.spend).order_by(tables.spend.c.id)).mappings()]
+
+
+def test_a_key_rotated_to_another_project_with_jobs_in_flight_pays_nothing_again(
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    sim.backend.key_projects["sk-rotated"] = "proj_elsewhere"  # the new key belongs to another project
+    schedule(cfg, engine)
+    reconcile.run(cfg, engine)  # created (and paid) under sk-test's project
+    (job,) = job_rows(engine)
+    assert job["state"] == State.ACCEPTED.value and job["create_scope"]
+    assert "sk-test" not in job["create_scope"]  # a fingerprint of the key, never the key
+    rotated = replace(cfg, api_key="sk-rotated")
+    for _ in range(6):  # far more reads than the loss confirmation needs
+        sim.advance(30)
+        clock.advance_clock(engine, 180)
+        reconcile.run(rotated, engine)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.ACCEPTED.value and job["generation_attempts"] == 1
+    trail = reasons(engine, job["id"])
+    assert Reason.SCOPE_MISMATCH.value in trail and Reason.LOSS_CONFIRMED.value not in trail
+    assert Reason.LOSS_SUSPECTED.value not in trail
+    assert sim.stats()["creates_total"] == 1  # nothing paid again
+    code, line = status_queries.collect(engine, rotated).check()
+    assert code == 2 and "1 job in flight created under" in line and job["create_scope"] in line
+    # The old key back: the response is read, published; still one paid create.
+    clock.advance_clock(engine, 180)
+    drive(cfg, engine, sim)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.SAVED_NOT_PUBLIC.value and sim.stats()["creates_total"] == 1
+
+
+def test_a_job_in_flight_under_the_old_fingerprint_is_not_drifted_by_the_upgrade(
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    """Jobs recorded their fingerprint under version 2 (temperature 0.2 always); after the upgrade
+    the same configuration has no temperature and hashes as version 3: they still publish."""
+    from iipub import fingerprint
+
+    schedule(cfg, engine)
+    reconcile.run(cfg, engine)
+    (job,) = job_rows(engine)
+    product = cfg.products["daily-brief"]
+    old = fingerprint.legacy_v2(product)
+    assert old is not None and old != product.fingerprint()
+    with engine.begin() as conn:
+        conn.execute(tables.jobs.update().where(tables.jobs.c.id == job["id"]).values(config_fingerprint=old))
+    drive(cfg, engine, sim)
+    (job,) = job_rows(engine)
+    assert job["state"] == State.SAVED_NOT_PUBLIC.value and job["quarantine_reason"] is None
+    assert job["config_fingerprint"] == old and sim.stats()["creates_total"] == 1
