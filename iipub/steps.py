@@ -215,6 +215,16 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return _adopt_from_ledger(tick, parked, in_ledger)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
+    request = holds.request_fingerprint(product)
+    # Until one create of this request was accepted in this run, this process sends them one at a
+    # time: a parameter the provider refuses then costs one refused create, not one per thread.
+    with tick.first_create(request):
+        return _create(tick, job, product, fingerprint, slot, request)
+
+
+def _create(tick: Tick, job: Job, product: Product, fingerprint: str, slot: str, request: str) -> Job | None:
+    """The create of a CREATE_ELIGIBLE job that passed its checks: the product hold, the gate,
+    the dispatch committed before the POST, the POST, its outcome."""
     held = holds.holding(tick.store.engine, product, tick.store.worker)
     if held is not None:  # a parameter the provider refuses: no create of this product until it is fixed
         tick.count("held_by_product")
@@ -271,6 +281,7 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     after = apply(tick, in_flight, dataclasses.replace(decision, go_on=False), extra=outcome_rows)
     if isinstance(outcome, Accepted):
         tick.runs_at(job.id, runs_at)
+        tick.proven(request)
     tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
 

@@ -4,11 +4,13 @@ the shared create gate and the spend ledger as the sweep's threads see them, and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -79,6 +81,8 @@ class Tick:
         self.provider = provider
         # The scope every call of this run is made under (the key's fingerprint, never the key).
         self.provider_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
+        self._proven: set[str] = set()  # request fingerprints accepted in this run (`first_create`)
+        self._request_locks: dict[str, threading.Lock] = {}
         self.deadline = deadline
         self.rng = rng
         self.shadow = settings.reconcile.shadow
@@ -247,6 +251,23 @@ class Tick:
         with self._lock:
             self.report.provider_calls += 1
             self.report.unreachable += int(bool(getattr(outcome, "unreachable", False)))
+
+    @contextlib.contextmanager
+    def first_create(self, request: str) -> Iterator[None]:
+        """Around a create of `request` (a product's request fingerprint, `holds`): one at a time
+        in this process until one of them was accepted (`proven`), then no wait at all."""
+        with self._lock:
+            lock = None if request in self._proven else self._request_locks.setdefault(request, threading.Lock())
+        if lock is None:
+            yield
+            return
+        with lock:
+            yield
+
+    def proven(self, request: str) -> None:
+        """A create of `request` was accepted: the provider takes its parameters."""
+        with self._lock:
+            self._proven.add(request)
 
     def create_refused(self) -> None:
         """A create admitted by `admit_create` was provably refused: it is reported as refused,
