@@ -299,7 +299,9 @@ class Run:
         port_file = self.workdir / "sim.port"
         cmd = [*harness.iipub_exe(), "simulator", "--port", "0", "--port-file", str(port_file),
                "--seed", str(self.seed), "--queued-seconds", "1", "--in-progress-seconds", "2",
-               "--retention-seconds", "600", "--slow-seconds", "5", "--no-log-requests"]
+               # A zero-data-retention project: responses are forgotten 600 s after they finish (with
+               # store: true the real API keeps them for weeks), so clock jumps still cause losses.
+               "--retention-seconds", "600", "--zdr", "--slow-seconds", "5", "--no-log-requests"]
         for spec, probability in faults:
             cmd += ["--fault", f"{spec}:{probability}"]
         self.sim_proc = self._spawn(cmd, "simulator")

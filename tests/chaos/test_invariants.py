@@ -118,6 +118,7 @@ def test_parked_jobs_and_unknown_create_outcomes_are_not_violations(
 
 
 def test_expiry_and_recreate_is_explained_by_the_journal(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    sim.backend.zdr = True  # a zero-data-retention project: gone ~10 minutes after it finished
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     reconcile.run(cfg, engine)
     sim.advance(5 + 700)  # finished, then gone before anyone fetched it

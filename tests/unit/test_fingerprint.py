@@ -55,8 +55,8 @@ def test_a_job_recorded_under_version_2_still_matches_after_the_temperature_defa
         assert product.fingerprint_matches(PINNED_V2[name])
         # A setting version 2 could not express, or another temperature, is a real change.
         for change in ({"temperature": 0.7}, {"reasoning_effort": "low"}, {"verbosity": "low"}, {"top_p": 0.5}):
-            assert not replace(product, **change).fingerprint_matches(PINNED_V2[name])  # type: ignore[arg-type]
-            assert not replace(product, **change).fingerprint_matches(PINNED_V1[name])  # type: ignore[arg-type]
+            assert not replace(product, **change).fingerprint_matches(PINNED_V2[name])
+            assert not replace(product, **change).fingerprint_matches(PINNED_V1[name])
     # An explicit temperature of 0.2 is what version 2 hashed too.
     explicit = replace(default_products()["daily-brief"], temperature=0.2)
     assert explicit.fingerprint_matches(PINNED_V2["daily-brief"])
