@@ -11,6 +11,7 @@ import datetime as dt
 import enum
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from .config import Product
 
@@ -193,6 +194,17 @@ class Transient:
 CreateOutcome = Accepted | Refused | Ambiguous | Rejected
 ReadOutcome = Observed | Missing | Transient | Rejected
 DeleteOutcome = Deleted | Missing | Transient | Rejected
+
+
+def answer_messages(items: list[Any]) -> list[dict[str, Any]]:
+    """The messages of a response's `output` that hold the answer, in order: reasoning items and
+    tool calls are skipped; when messages carry a `phase`, only the `final_answer` ones (a
+    `commentary` message is the model's preamble, not the edition)."""
+    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"
+                and item.get("role", "assistant") == "assistant"]
+    if any(m.get("phase") is not None for m in messages):
+        return [m for m in messages if m.get("phase") == "final_answer"]
+    return messages
 
 
 def failure_text(outcome: Transient | Rejected) -> str:

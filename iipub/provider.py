@@ -48,6 +48,7 @@ from .outcomes import (
     Rejected,
     Transient,
     Usage,
+    answer_messages,
 )
 
 log = structlog.get_logger("iipub.provider")
@@ -601,7 +602,9 @@ def _to_observed(doc: Any) -> Observed | Transient:
     if not isinstance(response_id, str) or not isinstance(status, str):
         return Transient(None, "2xx without an id or status")
     items = doc.get("output") or []
-    messages = _answer_messages(items)
+    if not isinstance(items, list):
+        raise TypeError("output is not a list")
+    messages = answer_messages(items)
     refusal = _refusal_text(messages)
     usage = None
     if doc.get("usage") is not None:
@@ -630,19 +633,6 @@ def _epoch(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 1_577_836_800 <= value <= 4_102_444_800 else None
-
-
-def _answer_messages(items: Any) -> list[dict[str, Any]]:
-    """The messages that hold the answer, in order: reasoning items and tool calls are skipped;
-    when messages carry a `phase`, only the `final_answer` ones (a `commentary` message is the
-    model's preamble, not the edition)."""
-    if not isinstance(items, list):
-        raise TypeError("output is not a list")
-    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"
-                and item.get("role", "assistant") == "assistant"]
-    if any(m.get("phase") is not None for m in messages):
-        return [m for m in messages if m.get("phase") == "final_answer"]
-    return messages
 
 
 def _output_text(messages: list[dict[str, Any]]) -> str:

@@ -19,7 +19,17 @@ from . import handlers, states
 from .errors import OperatorRefused, UsageError
 from .handlers import Decision
 from .jobs import Job
-from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient, Usage
+from .outcomes import (
+    DEAD_STATUSES,
+    FINISHED_STATUSES,
+    Missing,
+    Observed,
+    ReadOutcome,
+    Rejected,
+    Transient,
+    Usage,
+    answer_messages,
+)
 from .spend import SlotSpend
 from .states import PAYLOAD_QUARANTINES, Reason, State
 
@@ -429,10 +439,11 @@ def _from_json(data: Mapping[str, Any], file_bytes: int, digest: str) -> Importe
 
 
 def _response_text(output: Any) -> str:
-    """The output text of a response object's `output` items, as the SDK's `output_text` joins it."""
+    """The output text of a response object's `output` items, read as custody reads it: the
+    final answer's `output_text` parts in order (`outcomes.answer_messages`)."""
     parts: list[str] = []
-    for item in output if isinstance(output, list) else []:
-        if not isinstance(item, dict) or item.get("type") != "message" or not isinstance(item.get("content"), list):
+    for item in answer_messages(output) if isinstance(output, list) else []:
+        if not isinstance(item.get("content"), list):
             continue
         parts.extend(c["text"] for c in item["content"]
                      if isinstance(c, dict) and c.get("type") == "output_text" and isinstance(c.get("text"), str))

@@ -115,3 +115,16 @@ def test_every_other_state_is_refused(state: State) -> None:
 def test_a_payload_in_custody_is_refused() -> None:
     with pytest.raises(OperatorRefused, match="already holds a payload"):
         remedies.check_import(job(payload="{}", payload_sha256="ab"))
+
+
+def test_a_dashboard_response_with_phases_imports_its_final_answer_only() -> None:
+    """As custody reads it: the commentary message and reasoning items are not the edition."""
+    doc = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "message", "role": "assistant", "phase": "commentary",
+         "content": [{"type": "output_text", "text": "Drafting."}]},
+        {"type": "message", "role": "assistant", "phase": "final_answer",
+         "content": [{"type": "output_text", "text": '{"en"'}, {"type": "output_text", "text": ": 1}"}]},
+    ]}
+    imported = remedies.parse_import(json.dumps(doc).encode(), 10_000)
+    assert imported.text == '{"en": 1}' and imported.source == "response"
