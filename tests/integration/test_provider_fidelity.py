@@ -20,7 +20,7 @@ from iipub.simulator import Simulator
 from iipub.simulator.faults import FaultRule
 from iipub.states import Reason, State
 from iipub.store import Store
-from tests.helpers import job_events, job_rows
+from tests.helpers import job_events, job_rows, run_cli
 
 DAY = dt.date(2026, 11, 20)
 
@@ -81,7 +81,8 @@ def test_each_output_shape_publishes_with_one_paid_create(cfg: Settings, engine:
     assert sim.stats()["faults_fired"] == dict.fromkeys(faults, 1)
 
 
-def test_a_refusal_parks_provider_refused_with_its_text(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+def test_a_refusal_parks_provider_refused_with_its_text(cfg: Settings, engine: sa.Engine, sim: Simulator,
+                                                       cli_env: dict[str, str]) -> None:
     sim.add_faults([FaultRule("create", "output_refusal", times=1)])
     schedule(cfg, engine)
     drive(cfg, engine, sim)
@@ -93,6 +94,8 @@ def test_a_refusal_parks_provider_refused_with_its_text(cfg: Settings, engine: s
     assert custody["refusal"] == "I'm sorry, but I can't help with that request."
     (parked,) = details(engine, job["id"], Reason.PROVIDER_REFUSED)
     assert parked["refusal"] == job["payload"]
+    shown = run_cli("jobs", "show", job["id"], env=cli_env)
+    assert shown.returncode == 0 and "I'm sorry, but I can't help with that request." in shown.stdout
     assert sim.stats()["creates_total"] == 1
     drive(cfg, engine, sim, ticks=2)  # parked: nothing is paid again
     assert sim.stats()["creates_total"] == 1
