@@ -75,7 +75,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
-        product_holds = tuple(holds.all_holds(conn))
+        # Holds still in force: a product since removed or reconfigured is lifted at its next create.
+        product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
+                              and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
     attention = [j for j in live if j["state"] not in held]
     current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
     elsewhere = [j for j in live if j["state"] in _READ_STATES and j["create_scope"]

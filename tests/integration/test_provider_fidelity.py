@@ -126,7 +126,9 @@ def test_a_refused_parameter_holds_its_product_alone_until_the_config_changes(
     broken = replace(settings, webhook_sink=None,
                      products={"daily-brief": replace(brief, temperature=0.2), "revolution-watch": watch})
     schedule(broken, engine, DAY, DAY - dt.timedelta(days=1))
-    drive(broken, engine, sim, ticks=3)
+    reports = [reconcile.run(broken, engine) for _ in range(3)]
+    assert sum(r.held_by_product for r in reports) >= 2  # the other slot, and the first one again
+    assert not any(r.errors for r in reports)
     stats = sim.stats()
     assert stats["param_refused"] == 1  # one refused create, not one per slot
     assert stats["creates_total"] == 2  # revolution-watch's two slots went on
@@ -140,9 +142,10 @@ def test_a_refused_parameter_holds_its_product_alone_until_the_config_changes(
     assert refused["param"] == "temperature" and refused["product_held"] == "daily-brief"
     assert [r["state"] for r in _spend(engine) if r["product"] == "daily-brief"] == ["refused"]
     code, line = status_queries.collect(engine, broken).check()
-    assert code == 2 and "daily-brief" in line and "'temperature'" in line
+    assert code == 2 and "creates of daily-brief held" in line and "'temperature'" in line
     # Fixed (the temperature removed): the hold lifts and both slots publish, one create each.
     fixed = replace(broken, products={"daily-brief": brief, "revolution-watch": watch})
+    assert "held" not in status_queries.collect(engine, fixed).check()[1]  # fixed: no longer in force
     for _ in range(3):  # past the held slots' recheck delay
         clock.advance_clock(engine, 120)
         drive(fixed, engine, sim, ticks=2)
