@@ -319,7 +319,8 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
     `max_bytes` is stored cut to `max_bytes + 1` bytes. Either way validation then fails
     and the job parks in VALIDATION_FAILED_RETAINED; the journal keeps the original's size
     and hash."""
-    text = outcome.output_text or outcome.refusal or ""  # a refusal's text is what the provider gave
+    # A refusal's text is what the provider gave (after any text that came with it: all is kept).
+    text = "\n".join(t for t in (outcome.output_text, outcome.refusal) if t)
     raw = text.encode("utf-8", "surrogatepass")
     detail: dict[str, Any] = {"bytes": len(raw), "status": outcome.status,
                               "sha256_as_received": hashlib.sha256(raw).hexdigest()}
