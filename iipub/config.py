@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -459,9 +460,19 @@ def default_products() -> dict[str, Product]:
 def check_model_keys(p: Product, where: str, configured: Mapping[str, models.ModelRule] | None = None) -> None:
     """The keys the product sends must be ones its model takes (`models`): one line, at load."""
     problems = models.refused_keys(p.model, temperature=p.temperature, top_p=p.top_p,
-                                   reasoning_effort=p.reasoning_effort, verbosity=p.verbosity, configured=configured)
+                                   reasoning_effort=p.reasoning_effort, verbosity=p.verbosity, configured=configured,
+                                   max_output_tokens=p.max_output_tokens)
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
+
+
+def fit_output_cap(p: Product, configured: Mapping[str, models.ModelRule] | None = None) -> Product:
+    """The product with its default output cap held to what its model takes (a gpt-4o product's
+    default would otherwise ask for more than the model's 16,384 and be refused)."""
+    ceiling = models.output_ceiling(p.model, configured)
+    if p.max_output_tokens is not None or ceiling is None or p.output_token_cap() <= ceiling:
+        return p
+    return dataclasses.replace(p, max_output_tokens=ceiling)
 
 
 def check_product(p: Product, where: str) -> None:

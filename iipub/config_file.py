@@ -40,6 +40,7 @@ from .config import (
     check_product,
     check_settings,
     default_products,
+    fit_output_cap,
 )
 from .errors import ConfigError
 from .models import REASONING_EFFORTS, ModelRule
@@ -147,6 +148,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     model_rules = _models(data.get("models"))
     for p in products.values():
         check_model_keys(p, f"product {p.name!r}", model_rules)
+    products = {name: fit_output_cap(p, model_rules) for name, p in products.items()}
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
@@ -237,7 +239,11 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label}: a model name, or a prefix ending in * (got {_shown(pattern)})")
         if not isinstance(entry, dict):
             raise ConfigError(f"{label} must be a table (got {_shown(entry)})")
-        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity"})
+        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity", "max_output_tokens"})
+        ceiling = entry.get("max_output_tokens")
+        if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int)
+                                    or not 16 <= ceiling <= 10_000_000):
+            raise ConfigError(f"{label} max_output_tokens must be a whole number from 16 (got {_shown(ceiling)})")
         for key in ("sampling", "verbosity"):
             if key in entry and not isinstance(entry[key], bool):
                 raise ConfigError(f"{label} {key} must be true or false (got {_shown(entry[key])})")
@@ -246,7 +252,7 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label} reasoning_efforts must be a list of {', '.join(REASONING_EFFORTS)} "
                               f"(got {_shown(efforts)})")
         rules[pattern] = ModelRule(sampling=entry.get("sampling", True), reasoning_efforts=tuple(efforts),
-                                   verbosity=entry.get("verbosity", False))
+                                   verbosity=entry.get("verbosity", False), max_output_tokens=ceiling)
     return rules
 
 

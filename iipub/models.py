@@ -17,6 +17,7 @@ creates, `holds`). An operator extends or corrects the table in the configuratio
     sampling = false               # temperature / top_p accepted
     reasoning_efforts = ["low", "medium", "high"]   # [] : reasoning.effort not taken
     verbosity = true               # text.verbosity accepted
+    max_output_tokens = 128000     # the most a create may ask for (a product's cap is held to it)
 
 A configured entry replaces the built-in one of the same pattern and, like it, is matched by
 length (`gpt-5-mini` beats `gpt-5*`).
@@ -40,29 +41,32 @@ class ModelRule:
     sampling: bool = True  # `temperature` and `top_p`
     reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
     verbosity: bool = False  # `text.verbosity`
+    max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
 
     @property
     def reasons(self) -> bool:
         return bool(self.reasoning_efforts)
 
 
-_GPT5 = ModelRule(sampling=False, reasoning_efforts=("minimal", "low", "medium", "high"), verbosity=True)
-_O_SERIES = ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"))
-_CHAT = ModelRule(sampling=True)
+_GPT5 = ModelRule(sampling=False, reasoning_efforts=("minimal", "low", "medium", "high"), verbosity=True,
+                  max_output_tokens=128_000)
+_O_SERIES = ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), max_output_tokens=100_000)
 
 BUILTIN: Mapping[str, ModelRule] = {
     "gpt-5*": _GPT5,
-    "gpt-5-pro*": ModelRule(sampling=False, reasoning_efforts=("high",), verbosity=True),
-    "gpt-5-codex*": ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), verbosity=True),
-    "gpt-5.1*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high"), verbosity=True),
+    "gpt-5-pro*": ModelRule(sampling=False, reasoning_efforts=("high",), verbosity=True, max_output_tokens=272_000),
+    "gpt-5-codex*": ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), verbosity=True,
+                              max_output_tokens=128_000),
+    "gpt-5.1*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high"), verbosity=True,
+                          max_output_tokens=128_000),
     "gpt-5.2*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high", "xhigh"),
-                          verbosity=True),
-    "gpt-5-chat*": ModelRule(sampling=True, verbosity=False),
+                          verbosity=True, max_output_tokens=128_000),
+    "gpt-5-chat*": ModelRule(sampling=True, verbosity=False, max_output_tokens=16_384),
     "o1*": _O_SERIES,
     "o3*": _O_SERIES,
     "o4*": _O_SERIES,
-    "gpt-4.1*": _CHAT,
-    "gpt-4o*": _CHAT,
+    "gpt-4.1*": ModelRule(sampling=True, max_output_tokens=32_768),
+    "gpt-4o*": ModelRule(sampling=True, max_output_tokens=16_384),
 }
 
 
@@ -81,8 +85,15 @@ def rule_for(model: str, configured: Mapping[str, ModelRule] | None = None) -> t
     return pattern, table[pattern]
 
 
+def output_ceiling(model: str, configured: Mapping[str, ModelRule] | None = None) -> int | None:
+    """The most `max_output_tokens` the model takes, when the table knows it."""
+    governing = rule_for(model, configured)
+    return governing[1].max_output_tokens if governing is not None else None
+
+
 def refused_keys(model: str, *, temperature: float | None, top_p: float | None, reasoning_effort: str | None,
-                 verbosity: str | None, configured: Mapping[str, ModelRule] | None = None) -> list[str]:
+                 verbosity: str | None, configured: Mapping[str, ModelRule] | None = None,
+                 max_output_tokens: int | None = None) -> list[str]:
     """Why the real API would refuse these keys for `model`, one phrase per key (empty: none)."""
     governing = rule_for(model, configured)
     if governing is None:
@@ -100,4 +111,8 @@ def refused_keys(model: str, *, temperature: float | None, top_p: float | None, 
                         f"see {where} reasoning_efforts)")
     if verbosity is not None and not rule.verbosity:
         problems.append(f"verbosity is refused by {model} (a GPT-5-family key; see {where} verbosity)")
+    ceiling = rule.max_output_tokens
+    if max_output_tokens is not None and ceiling is not None and max_output_tokens > ceiling:
+        problems.append(f"max_output_tokens {max_output_tokens} is more than {model} takes ({rule.max_output_tokens}; "
+                        f"see {where} max_output_tokens)")
     return problems

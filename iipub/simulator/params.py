@@ -12,7 +12,8 @@ catches iipub's table being wrong). Each rule is taken from public reports of re
 - an effort the model does not take: `Unsupported value: 'reasoning.effort' does not support
   'none' with this model. Supported values are: 'minimal', 'low', 'medium', and 'high'.`
 - `max_output_tokens` below 16: `Invalid 'max_output_tokens': integer below minimum value.`
-  (`integer_below_min_value`).
+  (`integer_below_min_value`); above the model's largest output (16,384 for gpt-4o, 32,768 for
+  gpt-4.1, 100,000 for the o-series, 128,000 for the GPT-5 family): `integer_above_max_value`.
 - `text.format` of type `json_schema` with `strict: true`: the root must be an object, every
   object must say `additionalProperties: false` and list every property in `required`, nested
   ones too (`invalid_json_schema`, param `text.format.schema`).
@@ -37,6 +38,17 @@ def _efforts(model: str) -> tuple[str, ...]:
         if model.startswith(prefix):
             return _EFFORTS[prefix]
     return ()
+
+
+_CEILINGS = {"gpt-5-pro": 272_000, "gpt-5-chat": 16_384, "gpt-5": 128_000, "o1": 100_000, "o3": 100_000,
+             "o4": 100_000, "gpt-4.1": 32_768, "gpt-4o": 16_384}
+
+
+def _output_ceiling(model: str) -> int | None:
+    for prefix in sorted(_CEILINGS, key=len, reverse=True):
+        if model.startswith(prefix):
+            return _CEILINGS[prefix]
+    return None
 
 
 def _quoted(values: tuple[str, ...]) -> str:
@@ -69,6 +81,10 @@ def refusal(req: dict[str, Any], *, legacy_sampling_message: bool = False) -> tu
         return ("Unsupported parameter: 'text.verbosity' is not supported with this model.", "unsupported_parameter",
                 "text.verbosity")
     cap = req.get("max_output_tokens")
+    ceiling = _output_ceiling(model)
+    if isinstance(cap, int) and not isinstance(cap, bool) and ceiling is not None and cap > ceiling:
+        return ((f"Invalid 'max_output_tokens': integer above maximum value. Expected a value <= {ceiling}, but got "
+                 f"{cap} instead."), "integer_above_max_value", "max_output_tokens")
     if isinstance(cap, int) and not isinstance(cap, bool) and cap < 16:
         return ((f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got "
                  f"{cap} instead."), "integer_below_min_value", "max_output_tokens")

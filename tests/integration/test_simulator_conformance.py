@@ -154,6 +154,7 @@ def test_flex_refusals_are_429s_the_sdk_can_read(api: tuple[Simulator, httpx.Cli
     ({"model": "gpt-4.1", "reasoning": {"effort": "low"}}, "reasoning.effort"),
     ({"model": "gpt-5-mini", "reasoning": {"effort": "none"}}, "reasoning.effort"),
     ({"model": "gpt-5-mini", "max_output_tokens": 5}, "max_output_tokens"),
+    ({"model": "gpt-4o", "max_output_tokens": 40_000}, "max_output_tokens"),
     ({"text": {"format": {"type": "json_schema", "name": "x", "strict": True,
                           "schema": {"type": "array", "items": {"type": "string"}}}}}, "text.format.schema"),
     ({"text": {"format": {"type": "json_schema", "name": "x", "strict": True,

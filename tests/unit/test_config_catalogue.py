@@ -75,6 +75,8 @@ CATALOGUE = [
     (PRODUCT + 'verbosity = "loud"\n', "verbosity"),
     (PRODUCT + "top_p = 2\n", "top_p"),
     (PRODUCT + "max_output_tokens = 5\n", "max_output_tokens"),
+    (PRODUCT + 'model = "gpt-4.1"\nmax_output_tokens = 40000\n', "max_output_tokens 40000 is more than gpt-4.1 takes"),
+    ('[models."gpt-5*"]\nmax_output_tokens = true\n', "max_output_tokens must be a whole number"),
     ('[models."gpt-5*"]\nsampling = "yes"\n', "sampling must be true or false"),
     ('[models."gpt-5*"]\nreasoning_efforts = ["turbo"]\n', "reasoning_efforts must be a list"),
     ('[models."gpt 5"]\nsampling = true\n', "a model name, or a prefix ending in *"),

@@ -91,3 +91,12 @@ def test_the_readme_example_and_the_built_in_products_send_what_the_api_takes(tm
         assert models.refused_keys(product.model, temperature=body.get("temperature"), top_p=body.get("top_p"),
                                    reasoning_effort=(body.get("reasoning") or {}).get("effort"),
                                    verbosity=body["text"].get("verbosity")) == []
+
+
+def test_the_default_cap_is_held_to_what_the_model_takes() -> None:
+    s = settings_from_dict({"products": [{**PRODUCT, "model": "gpt-4o"}, {"name": "watch", "prompt": "p"}]})
+    assert s.products["daily-brief"].output_token_cap() == 16_384  # sized 37,600 by default: too much for gpt-4o
+    assert s.products["watch"].output_token_cap() == 37_600 and s.products["watch"].max_output_tokens is None
+    lowered = settings_from_dict({"models": {"gpt-5-mini": {"sampling": False, "max_output_tokens": 20_000}},
+                                  "products": [PRODUCT]})
+    assert lowered.products["daily-brief"].output_token_cap() == 20_000
