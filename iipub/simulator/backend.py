@@ -391,8 +391,7 @@ class Backend:
     def _lookup(self, op: str, response_id: str, scope: tuple[str, str, str]) -> tuple[Stored, str | None] | Reply:
         """The live response an `op` on `response_id` acts on, with its job id; or the reply
         that ends the request instead (a refusing fault, else 404: a response created in another
-        organization or project, or under another key when neither is named, is invisible). Under
-        the lock."""
+        organization or project, `effective_scope`, is invisible). Under the lock."""
         stored = self._get(response_id)
         if stored is not None and self._scope(stored.scope) != self._scope(scope):
             stored = None  # created in another organization or project: invisible here
@@ -518,7 +517,8 @@ class Backend:
             "output": output,
             "parallel_tool_calls": True,
             "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": (req.get("reasoning") or {}).get("effort") if isinstance(req.get("reasoning"), dict)
+                          else None, "summary": None},
             "service_tier": s.service_tier,
             "temperature": req.get("temperature", 1.0),
             "text": req.get("text") or {"format": {"type": "text"}},
@@ -571,10 +571,11 @@ def _output_items(s: Stored, status: str, text: str, run_shapes: frozenset[str])
     shapes = s.faults | run_shapes
     message_status = "completed" if status == "completed" else "incomplete"
     items: list[dict[str, Any]] = []
-    if f.OUTPUT_REASONING in shapes:
-        items.append({"type": "reasoning", "id": "rs_" + s.message_id[4:], "summary": [
-            {"type": "summary_text", "text": "**Planning the edition** Choosing the day's items and sources."}],
-            "encrypted_content": None})
+    if f.OUTPUT_REASONING in shapes or params.reasons(str(s.request.get("model") or "")):
+        # A reasoning model's output starts with its reasoning item (its summary only when asked).
+        summary = ([{"type": "summary_text", "text": "**Planning the edition** Choosing the day's items and sources."}]
+                   if f.OUTPUT_REASONING in shapes else [])
+        items.append({"type": "reasoning", "id": "rs_" + s.message_id[4:], "summary": summary})
     phased = f.OUTPUT_PHASES in shapes
     if phased:
         items.append({"type": "message", "id": "msg_c" + s.message_id[5:], "status": "completed",

@@ -29,6 +29,11 @@ _EFFORTS = {"gpt-5.1": ("none", "low", "medium", "high"), "gpt-5.2": ("none", "l
             "gpt-5-pro": ("high",), "gpt-5": ("minimal", "low", "medium", "high"), "o": ("low", "medium", "high")}
 
 
+def reasons(model: str) -> bool:
+    """Whether the model is a reasoning model (GPT-5 family but its chat models, o-series)."""
+    return _reasons(model)
+
+
 def _reasons(model: str) -> bool:
     return model.startswith(_REASONING) and not model.startswith(_CHAT)
 
