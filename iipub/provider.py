@@ -657,7 +657,9 @@ def _refusal_text(messages: list[dict[str, Any]]) -> str | None:
              if isinstance(part, dict) and part.get("type") == "refusal"]
     if not texts:
         return None
-    text = " ".join(" ".join(texts).split()) or "(the refusal carried no text)"
+    # Untrusted text shown in `jobs show` and the journal: one line, no control characters.
+    text = " ".join("".join(c if c.isprintable() else " " for c in " ".join(texts)).split())
+    text = text or "(the refusal carried no text)"
     return text if len(text) <= _REFUSAL_MAX else text[: _REFUSAL_MAX - 1] + "…"
 
 

@@ -610,6 +610,7 @@ def _text(text: str) -> dict[str, Any]:
      '{"en": 1}', None),
     ([_message([_text('{"en"'), _text(": 1"), _text("}")])], '{"en": 1}', None),
     ([_message([{"type": "refusal", "refusal": "I can't help with that."}])], None, "I can't help with that."),
+    ([_message([{"type": "refusal", "refusal": "No.\x1b[2J\n\tNever."}])], None, "No. [2J Never."),
     ([_message([_text('{"en": 1}')], "final_answer"), _message([_text("Done.")], "commentary")], '{"en": 1}', None),
 ])
 def test_output_is_read_as_the_real_api_writes_it(provider: Provider, rec: Recorder, output: list[dict[str, Any]],
