@@ -365,3 +365,28 @@ def test_one_language_corrupted_the_others_intact(how: str) -> None:
     assert language(parts.parts["en"], product, "en").ok
     es = language(parts.parts["es"], product, "es")
     assert not es.ok and all(r.startswith("bad_url: es.items[") for r in es.reasons), es.reasons
+
+
+def test_cli_wires_the_real_api_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = simulator_options_seen(monkeypatch)
+    args = ["--output-shape", "realistic", "--output-shape", "output_refusal", "--zdr", "--stored-retention-seconds",
+            "3600", "--key-project", "sk-new=proj_b", "--port", "0"]
+    result = CliRunner().invoke(simulator_cmd.simulator_command, args)
+    assert result.exit_code == 2 and "stop here" in result.output
+    o = seen[0]
+    assert o.output_shapes == ("output_reasoning", "output_phases", "output_parts", "output_refusal")
+    assert o.zdr and o.stored_retention_seconds == 3600 and o.key_projects == (("sk-new", "proj_b"),)
+    bad = CliRunner().invoke(simulator_cmd.simulator_command, ["--key-project", "no-project"])
+    assert bad.exit_code == 2 and "KEY=PROJECT" in bad.output
+
+
+def test_flex_refusals_of_every_shape_are_faults_of_flex_creates_only() -> None:
+    with Simulator(SimulatorOptions()) as sim, \
+            httpx.Client(base_url=sim.url, headers={"authorization": "Bearer sk-test"}) as http:
+        for shape in ("flex_unavailable_bare", "flex_unavailable_overloaded"):
+            sim.add_faults([{"fault": shape}])
+            body = {"model": "gpt-5-mini", "input": "x", "background": True, "store": True}
+            assert http.post("/responses", json=body).status_code == 200  # default tier: untouched
+            answer = http.post("/responses", json={**body, "service_tier": "flex"})
+            assert answer.status_code == 429 and "Resource Unavailable" in answer.json()["error"]["message"]
+        assert sim.stats()["flex_refused"] == 2
