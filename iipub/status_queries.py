@@ -78,10 +78,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         # Holds still in force: a product since removed or reconfigured is lifted at its next create.
         product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
                               and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
+        current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
+        elsewhere = _waiting_on_scope(conn, live, current_scope)
     attention = [j for j in live if j["state"] not in held]
-    current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
-    elsewhere = [j for j in live if j["state"] in _READ_STATES and j["create_scope"]
-                 and not same_scope(j["create_scope"], current_scope)]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
     hooks = deliveries.summary(engine, settings.webhooks, now - dt.timedelta(hours=s.window_hours))
@@ -172,6 +171,20 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
 
 # States whose next step reads the job's response at the provider.
 _READ_STATES = frozenset(s.value for s in (*POLLING, State.COMPLETED_NOT_RETRIEVED))
+
+
+def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]], current: str) -> list[Mapping[str, Any]]:
+    """Jobs in flight created under another scope than reads use now whose last read was a 404
+    there (`scope_mismatch`): naming the project explicitly for a key's own project is no alarm."""
+    candidates = [j for j in live if j["state"] in _READ_STATES and j["create_scope"]
+                  and not same_scope(j["create_scope"], current)]
+    waiting = []
+    for j in candidates:  # a rotation with jobs in flight: a handful, each one indexed read
+        last = conn.execute(sa.select(events_table.c.reason).where(events_table.c.job_id == j["id"])
+                            .order_by(events_table.c.id.desc()).limit(1)).scalar()
+        if last == Reason.SCOPE_MISMATCH.value:
+            waiting.append(j)
+    return waiting
 
 
 def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
