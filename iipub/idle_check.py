@@ -149,7 +149,7 @@ def _connect(url: str) -> Iterator[tuple[str, str, Cursor, Callable[[], None]]]:
         raise ValueError("URL options are the full run's")
     if scheme in ("sqlite", "sqlite+pysqlite"):
         path = url.split(":///", 1)[1] if ":///" in url else ""
-        if not path or path.startswith(":memory:") or path.startswith("file:") or not os.path.exists(path):
+        if not path or path.startswith((":memory:", "file:")) or not os.path.exists(path):
             raise ValueError("not a SQLite file")
         import sqlite3
 

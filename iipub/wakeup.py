@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from . import __version__
 
@@ -58,6 +57,8 @@ SIGNED: tuple[tuple[str, str], ...] = (
 )
 UNSIGNED = frozenset({"runs", "wakeups"})
 
+# Variables that change how a run reports or whether the check runs, not what a run does.
+_NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")
 # Environment variables whose values are secrets: only whether they are set counts.
 _SECRET_MARKS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "DATABASE_URL")
 
@@ -99,7 +100,7 @@ def identity(environ: Mapping[str, str], cwd: str) -> str:
     hash of one is stored. The database URL is left out: another database has its own row."""
     seen: list[tuple[str, str]] = []
     for name in sorted(environ):
-        if not name.startswith(("IIPUB_", "OPENAI_")) or name.startswith("IIPUB_TEST_"):
+        if not name.startswith(("IIPUB_", "OPENAI_")) or name.startswith(_NOT_SETTINGS):
             continue
         secret = any(mark in name for mark in _SECRET_MARKS)
         seen.append((name, "<set>" if secret and environ[name] else environ[name]))
@@ -110,15 +111,19 @@ def identity(environ: Mapping[str, str], cwd: str) -> str:
 FileMark = list[int] | None  # [size, mtime_ns, inode], or None: the file was absent
 
 
-@dataclass(frozen=True)
 class Recorded:
-    """A `wakeups` row as the check reads it."""
+    """A `wakeups` row as the check reads it. (A plain class: `dataclasses` alone would cost an
+    idle run a tenth of its import time.)"""
 
-    signature: str | None
-    identity: str | None
-    files: Mapping[str, FileMark]
-    idle_summary: str | None
-    asleep: bool
+    __slots__ = ("asleep", "files", "identity", "idle_summary", "signature")
+
+    def __init__(self, *, signature: str | None, identity: str | None, files: Mapping[str, FileMark],
+                 idle_summary: str | None, asleep: bool) -> None:
+        self.signature = signature
+        self.identity = identity
+        self.files = files
+        self.idle_summary = idle_summary
+        self.asleep = asleep
 
 
 def parse_files(text: str | None) -> dict[str, FileMark] | None:

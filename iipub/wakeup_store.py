@@ -55,9 +55,10 @@ def _record(engine: Engine, command: str, settings: Settings, busy: bool, due_no
             bounds = [now + dt.timedelta(seconds=cap), _next_midnight(now)]
             bounds += [_naive(t) for t in future(conn, clock.now(conn)) if t is not None]
         next_at = min(bounds)
-    values = {"next_at": next_at, "signature": signature, "identity": wakeup.identity(os.environ, os.getcwd()),
-              "files": json.dumps({p: file_mark(p) for p in watched_files(settings)}, sort_keys=True),
-              "idle_summary": json.dumps(dict(idle_summary), sort_keys=True, default=str)}
+    values: dict[str, Any] = {
+        "next_at": next_at, "signature": signature, "identity": wakeup.identity(os.environ, os.getcwd()),
+        "files": json.dumps({p: file_mark(p) for p in watched_files(settings)}, sort_keys=True),
+        "idle_summary": json.dumps(dict(idle_summary), sort_keys=True, default=str)}
     with db.transaction(engine) as conn:
         values["recorded_at"] = clock.now(conn)
         if conn.execute(wakeups.update().where(wakeups.c.command == command).values(**values)).rowcount == 0:
@@ -169,9 +170,7 @@ def relay_future(conn: Connection, now: Any) -> list[Any]:
 
 def idle_report(report: Any) -> dict[str, Any]:
     """A report's summary as an idle run prints it: every count zero, every flag off."""
-    blank = dataclasses.replace(report, **{f.name: f.default if f.default is not dataclasses.MISSING
-                                           else f.default_factory()  # type: ignore[misc]
-                                           for f in dataclasses.fields(report) if f.name != "worker"})
+    blank = type(report)(worker=report.worker)
     summary = blank.summary() if hasattr(blank, "summary") else dict(blank.__dict__)
     return dict(summary)
 

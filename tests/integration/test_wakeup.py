@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from iipub import clock, idle_check, tables
 from iipub.simulator import Simulator

@@ -26,7 +26,8 @@ def test_identity_counts_secrets_only_as_set() -> None:
     base = {"OPENAI_API_KEY": "sk-one", "IIPUB_CONFIG": "/etc/iipub.toml", "HOME": "/root"}
     same = wakeup.identity(base, "/srv/iipub")
     assert wakeup.identity({**base, "OPENAI_API_KEY": "sk-two"}, "/srv/iipub") == same
-    assert wakeup.identity({**base, "HOME": "/elsewhere", "IIPUB_TEST_MYSQL_URL": "x"}, "/srv/iipub") == same
+    assert wakeup.identity({**base, "HOME": "/elsewhere", "IIPUB_TEST_MYSQL_URL": "x",
+                              "IIPUB_LOG_LEVEL": "debug", "IIPUB_WAKEUP_CHECK": "off"}, "/srv/iipub") == same
     assert wakeup.identity({**base, "IIPUB_DATABASE_URL": "mysql://u:pw@h/db"}, "/srv/iipub") == \
         wakeup.identity({**base, "IIPUB_DATABASE_URL": "mysql://u:other@h/db"}, "/srv/iipub")
     assert wakeup.identity({k: v for k, v in base.items() if k != "OPENAI_API_KEY"}, "/srv/iipub") != same
