@@ -70,7 +70,7 @@ def _run(argv: list[str], started: float) -> int | None:
         files = wakeup.parse_files(row[3])
         if files is None:
             return None
-        cursor.execute(wakeup.signature_sql())
+        cursor.execute(wakeup.signature_sql(family))
         signature = wakeup.digest(cursor.fetchone())
         recorded = wakeup.Recorded(signature=row[1], identity=row[2], files=files, idle_summary=row[4],
                                    asleep=bool(row[5]))

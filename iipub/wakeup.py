@@ -63,12 +63,31 @@ _NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")
 _SECRET_MARKS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "DATABASE_URL")
 
 
-def signature_sql() -> str:
-    """One statement, one row: every table's aggregates side by side (the same text on SQLite and
-    MySQL/MariaDB, read with the same driver by the recorder and the check, so equal data gives
-    equal values)."""
+# `states.ACTIVE` and `states.TRACK_ACTIVE` as text (that module's enums would cost the idle path
+# its import; tests/unit/test_wakeup.py holds them equal).
+ACTIVE_STATES = ("ACCEPTED", "CLEANUP_PENDING", "COMPLETED_NOT_RETRIEVED", "COMPOSED_NOT_SAVED", "CREATE_ELIGIBLE",
+                 "CREATE_IN_FLIGHT", "IN_PROGRESS", "NO_JOB", "PROVIDER_EXPIRED_OR_MISSING", "PUBLISHED", "QUEUED",
+                 "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")
+TRACK_ACTIVE_STATES = ("COMPOSED_NOT_SAVED", "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")
+
+
+def signature_sql(family: str) -> str:
+    """One statement, one row: every table's aggregates side by side, and how many jobs, tracks
+    and outbox events are due by the clock now (so a row made due by hand, without a fenced
+    write, or by time passing, changes it too). The same driver reads it for the recorder and the
+    check, so equal data gives equal values."""
+    now = now_sql(family)
+    unleased = f"(lease_expiry IS NULL OR lease_expiry < {now})"
+    listed = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
+    track_listed = ", ".join(f"'{s}'" for s in TRACK_ACTIVE_STATES)
+    due = (f"(SELECT COUNT(*) FROM jobs WHERE state IN ({listed}) AND next_attempt_at <= {now} AND {unleased}) "
+           f"AS due_jobs, "
+           f"(SELECT COUNT(*) FROM tracks WHERE state IN ({track_listed}) AND next_attempt_at <= {now} "
+           f"AND {unleased}) AS due_tracks, "
+           f"(SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND next_attempt_at <= {now} "
+           f"AND {unleased}) AS due_events")
     parts = [f"(SELECT {cols} FROM {table}) AS s{i}" for i, (table, cols) in enumerate(SIGNED)]
-    return "SELECT * FROM " + ", ".join(parts)
+    return f"SELECT * FROM {', '.join(parts)}, (SELECT {due}) AS due"
 
 
 def now_sql(family: str) -> str:

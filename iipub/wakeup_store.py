@@ -46,7 +46,8 @@ def _record(engine: Engine, command: str, settings: Settings, busy: bool, due_no
             future: Callable[[Connection, Any], Iterable[Any]], idle_summary: Mapping[str, Any]) -> None:
     cap = settings.reconcile.idle_check_max_seconds
     with engine.connect() as conn:
-        signature = wakeup.digest(tuple(conn.exec_driver_sql(wakeup.signature_sql()).one()))
+        sql = wakeup.signature_sql(db.dialect_family(conn))
+        signature = wakeup.digest(tuple(conn.exec_driver_sql(sql).one()))
     next_at: dt.datetime | None = None
     # One connection at a time: on SQLite each holds the write lock from its first statement.
     if cap > 0 and not busy and not due_now():

@@ -124,7 +124,7 @@ def test_next_at_is_the_earliest_due_moment(engine: sa.Engine, env: dict[str, st
 
 
 @pytest.mark.parametrize("change", ["pause", "schedule", "clock", "delivery", "config", "environment", "ledger",
-                                    "suspend"])
+                                    "suspend", "due by hand"])
 def test_any_change_since_the_last_full_run_wakes_the_next(engine: sa.Engine, env: dict[str, str],
                                                            tmp_path: Path, change: str) -> None:
     full(env, tmp_path)
@@ -154,6 +154,11 @@ def test_any_change_since_the_last_full_run_wakes_the_next(engine: sa.Engine, en
         with engine.connect() as conn:
             job_id = conn.execute(sa.select(tables.jobs.c.id).limit(1)).scalar_one()
         run_cli("suspend", job_id, "--reason", "drill", env=env, cwd=tmp_path, check=True)
+    elif change == "due by hand":  # no fenced write: no version, no updated_at moves
+        with engine.begin() as conn:
+            first = conn.execute(sa.select(tables.jobs.c.id).order_by(tables.jobs.c.id).limit(1)).scalar_one()
+            conn.execute(tables.jobs.update().where(tables.jobs.c.id == first)
+                         .values(next_attempt_at=dt.datetime(2000, 1, 1)))
     assert check(env, tmp_path)[0] is None
 
 

@@ -22,6 +22,13 @@ def test_signed_columns_exist() -> None:
             assert inner == "*" or inner in table.c, f"{name}.{inner}"
 
 
+def test_the_due_states_are_the_machines() -> None:
+    from iipub import states
+
+    assert set(wakeup.ACTIVE_STATES) == {s.value for s in states.ACTIVE}
+    assert set(wakeup.TRACK_ACTIVE_STATES) == {s.value for s in states.TRACK_ACTIVE}
+
+
 def test_identity_counts_secrets_only_as_set() -> None:
     base = {"OPENAI_API_KEY": "sk-one", "IIPUB_CONFIG": "/etc/iipub.toml", "HOME": "/root"}
     same = wakeup.identity(base, "/srv/iipub")
