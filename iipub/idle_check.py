@@ -192,23 +192,39 @@ def file_mark(path: str) -> wakeup.FileMark:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
+# The event a full run of each command logs its summary with: an idle run logs the same, so a
+# log reader sees one kind of line per run whichever path answered it.
+DONE_EVENTS = {"reconcile": "tick_done", "relay": "relay_done"}
+
+
 def _report(command: str, worker: str, summary: dict[str, Any], level: str, fmt: str | None,
             next_at: object) -> None:
-    """The run's summary on stdout, as a full run prints it, and its log line on stderr."""
-    sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
-    sys.stdout.flush()
-    if level not in ("debug", "info"):
-        return
-    import datetime as dt
+    """The run's summary: its log line on stderr (the full run's event, `idle` true, with time and
+    level) and, unless stdout is stderr's very file (cron's `>>log 2>&1`), the JSON on stdout."""
+    if level in ("debug", "info"):
+        import datetime as dt
 
-    stamp = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-    event = f"{command}_idle"
-    if (fmt or ("console" if _isatty() else "json")) == "console":
-        sys.stderr.write(f"{stamp} [info     ] {event} next_wakeup={next_at} worker={worker}\n")
-    else:
-        sys.stderr.write(json.dumps({"event": event, "level": "info", "timestamp": stamp, "worker": worker,
-                                     "next_wakeup": str(next_at)}, sort_keys=True) + "\n")
-    sys.stderr.flush()
+        stamp = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+        event = DONE_EVENTS[command]
+        if (fmt or ("console" if _isatty() else "json")) == "console":
+            sys.stderr.write(f"{stamp} [info     ] {event} idle=True next_wakeup={next_at} worker={worker}\n")
+        else:
+            sys.stderr.write(json.dumps({**summary, "event": event, "level": "info", "timestamp": stamp,
+                                         "next_wakeup": str(next_at)}, sort_keys=True) + "\n")
+        sys.stderr.flush()
+    if not _same_file(sys.stdout, sys.stderr):
+        sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    try:
+        if a.isatty():
+            return False
+        one, two = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture, a closed stream)
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
 
 
 def _isatty() -> bool:

@@ -101,7 +101,8 @@ def test_an_idle_run_is_answered_by_the_check_and_recorded(engine: sa.Engine, en
     assert code == 0
     summary = json.loads(out)
     assert summary["idle"] is True and summary["leased"] == 0 and summary["worker"].startswith("reconcile:")
-    assert json.loads(err)["event"] == "reconcile_idle"
+    line = json.loads(err)
+    assert line["event"] == "tick_done" and line["idle"] is True and line["level"] == "info"
     runs = _runs(engine)
     assert len(runs) == runs_before + 1
     assert runs[-1]["command"] == "reconcile" and runs[-1]["ok"] and runs[-1]["finished_at"] is not None
@@ -256,3 +257,22 @@ def _apply(engine: sa.Engine, env: dict[str, str], cwd: Path, op: str, i: int) -
             conn.execute(tables.webhook_deliveries.insert().values(
                 webhook_id=f"wh_{i}_{os.urandom(4).hex()}", event_type="response.completed",
                 response_id=f"resp_{i}", outcome="foreign", received_at=clock.now(conn)))
+
+
+def test_the_console_script_answers_an_idle_cron_minute_with_one_log_line(engine: sa.Engine, env: dict[str, str],
+                                                                           tmp_path: Path) -> None:
+    """The process is the subject: the installed script, stdout and stderr in one file as cron's
+    `>>log 2>&1` makes them. The idle minute leaves one line, the full run's event with `idle`."""
+    import subprocess
+
+    from tests.helpers import iipub_exe
+
+    full(env, tmp_path)
+    log = tmp_path / "reconcile.log"
+    with open(log, "ab") as f:
+        done = subprocess.run([*iipub_exe(), "reconcile"], env=env, cwd=tmp_path, stdout=f, stderr=f, timeout=60)
+    assert done.returncode == 0
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1, lines
+    assert json.loads(lines[0])["event"] == "tick_done" and json.loads(lines[0])["idle"] is True
+    assert json.loads(_runs(engine)[-1]["summary"])["idle"] is True
