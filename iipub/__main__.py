@@ -1,3 +1,3 @@
-from iipub.cli import main
+from iipub.entry import main
 
 main()

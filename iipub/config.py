@@ -175,6 +175,9 @@ class ReconcileSettings(Checked):
     # Every tick makes sure the slots of this many past days exist (backfill priority), so a day
     # on which cron was down is not skipped; 0 turns it off.
     catch_up_days: Annotated[int, Bounds(ge=0, le=31)] = 2
+    # An idle cron run (nothing can be due) is answered by the wake-up check alone, before the
+    # rest of iipub loads; a full run still comes at least this often. 0 turns the check off.
+    idle_check_max_seconds: Annotated[float, Bounds(ge=0, le=3600)] = 300.0
     # JSON lines a legacy system writes, one decision each, for `status` to compare shadow
     # decisions with: {"product": P, "edition_date": "YYYY-MM-DD", "action": "create" | "publish"
     # | "delete" | "cancel", "at": ISO time (optional), "response_id": (optional)}.

@@ -6,13 +6,11 @@ or SQLite, with each dialect's session set-up), runs one transaction, and classi
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from . import mysql_driver
 from .errors import ConfigError, Contention, DatabaseUnavailable, SchemaNotReady
 from .tables import clock
 
@@ -104,45 +103,7 @@ def make_engine(url: str, pool_size: int = 8, lock_wait_seconds: int | None = No
 
 
 def _connect_with_shared_tls(dialect: Any, rec: Any, cargs: Any, cparams: Any) -> Any:
-    return _pymysql_connection_class()(*cargs, **cparams)
-
-
-@functools.cache
-def _pymysql_connection_class() -> type:
-    """PyMySQL's connection with its default TLS context ("preferred" mode: TLS when the server
-    offers it) built once per process, and only when a server offers TLS: PyMySQL builds one
-    for every connection up front, which reads the CA bundle (30-40 ms of CPU) even for a
-    server without TLS. A URL with its own TLS settings gets its own context, as before."""
-    import pymysql
-
-    lock = threading.Lock()
-    shared: list[Any] = []
-
-    def preferred_context(base: Any) -> Any:
-        with lock:
-            if not shared:
-                shared.append(base._create_ssl_ctx({}))
-            return shared[0]
-
-    class Connection(pymysql.connections.Connection):  # type: ignore[misc]
-        def _create_ssl_ctx(self, sslp: Any) -> Any:
-            if sslp != {}:
-                return super()._create_ssl_ctx(sslp)
-            if shared:
-                return shared[0]
-            return _OnFirstUse(lambda: preferred_context(super(Connection, self)))
-
-    return Connection
-
-
-class _OnFirstUse:
-    """A TLS context built at its first use (the handshake's `wrap_socket`), not before."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build = build
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._build(), name)
+    return mysql_driver.connection_class()(*cargs, **cparams)
 
 
 # A pooled connection that sat idle this long is pinged before use (a server restart or

@@ -373,6 +373,20 @@ runs = sa.Table(
     sa.Index("ix_runs_started", "started_at"),
 )
 
+# What the last full `reconcile` / `relay` run left for the next run's wake-up check
+# (`iipub.wakeup`): when anything next falls due, and the signature it was computed from.
+wakeups = sa.Table(
+    "wakeups",
+    metadata,
+    sa.Column("command", sa.String(16), primary_key=True),
+    sa.Column("next_at", Time),
+    sa.Column("signature", sa.String(64), nullable=False),
+    sa.Column("identity", sa.String(64), nullable=False),
+    sa.Column("files", sa.Text, nullable=False),
+    sa.Column("idle_summary", sa.Text, nullable=False),
+    sa.Column("recorded_at", Time, nullable=False),
+)
+
 # Money controls (`iipub.spend`): one row per paid create, counted by payment time.
 spend = sa.Table(
     "spend",

@@ -6,10 +6,16 @@ import gc
 import json
 import signal
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .common import App, pass_app
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from ..config import Settings
 
 
 @click.command("reconcile")
@@ -47,8 +53,25 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     _collect_less()
     worker = new_worker_id("reconcile")
     with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
-        run.summary = reconcile.run(settings, engine, worker=worker).summary()
+        report = reconcile.run(settings, engine, worker=worker)
+        run.summary = report.summary()
+    if tick_seconds is None and not shadow:
+        _leave_wakeup(engine, settings, "reconcile", report)
     click.echo(json.dumps(run.summary, sort_keys=True))
+
+
+def _leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
+    """What the next cron run's wake-up check compares with (`iipub.wakeup`). A run that did
+    anything, or pings a URL each run, leaves "due": the next run is a full one."""
+    from .. import wakeup_store
+
+    busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
+    if command == "reconcile":
+        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.reconcile_due(
+            engine, settings), future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
+    else:
+        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.relay_due(engine),
+                            future=wakeup_store.relay_future, idle_summary=wakeup_store.idle_report(report))
 
 
 def _collect_less() -> None:
@@ -87,5 +110,7 @@ def relay_command(app: App, prune: bool) -> None:
         return
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
-        run.summary = dict(relay.run(settings, engine, worker=worker).__dict__)
+        report = relay.run(settings, engine, worker=worker)
+        run.summary = dict(report.__dict__)
+    _leave_wakeup(engine, settings, "relay", report)
     click.echo(json.dumps(run.summary, sort_keys=True))

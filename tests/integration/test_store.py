@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from freezegun import freeze_time
 from sqlalchemy import event
 
-from iipub import clock, db, tables
+from iipub import clock, db, mysql_driver, tables
 from iipub.config_file import settings_from_dict
 from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.states import Reason, State
@@ -420,7 +420,7 @@ def test_mysql_connections_share_one_default_tls_context_built_only_for_a_server
         assert len({id(r) for r in raw}) == 3
         assert len(built) == (1 if offers_tls else 0)
         # Asked for, every connection's context is the one context.
-        contexts = {id(r.ctx._build() if isinstance(r.ctx, db._OnFirstUse) else r.ctx) for r in raw}
+        contexts = {id(r.ctx._build() if isinstance(r.ctx, mysql_driver._OnFirstUse) else r.ctx) for r in raw}
         assert len(contexts) == 1 and len(built) == 1
     finally:
         for c in conns:
