@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .states import State
+from .states import CUSTODY_WATCHED, State
 from .timefmt import iso_z, jsonable, naive_utc
 
 # Unpublished and not parked this long after its slot opened: stranded (`iipub check`).
@@ -65,6 +65,7 @@ class Job:
     state_entered_at: dt.datetime
     origin: str | None = None  # "adopted": taken over from a legacy system by `iipub adopt`
     adopted_at: dt.datetime | None = None
+    custody_watch_at: dt.datetime | None = None  # the custody watch's next read of a parked job
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
@@ -99,6 +100,13 @@ class Job:
                 and self.suspended_from in State.__members__):
             return State(self.suspended_from)
         return self.state
+
+    @property
+    def owes_custody(self) -> bool:
+        """Parked (quarantined, suspended) with a response whose output is not stored yet: the
+        custody watch reads it (`Store.custody_watch_due` is the same rule in SQL)."""
+        return (self.state in CUSTODY_WATCHED and self.response_id is not None and self.payload is None
+                and not self.kill_requested)
 
     def public(self) -> dict[str, Any]:
         """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""

@@ -99,6 +99,12 @@ def release_verified_lost(job: Job, max_generation_attempts: int, by: str, reaso
 
 def release_resume_polling(job: Job, current_fingerprint: str | None, by: str, reason: str) -> Decision:
     _require_quarantined(job)
+    if job.payload is not None:
+        # Polling again could only find the response gone (and a confirmed loss pays again).
+        raise OperatorRefused(
+            f"job {job.id} already holds its output in custody (sha256 {job.payload_sha256}); there is nothing to "
+            f"poll: `iipub revalidate {job.id} --reason …` validates it (free)"
+        )
     if not job.response_id:
         raise OperatorRefused(
             f"job {job.id} has no response id to poll ({job.quarantine_reason}); use --link RESP_ID "
@@ -276,7 +282,9 @@ def revalidate(job: Job, by: str, reason: str, current_fingerprint: str | None =
     parked by config drift, a removed product or a failing step, under the rules deployed now):
     no provider call, no money. The next tick validates and, if it passes, publishes."""
     changes: dict[str, Any] = {"last_error": None}
-    if job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES and job.payload is not None:
+    if job.state == State.QUARANTINED and job.payload is not None:
+        # Whatever parked it (config drift, a failing step, or a response stored by the custody
+        # watch after its poll budget ran out), the output is here: validate it, free.
         if current_fingerprint is None:
             raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
                                   "or `iipub kill` the job")
@@ -493,9 +501,9 @@ def _require_quarantined(job: Job) -> None:
 
 def _require_parked_payload(job: Job, action: str) -> None:
     if job.state == State.QUARANTINED:
-        raise OperatorRefused(f"job {job.id} is QUARANTINED ({job.quarantine_reason}); {action} applies to "
-                              "VALIDATION_FAILED_RETAINED and to jobs parked as "
-                              f"{', '.join(sorted(PAYLOAD_QUARANTINES))}; see `iipub quarantine release`")
+        held = "holds no output in custody" if job.payload is None else "holds its output in custody"
+        raise OperatorRefused(f"job {job.id} is QUARANTINED ({job.quarantine_reason}) and {held}; {action} does not "
+                              f"apply to it; see `iipub quarantine show {job.id}` for what does")
     _require_state(job, State.VALIDATION_FAILED_RETAINED, action)
 
 

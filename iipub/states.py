@@ -50,6 +50,9 @@ def _edges(src: State, dsts: Iterable[State], operator: bool = False) -> list[Ed
 POLLING = frozenset({S.ACCEPTED, S.QUEUED, S.IN_PROGRESS})
 # Suspended from one of these, a job's finished output is still taken into custody.
 CUSTODY_PENDING = POLLING | {S.COMPLETED_NOT_RETRIEVED}
+# Parked states whose response, if the job holds one and no payload yet, is still watched for
+# custody (the custody watch; PRODUCT.md section 20): the poll budget bounds observation only.
+CUSTODY_WATCHED = frozenset({S.QUARANTINED, S.MANUALLY_SUSPENDED})
 # States an operator may suspend (everything alive that is not mid-POST).
 SUSPENDABLE = frozenset(
     {
@@ -124,6 +127,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     # Suspension freezes decisions and spending, never custody: output that finishes is stored.
     + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
+    # Quarantine neither: a parked job's response that finishes is stored, the job stays parked
+    # with its reason (the custody watch, or the response's webhook); a response found gone is
+    # journaled there too, and nothing is paid for it.
+    + [Edge(S.QUARANTINED, S.QUARANTINED)]
     + [Edge(S.MANUALLY_SUSPENDED, s, operator=True) for s in sorted(SUSPENDABLE)]
     + [Edge(s, S.CLEANUP_PENDING, operator=True) for s in sorted(KILLABLE)
        if s not in (S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED)]
@@ -236,6 +243,7 @@ class Reason(enum.StrEnum):
     REMOTE_DELETED = "remote_deleted"
     NOTHING_REMOTE = "nothing_remote"
     FORKED = "forked"
+    PARKED_RESPONSE_GONE = "parked_response_gone"
     # Quarantine reasons written by the machine.
     CREATE_OUTCOME_UNKNOWN = "create_outcome_unknown"
     CREATE_REJECTED = "create_rejected"
@@ -311,6 +319,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.NOTHING_REMOTE: (False, "no remote response to delete"),
     R.FORKED: (False, ("the slot's payload passed the shared checks: this language's part forked into its "
                        "track (a new generation forks again only into tracks not saved)")),
+    R.PARKED_RESPONSE_GONE: (False, ("the custody watch found a parked job's response gone or dead (404, failed, "
+                                     "cancelled): reported, the job stays parked and nothing is paid for it")),
     R.CREATE_OUTCOME_UNKNOWN: (False, "quarantine: the create may have been accepted and billed (timeout, reset, 5xx)"),
     R.CREATE_REJECTED: (False, "quarantine: the provider rejected the create with a 4xx it will repeat"),
     R.CRASHED_DURING_CREATE: (False, "quarantine: a worker died mid-create; it may have been billed"),

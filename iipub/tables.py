@@ -84,6 +84,9 @@ jobs = sa.Table(
     # response carries no iipub metadata: this row is what makes iipub its owner); NULL otherwise.
     sa.Column("origin", sa.String(16)),
     sa.Column("adopted_at", Time),
+    # When the custody watch reads a parked job's response next (NULL: at the next tick); not a
+    # state write, so neither versioned nor journaled.
+    sa.Column("custody_watch_at", Time),
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),

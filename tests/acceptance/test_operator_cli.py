@@ -84,9 +84,19 @@ def test_release_usage_errors_and_unknown_id(engine: sa.Engine, settings: Settin
                                              tmp_path: Path) -> None:
     job_id = slot(engine, settings, utc_today())
     before = job_versions(engine)
-    for modes in ([], ["--verified-lost", "--link", "resp_abc"]):
-        proc = iipub("quarantine", "release", job_id, *modes, "--reason", "r", env=cli_env, cwd=tmp_path)
-        one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+    proc = iipub("quarantine", "release", job_id, "--verified-lost", "--link", "resp_abc", "--reason", "r",
+                 env=cli_env, cwd=tmp_path)
+    one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+    # What is missing is named, all of it, whatever is missing (not only click's first required option).
+    for args, needle in (
+            ([job_id, "--reason", "r"], "missing a remedy: one of --verified-lost, --link RESP_ID, --resume-polling"),
+            ([], ("missing a job ID (or --all --quarantine-reason R); a remedy: one of --verified-lost, --link "
+                  "RESP_ID, --resume-polling; --reason TEXT")),
+            (["--verified-lost"], "missing a job ID (or --all --quarantine-reason R); --reason TEXT"),
+            ([job_id, "--resume-polling"], "missing --reason TEXT"),
+            (["--all", "--verified-lost", "--reason", "r"], "missing --quarantine-reason R (with --all)")):
+        proc = iipub("quarantine", "release", *args, env=cli_env, cwd=tmp_path)
+        one_line_error(proc, 2, needle)
     proc = iipub("quarantine", "release", "00000000-0000-0000-0000-000000000000", "--verified-lost",
                  "--reason", "r", env=cli_env, cwd=tmp_path)
     one_line_error(proc, 4, "no job with id")
