@@ -312,6 +312,29 @@ def revalidate_track(job: Job, lang: str, track_state: State | None, by: str, re
             who(by, reason, lang=lang, was=track_state.value, quarantine_reason=quarantine_reason))
 
 
+def reopen_for_track(job: Job, lang: str, by: str, reason: str, current_fingerprint: str | None) -> Decision | None:
+    """`revalidate ID --lang L` must lead somewhere: a track moves only while its slot lets its
+    tracks run (READY_TO_COMPOSE, COMPOSED_NOT_SAVED: None, nothing to change). A slot parked with
+    all its tracks (VALIDATION_FAILED_RETAINED, QUARANTINED) goes back to READY_TO_COMPOSE with
+    the track, in one transaction, accepted under the rules deployed now like `revalidate ID`;
+    any other slot state is refused (nothing written)."""
+    if job.state in states.TRACKS_RUN_IN:
+        return None
+    if job.state in (State.VALIDATION_FAILED_RETAINED, State.QUARANTINED):
+        if current_fingerprint is None:
+            raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
+                                  "or `iipub kill` the job")
+        return Decision(State.READY_TO_COMPOSE, Reason.OPERATOR_REVALIDATE, delay=0,
+                        changes={"last_error": None, "quarantine_reason": None, "retry_count": 0,
+                                 "config_fingerprint": current_fingerprint},
+                        detail=who(by, reason, lang=lang, reopened_from=job.state.value,
+                                   quarantine_reason=job.quarantine_reason))
+    suspended = f" (suspended from {job.suspended_from}; resume it first)" \
+        if job.state == State.MANUALLY_SUSPENDED else ""
+    raise OperatorRefused(f"job {job.id} is {job.state}{suspended}: its {lang} track cannot move from there; "
+                          "nothing written")
+
+
 def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
                track_states: Mapping[str, State] | None = None) -> Decision:
     """Pay for a new generation of a slot whose output failed validation, within the generation

@@ -103,6 +103,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
              operator=True)
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # A slot parked with all its language tracks, one of them revalidated (`revalidate ID --lang
+    # L`): the slot lets its tracks run again, so that language goes on to publication.
+    + _edges(S.VALIDATION_FAILED_RETAINED, [S.READY_TO_COMPOSE], operator=True)
+    + _edges(S.QUARANTINED, [S.READY_TO_COMPOSE], operator=True)
     # A slot waiting on a parked language track: a new paid generation for the unpublished
     # languages (`regenerate`, budget permitting).
     + _edges(S.READY_TO_COMPOSE, [S.CREATE_ELIGIBLE], operator=True)

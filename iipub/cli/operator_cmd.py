@@ -361,7 +361,9 @@ def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by:
     job = op.get(job_id)
     before = {t.lang: t.state for t in op.tracks_of(job.id)}
     op.revalidate(job.id, reason, by, lang=lang)
-    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED "
+    after = op.get(job.id)
+    slot = f"; the slot {job.state} -> {after.state}" if after.state != job.state else ""
+    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED{slot} "
                "(validated again by the next reconcile; nothing paid)")
 
 
