@@ -280,7 +280,8 @@ def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language
         engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path, no_today_slots: None) -> None:
     with _simulator() as sim:
         strict = _settings(db_url, sim, tmp_path)
-        strict = replace(strict, products={PRODUCT: replace(strict.products[PRODUCT], allowed_domains=("example.org",))})
+        nowhere = replace(strict.products[PRODUCT], allowed_domains=("example.org",))
+        strict = replace(strict, products={PRODUCT: nowhere})
         Store(engine, "test").schedule(strict.products[PRODUCT], DAY)
         _run(strict, engine, sim, rounds=2)
         (job,) = _jobs(engine).values()

@@ -41,7 +41,7 @@ def test_a_quarantined_job_keeps_its_state_and_reason_whatever_the_answer(reason
         assert d is None
 
 
-@pytest.mark.parametrize("suspended_from,after", [
+@pytest.mark.parametrize(("suspended_from", "after"), [
     ("ACCEPTED", "RETRIEVED_NOT_VALIDATED"), ("IN_PROGRESS", "RETRIEVED_NOT_VALIDATED"),
     ("COMPLETED_NOT_RETRIEVED", "RETRIEVED_NOT_VALIDATED"), ("PROVIDER_EXPIRED_OR_MISSING", "RETRIEVED_NOT_VALIDATED"),
     ("QUARANTINED", None),
