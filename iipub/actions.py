@@ -211,7 +211,9 @@ class Operator(Closing):
             raise UsageError(f"--tokens must be between 1 and 10^12 (got {tokens})")
         if product is not None:
             self.settings.product(product)  # an unknown product is one clear error
-        return self._gate(by).override(product or money.GLOBAL, tokens, until, by, reason)
+        gate = CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds,
+                          self.settings.budgets, self.settings.products)  # the ceilings it must raise
+        return gate.override(product or money.GLOBAL, tokens, until, by, reason)
 
     def _gate(self, by: str) -> CreateGate:
         return CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds)
