@@ -103,11 +103,12 @@ def override_refusal(all_ceilings: list[Ceiling], scope: str, tokens: int, produ
                     f"(`iipub budget override --tokens N` without --product)")
         return f"{label} and no global ceiling is configured: nothing holds its creates, nothing to raise"
     raised = [Ceiling(c.scope, c.limit, c.extra + (tokens if c.scope == scope else 0), c.spent) for c in all_ceilings]
-    held = {p: (h, holding(raised, p)) for p in ([scope] if scope != GLOBAL else products)
-            if (h := holding(all_ceilings, p)) is not None}
-    if not held or any(after is None or after.scope == scope for _, after in held.values()):
+    still = {p: holding(raised, p) for p in ([scope] if scope != GLOBAL else products)
+             if holding(all_ceilings, p) is not None}
+    if not still or any(after is None or after.scope == scope for after in still.values()):
         return None  # nothing held now (a raise ahead of time), or some product's creates are released
-    product, (_, after) = sorted(held.items())[0]
+    product = min(still)
+    after = still[product]
     assert after is not None
     return (f"{product}'s creates are held by {after.describe()}, which this override does not raise; raise that "
             "one" + (" (without --product)" if after.scope == GLOBAL else f" (--product {after.scope})"))
