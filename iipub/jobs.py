@@ -153,6 +153,26 @@ class Event:
         }
 
 
+# -- the edition dates a slot may have: one window for `schedule --date` and `adopt` ----------
+
+# How far back a slot may be dated (what a backfill reaches) and how far ahead, by the database clock.
+MAX_PAST_DAYS = 366
+MAX_AHEAD_DAYS = 366
+
+
+def date_outside_window(day: dt.date, today: dt.date) -> str | None:
+    """Why an edition date is refused (a 2016 typed for 2026, a year 1900), or None. Pure."""
+    earliest = today - dt.timedelta(days=MAX_PAST_DAYS)
+    latest = today + dt.timedelta(days=MAX_AHEAD_DAYS)
+    if day < earliest:
+        return (f"{day} is more than {MAX_PAST_DAYS} days in the past (earliest {earliest}; today is {today} by the "
+                "database clock)")
+    if day > latest:
+        return (f"{day} is more than {MAX_AHEAD_DAYS} days ahead (latest {latest}; today is {today} by the "
+                "database clock)")
+    return None
+
+
 # -- liveness: one definition for `status` and `check` ---------------------------------------
 
 # Published (or on its way out after publication): nothing is late any more.
