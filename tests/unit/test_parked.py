@@ -10,7 +10,7 @@ from iipub.outcomes import Missing, Observed, Rejected, Transient, Usage
 from iipub.states import QUARANTINE_REASONS, Reason, State
 from tests.unit.test_handlers import job
 
-ANSWERS = {
+ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
     "completed": Observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
     "incomplete": Observed("resp_1", "incomplete", '{"en": {}}', None),
     "in_progress": Observed("resp_1", "in_progress", None, None),
