@@ -154,6 +154,9 @@ class Status:
     paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
+    # Slots with no path forward: nothing due, leased, final or parked with a remedy moves them
+    # (a forked slot held by a track that ended without the slot being killed).
+    immovable: tuple[JobRef, ...] = ()
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -196,6 +199,11 @@ class Status:
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
         found.extend(self._track_problems())
+        if self.immovable:
+            o = self.immovable[0]
+            found.append((WARNING, (f"{plural(len(self.immovable), 'edition')} with no path forward (e.g. "
+                                    f"{o.product} {o.edition_date} in {o.state}: {o.reason}; see `iipub quarantine "
+                                    f"show {o.id}`)")))
         if self.late:
             o = self.late[0]
             severe = o.age_seconds > s.stranded_after_seconds
@@ -259,6 +267,11 @@ class Status:
             o = t.failing_steps[0]
             found.append((WARNING, (f"{plural(len(t.failing_steps), 'track')} whose step is failing (e.g. "
                                     f"{o.describe()}: {clip_words(o.reason or '', 120)})")))
+        if t.immovable:
+            o = t.immovable[0]
+            found.append((WARNING, (f"{plural(len(t.immovable), 'track')} with no path forward (e.g. "
+                                    f"{o.describe()}, {o.reason}; job {o.job_id[:8]}: see `iipub quarantine show "
+                                    f"{o.job_id}`)")))
         if t.parked:
             o = t.parked[0]
             reasons = ", ".join(f"{reason} {n}" for reason, n in t.parked_by_reason().items())
@@ -355,6 +368,7 @@ class Status:
             },
             "duplicate_publications": self.duplicate_publications,
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
+            "immovable": [j.to_dict() for j in self.immovable],
             "stranded": {
                 "count": len(self.stranded),
                 "after_seconds": self.settings.stranded_after_seconds,

@@ -314,3 +314,46 @@ def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language
         assert _jobs(engine)[job["id"]]["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
         assert sim.stats()["creates_total"] == 1
         assert invariants.check(engine, settings=fixed, sim_stats=sim.stats()) == []
+
+
+def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
+        engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
+    from iipub import status_queries, tracks
+    from iipub.states import Reason, State
+    from iipub.track_handlers import Hop
+
+    with _simulator() as sim:
+        s = _settings(db_url, sim, tmp_path)
+        nowhere = replace(s.products[PRODUCT], allowed_domains=("example.org",))
+        strict = replace(s, products={PRODUCT: nowhere})
+        Store(engine, "test").schedule(strict.products[PRODUCT], DAY)
+        _run(strict, engine, sim, rounds=2)
+        (job,) = _jobs(engine).values()
+        assert job["state"] == "VALIDATION_FAILED_RETAINED"
+        # The Spanish track is sent back to validation under its parked slot (what `revalidate --lang`
+        # did before it reopened the slot): nothing would ever run it.
+        ts = tracks.TrackStore(Store(engine, "operator:test"))
+        with engine.connect() as conn:
+            es = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "es")
+        ts.advance(es, [Hop(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, {"by": "t", "why": "t"})],
+                   operator=True)
+        report = status_queries.collect(engine, strict)
+        assert report.tracks is not None
+        assert [(t.lang, t.state) for t in report.tracks.immovable] == [("es", "RETRIEVED_NOT_VALIDATED")]
+        code, line = report.check()
+        assert code >= 1 and "1 track with no path forward" in line and "its slot is VALIDATION_FAILED_RETAINED" in line
+        # Revalidating through the command reopens the slot: the track has a path again.
+        with Operator(s, engine) as op:
+            op.revalidate(job["id"], "wires allowed", "alice", lang="en")
+        assert _jobs(engine)[job["id"]]["state"] == "READY_TO_COMPOSE"
+        report = status_queries.collect(engine, s)
+        assert report.tracks is not None and report.tracks.immovable == ()
+        # A track that ended without its slot being killed holds the slot for ever: named too.
+        with engine.connect() as conn:
+            en = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "en")
+        ts.advance(en, [Hop(State.DELETED, Reason.OPERATOR_KILL, {"by": "t", "why": "t"})], operator=True)
+        report = status_queries.collect(engine, s)
+        assert [(j.id, j.state) for j in report.immovable] == [(job["id"], "READY_TO_COMPOSE")]
+        code, line = report.check()
+        assert code >= 1 and "1 edition with no path forward" in line and "its en track ended" in line
+        assert sim.stats()["creates_total"] == 1
