@@ -381,6 +381,9 @@ def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rej
     is confirmed and nothing is paid for it while the job is parked. Anything else (still
     running, a transient failure, a status iipub does not know) decides nothing."""
     assert job.state in states.CUSTODY_WATCHED
+    named = outcome.metadata.get("iipub_slot") if isinstance(outcome, Observed) else None
+    if named is not None and named != f"{job.product}/{job.edition_date.isoformat()}":
+        return None  # another slot's response (a restore's ledger pointed elsewhere): never stored here
     if isinstance(outcome, Observed) and outcome.finished and outcome.status not in DEAD_STATUSES:
         d = on_output(job, outcome, max_bytes)
         changes = {k: v for k, v in d.changes.items() if k not in ("retry_count", "last_error")}

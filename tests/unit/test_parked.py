@@ -80,3 +80,12 @@ def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> No
                            generation_attempts=3), 3, 60)
     assert failed is not None and "refused: all 3 paid creates are used" in failed.remedies[1].effect
     assert parked.of(job(State.ACCEPTED), 3, 60) is None
+
+
+def test_a_response_naming_another_slot_is_never_stored_for_a_parked_job() -> None:
+    j = job(State.QUARANTINED, quarantine_reason="restored_behind_ledger", response_id="resp_1")
+    other = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
+    assert handlers.custody_while_parked(j, other) is None
+    mine = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
+    d = handlers.custody_while_parked(j, mine)
+    assert d is not None and d.changes["payload"] == "{}"
