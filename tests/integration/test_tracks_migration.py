@@ -9,9 +9,9 @@ import datetime as dt
 import hashlib
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Collection
 from typing import Any
 
 import pytest
