@@ -81,7 +81,9 @@ def quarantine_group() -> None:
 @pass_app
 def quarantine_list_command(app: App, as_json: bool) -> None:
     """Quarantined jobs, longest waiting first: reason, age (database clock), response id,
-    both budgets (paid creates used/max, polls used/max) and the last error.
+    both budgets (paid creates used/max, polls used/max), where the output is (OUTPUT: custody =
+    stored, safe; watched = its response is read by the custody watch and stored when it
+    finishes; none) and the last error. `iipub quarantine show ID` lists the remedies.
 
     --json prints a list of job objects (as `jobs list --json`) with `age_seconds` added.
     """
@@ -96,9 +98,16 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
     click.echo(table(
         [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", duration(q.age_seconds),
           q.job.response_id or "-", f"{q.job.generation_attempts}/{b.max_generation_attempts}",
-          f"{q.job.poll_count}/{b.max_poll_attempts}", clip(q.job.last_error, 60)) for q in items],
-        ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST ERROR"],
+          f"{q.job.poll_count}/{b.max_poll_attempts}", _output(q.job), clip(q.job.last_error, 60)) for q in items],
+        ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "OUTPUT", "LAST ERROR"],
     ))
+
+
+def _output(job: Job) -> str:
+    """Where a quarantined job's output is, in a word (`quarantine show` says it in full)."""
+    if job.payload_sha256 is not None:
+        return "custody"
+    return "watched" if job.owes_custody else "none"
 
 
 @quarantine_group.command("show")

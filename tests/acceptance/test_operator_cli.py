@@ -73,8 +73,9 @@ def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, s
     assert (item["id"], item["state"], item["quarantine_reason"]) == (job_id, "QUARANTINED", "create_outcome_unknown")
     assert item["generation_attempts"] == 1 and item["poll_count"] == 0 and item["age_seconds"] >= 0
     human = iipub("quarantine", "list", env=cli_env, cwd=tmp_path).stdout.splitlines()
-    assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST",
-                                "ERROR"]
+    assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "OUTPUT",
+                                "LAST", "ERROR"]
+    assert "none" in human[1].split()  # no response recorded: nothing to watch
     assert human[1].split()[:4] == [job_id, "daily-brief", str(job_rows(engine)[0]["edition_date"]),
                                     "create_outcome_unknown"]
     assert "1/3" in human[1] and "0/30" in human[1]

@@ -115,6 +115,7 @@ def test_quarantine_show_names_where_the_output_is_and_the_remedies_that_apply(
     assert shown["id"] == parked["id"] and shown["events"] and "kept and watched" in shown["output"]
     commands = [r["command"] for r in shown["remedies"]]
     assert any("--resume-polling" in c for c in commands) and commands[-1].startswith(f"iipub kill {parked['id']}")
+    assert run_cli("quarantine", "list", env=cli_env, check=True).stdout.splitlines()[1].split()[8] == "watched"
     slow_sim.advance(120)
     clock.advance_clock(engine, 61)
     reconcile.run(parked_cfg, engine)
@@ -125,6 +126,8 @@ def test_quarantine_show_names_where_the_output_is_and_the_remedies_that_apply(
     assert not any("--resume-polling" in c or "--verified-lost" in c for c in commands)
     text = run_cli("quarantine", "show", parked["id"], env=cli_env, check=True).stdout
     assert "in custody" in text and "remedies:" in text and "poll_budget_exhausted" in text
+    listed = run_cli("quarantine", "list", env=cli_env, check=True).stdout.splitlines()
+    assert listed[0].split()[8] == "OUTPUT" and listed[1].split()[8] == "custody"
 
 
 def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
