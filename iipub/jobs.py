@@ -23,7 +23,7 @@ PUBLIC_FIELDS = (
     "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",
     "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
     "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
-    "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at",
+    "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at", "custody_watch_at",
 )
 
 
