@@ -157,6 +157,9 @@ class Status:
     # Slots with no path forward: nothing due, leased, final or parked with a remedy moves them
     # (a forked slot held by a track that ended without the slot being killed).
     immovable: tuple[JobRef, ...] = ()
+    # Parked for an operator other than in quarantine (a validation failure, a suspension), oldest
+    # first: the edition cannot move until someone acts (`quarantine show` lists the remedies).
+    parked: tuple[JobRef, ...] = ()
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -236,6 +239,12 @@ class Status:
             found.append((WARNING, f"outbox lag {lag:.0f}s > {s.outbox_lag_warn_seconds:.0f}s"))
         if self.quarantined:
             found.append((WARNING, f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+        if self.parked:
+            o = self.parked[0]
+            kinds = ", ".join(f"{state} {n}" for state, n in sorted(Counter(j.state for j in self.parked).items()))
+            found.append((WARNING, (f"{plural(len(self.parked), 'job')} parked for an operator ({kinds}; oldest "
+                                    f"{o.product} {o.edition_date} for {duration(o.age_seconds)}: see `iipub "
+                                    f"quarantine show {o.id}`)")))
         if self.expired_now or self.expired_in_window:
             found.append((WARNING, (f"provider expired/missing: {self.expired_now} now, "
                                     f"{self.expired_in_window} in {s.window_hours:g}h")))
@@ -369,6 +378,7 @@ class Status:
             "duplicate_publications": self.duplicate_publications,
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
             "immovable": [j.to_dict() for j in self.immovable],
+            "parked": [j.to_dict() for j in self.parked],
             "stranded": {
                 "count": len(self.stranded),
                 "after_seconds": self.settings.stranded_after_seconds,

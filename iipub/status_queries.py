@@ -117,6 +117,12 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         ledger_problem=ledger_trouble,
         tracks=track_figures,
         immovable=immovable,
+        # A slot parked with its tracks is reported by them (parked tracks), not twice.
+        parked=tuple(sorted(
+            (status.job_ref(j, seconds_between(now, j["state_entered_at"])) for j in live
+             if j["state"] in (State.VALIDATION_FAILED_RETAINED.value, State.MANUALLY_SUSPENDED.value)
+             and j["id"] not in track_figures.parked_job_ids),
+            key=lambda r: -r.age_seconds)),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, settle
+from iipub import clock, reconcile, relay, settle, status_queries
 from iipub import tick as tick_mod
 from iipub.actions import Operator
 from iipub.config import Settings
@@ -158,6 +158,10 @@ def test_a_suspended_quarantined_job_keeps_its_output_and_resumes_into_quarantin
     parked = quarantined_poll_budget(parked_cfg, engine)
     with Operator(parked_cfg, engine) as op:
         op.suspend(parked["id"], "incident", "alice")
+    report = status_queries.collect(engine, parked_cfg)
+    assert [(j.id, j.state) for j in report.parked] == [(parked["id"], "MANUALLY_SUSPENDED")]
+    code, line = report.check()
+    assert code >= 1 and "1 job parked for an operator (MANUALLY_SUSPENDED 1" in line
     slow_sim.advance(120)
     clock.advance_clock(engine, 61)
     reconcile.run(parked_cfg, engine)
