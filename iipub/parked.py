@@ -5,10 +5,11 @@ module only lists the ones worth typing, so every parked job has at least one (`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .jobs import Job
-from .states import AMBIGUOUS_CREATE, PAYLOAD_QUARANTINES, Reason, State
+from .states import AMBIGUOUS_CREATE, PAYLOAD_QUARANTINES, TRACK_PARKED, TRACK_SAVED, TRACKS_RUN_IN, Reason, State
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,23 @@ def output_line(job: Job, watch_seconds: float) -> str:
     return "none: no response is recorded for this job"
 
 
-def of(job: Job, max_generation_attempts: int, watch_seconds: float) -> Parked | None:
+def of(job: Job, max_generation_attempts: int, watch_seconds: float,
+       tracks: Mapping[str, State] | None = None) -> Parked | None:
     """The output line and the remedies of a parked job (QUARANTINED, VALIDATION_FAILED_RETAINED,
-    MANUALLY_SUSPENDED); None for a job that is not parked."""
+    MANUALLY_SUSPENDED), or of a slot waiting on a parked language track (`tracks`: each
+    language's state); None for a job that waits for nobody."""
     jid = job.id
     kill = Remedy(f"iipub kill {jid} --reason …", "give the edition up: it will not publish (nothing paid)")
+    waiting = sorted(lang for lang, st in (tracks or {}).items() if st in TRACK_PARKED)
+    if job.state in TRACKS_RUN_IN and waiting:
+        saved = sorted(lang for lang, st in (tracks or {}).items() if st in TRACK_SAVED)
+        per_lang = [Remedy(f"iipub revalidate {jid} --lang {lang} --reason …",
+                           f"check the kept {lang} part again under the deployed rules (free)") for lang in waiting]
+        unsaved = sorted(lang for lang in (tracks or {}) if lang not in saved)
+        per_lang.append(Remedy(f"iipub regenerate {jid} --reason …",
+                               f"a new paid generation for {', '.join(unsaved)} "
+                               f"({job.generation_attempts}/{max_generation_attempts} used)"))
+        return Parked(output_line(job, watch_seconds), tuple(per_lang + ([] if saved else [kill])))
     if job.state == State.MANUALLY_SUSPENDED:
         back = job.suspended_from or "the state it was in"
         return Parked(output_line(job, watch_seconds), (

@@ -308,6 +308,9 @@ def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language
         assert tracks[(job["id"], "en")]["state"] == "PUBLISHED" and (job["id"], "en") in _editions(engine)
         assert tracks[(job["id"], "es")]["state"] == "VALIDATION_FAILED_RETAINED"
         assert _jobs(engine)[job["id"]]["state"] == "READY_TO_COMPOSE"  # waits on Spanish, parked with a remedy
+        shown = json.loads(run_cli("quarantine", "show", job["id"], "--json", env=env, check=True).stdout)
+        assert shown["remedies"][0]["command"] == f"iipub revalidate {job['id']} --lang es --reason …"
+        assert not any(r["command"].startswith("iipub kill") for r in shown["remedies"])  # English is saved
         with Operator(fixed, engine) as op:
             op.revalidate(job["id"], "wires allowed", "alice", lang="es")
         _run(fixed, engine, sim)

@@ -89,3 +89,14 @@ def test_a_response_naming_another_slot_is_never_stored_for_a_parked_job() -> No
     mine = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
     d = handlers.custody_while_parked(j, mine)
     assert d is not None and d.changes["payload"] == "{}"
+
+
+def test_a_slot_waiting_on_a_parked_track_lists_that_languages_remedies() -> None:
+    slot = job(State.READY_TO_COMPOSE, payload="{}", payload_sha256="ab" * 32, generation_attempts=1)
+    found = parked.of(slot, 3, 60, {"en": State.PUBLISHED, "es": State.VALIDATION_FAILED_RETAINED})
+    assert found is not None
+    commands = [r.command for r in found.remedies]
+    assert commands[0] == f"iipub revalidate {slot.id} --lang es --reason …"
+    assert "new paid generation for es" in found.remedies[1].effect
+    assert not any(c.startswith("iipub kill") for c in commands)  # English is saved: kill is refused
+    assert parked.of(slot, 3, 60, {"en": State.PUBLISHED, "es": State.COMPOSED_NOT_SAVED}) is None
