@@ -235,6 +235,8 @@ def by_id_or_prefix(conn: Connection, table: sa.Table, column: sa.Column[str], t
     characters, id characters only, so no LIKE wildcard slips in); None if there is none. A
     prefix that is too short or matches several rows raises UnknownId saying so."""
     row = conn.execute(sa.select(table).where(column == text)).first()
+    if row is None and text != text.lower():  # ids are lower case; a pasted upper-case one still finds its row
+        return by_id_or_prefix(conn, table, column, text.lower(), noun)
     if row is not None or not _UUID_PREFIX_CHARS.fullmatch(text):
         return row
     if len(text) < _MIN_PREFIX:

@@ -215,5 +215,5 @@ def test_an_ambiguous_id_prefix_says_so_and_a_unique_one_finds_its_job(
                        f"job id prefix {prefix!r} is ambiguous: it matches 2 jobs (abcd0000-0000-4000-8000-"
                        "000000000001, abcd0000-0000-4000-8000-000000000002)")
     assert stored(engine) == before
-    shown = run_cli("jobs", "show", "abcd0000-0000-4000-8000-000000000002", "--json", env=cli_env, cwd=tmp_path)
+    shown = run_cli("jobs", "show", "ABCD0000-0000-4000-8000-000000000002", "--json", env=cli_env, cwd=tmp_path)
     assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == "abcd0000-0000-4000-8000-000000000002"
