@@ -359,4 +359,7 @@ def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
         assert [(j.id, j.state) for j in report.immovable] == [(job["id"], "READY_TO_COMPOSE")]
         code, line = report.check()
         assert code >= 1 and "1 edition with no path forward" in line and "its en track ended" in line
+        from iipub import metrics
+
+        assert b"iipub_immovable 1.0" in metrics.render(report)
         assert sim.stats()["creates_total"] == 1
