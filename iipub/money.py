@@ -99,7 +99,8 @@ def override_refusal(all_ceilings: list[Ceiling], scope: str, tokens: int, produ
                     (f" (configured: {named}; raise one with --product NAME)" if named else ""))
         held = by_scope.get(GLOBAL)
         if held is not None:
-            return (f"{label}: its creates are held by {held.describe()}; raise that one "
+            verb = "are held by" if held.reached else "count against"
+            return (f"{label}: its creates {verb} {held.describe()}; raise that one "
                     f"(`iipub budget override --tokens N` without --product)")
         return f"{label} and no global ceiling is configured: nothing holds its creates, nothing to raise"
     raised = [Ceiling(c.scope, c.limit, c.extra + (tokens if c.scope == scope else 0), c.spent) for c in all_ceilings]
