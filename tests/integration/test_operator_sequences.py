@@ -190,8 +190,8 @@ class World:
         assert report.tracks is None or report.tracks.immovable == (), report.tracks.immovable
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, database=None,  # no example database written into the tree
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(first=st.sampled_from(["good", "bad_es", "bad_all"]), then=st.sampled_from(["tick", "stall", "finish_tick"]),
        steps=st.lists(st.sampled_from(OPERATOR_STEPS + MACHINE_STEPS), min_size=6, max_size=20))
 def test_random_operator_sequences_keep_every_job_moving_and_every_command_honest(
