@@ -211,7 +211,9 @@ class Operator(Closing):
             raise UsageError(f"--tokens must be between 1 and 10^12 (got {tokens})")
         if product is not None:
             self.settings.product(product)  # an unknown product is one clear error
-        return self._gate(by).override(product or money.GLOBAL, tokens, until, by, reason)
+        gate = CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds,
+                          self.settings.budgets, self.settings.products)  # the ceilings it must raise
+        return gate.override(product or money.GLOBAL, tokens, until, by, reason)
 
     def _gate(self, by: str) -> CreateGate:
         return CreateGate(self.engine, _worker(by), self.settings.provider, self.settings.reconcile.lease_seconds)
@@ -292,15 +294,30 @@ class Operator(Closing):
         return self._act(job.id, by, lambda job: remedies.revalidate(job, by, reason, self._fingerprint(job)))
 
     def revalidate_track(self, job: Job, lang: str, reason: str, by: str) -> tracks.Track:
-        """`revalidate ID --lang L`: fenced on the track alone (the slot's row is not written)."""
+        """`revalidate ID --lang L`: fenced on the track; a slot parked with all its tracks is
+        taken back to READY_TO_COMPOSE in the same transaction (`remedies.reopen_for_track`), so
+        the track pass runs the language to publication. Refused where the track could not move."""
         track = next((t for t in self.tracks_of(job.id) if t.lang == lang), None)
         to, why, changes, detail = remedies.revalidate_track(job, lang, track.state if track else None, by, reason,
                                                               track.quarantine_reason if track else None)
         assert track is not None
-        ts = tracks.TrackStore(Store(self.engine, _worker(by), self.settings.reconcile.lease_seconds))
+        remedies.reopen_for_track(job, lang, by, reason, self._fingerprint(job))  # refuses before any lease
+        store = Store(self.engine, _worker(by), self.settings.reconcile.lease_seconds)
+        ts = tracks.TrackStore(store)
         if track.lease_owner is not None:
             raise JobTaken(f"job {job.id}: the {lang} track is leased by {track.lease_owner}; retry in a minute")
-        return ts.advance(track, [Hop(to, why, detail)], changes=changes, delay=0, operator=True)
+        hop = [Hop(to, why, detail)]
+        if job.state in states.TRACKS_RUN_IN:
+            return ts.advance(track, hop, changes=changes, delay=0, operator=True)
+        store, slot, d = self._lease(job.id, by, lambda j: remedies.reopen_for_track(
+            j, lang, by, reason, self._fingerprint(j)))
+        if d is None:  # the slot moved on its own meanwhile: the track alone, as above
+            store.release(slot)
+            return ts.advance(track, hop, changes=changes, delay=0, operator=True)
+        moved: list[tracks.Track] = []
+        self._write(store, slot, d, extra=lambda conn: moved.append(tracks.advance_in(
+            conn, store, track, hop, changes=changes, delay=0, operator=True)))
+        return moved[0]
 
     def regenerate(self, job_id: str, reason: str, by: str) -> Job:
         """A new paid generation for the slot's unpublished languages (the journal names them)."""

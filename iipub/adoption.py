@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 
 from . import clock, handover, ledger, tables
 from .config import Settings
-from .errors import LeaseLost
+from .errors import DatabaseUnavailable, LeaseLost
 from .handover import Refusal, Row
 from .jobs import Job
 from .states import CUSTODY_PENDING, Reason, State
@@ -83,6 +83,13 @@ def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: st
                 done = _adopt_row(settings, store, row, job, reason, by, today)
             except LeaseLost as exc:
                 report.refused.append(Refusal(row.line, row.slot, f"the slot changed while adopting: {exc}"))
+                continue
+            except DatabaseUnavailable:
+                raise  # every row would fail alike: one error line for the command
+            except Exception as exc:  # this row alone: refused in one line, the others go on
+                log.error("adopt_row_failed", line=row.line, slot=row.slot, error=f"{type(exc).__name__}: {exc}")
+                report.refused.append(Refusal(row.line, row.slot, f"not adopted: {type(exc).__name__}: "
+                                                                  f"{str(exc)[:200]}; nothing written for it"))
                 continue
             report.adopted.append((row, done.id))
             if spend_ledger is not None:

@@ -164,6 +164,9 @@ class ReconcileSettings(Checked):
     poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 30.0
     # Flex responses run slower: polled less often (still well inside the retention).
     flex_poll_interval_seconds: Annotated[float, Bounds(ge=0, le=300)] = 60.0
+    # A parked job (quarantined, suspended) that holds a response and no payload has it read this
+    # often by the custody watch, whatever its poll budget: output that finishes is stored.
+    custody_watch_seconds: Annotated[float, Bounds(ge=0, le=300)] = 60.0
     backoff_base_seconds: Seconds = 2.0
     backoff_cap_seconds: Seconds = 600.0
     batch_size: Annotated[int, Bounds(ge=1, le=100_000)] = 500

@@ -19,7 +19,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from . import mysql_driver
-from .errors import ConfigError, Contention, DatabaseUnavailable, SchemaNotReady
+from .errors import ConfigError, Contention, DatabaseUnavailable, SchemaNotReady, UnknownId
 from .tables import clock
 
 # MySQL error codes that mean "rolled back by contention", not "broken".
@@ -67,7 +67,7 @@ def require_existing(url: str) -> None:
     only `iipub db migrate` (and the demo) make a database."""
     path = sqlite_file(url)
     if path is not None and not os.path.exists(path):
-        raise SchemaNotReady(f"no SQLite database at {path}; run `iipub db migrate` to create it "
+        raise SchemaNotReady(f"no database at {path} (SQLite file missing); run `iipub db migrate` to create it "
                              "(or set IIPUB_DATABASE_URL)")
 
 
@@ -186,17 +186,30 @@ def is_missing_table(exc: sa.exc.DBAPIError) -> bool:
     return "no such table" in text or "1146" in text or "doesn't exist" in text
 
 
-_UUID_PREFIX = re.compile(r"[0-9a-f-]{4,35}")
+_UUID_PREFIX_CHARS = re.compile(r"[0-9a-f-]{1,35}")
+_MIN_PREFIX = 4
 
 
-def by_id_or_prefix(conn: Connection, table: sa.Table, column: sa.Column[str], text: str) -> sa.Row[Any] | None:
+def by_id_or_prefix(conn: Connection, table: sa.Table, column: sa.Column[str], text: str,
+                    noun: str = "job") -> sa.Row[Any] | None:
     """The row whose id (a UUID) is `text`, or the one row whose id starts with it (at least four
-    characters, id characters only, so no LIKE wildcard slips in); None if none or several."""
+    characters, id characters only, so no LIKE wildcard slips in); None if there is none. A
+    prefix that is too short or matches several rows raises UnknownId saying so."""
     row = conn.execute(sa.select(table).where(column == text)).first()
-    if row is None and _UUID_PREFIX.fullmatch(text):
-        rows = conn.execute(sa.select(table).where(column.like(text + "%")).limit(2)).all()
-        row = rows[0] if len(rows) == 1 else None
-    return row
+    if row is None and text != text.lower():  # ids are lower case; a pasted upper-case one still finds its row
+        return by_id_or_prefix(conn, table, column, text.lower(), noun)
+    if row is not None or not _UUID_PREFIX_CHARS.fullmatch(text):
+        return row
+    if len(text) < _MIN_PREFIX:
+        raise UnknownId(f"{noun} id prefix {text!r} is too short: give at least {_MIN_PREFIX} characters "
+                        "(or the whole id)")
+    rows = conn.execute(sa.select(column).where(column.like(text + "%")).order_by(column).limit(4)).all()
+    if len(rows) > 1:
+        shown = ", ".join(str(r[0]) for r in rows[:3]) + (", …" if len(rows) > 3 else "")
+        many = f"{len(rows)}" if len(rows) < 4 else "4 or more"
+        raise UnknownId(f"{noun} id prefix {text!r} is ambiguous: it matches {many} {noun}s ({shown}); give more "
+                        "characters")
+    return conn.execute(sa.select(table).where(column == rows[0][0])).first() if rows else None
 
 
 def describe_error(exc: BaseException) -> str:

@@ -127,6 +127,10 @@ class CreateGate:
         midnight), journaled with who and why."""
         with db.transaction(self.engine) as conn:
             now = clock.read_now(conn)
+            found, _ = payments.ceilings_now(conn, self.budgets, self.products, now)
+            refusal = money.override_refusal(found, scope, tokens, sorted(self.products))
+            if refusal is not None:  # it would print "raised" and change nothing
+                raise OperatorRefused(f"budget override: {refusal}; nothing written")
             end = until or payments.day_start(now) + dt.timedelta(days=1)
             if end <= now:
                 raise OperatorRefused(f"--until {end.isoformat()}Z is already past (database clock "

@@ -440,16 +440,41 @@ def after_refetch(
     return d
 
 
-def custody_while_suspended(job: Job, outcome: Observed | Missing | Transient | Rejected,
-                            max_bytes: int | None = None) -> Decision | None:
-    """A suspended job's response was read: finished output is stored (the job stays suspended,
-    now to resume into validation). Anything else decides nothing while it is suspended."""
-    if not (isinstance(outcome, Observed) and outcome.finished):
-        return None
-    d = on_output(job, outcome, max_bytes)
-    return Decision(State.MANUALLY_SUSPENDED, Reason.RETRIEVED,
-                    {**d.changes, "suspended_from": State.RETRIEVED_NOT_VALIDATED.value},
-                    {**d.detail, "while_suspended": True, "response_id": job.response_id})
+# Suspended from one of these, a job whose output is stored resumes into validation.
+_RESUMES_INTO_VALIDATION = frozenset(states.CUSTODY_PENDING | {State.PROVIDER_EXPIRED_OR_MISSING})
+
+
+def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rejected,
+                         max_bytes: int | None = None) -> Decision | None:
+    """A parked job's response was read (the custody watch, or its webhook): finished output is
+    stored and the job stays parked. Quarantined, it keeps its state, reason and explanation,
+    now with its output safe; suspended while its response ran, it resumes into validation.
+    A 404 or a dead response is reported once (`parked_response_gone`), never acted on: no loss
+    is confirmed and nothing is paid for it while the job is parked. Anything else (still
+    running, a transient failure, a status iipub does not know) decides nothing."""
+    assert job.state in states.CUSTODY_WATCHED
+    named = outcome.metadata.get("iipub_slot") if isinstance(outcome, Observed) else None
+    if named is not None and named != f"{job.product}/{job.edition_date.isoformat()}":
+        return None  # another slot's response (a restore's ledger pointed elsewhere): never stored here
+    if isinstance(outcome, Observed) and outcome.finished and outcome.status not in DEAD_STATUSES:
+        d = on_output(job, outcome, max_bytes)
+        changes = {k: v for k, v in d.changes.items() if k not in ("retry_count", "last_error")}
+        detail: dict[str, Any] = {**d.detail, "while_parked": job.state.value, "response_id": job.response_id}
+        if job.quarantine_reason:
+            detail["quarantine_reason"] = job.quarantine_reason
+        if job.state == State.MANUALLY_SUSPENDED:
+            detail["while_suspended"] = True
+            if job.suspended_from in {s.value for s in _RESUMES_INTO_VALIDATION}:
+                changes["suspended_from"] = State.RETRIEVED_NOT_VALIDATED.value
+        return Decision(job.state, Reason.RETRIEVED, changes, detail)
+    facts = {"response_id": job.response_id, "quarantine_reason": job.quarantine_reason}
+    if isinstance(outcome, Missing):
+        return Decision(job.state, Reason.PARKED_RESPONSE_GONE, detail={**facts, "status": "not_found",
+                                                                         "why": outcome.why})
+    if isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES:
+        return Decision(job.state, Reason.PARKED_RESPONSE_GONE, detail={**facts, "status": outcome.status,
+                                                                         "why": f"provider reports {outcome.status}"})
+    return None
 
 
 def restored_behind_ledger(job: Job, spend: SlotSpend, ahead: Sequence[str] = (), remedy: str = "") -> Decision:

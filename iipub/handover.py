@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import UsageError
+from .jobs import date_outside_window
 from .states import State
 from .timefmt import iso_z, naive_utc, parse_date
 
@@ -178,7 +179,7 @@ def _json_lines(text: str) -> list[tuple[int, Mapping[str, Any] | str]]:
 def _row(line: int, rec: Mapping[str, Any], products: Collection[str], today: dt.date) -> Row | Refusal:
     product = _text(rec.get("product"))
     date_text = _text(rec.get("edition_date"))
-    slot = f"{product[:64] or '?'}/{date_text[:10] or '?'}"
+    slot = f"{_shown(product[:64]) or '?'}/{_shown(date_text[:10]) or '?'}"
     if product not in products:
         known = ", ".join(sorted(products)) or "none"
         return Refusal(line, slot, f"unknown product {product[:64]!r} (configured: {known})")
@@ -186,6 +187,9 @@ def _row(line: int, rec: Mapping[str, Any], products: Collection[str], today: dt
         day = parse_date(date_text)
     except ValueError:
         return Refusal(line, slot, f"bad edition_date {date_text[:40]!r} (expected YYYY-MM-DD)")
+    outside = date_outside_window(day, today)  # the window `schedule --date` keeps, in its words
+    if outside is not None:
+        return Refusal(line, slot, f"edition_date {outside}")
     if day > today + dt.timedelta(days=MAX_DAYS_AHEAD):
         return Refusal(line, slot, f"edition_date {day} is in the future (today is {today}, database clock)")
     response_id = _text(rec.get("response_id"))
@@ -208,6 +212,12 @@ def _row(line: int, rec: Mapping[str, Any], products: Collection[str], today: dt
     return Row(line, product, day, response_id, attempts, started, state)
 
 
+def _shown(text: str) -> str:
+    """Hostile text as a refusal line shows it: control characters (a NUL, a newline) as `?`, so
+    each refusal stays one line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
@@ -219,7 +229,8 @@ def _attempts(value: Any) -> int | None:
         return None
     if isinstance(value, str):
         value = value.strip()
-        if not value.isdigit():
+        # ASCII digits only: "²" or "١" pass str.isdigit() and fail int(); a long run is no count.
+        if not (value.isascii() and value.isdigit() and len(value) <= 3):
             return None
         value = int(value)
     if not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
@@ -231,9 +242,9 @@ def _time(value: Any) -> dt.datetime | bool | None:
     """A naive UTC time, None when absent, False when unreadable."""
     if value is None or value == "":
         return None
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > 64:
         return False
     try:
         return naive_utc(dt.datetime.fromisoformat(value.strip()))
-    except ValueError:
+    except (ValueError, OverflowError):  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
         return False

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .states import State
+from .states import CUSTODY_WATCHED, State
 from .timefmt import iso_z, jsonable, naive_utc
 
 # Unpublished and not parked this long after its slot opened: stranded (`iipub check`).
@@ -24,6 +24,7 @@ PUBLIC_FIELDS = (
     "config_fingerprint", "retry_count", "priority", "is_backfill", "opens_at", "suspended_from", "kill_requested",
     "payload_sha256", "composed_sha256", "input_tokens", "output_tokens", "total_tokens",
     "last_error", "created_at", "updated_at", "state_entered_at", "origin", "adopted_at", "output_end", "create_scope",
+    "custody_watch_at",
 )
 
 
@@ -67,6 +68,7 @@ class Job:
     adopted_at: dt.datetime | None = None
     output_end: str | None = None  # `max_output_tokens` or `refusal`: how the custody's response ended
     create_scope: str | None = None  # the scope the create was sent under (`provider.scope_of`)
+    custody_watch_at: dt.datetime | None = None  # the custody watch's next read of a parked job
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
@@ -101,6 +103,13 @@ class Job:
                 and self.suspended_from in State.__members__):
             return State(self.suspended_from)
         return self.state
+
+    @property
+    def owes_custody(self) -> bool:
+        """Parked (quarantined, suspended) with a response whose output is not stored yet: the
+        custody watch reads it (`Store.custody_watch_due` is the same rule in SQL)."""
+        return (self.state in CUSTODY_WATCHED and self.response_id is not None and self.payload is None
+                and not self.kill_requested)
 
     def public(self) -> dict[str, Any]:
         """JSON-ready view (no payload): dates `YYYY-MM-DD`, times ISO 8601 UTC."""
@@ -145,6 +154,26 @@ class Event:
             "reason": self.reason, "worker": self.worker, "at": iso_z(self.at), "lang": self.lang,
             "detail": self.detail,
         }
+
+
+# -- the edition dates a slot may have: one window for `schedule --date` and `adopt` ----------
+
+# How far back a slot may be dated (what a backfill reaches) and how far ahead, by the database clock.
+MAX_PAST_DAYS = 366
+MAX_AHEAD_DAYS = 366
+
+
+def date_outside_window(day: dt.date, today: dt.date) -> str | None:
+    """Why an edition date is refused (a 2016 typed for 2026, a year 1900), or None. Pure."""
+    earliest = today - dt.timedelta(days=MAX_PAST_DAYS)
+    latest = today + dt.timedelta(days=MAX_AHEAD_DAYS)
+    if day < earliest:
+        return (f"{day} is more than {MAX_PAST_DAYS} days in the past (earliest {earliest}; today is {today} by the "
+                "database clock)")
+    if day > latest:
+        return (f"{day} is more than {MAX_AHEAD_DAYS} days ahead (latest {latest}; today is {today} by the "
+                "database clock)")
+    return None
 
 
 # -- liveness: one definition for `status` and `check` ---------------------------------------

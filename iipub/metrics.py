@@ -77,6 +77,10 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
         len(report.stranded))
     gauge("late_editions", "Editions unpublished past late_after_minutes after their slot opened.").set(
         len(report.late))
+    gauge("parked_jobs", "Jobs parked for an operator outside quarantine (a validation failure, a suspension).").set(
+        len(report.parked))
+    gauge("immovable", "Slots and language tracks with no path forward (nothing due, leased, final or parked with "
+          "a remedy).").set(len(report.immovable) + (len(report.tracks.immovable) if report.tracks else 0))
     gauge("provider_expired_jobs", "Jobs in PROVIDER_EXPIRED_OR_MISSING now.").set(report.expired_now)
 
     spend = gauge("spend_tokens", "Provider tokens of the editions DATED within the spend window, by product "

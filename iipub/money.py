@@ -15,7 +15,7 @@ rules are asked about, `gate` applies the ceilings before a paid create.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import Budgets, ModelPrice, Pricing, Product
@@ -81,6 +81,38 @@ def ceilings(budgets: Budgets, products: Mapping[str, Product], spent: Mapping[s
 def holding(all_ceilings: list[Ceiling], product: str) -> Ceiling | None:
     """The reached ceiling that holds back a create of `product`, or None."""
     return next((c for c in all_ceilings if c.reached and c.scope in (GLOBAL, product)), None)
+
+
+def override_refusal(all_ceilings: list[Ceiling], scope: str, tokens: int, products: Sequence[str]) -> str | None:
+    """Why an override of `scope` by `tokens` would print "raised" and change nothing, or None.
+    An override must raise a ceiling that exists; and when the ceilings reached now hold
+    creates back, it must release some product's creates: the ceiling that holds them is named
+    (a product without a ceiling of its own is held by the global one)."""
+    by_scope = {c.scope: c for c in all_ceilings}
+    own = by_scope.get(scope)
+    label = "the global ceiling ([budgets] max_tokens_per_day)" if scope == GLOBAL else \
+        f"product {scope} has no max_tokens_per_day of its own"
+    if own is None:
+        if scope == GLOBAL:
+            named = ", ".join(c.name for c in all_ceilings)
+            return (f"{label} is not configured; nothing to raise" +
+                    (f" (configured: {named}; raise one with --product NAME)" if named else ""))
+        held = by_scope.get(GLOBAL)
+        if held is not None:
+            verb = "are held by" if held.reached else "count against"
+            return (f"{label}: its creates {verb} {held.describe()}; raise that one "
+                    f"(`iipub budget override --tokens N` without --product)")
+        return f"{label} and no global ceiling is configured: nothing holds its creates, nothing to raise"
+    raised = [Ceiling(c.scope, c.limit, c.extra + (tokens if c.scope == scope else 0), c.spent) for c in all_ceilings]
+    still = {p: holding(raised, p) for p in ([scope] if scope != GLOBAL else products)
+             if holding(all_ceilings, p) is not None}
+    if not still or any(after is None or after.scope == scope for after in still.values()):
+        return None  # nothing held now (a raise ahead of time), or some product's creates are released
+    product = min(still)
+    after = still[product]
+    assert after is not None
+    return (f"{product}'s creates are held by {after.describe()}, which this override does not raise; raise that "
+            "one" + (" (without --product)" if after.scope == GLOBAL else f" (--product {after.scope})"))
 
 
 def has_ceilings(budgets: Budgets, products: Mapping[str, Product]) -> bool:

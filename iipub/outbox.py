@@ -374,7 +374,7 @@ def requeue(engine: Engine, event_id: str, sink: str | None = None, configured: 
 
 def _find_event(conn: Connection, event_id: str) -> Any:
     """The outbox row of `event_id`, or of the one event whose id starts with it (UnknownId otherwise)."""
-    row = db.by_id_or_prefix(conn, outbox_table, outbox_table.c.event_id, event_id)
+    row = db.by_id_or_prefix(conn, outbox_table, outbox_table.c.event_id, event_id, "outbox event")
     if row is None:
         raise UnknownId(f"no outbox event with id {event_id!r}")
     return row

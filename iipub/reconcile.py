@@ -78,11 +78,13 @@ def _sweep(tick: Tick) -> None:
         _settle_awaiting(tick)
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
         if not tick.reads_cooling():
-            suspended = tick.store.suspended_awaiting_custody(s.batch_size)
-            if suspended:
+            # The custody watch: parked jobs whose response may still finish, at their own slow
+            # cadence (`custody_watch_seconds`), at most a batch a tick, whatever their poll budget.
+            parked = tick.store.custody_watch_due(s.batch_size)
+            if parked:
                 from . import steps
 
-                wait([pool.submit(steps.run_custody_while_suspended, tick, job) for job in suspended])
+                wait([pool.submit(steps.run_custody_watch, tick, job) for job in parked])
         for _ in range(_PROBE_PASSES):
             _pass(tick, pool, seen)
             # Creates held back while another worker probed the provider's health go again

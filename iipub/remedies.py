@@ -109,6 +109,12 @@ def release_verified_lost(job: Job, max_generation_attempts: int, by: str, reaso
 
 def release_resume_polling(job: Job, current_fingerprint: str | None, by: str, reason: str) -> Decision:
     _require_quarantined(job)
+    if job.payload is not None:
+        # Polling again could only find the response gone (and a confirmed loss pays again).
+        raise OperatorRefused(
+            f"job {job.id} already holds its output in custody (sha256 {job.payload_sha256}); there is nothing to "
+            f"poll: `iipub revalidate {job.id} --reason …` validates it (free)"
+        )
     if not job.response_id:
         raise OperatorRefused(
             f"job {job.id} has no response id to poll ({job.quarantine_reason}); use --link RESP_ID "
@@ -286,7 +292,9 @@ def revalidate(job: Job, by: str, reason: str, current_fingerprint: str | None =
     parked by config drift, a removed product or a failing step, under the rules deployed now):
     no provider call, no money. The next tick validates and, if it passes, publishes."""
     changes: dict[str, Any] = {"last_error": None}
-    if job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES and job.payload is not None:
+    if job.state == State.QUARANTINED and job.payload is not None:
+        # Whatever parked it (config drift, a failing step, or a response stored by the custody
+        # watch after its poll budget ran out), the output is here: validate it, free.
         if current_fingerprint is None:
             raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
                                   "or `iipub kill` the job")
@@ -312,6 +320,29 @@ def revalidate_track(job: Job, lang: str, track_state: State | None, by: str, re
     return (State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE,
             {"last_error": None, "quarantine_reason": None, "retry_count": 0},
             who(by, reason, lang=lang, was=track_state.value, quarantine_reason=quarantine_reason))
+
+
+def reopen_for_track(job: Job, lang: str, by: str, reason: str, current_fingerprint: str | None) -> Decision | None:
+    """`revalidate ID --lang L` must lead somewhere: a track moves only while its slot lets its
+    tracks run (READY_TO_COMPOSE, COMPOSED_NOT_SAVED: None, nothing to change). A slot parked with
+    all its tracks (VALIDATION_FAILED_RETAINED, QUARANTINED) goes back to READY_TO_COMPOSE with
+    the track, in one transaction, accepted under the rules deployed now like `revalidate ID`;
+    any other slot state is refused (nothing written)."""
+    if job.state in states.TRACKS_RUN_IN:
+        return None
+    if job.state in (State.VALIDATION_FAILED_RETAINED, State.QUARANTINED):
+        if current_fingerprint is None:
+            raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
+                                  "or `iipub kill` the job")
+        return Decision(State.READY_TO_COMPOSE, Reason.OPERATOR_REVALIDATE, delay=0,
+                        changes={"last_error": None, "quarantine_reason": None, "retry_count": 0,
+                                 "config_fingerprint": current_fingerprint},
+                        detail=who(by, reason, lang=lang, reopened_from=job.state.value,
+                                   quarantine_reason=job.quarantine_reason))
+    suspended = f" (suspended from {job.suspended_from}; resume it first)" \
+        if job.state == State.MANUALLY_SUSPENDED else ""
+    raise OperatorRefused(f"job {job.id} is {job.state}{suspended}: its {lang} track cannot move from there; "
+                          "nothing written")
 
 
 def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
@@ -504,9 +535,9 @@ def _require_quarantined(job: Job) -> None:
 
 def _require_parked_payload(job: Job, action: str) -> None:
     if job.state == State.QUARANTINED:
-        raise OperatorRefused(f"job {job.id} is QUARANTINED ({job.quarantine_reason}); {action} applies to "
-                              "VALIDATION_FAILED_RETAINED and to jobs parked as "
-                              f"{', '.join(sorted(PAYLOAD_QUARANTINES))}; see `iipub quarantine release`")
+        held = "holds no output in custody" if job.payload is None else "holds its output in custody"
+        raise OperatorRefused(f"job {job.id} is QUARANTINED ({job.quarantine_reason}) and {held}; {action} does not "
+                              f"apply to it; see `iipub quarantine show {job.id}` for what does")
     _require_state(job, State.VALIDATION_FAILED_RETAINED, action)
 
 

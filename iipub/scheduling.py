@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 from .config import Product
 from .errors import UsageError
+from .jobs import MAX_PAST_DAYS, date_outside_window
 from .store import Store
 
-# A typo in a date must not schedule decades of paid generations.
-MAX_BACKFILL_DAYS = 366
-# Nor a slot for a year that has not come (each slot is a paid generation once its window opens).
-MAX_AHEAD_DAYS = 366
+# A typo in a date must not schedule decades of paid generations, nor a slot for a year that has
+# not come (each slot is a paid generation once its window opens): `jobs.date_outside_window`.
+MAX_BACKFILL_DAYS = MAX_PAST_DAYS
 
 Progress = Callable[[dt.date, bool], None]  # (date, created or would be created)
 
@@ -69,15 +69,10 @@ def missing_days(present: set[tuple[str, dt.date]], firsts: dict[str, dt.date | 
 
 def check_schedule_date(day: dt.date, today: dt.date) -> None:
     """`schedule --date` stays within what a backfill could reach (at most MAX_BACKFILL_DAYS
-    back) and at most MAX_AHEAD_DAYS ahead, by the database clock. Pure."""
-    earliest = today - dt.timedelta(days=MAX_BACKFILL_DAYS)
-    latest = today + dt.timedelta(days=MAX_AHEAD_DAYS)
-    if day < earliest:
-        raise UsageError(f"--date {day} is more than {MAX_BACKFILL_DAYS} days in the past (earliest {earliest}; "
-                         f"today is {today} by the database clock); nothing scheduled")
-    if day > latest:
-        raise UsageError(f"--date {day} is more than {MAX_AHEAD_DAYS} days ahead (latest {latest}; today is "
-                         f"{today} by the database clock); nothing scheduled")
+    back) and at most `jobs.MAX_AHEAD_DAYS` ahead, by the database clock. Pure."""
+    why = date_outside_window(day, today)
+    if why is not None:
+        raise UsageError(f"--date {why}; nothing scheduled")
 
 
 def backfill_days(from_date: dt.date, to_date: dt.date, today: dt.date) -> list[dt.date]:

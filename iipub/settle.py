@@ -41,10 +41,10 @@ def _run(tick: Tick, job: Job) -> None:
     track_steps.run_slot(tick, job.id)
 
 
-def _custody_while_suspended(tick: Tick, job: Job) -> None:
+def _custody_watch(tick: Tick, job: Job) -> None:
     from . import steps
 
-    steps.run_custody_while_suspended(tick, job)
+    steps.run_custody_watch(tick, job)
 
 # States in which a finished response is news: the job is waiting to read it.
 AWAITING_OUTPUT = frozenset({State.ACCEPTED, State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED})
@@ -77,9 +77,10 @@ def response_event(tick: Tick, ds: Deliveries, response_id: str, event_type: str
 
 def _known(tick: Tick, job: Job, event_type: str, lease_wait: float) -> Settled:
     facts = {"event": event_type, "state": job.state.value}
-    if job.state == State.MANUALLY_SUSPENDED:
-        if job.suspended_from in {s.value for s in states.CUSTODY_PENDING} and job.payload is None:
-            _custody_while_suspended(tick, job)
+    if job.state in states.CUSTODY_WATCHED:
+        # Parked (quarantined, suspended): decisions wait for an operator, custody never does.
+        if job.owes_custody:
+            _custody_watch(tick, job)
             return Settled(_after(tick, job.id), job.id, facts)
         return Settled(deliveries.NO_OP, job.id, facts)
     if job.state not in AWAITING_OUTPUT:

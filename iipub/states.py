@@ -50,6 +50,9 @@ def _edges(src: State, dsts: Iterable[State], operator: bool = False) -> list[Ed
 POLLING = frozenset({S.ACCEPTED, S.QUEUED, S.IN_PROGRESS})
 # Suspended from one of these, a job's finished output is still taken into custody.
 CUSTODY_PENDING = POLLING | {S.COMPLETED_NOT_RETRIEVED}
+# Parked states whose response, if the job holds one and no payload yet, is still watched for
+# custody (the custody watch; PRODUCT.md section 20): the poll budget bounds observation only.
+CUSTODY_WATCHED = frozenset({S.QUARANTINED, S.MANUALLY_SUSPENDED})
 # States an operator may suspend (everything alive that is not mid-POST).
 SUSPENDABLE = frozenset(
     {
@@ -100,6 +103,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + _edges(S.VALIDATION_FAILED_RETAINED, [S.CLEANUP_PENDING, S.RETRIEVED_NOT_VALIDATED, S.CREATE_ELIGIBLE],
              operator=True)
     + _edges(S.QUARANTINED, [S.CREATE_ELIGIBLE, S.RETRIEVED_NOT_VALIDATED], operator=True)
+    # A slot parked with all its language tracks, one of them revalidated (`revalidate ID --lang
+    # L`): the slot lets its tracks run again, so that language goes on to publication.
+    + _edges(S.VALIDATION_FAILED_RETAINED, [S.READY_TO_COMPOSE], operator=True)
+    + _edges(S.QUARANTINED, [S.READY_TO_COMPOSE], operator=True)
     # A slot waiting on a parked language track: a new paid generation for the unpublished
     # languages (`regenerate`, budget permitting).
     + _edges(S.READY_TO_COMPOSE, [S.CREATE_ELIGIBLE], operator=True)
@@ -124,6 +131,10 @@ EDGES: tuple[Edge, ...] = tuple(
     + [Edge(s, S.MANUALLY_SUSPENDED, operator=True) for s in sorted(SUSPENDABLE)]
     # Suspension freezes decisions and spending, never custody: output that finishes is stored.
     + [Edge(S.MANUALLY_SUSPENDED, S.MANUALLY_SUSPENDED)]
+    # Quarantine neither: a parked job's response that finishes is stored, the job stays parked
+    # with its reason (the custody watch, or the response's webhook); a response found gone is
+    # journaled there too, and nothing is paid for it.
+    + [Edge(S.QUARANTINED, S.QUARANTINED)]
     + [Edge(S.MANUALLY_SUSPENDED, s, operator=True) for s in sorted(SUSPENDABLE)]
     + [Edge(s, S.CLEANUP_PENDING, operator=True) for s in sorted(KILLABLE)
        if s not in (S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED)]
@@ -238,6 +249,7 @@ class Reason(enum.StrEnum):
     REMOTE_DELETED = "remote_deleted"
     NOTHING_REMOTE = "nothing_remote"
     FORKED = "forked"
+    PARKED_RESPONSE_GONE = "parked_response_gone"
     # Quarantine reasons written by the machine.
     CREATE_OUTCOME_UNKNOWN = "create_outcome_unknown"
     CREATE_REJECTED = "create_rejected"
@@ -319,6 +331,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.NOTHING_REMOTE: (False, "no remote response to delete"),
     R.FORKED: (False, ("the slot's payload passed the shared checks: this language's part forked into its "
                        "track (a new generation forks again only into tracks not saved)")),
+    R.PARKED_RESPONSE_GONE: (False, ("the custody watch found a parked job's response gone or dead (404, failed, "
+                                     "cancelled): reported, the job stays parked and nothing is paid for it")),
     R.CREATE_OUTCOME_UNKNOWN: (False, "quarantine: the create may have been accepted and billed (timeout, reset, 5xx)"),
     R.CREATE_REJECTED: (False, "quarantine: the provider rejected the create with a 4xx it will repeat"),
     R.CRASHED_DURING_CREATE: (False, "quarantine: a worker died mid-create; it may have been billed"),

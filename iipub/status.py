@@ -160,6 +160,12 @@ class Status:
     other_scope_jobs: int = 0
     other_scope: str | None = None
     current_scope: str | None = None
+    # Slots with no path forward: nothing due, leased, final or parked with a remedy moves them
+    # (a forked slot held by a track that ended without the slot being killed).
+    immovable: tuple[JobRef, ...] = ()
+    # Parked for an operator other than in quarantine (a validation failure, a suspension), oldest
+    # first: the edition cannot move until someone acts (`quarantine show` lists the remedies).
+    parked: tuple[JobRef, ...] = ()
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -202,6 +208,11 @@ class Status:
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
         found.extend(self._track_problems())
+        if self.immovable:
+            o = self.immovable[0]
+            found.append((WARNING, (f"{plural(len(self.immovable), 'edition')} with no path forward (e.g. "
+                                    f"{o.product} {o.edition_date} in {o.state}: {o.reason}; see `iipub quarantine "
+                                    f"show {o.id}`)")))
         if self.late:
             o = self.late[0]
             severe = o.age_seconds > s.stranded_after_seconds
@@ -240,6 +251,12 @@ class Status:
             found.append((WARNING, f"outbox lag {lag:.0f}s > {s.outbox_lag_warn_seconds:.0f}s"))
         if self.quarantined:
             found.append((WARNING, f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+        if self.parked:
+            o = self.parked[0]
+            kinds = ", ".join(f"{state} {n}" for state, n in sorted(Counter(j.state for j in self.parked).items()))
+            found.append((WARNING, (f"{plural(len(self.parked), 'job')} parked for an operator ({kinds}; oldest "
+                                    f"{o.product} {o.edition_date} for {duration(o.age_seconds)}: see `iipub "
+                                    f"quarantine show {o.id}`)")))
         if self.expired_now or self.expired_in_window:
             found.append((WARNING, (f"provider expired/missing: {self.expired_now} now, "
                                     f"{self.expired_in_window} in {s.window_hours:g}h")))
@@ -271,6 +288,11 @@ class Status:
             o = t.failing_steps[0]
             found.append((WARNING, (f"{plural(len(t.failing_steps), 'track')} whose step is failing (e.g. "
                                     f"{o.describe()}: {clip_words(o.reason or '', 120)})")))
+        if t.immovable:
+            o = t.immovable[0]
+            found.append((WARNING, (f"{plural(len(t.immovable), 'track')} with no path forward (e.g. "
+                                    f"{o.describe()}, {o.reason}; job {o.job_id[:8]}: see `iipub quarantine show "
+                                    f"{o.job_id}`)")))
         if t.parked:
             o = t.parked[0]
             reasons = ", ".join(f"{reason} {n}" for reason, n in t.parked_by_reason().items())
@@ -371,6 +393,8 @@ class Status:
             },
             "duplicate_publications": self.duplicate_publications,
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
+            "immovable": [j.to_dict() for j in self.immovable],
+            "parked": [j.to_dict() for j in self.parked],
             "stranded": {
                 "count": len(self.stranded),
                 "after_seconds": self.settings.stranded_after_seconds,

@@ -21,8 +21,8 @@ from .errors import SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
 from .outcomes import same_scope, scope_of
 from .payments import report as paid_report
-from .states import POLL_REASONS, POLLING, SHADOW_HELD, Reason, State
-from .timefmt import naive_utc, seconds_between
+from .states import POLL_REASONS, POLLING, SHADOW_HELD, TRACKS_RUN_IN, Reason, State
+from .timefmt import as_date, naive_utc, seconds_between
 from .track_views import Figures as TrackFigures
 
 jobs_table = tables.jobs
@@ -80,6 +80,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
                               and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
         current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
         elsewhere = _waiting_on_scope(conn, live, current_scope)
+        immovable = _immovable_slots(conn, now)
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -125,7 +126,34 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         current_scope=current_scope,
         ledger_problem=ledger_trouble,
         tracks=track_figures,
+        immovable=immovable,
+        # A slot parked with its tracks is reported by them (parked tracks), not twice.
+        parked=tuple(sorted(
+            (status.job_ref(j, seconds_between(now, j["state_entered_at"])) for j in live
+             if j["state"] in (State.VALIDATION_FAILED_RETAINED.value, State.MANUALLY_SUSPENDED.value)
+             and j["id"] not in track_figures.parked_job_ids),
+            key=lambda r: -r.age_seconds)),
     )
+
+
+def _immovable_slots(conn: Connection, now: dt.datetime) -> tuple[status.JobRef, ...]:
+    """Forked slots whose tracks let them move neither on nor into parking: a track that ended
+    (DELETED) while the slot was not killed holds a slot in READY_TO_COMPOSE / COMPOSED_NOT_SAVED
+    for ever (`states.track_blocks`)."""
+    t, j = tables.tracks.c, jobs_table.c
+    rows = conn.execute(
+        sa.select(j.id, j.product, j.edition_date, j.state, j.state_entered_at, t.lang)
+        .join(tables.tracks, t.job_id == j.id)
+        .where(j.state.in_([st.value for st in TRACKS_RUN_IN]), j.kill_requested == sa.false(),
+               t.state == State.DELETED.value)
+        .order_by(j.state_entered_at, j.id, t.lang)).mappings().all()
+    seen: dict[str, status.JobRef] = {}
+    for r in rows:
+        if r["id"] not in seen:
+            seen[r["id"]] = status.JobRef(r["id"], r["product"], as_date(r["edition_date"]), r["state"],
+                                          seconds_between(now, r["state_entered_at"]),
+                                          f"its {r['lang']} track ended (DELETED) but the slot was not killed")
+    return tuple(seen.values())
 
 
 def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, held: set[str]) -> TrackFigures:

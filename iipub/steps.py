@@ -35,8 +35,7 @@ from .store import Store
 from .tick import Tick
 
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STEPS", "StepFn", "apply", "custody_while_suspended", "drive", "hold", "run",
-           "run_custody_while_suspended"]
+__all__ = ["STEPS", "StepFn", "apply", "custody_watch", "drive", "hold", "run", "run_custody_watch"]
 
 
 # -- the one runner of a leased job (the sweep's threads and webhook deliveries alike) ----------
@@ -78,12 +77,12 @@ def _run_bound(tick: Tick, job: Job) -> None:
         _step_failed(tick, job.id, f"{type(exc).__name__}: {exc}")
 
 
-def run_custody_while_suspended(tick: Tick, job: Job) -> None:
-    """Store the finished output of a suspended job (never leased): a lost race or an
-    unreachable database is logged, not raised; the job is looked at again next tick."""
+def run_custody_watch(tick: Tick, job: Job) -> None:
+    """The custody watch of one parked job (never leased): a lost race or an unreachable database
+    is logged, not raised; the job is looked at again at its next watch."""
     try:
         with _job_context(job):
-            custody_while_suspended(tick, job)
+            custody_watch(tick, job)
     except (LeaseLost, Contention) as exc:
         log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
     except Exception as exc:  # logged as an error; the job is untouched and looked at next tick
@@ -423,17 +422,37 @@ def step_cleanup(tick: Tick, job: Job) -> Job | None:
     return apply(tick, job, handlers.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
 
 
-def custody_while_suspended(tick: Tick, job: Job) -> None:
-    """A job suspended while its response ran is never leased and nothing is decided for it,
-    but output that finished is stored (custody is never frozen): a fenced write on the version
-    read, so an operator's resume or another process's custody wins cleanly."""
+# A parked job whose response was found gone is read again this many watch intervals later:
+# a 404 may still be spurious (PRODUCT.md section 18), but it is no longer worth a read a minute.
+_GONE_WATCH_FACTOR = 10
+
+
+def custody_watch(tick: Tick, job: Job) -> None:
+    """A parked job (quarantined, suspended) holding a response and no payload is never leased
+    and nothing is decided for it, but output that finishes is stored (custody is never frozen,
+    and the poll budget bounds observation only): a fenced write on the version read, so an
+    operator's command or another process's custody wins cleanly. A response found gone is
+    journaled once and read again much later; nothing is paid for it."""
     assert job.response_id
     outcome = tick.provider.retrieve(job.response_id)
-    d = handlers.custody_while_suspended(job, outcome, max_output_bytes(_product(tick, job)))
-    if d is not None:
-        stored = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
-        tick.counted(d.to)
-        tick.record_chain(stored, d.reason)
+    tick.called(outcome)
+    d = handlers.custody_while_parked(job, outcome, max_output_bytes(_product(tick, job)))
+    every = tick.settings.reconcile.custody_watch_seconds
+    if d is None:
+        tick.store.watch_again(job, every)
+        return
+    if d.reason == Reason.PARKED_RESPONSE_GONE:
+        if tick.store.last_reason(job.id) == Reason.PARKED_RESPONSE_GONE:
+            tick.store.watch_again(job, every * _GONE_WATCH_FACTOR)
+            return
+        log.warning("parked_response_gone", job_id=job.id, response_id=job.response_id,
+                    quarantine_reason=job.quarantine_reason, status=d.detail.get("status"))
+        gone = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+        tick.store.watch_again(gone, every * _GONE_WATCH_FACTOR)
+        return
+    stored = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+    tick.counted(d.to)
+    tick.record_chain(stored, d.reason)
 
 
 def step_expired(tick: Tick, job: Job) -> Job:

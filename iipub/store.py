@@ -217,18 +217,40 @@ class Store:
                                        t.next_attempt_at <= clock.now(conn)).limit(1))
             return conn.execute(q).first() is not None
 
-    def suspended_awaiting_custody(self, limit: int) -> list[Job]:
-        """Suspended jobs whose response may still finish (never leased: custody of their
-        output is written fenced on the version read here, with no lease taken)."""
+    def custody_watch_due(self, limit: int) -> list[Job]:
+        """Parked jobs (quarantined, suspended) that hold a response and no payload, due for the
+        custody watch (`custody_watch_at` passed or never set), least recently read first. Never
+        leased: custody of their output is written fenced on the version read here. A killed job
+        is not watched (its remote data is cancelled and deleted by its cleanup)."""
+        j = jobs_table.c
         with self.engine.connect() as conn:
             now = clock.now(conn)
             q = (sa.select(jobs_table)
-                 .where(jobs_table.c.state == State.MANUALLY_SUSPENDED.value,
-                        jobs_table.c.suspended_from.in_([s.value for s in states.CUSTODY_PENDING]),
-                        jobs_table.c.response_id.is_not(None),
-                        sa.or_(jobs_table.c.lease_expiry.is_(None), jobs_table.c.lease_expiry < now))
-                 .order_by(jobs_table.c.id).limit(limit))
+                 .where(j.state.in_([s.value for s in states.CUSTODY_WATCHED]),
+                        j.response_id.is_not(None), j.payload.is_(None), j.kill_requested == sa.false(),
+                        sa.or_(j.custody_watch_at.is_(None), j.custody_watch_at <= now),
+                        sa.or_(j.lease_expiry.is_(None), j.lease_expiry < now))
+                 .order_by(j.custody_watch_at, j.id).limit(limit))
             return [Job.from_row(r) for r in conn.execute(q).mappings()]
+
+    def watch_again(self, job: Job, after_seconds: float) -> bool:
+        """The custody watch read `job`'s response and found nothing to store: its next read is
+        `after_seconds` from now (database clock). Not a state write: fenced on the version read,
+        without a new version or a journal row, so an operator's lease or a custody write wins."""
+        with self._tx() as conn:
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version)
+                .values(custody_watch_at=clock.now(conn, after_seconds))
+            )
+            return res.rowcount == 1
+
+    def last_reason(self, job_id: str) -> str | None:
+        """The reason of the job's last journal entry of its own (not a language track's)."""
+        e = events_table.c
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(e.reason).where(e.job_id == job_id, e.lang.is_(None))
+                                .order_by(e.id.desc()).limit(1)).scalar()
 
     def count_in_flight(self) -> int:
         """Accepted-but-unfinished provider jobs (admission control for new creates)."""
@@ -393,7 +415,8 @@ class Store:
         # A write that keeps the state (a poll that found the response still running, a retry
         # put off) is a debug line: the journal has it, and at 10,000 polls a minute info would
         # be a line per poll in cron's log.
-        emit = (log.warning if w.to_state == State.QUARANTINED
+        emit = (log.warning if w.to_state == State.QUARANTINED != job.state
+                else log.info if w.reason == Reason.RETRIEVED
                 else log.debug if w.to_state == job.state else log.info)
         emit(
             "transition", job_id=job.id, product=job.product, edition_date=str(job.edition_date),

@@ -88,6 +88,9 @@ jobs = sa.Table(
     # `refusal`); and the scope (organization, project, key fingerprint) its create was sent under.
     sa.Column("output_end", sa.String(32)),
     sa.Column("create_scope", sa.String(255)),
+    # When the custody watch reads a parked job's response next (NULL: at the next tick); not a
+    # state write, so neither versioned nor journaled.
+    sa.Column("custody_watch_at", Time),
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),

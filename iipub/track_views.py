@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .jobs import DONE_STATES, PARKED_STATES, is_stranded
-from .states import State
+from .states import TRACK_ACTIVE, State
 from .timefmt import jsonable, seconds_between
 
 # The track columns the operator-facing JSON shows, in this order (no payload, no composed text).
@@ -28,6 +28,12 @@ PUBLIC_FIELDS = (
 STEP_FAILED = "step_failed:"
 _PARKED = frozenset(s.value for s in PARKED_STATES)
 _DONE = frozenset(s.value for s in DONE_STATES)
+_ACTIVE_TRACK = frozenset(s.value for s in TRACK_ACTIVE)
+# Slot states that never run their tracks and never fork again by themselves: a track due for the
+# track pass under such a slot waits for nothing (a suspended slot waits for `resume`).
+_NO_TRACK_PASS = frozenset(s.value for s in (State.VALIDATION_FAILED_RETAINED, State.QUARANTINED,
+                                             State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING,
+                                             State.DELETED))
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,9 @@ class Figures:
     duplicates_by_lang: Mapping[str, int] = dataclasses.field(default_factory=dict)
     parked_job_ids: frozenset[str] = frozenset()  # jobs waiting on a parked track
     failing_steps: tuple[TrackRef, ...] = ()  # tracks whose last step failed with an unexpected error
+    # Tracks with no path forward: due for the track pass, but their slot lets no track run and
+    # nothing else will move them (not parked themselves, their slot not suspended or re-forking).
+    immovable: tuple[TrackRef, ...] = ()
 
     @property
     def total(self) -> int:
@@ -157,6 +166,7 @@ class Figures:
             },
             "duplicate_publications_by_lang": dict(self.duplicates_by_lang),
             "failing_steps": [t.to_dict() for t in self.failing_steps],
+            "immovable": [t.to_dict() for t in self.immovable],
         }
 
 
@@ -179,10 +189,13 @@ def figures(counts: Iterable[Sequence[Any]], unfinished: Iterable[Mapping[Any, A
     by_product: dict[str, dict[str, dict[str, int]]] = {}
     for product, lang, state, n in counts:
         by_product.setdefault(product, {}).setdefault(lang, {})[state] = int(n)
-    parked, stranded, failing = [], [], []
+    parked, stranded, failing, immovable = [], [], [], []
     for r in unfinished:
         if r["state"] in _DONE:
             continue
+        if r["state"] in _ACTIVE_TRACK and r["job_state"] in _NO_TRACK_PASS and not r["kill_requested"]:
+            immovable.append(_track_ref(r, seconds_between(now, r["state_entered_at"]),
+                                        f"its slot is {r['job_state']}: the track pass never runs it"))
         if (r["last_error"] or "").startswith(STEP_FAILED):
             failing.append(_track_ref(r, 0.0, r["last_error"]))
         if r["state"] in _PARKED:
@@ -200,6 +213,7 @@ def figures(counts: Iterable[Sequence[Any]], unfinished: Iterable[Mapping[Any, A
         duplicates_by_lang=dict(sorted(duplicates_by_lang.items())),
         parked_job_ids=frozenset(ref.job_id for ref in parked),
         failing_steps=tuple(failing),
+        immovable=tuple(sorted(immovable, key=lambda x: -x.age_seconds)),
     )
 
 

@@ -70,23 +70,28 @@ ACTIVE_STATES = ("ACCEPTED", "CLEANUP_PENDING", "COMPLETED_NOT_RETRIEVED", "COMP
                  "CREATE_IN_FLIGHT", "IN_PROGRESS", "NO_JOB", "PROVIDER_EXPIRED_OR_MISSING", "PUBLISHED", "QUEUED",
                  "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")
 TRACK_ACTIVE_STATES = ("COMPOSED_NOT_SAVED", "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")
+# `states.CUSTODY_WATCHED`: parked jobs whose response the custody watch reads.
+CUSTODY_WATCHED_STATES = ("MANUALLY_SUSPENDED", "QUARANTINED")
 
 
 def signature_sql(family: str) -> str:
     """One statement, one row: every table's aggregates side by side, and how many jobs, tracks
-    and outbox events are due by the clock now (so a row made due by hand, without a fenced
+    outbox events and custody watches are due by the clock now (so a row made due by hand, without a fenced
     write, or by time passing, changes it too). The same driver reads it for the recorder and the
     check, so equal data gives equal values."""
     now = now_sql(family)
     unleased = f"(lease_expiry IS NULL OR lease_expiry < {now})"
     listed = ", ".join(f"'{s}'" for s in ACTIVE_STATES)
     track_listed = ", ".join(f"'{s}'" for s in TRACK_ACTIVE_STATES)
+    watched = ", ".join(f"'{s}'" for s in CUSTODY_WATCHED_STATES)
     due = (f"(SELECT COUNT(*) FROM jobs WHERE state IN ({listed}) AND next_attempt_at <= {now} AND {unleased}) "
            f"AS due_jobs, "
            f"(SELECT COUNT(*) FROM tracks WHERE state IN ({track_listed}) AND next_attempt_at <= {now} "
            f"AND {unleased}) AS due_tracks, "
            f"(SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND next_attempt_at <= {now} "
-           f"AND {unleased}) AS due_events")
+           f"AND {unleased}) AS due_events, "
+           f"(SELECT COUNT(*) FROM jobs WHERE state IN ({watched}) AND response_id IS NOT NULL AND payload IS NULL "
+           f"AND (custody_watch_at IS NULL OR custody_watch_at <= {now}) AND {unleased}) AS due_watches")
     parts = [f"(SELECT {cols} FROM {table}) AS s{i}" for i, (table, cols) in enumerate(SIGNED)]
     return f"SELECT * FROM {', '.join(parts)}, (SELECT {due}) AS due"
 

@@ -137,8 +137,8 @@ def _prompt_files(config: Path) -> list[str]:
 
 
 def reconcile_future(conn: Connection, now: Any) -> list[Any]:
-    """The earliest future time a job or track falls due, a lease ends, or a cool-down of the
-    create gate or of reads ends."""
+    """The earliest future time a job or track falls due, a lease ends, the custody watch reads a
+    parked job, or a cool-down of the create gate or of reads ends."""
     j, t, g, r = tables.jobs.c, tables.tracks.c, tables.create_gate.c, tables.read_cooldown.c
     active = [s.value for s in states.ACTIVE]
     track_active = [s.value for s in states.TRACK_ACTIVE]
@@ -146,6 +146,7 @@ def reconcile_future(conn: Connection, now: Any) -> list[Any]:
         sa.select(sa.func.min(j.next_attempt_at)).where(j.state.in_(active), j.next_attempt_at > now)
         .scalar_subquery(),
         sa.select(sa.func.min(j.lease_expiry)).where(j.lease_expiry > now).scalar_subquery(),
+        sa.select(sa.func.min(j.custody_watch_at)).where(j.custody_watch_at > now).scalar_subquery(),
         sa.select(sa.func.min(t.next_attempt_at)).where(t.state.in_(track_active), t.next_attempt_at > now)
         .scalar_subquery(),
         sa.select(sa.func.min(t.lease_expiry)).where(t.lease_expiry > now).scalar_subquery(),
@@ -198,7 +199,7 @@ def reconcile_due(engine: Engine, settings: Settings) -> bool:
     from .store import Store
 
     store = Store(engine, new_worker_id("wakeup"), settings.reconcile.lease_seconds)
-    if store.due_candidates(1) or store.tracks_due() or store.suspended_awaiting_custody(1):
+    if store.due_candidates(1) or store.tracks_due() or store.custody_watch_due(1):
         return True
     return bool(settings.webhooks.enabled and Deliveries(engine).awaiting_create(1))
 

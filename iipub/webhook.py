@@ -159,6 +159,8 @@ class Receiver:
         w = settings.webhooks
         self.secret = settings.require_provider_webhook_secret()
         api_key = settings.require_api_key()
+        if engine is None:
+            db.require_existing(settings.database_url)  # never creates an empty SQLite file
         # A lock is waited for well inside the budget (then 503, delivered again).
         self.engine = engine or db.make_engine(settings.database_url, pool_size=w.threads,
                                                lock_wait_seconds=max(1, int(w.request_seconds / 4)))

@@ -35,9 +35,12 @@ class App:
     def settings(self) -> Settings:
         return load_settings()
 
-    def engine(self, *, check_schema: bool = True) -> Engine:
+    def engine(self, *, check_schema: bool = True, may_create: bool = False) -> Engine:
+        """The database's engine. Connecting would create a missing SQLite file, empty: only a
+        command that makes the database (`may_create`: `db migrate`) may; every other one, read
+        only or not, says "no database at PATH" first."""
         pool = self.settings.reconcile.concurrency + 4
-        if check_schema:  # connecting would create a missing SQLite file, empty
+        if not may_create:
             db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)

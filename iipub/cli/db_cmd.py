@@ -17,8 +17,9 @@ def db_group() -> None:
 @db_group.command("migrate")
 @pass_app
 def migrate_command(app: App) -> None:
-    """Apply pending migrations from sql/ (idempotent; safe when two run at once)."""
-    engine = app.engine(check_schema=False)
+    """Apply pending migrations from sql/ (idempotent; safe when two run at once). The one
+    command that creates a missing SQLite file."""
+    engine = app.engine(check_schema=False, may_create=True)
     done = migrate.migrate(engine)
     if not done:
         click.echo("schema up to date; nothing to apply")
@@ -32,7 +33,8 @@ def migrate_command(app: App) -> None:
 @pass_app
 def status_command(app: App, as_json: bool) -> None:
     """List applied and pending migrations, and this database's installation id (the id every paid
-    create's metadata carries; responses naming another are not this installation's)."""
+    create's metadata carries; responses naming another are not this installation's). Read only:
+    a SQLite file that does not exist is reported ("no database at PATH", exit 69), not created."""
     engine = app.engine(check_schema=False)
     rows = migrate.status(engine)
     if as_json:

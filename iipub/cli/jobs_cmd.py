@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import clock, scheduling, track_views
+from ..jobs import Job
 from ..states import State
 from ..timefmt import iso_z
 from ..track_views import TrackView
@@ -90,15 +92,25 @@ def list_command(app: App, state: str | None, product: str | None, day: dt.date 
 def show_command(app: App, job_id: str, as_json: bool) -> None:
     """One job: its columns, its language tracks and its full event history (oldest first;
     LANG names a track's entries, whose VER is the track's version). ID may be a unique prefix."""
+    show_job(app, job_id, as_json)
+
+
+def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[str, Any]] | None = None,
+             lines: Callable[[Job], list[str]] | None = None) -> Job:
+    """`jobs show` (and `quarantine show`, which adds `more` to the JSON object and `lines` after
+    the columns): the job by id or unique prefix, its tracks and its journal."""
     store = app.store()
     job = store.lookup(job_id)
     events = store.events(job.id)
     tracks = store.tracks_of([job.id]).get(job.id, [])
     if as_json:
-        emit_json({**job.public(), "tracks": [t.public() for t in tracks], "events": [e.public() for e in events]})
-        return
+        emit_json({**job.public(), **(more(job) if more else {}), "tracks": [t.public() for t in tracks],
+                   "events": [e.public() for e in events]})
+        return job
     for key, value in job.public().items():
         click.echo(f"{key:<20} {'' if value is None else value}")
+    for line in lines(job) if lines else []:
+        click.echo(line)
     if tracks:
         click.echo("")
         click.echo(_tracks_table(tracks))
@@ -108,6 +120,7 @@ def show_command(app: App, job_id: str, as_json: bool) -> None:
          for e in events],
         ["AT", "LANG", "VER", "FROM", "TO", "REASON", "WORKER", "DETAIL"],
     ))
+    return job
 
 
 @jobs_group.command("import-payload")

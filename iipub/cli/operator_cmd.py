@@ -81,7 +81,9 @@ def quarantine_group() -> None:
 @pass_app
 def quarantine_list_command(app: App, as_json: bool) -> None:
     """Quarantined jobs, longest waiting first: reason, age (database clock), response id,
-    both budgets (paid creates used/max, polls used/max) and the last error.
+    both budgets (paid creates used/max, polls used/max), where the output is (OUTPUT: custody =
+    stored, safe; watched = its response is read by the custody watch and stored when it
+    finishes; none) and the last error. `iipub quarantine show ID` lists the remedies.
 
     --json prints a list of job objects (as `jobs list --json`) with `age_seconds` added.
     """
@@ -96,9 +98,51 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
     click.echo(table(
         [(q.job.id, q.job.product, q.job.edition_date, q.job.quarantine_reason or "-", duration(q.age_seconds),
           q.job.response_id or "-", f"{q.job.generation_attempts}/{b.max_generation_attempts}",
-          f"{q.job.poll_count}/{b.max_poll_attempts}", clip(q.job.last_error, 60)) for q in items],
-        ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST ERROR"],
+          f"{q.job.poll_count}/{b.max_poll_attempts}", _output(q.job), clip(q.job.last_error, 60)) for q in items],
+        ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "OUTPUT", "LAST ERROR"],
     ))
+
+
+def _output(job: Job) -> str:
+    """Where a quarantined job's output is, in a word (`quarantine show` says it in full)."""
+    if job.payload_sha256 is not None:
+        return "custody"
+    return "watched" if job.owes_custody else "none"
+
+
+@quarantine_group.command("show")
+@click.argument("job_id")
+@json_option
+@pass_app
+def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
+    """One parked job: what `jobs show` shows, then where its output is (in custody, or its
+    response watched at the provider) and the commands that apply to it now, each with what it
+    does and whether it pays. ID may be a unique prefix.
+
+    --json prints the `jobs show --json` object with `output` (one line) and `remedies` (a list
+    of {command, effect}) added; both are null for a job that is not parked."""
+    from .. import parked
+    from .jobs_cmd import show_job
+
+    s = app.settings
+
+    def facts(job: Job) -> parked.Parked | None:
+        tracks = {t.lang: State(t.state) for t in app.store().tracks_of([job.id]).get(job.id, [])}
+        return parked.of(job, s.budgets.max_generation_attempts, s.reconcile.custody_watch_seconds, tracks)
+
+    def more(job: Job) -> dict[str, object]:
+        found = facts(job)
+        return {"output": found.output if found else None,
+                "remedies": [r.public() for r in found.remedies] if found else None}
+
+    def lines(job: Job) -> list[str]:
+        found = facts(job)
+        if found is None:
+            return ["", f"not parked: {job.state.value} (no remedy needed)"]
+        return ["", f"{'output':<20} {found.output}", "", "remedies:",
+                *(f"  {r.command:<60} {r.effect}" for r in found.remedies)]
+
+    show_job(app, job_id, as_json, more, lines)
 
 
 @quarantine_group.command("release")
@@ -118,12 +162,12 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
               help="With --all: only jobs quarantined at or after this time (UTC).")
 @click.option("--dry-run", is_flag=True, help="With --all: list what would happen; write nothing.")
 @json_option
-@reason_option
+@click.option("--reason", help="Why (journaled with the action); required.")
 @by_option
 @pass_app
 def release_command(app: App, job_id: str | None, verified_lost: bool, link: str | None, resume_polling: bool,
                     release_all: bool, quarantine_reason: str | None, since: str | None, dry_run: bool,
-                    as_json: bool, reason: str, by: str) -> None:
+                    as_json: bool, reason: str | None, by: str) -> None:
     """Take a QUARANTINED job out of quarantine. Give exactly one of --verified-lost,
     --link RESP_ID or --resume-polling. See runbook.md for which to use per quarantine reason.
 
@@ -136,6 +180,16 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
 
     chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
                               (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
+    # Everything missing is named at once, in the order the command line reads.
+    missing = [what for what, gone in (
+        ("a job ID (or --all --quarantine-reason R)", job_id is None and not release_all),
+        ("--quarantine-reason R (with --all)", release_all and not quarantine_reason),
+        ("a remedy: one of --verified-lost, --link RESP_ID, --resume-polling", not chosen),
+        ("--reason TEXT", reason is None)) if gone]
+    if missing:
+        raise UsageError(f"quarantine release: missing {'; '.join(missing)} (see `iipub quarantine show ID` for the "
+                         "remedies that apply)")
+    assert reason is not None
     if len(chosen) != 1:
         raise UsageError("quarantine release: give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
     mode = chosen[0]
@@ -317,7 +371,9 @@ def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by:
     job = op.get(job_id)
     before = {t.lang: t.state for t in op.tracks_of(job.id)}
     op.revalidate(job.id, reason, by, lang=lang)
-    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED "
+    after = op.get(job.id)
+    slot = f"; the slot {job.state} -> {after.state}" if after.state != job.state else ""
+    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED{slot} "
                "(validated again by the next reconcile; nothing paid)")
 
 

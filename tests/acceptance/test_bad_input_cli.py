@@ -51,7 +51,7 @@ def test_unknown_ids_and_bad_arguments_are_one_line_and_change_nothing(
     yesterday = (utc_today() - dt.timedelta(days=1)).isoformat()
     cases: list[tuple[tuple[str, ...], int, str]] = [
         (("jobs", "show", "zzzz"), 4, "no job with id 'zzzz'"),
-        (("jobs", "show", job_id[:3]), 4, "no job with id"),  # a prefix needs at least 4 characters
+        (("jobs", "show", job_id[:3]), 4, f"job id prefix {job_id[:3]!r} is too short: give at least 4 characters"),
         (("jobs", "show", job_id + "0"), 4, "no job with id"),
         (("suspend", UNKNOWN, "--reason", "incident"), 4, f"no job with id '{UNKNOWN}'"),
         (("resume", UNKNOWN), 4, "no job with id"),
@@ -126,7 +126,7 @@ def test_unreachable_or_wrong_database_is_one_line(cli_env: dict[str, str], tmp_
         ("postgres://u:s3cret@127.0.0.1/db", 78, "unsupported database 'postgres'"),
         ("mysql+mysqlconnector://u@127.0.0.1/db", 78, "unsupported database driver 'mysql+mysqlconnector'"),
         # a missing SQLite file is not created (only `iipub db migrate` makes one)
-        (f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'x.sqlite3'}", 69, "no SQLite database at"),
+        (f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'x.sqlite3'}", 69, "no database at"),
         (f"sqlite:///{tmp_path / 'empty.sqlite3'}", 69, "iipub db migrate"),
     ]
     for url, code, needle in urls:
@@ -196,3 +196,24 @@ def test_library_errors_are_logged_as_json_lines(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines and all(ln.startswith("{") and json.loads(ln) for ln in lines), proc.stderr
+
+
+def test_an_ambiguous_id_prefix_says_so_and_a_unique_one_finds_its_job(
+    engine: sa.Engine, settings: Settings, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    first, second = slots(engine, settings, utc_today() - dt.timedelta(days=2), utc_today() - dt.timedelta(days=3))
+    twins = {first: "abcd0000-0000-4000-8000-000000000001", second: "abcd0000-0000-4000-8000-000000000002"}
+    with engine.begin() as conn:  # two ids sharing their first 35 characters
+        for old, new in twins.items():
+            conn.execute(sa.update(tables.jobs).where(tables.jobs.c.id == old).values(id=new))
+            conn.execute(sa.update(tables.job_events).where(tables.job_events.c.job_id == old).values(job_id=new))
+    before = stored(engine)
+    for prefix, args in (("abcd0000", ("jobs", "show", "abcd0000")), ("abcd", ("suspend", "abcd", "--reason", "r")),
+                         ("abcd0000-0000-4000-8000-00000000000",
+                          ("quarantine", "show", "abcd0000-0000-4000-8000-00000000000"))):
+        one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), 4,
+                       f"job id prefix {prefix!r} is ambiguous: it matches 2 jobs (abcd0000-0000-4000-8000-"
+                       "000000000001, abcd0000-0000-4000-8000-000000000002)")
+    assert stored(engine) == before
+    shown = run_cli("jobs", "show", "ABCD0000-0000-4000-8000-000000000002", "--json", env=cli_env, cwd=tmp_path)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == "abcd0000-0000-4000-8000-000000000002"

@@ -138,9 +138,10 @@ def test_read_only_commands_do_not_create_a_missing_sqlite_file(cli_env: dict[st
     target = Path(sa.engine.make_url(cli_env["IIPUB_DATABASE_URL"]).database or "")
     assert not target.exists()
     for args in (("jobs", "list"), ("jobs", "show", "abcd"), ("quarantine", "list"), ("status",), ("check",),
-                 ("outbox", "list"), ("orphans", "list"), ("reconcile",)):
+                 ("outbox", "list"), ("orphans", "list"), ("reconcile",), ("db", "status"), ("db", "status", "--json"),
+                 ("quarantine", "show", "abcd"), ("budget", "show"), ("export", "--in-flight")):
         result = run_cli(*args, env={**cli_env, "OPENAI_API_KEY": "sk-test"}, cwd=tmp_path)
-        one_line_error(result, 69, f"no SQLite database at {target}")
+        one_line_error(result, 69, f"no database at {target}")
     checked = run_cli("status", "--check", env=cli_env, cwd=tmp_path)
     assert checked.returncode == 3 and checked.stdout.startswith("IIPUB UNKNOWN")
     assert not target.exists() and not Path(f"{target}-wal").exists()

@@ -73,8 +73,9 @@ def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, s
     assert (item["id"], item["state"], item["quarantine_reason"]) == (job_id, "QUARANTINED", "create_outcome_unknown")
     assert item["generation_attempts"] == 1 and item["poll_count"] == 0 and item["age_seconds"] >= 0
     human = iipub("quarantine", "list", env=cli_env, cwd=tmp_path).stdout.splitlines()
-    assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "LAST",
-                                "ERROR"]
+    assert human[0].split() == ["ID", "PRODUCT", "DATE", "REASON", "AGE", "RESPONSE", "GEN", "POLLS", "OUTPUT",
+                                "LAST", "ERROR"]
+    assert "none" in human[1].split()  # no response recorded: nothing to watch
     assert human[1].split()[:4] == [job_id, "daily-brief", str(job_rows(engine)[0]["edition_date"]),
                                     "create_outcome_unknown"]
     assert "1/3" in human[1] and "0/30" in human[1]
@@ -84,9 +85,19 @@ def test_release_usage_errors_and_unknown_id(engine: sa.Engine, settings: Settin
                                              tmp_path: Path) -> None:
     job_id = slot(engine, settings, utc_today())
     before = job_versions(engine)
-    for modes in ([], ["--verified-lost", "--link", "resp_abc"]):
-        proc = iipub("quarantine", "release", job_id, *modes, "--reason", "r", env=cli_env, cwd=tmp_path)
-        one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+    proc = iipub("quarantine", "release", job_id, "--verified-lost", "--link", "resp_abc", "--reason", "r",
+                 env=cli_env, cwd=tmp_path)
+    one_line_error(proc, 2, "give exactly one of --verified-lost, --link RESP_ID, --resume-polling")
+    # What is missing is named, all of it, whatever is missing (not only click's first required option).
+    for args, needle in (
+            ([job_id, "--reason", "r"], "missing a remedy: one of --verified-lost, --link RESP_ID, --resume-polling"),
+            ([], ("missing a job ID (or --all --quarantine-reason R); a remedy: one of --verified-lost, --link "
+                  "RESP_ID, --resume-polling; --reason TEXT")),
+            (["--verified-lost"], "missing a job ID (or --all --quarantine-reason R); --reason TEXT"),
+            ([job_id, "--resume-polling"], "missing --reason TEXT"),
+            (["--all", "--verified-lost", "--reason", "r"], "missing --quarantine-reason R (with --all)")):
+        proc = iipub("quarantine", "release", *args, env=cli_env, cwd=tmp_path)
+        one_line_error(proc, 2, needle)
     proc = iipub("quarantine", "release", "00000000-0000-0000-0000-000000000000", "--verified-lost",
                  "--reason", "r", env=cli_env, cwd=tmp_path)
     one_line_error(proc, 4, "no job with id")

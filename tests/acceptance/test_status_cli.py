@@ -112,7 +112,8 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     code, raw, err = status(cli_env, tmp_path, "--json")
     assert code == 0, err
     doc = json.loads(raw)
-    assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "stranded",
+    assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "immovable",
+                        "parked", "stranded",
                         "outbox", "quarantine", "provider_expired", "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
                         "read_cooldown", "cutover", "paid", "other_scope", "product_holds"}

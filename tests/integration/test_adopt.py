@@ -171,3 +171,45 @@ def test_a_webhook_for_an_adopted_legacy_response_is_this_installation_s_own(
     assert outcomes == ["custody"]
     (job,) = job_rows(engine)
     assert job["payload"] is not None and job["origin"] == "adopted"
+
+
+def test_hostile_rows_are_refused_each_on_its_own_line_and_the_good_ones_adopted(
+    env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path
+) -> None:
+    today = utc_today()
+    day = today - dt.timedelta(days=1)
+    typo = today.replace(year=today.year - 10)  # 2016 typed for 2026
+    lines = [
+        "product,edition_date,response_id,started_at,attempts",
+        f"daily-brief,{day},{_rid(1)},,1",                                    # 2: adopted
+        f"daily-brief,{day - dt.timedelta(days=1)},{_rid(2)},,\u00b2",        # 3: superscript two
+        f"daily-brief,{day - dt.timedelta(days=2)},{_rid(3)},0001-01-01T00:00:00+01:00,1",  # 4: overflows UTC
+        f"daily-brief,{day - dt.timedelta(days=3)},{_rid(4)},,{'9' * 40}",    # 5: overflow
+        f"daily\x00-brief,{day - dt.timedelta(days=4)},{_rid(5)},,1",         # 6: NUL
+        f"daily-brief,{day - dt.timedelta(days=5)},{_rid(6)},{'2026-01-01T' + '0' * 5000},1",  # 7: huge
+        f"daily-brief,1900-01-01,{_rid(7)},,1",                               # 8: 1900
+        f"daily-brief,{typo},{_rid(8)},,1",                                   # 9: a decade ago
+        f"revolution-watch,{day},{_rid(9)},{today}T05:00:00Z,3",              # 10: adopted
+    ]
+    f = tmp_path / "hostile.csv"
+    f.write_bytes(("\n".join(lines) + "\n").encode())
+    out = run_cli("adopt", str(f), "--reason", "cutover", env=env, cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    refusals = {int(m.group(1)): line for line in out.stdout.splitlines()
+                if (m := re.match(r"line (\d+) \(.*\): refused: ", line))}
+    assert sorted(refusals) == [3, 4, 5, 6, 7, 8, 9], out.stdout
+    for line, needle in {3: "attempts must be a whole number", 4: "bad started_at", 5: "attempts must be",
+                         6: "unknown product", 7: "bad started_at", 8: "1900-01-01 is more than 366 days in the past",
+                         9: f"{typo} is more than 366 days in the past"}.items():
+        assert needle in refusals[line], refusals[line]
+    assert "\x00" not in out.stdout
+    assert "adopted 2, already adopted 0, refused 7" in out.stdout
+    rows = {(r["product"], r["edition_date"]): r for r in job_rows(engine)}
+    assert sorted(rows) == [("daily-brief", day), ("revolution-watch", day)]
+    assert rows["revolution-watch", day]["generation_attempts"] == 3
+    assert {r["state"] for r in rows.values()} == {"ACCEPTED"}
+    assert sim.stats()["requests"]["create"] == 0
+    # `schedule --date` refuses the same dates in the same words.
+    sched = run_cli("schedule", "--date", "1900-01-01", env=env, cwd=tmp_path)
+    one_line_error(sched, 2, "1900-01-01 is more than 366 days in the past")

@@ -301,7 +301,10 @@ def test_unreadable_completed_response_is_parked_with_its_response_id(
     with bad_answer_beside_published_work(settings, engine, fake, get_mode=mode) as (job_id, row):
         assert row["state"] == "QUARANTINED" and row["quarantine_reason"] == "poll_budget_exhausted"
         assert row["response_id"] and row["payload"] is None and row["generation_attempts"] == 1
-        assert fake.count("create", job_id) == 1 and fake.count("retrieve", job_id) == POLL_BUDGET
+        # The polls the budget allows, then the custody watch's reads of the parked response (unreadable:
+        # nothing stored, nothing decided).
+        assert fake.count("create", job_id) == 1 and fake.count("retrieve", job_id) >= POLL_BUDGET
+        assert row["poll_count"] == POLL_BUDGET
 
 
 @pytest.mark.parametrize("mode", fast_first(["no_id", "invalid_utf8", "truncated_body"]))

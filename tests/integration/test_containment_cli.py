@@ -60,11 +60,11 @@ def test_release_all_lists_each_job_and_refuses_what_one_release_would(
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    (("--all", "--verified-lost"), "needs --quarantine-reason"),
+    (("--all", "--verified-lost"), "missing --quarantine-reason R (with --all)"),
     (("--all", "--quarantine-reason", "nonsense", "--verified-lost"), "unknown quarantine reason"),
     (("--all", "--quarantine-reason", "config_drift", "--link", "resp_x"), "--link names one response"),
     (("--all", "--quarantine-reason", "config_drift", "--verified-lost", "--since", "yesterday"), "--since"),
-    (("--verified-lost", "--dry-run"), "give a job ID"),
+    (("--verified-lost", "--dry-run"), "missing a job ID"),
     (("0000", "--verified-lost", "--dry-run"), "go with --all"),
 ])
 def test_release_all_usage_errors_are_one_line(env: dict[str, str], tmp_path: Path, engine: sa.Engine,

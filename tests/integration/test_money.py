@@ -322,3 +322,55 @@ def test_a_bad_override_is_one_error_line_and_nothing_is_written(
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(tables.spend_overrides)).scalar_one() == 0
     assert gate_events(engine, "budget_override") == []
+
+
+BOTH_CEILINGS = CEILING + """max_tokens_per_day = 1000000
+[[products]]
+name = "revolution-watch"
+prompt = "Watch."
+items = 3
+opens_at = "00:00"
+"""
+
+
+def _overrides(engine: sa.Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.select(tables.spend_overrides)).mappings()]
+
+
+def test_an_override_raises_the_ceiling_that_holds_the_creates_or_refuses_naming_it(
+        cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path) -> None:
+    """daily-brief has a ceiling of its own (1,000,000) under the global one (100), which is reached
+    after the first create; revolution-watch has none: the global ceiling holds both."""
+    env = sim_env(cli_env, sim, tmp_path, BOTH_CEILINGS)
+    s = load_settings(env)
+    Store(engine, "test").schedule(s.products["daily-brief"], DAY)
+    tick(s, engine, sim)  # one create, counted at its estimate: the global ceiling is reached
+    counted = status_queries.collect(engine, s).paid
+    assert counted is not None and [c.scope for c in counted.ceilings if c.reached] == ["*"]
+    # A product without a ceiling of its own: refused, naming the global ceiling that holds it.
+    result = run_cli("budget", "override", "--tokens", "500", "--product", "revolution-watch", "--reason", "x",
+                     env=env)
+    one_line_error(result, 3, "product revolution-watch has no max_tokens_per_day of its own: its creates are held "
+                              "by [budgets] max_tokens_per_day 100")
+    # A product whose own ceiling is not what holds it: refused, naming the one that does.
+    result = run_cli("budget", "override", "--tokens", "500", "--product", "daily-brief", "--reason", "x", env=env)
+    one_line_error(result, 3, "daily-brief's creates are held by [budgets] max_tokens_per_day 100")
+    assert _overrides(engine) == [] and gate_events(engine, "budget_override") == []
+    # The global override releases them: written, journaled, and the ceiling is no longer reached.
+    result = run_cli("budget", "override", "--tokens", "10000000", "--reason", "backfill approved", env=env)
+    assert result.returncode == 0, result.stderr
+    (row,) = _overrides(engine)
+    assert (row["scope"], row["extra_tokens"]) == ("*", 10_000_000)
+    counted = status_queries.collect(engine, s).paid
+    assert counted is not None and not any(c.reached for c in counted.ceilings)
+
+
+def test_an_override_of_a_ceiling_that_is_not_configured_is_refused(
+        cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path) -> None:
+    env = sim_env(cli_env, sim, tmp_path, CEILING.replace("max_tokens_per_day = 100\n", ""))
+    result = run_cli("budget", "override", "--tokens", "500", "--reason", "x", env=env)
+    one_line_error(result, 3, "the global ceiling ([budgets] max_tokens_per_day) is not configured; nothing to raise")
+    result = run_cli("budget", "override", "--tokens", "500", "--product", "daily-brief", "--reason", "x", env=env)
+    one_line_error(result, 3, "no global ceiling is configured: nothing holds its creates")
+    assert _overrides(engine) == [] and gate_events(engine, "budget_override") == []

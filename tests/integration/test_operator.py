@@ -269,8 +269,10 @@ def test_33_suspended_job_is_never_leased_but_its_output_is_kept(cfg: Settings, 
     job = op.suspend(job_id, "incident 42", "frank")
     assert job.state == State.MANUALLY_SUSPENDED and job.suspended_from == "ACCEPTED"
     frozen = row(engine, job_id)
-    tick(cfg, engine)  # still running: looked at, nothing written
-    assert row(engine, job_id) == frozen
+    tick(cfg, engine)  # still running: looked at, nothing written but the custody watch's next read
+    watched = row(engine, job_id)
+    assert watched.pop("custody_watch_at") is not None and frozen.pop("custody_watch_at") is None
+    assert watched == frozen
     sim.advance(120)  # it finishes while suspended
     for _ in range(3):
         clock.advance_clock(engine, 60)

@@ -155,7 +155,11 @@ def _first_run(d: Drill) -> None:
 
         def resume_polling(d: Drill) -> None:
             with d.operator() as op:
-                op.release(d.job()["id"], "resume-polling", "poll budget raised", "drill")
+                job = d.job()
+                if job["payload"] is not None:  # its webhook took custody while it was parked
+                    op.revalidate(job["id"], "output kept while parked", "drill")
+                else:
+                    op.release(job["id"], "resume-polling", "poll budget raised", "drill")
         d.remedy = resume_polling
     elif t == State.MANUALLY_SUSPENDED:
         d.run_on(lambda r: r["state"] == State.ACCEPTED.value)

@@ -274,3 +274,92 @@ def test_every_language_failing_parks_the_slot_and_kill_ends_its_tracks(
         assert _jobs(engine)[job["id"]]["state"] == "DELETED" and not _editions(engine)
         assert [e["reason"] for e in job_events(engine, job["id"], "es")][-1] == "operator_kill"
         assert invariants.check(engine, settings=s, sim_stats=sim.stats()) == []
+
+
+def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language_to_publication(
+        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path, no_today_slots: None) -> None:
+    with _simulator() as sim:
+        strict = _settings(db_url, sim, tmp_path)
+        nowhere = replace(strict.products[PRODUCT], allowed_domains=("example.org",))
+        strict = replace(strict, products={PRODUCT: nowhere})
+        Store(engine, "test").schedule(strict.products[PRODUCT], DAY)
+        _run(strict, engine, sim, rounds=2)
+        (job,) = _jobs(engine).values()
+        assert job["state"] == "VALIDATION_FAILED_RETAINED"  # every language failed: the slot parks with them
+        assert {t["state"] for t in _tracks(engine, job["id"]).values()} == {"VALIDATION_FAILED_RETAINED"}
+        fixed = _settings(db_url, sim, tmp_path)
+        env = sim_env(cli_env, sim, tmp_path)
+        # Suspended, the slot lets no track move: refused, nothing written.
+        with Operator(fixed, engine) as op:
+            op.suspend(job["id"], "hold", "alice")
+        before = (_jobs(engine), _tracks(engine))
+        refused = run_cli("revalidate", job["id"], "--lang", "en", "--reason", "fixed", env=env)
+        assert refused.returncode != 0 and "resume it first" in refused.stderr
+        assert (_jobs(engine), _tracks(engine)) == before
+        with Operator(fixed, engine) as op:
+            op.resume(job["id"], "alice", "go on")
+        with Operator(fixed, engine) as op:  # the deployed config (the CLI's would be another product's)
+            op.revalidate(job["id"][:8], "wires allowed", "alice", lang="en")
+        row = _jobs(engine)[job["id"]]
+        assert (row["state"], row["quarantine_reason"]) == ("READY_TO_COMPOSE", None)
+        assert _tracks(engine, job["id"])[(job["id"], "en")]["state"] == "RETRIEVED_NOT_VALIDATED"
+        _run(fixed, engine, sim)
+        tracks = _tracks(engine, job["id"])
+        assert tracks[(job["id"], "en")]["state"] == "PUBLISHED" and (job["id"], "en") in _editions(engine)
+        assert tracks[(job["id"], "es")]["state"] == "VALIDATION_FAILED_RETAINED"
+        assert _jobs(engine)[job["id"]]["state"] == "READY_TO_COMPOSE"  # waits on Spanish, parked with a remedy
+        shown = json.loads(run_cli("quarantine", "show", job["id"], "--json", env=env, check=True).stdout)
+        assert shown["remedies"][0]["command"] == f"iipub revalidate {job['id']} --lang es --reason …"
+        assert not any(r["command"].startswith("iipub kill") for r in shown["remedies"])  # English is saved
+        with Operator(fixed, engine) as op:
+            op.revalidate(job["id"], "wires allowed", "alice", lang="es")
+        _run(fixed, engine, sim)
+        assert _jobs(engine)[job["id"]]["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
+        assert sim.stats()["creates_total"] == 1
+        assert invariants.check(engine, settings=fixed, sim_stats=sim.stats()) == []
+
+
+def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
+        engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
+    from iipub import status_queries, tracks
+    from iipub.states import Reason, State
+    from iipub.track_handlers import Hop
+
+    with _simulator() as sim:
+        s = _settings(db_url, sim, tmp_path)
+        nowhere = replace(s.products[PRODUCT], allowed_domains=("example.org",))
+        strict = replace(s, products={PRODUCT: nowhere})
+        Store(engine, "test").schedule(strict.products[PRODUCT], DAY)
+        _run(strict, engine, sim, rounds=2)
+        (job,) = _jobs(engine).values()
+        assert job["state"] == "VALIDATION_FAILED_RETAINED"
+        # The Spanish track is sent back to validation under its parked slot (what `revalidate --lang`
+        # did before it reopened the slot): nothing would ever run it.
+        ts = tracks.TrackStore(Store(engine, "operator:test"))
+        with engine.connect() as conn:
+            es = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "es")
+        ts.advance(es, [Hop(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, {"by": "t", "why": "t"})],
+                   operator=True)
+        report = status_queries.collect(engine, strict)
+        assert report.tracks is not None
+        assert [(t.lang, t.state) for t in report.tracks.immovable] == [("es", "RETRIEVED_NOT_VALIDATED")]
+        code, line = report.check()
+        assert code >= 1 and "1 track with no path forward" in line and "its slot is VALIDATION_FAILED_RETAINED" in line
+        # Revalidating through the command reopens the slot: the track has a path again.
+        with Operator(s, engine) as op:
+            op.revalidate(job["id"], "wires allowed", "alice", lang="en")
+        assert _jobs(engine)[job["id"]]["state"] == "READY_TO_COMPOSE"
+        report = status_queries.collect(engine, s)
+        assert report.tracks is not None and report.tracks.immovable == ()
+        # A track that ended without its slot being killed holds the slot for ever: named too.
+        with engine.connect() as conn:
+            en = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "en")
+        ts.advance(en, [Hop(State.DELETED, Reason.OPERATOR_KILL, {"by": "t", "why": "t"})], operator=True)
+        report = status_queries.collect(engine, s)
+        assert [(j.id, j.state) for j in report.immovable] == [(job["id"], "READY_TO_COMPOSE")]
+        code, line = report.check()
+        assert code >= 1 and "1 edition with no path forward" in line and "its en track ended" in line
+        from iipub import metrics
+
+        assert b"iipub_immovable 1.0" in metrics.render(report)
+        assert sim.stats()["creates_total"] == 1

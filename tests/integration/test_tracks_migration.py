@@ -9,6 +9,7 @@ import datetime as dt
 import hashlib
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -125,13 +126,13 @@ def _populate(engine: sa.Engine, s: Settings, sim: Simulator) -> dict[str, str]:
     return ids
 
 
-def _snapshot(engine: sa.Engine, table: sa.Table) -> list[dict[str, Any]]:
-    """The table's rows, in the columns this database has (a later migration adds columns: an
-    0008 database has none of them)."""
+def _snapshot(engine: sa.Engine, table: sa.Table, columns: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The table's rows, in the columns the database has now (a later migration may add some), or
+    in `columns` only."""
     with engine.connect() as conn:
         present = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
-        columns = [c for c in table.columns if c.name in present]
-        return [dict(r) for r in conn.execute(sa.select(*columns).order_by(*table.primary_key.columns)).mappings()]
+        cols = [c for c in table.columns if c.name in present and (columns is None or c.name in columns)]
+        return [dict(r) for r in conn.execute(sa.select(*cols).order_by(*table.primary_key.columns)).mappings()]
 
 
 def settings_for(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
@@ -156,8 +157,8 @@ def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_pa
         migrate.migrate(engine)  # again: nothing twice
 
         assert _snapshot(engine, tables.editions) == editions_before
-        assert {r["id"]: {k: r[k] for k in jobs_before[r["id"]]}  # no slot row rewritten
-                for r in _snapshot(engine, tables.jobs)} == jobs_before
+        columns = next(iter(jobs_before.values())).keys()  # what the jobs table had at 0008
+        assert {r["id"]: r for r in _snapshot(engine, tables.jobs, columns)} == jobs_before  # no slot row rewritten
         with engine.connect() as conn:
             tracks = {(r["job_id"], r["lang"]): dict(r) for r in conn.execute(sa.select(tables.tracks)).mappings()}
         for state, job_id in ids.items():

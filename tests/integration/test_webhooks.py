@@ -257,6 +257,31 @@ def test_a_failed_event_is_evidence_not_proof(url: str, hooked: Settings, engine
     assert sim.stats()["creates_total"] == 1
 
 
+def test_a_completion_of_a_quarantined_jobs_response_is_taken_into_custody_and_the_job_stays_parked(
+        url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    tight = replace(hooked, budgets=replace(hooked.budgets, max_poll_attempts=1))
+    reconcile.run(tight, engine)
+    job = the_job(engine)
+    sim.add_faults([{"op": "retrieve", "fault": "unknown_status", "times": 1}])  # still running, as far as it says
+    for _ in range(2):
+        clock.advance_clock(engine, 300)
+        reconcile.run(tight, engine)
+    parked = the_job(engine)
+    assert (parked["state"], parked["quarantine_reason"]) == ("QUARANTINED", "poll_budget_exhausted")
+    assert parked["payload"] is None and parked["response_id"] == job["response_id"]
+    sim.advance(5)  # the response finishes while the job is parked
+    body = event(job["response_id"])
+    answer = post(url, body, signed(body))
+    assert answer.status_code == 200, answer.text
+    row = the_job(engine)
+    # Stored at once, through the fenced writer; still parked with its reason, nothing paid or deleted.
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "poll_budget_exhausted")
+    assert row["payload"] and row["version"] == parked["version"] + 1
+    assert [r["outcome"] for r in deliveries(engine)] == ["custody"]
+    assert job_events(engine, job["id"])[-1]["reason"] == "retrieved"
+    assert sim.stats()["creates_total"] == 1 and sim.stats()["requests"].get("delete", 0) == 0
+
+
 # -- unknown responses: proof or orphan -----------------------------------------------------------
 
 

@@ -141,3 +141,23 @@ def test_the_tier_the_response_reports_is_read() -> None:
     for p in _provider(Recorder(200, body)):
         outcome = p.create(CreateRequest("job-1", FLEX, dt.date(2026, 12, 1), 1, "f" * 64, service_tier="flex"))
     assert outcome == Accepted("resp_1", "queued", "flex")
+
+
+def test_an_override_names_the_ceiling_that_holds_the_creates() -> None:
+    from iipub.money import GLOBAL, Ceiling, override_refusal
+
+    reached_global = [Ceiling(GLOBAL, 100, 0, 150), Ceiling("daily-brief", 10**6, 0, 150)]
+    products = ["daily-brief", "revolution-watch"]
+    assert "its creates are held by [budgets] max_tokens_per_day 100" in str(
+        override_refusal(reached_global, "revolution-watch", 500, products))
+    assert "daily-brief's creates are held by [budgets] max_tokens_per_day" in str(
+        override_refusal(reached_global, "daily-brief", 500, products))
+    assert override_refusal(reached_global, GLOBAL, 500, products) is None  # releases them
+    # The ceiling that holds them, raised too little to release them yet: its effect is real (raised by 10).
+    assert override_refusal(reached_global, GLOBAL, 10, products) is None
+    calm = [Ceiling(GLOBAL, 100, 0, 5)]
+    assert "count against" in str(override_refusal(calm, "daily-brief", 500, products))
+    assert override_refusal(calm, GLOBAL, 500, products) is None  # a raise ahead of time
+    own = [Ceiling("daily-brief", 100, 0, 150)]
+    assert override_refusal(own, "daily-brief", 500, products) is None
+    assert "not configured" in str(override_refusal(own, GLOBAL, 500, products))

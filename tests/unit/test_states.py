@@ -48,13 +48,15 @@ def test_operator_only_edges_are_marked() -> None:
     ops = {(e.src, e.dst) for e in EDGES if e.operator}
     # Every way out of quarantine and out of suspension needs an operator.
     custody = (State.MANUALLY_SUSPENDED, State.MANUALLY_SUSPENDED)  # output stored while suspended
+    parked_custody = (State.QUARANTINED, State.QUARANTINED)  # ... and while quarantined (it stays parked)
     # Adoption on proof (the spend ledger, the live site) may leave quarantine without an
     # operator; the reason is checked by `iipub check` (unreleased_exit).
     adoption = {(State.QUARANTINED, s) for s in (State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
                                                   State.COMPLETED_NOT_RETRIEVED, State.DELETED)}
     assert all(e.operator for e in EDGES if e.src in (State.QUARANTINED, State.MANUALLY_SUSPENDED)
-               and (e.src, e.dst) != custody and (e.src, e.dst) not in adoption)
+               and (e.src, e.dst) not in (custody, parked_custody) and (e.src, e.dst) not in adoption)
     assert states.allowed(*custody) and not states.edge(*custody).operator  # type: ignore[union-attr]
+    assert states.allowed(*parked_custody) and not states.edge(*parked_custody).operator  # type: ignore[union-attr]
     assert (State.QUARANTINED, State.CREATE_ELIGIBLE) in ops
     assert not states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE)
     assert states.allowed(State.QUARANTINED, State.CREATE_ELIGIBLE, operator=True)

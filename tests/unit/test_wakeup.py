@@ -27,6 +27,7 @@ def test_the_due_states_are_the_machines() -> None:
 
     assert set(wakeup.ACTIVE_STATES) == {s.value for s in states.ACTIVE}
     assert set(wakeup.TRACK_ACTIVE_STATES) == {s.value for s in states.TRACK_ACTIVE}
+    assert set(wakeup.CUSTODY_WATCHED_STATES) == {s.value for s in states.CUSTODY_WATCHED}
 
 
 def test_identity_counts_secrets_only_as_set() -> None:
