@@ -55,6 +55,12 @@ class MigrationError(IipubError):
     """A migration failed."""
 
 
+class AlreadyInstalled(IipubError):
+    """`iipub init` found files it would have written; nothing was overwritten."""
+
+    exit_code = 73  # EX_CANTCREAT
+
+
 class UsageError(IipubError):
     """The command line is invalid."""
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
+import sys
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -48,7 +51,7 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     worker = new_worker_id("reconcile")
     with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
         run.summary = reconcile.run(settings, engine, worker=worker).summary()
-    click.echo(json.dumps(run.summary, sort_keys=True))
+    print_summary(run.summary)
 
 
 def _collect_less() -> None:
@@ -83,9 +86,29 @@ def relay_command(app: App, prune: bool) -> None:
 
         n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
         hooks = Deliveries(engine).prune(settings.webhooks.keep_days)
-        click.echo(json.dumps({"pruned": n, "webhooks": hooks}))
+        import structlog
+
+        structlog.get_logger("iipub.relay").info("relay_pruned", pruned=n, webhooks=hooks)
+        print_summary({"pruned": n, "webhooks": hooks})
         return
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
         run.summary = dict(relay.run(settings, engine, worker=worker).__dict__)
-    click.echo(json.dumps(run.summary, sort_keys=True))
+    print_summary(run.summary)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary on stdout, unless stdout is the very file stderr is (cron's
+    `>>log 2>&1`): the stderr event (tick_done, relay_done) already holds it with time and level,
+    and a log must say each run once."""
+    if not sys.stdout.isatty() and _same_file(sys.stdout, sys.stderr):
+        return
+    click.echo(json.dumps(summary, sort_keys=True))
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    try:
+        one, two = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture, a closed stream)
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
