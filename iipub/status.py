@@ -23,7 +23,9 @@ from .payments import Report as PaidReport
 from .states import State
 from .timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from .track_views import Figures as TrackFigures
-from .wording import clip_words, plural
+from .wording import clip_words, plural, printable
+
+PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -241,7 +243,10 @@ class Status:
                                 f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
                      for sli in self.slis if sli.breached)
         found.extend(self.extra_problems)
-        return sorted(found, key=lambda p: -p[0])
+        # Operator and provider text (a pause reason, a breaker's detail, a run's error) is in
+        # these: one line each, no control character, no `|` (it starts the perfdata).
+        return sorted(((sev, printable(text, PROBLEM_WIDTH).replace("|", "/")) for sev, text in found),
+                      key=lambda p: -p[0])
 
     def _track_problems(self) -> list[tuple[int, str]]:
         """Stranded tracks are CRITICAL like stranded jobs; a parked track is a WARNING like a

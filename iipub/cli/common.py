@@ -21,6 +21,7 @@ from ..jobs import Job, new_worker_id
 from ..states import State
 from ..store import Store
 from ..timefmt import parse_date
+from ..wording import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,7 +116,9 @@ def emit_json(doc: Any) -> None:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns; a cell is one line whatever it holds (`wording.printable`: operator and
+    provider text never moves the cursor, colours the terminal or breaks a row)."""
+    cells = [[str(h) for h in headers]] + [["" if v is None else printable(str(v)) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
@@ -138,10 +141,7 @@ def is_tty() -> bool:
 def clip(text: str | None, width: int) -> str:
     """Untrusted or long text for one table cell: control characters and runs of white space
     become one space, and it is cut to `width` characters."""
-    if not text:
-        return ""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return printable(text, width)
 
 
 def moved(before: State, job: Job) -> str:

@@ -97,8 +97,8 @@ def show_command(app: App, job_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({**job.public(), "tracks": [t.public() for t in tracks], "events": [e.public() for e in events]})
         return
-    for key, value in job.public().items():
-        click.echo(f"{key:<20} {'' if value is None else value}")
+    for key, value in job.public().items():  # operator and provider text: one line, no control characters
+        click.echo(f"{key:<20} {'' if value is None else clip(str(value), VALUE_WIDTH)}")
     if tracks:
         click.echo("")
         click.echo(_tracks_table(tracks))
@@ -139,6 +139,7 @@ def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: s
 
 
 DETAIL_WIDTH = 100
+VALUE_WIDTH = 500  # a column of `jobs show` (last_error can be long; --json has it whole)
 SHA_WIDTH = 12  # enough to tell hashes apart on screen; `--json` has them whole
 ERROR_WIDTH = 80
 

@@ -12,9 +12,10 @@ import click
 import sqlalchemy as sa
 
 from ..db import describe_error
-from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady
+from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
 from ..states import State
 from ..timefmt import duration
+from ..wording import printable, terminal_safe
 from .common import App, clip, emit_json, json_option, pass_app, table
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise
-        _unknown(exc, as_json)
+        unknown(exc, as_json)
         ctx.exit(UNKNOWN)
         return
     unwritable = None
@@ -122,7 +123,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
         except Exception as exc:  # not a file problem: under --check UNKNOWN, like any failure
             if not check:
                 raise
-            _unknown(exc, as_json)
+            unknown(exc, as_json)
             ctx.exit(UNKNOWN)
             return
         if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
@@ -133,7 +134,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     elif check:
         click.echo(line)
     else:
-        click.echo(render(report))
+        click.echo(terminal_safe(render(report)))
     if check:
         ctx.exit(code)
     if unwritable is not None:
@@ -151,8 +152,11 @@ def _write_metrics(path: Path, report: Status, products: Mapping[str, Product]) 
     return None
 
 
-def _unknown(exc: Exception, as_json: bool) -> None:
-    if isinstance(exc, SchemaNotReady):
+def unknown(exc: Exception, as_json: bool) -> None:
+    """The one UNKNOWN line (or JSON document) of a check that could not run."""
+    if isinstance(exc, UsageError):
+        what = str(exc)
+    elif isinstance(exc, SchemaNotReady):
         what = f"schema not ready: {exc}"
     elif isinstance(exc, ConfigError):
         what = f"configuration error: {exc}"
@@ -164,7 +168,7 @@ def _unknown(exc: Exception, as_json: bool) -> None:
         what = f"database unusable: {describe_error(exc)}"
     else:
         what = f"{type(exc).__name__}: {exc}"
-    what = " ".join(what.split())[:400]  # one line, whatever the error said
+    what = printable(what, 400).replace("|", "/")  # one line, whatever the error said
     line = f"IIPUB UNKNOWN - {what}"
     if as_json:
         emit_json({"check": {"code": UNKNOWN, "status": "UNKNOWN", "line": line,
@@ -273,7 +277,7 @@ def render(r: Status) -> str:
     for p in r.outbox_problems:
         where = p.get("sink") or f"job {p.get('job_id')}"
         out.append(f"  {p.get('kind')}: event {p.get('event_id')} ({where}) since {p.get('since')}: "
-                   f"{p.get('error') or ''}")
+                   f"{printable(p.get('error'), 200)}")
     out.append("")
 
     q_rows: list[list[object]] = [["quarantined", len(r.quarantined),
@@ -344,8 +348,8 @@ def _paid_lines(r: Status) -> list[str]:
     out.extend(f"  ceiling {'REACHED' if c.reached else 'ok'}: {c.describe()}" for c in p.ceilings)
     for o in p.overrides:
         scope = "global" if o.scope == "*" else f"product {o.scope}"
-        out.append(f"  override: {scope} +{o.extra_tokens:,} tokens until {_when(o.until)} by {o.granted_by}: "
-                   f"{o.reason}")
+        out.append(f"  override: {scope} +{o.extra_tokens:,} tokens until {_when(o.until)} by "
+                   f"{printable(o.granted_by, 60)}: {printable(o.reason, 200)}")
     return [*out, ""]
 
 
