@@ -128,3 +128,26 @@ def test_every_line_of_the_crontab_init_writes_exits_0_under_cron(sim: Simulator
     if now.time() >= dt.time(6, 5):  # both slots are open: created from cron alone (docs/drill.md: published)
         assert states and "NO_JOB" not in states, states
     assert os.access(layout.ledger.parent, os.W_OK)
+
+
+def test_a_run_says_its_summary_once_when_stdout_and_stderr_share_the_log(sim: Simulator, tmp_path: Path,
+                                                                         cli_env: dict[str, str]) -> None:
+    """cron's `>>log 2>&1`: the tick_done / relay_done event (time, level) is the run's one line;
+    with stdout apart (a pipe, a terminal) the JSON summary is printed there as before."""
+    from tests.helpers import sim_env
+
+    env = {**sim_env(cli_env, sim, tmp_path), "IIPUB_LOG_FORMAT": "json"}
+    assert run_cli("db", "migrate", env=env).returncode == 0
+    log = tmp_path / "run.log"
+    for command in ("reconcile", "relay"):
+        with log.open("a", encoding="utf-8") as out:
+            ran = subprocess.run([*iipub_exe(), command], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                 timeout=120, check=False)
+        assert ran.returncode == 0
+        apart = subprocess.run([*iipub_exe(), command], env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120, check=False)
+        assert apart.returncode == 0 and json.loads(apart.stdout.strip().splitlines()[-1]), apart.stdout
+    lines = log.read_text(encoding="utf-8").splitlines()
+    events = [json.loads(line) for line in lines]  # every line is a log event: no bare summary
+    assert [e["event"] for e in events if e["event"] in ("tick_done", "relay_done")] == ["tick_done", "relay_done"]
+    assert all(e["timestamp"] and e["level"] for e in events)
