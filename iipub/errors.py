@@ -23,6 +23,10 @@ class ConfigError(IipubError):
     exit_code = 78  # EX_CONFIG
 
 
+class ConfigMismatch(ConfigError):
+    """The database runs with another configuration; this command refuses to write."""
+
+
 class MissingApiKey(ConfigError):
     """OPENAI_API_KEY is not set; refusing to touch any job."""
 

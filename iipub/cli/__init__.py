@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("cutover_cmd", "export_command"),
     "budget": ("budget_cmd", "budget_group"),
     "init": ("init_cmd", "init_command"),
+    "config": ("config_cmd", "config_group"),
 }
 
 

@@ -26,11 +26,33 @@ from ..wording import printable
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# Commands that only read: run with another configuration than the database's, they warn.
+READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "outbox list", "orphans list",
+                       "orphans show", "budget show", "check", "export", "config show", "db status"})
+# Commands that never compare configurations: the schema itself, the deliberate adoption.
+UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
+
+
+def _command_name() -> str:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ""
+    return " ".join(ctx.command_path.split()[1:])
+
+
+def acting_user() -> str:
+    try:
+        return os.environ.get("USER") or os.environ.get("LOGNAME") or getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (a container)
+        return f"uid {os.getuid()}"
+
+
 class App:
     """Settings, engine and store, opened only when a command needs them."""
 
     def __init__(self) -> None:
         self._engines: list[Engine] = []
+        self.identity: Any = None  # config_identity.Check, once the first engine is opened
 
     @cached_property
     def settings(self) -> Settings:
@@ -44,7 +66,30 @@ class App:
         self._engines.append(engine)
         if check_schema:
             db.ping(engine)
+            if self.identity is None:
+                self._guard(engine)
         return engine
+
+    def _guard(self, engine: Engine) -> None:
+        """The database knows its configuration: a writing command with another one is refused
+        (ConfigMismatch), a reading one warns on stderr (`status` also in its check)."""
+        command = _command_name()
+        if not command or command in UNGUARDED or command.split()[0] in UNGUARDED:
+            return
+        from .. import config_identity
+        from ..errors import SchemaNotReady
+
+        write = command not in READ_ONLY
+        try:
+            self.identity = config_identity.verify(engine, self.settings, command=command, by=acting_user(),
+                                                   write=write)
+        except SchemaNotReady:
+            if write:
+                raise
+            return
+        problem = self.identity.mismatch()
+        if problem is not None:
+            click.echo(logs.note_line(f"warning: {problem}", level="warning"), err=True)
 
     def store(self, role: str = "cli", lease_seconds: float | None = None) -> Store:
         lease = lease_seconds if lease_seconds is not None else self.settings.reconcile.lease_seconds

@@ -116,6 +116,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
         unknown(exc, as_json)
         ctx.exit(UNKNOWN)
         return
+    mismatch = app.identity.mismatch() if app.identity is not None else None
+    if mismatch is not None:  # the figures are read through another ledger and thresholds than cron's
+        report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, mismatch)))
     unwritable = None
     if prometheus is not None:
         try:
@@ -127,7 +130,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
             ctx.exit(UNKNOWN)
             return
         if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
-            report = dataclasses.replace(report, extra_problems=((st.WARNING, unwritable),))
+            report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, unwritable)))
     code, line = report.check()
     if as_json:
         emit_json(report.to_dict())
