@@ -267,6 +267,16 @@ class RelaySettings(Checked):
     prune_after_days: Annotated[float, Bounds(ge=0, le=3650)] = 30.0
 
 
+# Reasons that cannot wait half a day: output may be lost or paid twice if nobody looks.
+DEFAULT_CRITICAL_AFTER: tuple[tuple[str, float], ...] = (
+    ("crashed_during_create", 3600.0),
+    ("create_outcome_unknown", 3600.0),
+    ("edition_conflict", 3600.0),
+    ("restored_behind_ledger", 3600.0),
+    ("operator_cancelled", 7 * 86400.0),  # an operator's own decision: a reminder after a week
+)
+
+
 @dataclass(frozen=True)
 class StatusSettings(Checked):
     window_hours: Annotated[float, Bounds(gt=0, le=24 * 366)] = 24.0
@@ -288,6 +298,18 @@ class StatusSettings(Checked):
     unreachable_after_ticks: Annotated[int, Bounds(ge=1, le=1000)] = 3
     # The name PRODUCT.md gives [monitoring] heartbeat_after_seconds; either spelling is accepted.
     heartbeat_after_seconds: Seconds | None = None
+    # Escalation: a quarantined job (a parked track) unreleased this long is CRITICAL, not a WARNING;
+    # `critical_after_by_reason` ([status.critical_after_by_reason] reason = seconds) per reason.
+    quarantine_critical_after_seconds: PositiveSeconds = 4 * 3600.0
+    parked_critical_after_seconds: PositiveSeconds = 8 * 3600.0
+    critical_after_by_reason: tuple[tuple[str, float], ...] = DEFAULT_CRITICAL_AFTER
+
+    def critical_after(self, reason: str | None, *, track: bool = False) -> float:
+        """How long a job quarantined (a track parked) for `reason` may wait for an operator."""
+        for name, seconds in self.critical_after_by_reason:
+            if name == reason:
+                return seconds
+        return self.parked_critical_after_seconds if track else self.quarantine_critical_after_seconds
 
 
 @dataclass(frozen=True)

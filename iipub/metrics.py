@@ -57,6 +57,8 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     for reason in sorted(set(QUARANTINE_REASONS) | set(by_reason)):
         quarantined.labels(reason=reason).set(by_reason.get(reason, 0))
 
+    _queues(report, gauge)
+
     within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
                    ("sli",))
     p99 = gauge("sli_p99_seconds", "99th percentile of the SLI's durations in the window (NaN: none).", ("sli",))
@@ -238,6 +240,20 @@ def _paid(report: Status, gauge: Callable[..., Gauge]) -> None:
         limit.labels(scope=scope).set(c.allowed)
         counted.labels(scope=scope).set(c.spent)
         reached.labels(scope=scope).set(int(c.reached))
+
+
+def _queues(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """The operator's queue by reason: depth, the oldest one's wait, its limit, how many are past it."""
+    labels = ("kind", "reason")
+    depth = gauge("queue_depth", "Quarantined jobs / parked tracks waiting for an operator, by reason.", labels)
+    oldest = gauge("queue_oldest_seconds", "How long the oldest of them has waited.", labels)
+    limit = gauge("queue_critical_after_seconds", "[status] limit past which a wait is CRITICAL.", labels)
+    overdue = gauge("queue_overdue", "How many waited past the limit.", labels)
+    for q in report.queues():
+        depth.labels(kind=q.kind, reason=q.reason).set(q.count)
+        oldest.labels(kind=q.kind, reason=q.reason).set(q.oldest_seconds)
+        limit.labels(kind=q.kind, reason=q.reason).set(q.critical_after_seconds)
+        overdue.labels(kind=q.kind, reason=q.reason).set(q.overdue)
 
 
 def render(report: Status, products: Products = ()) -> bytes:

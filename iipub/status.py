@@ -23,6 +23,7 @@ from .payments import Report as PaidReport
 from .states import State
 from .timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from .track_views import Figures as TrackFigures
+from .track_views import parked_reason
 from .wording import clip_words, plural, printable
 
 PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
@@ -111,6 +112,24 @@ class JobRef:
 
 
 @dataclass(frozen=True)
+class Queue:
+    """The operator's queue for one reason: quarantined jobs or parked language tracks."""
+
+    kind: str  # "quarantine" | "parked"
+    reason: str
+    count: int
+    oldest_seconds: float
+    critical_after_seconds: float
+    overdue: int  # waiting longer than critical_after_seconds
+    oldest: str  # the oldest one, for a person (job id prefix, language)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason, "count": self.count,
+                "oldest_seconds": _round(self.oldest_seconds), "critical_after_seconds": self.critical_after_seconds,
+                "overdue": self.overdue, "oldest": self.oldest}
+
+
+@dataclass(frozen=True)
 class Spend:
     product: str
     edition_date: dt.date
@@ -182,6 +201,33 @@ class Status:
     def outbox_failing(self) -> int:
         return sum(1 for p in self.outbox_problems if p.get("kind") == "failing")
 
+    def queues(self) -> list[Queue]:
+        """Queue depth and age by reason, quarantined jobs then parked tracks, each against the
+        `[status]` limit past which it is CRITICAL."""
+        s = self.settings
+        out: list[Queue] = []
+        groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        for q in self.quarantined:
+            groups.setdefault(("quarantine", q.reason or "unknown"), []).append((q.age_seconds, q.id[:8]))
+        for t in self.tracks.parked if self.tracks is not None else ():
+            groups.setdefault(("parked", parked_reason(t)), []).append((t.age_seconds, f"{t.job_id[:8]} {t.lang}"))
+        for (kind, reason), items in sorted(groups.items()):
+            limit = s.critical_after(reason, track=kind == "parked")
+            age, who = max(items)
+            out.append(Queue(kind, reason, len(items), age, limit, sum(1 for a, _ in items if a > limit), who))
+        return out
+
+    def _escalation_problems(self) -> list[tuple[int, str]]:
+        """A quarantine or a parked track nobody released within its reason's limit: CRITICAL."""
+        found = []
+        for q in self.queues():
+            if q.overdue:
+                noun = "quarantined job" if q.kind == "quarantine" else "parked track"
+                found.append((CRITICAL, (f"{plural(q.overdue, noun)} {q.reason} unreleased > "
+                                         f"{duration(q.critical_after_seconds)} (oldest {q.oldest} for "
+                                         f"{duration(q.oldest_seconds)})")))
+        return found
+
     @property
     def quarantine_reasons(self) -> dict[str, int]:
         return dict(sorted(Counter(q.reason or "unknown" for q in self.quarantined).items()))
@@ -197,6 +243,7 @@ class Status:
             found.append((CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
+        found.extend(self._escalation_problems())
         found.extend(self._track_problems())
         if self.late:
             o = self.late[0]
@@ -313,6 +360,8 @@ class Status:
         parts = [
             f"jobs={self.jobs_total}",
             f"quarantined={len(self.quarantined)};0",
+            f"queue_overdue={sum(q.overdue for q in self.queues())};;0",
+            f"queue_oldest={max((q.oldest_seconds for q in self.queues()), default=0):.0f}s",
             f"stranded={len(self.stranded)};;0",
             f"provider_expired={self.expired_now};0",
             f"outbox_lag={self.outbox_lag_seconds:.0f}s;{s.outbox_lag_warn_seconds:g};{s.outbox_lag_crit_seconds:g}",
@@ -381,6 +430,7 @@ class Status:
                 "oldest": oldest_q,
                 "jobs": [j.to_dict() for j in self.quarantined],
             },
+            "queues": [q.to_dict() for q in self.queues()],
             "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
             "late": {
                 "count": len(self.late),

@@ -65,6 +65,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
       quarantine            {count, by_reason, oldest, jobs}
+      queues                the operator's queue by reason: [{kind (quarantine | parked),
+                             reason, count, oldest_seconds, critical_after_seconds,
+                             overdue, oldest}]
       provider_expired      {current, in_window}
       paid                  spend by PAYMENT time: {counted_by, currency (null without
                              [pricing]), windows: {today, 7d, 30d}, ceilings, overrides};
@@ -101,6 +104,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     ceiling is reached (naming it); WARNING for a day of the window without a product's slot,
     for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
+    A quarantined job or parked track unreleased past [status] quarantine_critical_after_seconds
+    (parked_critical_after_seconds; per reason [status.critical_after_by_reason]) is CRITICAL.
     A parked language track (VALIDATION_FAILED_RETAINED or QUARANTINED) is a WARNING like a
     parked job; a stranded track (unpublished, not parked, its job not parked, past [status]
     stranded_after_seconds since the slot opened) is CRITICAL like a stranded job.
@@ -290,6 +295,12 @@ def render(r: Status) -> str:
         q_rows.append(["oldest", o.id, f"{o.reason} {duration(o.age_seconds)}"])
     q_rows.append(["provider expired", r.expired_now, f"now; {r.expired_in_window} in {s.window_hours:g}h"])
     out += ["QUARANTINE", _aligned(q_rows), ""]
+    queues = r.queues()
+    if queues:
+        out += ["OPERATOR QUEUE (by reason; CRITICAL once one waits past its limit)", table(
+            [[q.kind, q.reason, q.count, duration(q.oldest_seconds), duration(q.critical_after_seconds),
+              q.overdue or "", q.oldest] for q in queues],
+            ["QUEUE", "REASON", "DEPTH", "OLDEST", "CRITICAL AFTER", "OVERDUE", "OLDEST ONE"]), ""]
 
     out += _paid_lines(r)
     spend_rows = [[x.product, x.edition_date, x.input_tokens, x.output_tokens, x.total_tokens] for x in r.spend]
