@@ -303,6 +303,10 @@ class StatusSettings(Checked):
     quarantine_critical_after_seconds: PositiveSeconds = 4 * 3600.0
     parked_critical_after_seconds: PositiveSeconds = 8 * 3600.0
     critical_after_by_reason: tuple[tuple[str, float], ...] = DEFAULT_CRITICAL_AFTER
+    # Each SLO's error budget is counted over this rolling window (burn rates over 5m to 6h).
+    error_budget_days: Annotated[float, Bounds(gt=0, le=366)] = 30.0
+    # A fast burn pages (CRITICAL) once this many bad samples fell within its hour; a WARNING before.
+    burn_page_min_bad_events: Annotated[int, Bounds(ge=1, le=10_000)] = 3
 
     def critical_after(self, reason: str | None, *, track: bool = False) -> float:
         """How long a job quarantined (a track parked) for `reason` may wait for an operator."""

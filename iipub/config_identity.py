@@ -17,6 +17,7 @@ import datetime as dt
 import hashlib
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -132,6 +133,7 @@ class Check:
     verdict: Verdict
     recorded: Identity | None
     current: Identity
+    freeze: tuple[str, ...] = ()  # the spent budgets an edit or an acceptance was recorded under
 
     def mismatch(self) -> str | None:
         """One line when the command's configuration is not the database's, else None."""
@@ -142,32 +144,39 @@ class Check:
                 "`iipub config accept --reason …`")
 
 
+Frozen = Callable[[Connection], list[str]]  # the SLOs whose error budget is spent (a change freeze)
+
+
 def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: bool,
-           freeze: bool = False) -> Check:
+           frozen: Frozen | None = None) -> Check:
     """Compare the command's configuration with the database's. A writer adopts the first
-    identity and records an edited file's new fingerprint (flagged `during_freeze` when told an
-    error budget is spent); another identity raises ConfigMismatch for a writer and is returned
-    for a reader to warn about."""
+    identity and records an edited file's new fingerprint (flagged `during_freeze` when `frozen`
+    names a spent error budget: asked only then, it reads a month of the journal); another
+    identity raises ConfigMismatch for a writer and is returned for a reader to warn about."""
     current = of(settings)
+    freeze: list[str] = []
     with engine.begin() as conn:
         recorded = in_force(conn)
         verdict = compare(recorded, current)
         if write and verdict is Verdict.ADOPT:
             record(conn, current, "adopted", command, by)
         elif write and verdict is Verdict.EDITED:
-            record(conn, current, "edited", command, by, during_freeze=freeze)
-    result = Check(verdict, recorded, current)
+            freeze = frozen(conn) if frozen is not None else []
+            reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
+            record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))
+    result = Check(verdict, recorded, current, tuple(freeze))
     problem = result.mismatch()
     if write and problem is not None:
         raise ConfigMismatch(f"refusing to write: {problem}")
     return result
 
 
-def accept(engine: Engine, settings: Settings, *, by: str, reason: str, freeze: bool = False) -> Check:
+def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: Frozen | None = None) -> Check:
     """`iipub config accept`: the command's configuration becomes the database's (journaled)."""
     current = of(settings)
     with engine.begin() as conn:
         recorded = in_force(conn)
         verdict = compare(recorded, current)
-        record(conn, current, "accepted", "config accept", by, reason, during_freeze=freeze)
-    return Check(verdict, recorded, current)
+        freeze = frozen(conn) if frozen is not None else []
+        record(conn, current, "accepted", "config accept", by, reason, during_freeze=bool(freeze))
+    return Check(verdict, recorded, current, tuple(freeze))

@@ -58,6 +58,7 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
         quarantined.labels(reason=reason).set(by_reason.get(reason, 0))
 
     _queues(report, gauge)
+    _budgets(report, gauge)
 
     within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
                    ("sli",))
@@ -254,6 +255,22 @@ def _queues(report: Status, gauge: Callable[..., Gauge]) -> None:
         oldest.labels(kind=q.kind, reason=q.reason).set(q.oldest_seconds)
         limit.labels(kind=q.kind, reason=q.reason).set(q.critical_after_seconds)
         overdue.labels(kind=q.kind, reason=q.reason).set(q.overdue)
+
+
+def _budgets(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """Each SLO's error budget left, its burn rates per window, and the change freeze."""
+    left = gauge("error_budget_left_ratio", "Share of the SLO's error budget left over its window (< 0: overspent).",
+                 ("slo",))
+    events = gauge("error_budget_events", "SLO samples in the error budget's window.", ("slo",))
+    bad = gauge("error_budget_bad_events", "SLO samples that missed it, in the window.", ("slo",))
+    burn = gauge("error_budget_burn_rate", "Bad share over the window divided by (1 - target).", ("slo", "window"))
+    for b in report.budgets:
+        left.labels(slo=b.name).set(b.left)
+        events.labels(slo=b.name).set(b.events)
+        bad.labels(slo=b.name).set(b.bad)
+        for window, rate in b.burn:
+            burn.labels(slo=b.name, window=window).set(rate)
+    gauge("change_freeze", "1 while an SLO's error budget is spent (changes frozen).").set(int(bool(report.freeze())))
 
 
 def render(report: Status, products: Products = ()) -> bytes:

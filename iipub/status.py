@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import breaker, cutover, deliveries, gate, heartbeat, money
+from . import breaker, cutover, deliveries, error_budget, gate, heartbeat, money
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .jobs import is_stranded, late_seconds
@@ -175,6 +175,7 @@ class Status:
     paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
+    budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -217,6 +218,31 @@ class Status:
             out.append(Queue(kind, reason, len(items), age, limit, sum(1 for a, _ in items if a > limit), who))
         return out
 
+    def freeze(self) -> list[str]:
+        """The SLOs whose error budget is spent: while any is, changes are frozen."""
+        return error_budget.freeze_reasons(self.budgets)
+
+    def _budget_problems(self) -> list[tuple[int, str]]:
+        """Multiwindow burn-rate alerts (fast: CRITICAL, slow: WARNING) and the change freeze."""
+        found: list[tuple[int, str]] = []
+        for b in self.budgets:
+            if b.fast_burn:
+                # A low-traffic SLO (a few editions a day) burns 100x on one late sample: it pages
+                # only once enough bad samples prove a pattern (the workbook's low-traffic advice).
+                severe = b.bad_within("1h") >= self.settings.burn_page_min_bad_events
+                found.append((CRITICAL if severe else WARNING,
+                              (f"{b.name} error budget burning fast: {b.rate('1h'):.1f}x over 1h and "
+                               f"{b.rate('5m'):.1f}x over 5m (> {error_budget.FAST[2]:g}x)")))
+            elif b.slow_burn:
+                found.append((WARNING, (f"{b.name} error budget burning: {b.rate('6h'):.1f}x over 6h and "
+                                        f"{b.rate('30m'):.1f}x over 30m (> {error_budget.SLOW[2]:g}x)")))
+        frozen = self.freeze()
+        if frozen:
+            found.append((WARNING, (f"change freeze on: error budget spent for {', '.join(frozen)} over "
+                                    f"{self.settings.error_budget_days:g}d (configuration changes are flagged in "
+                                    "the journal until it recovers)")))
+        return found
+
     def _escalation_problems(self) -> list[tuple[int, str]]:
         """A quarantine or a parked track nobody released within its reason's limit: CRITICAL."""
         found = []
@@ -244,6 +270,7 @@ class Status:
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
         found.extend(self._escalation_problems())
+        found.extend(self._budget_problems())
         found.extend(self._track_problems())
         if self.late:
             o = self.late[0]
@@ -379,6 +406,8 @@ class Status:
             parts.append(f"tokens_today={self.paid.window('today').total.tokens}")
             parts.extend(f"ceiling_{'global' if c.scope == money.GLOBAL else c.scope}={c.spent};;{c.allowed}"
                          for c in self.paid.ceilings)
+        parts.extend(f"budget_left_{b.name}={b.left * 100:.1f}%;0:;0:" for b in self.budgets)
+        parts.append(f"change_freeze={int(bool(self.freeze()))};0")
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
             if p99 is not None:
@@ -431,6 +460,8 @@ class Status:
                 "jobs": [j.to_dict() for j in self.quarantined],
             },
             "queues": [q.to_dict() for q in self.queues()],
+            "error_budgets": {b.name: b.to_dict() for b in self.budgets},
+            "change_freeze": {"on": bool(self.freeze()), "slos": self.freeze()},
             "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
             "late": {
                 "count": len(self.late),
@@ -492,19 +523,27 @@ _ACCEPTED_FROM_CREATE = frozenset({State.ACCEPTED.value, State.QUEUED.value, Sta
 
 
 def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
+    """The custody dwell of each retrieval and how many dwells lost the output (see
+    `timed_dwell_samples`)."""
+    timed, lost = timed_dwell_samples(events)
+    return [d for _, d in timed], len(lost)
+
+
+def timed_dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[tuple[dt.datetime, float]], list[dt.datetime]]:
     """The custody dwell of each retrieval, from events `(job_id, from_state, to_state, at[,
-    detail])` in journal order per job. Returns the durations and how many dwells lost the output.
+    detail])` in journal order per job.
 
     A retrieval whose detail has the provider's `provider_created_at` and `provider_completed_at`,
     of a job whose create was accepted in the window, is measured from the provider's completion
     mapped onto the database clock through that acceptance: (retrieved - accepted) - (completed -
     created). The time a finished response waited unseen counts, and the two clocks are never
     compared (the mapping errs early by at most the create's round trip). Otherwise it runs from
-    the job's entry into COMPLETED_NOT_RETRIEVED. Unclosed dwells are left to the caller."""
+    the job's entry into COMPLETED_NOT_RETRIEVED. Unclosed dwells are left to the caller.
+    Returns (retrieved at, dwell) per retrieval and the times of the dwells that lost the output."""
     cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
     rnv = State.RETRIEVED_NOT_VALIDATED.value
-    durations: list[float] = []
-    failed = 0
+    durations: list[tuple[dt.datetime, float]] = []
+    failed: list[dt.datetime] = []
     entered: dict[str, dt.datetime] = {}
     accepted: dict[str, dt.datetime] = {}
     for event in events:
@@ -518,11 +557,11 @@ def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
             if dst == rnv:
                 provider_run = _provider_run_seconds(event[4] if len(event) > 4 else None)
                 if provider_run is not None and job_id in accepted:
-                    durations.append(max(0.0, seconds_between(at, accepted[job_id]) - provider_run))
+                    durations.append((at, max(0.0, seconds_between(at, accepted[job_id]) - provider_run)))
                 elif start is not None:
-                    durations.append(max(0.0, seconds_between(at, start)))
+                    durations.append((at, max(0.0, seconds_between(at, start))))
             elif dst in DWELL_LOST and start is not None:
-                failed += 1
+                failed.append(at)
     return durations, failed
 
 

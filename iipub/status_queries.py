@@ -15,7 +15,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import clock, cutover, db, deliveries, gate, heartbeat, installation, outbox, status, tables, track_views
+from . import (
+    clock,
+    cutover,
+    db,
+    deliveries,
+    error_budget,
+    gate,
+    heartbeat,
+    installation,
+    outbox,
+    status,
+    tables,
+    track_views,
+)
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
@@ -74,6 +87,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
+        budgets = error_budgets(conn, now, live, s)
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -115,6 +129,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         paid=paid,
         ledger_problem=ledger_trouble,
         tracks=track_figures,
+        budgets=budgets,
     )
 
 
@@ -263,3 +278,89 @@ def _spend(conn: Connection, since: dt.date) -> tuple[status.Spend, ...]:
         .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
     )
     return tuple(status.Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
+
+
+# -- error budgets ----------------------------------------------------------------------
+
+
+def error_budgets(conn: Connection, now: dt.datetime, live: Sequence[Mapping[str, Any]] | None,
+                  s: StatusSettings) -> tuple[error_budget.Budget, ...]:
+    """Each latency SLO's error budget over `[status] error_budget_days` (the overdue polls' over
+    the SLI window at most: a sample per poll, too many to read a month of every minute), from
+    the journal: each sample's time and whether it met its SLO."""
+    if live is None:
+        live = _live_jobs(conn)
+    window = s.error_budget_days * 86400
+    since = clock.now(conn, -window)
+    poll_window = min(window, s.window_hours * 3600)
+    return (
+        error_budget.compute("time_to_dispatch", s.dispatch_slo_target,
+                             _dispatch_samples(conn, since, now, live, s), now, window),
+        error_budget.compute("unretrieved_dwell", s.dwell_slo_target,
+                             _dwell_samples(conn, since, now, live, s), now, window),
+        error_budget.compute("overdue_polls", s.overdue_poll_slo_target,
+                             _poll_samples(conn, clock.now(conn, -poll_window), now, live, s), now, poll_window),
+    )
+
+
+def spent_budgets(conn: Connection, settings: Settings) -> list[str]:
+    """The SLOs whose error budget is spent now: a change freeze while any is."""
+    return error_budget.freeze_reasons(error_budgets(conn, clock.read_now(conn), None, settings.status))
+
+
+def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                      s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    """(first CREATE_IN_FLIGHT, within the SLO) per first dispatch since `since`; a slot still
+    waiting past the SLO is a bad sample now (backfills left out, as in the SLI)."""
+    cif = State.CREATE_IN_FLIGHT.value
+    e, j = events_table.c, jobs_table.c
+    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif)
+             .group_by(e.job_id).having(sa.func.min(e.at) >= since).subquery())
+    rows = conn.execute(sa.select(j.opens_at, j.created_at, first.c.first_at)
+                        .join(first, first.c.job_id == j.id).where(j.is_backfill == sa.false())).all()
+    samples = [(naive_utc(r.first_at),
+                seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
+               for r in rows]
+    waiting = [x["id"] for x in live if x["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value)
+               and not x["is_backfill"]
+               and seconds_between(now, slot_opened(x["opens_at"], x["created_at"])) >= s.dispatch_slo_seconds]
+    if waiting:
+        dispatched = set(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.job_id.in_(waiting))
+                                      .distinct()).scalars())
+        samples += [(now, False) for x in waiting if x not in dispatched]
+    return samples
+
+
+def _dwell_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                   s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
+    e = events_table.c
+    rows = conn.execute(
+        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
+        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
+        .order_by(e.job_id, e.id)
+    ).all()
+    timed, lost = status.timed_dwell_samples(
+        (r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
+    samples = [(at, d < s.dwell_slo_seconds) for at, d in timed] + [(at, False) for at in lost]
+    samples += [(now, False) for x in live if x["state"] == cnr
+                and seconds_between(now, x["state_entered_at"]) >= s.dwell_slo_seconds]
+    return samples
+
+
+def _poll_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                  s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    rows = conn.execute(
+        sa.select(events_table.c.at, events_table.c.detail)
+        .where(events_table.c.at >= since, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
+    ).all()
+    samples = []
+    for r in rows:
+        late = status.poll_lateness(naive_utc(r.at), r.detail)
+        if late is not None:
+            samples.append((naive_utc(r.at), late < s.overdue_poll_slo_seconds))
+    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    samples += [(now, False) for x in live if x["state"] in watched
+                and (x["lease_expiry"] is None or naive_utc(x["lease_expiry"]) < now)
+                and seconds_between(now, x["next_attempt_at"]) >= s.overdue_poll_slo_seconds]
+    return samples

@@ -82,14 +82,25 @@ class App:
         write = command not in READ_ONLY
         try:
             self.identity = config_identity.verify(engine, self.settings, command=command, by=acting_user(),
-                                                   write=write)
+                                                   write=write, frozen=self.spent_budgets)
         except SchemaNotReady:
             if write:
                 raise
             return
+        if self.identity.freeze:
+            click.echo(logs.note_line(
+                f"warning: configuration changed during a change freeze (error budget spent for "
+                f"{', '.join(self.identity.freeze)}); journaled as such (`iipub config show`)", level="warning"),
+                err=True)
         problem = self.identity.mismatch()
         if problem is not None:
             click.echo(logs.note_line(f"warning: {problem}", level="warning"), err=True)
+
+    def spent_budgets(self, conn: Any) -> list[str]:
+        """The SLOs whose error budget is spent (a change freeze), read when a change is recorded."""
+        from ..status_queries import spent_budgets
+
+        return spent_budgets(conn, self.settings)
 
     def store(self, role: str = "cli", lease_seconds: float | None = None) -> Store:
         lease = lease_seconds if lease_seconds is not None else self.settings.reconcile.lease_seconds

@@ -52,6 +52,9 @@ def accept_command(app: App, reason: str, by: str) -> None:
     identity are refused from then on."""
     from .. import config_identity
 
-    check = config_identity.accept(app.engine(), app.settings, by=by, reason=reason)
+    check = config_identity.accept(app.engine(), app.settings, by=by, reason=reason, frozen=app.spent_budgets)
     before = check.recorded.describe() if check.recorded else "none recorded"
     click.echo(f"accepted: {check.current.describe()} (was: {before})")
+    if check.freeze:
+        click.echo(f"note: accepted during a change freeze (error budget spent for {', '.join(check.freeze)}); "
+                   "journaled as such")

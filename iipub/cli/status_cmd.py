@@ -65,6 +65,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
       quarantine            {count, by_reason, oldest, jobs}
+      error_budgets         {slo: {target, window_days, events, bad, allowed_bad,
+                             budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
+                             fast_burn, slow_burn}}
+      change_freeze         {on, slos}: on while an SLO's error budget is spent
       queues                the operator's queue by reason: [{kind (quarantine | parked),
                              reason, count, oldest_seconds, critical_after_seconds,
                              overdue, oldest}]
@@ -104,6 +108,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     ceiling is reached (naming it); WARNING for a day of the window without a product's slot,
     for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
+    Error budgets ([status] error_budget_days, 30): a fast burn (1h and 5m above 14.4x) is
+    CRITICAL, a slow one (6h and 30m above 6x) a WARNING, a spent budget a WARNING "change freeze on".
     A quarantined job or parked track unreleased past [status] quarantine_critical_after_seconds
     (parked_critical_after_seconds; per reason [status.critical_after_by_reason]) is CRITICAL.
     A parked language track (VALIDATION_FAILED_RETAINED or QUARANTINED) is a WARNING like a
@@ -224,6 +230,18 @@ def render(r: Status) -> str:
         sli_rows.append([sli.name, sli.count, sli.open, _secs(sli.percentile(50)), _secs(sli.percentile(99)),
                          f"{sli.target:.0%} < {sli.slo_seconds:g}s", share, verdict])
     out += ["SLIS", table(sli_rows, ["SLI", "COUNT", "OPEN", "P50", "P99", "SLO", "WITHIN", ""]), ""]
+    if r.budgets:
+        from ..error_budget import WINDOWS
+
+        frozen = r.freeze()
+        out += [f"ERROR BUDGETS (rolling {s.error_budget_days:g}d; burn rate 1 spends a budget over its window)"
+                + (f"; CHANGE FREEZE ON ({', '.join(frozen)})" if frozen else ""),
+                table([[b.name, f"{b.target:.0%}", f"{b.window_seconds / 86400:g}d", b.events, b.bad,
+                        f"{b.left:.0%}", *(f"{rate:.1f}x" for _, rate in b.burn),
+                        "FAST BURN" if b.fast_burn else "slow burn" if b.slow_burn else "SPENT" if b.spent else "ok"]
+                       for b in r.budgets],
+                      ["SLO", "TARGET", "WINDOW", "EVENTS", "BAD", "LEFT", *(f"BURN {w}" for w, _ in WINDOWS), ""]),
+                ""]
     oldest_stranded = r.stranded[0] if r.stranded else None
     out += [_aligned([
         ["duplicate publications", r.duplicate_publications, "SLO 0"],
