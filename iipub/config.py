@@ -307,6 +307,15 @@ class StatusSettings(Checked):
     error_budget_days: Annotated[float, Bounds(gt=0, le=366)] = 30.0
     # A fast burn pages (CRITICAL) once this many bad samples fell within its hour; a WARNING before.
     burn_page_min_bad_events: Annotated[int, Bounds(ge=1, le=10_000)] = 3
+    # Disk headroom of the filesystems holding the ledger, the static site, the SQLite database
+    # and `log_dir` (cron's logs; unset: not watched): free space (and inodes) below these shares.
+    disk_warn_free_percent: Annotated[float, Bounds(gt=0, le=100)] = 15.0
+    disk_crit_free_percent: Annotated[float, Bounds(gt=0, le=99)] = 5.0
+    disk_crit_free_bytes: Annotated[int, Bounds(ge=0)] = 256 * 1024 * 1024  # and below this: CRITICAL
+    log_dir: Annotated[str, Bounds(min_length=1, max_length=4096)] | None = None
+    # The host clock against the database's (leases and ages use the database's; cron, logs and
+    # the ledger's lines the host's): WARNING past this many seconds apart.
+    clock_warn_seconds: PositiveSeconds = 5.0
 
     def critical_after(self, reason: str | None, *, track: bool = False) -> float:
         """How long a job quarantined (a track parked) for `reason` may wait for an operator."""
@@ -502,6 +511,8 @@ def check_settings(s: Settings) -> None:
     st = s.status
     if st.outbox_lag_crit_seconds < st.outbox_lag_warn_seconds:
         problems.append("[status] outbox_lag_crit_seconds must be at least outbox_lag_warn_seconds")
+    if st.disk_crit_free_percent > st.disk_warn_free_percent:
+        problems.append("[status] disk_crit_free_percent must be at most disk_warn_free_percent")
     if st.stranded_after_seconds < st.late_after_minutes * 60:
         problems.append("[status] stranded_after_seconds (CRITICAL) must be at least late_after_minutes (WARNING)")
     beat = s.monitoring.heartbeat_after_seconds

@@ -127,7 +127,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     reconcile = _section(ReconcileSettings, reconcile_raw, "reconcile")
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
-    status = _section(StatusSettings, _status_raw(data.get("status")), "status")
+    status = _section(StatusSettings, _status_raw(data.get("status"), base_dir), "status")
     webhooks = _webhooks(data.get("webhooks"))
     monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
@@ -340,8 +340,11 @@ def _is_base_url(url: Any) -> bool:
     return bool(parts.hostname) and not parts.query and not parts.fragment and "#" not in url and "?" not in url
 
 
-def _status_raw(raw: Any) -> Any:
-    """`[status.critical_after_by_reason]` (reason = seconds) over the defaults, as sorted pairs."""
+def _status_raw(raw: Any, base_dir: Path) -> Any:
+    """`[status] log_dir` resolved like every path; `[status.critical_after_by_reason]` (reason =
+    seconds) over the defaults, as sorted pairs."""
+    if isinstance(raw, dict) and "log_dir" in raw:
+        raw = {**raw, "log_dir": str(_path(raw["log_dir"], "[status] log_dir", "a folder path", base_dir))}
     if not isinstance(raw, dict) or "critical_after_by_reason" not in raw:
         return raw
     table = raw["critical_after_by_reason"]

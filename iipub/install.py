@@ -201,11 +201,13 @@ root = "{layout.static_root}"
 path = "{layout.ledger}"   # outside the public tree; keep it on the host's backups
 
 [status]
+log_dir = "{layout.logs}"   # its disk is watched with the ledger's, the site's and the database's
+# disk_warn_free_percent = 15                   # free space below this: WARNING ...
+# disk_crit_free_percent = 5                    # ... below this: CRITICAL
+# clock_warn_seconds = 5                        # host clock vs database clock: WARNING
 # quarantine_critical_after_seconds = 14400     # a quarantined job unreleased this long: CRITICAL
-# parked_critical_after_seconds = 14400         # a parked track unreleased this long: CRITICAL
-# disk_warn_free_percent = 15                   # disk headroom of the ledger, site, state and logs
-# disk_crit_free_percent = 5
-# clock_warn_seconds = 5                        # host clock vs database clock
+# parked_critical_after_seconds = 28800         # a parked track unreleased this long: CRITICAL
+# error_budget_days = 30                        # each SLO's error budget window
 
 [[products]]
 name = "daily-brief"

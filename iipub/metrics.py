@@ -59,6 +59,7 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
 
     _queues(report, gauge)
     _budgets(report, gauge)
+    _host(report, gauge)
 
     within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
                    ("sli",))
@@ -271,6 +272,24 @@ def _budgets(report: Status, gauge: Callable[..., Gauge]) -> None:
         for window, rate in b.burn:
             burn.labels(slo=b.name, window=window).set(rate)
     gauge("change_freeze", "1 while an SLO's error budget is spent (changes frozen).").set(int(bool(report.freeze())))
+
+
+def _host(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """Disk headroom of the filesystems iipub writes to; the host clock against the database's."""
+    labels = ("roles", "path")
+    free = gauge("disk_free_bytes", "Bytes free (to an unprivileged writer) on a filesystem iipub writes to.", labels)
+    size = gauge("disk_size_bytes", "Size of that filesystem.", labels)
+    ratio = gauge("disk_free_ratio", "Share free (space or inodes, the lower).", labels)
+    for d in report.disks:
+        if d.error is not None:
+            continue
+        key = {"roles": ",".join(d.roles), "path": d.path}
+        free.labels(**key).set(d.free_bytes)
+        size.labels(**key).set(d.size_bytes)
+        ratio.labels(**key).set(d.free_share)
+    if report.clock_check is not None:
+        gauge("clock_offset_seconds", "The database's clock minus this host's (positive: the host is behind).").set(
+            report.clock_check.offset_seconds)
 
 
 def render(report: Status, products: Products = ()) -> bytes:

@@ -130,6 +130,70 @@ class Queue:
 
 
 @dataclass(frozen=True)
+class Disk:
+    """One filesystem holding some of iipub's files, as statvfs saw it."""
+
+    roles: tuple[str, ...]  # ledger, static_root, database, logs, metrics
+    path: str  # the (nearest existing) folder measured
+    free_bytes: int  # available to an unprivileged writer
+    size_bytes: int
+    free_inodes: int | None = None  # None: the filesystem does not count them
+    inodes: int | None = None
+    error: str | None = None  # it could not be measured
+
+    @property
+    def free_share(self) -> float:
+        share = self.free_bytes / self.size_bytes if self.size_bytes else 1.0
+        if self.inodes:
+            share = min(share, (self.free_inodes or 0) / self.inodes)
+        return share
+
+    def severity(self, s: StatusSettings) -> int:
+        if self.error is not None:
+            return WARNING
+        if self.free_share * 100 < s.disk_crit_free_percent or self.free_bytes < s.disk_crit_free_bytes:
+            return CRITICAL
+        return WARNING if self.free_share * 100 < s.disk_warn_free_percent else OK
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"disk of {'/'.join(self.roles)} ({self.path}) cannot be measured: {self.error}"
+        inodes = (f", {self.free_inodes:,} inodes free" if self.inodes and self.free_inodes is not None
+                  and self.free_inodes / self.inodes < self.free_bytes / max(self.size_bytes, 1) else "")
+        return (f"disk of {'/'.join(self.roles)} ({self.path}): {_size(self.free_bytes)} free of "
+                f"{_size(self.size_bytes)} ({self.free_share:.1%}{inodes})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"roles": list(self.roles), "path": self.path, "free_bytes": self.free_bytes,
+                "size_bytes": self.size_bytes, "free_inodes": self.free_inodes, "inodes": self.inodes,
+                "free_ratio": round(self.free_share, 4), "error": self.error}
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    """The host's clock against the database's: offset = database - host, +- uncertainty."""
+
+    offset_seconds: float
+    uncertainty_seconds: float  # half the query's round trip
+
+    def severity(self, s: StatusSettings) -> int:
+        return WARNING if abs(self.offset_seconds) - self.uncertainty_seconds > s.clock_warn_seconds else OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offset_seconds": round(self.offset_seconds, 3),
+                "uncertainty_seconds": round(self.uncertainty_seconds, 3)}
+
+
+@dataclass(frozen=True)
 class Spend:
     product: str
     edition_date: dt.date
@@ -176,6 +240,8 @@ class Status:
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
+    disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
+    clock_check: ClockCheck | None = None  # the host clock against the database's
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -217,6 +283,23 @@ class Status:
             age, who = max(items)
             out.append(Queue(kind, reason, len(items), age, limit, sum(1 for a, _ in items if a > limit), who))
         return out
+
+    def _host_problems(self) -> list[tuple[int, str]]:
+        """Disk headroom before a write fails; the host clock against the database's."""
+        s = self.settings
+        found: list[tuple[int, str]] = []
+        for d in self.disks:
+            severity = d.severity(s)
+            if severity == OK:
+                continue
+            limit = s.disk_crit_free_percent if severity == CRITICAL else s.disk_warn_free_percent
+            found.append((severity, d.describe() if d.error is not None else f"{d.describe()} < {limit:g}%"))
+        c = self.clock_check
+        if c is not None and c.severity(s) != OK:
+            found.append((WARNING, (f"host clock {abs(c.offset_seconds):.1f}s "
+                                    f"{'behind' if c.offset_seconds > 0 else 'ahead of'} the database's "
+                                    f"(> {s.clock_warn_seconds:g}s; check NTP: timedatectl, chronyc tracking)")))
+        return found
 
     def freeze(self) -> list[str]:
         """The SLOs whose error budget is spent: while any is, changes are frozen."""
@@ -271,6 +354,7 @@ class Status:
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
         found.extend(self._escalation_problems())
         found.extend(self._budget_problems())
+        found.extend(self._host_problems())
         found.extend(self._track_problems())
         if self.late:
             o = self.late[0]
@@ -408,6 +492,12 @@ class Status:
                          for c in self.paid.ceilings)
         parts.extend(f"budget_left_{b.name}={b.left * 100:.1f}%;0:;0:" for b in self.budgets)
         parts.append(f"change_freeze={int(bool(self.freeze()))};0")
+        parts.extend(f"disk_free_{'_'.join(d.roles)}={d.free_share * 100:.0f}%;{s.disk_warn_free_percent:g}:;"
+                     f"{s.disk_crit_free_percent:g}:" for d in self.disks if d.error is None)
+        if self.clock_check is not None:
+            # whole seconds: two reports a moment apart print the same line (the JSON has milliseconds)
+            parts.append(f"clock_offset={round(self.clock_check.offset_seconds)}s;"
+                         f"{-s.clock_warn_seconds:g}:{s.clock_warn_seconds:g}")
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
             if p99 is not None:
@@ -462,6 +552,8 @@ class Status:
             "queues": [q.to_dict() for q in self.queues()],
             "error_budgets": {b.name: b.to_dict() for b in self.budgets},
             "change_freeze": {"on": bool(self.freeze()), "slos": self.freeze()},
+            "disks": [d.to_dict() for d in self.disks],
+            "clock": self.clock_check.to_dict() if self.clock_check is not None else None,
             "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
             "late": {
                 "count": len(self.late),

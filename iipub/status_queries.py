@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
         budgets = error_budgets(conn, now, live, s)
+        clock_check = host_clock(conn)
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -130,6 +132,8 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         ledger_problem=ledger_trouble,
         tracks=track_figures,
         budgets=budgets,
+        disks=disks(settings),
+        clock_check=clock_check,
     )
 
 
@@ -364,3 +368,66 @@ def _poll_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence
                 and (x["lease_expiry"] is None or naive_utc(x["lease_expiry"]) < now)
                 and seconds_between(now, x["next_attempt_at"]) >= s.overdue_poll_slo_seconds]
     return samples
+
+
+# -- the host: disk headroom and clock agreement --------------------------------------------
+
+
+def watched_paths(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """role -> path of every place iipub writes on this host."""
+    paths: dict[str, str] = {}
+    ledger = settings.ledger_path()
+    if ledger is not None:
+        paths["ledger"] = str(ledger.parent)
+    if settings.static_sink is not None:
+        paths["static_root"] = os.path.abspath(settings.static_sink.root)
+    sqlite = db.sqlite_file(settings.database_url)
+    if sqlite is not None:
+        paths["database"] = os.path.dirname(os.path.abspath(sqlite))
+    if settings.status.log_dir:
+        paths["logs"] = settings.status.log_dir
+    paths.update(extra or {})
+    return paths
+
+
+def disks(settings: Settings, extra: Mapping[str, str] | None = None) -> tuple[status.Disk, ...]:
+    """Free space and inodes of each filesystem holding a watched path (one entry per filesystem,
+    with every role it holds); a path not made yet is measured at its nearest existing folder."""
+    found: dict[int | str, tuple[list[str], str, os.statvfs_result | None, str | None]] = {}
+    for role, path in watched_paths(settings, extra).items():
+        where = _existing(path)
+        try:
+            key: int | str = os.stat(where).st_dev
+            vfs: os.statvfs_result | None = os.statvfs(where)
+            error = None
+        except OSError as exc:
+            key, vfs, error = where, None, exc.strerror or str(exc)
+        if key in found:
+            found[key][0].append(role)
+        else:
+            found[key] = ([role], where, vfs, error)
+    out = []
+    for roles, where, vfs, error in found.values():
+        if vfs is None:
+            out.append(status.Disk(tuple(roles), where, 0, 0, error=error))
+            continue
+        out.append(status.Disk(tuple(roles), where, vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize,
+                               vfs.f_favail if vfs.f_files else None, vfs.f_files or None))
+    return tuple(out)
+
+
+def _existing(path: str) -> str:
+    current = os.path.abspath(path)
+    while not os.path.exists(current) and os.path.dirname(current) != current:
+        current = os.path.dirname(current)
+    return current
+
+
+def host_clock(conn: Connection) -> status.ClockCheck:
+    """The database's clock (without the drill offset) against this host's, read around one query."""
+    before = time.time()
+    value = conn.execute(sa.select(clock.now(conn, drill_offset=False))).scalar_one()
+    after = time.time()
+    db_now = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    db_seconds = naive_utc(db_now).replace(tzinfo=dt.UTC).timestamp()
+    return status.ClockCheck(db_seconds - (before + after) / 2, (after - before) / 2)

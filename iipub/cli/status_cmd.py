@@ -69,6 +69,10 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
                              fast_burn, slow_burn}}
       change_freeze         {on, slos}: on while an SLO's error budget is spent
+      disks                 [{roles, path, free_bytes, size_bytes, free_inodes, inodes,
+                             free_ratio, error}]: each filesystem holding the ledger,
+                            static root, SQLite database or [status] log_dir
+      clock                 {offset_seconds (database - host), uncertainty_seconds}
       queues                the operator's queue by reason: [{kind (quarantine | parked),
                              reason, count, oldest_seconds, critical_after_seconds,
                              overdue, oldest}]
@@ -110,6 +114,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
     Error budgets ([status] error_budget_days, 30): a fast burn (1h and 5m above 14.4x) is
     CRITICAL, a slow one (6h and 30m above 6x) a WARNING, a spent budget a WARNING "change freeze on".
+    Disk headroom: WARNING below [status] disk_warn_free_percent (15) free, CRITICAL below
+    disk_crit_free_percent (5) or disk_crit_free_bytes; the host clock more than
+    clock_warn_seconds (5) from the database's: WARNING.
     A quarantined job or parked track unreleased past [status] quarantine_critical_after_seconds
     (parked_critical_after_seconds; per reason [status.critical_after_by_reason]) is CRITICAL.
     A parked language track (VALIDATION_FAILED_RETAINED or QUARANTINED) is a WARNING like a
@@ -320,6 +327,7 @@ def render(r: Status) -> str:
               q.overdue or "", q.oldest] for q in queues],
             ["QUEUE", "REASON", "DEPTH", "OLDEST", "CRITICAL AFTER", "OVERDUE", "OLDEST ONE"]), ""]
 
+    out += _host_lines(r)
     out += _paid_lines(r)
     spend_rows = [[x.product, x.edition_date, x.input_tokens, x.output_tokens, x.total_tokens] for x in r.spend]
     spend_rows.append(["TOTAL", "", sum(x.input_tokens for x in r.spend), sum(x.output_tokens for x in r.spend),
@@ -355,6 +363,22 @@ def _track_lines(r: Status) -> list[str]:
         facts.append(["duplicates by language", sum(t.duplicates_by_lang.values()),
                       ", ".join(f"{k}: {v}" for k, v in t.duplicates_by_lang.items())])
     return [*lines, _aligned(facts), ""]
+
+
+def _host_lines(r: Status) -> list[str]:
+    """HOST: the filesystems iipub writes to and the clock agreement."""
+    s = r.settings
+    rows: list[list[object]] = [["disk " + "/".join(d.roles), d.path,
+                                 d.describe().split(": ", 1)[1] if d.error is None else f"unmeasured: {d.error}"]
+                                for d in r.disks]
+    c = r.clock_check
+    if c is not None:
+        rows.append(["clock", f"database - host = {c.offset_seconds:+.3f}s (+-{c.uncertainty_seconds:.3f}s)",
+                     f"warn past {s.clock_warn_seconds:g}s"])
+    if not rows:
+        return []
+    return [f"HOST (disk warn < {s.disk_warn_free_percent:g}% free, crit < {s.disk_crit_free_percent:g}%)",
+            _aligned(rows), ""]
 
 
 def _money(value: float | None, currency: str | None) -> str:

@@ -113,7 +113,8 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     assert code == 0, err
     doc = json.loads(raw)
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "stranded",
-                        "outbox", "quarantine", "queues", "error_budgets", "change_freeze", "provider_expired",
+                        "outbox", "quarantine", "queues", "error_budgets", "change_freeze", "disks", "clock",
+                        "provider_expired",
                         "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
                         "read_cooldown", "cutover", "paid"}
