@@ -155,20 +155,31 @@ def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: 
     identity raises ConfigMismatch for a writer and is returned for a reader to warn about."""
     current = of(settings)
     freeze: list[str] = []
-    with engine.begin() as conn:
+    with engine.connect() as conn:  # the usual case writes nothing: no write lock taken
         recorded = in_force(conn)
-        verdict = compare(recorded, current)
-        if write and verdict is Verdict.ADOPT:
-            record(conn, current, "adopted", command, by)
-        elif write and verdict is Verdict.EDITED:
-            freeze = frozen(conn) if frozen is not None else []
-            reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
-            record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))
+    verdict = compare(recorded, current)
+    if write and verdict in (Verdict.ADOPT, Verdict.EDITED):
+        with engine.begin() as conn:
+            recorded = in_force(conn)  # again, inside the writing transaction
+            verdict = compare(recorded, current)
+            freeze = _record_change(conn, verdict, current, command, by, frozen)
     result = Check(verdict, recorded, current, tuple(freeze))
     problem = result.mismatch()
     if write and problem is not None:
         raise ConfigMismatch(f"refusing to write: {problem}")
     return result
+
+
+def _record_change(conn: Connection, verdict: Verdict, current: Identity, command: str, by: str,
+                   frozen: Frozen | None) -> list[str]:
+    freeze: list[str] = []
+    if verdict is Verdict.ADOPT:
+        record(conn, current, "adopted", command, by)
+    elif verdict is Verdict.EDITED:
+        freeze = frozen(conn) if frozen is not None else []
+        reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
+        record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))
+    return freeze
 
 
 def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: Frozen | None = None) -> Check:
