@@ -151,3 +151,13 @@ def test_quarantine_and_jobs_lists_print_hostile_text_cleanly(hostile: tuple[str
     # JSON keeps the text whole, escaped by the encoder
     doc = json.loads(run_cli("quarantine", "list", "--json", env=env, cwd=cwd).stdout)
     assert doc[0]["last_error"] == HOSTILE
+
+
+def test_operator_commands_echo_hostile_reasons_cleanly(db_url: str, cli_env: dict[str, str], tmp_path: Path) -> None:
+    assert run_cli("db", "migrate", env=cli_env, cwd=tmp_path).returncode == 0
+    paused = run_cli("pause", "--reason", HOSTILE, "--by", "ops\x1b[2J", env=cli_env, cwd=tmp_path)
+    assert paused.returncode == 0 and len(paused.stdout.strip().splitlines()) == 1, paused.stdout
+    _clean(paused.stdout)
+    override = run_cli("budget", "override", "--tokens", "1000", "--reason", HOSTILE, env=cli_env, cwd=tmp_path)
+    _clean(override.stdout)
+    _clean(run_cli("budget", "show", env=cli_env, cwd=tmp_path).stdout)
