@@ -471,8 +471,7 @@ class Status:
         parts = [
             f"jobs={self.jobs_total}",
             f"quarantined={len(self.quarantined)};0",
-            f"queue_overdue={sum(q.overdue for q in self.queues())};;0",
-            f"queue_oldest={max((q.oldest_seconds for q in self.queues()), default=0):.0f}s",
+            f"queue_overdue={sum(q.overdue for q in self.queues())};;0",  # ages: --json, Prometheus
             f"stranded={len(self.stranded)};;0",
             f"provider_expired={self.expired_now};0",
             f"outbox_lag={self.outbox_lag_seconds:.0f}s;{s.outbox_lag_warn_seconds:g};{s.outbox_lag_crit_seconds:g}",
