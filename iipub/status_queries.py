@@ -318,7 +318,8 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
     waiting past the SLO is a bad sample now (backfills left out, as in the SLI)."""
     cif = State.CREATE_IN_FLIGHT.value
     e, j = events_table.c, jobs_table.c
-    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif)
+    recent = sa.select(e.job_id).where(e.to_state == cif, e.at >= since)  # by the `at` index, not all time
+    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif, e.job_id.in_(recent))
              .group_by(e.job_id).having(sa.func.min(e.at) >= since).subquery())
     rows = conn.execute(sa.select(j.opens_at, j.created_at, first.c.first_at)
                         .join(first, first.c.job_id == j.id).where(j.is_backfill == sa.false())).all()
