@@ -319,12 +319,18 @@ class Status:
             elif b.slow_burn:
                 found.append((WARNING, (f"{b.name} error budget burning: {b.rate('6h'):.1f}x over 6h and "
                                         f"{b.rate('30m'):.1f}x over 30m (> {error_budget.SLOW[2]:g}x)")))
-        frozen = self.freeze()
-        if frozen:
-            found.append((WARNING, (f"change freeze on: error budget spent for {', '.join(frozen)} over "
-                                    f"{self.settings.error_budget_days:g}d (configuration changes are flagged in "
-                                    "the journal until it recovers)")))
         return found
+
+    def freeze_note(self) -> str | None:
+        """The change freeze, said on the check line. Not a severity of its own: with a few
+        editions a day one late one spends a month's budget, and a WARNING held for a month
+        would teach operators to ignore the check."""
+        frozen = self.freeze()
+        if not frozen:
+            return None
+        return (f"change freeze on: error budget spent for {', '.join(frozen)} over "
+                f"{self.settings.error_budget_days:g}d (configuration changes are flagged in the journal until "
+                "it recovers)")
 
     def _escalation_problems(self) -> list[tuple[int, str]]:
         """A quarantine or a parked track nobody released within its reason's limit: CRITICAL."""
@@ -464,6 +470,9 @@ class Status:
         else:
             summary = (f"{plural(self.jobs_total, 'job')}, {len(self.quarantined)} quarantined, "
                        f"outbox lag {self.outbox_lag_seconds:.0f}s")
+        note = self.freeze_note()
+        if note is not None:
+            summary = f"{summary}; {note}"
         return code, f"IIPUB {CHECK_NAMES[code]} - {summary} | {self.perfdata()}"
 
     def perfdata(self) -> str:

@@ -113,7 +113,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
     Error budgets ([status] error_budget_days, 30): a fast burn (1h and 5m above 14.4x) is
-    CRITICAL, a slow one (6h and 30m above 6x) a WARNING, a spent budget a WARNING "change freeze on".
+    CRITICAL, a slow one (6h and 30m above 6x) a WARNING; a spent budget adds "change freeze on" to the
+    line (no severity of its own).
     Disk headroom: WARNING below [status] disk_warn_free_percent (15) free, CRITICAL below
     disk_crit_free_percent (5) or disk_crit_free_bytes; the host clock more than
     clock_warn_seconds (5) from the database's: WARNING.

@@ -140,3 +140,26 @@ def test_a_fast_burn_of_enough_bad_samples_pages(db_url: str, cli_env: dict[str,
     doc = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
     problem = [p for p in doc["check"]["problems"] if "burning fast" in p["text"]]
     assert problem and problem[0]["severity"] == "CRITICAL"
+
+
+def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
+    """A month's budget spent by one late edition long ago: the line says the freeze is on, the
+    check stays OK (no WARNING held for a month)."""
+    import dataclasses
+
+    from iipub import status as st
+    from iipub import status_queries
+    from iipub.config_file import settings_from_dict
+    from tests.helpers import record_heartbeats
+
+    record_heartbeats(engine, "reconcile", "relay")
+    report = status_queries.collect(engine, settings_from_dict({}))
+    spent = eb.compute("time_to_dispatch", 0.99, _samples([(60 * 24 * 3, False), (60 * 24 * 2, True)]), NOW,
+                       30 * 86400)
+    assert spent.spent and not spent.fast_burn and not spent.slow_burn
+    frozen = dataclasses.replace(report, budgets=(spent,))
+    code, line = frozen.check()
+    assert code == st.OK and line.startswith("IIPUB OK - ")
+    assert "; change freeze on: error budget spent for time_to_dispatch over 30d" in line.split("|")[0]
+    assert "change_freeze=1;0" in line and frozen.to_dict()["change_freeze"] == {"on": True,
+                                                                                 "slos": ["time_to_dispatch"]}
