@@ -14,10 +14,11 @@ from ..errors import AlreadyInstalled, ConfigError
 
 
 def _default_executable() -> str:
+    """The iipub that runs this command (`/srv/iipub/.venv/bin/iipub init`), else the one on PATH."""
+    if sys.argv and os.path.basename(sys.argv[0]) == "iipub" and os.path.isfile(sys.argv[0]):
+        return os.path.abspath(sys.argv[0])
     found = shutil.which("iipub")
-    if found:
-        return os.path.abspath(found)
-    return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0].endswith("iipub") else "/srv/iipub/.venv/bin/iipub"
+    return os.path.abspath(found) if found else "/srv/iipub/.venv/bin/iipub"
 
 
 @click.command("init")
@@ -49,6 +50,14 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
 
     root = Path(os.path.abspath(root))
     layout, files = install.plan(root, executable or _default_executable(), database_url, provider_url)
+    if owner is not None:
+        import pwd
+
+        try:
+            pwd.getpwnam(owner)
+        except KeyError:
+            raise ConfigError(f"init writes nothing: no user {owner!r} on this host (useradd --system {owner})") \
+                from None
     present = [f.path for f in files if f.path.exists() or f.path.is_symlink()]
     if present:
         raise AlreadyInstalled(f"init writes nothing: {len(present)} file(s) already there, e.g. {present[0]} "

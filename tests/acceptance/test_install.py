@@ -151,3 +151,30 @@ def test_a_run_says_its_summary_once_when_stdout_and_stderr_share_the_log(sim: S
     events = [json.loads(line) for line in lines]  # every line is a log event: no bare summary
     assert [e["event"] for e in events if e["event"] in ("tick_done", "relay_done")] == ["tick_done", "relay_done"]
     assert all(e["timestamp"] and e["level"] for e in events)
+
+
+def test_the_systemd_units_run_what_the_crontab_runs(tmp_path: Path) -> None:
+    layout, files = install.plan(tmp_path, "/opt/iipub/bin/iipub")
+    written = {f.path.name: f for f in files}
+    crontab = written["crontab"].text
+    for job in install.cron_jobs(layout):
+        service, timer = written[f"iipub-{job.name}.service"], written[f"iipub-{job.name}.timer"]
+        assert f"ExecStart=/opt/iipub/bin/iipub {job.args}\n" in service.text
+        assert f"Environment=IIPUB_ENV_FILE={layout.env_file}\n" in service.text
+        assert f"OnCalendar={job.calendar}\n" in timer.text
+        assert f"{job.schedule} cd {layout.home} && timeout {job.timeout} $IIPUB {job.args} " in crontab
+        assert not service.owned and not timer.owned  # root's, never the service user's
+    assert "StandardOutput=null" in written["iipub-reconcile.service"].text  # one line per run, like cron's
+
+
+def test_init_gives_its_own_folders_to_the_service_user(tmp_path: Path) -> None:
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    code, _out, err = _init(tmp_path, "--user", me)
+    assert code == 0, err
+    layout = install.Layout(tmp_path)
+    assert layout.env_file.stat().st_uid == os.getuid() and layout.logs.stat().st_uid == os.getuid()
+    refused = run_cli("init", "--root", str(tmp_path / "other"), "--user", "no-such-user-iipub", env=clean_env())
+    assert refused.returncode == 78 and "no-such-user-iipub" in refused.stderr
+    assert not (tmp_path / "other").exists()  # checked before anything is written
