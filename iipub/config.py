@@ -313,6 +313,10 @@ class StatusSettings(Checked):
     disk_crit_free_percent: Annotated[float, Bounds(gt=0, le=99)] = 5.0
     disk_crit_free_bytes: Annotated[int, Bounds(ge=0)] = 256 * 1024 * 1024  # and below this: CRITICAL
     log_dir: Annotated[str, Bounds(min_length=1, max_length=4096)] | None = None
+    # Growth (from the relay's samples over the last day): full within this many hours at the
+    # rate it fills: WARNING, then CRITICAL.
+    disk_full_warn_hours: PositiveSeconds = 48.0
+    disk_full_crit_hours: PositiveSeconds = 6.0
     # The host clock against the database's (leases and ages use the database's; cron, logs and
     # the ledger's lines the host's): WARNING past this many seconds apart.
     clock_warn_seconds: PositiveSeconds = 5.0

@@ -140,6 +140,18 @@ class Disk:
     free_inodes: int | None = None  # None: the filesystem does not count them
     inodes: int | None = None
     error: str | None = None  # it could not be measured
+    filling_bytes_per_hour: float | None = None  # from the relay's samples over the last day; None: unknown
+
+    def floor_bytes(self, s: StatusSettings) -> float:
+        """Free bytes below which the filesystem is CRITICAL."""
+        return max(float(s.disk_crit_free_bytes), self.size_bytes * s.disk_crit_free_percent / 100)
+
+    def hours_to_full(self, s: StatusSettings) -> float | None:
+        """At the rate it fills, hours until the CRITICAL floor (None: not filling, or unknown)."""
+        rate = self.filling_bytes_per_hour
+        if rate is None or rate <= 0:
+            return None
+        return max(0.0, (self.free_bytes - self.floor_bytes(s)) / rate)
 
     @property
     def free_share(self) -> float:
@@ -153,20 +165,29 @@ class Disk:
             return WARNING
         if self.free_share * 100 < s.disk_crit_free_percent or self.free_bytes < s.disk_crit_free_bytes:
             return CRITICAL
-        return WARNING if self.free_share * 100 < s.disk_warn_free_percent else OK
+        hours = self.hours_to_full(s)
+        if hours is not None and hours < s.disk_full_crit_hours:
+            return CRITICAL
+        if self.free_share * 100 < s.disk_warn_free_percent:
+            return WARNING
+        return WARNING if hours is not None and hours < s.disk_full_warn_hours else OK
 
     def describe(self) -> str:
         if self.error is not None:
             return f"disk of {'/'.join(self.roles)} ({self.path}) cannot be measured: {self.error}"
         inodes = (f", {self.free_inodes:,} inodes free" if self.inodes and self.free_inodes is not None
                   and self.free_inodes / self.inodes < self.free_bytes / max(self.size_bytes, 1) else "")
+        filling = (f", filling {_size(round(self.filling_bytes_per_hour))}/h"
+                   if self.filling_bytes_per_hour is not None and self.filling_bytes_per_hour > 0 else "")
         return (f"disk of {'/'.join(self.roles)} ({self.path}): {_size(self.free_bytes)} free of "
-                f"{_size(self.size_bytes)} ({self.free_share:.1%}{inodes})")
+                f"{_size(self.size_bytes)} ({self.free_share:.1%}{inodes}{filling})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"roles": list(self.roles), "path": self.path, "free_bytes": self.free_bytes,
                 "size_bytes": self.size_bytes, "free_inodes": self.free_inodes, "inodes": self.inodes,
-                "free_ratio": round(self.free_share, 4), "error": self.error}
+                "free_ratio": round(self.free_share, 4), "error": self.error,
+                "filling_bytes_per_hour": None if self.filling_bytes_per_hour is None
+                else round(self.filling_bytes_per_hour)}
 
 
 def _size(n: int) -> str:
@@ -292,8 +313,15 @@ class Status:
             severity = d.severity(s)
             if severity == OK:
                 continue
-            limit = s.disk_crit_free_percent if severity == CRITICAL else s.disk_warn_free_percent
-            found.append((severity, d.describe() if d.error is not None else f"{d.describe()} < {limit:g}%"))
+            hours = d.hours_to_full(s)
+            if d.error is not None:
+                found.append((severity, d.describe()))
+            elif hours is not None and hours < s.disk_full_warn_hours and (
+                    d.free_bytes >= s.disk_crit_free_bytes and d.free_share * 100 >= s.disk_warn_free_percent):
+                found.append((severity, f"{d.describe()}: full in {duration(hours * 3600)} at this rate"))
+            else:
+                limit = s.disk_crit_free_percent if severity == CRITICAL else s.disk_warn_free_percent
+                found.append((severity, f"{d.describe()} < {limit:g}%"))
         c = self.clock_check
         if c is not None and c.severity(s) != OK:
             found.append((WARNING, (f"host clock {abs(c.offset_seconds):.1f}s "

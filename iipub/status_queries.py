@@ -7,6 +7,7 @@ database clock (`clock.read_now`), the same clock that stamped the rows.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import time
@@ -21,6 +22,7 @@ from . import (
     cutover,
     db,
     deliveries,
+    disk_samples,
     error_budget,
     gate,
     heartbeat,
@@ -90,6 +92,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
         budgets = error_budgets(conn, now, live, s)
         clock_check = host_clock(conn)
+        first_samples = disk_samples.oldest_since(conn, now - dt.timedelta(days=1))
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -132,7 +135,7 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         ledger_problem=ledger_trouble,
         tracks=track_figures,
         budgets=budgets,
-        disks=disks(settings),
+        disks=with_growth(disks(settings), first_samples, now),
         clock_check=clock_check,
     )
 
@@ -414,6 +417,21 @@ def disks(settings: Settings, extra: Mapping[str, str] | None = None) -> tuple[s
             continue
         out.append(status.Disk(tuple(roles), where, vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize,
                                vfs.f_favail if vfs.f_files else None, vfs.f_files or None))
+    return tuple(out)
+
+
+def with_growth(found: tuple[status.Disk, ...], first: Mapping[str, tuple[dt.datetime, int]],
+                now: dt.datetime) -> tuple[status.Disk, ...]:
+    """Each disk with the rate it fills since its oldest sample of the last day (an hour of
+    samples at least: less says nothing about a trend)."""
+    out = []
+    for d in found:
+        sample = first.get(d.path)
+        hours = seconds_between(now, sample[0]) / 3600 if sample is not None else 0.0
+        if sample is None or d.error is not None or hours < 1:
+            out.append(d)
+            continue
+        out.append(dataclasses.replace(d, filling_bytes_per_hour=(sample[1] - d.free_bytes) / hours))
     return tuple(out)
 
 

@@ -420,6 +420,18 @@ config_identity = sa.Table(
     sa.Index("ix_config_identity_at", "at"),
 )
 
+# Free space of the filesystems iipub writes to, every ten minutes (`iipub.disk_samples`).
+disk_samples = sa.Table(
+    "disk_samples",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("at", Time, nullable=False),
+    sa.Column("path", sa.String(1024), nullable=False),
+    sa.Column("free_bytes", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Index("ix_disk_samples_at", "at"),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,

@@ -94,7 +94,28 @@ def relay_command(app: App, prune: bool) -> None:
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
         run.summary = dict(relay.run(settings, engine, worker=worker).__dict__)
+    _sample_disks(engine, settings)
     print_summary(run.summary)
+
+
+def _sample_disks(engine: Any, settings: Any) -> None:
+    """Every ten minutes, the free space of the filesystems iipub writes to (`status` reads how
+    fast they fill). Never fails the run: a sample lost is a warning."""
+    import time
+
+    from .. import disk_samples
+
+    if not disk_samples.due(time.gmtime().tm_min):
+        return
+    from .. import status_queries
+
+    try:
+        disk_samples.record(engine, [(d.path, d.free_bytes, d.size_bytes)
+                                     for d in status_queries.disks(settings) if d.error is None])
+    except Exception as exc:  # a recording problem, never the run's
+        import structlog
+
+        structlog.get_logger("iipub.relay").warning("disk_sample_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def print_summary(summary: dict[str, Any]) -> None:

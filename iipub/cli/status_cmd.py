@@ -70,7 +70,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              fast_burn, slow_burn}}
       change_freeze         {on, slos}: on while an SLO's error budget is spent
       disks                 [{roles, path, free_bytes, size_bytes, free_inodes, inodes,
-                             free_ratio, error}]: each filesystem holding the ledger,
+                             free_ratio, error, filling_bytes_per_hour}]: each
+                            filesystem holding the ledger,
                             static root, SQLite database or [status] log_dir
       clock                 {offset_seconds (database - host), uncertainty_seconds}
       queues                the operator's queue by reason: [{kind (quarantine | parked),
@@ -116,7 +117,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     CRITICAL, a slow one (6h and 30m above 6x) a WARNING; a spent budget adds "change freeze on" to the
     line (no severity of its own).
     Disk headroom: WARNING below [status] disk_warn_free_percent (15) free, CRITICAL below
-    disk_crit_free_percent (5) or disk_crit_free_bytes; the host clock more than
+    disk_crit_free_percent (5) or disk_crit_free_bytes, and when the last day's trend (the
+    relay samples every 10 minutes) fills it within disk_full_warn_hours (48) /
+    disk_full_crit_hours (6); the host clock more than
     clock_warn_seconds (5) from the database's: WARNING.
     A quarantined job or parked track unreleased past [status] quarantine_critical_after_seconds
     (parked_critical_after_seconds; per reason [status.critical_after_by_reason]) is CRITICAL.

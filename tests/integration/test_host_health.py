@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from iipub import status_queries
 from iipub.config_file import load_settings
+from iipub.simulator import Simulator
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -79,3 +80,37 @@ def test_a_host_clock_apart_from_the_databases_warns(cli_env: dict[str, str], tm
     assert families["iipub_clock_offset_seconds"].samples[0].value == pytest.approx(-30.0, abs=1.0)
     calm = _env(cli_env, tmp_path, "clock_warn_seconds = 60\n")
     assert "host clock" not in run_cli("status", "--check", env=calm, cwd=tmp_path).stdout
+
+
+def test_a_filesystem_filling_fast_is_reported_before_it_is_full(cli_env: dict[str, str], tmp_path: Path,
+                                                                db_url: str, sim: Simulator,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relay samples the free space every ten minutes; `status` turns the trend into the
+    time left: full within [status] disk_full_crit_hours (6) at this rate is CRITICAL."""
+    import datetime as dt
+
+    import sqlalchemy as sa
+
+    from iipub import clock, db, disk_samples, tables
+
+    env = {**_env(cli_env, tmp_path), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
+    monkeypatch.setattr(disk_samples, "due", lambda minute: True)
+    assert run_cli("relay", env=env, cwd=tmp_path).returncode == 0
+    engine = db.make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            rows = conn.execute(sa.select(tables.disk_samples)).mappings().all()
+            assert rows and all(r["free_bytes"] > 0 for r in rows)
+            # two hours ago the same filesystem had twice the free space: it fills in about two hours
+            two_hours_ago = clock.read_now(conn) - dt.timedelta(hours=2)
+            conn.execute(tables.disk_samples.update().values(at=two_hours_ago,
+                                                             free_bytes=tables.disk_samples.c.free_bytes * 2))
+    finally:
+        engine.dispose()
+    check = run_cli("status", "--check", env=env, cwd=tmp_path)
+    assert check.returncode == 2, check.stdout
+    assert "filling" in check.stdout and "at this rate" in check.stdout, check.stdout
+    doc = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
+    assert all(d["filling_bytes_per_hour"] > 0 for d in doc["disks"])
+    relaxed = _env(cli_env, tmp_path, "disk_full_warn_hours = 1\ndisk_full_crit_hours = 0.5\n")
+    assert "at this rate" not in run_cli("status", "--check", env=relaxed, cwd=tmp_path).stdout

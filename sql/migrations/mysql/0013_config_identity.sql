@@ -20,3 +20,15 @@ CREATE TABLE IF NOT EXISTS config_identity (
     PRIMARY KEY (id),
     KEY ix_config_identity_at (at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Disk headroom over time (`iipub.disk_samples`): the relay records the free space of each
+-- filesystem iipub writes to every ten minutes; `status` reads the growth from them. Kept 8 days.
+CREATE TABLE IF NOT EXISTS disk_samples (
+    id          BIGINT        NOT NULL AUTO_INCREMENT,
+    at          DATETIME(6)   NOT NULL,
+    path        VARCHAR(1024) NOT NULL,            -- the folder measured (one per filesystem)
+    free_bytes  BIGINT        NOT NULL,
+    size_bytes  BIGINT        NOT NULL,
+    PRIMARY KEY (id),
+    KEY ix_disk_samples_at (at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

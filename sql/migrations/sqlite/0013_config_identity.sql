@@ -15,3 +15,12 @@ CREATE TABLE IF NOT EXISTS config_identity (
     during_freeze  BOOLEAN       NOT NULL DEFAULT FALSE
 );
 CREATE INDEX IF NOT EXISTS ix_config_identity_at ON config_identity (at);
+
+CREATE TABLE IF NOT EXISTS disk_samples (
+    id          INTEGER       NOT NULL PRIMARY KEY AUTOINCREMENT,
+    at          DATETIME      NOT NULL,
+    path        VARCHAR(1024) NOT NULL,
+    free_bytes  BIGINT        NOT NULL,
+    size_bytes  BIGINT        NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_disk_samples_at ON disk_samples (at);
