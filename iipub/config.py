@@ -301,6 +301,16 @@ class RelaySettings(Checked):
     prune_after_days: Annotated[float, Bounds(ge=0, le=3650)] = 30.0
 
 
+# Reasons that cannot wait half a day: output may be lost or paid twice if nobody looks.
+DEFAULT_CRITICAL_AFTER: tuple[tuple[str, float], ...] = (
+    ("crashed_during_create", 3600.0),
+    ("create_outcome_unknown", 3600.0),
+    ("edition_conflict", 3600.0),
+    ("restored_behind_ledger", 3600.0),
+    ("operator_cancelled", 7 * 86400.0),  # an operator's own decision: a reminder after a week
+)
+
+
 @dataclass(frozen=True)
 class StatusSettings(Checked):
     window_hours: Annotated[float, Bounds(gt=0, le=24 * 366)] = 24.0
@@ -322,6 +332,35 @@ class StatusSettings(Checked):
     unreachable_after_ticks: Annotated[int, Bounds(ge=1, le=1000)] = 3
     # The name PRODUCT.md gives [monitoring] heartbeat_after_seconds; either spelling is accepted.
     heartbeat_after_seconds: Seconds | None = None
+    # Escalation: a quarantined job (a parked track) unreleased this long is CRITICAL, not a WARNING;
+    # `critical_after_by_reason` ([status.critical_after_by_reason] reason = seconds) per reason.
+    quarantine_critical_after_seconds: PositiveSeconds = 4 * 3600.0
+    parked_critical_after_seconds: PositiveSeconds = 8 * 3600.0
+    critical_after_by_reason: tuple[tuple[str, float], ...] = DEFAULT_CRITICAL_AFTER
+    # Each SLO's error budget is counted over this rolling window (burn rates over 5m to 6h).
+    error_budget_days: Annotated[float, Bounds(gt=0, le=366)] = 30.0
+    # A fast burn pages (CRITICAL) once this many bad samples fell within its hour; a WARNING before.
+    burn_page_min_bad_events: Annotated[int, Bounds(ge=1, le=10_000)] = 3
+    # Disk headroom of the filesystems holding the ledger, the static site, the SQLite database
+    # and `log_dir` (cron's logs; unset: not watched): free space (and inodes) below these shares.
+    disk_warn_free_percent: Annotated[float, Bounds(gt=0, le=100)] = 15.0
+    disk_crit_free_percent: Annotated[float, Bounds(gt=0, le=99)] = 5.0
+    disk_crit_free_bytes: Annotated[int, Bounds(ge=0)] = 256 * 1024 * 1024  # and below this: CRITICAL
+    log_dir: Annotated[str, Bounds(min_length=1, max_length=4096)] | None = None
+    # Growth (from the relay's samples over the last day): full within this many hours at the
+    # rate it fills: WARNING, then CRITICAL.
+    disk_full_warn_hours: PositiveSeconds = 48.0
+    disk_full_crit_hours: PositiveSeconds = 6.0
+    # The host clock against the database's (leases and ages use the database's; cron, logs and
+    # the ledger's lines the host's): WARNING past this many seconds apart.
+    clock_warn_seconds: PositiveSeconds = 5.0
+
+    def critical_after(self, reason: str | None, *, track: bool = False) -> float:
+        """How long a job quarantined (a track parked) for `reason` may wait for an operator."""
+        for name, seconds in self.critical_after_by_reason:
+            if name == reason:
+                return seconds
+        return self.parked_critical_after_seconds if track else self.quarantine_critical_after_seconds
 
 
 @dataclass(frozen=True)
@@ -530,6 +569,8 @@ def check_settings(s: Settings) -> None:
     st = s.status
     if st.outbox_lag_crit_seconds < st.outbox_lag_warn_seconds:
         problems.append("[status] outbox_lag_crit_seconds must be at least outbox_lag_warn_seconds")
+    if st.disk_crit_free_percent > st.disk_warn_free_percent:
+        problems.append("[status] disk_crit_free_percent must be at most disk_warn_free_percent")
     if st.stranded_after_seconds < st.late_after_minutes * 60:
         problems.append("[status] stranded_after_seconds (CRITICAL) must be at least late_after_minutes (WARNING)")
     beat = s.monitoring.heartbeat_after_seconds

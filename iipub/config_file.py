@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from .config import (
+    DEFAULT_CRITICAL_AFTER,
     DEFAULT_DATABASE_URL,
     HEADER_SAFE,
     NAME_RE,
@@ -44,6 +45,7 @@ from .config import (
 )
 from .errors import ConfigError
 from .models import REASONING_EFFORTS, ModelRule
+from .states import QUARANTINE_REASONS, TRACK_PARKED
 from .strict import InvalidValues
 
 if TYPE_CHECKING:
@@ -128,7 +130,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     reconcile = _section(ReconcileSettings, reconcile_raw, "reconcile")
     provider = _section(ProviderSettings, data.get("provider"), "provider")
     relay = _section(RelaySettings, data.get("relay"), "relay")
-    status = _section(StatusSettings, data.get("status"), "status")
+    status = _section(StatusSettings, _status_raw(data.get("status"), base_dir), "status")
     webhooks = _webhooks(data.get("webhooks"))
     monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
@@ -375,6 +377,28 @@ def _is_base_url(url: Any) -> bool:
     except ValueError:
         return False
     return bool(parts.hostname) and not parts.query and not parts.fragment and "#" not in url and "?" not in url
+
+
+def _status_raw(raw: Any, base_dir: Path) -> Any:
+    """`[status] log_dir` resolved like every path; `[status.critical_after_by_reason]` (reason =
+    seconds) over the defaults, as sorted pairs."""
+    if isinstance(raw, dict) and "log_dir" in raw:
+        raw = {**raw, "log_dir": str(_path(raw["log_dir"], "[status] log_dir", "a folder path", base_dir))}
+    if not isinstance(raw, dict) or "critical_after_by_reason" not in raw:
+        return raw
+    table = raw["critical_after_by_reason"]
+    where = "[status.critical_after_by_reason]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table of reason = seconds (got {_shown(table)})")
+    known = {r.value for r in QUARANTINE_REASONS} | {s.value.lower() for s in TRACK_PARKED}
+    merged = dict(DEFAULT_CRITICAL_AFTER)
+    for reason, seconds in table.items():
+        if reason not in known:
+            raise ConfigError(f"{where}: unknown reason {_shown(reason)} (one of {', '.join(sorted(known))})")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 366 * 86400:
+            raise ConfigError(f"{where} {reason}: seconds between 0 and a year (got {_shown(seconds)})")
+        merged[reason] = float(seconds)
+    return {**raw, "critical_after_by_reason": tuple(sorted(merged.items()))}
 
 
 def _titles(raw: Any, where: str) -> tuple[tuple[str, str], ...]:

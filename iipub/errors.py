@@ -23,6 +23,10 @@ class ConfigError(IipubError):
     exit_code = 78  # EX_CONFIG
 
 
+class ConfigMismatch(ConfigError):
+    """The database runs with another configuration; this command refuses to write."""
+
+
 class MissingApiKey(ConfigError):
     """OPENAI_API_KEY is not set; refusing to touch any job."""
 
@@ -53,6 +57,12 @@ class SchemaNotReady(IipubError):
 
 class MigrationError(IipubError):
     """A migration failed."""
+
+
+class AlreadyInstalled(IipubError):
+    """`iipub init` found files it would have written; nothing was overwritten."""
+
+    exit_code = 73  # EX_CANTCREAT
 
 
 class UsageError(IipubError):

@@ -57,6 +57,10 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     for reason in sorted(set(QUARANTINE_REASONS) | set(by_reason)):
         quarantined.labels(reason=reason).set(by_reason.get(reason, 0))
 
+    _queues(report, gauge)
+    _budgets(report, gauge)
+    _host(report, gauge)
+
     within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
                    ("sli",))
     p99 = gauge("sli_p99_seconds", "99th percentile of the SLI's durations in the window (NaN: none).", ("sli",))
@@ -242,6 +246,54 @@ def _paid(report: Status, gauge: Callable[..., Gauge]) -> None:
         limit.labels(scope=scope).set(c.allowed)
         counted.labels(scope=scope).set(c.spent)
         reached.labels(scope=scope).set(int(c.reached))
+
+
+def _queues(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """The operator's queue by reason: depth, the oldest one's wait, its limit, how many are past it."""
+    labels = ("kind", "reason")
+    depth = gauge("queue_depth", "Quarantined jobs / parked tracks waiting for an operator, by reason.", labels)
+    oldest = gauge("queue_oldest_seconds", "How long the oldest of them has waited.", labels)
+    limit = gauge("queue_critical_after_seconds", "[status] limit past which a wait is CRITICAL.", labels)
+    overdue = gauge("queue_overdue", "How many waited past the limit.", labels)
+    for q in report.queues():
+        depth.labels(kind=q.kind, reason=q.reason).set(q.count)
+        oldest.labels(kind=q.kind, reason=q.reason).set(q.oldest_seconds)
+        limit.labels(kind=q.kind, reason=q.reason).set(q.critical_after_seconds)
+        overdue.labels(kind=q.kind, reason=q.reason).set(q.overdue)
+
+
+def _budgets(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """Each SLO's error budget left, its burn rates per window, and the change freeze."""
+    left = gauge("error_budget_left_ratio", "Share of the SLO's error budget left over its window (< 0: overspent).",
+                 ("slo",))
+    events = gauge("error_budget_events", "SLO samples in the error budget's window.", ("slo",))
+    bad = gauge("error_budget_bad_events", "SLO samples that missed it, in the window.", ("slo",))
+    burn = gauge("error_budget_burn_rate", "Bad share over the window divided by (1 - target).", ("slo", "window"))
+    for b in report.budgets:
+        left.labels(slo=b.name).set(b.left)
+        events.labels(slo=b.name).set(b.events)
+        bad.labels(slo=b.name).set(b.bad)
+        for window, rate in b.burn:
+            burn.labels(slo=b.name, window=window).set(rate)
+    gauge("change_freeze", "1 while an SLO's error budget is spent (changes frozen).").set(int(bool(report.freeze())))
+
+
+def _host(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """Disk headroom of the filesystems iipub writes to; the host clock against the database's."""
+    labels = ("roles", "path")
+    free = gauge("disk_free_bytes", "Bytes free (to an unprivileged writer) on a filesystem iipub writes to.", labels)
+    size = gauge("disk_size_bytes", "Size of that filesystem.", labels)
+    ratio = gauge("disk_free_ratio", "Share free (space or inodes, the lower).", labels)
+    for d in report.disks:
+        if d.error is not None:
+            continue
+        key = {"roles": ",".join(d.roles), "path": d.path}
+        free.labels(**key).set(d.free_bytes)
+        size.labels(**key).set(d.size_bytes)
+        ratio.labels(**key).set(d.free_share)
+    if report.clock_check is not None:
+        gauge("clock_offset_seconds", "The database's clock minus this host's (positive: the host is behind).").set(
+            report.clock_check.offset_seconds)
 
 
 def render(report: Status, products: Products = ()) -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import breaker, cutover, deliveries, gate, heartbeat, money
+from . import breaker, cutover, deliveries, error_budget, gate, heartbeat, money
 from .breaker import GateState
 from .config import Settings, StatusSettings
 from .jobs import is_stranded, late_seconds
@@ -23,7 +23,10 @@ from .payments import Report as PaidReport
 from .states import State
 from .timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from .track_views import Figures as TrackFigures
-from .wording import clip_words, plural
+from .track_views import parked_reason
+from .wording import clip_words, plural, printable
+
+PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -109,6 +112,109 @@ class JobRef:
 
 
 @dataclass(frozen=True)
+class Queue:
+    """The operator's queue for one reason: quarantined jobs or parked language tracks."""
+
+    kind: str  # "quarantine" | "parked"
+    reason: str
+    count: int
+    oldest_seconds: float
+    critical_after_seconds: float
+    overdue: int  # waiting longer than critical_after_seconds
+    oldest: str  # the oldest one, for a person (job id prefix, language)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason, "count": self.count,
+                "oldest_seconds": _round(self.oldest_seconds), "critical_after_seconds": self.critical_after_seconds,
+                "overdue": self.overdue, "oldest": self.oldest}
+
+
+@dataclass(frozen=True)
+class Disk:
+    """One filesystem holding some of iipub's files, as statvfs saw it."""
+
+    roles: tuple[str, ...]  # ledger, static_root, database, logs, metrics
+    path: str  # the (nearest existing) folder measured
+    free_bytes: int  # available to an unprivileged writer
+    size_bytes: int
+    free_inodes: int | None = None  # None: the filesystem does not count them
+    inodes: int | None = None
+    error: str | None = None  # it could not be measured
+    filling_bytes_per_hour: float | None = None  # from the relay's samples over the last day; None: unknown
+
+    def floor_bytes(self, s: StatusSettings) -> float:
+        """Free bytes below which the filesystem is CRITICAL."""
+        return max(float(s.disk_crit_free_bytes), self.size_bytes * s.disk_crit_free_percent / 100)
+
+    def hours_to_full(self, s: StatusSettings) -> float | None:
+        """At the rate it fills, hours until the CRITICAL floor (None: not filling, or unknown)."""
+        rate = self.filling_bytes_per_hour
+        if rate is None or rate <= 0:
+            return None
+        return max(0.0, (self.free_bytes - self.floor_bytes(s)) / rate)
+
+    @property
+    def free_share(self) -> float:
+        share = self.free_bytes / self.size_bytes if self.size_bytes else 1.0
+        if self.inodes:
+            share = min(share, (self.free_inodes or 0) / self.inodes)
+        return share
+
+    def severity(self, s: StatusSettings) -> int:
+        if self.error is not None:
+            return WARNING
+        if self.free_share * 100 < s.disk_crit_free_percent or self.free_bytes < s.disk_crit_free_bytes:
+            return CRITICAL
+        hours = self.hours_to_full(s)
+        if hours is not None and hours < s.disk_full_crit_hours:
+            return CRITICAL
+        if self.free_share * 100 < s.disk_warn_free_percent:
+            return WARNING
+        return WARNING if hours is not None and hours < s.disk_full_warn_hours else OK
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"disk of {'/'.join(self.roles)} ({self.path}) cannot be measured: {self.error}"
+        inodes = (f", {self.free_inodes:,} inodes free" if self.inodes and self.free_inodes is not None
+                  and self.free_inodes / self.inodes < self.free_bytes / max(self.size_bytes, 1) else "")
+        filling = (f", filling {_size(round(self.filling_bytes_per_hour))}/h"
+                   if self.filling_bytes_per_hour is not None and self.filling_bytes_per_hour > 0 else "")
+        return (f"disk of {'/'.join(self.roles)} ({self.path}): {_size(self.free_bytes)} free of "
+                f"{_size(self.size_bytes)} ({self.free_share:.1%}{inodes}{filling})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"roles": list(self.roles), "path": self.path, "free_bytes": self.free_bytes,
+                "size_bytes": self.size_bytes, "free_inodes": self.free_inodes, "inodes": self.inodes,
+                "free_ratio": round(self.free_share, 4), "error": self.error,
+                "filling_bytes_per_hour": None if self.filling_bytes_per_hour is None
+                else round(self.filling_bytes_per_hour)}
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    """The host's clock against the database's: offset = database - host, +- uncertainty."""
+
+    offset_seconds: float
+    uncertainty_seconds: float  # half the query's round trip
+
+    def severity(self, s: StatusSettings) -> int:
+        return WARNING if abs(self.offset_seconds) - self.uncertainty_seconds > s.clock_warn_seconds else OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offset_seconds": round(self.offset_seconds, 3),
+                "uncertainty_seconds": round(self.uncertainty_seconds, 3)}
+
+
+@dataclass(frozen=True)
 class Spend:
     product: str
     edition_date: dt.date
@@ -166,6 +272,9 @@ class Status:
     # Parked for an operator other than in quarantine (a validation failure, a suspension), oldest
     # first: the edition cannot move until someone acts (`quarantine show` lists the remedies).
     parked: tuple[JobRef, ...] = ()
+    budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
+    disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
+    clock_check: ClockCheck | None = None  # the host clock against the database's
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -192,6 +301,88 @@ class Status:
     def outbox_failing(self) -> int:
         return sum(1 for p in self.outbox_problems if p.get("kind") == "failing")
 
+    def queues(self) -> list[Queue]:
+        """Queue depth and age by reason, quarantined jobs then parked tracks, each against the
+        `[status]` limit past which it is CRITICAL."""
+        s = self.settings
+        out: list[Queue] = []
+        groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        for q in self.quarantined:
+            groups.setdefault(("quarantine", q.reason or "unknown"), []).append((q.age_seconds, q.id[:8]))
+        for t in self.tracks.parked if self.tracks is not None else ():
+            groups.setdefault(("parked", parked_reason(t)), []).append((t.age_seconds, f"{t.job_id[:8]} {t.lang}"))
+        for (kind, reason), items in sorted(groups.items()):
+            limit = s.critical_after(reason, track=kind == "parked")
+            age, who = max(items)
+            out.append(Queue(kind, reason, len(items), age, limit, sum(1 for a, _ in items if a > limit), who))
+        return out
+
+    def _host_problems(self) -> list[tuple[int, str]]:
+        """Disk headroom before a write fails; the host clock against the database's."""
+        s = self.settings
+        found: list[tuple[int, str]] = []
+        for d in self.disks:
+            severity = d.severity(s)
+            if severity == OK:
+                continue
+            hours = d.hours_to_full(s)
+            if d.error is not None:
+                found.append((severity, d.describe()))
+            elif hours is not None and hours < s.disk_full_warn_hours and (
+                    d.free_bytes >= s.disk_crit_free_bytes and d.free_share * 100 >= s.disk_warn_free_percent):
+                found.append((severity, f"{d.describe()}: full in {duration(hours * 3600)} at this rate"))
+            else:
+                limit = s.disk_crit_free_percent if severity == CRITICAL else s.disk_warn_free_percent
+                found.append((severity, f"{d.describe()} < {limit:g}%"))
+        c = self.clock_check
+        if c is not None and c.severity(s) != OK:
+            found.append((WARNING, (f"host clock {abs(c.offset_seconds):.1f}s "
+                                    f"{'behind' if c.offset_seconds > 0 else 'ahead of'} the database's "
+                                    f"(> {s.clock_warn_seconds:g}s; check NTP: timedatectl, chronyc tracking)")))
+        return found
+
+    def freeze(self) -> list[str]:
+        """The SLOs whose error budget is spent: while any is, changes are frozen."""
+        return error_budget.freeze_reasons(self.budgets)
+
+    def _budget_problems(self) -> list[tuple[int, str]]:
+        """Multiwindow burn-rate alerts (fast: CRITICAL, slow: WARNING) and the change freeze."""
+        found: list[tuple[int, str]] = []
+        for b in self.budgets:
+            if b.fast_burn:
+                # A low-traffic SLO (a few editions a day) burns 100x on one late sample: it pages
+                # only once enough bad samples prove a pattern (the workbook's low-traffic advice).
+                severe = b.bad_within("1h") >= self.settings.burn_page_min_bad_events
+                found.append((CRITICAL if severe else WARNING,
+                              (f"{b.name} error budget burning fast: {b.rate('1h'):.1f}x over 1h and "
+                               f"{b.rate('5m'):.1f}x over 5m (> {error_budget.FAST[2]:g}x)")))
+            elif b.slow_burn:
+                found.append((WARNING, (f"{b.name} error budget burning: {b.rate('6h'):.1f}x over 6h and "
+                                        f"{b.rate('30m'):.1f}x over 30m (> {error_budget.SLOW[2]:g}x)")))
+        return found
+
+    def freeze_note(self) -> str | None:
+        """The change freeze, said on the check line. Not a severity of its own: with a few
+        editions a day one late one spends a month's budget, and a WARNING held for a month
+        would teach operators to ignore the check."""
+        frozen = self.freeze()
+        if not frozen:
+            return None
+        return (f"change freeze on: error budget spent for {', '.join(frozen)} over "
+                f"{self.settings.error_budget_days:g}d (configuration changes are flagged in the journal until "
+                "it recovers)")
+
+    def _escalation_problems(self) -> list[tuple[int, str]]:
+        """A quarantine or a parked track nobody released within its reason's limit: CRITICAL."""
+        found = []
+        for q in self.queues():
+            if q.overdue:
+                noun = "quarantined job" if q.kind == "quarantine" else "parked track"
+                found.append((CRITICAL, (f"{plural(q.overdue, noun)} {q.reason} unreleased > "
+                                         f"{duration(q.critical_after_seconds)} (oldest {q.oldest} for "
+                                         f"{duration(q.oldest_seconds)})")))
+        return found
+
     @property
     def quarantine_reasons(self) -> dict[str, int]:
         return dict(sorted(Counter(q.reason or "unknown" for q in self.quarantined).items()))
@@ -207,6 +398,9 @@ class Status:
             found.append((CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
                                      f"(oldest {o.product} {o.edition_date} in {o.state} for "
                                      f"{duration(o.age_seconds)}, job {o.id[:8]})")))
+        found.extend(self._escalation_problems())
+        found.extend(self._budget_problems())
+        found.extend(self._host_problems())
         found.extend(self._track_problems())
         if self.immovable:
             o = self.immovable[0]
@@ -270,7 +464,10 @@ class Status:
                                 f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
                      for sli in self.slis if sli.breached)
         found.extend(self.extra_problems)
-        return sorted(found, key=lambda p: -p[0])
+        # Operator and provider text (a pause reason, a breaker's detail, a run's error) is in
+        # these: one line each, no control character, no `|` (it starts the perfdata).
+        return sorted(((sev, printable(text, PROBLEM_WIDTH).replace("|", "/")) for sev, text in found),
+                      key=lambda p: -p[0])
 
     def _track_problems(self) -> list[tuple[int, str]]:
         """Stranded tracks are CRITICAL like stranded jobs; a parked track is a WARNING like a
@@ -335,6 +532,9 @@ class Status:
         else:
             summary = (f"{plural(self.jobs_total, 'job')}, {len(self.quarantined)} quarantined, "
                        f"outbox lag {self.outbox_lag_seconds:.0f}s")
+        note = self.freeze_note()
+        if note is not None:
+            summary = f"{summary}; {note}"
         return code, f"IIPUB {CHECK_NAMES[code]} - {summary} | {self.perfdata()}"
 
     def perfdata(self) -> str:
@@ -342,6 +542,7 @@ class Status:
         parts = [
             f"jobs={self.jobs_total}",
             f"quarantined={len(self.quarantined)};0",
+            f"queue_overdue={sum(q.overdue for q in self.queues())};;0",  # ages: --json, Prometheus
             f"stranded={len(self.stranded)};;0",
             f"provider_expired={self.expired_now};0",
             f"outbox_lag={self.outbox_lag_seconds:.0f}s;{s.outbox_lag_warn_seconds:g};{s.outbox_lag_crit_seconds:g}",
@@ -359,6 +560,14 @@ class Status:
             parts.append(f"tokens_today={self.paid.window('today').total.tokens}")
             parts.extend(f"ceiling_{'global' if c.scope == money.GLOBAL else c.scope}={c.spent};;{c.allowed}"
                          for c in self.paid.ceilings)
+        parts.extend(f"budget_left_{b.name}={b.left * 100:.1f}%;0:;0:" for b in self.budgets)
+        parts.append(f"change_freeze={int(bool(self.freeze()))};0")
+        parts.extend(f"disk_free_{'_'.join(d.roles)}={d.free_share * 100:.0f}%;{s.disk_warn_free_percent:g}:;"
+                     f"{s.disk_crit_free_percent:g}:" for d in self.disks if d.error is None)
+        if self.clock_check is not None:
+            # whole seconds: two reports a moment apart print the same line (the JSON has milliseconds)
+            parts.append(f"clock_offset={round(self.clock_check.offset_seconds)}s;"
+                         f"{-s.clock_warn_seconds:g}:{s.clock_warn_seconds:g}")
         for key, sli in (("dispatch", self.dispatch), ("dwell", self.dwell), ("overdue_poll", self.overdue_polls)):
             p99 = sli.percentile(99)
             if p99 is not None:
@@ -416,6 +625,11 @@ class Status:
                 "oldest": oldest_q,
                 "jobs": [j.to_dict() for j in self.quarantined],
             },
+            "queues": [q.to_dict() for q in self.queues()],
+            "error_budgets": {b.name: b.to_dict() for b in self.budgets},
+            "change_freeze": {"on": bool(self.freeze()), "slos": self.freeze()},
+            "disks": [d.to_dict() for d in self.disks],
+            "clock": self.clock_check.to_dict() if self.clock_check is not None else None,
             "provider_expired": {"current": self.expired_now, "in_window": self.expired_in_window},
             "late": {
                 "count": len(self.late),
@@ -477,19 +691,27 @@ _ACCEPTED_FROM_CREATE = frozenset({State.ACCEPTED.value, State.QUEUED.value, Sta
 
 
 def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
+    """The custody dwell of each retrieval and how many dwells lost the output (see
+    `timed_dwell_samples`)."""
+    timed, lost = timed_dwell_samples(events)
+    return [d for _, d in timed], len(lost)
+
+
+def timed_dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[tuple[dt.datetime, float]], list[dt.datetime]]:
     """The custody dwell of each retrieval, from events `(job_id, from_state, to_state, at[,
-    detail])` in journal order per job. Returns the durations and how many dwells lost the output.
+    detail])` in journal order per job.
 
     A retrieval whose detail has the provider's `provider_created_at` and `provider_completed_at`,
     of a job whose create was accepted in the window, is measured from the provider's completion
     mapped onto the database clock through that acceptance: (retrieved - accepted) - (completed -
     created). The time a finished response waited unseen counts, and the two clocks are never
     compared (the mapping errs early by at most the create's round trip). Otherwise it runs from
-    the job's entry into COMPLETED_NOT_RETRIEVED. Unclosed dwells are left to the caller."""
+    the job's entry into COMPLETED_NOT_RETRIEVED. Unclosed dwells are left to the caller.
+    Returns (retrieved at, dwell) per retrieval and the times of the dwells that lost the output."""
     cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
     rnv = State.RETRIEVED_NOT_VALIDATED.value
-    durations: list[float] = []
-    failed = 0
+    durations: list[tuple[dt.datetime, float]] = []
+    failed: list[dt.datetime] = []
     entered: dict[str, dt.datetime] = {}
     accepted: dict[str, dt.datetime] = {}
     for event in events:
@@ -503,11 +725,11 @@ def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
             if dst == rnv:
                 provider_run = _provider_run_seconds(event[4] if len(event) > 4 else None)
                 if provider_run is not None and job_id in accepted:
-                    durations.append(max(0.0, seconds_between(at, accepted[job_id]) - provider_run))
+                    durations.append((at, max(0.0, seconds_between(at, accepted[job_id]) - provider_run)))
                 elif start is not None:
-                    durations.append(max(0.0, seconds_between(at, start)))
+                    durations.append((at, max(0.0, seconds_between(at, start))))
             elif dst in DWELL_LOST and start is not None:
-                failed += 1
+                failed.append(at)
     return durations, failed
 
 

@@ -7,15 +7,32 @@ database clock (`clock.read_now`), the same clock that stamped the rows.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from . import clock, cutover, db, deliveries, gate, heartbeat, holds, installation, outbox, status, tables, track_views
+from . import (
+    clock,
+    cutover,
+    db,
+    deliveries,
+    disk_samples,
+    error_budget,
+    gate,
+    heartbeat,
+    holds,
+    installation,
+    outbox,
+    status,
+    tables,
+    track_views,
+)
 from .config import Settings, StatusSettings
 from .errors import SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
@@ -81,6 +98,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
         current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
         elsewhere = _waiting_on_scope(conn, live, current_scope)
         immovable = _immovable_slots(conn, now)
+        budgets = error_budgets(conn, now, live, s)
+        clock_check = host_clock(conn)
+        first_samples = disk_samples.oldest_since(conn, now - dt.timedelta(days=1))
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -133,6 +153,9 @@ def collect(engine: Engine, settings: Settings) -> status.Status:
              if j["state"] in (State.VALIDATION_FAILED_RETAINED.value, State.MANUALLY_SUSPENDED.value)
              and j["id"] not in track_figures.parked_job_ids),
             key=lambda r: -r.age_seconds)),
+        budgets=budgets,
+        disks=with_growth(disks(settings), first_samples, now),
+        clock_check=clock_check,
     )
 
 
@@ -319,3 +342,168 @@ def _spend(conn: Connection, since: dt.date) -> tuple[status.Spend, ...]:
         .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
     )
     return tuple(status.Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
+
+
+# -- error budgets ----------------------------------------------------------------------
+
+
+def error_budgets(conn: Connection, now: dt.datetime, live: Sequence[Mapping[str, Any]] | None,
+                  s: StatusSettings) -> tuple[error_budget.Budget, ...]:
+    """Each latency SLO's error budget over `[status] error_budget_days` (the overdue polls' over
+    the SLI window at most: a sample per poll, too many to read a month of every minute), from
+    the journal: each sample's time and whether it met its SLO."""
+    if live is None:
+        live = _live_jobs(conn)
+    window = s.error_budget_days * 86400
+    since = clock.now(conn, -window)
+    poll_window = min(window, s.window_hours * 3600)
+    return (
+        error_budget.compute("time_to_dispatch", s.dispatch_slo_target,
+                             _dispatch_samples(conn, since, now, live, s), now, window),
+        error_budget.compute("unretrieved_dwell", s.dwell_slo_target,
+                             _dwell_samples(conn, since, now, live, s), now, window),
+        error_budget.compute("overdue_polls", s.overdue_poll_slo_target,
+                             _poll_samples(conn, clock.now(conn, -poll_window), now, live, s), now, poll_window),
+    )
+
+
+def spent_budgets(conn: Connection, settings: Settings) -> list[str]:
+    """The SLOs whose error budget is spent now: a change freeze while any is."""
+    return error_budget.freeze_reasons(error_budgets(conn, clock.read_now(conn), None, settings.status))
+
+
+def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                      s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    """(first CREATE_IN_FLIGHT, within the SLO) per first dispatch since `since`; a slot still
+    waiting past the SLO is a bad sample now (backfills left out, as in the SLI)."""
+    cif = State.CREATE_IN_FLIGHT.value
+    e, j = events_table.c, jobs_table.c
+    recent = sa.select(e.job_id).where(e.to_state == cif, e.at >= since)  # by the `at` index, not all time
+    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif, e.job_id.in_(recent))
+             .group_by(e.job_id).having(sa.func.min(e.at) >= since).subquery())
+    rows = conn.execute(sa.select(j.opens_at, j.created_at, first.c.first_at)
+                        .join(first, first.c.job_id == j.id).where(j.is_backfill == sa.false())).all()
+    samples = [(naive_utc(r.first_at),
+                seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
+               for r in rows]
+    waiting = [x["id"] for x in live if x["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value)
+               and not x["is_backfill"]
+               and seconds_between(now, slot_opened(x["opens_at"], x["created_at"])) >= s.dispatch_slo_seconds]
+    if waiting:
+        dispatched = set(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.job_id.in_(waiting))
+                                      .distinct()).scalars())
+        samples += [(now, False) for x in waiting if x not in dispatched]
+    return samples
+
+
+def _dwell_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                   s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
+    e = events_table.c
+    rows = conn.execute(
+        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
+        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
+        .order_by(e.job_id, e.id)
+    ).all()
+    timed, lost = status.timed_dwell_samples(
+        (r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
+    samples = [(at, d < s.dwell_slo_seconds) for at, d in timed] + [(at, False) for at in lost]
+    samples += [(now, False) for x in live if x["state"] == cnr
+                and seconds_between(now, x["state_entered_at"]) >= s.dwell_slo_seconds]
+    return samples
+
+
+def _poll_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+                  s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
+    rows = conn.execute(
+        sa.select(events_table.c.at, events_table.c.detail)
+        .where(events_table.c.at >= since, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
+    ).all()
+    samples = []
+    for r in rows:
+        late = status.poll_lateness(naive_utc(r.at), r.detail)
+        if late is not None:
+            samples.append((naive_utc(r.at), late < s.overdue_poll_slo_seconds))
+    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    samples += [(now, False) for x in live if x["state"] in watched
+                and (x["lease_expiry"] is None or naive_utc(x["lease_expiry"]) < now)
+                and seconds_between(now, x["next_attempt_at"]) >= s.overdue_poll_slo_seconds]
+    return samples
+
+
+# -- the host: disk headroom and clock agreement --------------------------------------------
+
+
+def watched_paths(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """role -> path of every place iipub writes on this host."""
+    paths: dict[str, str] = {}
+    ledger = settings.ledger_path()
+    if ledger is not None:
+        paths["ledger"] = str(ledger.parent)
+    if settings.static_sink is not None:
+        paths["static_root"] = os.path.abspath(settings.static_sink.root)
+    sqlite = db.sqlite_file(settings.database_url)
+    if sqlite is not None:
+        paths["database"] = os.path.dirname(os.path.abspath(sqlite))
+    if settings.status.log_dir:
+        paths["logs"] = settings.status.log_dir
+    paths.update(extra or {})
+    return paths
+
+
+def disks(settings: Settings, extra: Mapping[str, str] | None = None) -> tuple[status.Disk, ...]:
+    """Free space and inodes of each filesystem holding a watched path (one entry per filesystem,
+    with every role it holds); a path not made yet is measured at its nearest existing folder."""
+    found: dict[int | str, tuple[list[str], str, os.statvfs_result | None, str | None]] = {}
+    for role, path in watched_paths(settings, extra).items():
+        where = _existing(path)
+        try:
+            key: int | str = os.stat(where).st_dev
+            vfs: os.statvfs_result | None = os.statvfs(where)
+            error = None
+        except OSError as exc:
+            key, vfs, error = where, None, exc.strerror or str(exc)
+        if key in found:
+            found[key][0].append(role)
+        else:
+            found[key] = ([role], where, vfs, error)
+    out = []
+    for roles, where, vfs, error in found.values():
+        if vfs is None:
+            out.append(status.Disk(tuple(roles), where, 0, 0, error=error))
+            continue
+        out.append(status.Disk(tuple(roles), where, vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize,
+                               vfs.f_favail if vfs.f_files else None, vfs.f_files or None))
+    return tuple(out)
+
+
+def with_growth(found: tuple[status.Disk, ...], first: Mapping[str, tuple[dt.datetime, int]],
+                now: dt.datetime) -> tuple[status.Disk, ...]:
+    """Each disk with the rate it fills since its oldest sample of the last day (an hour of
+    samples at least: less says nothing about a trend)."""
+    out = []
+    for d in found:
+        sample = first.get(d.path)
+        hours = seconds_between(now, sample[0]) / 3600 if sample is not None else 0.0
+        if sample is None or d.error is not None or hours < 1:
+            out.append(d)
+            continue
+        out.append(dataclasses.replace(d, filling_bytes_per_hour=(sample[1] - d.free_bytes) / hours))
+    return tuple(out)
+
+
+def _existing(path: str) -> str:
+    current = os.path.abspath(path)
+    while not os.path.exists(current) and os.path.dirname(current) != current:
+        current = os.path.dirname(current)
+    return current
+
+
+def host_clock(conn: Connection) -> status.ClockCheck:
+    """The database's clock (without the drill offset) against this host's, read around one query."""
+    before = time.time()
+    value = conn.execute(sa.select(clock.now(conn, drill_offset=False))).scalar_one()
+    after = time.time()
+    db_now = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    db_seconds = naive_utc(db_now).replace(tzinfo=dt.UTC).timestamp()
+    return status.ClockCheck(db_seconds - (before + after) / 2, (after - before) / 2)

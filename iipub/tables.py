@@ -436,6 +436,37 @@ spend_notes = sa.Table(
     sa.Column("noted_at", Time, nullable=False),
 )
 
+# The configuration a database runs with (`iipub.config_identity`): the newest row is in force.
+config_identity = sa.Table(
+    "config_identity",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("at", Time, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("config_path", sa.String(1024)),
+    sa.Column("config_sha256", sa.CHAR(64)),
+    sa.Column("ledger_path", sa.String(1024)),
+    sa.Column("static_root", sa.String(1024)),
+    sa.Column("command", sa.String(64), nullable=False),
+    sa.Column("by_whom", sa.String(255), nullable=False),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("during_freeze", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Index("ix_config_identity_at", "at"),
+)
+
+# Free space of the filesystems iipub writes to, every ten minutes (`iipub.disk_samples`).
+disk_samples = sa.Table(
+    "disk_samples",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("at", Time, nullable=False),
+    sa.Column("path", sa.String(1024), nullable=False),
+    sa.Column("free_bytes", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Index("ix_disk_samples_at", "at"),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations",
     metadata,

@@ -30,8 +30,9 @@ COMMANDS = ("reconcile", "relay")
 
 # What each table contributes to the signature: aggregates that change with any insert, update or
 # delete a writer makes (a fenced write adds 1 to `version`; rows without one have times or ids
-# that move). `runs` (heartbeats, written by idle runs too) and `wakeups` itself are left out;
-# every other table must be named here (tests/unit/test_wakeup.py checks it against the schema).
+# that move). Left out: `runs` (heartbeats, written by idle runs too), `wakeups` itself and
+# `disk_samples` (observation; the relay's row wakes it for the next sample). Every other table
+# must be named here (tests/unit/test_wakeup.py checks it against the schema).
 SIGNED: tuple[tuple[str, str], ...] = (
     ("jobs", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
     ("tracks", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
@@ -54,9 +55,10 @@ SIGNED: tuple[tuple[str, str], ...] = (
     ("spend_overrides", "COUNT(*), MAX(id)"),
     ("spend_notes", "COUNT(*), MAX(noted_at)"),
     ("product_holds", "COUNT(*), MAX(held_at), MAX(request_fingerprint)"),
+    ("config_identity", "COUNT(*), MAX(id)"),
     ("schema_migrations", "COUNT(*), MAX(version)"),
 )
-UNSIGNED = frozenset({"runs", "wakeups"})
+UNSIGNED = frozenset({"runs", "wakeups", "disk_samples"})
 
 # Variables that change how a run reports or whether the check runs, not what a run does.
 _NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")

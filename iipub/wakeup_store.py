@@ -159,7 +159,10 @@ def reconcile_future(conn: Connection, now: Any) -> list[Any]:
 
 
 def relay_future(conn: Connection, now: Any) -> list[Any]:
-    """The earliest future time an unpublished outbox event falls due or its lease ends."""
+    """The earliest future time an unpublished outbox event falls due or its lease ends, or the
+    relay's next sample of the disks."""
+    from . import disk_samples
+
     o = tables.outbox.c
     q = sa.select(
         sa.select(sa.func.min(o.next_attempt_at)).where(o.published_at.is_(None), o.next_attempt_at > now)
@@ -167,7 +170,7 @@ def relay_future(conn: Connection, now: Any) -> list[Any]:
         sa.select(sa.func.min(o.lease_expiry)).where(o.published_at.is_(None), o.lease_expiry > now)
         .scalar_subquery(),
     )
-    return list(conn.execute(q).one())
+    return [*conn.execute(q).one(), disk_samples.next_due(conn)]
 
 
 def idle_report(report: Any) -> dict[str, Any]:

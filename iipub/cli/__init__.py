@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "adopt": ("cutover_cmd", "adopt_command"),
     "export": ("cutover_cmd", "export_command"),
     "budget": ("budget_cmd", "budget_group"),
+    "init": ("init_cmd", "init_command"),
+    "config": ("config_cmd", "config_group"),
 }
 
 
@@ -128,6 +130,8 @@ def _monitoring(argv: list[str] | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if _monitoring(argv):
+        _monitored(argv)
     try:
         rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
     except click.exceptions.Abort:
@@ -136,9 +140,6 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
-        if _monitoring(argv):  # monitoring-plugin rules: a usage error is UNKNOWN, on stdout
-            click.echo(f"IIPUB UNKNOWN - usage: {' '.join(exc.format_message().split())}")
-            sys.exit(3)
         if logs.human():  # at a terminal: click's own `Usage: … Error: …`
             exc.show()
             sys.exit(exc.exit_code)
@@ -157,6 +158,30 @@ def main(argv: list[str] | None = None) -> None:
         _fail(DatabaseUnavailable(f"database unusable: {describe_error(exc)}"))
     except KeyboardInterrupt:
         _fail(Interrupted())
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _monitored(argv: list[str] | None) -> NoReturn:
+    """`status --check` under the monitoring-plugin rules: whatever stops the check before it can
+    run (the env file missing or malformed, a bad log setting or configuration, the database
+    unreachable or unmigrated, a usage error, a bug) is one `IIPUB UNKNOWN - …` line on stdout
+    (the JSON document with --json) and exit 3, never a silent exit 78 a monitor misreads."""
+    from .status_cmd import UNKNOWN, unknown
+
+    as_json = "--json" in (sys.argv[1:] if argv is None else argv)
+    try:
+        rv = cli.main(args=argv, prog_name="iipub", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        unknown(UsageError(f"usage: {exc.format_message()}"), as_json)
+        sys.exit(UNKNOWN)
+    except click.ClickException as exc:
+        unknown(IipubError(exc.format_message()), as_json)
+        sys.exit(UNKNOWN)
+    except (Exception, click.exceptions.Abort, KeyboardInterrupt) as exc:  # UNKNOWN, whatever it was
+        unknown(exc if isinstance(exc, Exception) else Interrupted(), as_json)
+        sys.exit(UNKNOWN)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -9,7 +9,7 @@ import click
 from .. import clock, money, payments
 from ..errors import UsageError
 from ..timefmt import iso_z, parse_utc_time
-from .common import App, by_option, emit_json, json_option, pass_app, reason_option
+from .common import App, by_option, clip, emit_json, json_option, pass_app, reason_option
 
 
 @click.group("budget")
@@ -40,7 +40,7 @@ def show_command(app: App, as_json: bool) -> None:
         click.echo(f"{'REACHED' if c.reached else 'ok'}: {c.describe()}")
     for o in overrides:
         click.echo(f"override: {o.to_dict()['scope']} +{o.extra_tokens:,} tokens until {iso_z(o.until, 'seconds')} "
-                   f"by {o.granted_by}: {o.reason}")
+                   f"by {clip(o.granted_by, 80)}: {clip(o.reason, 300)}")
 
 
 def _until(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
@@ -72,4 +72,4 @@ def override_command(app: App, tokens: int, product: str | None, until: dt.datet
     granted = Operator(app.settings, app.engine()).budget_override(tokens, reason, by, product=product, until=until)
     scope = "global ceiling" if granted.scope == money.GLOBAL else f"product {granted.scope}'s ceiling"
     click.echo(f"{scope} raised by {granted.extra_tokens:,} tokens until {iso_z(granted.until, 'seconds')} "
-               f"(by {granted.granted_by}: {granted.reason})")
+               f"(by {clip(granted.granted_by, 80)}: {clip(granted.reason, 300)})")

@@ -21,8 +21,30 @@ from ..jobs import Job, new_worker_id
 from ..states import State
 from ..store import Store
 from ..timefmt import parse_date
+from ..wording import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+# Commands that only read: run with another configuration than the database's, they warn.
+READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "outbox list", "orphans list",
+                       "orphans show", "budget show", "check", "export", "config show", "db status"})
+# Commands that never compare configurations: the schema itself, the deliberate adoption.
+UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
+
+
+def _command_name() -> str:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ""
+    return " ".join(ctx.command_path.split()[1:])
+
+
+def acting_user() -> str:
+    try:
+        return os.environ.get("USER") or os.environ.get("LOGNAME") or getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (a container)
+        return f"uid {os.getuid()}"
 
 
 class App:
@@ -30,6 +52,7 @@ class App:
 
     def __init__(self) -> None:
         self._engines: list[Engine] = []
+        self.identity: Any = None  # config_identity.Check, once the first engine is opened
 
     @cached_property
     def settings(self) -> Settings:
@@ -46,7 +69,41 @@ class App:
         self._engines.append(engine)
         if check_schema:
             db.ping(engine)
+            if self.identity is None:
+                self._guard(engine)
         return engine
+
+    def _guard(self, engine: Engine) -> None:
+        """The database knows its configuration: a writing command with another one is refused
+        (ConfigMismatch), a reading one warns on stderr (`status` also in its check)."""
+        command = _command_name()
+        if not command or command in UNGUARDED or command.split()[0] in UNGUARDED:
+            return
+        from .. import config_identity
+        from ..errors import SchemaNotReady
+
+        write = command not in READ_ONLY
+        try:
+            self.identity = config_identity.verify(engine, self.settings, command=command, by=acting_user(),
+                                                   write=write, frozen=self.spent_budgets)
+        except SchemaNotReady:
+            if write:
+                raise
+            return
+        if self.identity.freeze:
+            click.echo(logs.note_line(
+                f"warning: configuration changed during a change freeze (error budget spent for "
+                f"{', '.join(self.identity.freeze)}); journaled as such (`iipub config show`)", level="warning"),
+                err=True)
+        problem = self.identity.mismatch()
+        if problem is not None:
+            click.echo(logs.note_line(f"warning: {problem}", level="warning"), err=True)
+
+    def spent_budgets(self, conn: Any) -> list[str]:
+        """The SLOs whose error budget is spent (a change freeze), read when a change is recorded."""
+        from ..status_queries import spent_budgets
+
+        return spent_budgets(conn, self.settings)
 
     def store(self, role: str = "cli", lease_seconds: float | None = None) -> Store:
         lease = lease_seconds if lease_seconds is not None else self.settings.reconcile.lease_seconds
@@ -118,7 +175,9 @@ def emit_json(doc: Any) -> None:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
+    """Aligned columns; a cell is one line whatever it holds (`wording.printable`: operator and
+    provider text never moves the cursor, colours the terminal or breaks a row)."""
+    cells = [[str(h) for h in headers]] + [["" if v is None else printable(str(v)) for v in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
 
@@ -141,10 +200,7 @@ def is_tty() -> bool:
 def clip(text: str | None, width: int) -> str:
     """Untrusted or long text for one table cell: control characters and runs of white space
     become one space, and it is cut to `width` characters."""
-    if not text:
-        return ""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return printable(text, width)
 
 
 def moved(before: State, job: Job) -> str:

@@ -107,8 +107,8 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
         emit_json({**job.public(), **(more(job) if more else {}), "tracks": [t.public() for t in tracks],
                    "events": [e.public() for e in events]})
         return job
-    for key, value in job.public().items():
-        click.echo(f"{key:<20} {'' if value is None else value}")
+    for key, value in job.public().items():  # operator and provider text: one line, no control characters
+        click.echo(f"{key:<20} {'' if value is None else clip(str(value), VALUE_WIDTH)}")
     for line in lines(job) if lines else []:
         click.echo(line)
     if tracks:
@@ -152,6 +152,7 @@ def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: s
 
 
 DETAIL_WIDTH = 100
+VALUE_WIDTH = 500  # a column of `jobs show` (last_error can be long; --json has it whole)
 SHA_WIDTH = 12  # enough to tell hashes apart on screen; `--json` has them whole
 ERROR_WIDTH = 80
 

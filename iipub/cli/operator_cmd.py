@@ -272,7 +272,7 @@ def pause_command(app: App, everything: bool, reason: str, by: str) -> None:
     --everything. `iipub unpause` restores either."""
     g = _operator(app).pause(by, reason, everything=everything)
     what = "everything" if g.paused_everything else "creates"
-    click.echo(f"{what} paused by {g.paused_by}: {g.paused_reason}")
+    click.echo(f"{what} paused by {clip(g.paused_by, 80)}: {clip(g.paused_reason, 300)}")
 
 
 @click.command("unpause")

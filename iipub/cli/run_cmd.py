@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
+import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +59,7 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
         run.summary = report.summary()
     if tick_seconds is None and not shadow:
         _leave_wakeup(engine, settings, "reconcile", report)
-    click.echo(json.dumps(run.summary, sort_keys=True))
+    print_summary(run.summary)
 
 
 def _leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
@@ -106,11 +108,51 @@ def relay_command(app: App, prune: bool) -> None:
 
         n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
         hooks = Deliveries(engine).prune(settings.webhooks.keep_days)
-        click.echo(json.dumps({"pruned": n, "webhooks": hooks}))
+        import structlog
+
+        structlog.get_logger("iipub.relay").info("relay_pruned", pruned=n, webhooks=hooks)
+        print_summary({"pruned": n, "webhooks": hooks})
         return
     worker = new_worker_id("relay")
     with heartbeat.recorded(engine, "relay", worker, settings.monitoring) as run:
         report = relay.run(settings, engine, worker=worker)
         run.summary = dict(report.__dict__)
+    _sample_disks(engine, settings)
     _leave_wakeup(engine, settings, "relay", report)
-    click.echo(json.dumps(run.summary, sort_keys=True))
+    print_summary(run.summary)
+
+
+def _sample_disks(engine: Any, settings: Any) -> None:
+    """Every ten minutes (database clock, from the newest sample), the free space of the
+    filesystems iipub writes to (`status` reads how fast they fill). Never fails the run: a sample
+    lost is a warning."""
+    from .. import disk_samples
+
+    try:
+        if not disk_samples.due(engine):
+            return
+        from .. import status_queries
+
+        disk_samples.record(engine, [(d.path, d.free_bytes, d.size_bytes)
+                                     for d in status_queries.disks(settings) if d.error is None])
+    except Exception as exc:  # a recording problem, never the run's
+        import structlog
+
+        structlog.get_logger("iipub.relay").warning("disk_sample_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary on stdout, unless stdout is the very file stderr is (cron's
+    `>>log 2>&1`): the stderr event (tick_done, relay_done) already holds it with time and level,
+    and a log must say each run once."""
+    if not sys.stdout.isatty() and _same_file(sys.stdout, sys.stderr):
+        return
+    click.echo(json.dumps(summary, sort_keys=True))
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    try:
+        one, two = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture, a closed stream)
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)

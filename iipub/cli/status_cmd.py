@@ -12,9 +12,10 @@ import click
 import sqlalchemy as sa
 
 from ..db import describe_error
-from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady
+from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
 from ..states import State
 from ..timefmt import duration
+from ..wording import printable, terminal_safe
 from .common import App, clip, emit_json, json_option, pass_app, table
 
 if TYPE_CHECKING:
@@ -68,6 +69,18 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
       quarantine            {count, by_reason, oldest, jobs}
+      error_budgets         {slo: {target, window_days, events, bad, allowed_bad,
+                             budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
+                             fast_burn, slow_burn}}
+      change_freeze         {on, slos}: on while an SLO's error budget is spent
+      disks                 [{roles, path, free_bytes, size_bytes, free_inodes, inodes,
+                             free_ratio, error, filling_bytes_per_hour}]: each
+                            filesystem holding the ledger,
+                            static root, SQLite database or [status] log_dir
+      clock                 {offset_seconds (database - host), uncertainty_seconds}
+      queues                the operator's queue by reason: [{kind (quarantine | parked),
+                             reason, count, oldest_seconds, critical_after_seconds,
+                             overdue, oldest}]
       provider_expired      {current, in_window}
       paid                  spend by PAYMENT time: {counted_by, currency (null without
                              [pricing]), windows: {today, 7d, 30d}, ceilings, overrides};
@@ -104,6 +117,16 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     ceiling is reached (naming it); WARNING for a day of the window without a product's slot,
     for shadow decisions that differ from [reconcile] legacy_decisions_file, and after [status]
     unreachable_after_ticks reconcile runs in a row could not connect to the provider.
+    Error budgets ([status] error_budget_days, 30): a fast burn (1h and 5m above 14.4x) is
+    CRITICAL, a slow one (6h and 30m above 6x) a WARNING; a spent budget adds "change freeze on" to the
+    line (no severity of its own).
+    Disk headroom: WARNING below [status] disk_warn_free_percent (15) free, CRITICAL below
+    disk_crit_free_percent (5) or disk_crit_free_bytes, and when the last day's trend (the
+    relay samples every 10 minutes) fills it within disk_full_warn_hours (48) /
+    disk_full_crit_hours (6); the host clock more than
+    clock_warn_seconds (5) from the database's: WARNING.
+    A quarantined job or parked track unreleased past [status] quarantine_critical_after_seconds
+    (parked_critical_after_seconds; per reason [status.critical_after_by_reason]) is CRITICAL.
     A parked language track (VALIDATION_FAILED_RETAINED or QUARANTINED) is a WARNING like a
     parked job; a stranded track (unpublished, not parked, its job not parked, past [status]
     stranded_after_seconds since the slot opened) is CRITICAL like a stranded job.
@@ -116,9 +139,12 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise
-        _unknown(exc, as_json)
+        unknown(exc, as_json)
         ctx.exit(UNKNOWN)
         return
+    mismatch = app.identity.mismatch() if app.identity is not None else None
+    if mismatch is not None:  # the figures are read through another ledger and thresholds than cron's
+        report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, mismatch)))
     unwritable = None
     if prometheus is not None:
         try:
@@ -126,18 +152,18 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
         except Exception as exc:  # not a file problem: under --check UNKNOWN, like any failure
             if not check:
                 raise
-            _unknown(exc, as_json)
+            unknown(exc, as_json)
             ctx.exit(UNKNOWN)
             return
         if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
-            report = dataclasses.replace(report, extra_problems=((st.WARNING, unwritable),))
+            report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, unwritable)))
     code, line = report.check()
     if as_json:
         emit_json(report.to_dict())
     elif check:
         click.echo(line)
     else:
-        click.echo(render(report))
+        click.echo(terminal_safe(render(report)))
     if check:
         ctx.exit(code)
     if unwritable is not None:
@@ -155,8 +181,11 @@ def _write_metrics(path: Path, report: Status, products: Mapping[str, Product]) 
     return None
 
 
-def _unknown(exc: Exception, as_json: bool) -> None:
-    if isinstance(exc, SchemaNotReady):
+def unknown(exc: Exception, as_json: bool) -> None:
+    """The one UNKNOWN line (or JSON document) of a check that could not run."""
+    if isinstance(exc, UsageError):
+        what = str(exc)
+    elif isinstance(exc, SchemaNotReady):
         what = f"schema not ready: {exc}"
     elif isinstance(exc, ConfigError):
         what = f"configuration error: {exc}"
@@ -168,7 +197,7 @@ def _unknown(exc: Exception, as_json: bool) -> None:
         what = f"database unusable: {describe_error(exc)}"
     else:
         what = f"{type(exc).__name__}: {exc}"
-    what = " ".join(what.split())[:400]  # one line, whatever the error said
+    what = printable(what, 400).replace("|", "/")  # one line, whatever the error said
     line = f"IIPUB UNKNOWN - {what}"
     if as_json:
         emit_json({"check": {"code": UNKNOWN, "status": "UNKNOWN", "line": line,
@@ -216,6 +245,18 @@ def render(r: Status) -> str:
         sli_rows.append([sli.name, sli.count, sli.open, _secs(sli.percentile(50)), _secs(sli.percentile(99)),
                          f"{sli.target:.0%} < {sli.slo_seconds:g}s", share, verdict])
     out += ["SLIS", table(sli_rows, ["SLI", "COUNT", "OPEN", "P50", "P99", "SLO", "WITHIN", ""]), ""]
+    if r.budgets:
+        from ..error_budget import WINDOWS
+
+        frozen = r.freeze()
+        out += [f"ERROR BUDGETS (rolling {s.error_budget_days:g}d; burn rate 1 spends a budget over its window)"
+                + (f"; CHANGE FREEZE ON ({', '.join(frozen)})" if frozen else ""),
+                table([[b.name, f"{b.target:.0%}", f"{b.window_seconds / 86400:g}d", b.events, b.bad,
+                        f"{b.left:.0%}", *(f"{rate:.1f}x" for _, rate in b.burn),
+                        "FAST BURN" if b.fast_burn else "slow burn" if b.slow_burn else "SPENT" if b.spent else "ok"]
+                       for b in r.budgets],
+                      ["SLO", "TARGET", "WINDOW", "EVENTS", "BAD", "LEFT", *(f"BURN {w}" for w, _ in WINDOWS), ""]),
+                ""]
     oldest_stranded = r.stranded[0] if r.stranded else None
     out += [_aligned([
         ["duplicate publications", r.duplicate_publications, "SLO 0"],
@@ -277,7 +318,7 @@ def render(r: Status) -> str:
     for p in r.outbox_problems:
         where = p.get("sink") or f"job {p.get('job_id')}"
         out.append(f"  {p.get('kind')}: event {p.get('event_id')} ({where}) since {p.get('since')}: "
-                   f"{p.get('error') or ''}")
+                   f"{printable(p.get('error'), 200)}")
     out.append("")
 
     q_rows: list[list[object]] = [["quarantined", len(r.quarantined),
@@ -287,7 +328,14 @@ def render(r: Status) -> str:
         q_rows.append(["oldest", o.id, f"{o.reason} {duration(o.age_seconds)}"])
     q_rows.append(["provider expired", r.expired_now, f"now; {r.expired_in_window} in {s.window_hours:g}h"])
     out += ["QUARANTINE", _aligned(q_rows), ""]
+    queues = r.queues()
+    if queues:
+        out += ["OPERATOR QUEUE (by reason; CRITICAL once one waits past its limit)", table(
+            [[q.kind, q.reason, q.count, duration(q.oldest_seconds), duration(q.critical_after_seconds),
+              q.overdue or "", q.oldest] for q in queues],
+            ["QUEUE", "REASON", "DEPTH", "OLDEST", "CRITICAL AFTER", "OVERDUE", "OLDEST ONE"]), ""]
 
+    out += _host_lines(r)
     out += _paid_lines(r)
     spend_rows = [[x.product, x.edition_date, x.input_tokens, x.output_tokens, x.total_tokens] for x in r.spend]
     spend_rows.append(["TOTAL", "", sum(x.input_tokens for x in r.spend), sum(x.output_tokens for x in r.spend),
@@ -325,6 +373,22 @@ def _track_lines(r: Status) -> list[str]:
     return [*lines, _aligned(facts), ""]
 
 
+def _host_lines(r: Status) -> list[str]:
+    """HOST: the filesystems iipub writes to and the clock agreement."""
+    s = r.settings
+    rows: list[list[object]] = [["disk " + "/".join(d.roles), d.path,
+                                 d.describe().split(": ", 1)[1] if d.error is None else f"unmeasured: {d.error}"]
+                                for d in r.disks]
+    c = r.clock_check
+    if c is not None:
+        rows.append(["clock", f"database - host = {c.offset_seconds:+.3f}s (+-{c.uncertainty_seconds:.3f}s)",
+                     f"warn past {s.clock_warn_seconds:g}s"])
+    if not rows:
+        return []
+    return [f"HOST (disk warn < {s.disk_warn_free_percent:g}% free, crit < {s.disk_crit_free_percent:g}%)",
+            _aligned(rows), ""]
+
+
 def _money(value: float | None, currency: str | None) -> str:
     return "-" if value is None or currency is None else f"{value:,.4f} {currency}"
 
@@ -348,8 +412,8 @@ def _paid_lines(r: Status) -> list[str]:
     out.extend(f"  ceiling {'REACHED' if c.reached else 'ok'}: {c.describe()}" for c in p.ceilings)
     for o in p.overrides:
         scope = "global" if o.scope == "*" else f"product {o.scope}"
-        out.append(f"  override: {scope} +{o.extra_tokens:,} tokens until {_when(o.until)} by {o.granted_by}: "
-                   f"{o.reason}")
+        out.append(f"  override: {scope} +{o.extra_tokens:,} tokens until {_when(o.until)} by "
+                   f"{printable(o.granted_by, 60)}: {printable(o.reason, 200)}")
     return [*out, ""]
 
 

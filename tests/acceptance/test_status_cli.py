@@ -67,7 +67,7 @@ def human_figures(text: str) -> dict[str, Any]:
             continue
         if cells[0] == "TOTAL" and "jobs_total" not in found:
             found["jobs_total"] = int(cells[-1])
-        elif cells[0] in ("time_to_dispatch", "unretrieved_dwell", "overdue_polls"):
+        elif cells[0] in ("time_to_dispatch", "unretrieved_dwell", "overdue_polls") and cells[0] not in found:
             found[cells[0]] = int(cells[1])
         elif line.startswith("quarantined ") and cells[1].isdigit():  # not the "... tracks" lines
             found["quarantined"] = int(cells[1])
@@ -114,7 +114,9 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     doc = json.loads(raw)
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "immovable",
                         "parked", "stranded",
-                        "outbox", "quarantine", "provider_expired", "spend", "check", "late", "create_gate",
+                        "outbox", "quarantine", "queues", "error_budgets", "change_freeze", "disks", "clock",
+                        "provider_expired",
+                        "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
                         "read_cooldown", "cutover", "paid", "other_scope", "product_holds"}
     assert doc["product_holds"] == [] and doc["other_scope"]["jobs"] == 0

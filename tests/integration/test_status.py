@@ -247,3 +247,17 @@ def test_sli_arithmetic() -> None:
     assert st.poll_lateness(t0, json.dumps({"due_at": "2026-01-01 04:59:30"})) == 30.0
     assert st.poll_lateness(t0, None) is None and st.poll_lateness(t0, "{}") is None
     assert duration(45) == "45s" and duration(7260) == "2h01m" and duration(725) == "12m05s"
+
+
+def test_a_healthy_day_spends_no_error_budget(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    """Every dispatch and custody of a day driven through the simulator is a good sample of its
+    SLO's budget (the same journal rows as the SLIs), and nothing burns or freezes."""
+    schedule(s, engine)
+    drive(s, engine, sim, {State.DELETED.value})
+    report = collect(s, engine)
+    budgets = {b.name: b for b in report.budgets}
+    assert budgets["time_to_dispatch"].events == report.dispatch.count == 2
+    assert budgets["unretrieved_dwell"].events == report.dwell.count == 2
+    assert budgets["overdue_polls"].events == report.overdue_polls.count
+    assert all(b.bad == 0 and b.left == 1.0 and not b.fast_burn and not b.slow_burn for b in budgets.values())
+    assert report.freeze() == [] and report.check()[0] == st.OK
