@@ -28,7 +28,7 @@ from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UnknownId,
 from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job
-from .ledger import LedgerError, SpendLedger, slot_of
+from .ledger import LedgerError, slot_of
 from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
 from .provider import Provider
 from .remedies import ReleaseMode
@@ -163,10 +163,10 @@ class Operator(Closing):
         parked behind it (a restore)."""
         spend, live = None, None
         if job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER:
-            path = self.settings.ledger_path()
-            if path is not None:
+            book = restore.ledger_of(self.settings, self.engine)
+            if book is not None:
                 try:
-                    slots, _ = SpendLedger(path).read()
+                    slots, _ = book.read()
                 except LedgerError as exc:
                     raise OperatorRefused(f"job {job.id}: {exc}; its paid creates cannot be counted") from None
                 spend = slots.get(slot_of(job.product, job.edition_date.isoformat()))
@@ -266,11 +266,11 @@ class Operator(Closing):
         """The spend ledger remembers the kill (its remote data may go without custody), so a
         database restored from before it still explains the delete. Best effort: the kill is
         committed already."""
-        path = self.settings.ledger_path()
-        if path is None or not job.response_id:
+        book = restore.ledger_of(self.settings, self.engine)
+        if book is None or not job.response_id:
             return
         try:
-            SpendLedger(path).killed(job.id, slot_of(job.product, job.edition_date.isoformat()),
+            book.killed(job.id, slot_of(job.product, job.edition_date.isoformat()),
                                      job.generation_attempts, job.response_id)
         except LedgerError as exc:
             log.error("ledger_unwritable", job_id=job.id, error=str(exc))

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Engine
 
-from . import clock, handover, ledger, tables
+from . import clock, handover, ledger, restore, tables
 from .config import Settings
 from .errors import LeaseLost
 from .handover import Refusal, Row
@@ -68,8 +68,7 @@ def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: st
     rows, refused = handover.parse(raw, settings.products.keys(), today)
     report = Report(dry_run, refused=refused)
     store = Store(engine, f"operator:{by.strip()}"[:128], settings.reconcile.lease_seconds)
-    path = settings.ledger_path()
-    spend_ledger = ledger.SpendLedger(path) if path is not None else None
+    spend_ledger = restore.ledger_of(settings, engine)
     for row in rows:
         job, why = _target(store, row)
         if why is not None:

@@ -126,9 +126,10 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
                     hooks.settle(box, settings, rng, report)
         if hooks is not None:
             hooks.settle(box, settings, rng, report, wait=True)
-        path = settings.ledger_path()
+        from . import restore
+
         report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds,
-                                                      SpendLedger(path) if path is not None else None)
+                                                      restore.ledger_of(settings, engine))
     finally:
         if hooks is not None:
             hooks.close()

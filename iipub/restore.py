@@ -15,19 +15,48 @@ ledger recorded) or parks it `restored_behind_ledger` with this evidence.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import sqlalchemy as sa
 
-from . import tables
+from . import installation, tables
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import Job
+from .ledger import SpendLedger
 from .sinks.site import json_path
 from .spend import CHAIN, SlotSpend, has_chain
 from .states import Reason
+
+
+def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
+    """The spend ledger as this database's installation writes and reads it (its lines named by
+    the installation id; old unnamed lines its own only when their job or response is known
+    here), or None when the ledger is off."""
+    path = settings.ledger_path()
+    if path is None:
+        return None
+    return SpendLedger(path, installation.read(engine), legacy_owner(engine))
+
+
+def legacy_owner(engine: sa.Engine) -> Callable[[str, frozenset[str]], bool]:
+    """Whether an old ledger line's job (or a response it names) is known to this database: such
+    a line was written by this installation before lines named theirs."""
+    def ours(job_id: str, response_ids: frozenset[str]) -> bool:
+        j, s = tables.jobs.c, tables.spend.c
+        with engine.connect() as conn:
+            if conn.execute(sa.select(j.id).where(j.id == job_id)).first() is not None:
+                return True
+            if not response_ids:
+                return False
+            ids = list(response_ids)
+            return (conn.execute(sa.select(j.id).where(j.response_id.in_(ids)).limit(1)).first() is not None
+                    or conn.execute(sa.select(s.id).where(s.response_id.in_(ids)).limit(1)).first() is not None)
+
+    return ours
+
 
 ACK = "ledger_ack"  # the journal detail key of an entry that acknowledged the ledger's chain
 CUSTODY_REASONS = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD,
