@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from iipub import clock, reconcile, steps
 from iipub.config import Settings
 from iipub.ledger import slot_of
-from iipub.outcomes import CreateRequest
+from iipub.outcomes import CreateOutcome, CreateRequest
 from iipub.provider import Provider
 from iipub.simulator import Simulator
 from iipub.store import Store
@@ -35,7 +35,7 @@ class _Interleaved(Provider):
         super().__init__(settings.provider, "sk-test")
         self.other = other
 
-    def create(self, request: CreateRequest):  # type: ignore[no-untyped-def]
+    def create(self, request: CreateRequest) -> CreateOutcome:
         seen = self.other.spend(SLOT)
         assert seen is not None and seen.charged == 1  # B saw A's intent: a copy that would go stale
         return super().create(request)
