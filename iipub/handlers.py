@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backoff, states, validate
+from .authority import Evidence, Ruling
 from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
 from .outcomes import (
@@ -378,6 +379,14 @@ def custody_while_suspended(job: Job, outcome: Observed | Missing | Transient | 
     return Decision(State.MANUALLY_SUSPENDED, Reason.RETRIEVED,
                     {**d.changes, "suspended_from": State.RETRIEVED_NOT_VALIDATED.value},
                     {**d.detail, "while_suspended": True, "response_id": job.response_id})
+
+
+def payment_refused(job: Job, ruling: Ruling) -> Decision:
+    """CREATE_ELIGIBLE, and the payment authority refuses the create: park the job with the
+    evidence and the remedy that pays nothing. A configuration changed since the job became
+    eligible parks it `config_drift` (seed test 30: never sent under rules it was not made for)."""
+    reason = Reason.CONFIG_DRIFT if ruling.evidence == Evidence.CONFIG else Reason.PAYMENT_REFUSED
+    return quarantine(reason, ruling.line(), **ruling.detail(), attempts_here=job.generation_attempts)
 
 
 def restored_behind_ledger(job: Job, spend: SlotSpend, ahead: Sequence[str] = (), remedy: str = "") -> Decision:

@@ -12,7 +12,8 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import handlers, installation, ledger, money, payments
+from . import handlers, installation, ledger, money, paying, payments
+from .authority import Route
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -213,6 +214,13 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         remedy = restore.remedy(job, in_ledger)
         parked = apply(tick, job, handlers.restored_behind_ledger(job, in_ledger, ahead, remedy))
         return _adopt_from_ledger(tick, parked, in_ledger)
+    # The payment authority: output held, the legacy system's or the live site's edition, nothing
+    # left to buy, or a configuration changed since the job became eligible: no create.
+    ruling = paying.ruling(tick.settings, tick.store.engine, job, Route.SWEEP)
+    if not ruling.allowed:
+        return apply(tick, job, handlers.payment_refused(job, ruling))
+    if ruling.overridden:
+        log.warning("paying_again", job_id=job.id, overrides=list(ruling.overridden), worker=tick.store.worker)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
     # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
