@@ -254,6 +254,10 @@ class LedgerSettings(Checked):
     # absolute; `enabled = false` turns it off (not recommended).
     path: Path | None = None
     enabled: bool = True
+    # An optional second copy on another file system (the backup mount), written before the
+    # first for every line: a restore that takes the host's copy back with the database leaves
+    # this one ahead, and the tick holds creates until the copies agree (runbook.md).
+    mirror_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -362,6 +366,12 @@ class Settings:
         if self.ledger.path is None:  # `config_file` resolves the default when it builds the settings
             raise ConfigError("[ledger] path was never resolved: build settings with iipub.config_file")
         return Path(os.path.abspath(self.ledger.path))
+
+    def ledger_mirror_path(self) -> Path | None:
+        """The spend ledger's second copy, or None (none configured, or the ledger off)."""
+        if not self.ledger.enabled or self.ledger.mirror_path is None:
+            return None
+        return Path(os.path.abspath(self.ledger.mirror_path))
 
     def sink_names(self) -> list[str]:
         """The sinks this configuration delivers to, by name."""

@@ -59,10 +59,19 @@ class SpendLedger:
     written without a name, as tests of the file itself do)."""
 
     def __init__(self, path: Path, installation: str | None = None,
-                 legacy_is_ours: LegacyOwner | None = None) -> None:
+                 legacy_is_ours: LegacyOwner | None = None, mirror: Path | None = None) -> None:
         self.path = Path(path)
         self.installation = installation
         self.legacy_is_ours = legacy_is_ours
+        self.mirror = Path(mirror) if mirror is not None else None  # a second copy, written first
+
+    def copy(self, path: Path) -> SpendLedger:
+        """The same installation's view of another copy of the ledger (the mirror)."""
+        return SpendLedger(path, self.installation, self.legacy_is_ours)
+
+    def open(self, ledger_id: str) -> None:
+        """This installation begins (or begins again) writing to the ledger as `ledger_id`."""
+        self._append({"t": "open", "ledger_id": ledger_id, "slot": "", "attempt": 0})
 
     def intent(self, job_id: str, slot: str, attempt: int, fingerprint: str, worker: str) -> None:
         """Before a paid create: raises LedgerError if the line cannot be made durable."""
@@ -143,22 +152,29 @@ class SpendLedger:
         named = {"installation": self.installation} if self.installation else {}
         line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **named, **record}, sort_keys=True)
                 + "\n").encode("utf-8")
+        # The mirror first (on another file system): a line is never only in the copy a restore
+        # of the host takes back with the database.
+        for path in ([self.mirror] if self.mirror is not None else []) + [self.path]:
+            _append_line(path, line)
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-            try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    line = b"\n" + line  # the last line is torn: this one starts on a line of its own
-                written = _write(fd, line)
-                if written != len(line):
-                    raise LedgerError(f"cannot write the spend ledger {self.path}: short write ({written} of "
-                                      f"{len(line)} bytes; is the disk full?)")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise LedgerError(f"cannot write the spend ledger {self.path}: {exc.strerror or exc}") from None
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # the last line is torn: this one starts on a line of its own
+            written = _write(fd, line)
+            if written != len(line):
+                raise LedgerError(f"cannot write the spend ledger {path}: short write ({written} of "
+                                  f"{len(line)} bytes; is the disk full?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LedgerError(f"cannot write the spend ledger {path}: {exc.strerror or exc}") from None
 
 
 class LedgerView:

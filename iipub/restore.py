@@ -38,7 +38,7 @@ def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
     path = settings.ledger_path()
     if path is None:
         return None
-    return SpendLedger(path, installation.read(engine), legacy_owner(engine))
+    return SpendLedger(path, installation.read(engine), legacy_owner(engine), settings.ledger_mirror_path())
 
 
 def legacy_owner(engine: sa.Engine) -> Callable[[str, frozenset[str]], bool]:

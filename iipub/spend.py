@@ -75,6 +75,8 @@ def parse(line: str) -> dict[str, Any] | None:
         rec = json.loads(line)
         if not isinstance(rec, dict) or rec["t"] not in KINDS:
             return None
+        if rec["t"] == OPEN:
+            return rec if isinstance(rec.get("ledger_id"), str) else None
         rec["slot"], rec["attempt"] = str(rec["slot"]), int(rec["attempt"])
         if rec["t"] in ("saved", "published"):
             rec["editions"] = _editions(rec["editions"])
@@ -83,7 +85,8 @@ def parse(line: str) -> dict[str, Any] | None:
     return rec
 
 
-KINDS = ("intent", "outcome", "adopted", "killed", *CHAIN)
+OPEN = "open"  # an installation began (or, acknowledged, began again) writing to this ledger
+KINDS = ("intent", "outcome", "adopted", "killed", OPEN, *CHAIN)
 # An old line (written before lines named their installation) is this installation's only when
 # its job, or a response it names, is known to this database: (job id, response ids) -> bool.
 LegacyOwner = Callable[[str, frozenset[str]], bool]
@@ -108,6 +111,8 @@ class Fold:
         self.foreign = 0
         self.foreign_legacy = 0
         self.response_ids: set[str] = set()  # every response this installation's lines name
+        self.intent_lines = 0  # this installation's intent lines
+        self.opens: dict[str, int] = {}  # ledger id -> intent lines before its `open` line
         self._legacy_done = False
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -132,7 +137,15 @@ class Fold:
                 self.foreign_legacy += 1
                 continue
             self.lines += 1
+            if rec["t"] == OPEN:
+                self.opens.setdefault(str(rec["ledger_id"]), self.intent_lines)
+                continue
             self._fold(rec)
+
+    def intents_since(self, ledger_id: str) -> int | None:
+        """This installation's intent lines after the `open` line of `ledger_id` (None: no such line)."""
+        before = self.opens.get(ledger_id)
+        return None if before is None else self.intent_lines - before
 
     def _claim_legacy(self, records: list[dict[str, Any]]) -> set[str]:
         """The job ids whose old lines (no installation) are this installation's: decided once,
@@ -160,6 +173,7 @@ class Fold:
         if rid:
             self.response_ids.add(rid)
         if kind == "intent":
+            self.intent_lines += 1
             spend.charged += 1
             spend.intents[str(attempt)] = spend.intents.get(str(attempt), 0) + 1
             spend.last_attempt = max(spend.last_attempt, attempt)

@@ -206,6 +206,14 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     from . import restore  # the restore fence (and the site it reads): for creates, not for polls
 
+    # The ledger missing, replaced, truncated or behind the database (or its mirror): nothing is
+    # decided from it and no create is sent until the right copy is back or it is acknowledged.
+    trouble = tick.ledger_problem()
+    if trouble is not None:
+        log.error("ledger_problem", job_id=job.id, worker=tick.store.worker, kind=trouble.kind, why=trouble.line())
+        tick.count("held_back")
+        hold(tick, job)
+        return None
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
     in_ledger = tick.spend(slot)
     ahead = restore.ahead(tick.store.engine, job, in_ledger)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import clock, gate, installation, ledger, money, payments
+from . import clock, gate, installation, ledger, ledger_book, money, payments
 from .config import ReconcileSettings, Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -221,6 +221,21 @@ class Tick:
                 return self._view.knows(response_id)
         except ledger.LedgerError:
             return False
+
+    def ledger_problem(self) -> ledger_book.Problem | None:
+        """Right before a create: the spend ledger against what the database remembers of it
+        (opened here the first time), read as fresh as `spend`. A problem holds the create."""
+        book = self.spend_ledger
+        if book is None:
+            return None
+        with self._lock:
+            if self._view is None:
+                self._view = ledger.LedgerView(book)
+            fold = self._view.refresh() if book.exists() else None
+        found = ledger_book.problem(self.store.engine, book, fold)
+        if found is None:
+            ledger_book.ensure_open(self.store.engine, book)
+        return found
 
     def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:
         if self.spend_ledger is None:

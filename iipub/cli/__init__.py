@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "adopt": ("cutover_cmd", "adopt_command"),
     "export": ("cutover_cmd", "export_command"),
     "budget": ("budget_cmd", "budget_group"),
+    "ledger": ("ledger_cmd", "ledger_group"),
 }
 
 

@@ -33,12 +33,13 @@ THROUGH_THE_SWEEP = {
     "resume", "unpause",  # a job or the gate let go: created by the next sweep
     "budget override",  # a ceiling raised: created by the next sweep
     "adopt",  # charges the legacy system's attempts, never creates; a later loss is recreated by the sweep
+    "ledger acknowledge",  # creates held by a ledger problem resume: the sweep's
 }
 NEVER_PAYS = {
     "budget show", "cancel", "check", "db migrate", "db status", "export", "jobs import-payload", "jobs list",
-    "jobs show", "kill", "orphans adopt", "orphans discard", "orphans list", "orphans show", "outbox list",
-    "outbox requeue", "pause", "quarantine list", "relay", "republish", "revalidate", "simulator", "status",
-    "suspend", "webhook prune",
+    "jobs show", "kill", "ledger show", "orphans adopt", "orphans discard", "orphans list", "orphans show",
+    "outbox list", "outbox requeue", "pause", "quarantine list", "relay", "republish", "revalidate", "simulator",
+    "status", "suspend", "webhook prune",
     "webhook serve",  # a delivery never creates (`Tick.creates_allowed`)
     "webhook test-delivery",
 }
