@@ -138,7 +138,11 @@ def _open(engine: Engine, ledger: SpendLedger, *, replace: bool) -> Book:
         values = {"ledger_id": ledger_id, "path": str(ledger.path)[:1024], "base_spend_id": base,
                   "opened_at": clock.now(conn, drill_offset=False)}
         if read_book(conn) is None:
-            conn.execute(t.insert().values(name=_ROW, **values))
+            try:
+                with conn.begin_nested():
+                    conn.execute(t.insert().values(name=_ROW, **values))
+            except sa.exc.IntegrityError:
+                pass  # another process opened it first: its identity is the one (its line precedes its position)
         elif replace:
             conn.execute(t.update().where(t.c.name == _ROW).values(**values))
         found = read_book(conn)

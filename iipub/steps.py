@@ -231,6 +231,12 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         log.warning("paying_again", job_id=job.id, overrides=list(ruling.overridden), worker=tick.store.worker)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
         return None
+    if tick.too_late_to_create(product.service_tier == money.FLEX):
+        log.info("create_deferred", job_id=job.id, worker=tick.store.worker,
+                 why="too late in the run: it could not finish before the cron wrapper stops it")
+        tick.count("held_back")
+        hold(tick, job)
+        return None
     # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
     verdict = tick.gate.admit(job.id, job.product)
     if not verdict.allowed:

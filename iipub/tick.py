@@ -78,6 +78,7 @@ class Tick:
         self.store = store
         self.provider = provider
         self.deadline = deadline
+        self.started = time.monotonic()
         self.rng = rng
         self.shadow = settings.reconcile.shadow
         self.report = TickReport(worker=store.worker, shadow=self.shadow)
@@ -91,6 +92,7 @@ class Tick:
         self._batches: dict[str, WriteBatch] = {}
         self._ledger: ledger.SpendLedger | bool | None = False  # built at the first use (it reads the id)
         self._view: ledger.LedgerView | None = None
+        self._opening = threading.Lock()
         self._noted = (0, 0)  # unreadable and foreign old lines already logged (each once per tick)
         self._installation: str | None = None
         # While verified webhooks carry completions, in-flight jobs are polled only as a safety net.
@@ -136,6 +138,12 @@ class Tick:
 
     def past_deadline(self) -> bool:
         return STOP.is_set() or time.monotonic() >= self.deadline
+
+    def too_late_to_create(self, flex: bool) -> bool:
+        """Past the last moment a create can start and still be answered and recorded before the
+        cron wrapper stops the run (`Settings.create_window`): the create waits for the next run."""
+        window = self.settings.create_window(flex)
+        return window is not None and time.monotonic() > self.started + window
 
     def creates_cooling(self) -> bool:
         """A create was rate-limited (here or in another process): no create now."""
@@ -228,13 +236,20 @@ class Tick:
         book = self.spend_ledger
         if book is None:
             return None
-        with self._lock:
-            if self._view is None:
-                self._view = ledger.LedgerView(book)
-            fold = self._view.refresh() if book.exists() else None
+        try:
+            with self._lock:
+                if self._view is None:
+                    self._view = ledger.LedgerView(book)
+                fold = self._view.refresh() if book.exists() else None
+        except ledger.LedgerError as exc:
+            return ledger_book.Problem(ledger_book.MISSING, str(exc))
         found = ledger_book.problem(self.store.engine, book, fold)
         if found is None:
-            ledger_book.ensure_open(self.store.engine, book)
+            try:
+                with self._opening:  # one `open` line per process, not one per thread
+                    ledger_book.ensure_open(self.store.engine, book)
+            except ledger.LedgerError as exc:  # the intent line will fail the same way: not sent, refunded
+                log.error("ledger_unwritable", worker=self.store.worker, error=str(exc))
         return found
 
     def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:

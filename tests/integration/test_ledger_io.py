@@ -47,13 +47,12 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     with capture_logs() as logs:
         reconcile.run(cfg, engine)
     assert sim.stats()["creates_total"] == 1 and job_rows(engine)[0]["generation_attempts"] == 1
-    # The torn line had no newline when this tick first read the ledger (a line still being
-    # written waits for the next read); the next tick reads it as what it is.
-    assert not any(e["event"] == "ledger_unreadable_lines" for e in logs)
+    # The first tick's two writes (the ledger's `open` line, then the intent) were both torn.
+    assert any(e["event"] == "ledger_unreadable_lines" and e["lines"] == 2 for e in logs)
     book = restore.ledger_of(cfg, engine)
-    assert book is not None and ledger.LedgerView(book).refresh().bad == 1
+    assert book is not None and ledger.LedgerView(book).refresh().bad == 2
     spend, bad = SpendLedger(engine_ledger).read()
-    assert bad == 1 and spend["daily-brief/2026-11-29"].charged == 1  # the torn line cost only itself
+    assert bad == 2 and spend["daily-brief/2026-11-29"].charged == 1  # each torn line cost only itself
 
 
 _WRITER = textwrap.dedent("""
