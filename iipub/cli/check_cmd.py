@@ -62,6 +62,11 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
             raise click.ClickException("the spend ledger is off ([ledger] enabled = false)")
         fold, missing = book.load_fold()
         found += invariants.check_ledger(engine, fold.slots, fold.bad, missing=missing)
+        from .. import ledger_book
+
+        lost = ledger_book.problem(engine, book)
+        if lost is not None:
+            found.append(invariants.Violation("ledger_lost", None, lost.line()))
         if fold.foreign or fold.foreign_legacy:
             notes.append(f"note: the spend ledger {book.path} also holds {fold.foreign} line(s) of other "
                          f"installations and {fold.foreign_legacy} old line(s) without an installation id that "

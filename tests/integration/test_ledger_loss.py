@@ -79,6 +79,8 @@ def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
     assert sim.stats()["creates_total"] == 1  # nothing sent while the ledger is in doubt
     shown = run_cli("ledger", "show", "--json", env=env)
     assert shown.returncode == 0 and f'"problem": "{kind}"' in shown.stdout
+    checked = run_cli("check", "--ledger", env=env)
+    assert checked.returncode == 1 and "ledger_lost" in checked.stdout
 
     other = next(k for k in ("missing", "behind", "replaced") if k != kind)
     wrong = run_cli("ledger", "acknowledge", "--accept", other, "--reason", "r", "--by", "ops", env=env)
@@ -94,6 +96,7 @@ def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
     assert _states(engine)[nxt.isoformat()][0] in DONE and sim.stats()["creates_total"] == 2
     status = run_cli("status", "--check", env=env)
     assert "spend ledger" not in status.stdout
+    assert "ledger_lost" not in run_cli("check", "--ledger", env=env).stdout
 
 
 def test_a_mirror_catches_a_restore_of_the_database_and_ledger_from_the_same_night(
