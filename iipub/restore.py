@@ -144,5 +144,7 @@ def remedy(job: Job, spend: SlotSpend) -> str:
     ways.append(f"`iipub jobs import-payload {job.id} FILE --reason …` with the output"
                 + (f" (sha256 {spend.custody_sha256[:12]}…)" if spend.custody_sha256 else ""))
     ways.append(f"`iipub republish {job.id} --reason …` once its editions are saved again")
-    return "; ".join(ways) + (f"; `quarantine release --verified-lost` pays again (charging the ledger's "
+    # Output the ledger saw stored is evidence the payment authority weighs: buying again is explicit.
+    release = "--verified-lost --pay-again" if spend.custody_sha256 or spend.published_editions else "--verified-lost"
+    return "; ".join(ways) + (f"; `quarantine release {release}` pays again (charging the ledger's "
                               f"{spend.charged} paid create(s))")

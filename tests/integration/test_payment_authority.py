@@ -213,3 +213,46 @@ def test_the_legacy_file_only_names_its_own_slots(when: dt.date) -> None:
 
     assert paying._by_slot(['{"product": "p", "edition_date": "2026-01-01", "action": "publish"}', "torn",
                             '{"product": "q"}']) == {f"p/{when.isoformat()}": {"publish"}}
+
+
+# -- this installation's ledger chain: a restore from before a create whose output was stored -------
+
+
+def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and_import_payload_works(
+    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, no_today_slots: None
+) -> None:
+    from iipub.config_file import load_settings
+    from iipub.sinks.site import json_path
+    from iipub.store import Store
+    from tests.integration.test_restore import backup, restore
+
+    env = _env(cli_env, sim, tmp_path)
+    Store(engine, "test").schedule(load_settings(env).products["daily-brief"], dt.date(2026, 11, 29))
+    dump = backup(engine)
+    _tick(env, sim, 4)  # paid, stored, published, its response deleted at the provider
+    done = _job(engine)
+    assert done["state"] in DONE and sim.stats()["creates_total"] == 1
+    kept = tmp_path / "recovered.json"
+    kept.write_text(done["payload"])  # the operator's copy of the output (e.g. the dashboard's)
+    restore(engine, dump)  # the database goes back to before the create ...
+    for lang in ("en", "es"):  # ... and the slot's pages are gone too: nothing live proves it
+        (tmp_path / "public" / json_path("daily-brief", "2026-11-29", lang)).unlink()
+    _tick(env, sim)
+    job = _job(engine)
+    assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "restored_behind_ledger")
+    assert "--verified-lost --pay-again" in job["last_error"]
+
+    refused = run_cli("quarantine", "release", job["id"], "--verified-lost", "--reason", "lost?", "--by", "ops",
+                      env=env)
+    assert refused.returncode == 3
+    line = _one_line(refused.stderr)
+    assert "this installation's spend ledger records custody" in line and "iipub jobs import-payload" in line
+    _tick(env, sim, 2)
+    assert sim.stats()["creates_total"] == 1
+
+    imported = run_cli("jobs", "import-payload", job["id"], str(kept), "--reason", "from the dashboard", "--by",
+                       "ops", env=env)
+    assert imported.returncode == 0, imported.stderr
+    _tick(env, sim, 4)
+    assert _job(engine)["state"] in DONE
+    assert sim.stats()["creates_total"] == 1  # the remedy paid nothing
