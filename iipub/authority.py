@@ -65,6 +65,10 @@ class Facts:
     languages: Sequence[str] | None = None  # configured languages (None: the product is not configured)
     drift: tuple[str, str] | None = None  # (fingerprint recorded at CREATE_ELIGIBLE, deployed now) when they differ
     pay_again: str | None = None  # the operator's journaled reason to buy again
+    # The database is behind this installation's ledger and the job was never parked for it: the
+    # sweep's restore fence settles it before any create (adopting from the provider or the live
+    # site, or parking it `restored_behind_ledger`), so an operator path may send it on.
+    fence_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ def may_pay(f: Facts, route: Route) -> Ruling:
                       f"(fingerprint {f.drift[0][:12]}… then, {f.drift[1][:12]}… now)",
                       f"`iipub quarantine release {jid} --verified-lost --reason …` creates under the deployed "
                       "configuration; roll the configuration back to create under the old one")
+    if route != Route.SWEEP and f.fence_pending:
+        return ALLOWED
     found: list[Ruling] = []
     held = dict(f.track_payloads)
     if f.payload_sha256 and route != Route.REGENERATE:

@@ -60,6 +60,8 @@ def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spen
     if route == Route.SWEEP and product is not None and job.config_fingerprint \
             and not product.fingerprint_matches(job.config_fingerprint):
         drift = (job.config_fingerprint, product.fingerprint())
+    fence_pending = (route != Route.SWEEP and spend is not None and spend.charged > job.generation_attempts
+                     and job.quarantine_reason != Reason.RESTORED_BEHIND_LEDGER)
     if route != Route.SWEEP and spend is not None and not ledger_ahead:
         ledger_ahead = ledger_output(job, spend, held)
     live: list[str] = []
@@ -71,7 +73,8 @@ def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spen
         job_id=job.id, slot=slot_of(job.product, day), payload_sha256=job.payload_sha256, track_payloads=held,
         saved=sorted(saved), ledger=spend, ledger_ahead=ledger_ahead,
         legacy=sorted(legacy_actions(settings, job.product, day)), live=live,
-        languages=product.languages if product is not None else None, drift=drift, pay_again=pay_again)
+        languages=product.languages if product is not None else None, drift=drift, pay_again=pay_again,
+        fence_pending=fence_pending)
 
 
 def ledger_output(job: Job, spend: SlotSpend, held: dict[str, str]) -> tuple[str, ...]:

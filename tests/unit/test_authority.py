@@ -47,3 +47,9 @@ def test_a_live_page_for_only_some_languages_still_leaves_something_to_buy() -> 
     assert may_pay(Facts(**{**BASE.__dict__, "live": ("en",)}), Route.SWEEP).allowed
     assert may_pay(Facts(**{**BASE.__dict__, "saved": ("en",), "live": ("es",)}), Route.SWEEP).evidence \
         == Evidence.LIVE
+
+
+def test_an_operator_path_on_a_job_behind_the_ledger_is_left_to_the_restore_fence() -> None:
+    behind = Facts(**{**BASE.__dict__, "live": ("en", "es"), "fence_pending": True})
+    assert may_pay(behind, Route.REGENERATE).allowed  # the sweep's fence adopts it first, paying nothing
+    assert not may_pay(behind, Route.SWEEP).allowed
