@@ -44,16 +44,20 @@ def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
 def legacy_owner(engine: sa.Engine) -> Callable[[str, frozenset[str]], bool]:
     """Whether an old ledger line's job (or a response it names) is known to this database: such
     a line was written by this installation before lines named theirs."""
+    known: list[tuple[set[str], set[str]]] = []  # (job ids, response ids), read once at the first old line
+
     def ours(job_id: str, response_ids: frozenset[str]) -> bool:
-        j, s = tables.jobs.c, tables.spend.c
-        with engine.connect() as conn:
-            if conn.execute(sa.select(j.id).where(j.id == job_id)).first() is not None:
-                return True
-            if not response_ids:
-                return False
-            ids = list(response_ids)
-            return (conn.execute(sa.select(j.id).where(j.response_id.in_(ids)).limit(1)).first() is not None
-                    or conn.execute(sa.select(s.id).where(s.response_id.in_(ids)).limit(1)).first() is not None)
+        if not known:
+            j, s = tables.jobs.c, tables.spend.c
+            with engine.connect() as conn:
+                jobs = set(conn.execute(sa.select(j.id)).scalars())
+                responses = {str(r) for r in conn.execute(sa.select(j.response_id).where(j.response_id.is_not(None)))
+                             .scalars()}
+                responses |= {str(r) for r in conn.execute(sa.select(s.response_id)
+                                                            .where(s.response_id.is_not(None))).scalars()}
+            known.append((jobs, responses))
+        jobs, responses = known[0]
+        return job_id in jobs or not responses.isdisjoint(response_ids)
 
     return ours
 
