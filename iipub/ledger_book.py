@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,24 +69,37 @@ def _max_spend_id(conn: Connection) -> int:
     return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.spend.c.id), 0))).scalar_one())
 
 
-def problem(engine: Engine | Connection, ledger: SpendLedger, fold: Fold | None = None) -> Problem | None:
+def problem(engine: Engine | Connection, ledger: SpendLedger,
+            fold: Callable[[], Fold | None] | None = None) -> Problem | None:
     """What is wrong with the ledger (and its mirror) against what the database remembers, or
-    None. `fold` is the primary copy already read (the tick's fresh view)."""
+    None. `fold` reads the primary copy (the tick's fresh view); it is called after the database
+    was read, so the file (always written before the database records a create) is never older
+    than the position it is compared with (two processes at once never see a false `behind`)."""
     if isinstance(engine, Connection):
-        return _problem(engine, ledger, fold)
-    with engine.connect() as conn:
-        return _problem(conn, ledger, fold)
+        book, expected, paid = _position(engine)
+    else:
+        with engine.connect() as conn:  # closed before the file is read (on SQLite it holds the lock)
+            book, expected, paid = _position(conn)
+    return _problem(book, expected, paid, ledger, fold)
 
 
-def _problem(conn: Connection, ledger: SpendLedger, fold: Fold | None) -> Problem | None:
+def _position(conn: Connection) -> tuple[Book | None, int, bool]:
+    """What the database remembers: the ledger it opened, the paid creates it recorded since,
+    and whether it recorded any at all."""
     book = read_book(conn)
+    if book is None:
+        return None, 0, _max_spend_id(conn) > 0
+    return book, _dispatches_since(conn, book.base_spend_id), True
+
+
+def _problem(book: Book | None, expected: int, paid: bool, ledger: SpendLedger,
+             fold: Callable[[], Fold | None] | None) -> Problem | None:
     if book is None:
         # Nothing remembered yet (`ensure_open` begins at the next create), unless creates were
         # paid (before 0011) and no copy of the ledger is left.
-        if not ledger.exists() and _max_spend_id(conn) > 0:
+        if not ledger.exists() and paid:
             return Problem(MISSING, f"{ledger.path} does not exist and this database recorded paid creates")
         return None
-    expected = _dispatches_since(conn, book.base_spend_id)
     copies = [(ledger, fold)] + ([(ledger.copy(ledger.mirror), None)] if ledger.mirror is not None else [])
     seen: list[tuple[Path, int]] = []
     for copy, folded in copies:
@@ -100,12 +114,13 @@ def _problem(conn: Connection, ledger: SpendLedger, fold: Fold | None) -> Proble
     return None
 
 
-def _check_copy(copy: SpendLedger, fold: Fold | None, book: Book, expected: int) -> Problem | int:
+def _check_copy(copy: SpendLedger, fold: Callable[[], Fold | None] | None, book: Book,
+                expected: int) -> Problem | int:
     if not copy.exists():
         return Problem(MISSING, f"{copy.path} does not exist (the database opened ledger {book.ledger_id} at "
                                 f"{book.path} and recorded {expected} paid create(s) since)")
     try:
-        folded = fold if fold is not None else copy.fold()
+        folded = (fold() if fold is not None else None) or copy.fold()
     except (LedgerError, FileNotFoundError) as exc:
         return Problem(MISSING, f"{copy.path} cannot be read: {exc}")
     since = folded.intents_since(book.ledger_id)

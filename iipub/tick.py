@@ -236,14 +236,13 @@ class Tick:
         book = self.spend_ledger
         if book is None:
             return None
-        try:
+        def fresh() -> ledger.Fold | None:  # read after the database's position (`ledger_book.problem`)
             with self._lock:
                 if self._view is None:
                     self._view = ledger.LedgerView(book)
-                fold = self._view.refresh() if book.exists() else None
-        except ledger.LedgerError as exc:
-            return ledger_book.Problem(ledger_book.MISSING, str(exc))
-        found = ledger_book.problem(self.store.engine, book, fold)
+                return self._view.refresh()
+
+        found = ledger_book.problem(self.store.engine, book, fresh)
         if found is None:
             try:
                 with self._opening:  # one `open` line per process, not one per thread
