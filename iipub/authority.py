@@ -12,12 +12,12 @@ job afterwards. What it sees is collected by `paying.facts`:
     legacy       the legacy system's decisions file says it created or published the slot
     live         the live site serves every language still to publish, from another create
     languages    the configured languages still unpublished (none: a create buys nothing)
-    config       the product's fingerprint changed since the job was made CREATE_ELIGIBLE
+    config       the product's fingerprint changed since the job was made CREATE_ELIGIBLE (the
+                 sweep re-plans the slot under the deployed configuration, journaled, and asks again)
 
 A refusal names the evidence and a remedy that pays nothing. An operator who truly wants to buy
 again says so (`--pay-again --reason`, journaled with the evidence it overrides): the sweep
-then lets that job's create through once. Nothing overrides "nothing to buy" or a drifted config
-(regenerate or revalidate decides under which rules the slot is made).
+then lets that job's create through once. Nothing overrides "nothing to buy" or a drifted config.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import structlog
 
 from . import handlers, installation, ledger, money, paying, payments
-from .authority import Route
+from .authority import Evidence, Route
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -225,6 +225,10 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
     # The payment authority: output held, the legacy system's or the live site's edition, nothing
     # left to buy, or a configuration changed since the job became eligible: no create.
     ruling = paying.ruling(tick.settings, tick.store.engine, job, Route.SWEEP)
+    if not ruling.allowed and ruling.evidence == Evidence.CONFIG:
+        assert job.config_fingerprint is not None
+        log.warning("config_replanned", job_id=job.id, worker=tick.store.worker, why=ruling.why)
+        return apply(tick, job, handlers.replanned(job, job.config_fingerprint, fingerprint))  # then asked again
     if not ruling.allowed:
         return apply(tick, job, handlers.payment_refused(job, ruling))
     if ruling.overridden:

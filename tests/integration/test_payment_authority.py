@@ -183,7 +183,7 @@ def test_cutover_does_not_pay_for_the_legacy_systems_edition_and_adopt_takes_it_
 # -- drift between CREATE_ELIGIBLE and the create (issue item 5, seed test 30) ---------------------
 
 
-def test_a_configuration_changed_before_the_create_parks_config_drift_and_release_creates_under_the_new(
+def test_a_configuration_changed_before_the_create_is_replanned_and_journaled_not_sent_silently(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
     env = _env(cli_env, sim, tmp_path)
@@ -193,18 +193,17 @@ def test_a_configuration_changed_before_the_create_parks_config_drift_and_releas
     assert job["state"] == "CREATE_ELIGIBLE" and job["config_fingerprint"]
     _set_config(env, MIDNIGHT_PRODUCT_TOML.replace("Write the brief.", "Write a shorter brief."))
     run_cli("unpause", "--reason", "deployed", "--by", "ops", env=env, check=True)
-    _tick(env, sim)
-    parked = _job(engine)
-    assert (parked["state"], parked["quarantine_reason"]) == ("QUARANTINED", "config_drift")
-    assert "configuration changed since the slot was made CREATE_ELIGIBLE" in parked["last_error"]
-    assert sim.stats()["creates_total"] == 0 and parked["generation_attempts"] == 0
-    released = run_cli("quarantine", "release", job["id"], "--verified-lost", "--reason", "new prompt is right",
-                       "--by", "ops", env=env)
-    assert released.returncode == 0, released.stderr
     _tick(env, sim, 4)
     done = _job(engine)
-    assert done["state"] in DONE and done["generation_attempts"] == 1
-    assert sim.stats()["creates_total"] == 1
+    assert done["state"] in DONE and done["generation_attempts"] == 1 and done["quarantine_reason"] is None
+    assert sim.stats()["creates_total"] == 1  # created once, under the deployed configuration
+    events = job_events(engine, job["id"])
+    (replan,) = [e for e in events if e["reason"] == "config_replanned"]
+    detail = json.loads(replan["detail"])
+    assert detail["recorded_fingerprint"] == job["config_fingerprint"]
+    assert detail["deployed_fingerprint"] == done["config_fingerprint"] != job["config_fingerprint"]
+    reasons = [e["reason"] for e in events]
+    assert reasons.index("config_replanned") < reasons.index("dispatch")
 
 
 @pytest.mark.parametrize("when", [dt.date(2026, 1, 1)])
