@@ -28,7 +28,8 @@ def measure(base_url: str, k: int) -> dict[str, Any]:
     DELETED; the simulator in its own process at zero latency, the spend ledger the run's own
     (`benchdb.bench_settings`)."""
     sections = {"reconcile": {"poll_interval_seconds": 0.0, "tick_seconds": 3600.0, "max_in_flight": k,
-                              "catch_up_days": 0},  # only the slots it made: no catch-up of missed days
+                              "catch_up_days": 0,  # only the slots it made: no catch-up of missed days
+                              "wrapper_seconds": 0},  # one long tick, no cron wrapper: creates all through it
                 "relay": {"tick_seconds": 3600.0}}
     with simproc.SimProc(latency_seconds=0.0, queued_seconds=1.0, in_progress_seconds=2.0) as sim, \
             harness.bed(base_url, "life", sim, pool_size=16 + 4, sections=sections, count_trips=True,

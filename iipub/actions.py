@@ -10,6 +10,7 @@ output enters the normal pipeline.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 import structlog
 
-from . import clock, installation, money, outbox, payments, remedies, restore, states, tables, tracks
+from . import clock, installation, money, outbox, paying, payments, remedies, restore, states, tables, tracks
+from .authority import Route
 from .breaker import GateState
 from .closing import Closing
 from .config import Settings, max_output_bytes
@@ -28,10 +30,11 @@ from .errors import Contention, JobTaken, LeaseLost, OperatorRefused, UnknownId,
 from .gate import CreateGate
 from .handlers import Decision
 from .jobs import Job
-from .ledger import LedgerError, SpendLedger, slot_of
+from .ledger import LedgerError, slot_of
 from .outcomes import DEAD_STATUSES, FINISHED_STATUSES, Missing, Observed, ReadOutcome, Rejected, Transient
 from .provider import Provider
 from .remedies import ReleaseMode
+from .spend import SlotSpend
 from .states import QUARANTINE_REASONS, Reason, State
 from .store import Store
 from .timefmt import iso_z, naive_utc
@@ -99,13 +102,15 @@ class Operator(Closing):
     # -- leaving quarantine ---------------------------------------------------------
 
     def release(self, job_id: str, mode: ReleaseMode | str, reason: str, by: str,
-                link_response_id: str | None = None) -> Job:
+                link_response_id: str | None = None, *, pay_again: bool = False) -> Job:
         mode = ReleaseMode(mode)
         if (mode == ReleaseMode.LINK) != bool(link_response_id):
             raise UsageError("a response id is required with --link, and only with --link")
         remedies.check_input(by, reason)
+        if pay_again and mode != ReleaseMode.VERIFIED_LOST:
+            raise UsageError("--pay-again goes with --verified-lost (the release that leads to a paid create)")
         if mode == ReleaseMode.VERIFIED_LOST:
-            return self._act(job_id, by, lambda job: self._verified_lost(job, by, reason))
+            return self._act(job_id, by, lambda job: self._verified_lost(job, by, reason, pay_again))
         if mode == ReleaseMode.RESUME_POLLING:
             return self._act(job_id, by, lambda job: remedies.release_resume_polling(
                 job, self._fingerprint(job), by, reason))
@@ -129,7 +134,8 @@ class Operator(Closing):
         return self._finish(store, self._harvest(store, linked, observed, by, reason))
 
     def release_all(self, quarantine_reason: str, mode: ReleaseMode | str, reason: str, by: str, *,
-                    since: dt.datetime | None = None, dry_run: bool = False) -> list[BulkResult]:
+                    since: dt.datetime | None = None, dry_run: bool = False,
+                    pay_again: bool = False) -> list[BulkResult]:
         """One remedy for every job quarantined with `quarantine_reason` (since `since`, by the
         time it entered quarantine): each through the same path as the single-job command, and
         refused where that would refuse. `--link` needs a response id per job, so it is not offered."""
@@ -149,34 +155,58 @@ class Operator(Closing):
                 continue
             try:
                 if dry_run:
-                    d = self._release_decision(job, mode, reason, by)
+                    d = self._release_decision(job, mode, reason, by, pay_again)
                     results.append(BulkResult(job, "would release", d.to.value, ""))
                 else:
-                    done = self.release(job.id, mode, reason, by)
+                    done = self.release(job.id, mode, reason, by, pay_again=pay_again)
                     results.append(BulkResult(job, "released", done.state.value, ""))
             except (OperatorRefused, JobTaken, LeaseLost, Contention) as exc:
                 results.append(BulkResult(job, "refused", job.state.value, str(exc)))
         return results
 
-    def _verified_lost(self, job: Job, by: str, reason: str) -> Decision:
-        """`release_verified_lost`, with the spend ledger's record of the slot when the job was
-        parked behind it (a restore)."""
-        spend, live = None, None
-        if job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER:
-            path = self.settings.ledger_path()
-            if path is not None:
-                try:
-                    slots, _ = SpendLedger(path).read()
-                except LedgerError as exc:
-                    raise OperatorRefused(f"job {job.id}: {exc}; its paid creates cannot be counted") from None
-                spend = slots.get(slot_of(job.product, job.edition_date.isoformat()))
-                live = restore.published_live(self.settings, spend) if spend is not None else None
-        return remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason,
-                                              spend, live)
+    def _verified_lost(self, job: Job, by: str, reason: str, pay_again: bool = False) -> Decision:
+        """`release_verified_lost`, asked of the payment authority first, with this installation's
+        spend ledger record of the slot (charged to the job when it was parked behind it)."""
+        spend = self._slot_spend(job)
+        live = None
+        if job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER and spend is not None:
+            live = restore.published_live(self.settings, spend)
+        d = remedies.release_verified_lost(job, self.settings.budgets.max_generation_attempts, by, reason,
+                                           spend if job.quarantine_reason == Reason.RESTORED_BEHIND_LEDGER else None,
+                                           live)
+        return self._authorized(job, d, Route.RELEASE, spend, reason if pay_again else None)
 
-    def _release_decision(self, job: Job, mode: ReleaseMode, reason: str, by: str) -> Decision:
+    def _slot_spend(self, job: Job) -> SlotSpend | None:
+        """This installation's spend ledger record of the job's slot (None: no ledger, or nothing)."""
+        book = restore.ledger_of(self.settings, self.engine)
+        if book is None:
+            return None
+        try:
+            slots, _ = book.read()
+        except LedgerError as exc:
+            raise OperatorRefused(f"job {job.id}: {exc}; its paid creates cannot be counted") from None
+        return slots.get(slot_of(job.product, job.edition_date.isoformat()))
+
+    def _authorized(self, job: Job, d: Decision, route: Route, spend: SlotSpend | None,
+                    pay_again: str | None) -> Decision:
+        """The payment authority on a decision that sends `job` back to CREATE_ELIGIBLE: a refusal
+        raises its one line; an allowed create is made under the deployed configuration, and a
+        pay-again is journaled with the evidence it overrides (the sweep lets that create through)."""
+        ruling = paying.ruling(self.settings, self.engine, job, route, spend=spend, pay_again=pay_again)
+        if not ruling.allowed:
+            raise OperatorRefused(ruling.line())
+        changes, detail = dict(d.changes), dict(d.detail)
+        product = self.settings.products.get(job.product)
+        if product is not None:
+            changes["config_fingerprint"] = product.fingerprint()
+        if pay_again:
+            detail["pay_again"] = {"why": pay_again, "overrides": list(ruling.overridden)}
+        return dataclasses.replace(d, changes=changes, detail=detail)
+
+    def _release_decision(self, job: Job, mode: ReleaseMode, reason: str, by: str,
+                          pay_again: bool = False) -> Decision:
         if mode == ReleaseMode.VERIFIED_LOST:
-            return self._verified_lost(job, by, reason)
+            return self._verified_lost(job, by, reason, pay_again)
         return remedies.release_resume_polling(job, self._fingerprint(job), by, reason)
 
     # -- republish -------------------------------------------------------------------
@@ -268,11 +298,11 @@ class Operator(Closing):
         """The spend ledger remembers the kill (its remote data may go without custody), so a
         database restored from before it still explains the delete. Best effort: the kill is
         committed already."""
-        path = self.settings.ledger_path()
-        if path is None or not job.response_id:
+        book = restore.ledger_of(self.settings, self.engine)
+        if book is None or not job.response_id:
             return
         try:
-            SpendLedger(path).killed(job.id, slot_of(job.product, job.edition_date.isoformat()),
+            book.killed(job.id, slot_of(job.product, job.edition_date.isoformat()),
                                      job.generation_attempts, job.response_id)
         except LedgerError as exc:
             log.error("ledger_unwritable", job_id=job.id, error=str(exc))
@@ -319,12 +349,14 @@ class Operator(Closing):
             conn, store, track, hop, changes=changes, delay=0, operator=True)))
         return moved[0]
 
-    def regenerate(self, job_id: str, reason: str, by: str) -> Job:
-        """A new paid generation for the slot's unpublished languages (the journal names them)."""
+    def regenerate(self, job_id: str, reason: str, by: str, *, pay_again: bool = False) -> Job:
+        """A new paid generation for the slot's unpublished languages (the journal names them),
+        asked of the payment authority first."""
         remedies.check_input(by, reason)
         max_gen = self.settings.budgets.max_generation_attempts
-        return self._act(job_id, by, lambda job: remedies.regenerate(
-            job, max_gen, by, reason, {t.lang: t.state for t in self.tracks_of(job.id)}))
+        return self._act(job_id, by, lambda job: self._authorized(job, remedies.regenerate(
+            job, max_gen, by, reason, {t.lang: t.state for t in self.tracks_of(job.id)}), Route.REGENERATE,
+            self._slot_spend(job), reason if pay_again else None))
 
     def tracks_of(self, job_id: str) -> list[tracks.Track]:
         with self.engine.connect() as conn:

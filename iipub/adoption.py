@@ -23,7 +23,7 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Engine
 
-from . import clock, handover, ledger, tables
+from . import clock, handover, ledger, restore, tables
 from .config import Settings
 from .errors import DatabaseUnavailable, LeaseLost
 from .handover import Refusal, Row
@@ -68,8 +68,7 @@ def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: st
     rows, refused = handover.parse(raw, settings.products.keys(), today)
     report = Report(dry_run, refused=refused)
     store = Store(engine, f"operator:{by.strip()}"[:128], settings.reconcile.lease_seconds)
-    path = settings.ledger_path()
-    spend_ledger = ledger.SpendLedger(path) if path is not None else None
+    spend_ledger = restore.ledger_of(settings, engine)
     for row in rows:
         job, why = _target(store, row)
         if why is not None:
@@ -110,7 +109,11 @@ def _target(store: Store, row: Row) -> tuple[Job | None, str | None]:
     if holder is not None:
         return None, (f"response {row.response_id} is already held by job {holder.id} ({holder.product} "
                       f"{holder.edition_date}, {holder.state})")
-    if slot is not None and (slot.state != State.NO_JOB or slot.response_id or slot.generation_attempts):
+    # A slot iipub never paid for: new, or parked by the payment authority before its first create
+    # (the legacy system made it: `payment_refused`).
+    untouched = slot is not None and (slot.state == State.NO_JOB or (
+        slot.state == State.QUARANTINED and slot.quarantine_reason == Reason.PAYMENT_REFUSED))
+    if slot is not None and (not untouched or slot.response_id or slot.generation_attempts):
         return None, f"the slot already has a job: {slot.id} in {slot.state}"
     if slot is not None and slot.lease_owner is not None:
         return None, f"the slot's job {slot.id} is leased by {slot.lease_owner}; retry in a minute"
@@ -145,7 +148,7 @@ def _adopt_row(settings: Settings, store: Store, row: Row, job: Job | None, reas
             leased, State.ACCEPTED, reason=Reason.OPERATOR_ADOPT, operator=True, delay=0.0, detail=detail,
             changes={"response_id": row.response_id, "generation_attempts": row.attempts, "poll_count": 0,
                      "config_fingerprint": product.fingerprint(), "origin": ADOPTED, "adopted_at": now,
-                     "last_error": None})
+                     "last_error": None, "quarantine_reason": None})
     except Exception:
         store.release_if_held(leased.id)
         raise

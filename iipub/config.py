@@ -158,6 +158,10 @@ class Budgets(Checked):
 class ReconcileSettings(Checked):
     lease_seconds: Annotated[float, Bounds(ge=1, le=3600)] = 60.0
     tick_seconds: Annotated[float, Bounds(gt=0, le=3600)] = 50.0
+    # The cron wrapper's budget: `timeout -k 5 58` in crontab.example TERMs the run at 58 s (and
+    # KILLs it 5 s later). A create starts only while it can still be answered (connect + read
+    # timeout) and recorded before then (`Settings.create_window`); 0: no wrapper (tick_seconds only).
+    wrapper_seconds: Annotated[float, Bounds(ge=0, le=86400)] = 58.0
     concurrency: Annotated[int, Bounds(ge=1, le=1024)] = 16
     max_in_flight: Count = 100
     # A finished response must be polled well inside its ~10-minute retention.
@@ -288,6 +292,10 @@ class LedgerSettings(Checked):
     # absolute; `enabled = false` turns it off (not recommended).
     path: Path | None = None
     enabled: bool = True
+    # An optional second copy on another file system (the backup mount), written before the
+    # first for every line: a restore that takes the host's copy back with the database leaves
+    # this one ahead, and the tick holds creates until the copies agree (runbook.md).
+    mirror_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -438,6 +446,23 @@ class Settings:
             raise ConfigError("[ledger] path was never resolved: build settings with iipub.config_file")
         return Path(os.path.abspath(self.ledger.path))
 
+    def create_window(self, flex: bool = False) -> float | None:
+        """How many seconds after a reconcile run starts a create may still start: the wrapper's
+        budget less the start-up before the run, the create's worst case (connect + read timeout,
+        flex's when it asks for flex) and the time to record its outcome. None without a wrapper."""
+        wrapper = self.reconcile.wrapper_seconds
+        if not wrapper:
+            return None
+        p = self.provider
+        worst = p.connect_timeout_seconds + (p.flex_timeout_seconds if flex else p.timeout_seconds)
+        return wrapper - CREATE_STARTUP_SECONDS - worst - CREATE_RECORD_SECONDS
+
+    def ledger_mirror_path(self) -> Path | None:
+        """The spend ledger's second copy, or None (none configured, or the ledger off)."""
+        if not self.ledger.enabled or self.ledger.mirror_path is None:
+            return None
+        return Path(os.path.abspath(self.ledger.mirror_path))
+
     def sink_names(self) -> list[str]:
         """The sinks this configuration delivers to, by name."""
         return [name for name, on in (("static", self.static_sink), ("webhook", self.webhook_sink)) if on]
@@ -541,10 +566,23 @@ def check_product(p: Product, where: str) -> None:
         raise ConfigError(f"{where}: items must be between 1 and {MAX_ITEMS}")
 
 
+# From the wrapper's start to the run's (the interpreter and the framework load), and from a
+# create's answer to its outcome recorded (the ledger line and the fenced transition).
+CREATE_STARTUP_SECONDS = 3.0
+CREATE_RECORD_SECONDS = 2.0
+
+
 def check_settings(s: Settings) -> None:
     """Rules that span keys (each key's own bounds are checked when its section is built)."""
     problems: list[str] = []
     r, p = s.reconcile, s.provider
+    flex = any(product.service_tier == "flex" for product in s.products.values())
+    window = s.create_window(flex)
+    if window is not None and window <= 0:
+        timeout = "flex_timeout_seconds" if flex else "timeout_seconds"
+        problems.append(f"[reconcile] wrapper_seconds ({r.wrapper_seconds:g}) leaves no time for a create: the "
+                        f"provider's connect_timeout_seconds + {timeout}, {CREATE_STARTUP_SECONDS:g} s to start and "
+                        f"{CREATE_RECORD_SECONDS:g} s to record it must fit before the cron wrapper stops the run")
     # A create must finish (or time out) well inside the lease, or a live worker's
     # POST could be mistaken for a crash and its job quarantined needlessly.
     worst_call = p.connect_timeout_seconds + p.timeout_seconds

@@ -78,13 +78,18 @@ def default_ledger_path(config_path: Path | None, env: Mapping[str, str]) -> Pat
 
 def _ledger_outside_public(settings: Settings) -> None:
     """A ledger inside the static sink's public tree would be served to anyone: refused."""
-    path, static = settings.ledger_path(), settings.static_sink
-    if path is None or static is None:
+    static = settings.static_sink
+    if static is None:
         return
-    real_path, real_root = Path(os.path.realpath(path)), Path(os.path.realpath(static.root))
-    if _inside(path, static.root) or real_root == real_path or real_root in real_path.parents:
-        raise ConfigError(f"[ledger] path ({path}) must be outside [sinks.static] root ({static.root}): "
-                          "the public tree is served to anyone")
+    for key, path in (("path", settings.ledger_path()), ("mirror_path", settings.ledger_mirror_path())):
+        if path is None:
+            continue
+        real_path, real_root = Path(os.path.realpath(path)), Path(os.path.realpath(static.root))
+        if _inside(path, static.root) or real_root == real_path or real_root in real_path.parents:
+            raise ConfigError(f"[ledger] {key} ({path}) must be outside [sinks.static] root ({static.root}): "
+                              "the public tree is served to anyone")
+    if settings.ledger_mirror_path() is not None and settings.ledger_mirror_path() == settings.ledger_path():
+        raise ConfigError("[ledger] mirror_path must be another file than [ledger] path (a second copy)")
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -134,8 +139,10 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     webhooks = _webhooks(data.get("webhooks"))
     monitoring = _monitoring(data.get("monitoring"), status)
     ledger_raw = data.get("ledger")
-    if isinstance(ledger_raw, dict) and "path" in ledger_raw:
-        ledger_raw = {**ledger_raw, "path": _path(ledger_raw["path"], "[ledger] path", "a file path", base_dir)}
+    if isinstance(ledger_raw, dict):
+        for key in ("path", "mirror_path"):
+            if key in ledger_raw:
+                ledger_raw = {**ledger_raw, key: _path(ledger_raw[key], f"[ledger] {key}", "a file path", base_dir)}
     ledger = _section(LedgerSettings, ledger_raw, "ledger")
     products = default_products()
     if "products" in data:

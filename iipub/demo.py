@@ -28,6 +28,7 @@ from .store import Store
 DEFAULT_DIR = Path("iipub-demo")
 DB_FILE = "iipub.sqlite3"
 SITE_DIR = "public"
+LEDGER_FILE = "spend-ledger.jsonl"
 API_KEY = "sk-demo-local"  # the simulator only checks that a key is present
 
 # Short provider and tick timings: the demo is about the path, not the waiting.
@@ -74,7 +75,10 @@ class DemoResult:
 
 
 def demo_settings(directory: Path, simulator_url: str) -> Settings:
-    base = settings_from_dict({**_SETTINGS, "sinks": {"static": {"root": str(directory / SITE_DIR)}}})
+    # The demo's spend ledger is its own, beside its database: a demo in another folder (or an
+    # installation on this account) never reads this one's chain as its own.
+    base = settings_from_dict({**_SETTINGS, "sinks": {"static": {"root": str(directory / SITE_DIR)}},
+                               "ledger": {"path": str(directory / LEDGER_FILE)}})
     return replace(
         base,
         database_url=f"sqlite:///{directory / DB_FILE}",
@@ -108,6 +112,7 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
         settings = demo_settings(directory, sim.url)
         echo(f"demo dir    {directory}")
         echo(f"database    {settings.database_url}")
+        echo(f"ledger      {settings.ledger_path()}")
         echo(f"simulator   {sim.origin} (in-process, stopped on exit)")
         engine = db.make_engine(settings.database_url, pool_size=settings.reconcile.concurrency + 4)
         applied = migrate.migrate(engine)

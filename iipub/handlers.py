@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backoff, states, validate
+from .authority import Ruling
 from .config import Budgets, Product, ProviderSettings, ReconcileSettings
 from .jobs import Job
 from .outcomes import (
@@ -475,6 +476,22 @@ def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rej
         return Decision(job.state, Reason.PARKED_RESPONSE_GONE, detail={**facts, "status": outcome.status,
                                                                          "why": f"provider reports {outcome.status}"})
     return None
+
+
+def payment_refused(job: Job, ruling: Ruling) -> Decision:
+    """CREATE_ELIGIBLE, and the payment authority refuses the create: park the job with the
+    evidence and the remedy that pays nothing."""
+    return quarantine(Reason.PAYMENT_REFUSED, ruling.line(), **ruling.detail(), attempts_here=job.generation_attempts)
+
+
+def replanned(job: Job, recorded: str, deployed: str) -> Decision:
+    """CREATE_ELIGIBLE, and the product's configuration changed since the job became eligible:
+    nothing was paid and no output exists, so the slot is planned again under the deployed
+    configuration, journaled with both fingerprints (never sent silently under a configuration
+    it was not planned for; a job holding output parks `config_drift` instead: `config_check`)."""
+    return Decision(State.CREATE_ELIGIBLE, Reason.CONFIG_REPLANNED, changes={"config_fingerprint": deployed},
+                    detail={"recorded_fingerprint": recorded, "deployed_fingerprint": deployed,
+                            "attempts_here": job.generation_attempts}, go_on=True)
 
 
 def restored_behind_ledger(job: Job, spend: SlotSpend, ahead: Sequence[str] = (), remedy: str = "") -> Decision:

@@ -158,6 +158,8 @@ IIPUB={executable}
 IIPUB_ENV_FILE={layout.env_file}
 
 # {reconcile.comment}
+# `58` is [reconcile] wrapper_seconds (its default): a create starts only while it can finish before
+# the TERM (runbook.md, "No create the wrapper could kill"); change both together.
 {line(reconcile, "reconcile.log")}
 # One process polls 10,000 in-flight jobs inside a minute with reconcile.concurrency = 64 and
 # provider.max_connections = 64 (about 37 s on 2 cores, docs/benchmarks.md). On a busy host or past

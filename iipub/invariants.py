@@ -59,6 +59,8 @@ Spend ledger (`check_ledger`, `iipub check --ledger`)
   ledger_unreadable      ledger lines that could not be parsed (a torn line; the next ones count)
   ledger_missing         the ledger file is missing or unreadable although the database recorded a
                          paid create
+  ledger_lost            the ledger is missing, replaced, truncated or behind what the database
+                         remembers of it (`ledger_book`): creates are held until acknowledged
 
 Language tracks
   journal_* / not_published / published_twice / deleted_without_custody, per track: its journal

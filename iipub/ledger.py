@@ -17,6 +17,11 @@ normal operation the ledger never knows more than the database; after a restore 
 to be whole and fsync'd; a short write (disk full) is an error, and the next line starts on a
 fresh line, so a torn line costs only itself. `spend.summarize` folds the lines into `SlotSpend`.
 
+Every line names the installation that wrote it (`installation`, the database's installation
+id): two databases may write to one file and each reads only its own chain (`spend.Fold`).
+Lines from before that (no `installation`) count for this installation only when their job or
+response is known to its database; otherwise they are someone else's, noted once and ignored.
+
 `iipub adopt` writes one `adopted` line per response it takes over from a legacy system: the
 creates that system already paid for the slot (`attempt`), charged to the slot like iipub's own,
 but not paid by iipub.
@@ -32,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IipubError
-from .spend import CHAIN, SlotSpend, behind, composed_editions, has_chain, slot_of, summarize
+from .spend import CHAIN, Fold, LegacyOwner, SlotSpend, behind, composed_editions, has_chain, slot_of, summarize
 from .timefmt import iso_z
 
-__all__ = ["CHAIN", "LedgerError", "SlotSpend", "SpendLedger", "behind", "composed_editions", "has_chain", "slot_of",
+__all__ = ["CHAIN", "Fold", "LedgerError", "LedgerView", "SlotSpend", "SpendLedger", "behind", "composed_editions",
+           "has_chain", "slot_of",
            "summarize"]
 
 # The one write of a line (a name of its own so a unit test can make it short).
@@ -49,8 +55,23 @@ class LedgerError(IipubError):
 
 
 class SpendLedger:
-    def __init__(self, path: Path) -> None:
+    """The ledger file as one installation writes and reads it (`installation` None: every line,
+    written without a name, as tests of the file itself do)."""
+
+    def __init__(self, path: Path, installation: str | None = None,
+                 legacy_is_ours: LegacyOwner | None = None, mirror: Path | None = None) -> None:
         self.path = Path(path)
+        self.installation = installation
+        self.legacy_is_ours = legacy_is_ours
+        self.mirror = Path(mirror) if mirror is not None else None  # a second copy, written first
+
+    def copy(self, path: Path) -> SpendLedger:
+        """The same installation's view of another copy of the ledger (the mirror)."""
+        return SpendLedger(path, self.installation, self.legacy_is_ours)
+
+    def open(self, ledger_id: str) -> None:
+        """This installation begins (or begins again) writing to the ledger as `ledger_id`."""
+        self._append({"t": "open", "ledger_id": ledger_id, "slot": "", "attempt": 0})
 
     def intent(self, job_id: str, slot: str, attempt: int, fingerprint: str, worker: str) -> None:
         """Before a paid create: raises LedgerError if the line cannot be made durable."""
@@ -90,12 +111,22 @@ class SpendLedger:
         """Per-slot spend and the number of lines that could not be read (a missing file is
         empty: `exists` tells the two apart). Raises LedgerError if the file cannot be read."""
         try:
-            with self.path.open(encoding="utf-8", errors="replace") as f:
-                return summarize(f)
+            fold = self.fold()
         except FileNotFoundError:
             return {}, 0
+        return fold.slots, fold.bad
+
+    def fold(self) -> Fold:
+        """This installation's lines folded (FileNotFoundError when there is no file)."""
+        fold = Fold(self.installation, self.legacy_is_ours)
+        try:
+            with self.path.open(encoding="utf-8", errors="replace") as f:
+                fold.feed(f)
+        except FileNotFoundError:
+            raise
         except OSError as exc:
             raise LedgerError(f"cannot read the spend ledger {self.path}: {exc.strerror or exc}") from None
+        return fold
 
     def load(self) -> tuple[dict[str, SlotSpend], int, str | None]:
         """`read`, with a missing or unreadable file as a reason instead of an empty ledger or an
@@ -108,21 +139,81 @@ class SpendLedger:
             return {}, 0, str(exc)
         return spend, bad, None
 
-    def _append(self, record: Mapping[str, Any]) -> None:
-        line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **record}, sort_keys=True) + "\n").encode("utf-8")
+    def load_fold(self) -> tuple[Fold, str | None]:
+        """`fold`, with a missing or unreadable file as a reason instead of an error."""
+        if not self.path.exists():
+            return Fold(self.installation), f"the spend ledger {self.path} does not exist"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-            try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    line = b"\n" + line  # the last line is torn: this one starts on a line of its own
-                written = _write(fd, line)
-                if written != len(line):
-                    raise LedgerError(f"cannot write the spend ledger {self.path}: short write ({written} of "
-                                      f"{len(line)} bytes; is the disk full?)")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            return self.fold(), None
+        except (LedgerError, FileNotFoundError) as exc:
+            return Fold(self.installation), str(exc)
+
+    def _append(self, record: Mapping[str, Any]) -> None:
+        named = {"installation": self.installation} if self.installation else {}
+        line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **named, **record}, sort_keys=True)
+                + "\n").encode("utf-8")
+        # The mirror first (on another file system): a line is never only in the copy a restore
+        # of the host takes back with the database.
+        for path in ([self.mirror] if self.mirror is not None else []) + [self.path]:
+            _append_line(path, line)
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # the last line is torn: this one starts on a line of its own
+            written = _write(fd, line)
+            if written != len(line):
+                raise LedgerError(f"cannot write the spend ledger {path}: short write ({written} of "
+                                  f"{len(line)} bytes; is the disk full?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LedgerError(f"cannot write the spend ledger {path}: {exc.strerror or exc}") from None
+
+
+class LedgerView:
+    """This installation's chain as fresh as the moment it is asked: `refresh` reads only the
+    bytes appended since the last read (whole lines; a line another process is still writing
+    waits for the next read), and the whole file again when it was replaced or shortened. A
+    comparison with a job read under its lease refreshes first, so it never compares a fresh
+    row with a copy of the ledger read before another worker's refund or create."""
+
+    def __init__(self, ledger: SpendLedger) -> None:
+        self.ledger = ledger
+        self.fold = Fold(ledger.installation, ledger.legacy_is_ours)
+        self._offset = 0
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read so far
+
+    def refresh(self) -> Fold:
+        path = self.ledger.path
+        try:
+            with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if self._file != (st.st_dev, st.st_ino) or st.st_size < self._offset:
+                    self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
+                    self._offset, self._file = 0, (st.st_dev, st.st_ino)
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
+            self._offset, self._file = 0, None
+            return self.fold
         except OSError as exc:
-            raise LedgerError(f"cannot write the spend ledger {self.path}: {exc.strerror or exc}") from None
+            raise LedgerError(f"cannot read the spend ledger {path}: {exc.strerror or exc}") from None
+        whole = data.rfind(b"\n") + 1
+        if whole:
+            self.fold.feed(data[:whole].decode("utf-8", errors="replace").splitlines())
+            self._offset += whole
+        return self.fold
+
+    def spend(self, slot: str) -> SlotSpend | None:
+        return self.refresh().slots.get(slot)
+
+    def knows(self, response_id: str) -> bool:
+        return response_id in self.refresh().response_ids

@@ -19,6 +19,7 @@ import os
 import queue
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -126,9 +127,12 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
                     hooks.settle(box, settings, rng, report)
         if hooks is not None:
             hooks.settle(box, settings, rng, report, wait=True)
-        path = settings.ledger_path()
-        report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds,
-                                                      SpendLedger(path) if path is not None else None)
+        def book() -> SpendLedger | None:  # read only when a job is published (an idle run reads nothing)
+            from . import restore
+
+            return restore.ledger_of(settings, engine)
+
+        report.jobs_published = publish_finished_jobs(engine, worker, settings.reconcile.lease_seconds, book)
     finally:
         if hooks is not None:
             hooks.close()
@@ -281,7 +285,7 @@ def _finish(box: Outbox, d: _Delivery, settings: Settings, report: RelayReport) 
 
 
 def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
-                          spend_ledger: SpendLedger | None = None) -> int:
+                          spend_ledger: SpendLedger | Callable[[], SpendLedger | None] | None = None) -> int:
     """SAVED_NOT_PUBLIC language tracks whose every event is delivered move to PUBLISHED; then
     SAVED_NOT_PUBLIC slots with no unpublished track (a slot from before tracks: every event
     delivered) move to PUBLISHED, and the spend ledger records the editions published. Run after
@@ -302,6 +306,8 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
                    sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
         ).all()
     done = 0
+    if callable(spend_ledger) and rows:
+        spend_ledger = spend_ledger()
     for job_id, version in rows:
         try:
             job = store.acquire_lease(job_id, version)
@@ -310,7 +316,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
             d = handlers.on_delivered()
             published = store.transition(job, d.to, reason=d.reason, delay=d.delay)
             done += 1
-            if spend_ledger is not None:
+            if isinstance(spend_ledger, SpendLedger):
                 _record_published(engine, spend_ledger, published)
         except (LeaseLost, Contention) as exc:
             log.warning("publish_deferred", job_id=job_id, error=str(exc))

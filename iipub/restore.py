@@ -15,19 +15,52 @@ ledger recorded) or parks it `restored_behind_ledger` with this evidence.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import sqlalchemy as sa
 
-from . import tables
+from . import installation, tables
 from .compose import artifact_from_json
 from .config import Settings
 from .jobs import Job
+from .ledger import SpendLedger
 from .sinks.site import json_path
 from .spend import CHAIN, SlotSpend, has_chain
 from .states import Reason
+
+
+def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
+    """The spend ledger as this database's installation writes and reads it (its lines named by
+    the installation id; old unnamed lines its own only when their job or response is known
+    here), or None when the ledger is off."""
+    path = settings.ledger_path()
+    if path is None:
+        return None
+    return SpendLedger(path, installation.read(engine), legacy_owner(engine), settings.ledger_mirror_path())
+
+
+def legacy_owner(engine: sa.Engine) -> Callable[[str, frozenset[str]], bool]:
+    """Whether an old ledger line's job (or a response it names) is known to this database: such
+    a line was written by this installation before lines named theirs."""
+    known: list[tuple[set[str], set[str]]] = []  # (job ids, response ids), read once at the first old line
+
+    def ours(job_id: str, response_ids: frozenset[str]) -> bool:
+        if not known:
+            j, s = tables.jobs.c, tables.spend.c
+            with engine.connect() as conn:
+                jobs = set(conn.execute(sa.select(j.id)).scalars())
+                responses = {str(r) for r in conn.execute(sa.select(j.response_id).where(j.response_id.is_not(None)))
+                             .scalars()}
+                responses |= {str(r) for r in conn.execute(sa.select(s.response_id)
+                                                            .where(s.response_id.is_not(None))).scalars()}
+            known.append((jobs, responses))
+        jobs, responses = known[0]
+        return job_id in jobs or not responses.isdisjoint(response_ids)
+
+    return ours
+
 
 ACK = "ledger_ack"  # the journal detail key of an entry that acknowledged the ledger's chain
 CUSTODY_REASONS = frozenset({Reason.RETRIEVED, Reason.OPERATOR_HARVEST, Reason.OPERATOR_IMPORT_PAYLOAD,
@@ -115,5 +148,7 @@ def remedy(job: Job, spend: SlotSpend) -> str:
     ways.append(f"`iipub jobs import-payload {job.id} FILE --reason …` with the output"
                 + (f" (sha256 {spend.custody_sha256[:12]}…)" if spend.custody_sha256 else ""))
     ways.append(f"`iipub republish {job.id} --reason …` once its editions are saved again")
-    return "; ".join(ways) + (f"; `quarantine release --verified-lost` pays again (charging the ledger's "
+    # Output the ledger saw stored is evidence the payment authority weighs: buying again is explicit.
+    release = "--verified-lost --pay-again" if spend.custody_sha256 or spend.published_editions else "--verified-lost"
+    return "; ".join(ways) + (f"; `quarantine release {release}` pays again (charging the ledger's "
                               f"{spend.charged} paid create(s))")

@@ -7,7 +7,7 @@ decisions (`handlers`, `remedies`) can use it without the file's I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,31 +68,112 @@ def _editions(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
-    """Per-slot spend from the ledger's lines, and how many lines could not be read."""
-    slots: dict[str, SlotSpend] = {}
-    bad = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            kind, slot = rec["t"], str(rec["slot"])
-            attempt = int(rec["attempt"])
-            if kind in ("saved", "published"):
-                editions = _editions(rec["editions"])
-        except (ValueError, KeyError, TypeError):
-            bad += 1  # a torn line after a crash or a full disk, or damage: counted, never fatal
-            continue
-        if kind not in ("intent", "outcome", "adopted", "killed", *CHAIN):
-            bad += 1
-            continue
-        spend = slots.setdefault(slot, SlotSpend(slot))
+def parse(line: str) -> dict[str, Any] | None:
+    """One ledger line as a record, or None when it cannot be read (a torn line after a crash or
+    a full disk, or damage: counted by the caller, never fatal)."""
+    try:
+        rec = json.loads(line)
+        if not isinstance(rec, dict) or rec["t"] not in KINDS:
+            return None
+        if rec["t"] == OPEN:
+            return rec if isinstance(rec.get("ledger_id"), str) else None
+        rec["slot"], rec["attempt"] = str(rec["slot"]), int(rec["attempt"])
+        if rec["t"] in ("saved", "published"):
+            rec["editions"] = _editions(rec["editions"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return rec
+
+
+OPEN = "open"  # an installation began (or, acknowledged, began again) writing to this ledger
+KINDS = ("intent", "outcome", "adopted", "killed", OPEN, *CHAIN)
+# An old line (written before lines named their installation) is this installation's only when
+# its job, or a response it names, is known to this database: (job id, response ids) -> bool.
+LegacyOwner = Callable[[str, frozenset[str]], bool]
+
+
+class Fold:
+    """The ledger's lines folded per slot, fed in file order (`feed` may be called again with the
+    lines appended since: a view kept fresh by reading only what was added).
+
+    With an `installation`, only that installation's lines count: a file shared by two databases
+    holds each one's chain apart. Lines naming another installation are counted (`foreign`);
+    old lines that name none are this installation's only when `legacy_is_ours` says so (their
+    job or response is known to this database), else counted as `foreign_legacy` and ignored.
+    Without an installation every line counts (a whole-file view)."""
+
+    def __init__(self, installation: str | None = None, legacy_is_ours: LegacyOwner | None = None) -> None:
+        self.installation = installation
+        self.legacy_is_ours = legacy_is_ours
+        self.slots: dict[str, SlotSpend] = {}
+        self.bad = 0
+        self.lines = 0  # this installation's lines folded (its position in the ledger)
+        self.foreign = 0
+        self.foreign_legacy = 0
+        self.response_ids: set[str] = set()  # every response this installation's lines name
+        self.intent_lines = 0  # this installation's intent lines
+        self.opens: dict[str, int] = {}  # ledger id -> intent lines before its `open` line
+        self._legacy_done = False
+
+    def feed(self, lines: Iterable[str]) -> None:
+        records: list[dict[str, Any]] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            rec = parse(line)
+            if rec is None:
+                self.bad += 1
+            else:
+                records.append(rec)
+        claimed = self._claim_legacy(records)
+        for rec in records:
+            owner = rec.get("installation")
+            if self.installation is None or owner == self.installation:
+                pass
+            elif owner:
+                self.foreign += 1
+                continue
+            elif str(rec.get("job_id") or "") not in claimed:
+                self.foreign_legacy += 1
+                continue
+            self.lines += 1
+            if rec["t"] == OPEN:
+                self.opens.setdefault(str(rec["ledger_id"]), self.intent_lines)
+                continue
+            self._fold(rec)
+
+    def intents_since(self, ledger_id: str) -> int | None:
+        """This installation's intent lines after the `open` line of `ledger_id` (None: no such line)."""
+        before = self.opens.get(ledger_id)
+        return None if before is None else self.intent_lines - before
+
+    def _claim_legacy(self, records: list[dict[str, Any]]) -> set[str]:
+        """The job ids whose old lines (no installation) are this installation's: decided once,
+        on the first lines read (old lines precede every line that names its installation)."""
+        if self.installation is None or self._legacy_done:
+            return set()
+        self._legacy_done = True
+        groups: dict[str, set[str]] = {}
+        for rec in records:
+            if not rec.get("installation"):
+                rids = groups.setdefault(str(rec.get("job_id") or ""), set())
+                if rec.get("response_id"):
+                    rids.add(str(rec["response_id"]))
+        if not groups or self.legacy_is_ours is None:
+            return set()
+        return {jid for jid, rids in groups.items() if jid and self.legacy_is_ours(jid, frozenset(rids))}
+
+    def _fold(self, rec: dict[str, Any]) -> None:
+        kind, slot, attempt = rec["t"], rec["slot"], rec["attempt"]
+        spend = self.slots.setdefault(slot, SlotSpend(slot))
         job_id = str(rec.get("job_id") or "")
         if job_id and job_id not in spend.job_ids:
             spend.job_ids.append(job_id)
         rid = str(rec["response_id"]) if rec.get("response_id") else None
+        if rid:
+            self.response_ids.add(rid)
         if kind == "intent":
+            self.intent_lines += 1
             spend.charged += 1
             spend.intents[str(attempt)] = spend.intents.get(str(attempt), 0) + 1
             spend.last_attempt = max(spend.last_attempt, attempt)
@@ -128,12 +209,20 @@ def summarize(lines: Iterable[str]) -> tuple[dict[str, SlotSpend], int]:
                 spend.killed_ids.append(rid)
         elif kind == "saved":
             spend.saved += 1
-            spend.saved_editions = editions
+            spend.saved_editions = rec["editions"]
         else:
             spend.published += 1
-            spend.published_editions = editions
+            spend.published_editions = rec["editions"]
             spend._note_response(rid)
-    return slots, bad
+
+
+def summarize(lines: Iterable[str], installation: str | None = None,
+              legacy_is_ours: LegacyOwner | None = None) -> tuple[dict[str, SlotSpend], int]:
+    """Per-slot spend from the ledger's lines (of `installation` only, when given), and how many
+    lines could not be read."""
+    fold = Fold(installation, legacy_is_ours)
+    fold.feed(lines)
+    return fold.slots, fold.bad
 
 
 def behind(job: Job, spend: SlotSpend | None) -> bool:

@@ -124,7 +124,8 @@ EDGES: tuple[Edge, ...] = tuple(
     # `iipub adopt`: a response a legacy system started (and paid for) taken over by a slot iipub
     # has not started: polled from the next tick, nothing paid (section 16 of PRODUCT.md).
     + _edges(S.NO_JOB, [S.ACCEPTED], operator=True)
-    # Shadow mode journals what it would do and stays where it is (no create, no save, no delete).
+    # Shadow mode journals what it would do and stays where it is (no create, no save, no delete);
+    # a slot waiting for its create is re-planned when its product's configuration changed.
     + [Edge(s, s) for s in (S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED)]
     # ... or on what the live site proves: the ledger's published editions are still served.
     + _edges(S.QUARANTINED, [S.DELETED])
@@ -266,6 +267,8 @@ class Reason(enum.StrEnum):
     RESTORED_PUBLISHED = "restored_published"
     AUTO_LINKED = "auto_linked"
     STEP_FAILING = "step_failing"
+    PAYMENT_REFUSED = "payment_refused"
+    CONFIG_REPLANNED = "config_replanned"
     # Operator commands.
     OPERATOR_RELEASE_VERIFIED_LOST = "operator_release_verified_lost"
     OPERATOR_RESUME_POLLING = "operator_resume_polling"
@@ -344,6 +347,10 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.RESTORED_BEHIND_LEDGER: (False, ("quarantine: the spend ledger knows of paid creates, custody, saves or "
                                        "publications this row has forgotten (a restored backup); no create until "
                                        "it is settled")),
+    R.CONFIG_REPLANNED: (False, ("the product's configuration changed while the slot waited for its create (nothing "
+                                 "paid, no output): re-planned under the deployed one, both fingerprints journaled")),
+    R.PAYMENT_REFUSED: (False, ("quarantine: the payment authority found the slot paid for or its output held "
+                                "(custody, the legacy system, the live site, nothing left to buy); no create")),
     R.RESTORED_ADOPTED: (False, ("the response the ledger recorded was still at the provider, naming this slot: "
                                  "adopted, nothing paid again")),
     R.RESTORED_PUBLISHED: (False, ("the ledger recorded the slot's editions published and the live site still serves "
@@ -384,12 +391,12 @@ QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
     R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OUTPUT_CAP_REACHED,
     R.PRODUCT_REMOVED,
-    R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED,
+    R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED, R.PAYMENT_REFUSED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.
 ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.RESTORED_PUBLISHED, R.AUTO_LINKED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
-PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING})
+PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING, R.PAYMENT_REFUSED})
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).

@@ -34,7 +34,7 @@ from . import (
     track_views,
 )
 from .config import Settings, StatusSettings
-from .errors import SchemaNotReady
+from .errors import IipubError, SchemaNotReady
 from .jobs import DONE_STATES, slot_opened
 from .outcomes import same_scope, scope_of
 from .payments import report as paid_report
@@ -202,6 +202,19 @@ def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
     """The spend ledger missing or unreadable once this database recorded a paid create: a
     restore would then pay for every one of them again."""
     path = settings.ledger_path()
+    if path is not None:
+        # What the database remembers of its ledger: missing, replaced, truncated or behind
+        # stays CRITICAL until `iipub ledger acknowledge` (a new file does not clear it).
+        from . import ledger_book
+        from .ledger import SpendLedger
+
+        try:
+            book = SpendLedger(path, installation.read(conn), None, settings.ledger_mirror_path())
+            found = ledger_book.problem(conn, book)
+        except IipubError as exc:
+            return f"spend ledger {path}: {exc}"
+        if found is not None:
+            return found.line()
     if path is None or (path.is_file() and os.access(path, os.R_OK)):
         return None
     paid = conn.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.generation_attempts > 0).limit(1)).first()

@@ -12,7 +12,8 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 import structlog
 
-from . import handlers, holds, installation, ledger, money, payments
+from . import handlers, holds, installation, ledger, money, paying, payments
+from .authority import Evidence, Route
 from .config import Product, max_output_bytes
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable, LeaseLost
@@ -204,6 +205,14 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         return apply(tick, job, handlers.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     from . import restore  # the restore fence (and the site it reads): for creates, not for polls
 
+    # The ledger missing, replaced, truncated or behind the database (or its mirror): nothing is
+    # decided from it and no create is sent until the right copy is back or it is acknowledged.
+    trouble = tick.ledger_problem()
+    if trouble is not None:
+        log.error("ledger_problem", job_id=job.id, worker=tick.store.worker, kind=trouble.kind, why=trouble.line())
+        tick.count("held_back")
+        hold(tick, job)
+        return None
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
     in_ledger = tick.spend(slot)
     ahead = restore.ahead(tick.store.engine, job, in_ledger)
@@ -212,7 +221,24 @@ def step_create_eligible(tick: Tick, job: Job) -> Job | None:
         remedy = restore.remedy(job, in_ledger)
         parked = apply(tick, job, handlers.restored_behind_ledger(job, in_ledger, ahead, remedy))
         return _adopt_from_ledger(tick, parked, in_ledger)
+    # The payment authority: output held, the legacy system's or the live site's edition, nothing
+    # left to buy, or a configuration changed since the job became eligible: no create.
+    ruling = paying.ruling(tick.settings, tick.store.engine, job, Route.SWEEP)
+    if not ruling.allowed and ruling.evidence == Evidence.CONFIG:
+        assert job.config_fingerprint is not None
+        log.warning("config_replanned", job_id=job.id, worker=tick.store.worker, why=ruling.why)
+        return apply(tick, job, handlers.replanned(job, job.config_fingerprint, fingerprint))  # then asked again
+    if not ruling.allowed:
+        return apply(tick, job, handlers.payment_refused(job, ruling))
+    if ruling.overridden:
+        log.warning("paying_again", job_id=job.id, overrides=list(ruling.overridden), worker=tick.store.worker)
     if _provider_waits(tick, job) or _no_create_here(tick, job):
+        return None
+    if tick.too_late_to_create(product.service_tier == money.FLEX):
+        log.info("create_deferred", job_id=job.id, worker=tick.store.worker,
+                 why="too late in the run: it could not finish before the cron wrapper stops it")
+        tick.count("held_back")
+        hold(tick, job)
         return None
     request = holds.request_fingerprint(product)
     # Until one create of this request was accepted in this run, this process sends them one at a
@@ -272,6 +298,7 @@ def _create(tick: Tick, job: Job, product: Product, fingerprint: str, slot: str,
     decision = handlers.after_create(in_flight, outcome, tick.poll_settings_for(runs_at), tick.rng, tier=tier,
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
                                      scope=tick.provider_scope)
+
     def outcome_rows(conn: sa.Connection) -> None:
         payments.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically

@@ -306,6 +306,17 @@ installation = sa.Table(
     sa.Column("created_at", Time, nullable=False),
 )
 
+# The spend ledger this database writes to: its identity and the position it had reached (0011).
+ledger_book = sa.Table(
+    "ledger_book",
+    metadata,
+    sa.Column("name", sa.String(16), primary_key=True),
+    sa.Column("ledger_id", sa.String(64), nullable=False),
+    sa.Column("path", sa.String(1024), nullable=False),
+    sa.Column("base_spend_id", sa.BigInteger, nullable=False),
+    sa.Column("opened_at", Time, nullable=False),
+)
+
 # What an orphan's metadata claimed in full, and the operator's decision about it.
 orphan_details = sa.Table(
     "orphan_details",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from . import clock, gate, installation, ledger, money, payments
+from . import clock, gate, installation, ledger, ledger_book, money, payments
 from .config import ReconcileSettings, Settings
 from .deliveries import Deliveries
 from .errors import Contention, DatabaseUnavailable
@@ -85,6 +85,7 @@ class Tick:
         self._proven: set[str] = set()  # request fingerprints accepted in this run (`first_create`)
         self._request_locks: dict[str, threading.Lock] = {}
         self.deadline = deadline
+        self.started = time.monotonic()
         self.rng = rng
         self.shadow = settings.reconcile.shadow
         self.report = TickReport(worker=store.worker, shadow=self.shadow)
@@ -96,9 +97,10 @@ class Tick:
                                settings.budgets, settings.products)
         self.probe_waiters: set[str] = set()  # held while another worker's probe create is out
         self._batches: dict[str, WriteBatch] = {}
-        path = settings.ledger_path()
-        self.ledger = ledger.SpendLedger(path) if path is not None else None
-        self._spend: dict[str, ledger.SlotSpend] | None = None
+        self._ledger: ledger.SpendLedger | bool | None = False  # built at the first use (it reads the id)
+        self._view: ledger.LedgerView | None = None
+        self._opening = threading.Lock()
+        self._noted = (0, 0)  # unreadable and foreign old lines already logged (each once per tick)
         self._installation: str | None = None
         # While verified webhooks carry completions, in-flight jobs are polled only as a safety net.
         self.webhooks_healthy = (settings.webhooks.enabled
@@ -144,6 +146,12 @@ class Tick:
     def past_deadline(self) -> bool:
         return STOP.is_set() or time.monotonic() >= self.deadline
 
+    def too_late_to_create(self, flex: bool) -> bool:
+        """Past the last moment a create can start and still be answered and recorded before the
+        cron wrapper stops the run (`Settings.create_window`): the create waits for the next run."""
+        window = self.settings.create_window(flex)
+        return window is not None and time.monotonic() > self.started + window
+
     def creates_cooling(self) -> bool:
         """A create was rate-limited (here or in another process): no create now."""
         return time.monotonic() < self._creates_cool_until
@@ -185,50 +193,85 @@ class Tick:
                 wait = min(max(0.0, seconds), gate.READ_COOLDOWN_CAP_SECONDS)
                 self._reads_cool_until = max(self._reads_cool_until, time.monotonic() + wait)
 
+    @property
+    def spend_ledger(self) -> ledger.SpendLedger | None:
+        """The spend ledger as this installation writes and reads it, or None when it is off."""
+        if self._ledger is False:
+            from . import restore
+
+            self._ledger = restore.ledger_of(self.settings, self.store.engine)
+        assert not isinstance(self._ledger, bool)
+        return self._ledger
+
     def spend(self, slot: str) -> ledger.SlotSpend | None:
-        """What the spend ledger records for `slot` (the file is read once per tick, when the
-        first create is considered; this tick's own creates are added as they happen)."""
-        if self.ledger is None:
+        """What this installation's lines of the spend ledger record for `slot`, read afresh (only
+        the lines appended since the last read): a job leased before this call is never compared
+        with a copy of the ledger older than its row (another worker's refund or create)."""
+        book = self.spend_ledger
+        if book is None:
             return None
         with self._lock:
-            if self._spend is None:
-                self._spend, bad = self.ledger.read()
-                if bad:
-                    log.warning("ledger_unreadable_lines", path=str(self.ledger.path), lines=bad)
-            return self._spend.get(slot)
+            if self._view is None:
+                self._view = ledger.LedgerView(book)
+            fold = self._view.refresh()
+            if fold.bad > self._noted[0]:
+                log.warning("ledger_unreadable_lines", path=str(book.path), lines=fold.bad)
+            if fold.foreign_legacy > self._noted[1]:
+                log.info("ledger_foreign_lines", path=str(book.path), lines=fold.foreign_legacy,
+                         why="lines without an installation id whose job and response this database does not "
+                             "know: another installation's, not this one's evidence")
+            self._noted = (fold.bad, fold.foreign_legacy)
+            return fold.slots.get(slot)
 
     def ledger_knows(self, response_id: str) -> bool:
-        """Whether the spend ledger recorded `response_id` as the answer to one of this database's
-        creates (a restored database may have forgotten the job that made it)."""
-        if self.ledger is None:
+        """Whether this installation's lines of the spend ledger recorded `response_id` as the
+        answer to one of its creates (a restored database may have forgotten the job that made it)."""
+        book = self.spend_ledger
+        if book is None:
             return False
         try:
-            text = self.ledger.path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            with self._lock:
+                if self._view is None:
+                    self._view = ledger.LedgerView(book)
+                return self._view.knows(response_id)
+        except ledger.LedgerError:
             return False
-        return f'"{response_id}"' in text
+
+    def ledger_problem(self) -> ledger_book.Problem | None:
+        """Right before a create: the spend ledger against what the database remembers of it
+        (opened here the first time), read as fresh as `spend`. A problem holds the create."""
+        book = self.spend_ledger
+        if book is None:
+            return None
+        def fresh() -> ledger.Fold | None:  # read after the database's position (`ledger_book.problem`)
+            with self._lock:
+                if self._view is None:
+                    self._view = ledger.LedgerView(book)
+                return self._view.refresh()
+
+        found = ledger_book.problem(self.store.engine, book, fresh)
+        if found is None:
+            try:
+                with self._opening:  # one `open` line per process, not one per thread
+                    ledger_book.ensure_open(self.store.engine, book)
+            except ledger.LedgerError as exc:  # the intent line will fail the same way: not sent, refunded
+                log.error("ledger_unwritable", worker=self.store.worker, error=str(exc))
+        return found
 
     def record_intent(self, job_id: str, slot: str, attempt: int, fingerprint: str) -> None:
-        if self.ledger is None:
+        if self.spend_ledger is None:
             return
-        self.ledger.intent(job_id, slot, attempt, fingerprint, self.store.worker)
-        with self._lock:
-            if self._spend is not None:
-                spend = self._spend.setdefault(slot, ledger.SlotSpend(slot))
-                spend.charged += 1
+        self.spend_ledger.intent(job_id, slot, attempt, fingerprint, self.store.worker)
 
     def record_outcome(self, job_id: str, slot: str, attempt: int, outcome: CreateOutcome) -> None:
-        if self.ledger is None:
+        if self.spend_ledger is None:
             return
         kind = {Accepted: "accepted", Refused: "refused", Ambiguous: "ambiguous", Rejected: "rejected"}[type(outcome)]
         rid = outcome.response_id if isinstance(outcome, Accepted) else None
         try:
-            self.ledger.outcome(job_id, slot, attempt, kind, rid)
+            self.spend_ledger.outcome(job_id, slot, attempt, kind, rid)
         except ledger.LedgerError as exc:  # the intent is on disk: a restore still cannot pay twice
             log.error("ledger_unwritable", job_id=job_id, worker=self.store.worker, error=str(exc))
-        with self._lock:
-            if self._spend is not None and kind == "refused" and slot in self._spend:
-                self._spend[slot].charged -= 1
 
     def poll_settings_for(self, tier: str | None) -> ReconcileSettings:
         return self.flex_poll_settings if tier == money.FLEX else self.poll_settings
@@ -280,14 +323,14 @@ class Tick:
     def record_chain(self, job: Job, reason: Reason) -> None:
         """After a committed custody or save, its link of the ledger's chain (best effort: a line
         missing here leaves the ledger behind the database, the safe direction)."""
-        if self.ledger is None or reason not in (Reason.RETRIEVED, Reason.SAVED):
+        if self.spend_ledger is None or reason not in (Reason.RETRIEVED, Reason.SAVED):
             return
         slot = ledger.slot_of(job.product, job.edition_date.isoformat())
         try:
             if reason == Reason.RETRIEVED:
-                self.ledger.custody(job.id, slot, job.generation_attempts, job.response_id, job.payload_sha256)
+                self.spend_ledger.custody(job.id, slot, job.generation_attempts, job.response_id, job.payload_sha256)
             else:
-                self.ledger.saved(job.id, slot, job.generation_attempts, ledger.composed_editions(job.composed))
+                self.spend_ledger.saved(job.id, slot, job.generation_attempts, ledger.composed_editions(job.composed))
         except ledger.LedgerError as exc:
             log.error("ledger_unwritable", job_id=job.id, worker=self.store.worker, error=str(exc))
 

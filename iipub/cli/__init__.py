@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "budget": ("budget_cmd", "budget_group"),
     "init": ("init_cmd", "init_command"),
     "config": ("config_cmd", "config_group"),
+    "ledger": ("ledger_cmd", "ledger_group"),
 }
 
 

@@ -44,10 +44,10 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
     """
     import httpx
 
-    from .. import invariants
-    from ..ledger import SpendLedger
+    from .. import invariants, restore
 
     stats = None
+    notes: list[str] = []
     if simulator_url:
         try:
             stats = invariants.sim_stats_from(simulator_url)
@@ -57,17 +57,28 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
     found = invariants.check(engine, settings=app.settings, sim_stats=stats, static_root=static_root,
                              settled=settled, stranded_after_seconds=stranded_after)
     if with_ledger:
-        path = app.settings.ledger_path()
-        if path is None:
+        book = restore.ledger_of(app.settings, engine)
+        if book is None:
             raise click.ClickException("the spend ledger is off ([ledger] enabled = false)")
-        spend, unreadable, missing = SpendLedger(path).load()
-        found += invariants.check_ledger(engine, spend, unreadable, missing=missing)
+        fold, missing = book.load_fold()
+        found += invariants.check_ledger(engine, fold.slots, fold.bad, missing=missing)
+        from .. import ledger_book
+
+        lost = ledger_book.problem(engine, book)
+        if lost is not None:
+            found.append(invariants.Violation("ledger_lost", None, lost.line()))
+        if fold.foreign or fold.foreign_legacy:
+            notes.append(f"note: the spend ledger {book.path} also holds {fold.foreign} line(s) of other "
+                         f"installations and {fold.foreign_legacy} old line(s) without an installation id that "
+                         "this database does not know; they are not this installation's evidence")
     if as_json:
         emit_json({"ok": not found, "counts": invariants.summarize(found), "violations": [v.to_dict() for v in found]})
     elif found:
         click.echo(table([(v.kind, v.job_id or "-", v.detail) for v in found], ["KIND", "JOB", "DETAIL"]))
     else:
         click.echo("all invariants hold")
+    for note in notes:
+        click.echo(note, err=as_json)
     if found:
         raise CheckFailed(f"{len(found)} invariant violation(s): "
                           + ", ".join(f"{k}={n}" for k, n in invariants.summarize(found).items()))

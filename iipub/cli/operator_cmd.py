@@ -143,6 +143,10 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
                 *(f"  {r.command:<60} {r.effect}" for r in found.remedies)]
 
     show_job(app, job_id, as_json, more, lines)
+pay_again_option = click.option(
+    "--pay-again", is_flag=True,
+    help="Buy again although the payment authority found the slot paid for or its output held (custody, the "
+         "ledger, the legacy system, the live site): journaled with --reason and the evidence it overrides.")
 
 
 @quarantine_group.command("release")
@@ -161,13 +165,14 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
 @click.option("--since", metavar="YYYY-MM-DD[THH:MM[:SS]]",
               help="With --all: only jobs quarantined at or after this time (UTC).")
 @click.option("--dry-run", is_flag=True, help="With --all: list what would happen; write nothing.")
+@pay_again_option
 @json_option
 @click.option("--reason", help="Why (journaled with the action); required.")
 @by_option
 @pass_app
 def release_command(app: App, job_id: str | None, verified_lost: bool, link: str | None, resume_polling: bool,
                     release_all: bool, quarantine_reason: str | None, since: str | None, dry_run: bool,
-                    as_json: bool, reason: str | None, by: str) -> None:
+                    pay_again: bool, as_json: bool, reason: str | None, by: str) -> None:
     """Take a QUARANTINED job out of quarantine. Give exactly one of --verified-lost,
     --link RESP_ID or --resume-polling. See runbook.md for which to use per quarantine reason.
 
@@ -200,7 +205,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
             raise UsageError("quarantine release --all needs --quarantine-reason R")
         since_at = _since(since) if since else None
         results = _operator(app).release_all(
-            quarantine_reason, mode, reason, by, since=since_at, dry_run=dry_run)
+            quarantine_reason, mode, reason, by, since=since_at, dry_run=dry_run, pay_again=pay_again)
         if as_json:
             emit_json([r.public() for r in results])
         elif not results:
@@ -221,7 +226,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
 
     def release(op: Operator) -> Job:
         before.append(op.get(job_id))
-        return op.release(job_id, mode, reason, by, link_response_id=link)
+        return op.release(job_id, mode, reason, by, link_response_id=link, pay_again=pay_again)
 
     after = _act(app, job_id, release, needs_provider=mode == ReleaseMode.LINK)
     charged = after.generation_attempts - before[0].generation_attempts
@@ -379,10 +384,11 @@ def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by:
 
 @click.command("regenerate")
 @click.argument("job_id")
+@pay_again_option
 @reason_option
 @by_option
 @pass_app
-def regenerate_command(app: App, job_id: str, reason: str, by: str) -> None:
+def regenerate_command(app: App, job_id: str, reason: str, by: str, pay_again: bool) -> None:
     """Pay for a new generation of a VALIDATION_FAILED_RETAINED job (e.g. after fixing the
     prompt), within the slot's generation budget. Refused when the budget is spent.
 
@@ -390,7 +396,7 @@ def regenerate_command(app: App, job_id: str, reason: str, by: str) -> None:
     only (named in the output); a saved or published edition is kept, never replaced."""
     from ..actions import Operator
 
-    job = _act(app, job_id, lambda op: op.regenerate(job_id, reason, by))
+    job = _act(app, job_id, lambda op: op.regenerate(job_id, reason, by, pay_again=pay_again))
     found = {t.lang: t.state for t in Operator(app.settings, app.engine()).tracks_of(job.id)}
     if found:
         new = sorted(lang for lang, s in found.items() if s not in TRACK_SAVED)

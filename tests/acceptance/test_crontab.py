@@ -5,8 +5,10 @@ simulator, and the monitoring lines report OK."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,71 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
     assert states and states <= {"PUBLISHED", "CLEANUP_PENDING", "DELETED"}, states  # published from cron alone
     assert {("reconcile", True), ("relay", True)} <= {(c, bool(ok)) for c, ok in runs}, runs
     assert (srv / "public" / "index.html").exists()
+
+
+@pytest.mark.slow
+def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_path: Path,
+                                                            no_today_slots: None) -> None:
+    """The drill of issue 37 (item 8): crontab.example's reconcile line exactly (`timeout -k 5 58`),
+    the default provider timeouts and tick budget, a run kept busy by two slow polls (24 s each)
+    until past its create window, and a slow create due then. Before the window existed the
+    create went out at about 49 s and the run was KILLed at 63 s with it unanswered
+    (`crashed_during_create`, possibly billed). Now it waits for the next minute: nothing is
+    sent that cannot finish, and the next run creates it at once."""
+    from iipub import reconcile
+    from iipub.config_file import load_settings
+    from iipub.simulator import SimulatorOptions
+    from iipub.store import Store
+    from tests.helpers import utc_today
+
+    home = tmp_path / "host"
+    home.mkdir()
+    text = _relocated((ROOT / "crontab.example").read_text(encoding="utf-8"), home)
+    text = re.sub(r"^IIPUB=.*$", f"IIPUB={iipub_exe()[0]}", text, flags=re.MULTILINE)
+    variables, jobs = crontab_lines(text)
+    (line,) = [command for schedule, command in jobs if schedule == "* * * * *" and " reconcile " in command]
+    assert "timeout -k 5 58 " in line
+    srv = home / "srv"
+    # The shipped defaults: tick_seconds 50, provider connect 5 s + read 30 s, wrapper 58 s.
+    (srv / "iipub.toml").write_text(
+        "[reconcile]\npoll_interval_seconds = 0\nconcurrency = 1\ncatch_up_days = 0\n"
+        f"[sinks.static]\nroot = \"{srv / 'public'}\"\n[ledger]\npath = \"{srv / 'spend-ledger.jsonl'}\"\n"
+        + MIDNIGHT_PRODUCT_TOML, encoding="utf-8")
+    with Simulator(SimulatorOptions(queued_seconds=0.1, in_progress_seconds=3600, slow_seconds=24)) as sim:
+        env = {"IIPUB_DATABASE_URL": db_url, "IIPUB_CONFIG": str(srv / "iipub.toml"), "OPENAI_API_KEY": "sk-test",
+               "OPENAI_BASE_URL": sim.url}
+        Path(variables["IIPUB_ENV_FILE"]).write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
+        run_cli("db", "migrate", env={"IIPUB_DATABASE_URL": db_url}, check=True)
+        settings = load_settings(env)
+        engine = db.make_engine(db_url)
+        try:
+            store = Store(engine, "drill")
+            for back in (1, 2):  # two paid responses still running: polled first, slowly
+                store.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=back))
+            reconcile.run(settings, engine)
+            assert sim.stats()["creates_total"] == 2
+            sim.add_faults([{"fault": "slow", "op": "retrieve", "times": 2},
+                            {"fault": "slow", "op": "create", "times": 1}])
+            started = time.monotonic()
+            ran = _run_as_cron(line, variables, home)  # today's slot is made by the run itself
+            took = time.monotonic() - started
+            assert ran.returncode == 0, (ran.stdout, ran.stderr, took)  # finished: never TERMed nor KILLed
+            assert took < 58
+            with engine.connect() as conn:
+                rows = {str(r.edition_date)[:10]: r for r in conn.execute(sa.select(tables.jobs))}
+            today = rows[utc_today().isoformat()]
+            assert today.state in ("NO_JOB", "CREATE_ELIGIBLE") and today.generation_attempts == 0
+            assert sim.stats()["creates_total"] == 2  # the slow create was never sent
+            assert '"create_deferred"' in (home / "log" / "reconcile.log").read_text(encoding="utf-8")
+            # The next minute: the create goes out at the start of the run and is answered.
+            started = time.monotonic()
+            again = _run_as_cron(line, variables, home)
+            assert again.returncode == 0, (again.stdout, again.stderr)
+            assert time.monotonic() - started < 58
+            with engine.connect() as conn:
+                today_now = conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == today.id)).one()
+            assert today_now.generation_attempts == 1 and today_now.quarantine_reason is None
+            assert today_now.state not in ("CREATE_IN_FLIGHT", "QUARANTINED")
+            assert sim.stats()["creates_total"] == 3
+        finally:
+            engine.dispose()

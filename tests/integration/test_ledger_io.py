@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from iipub import clock, ledger, reconcile
+from iipub import clock, ledger, reconcile, restore
 from iipub.config import Settings
 from iipub.config_file import load_settings
 from iipub.ledger import SpendLedger
@@ -47,9 +47,12 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     with capture_logs() as logs:
         reconcile.run(cfg, engine)
     assert sim.stats()["creates_total"] == 1 and job_rows(engine)[0]["generation_attempts"] == 1
-    assert any(e["event"] == "ledger_unreadable_lines" and e["lines"] == 1 for e in logs)  # the torn line
+    # The first tick's two writes (the ledger's `open` line, then the intent) were both torn.
+    assert any(e["event"] == "ledger_unreadable_lines" and e["lines"] == 2 for e in logs)
+    book = restore.ledger_of(cfg, engine)
+    assert book is not None and ledger.LedgerView(book).refresh().bad == 2
     spend, bad = SpendLedger(engine_ledger).read()
-    assert bad == 1 and spend["daily-brief/2026-11-29"].charged == 1  # the torn line cost only itself
+    assert bad == 2 and spend["daily-brief/2026-11-29"].charged == 1  # each torn line cost only itself
 
 
 _WRITER = textwrap.dedent("""

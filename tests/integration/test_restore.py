@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,22 @@ def test_a_different_edition_never_replaces_a_live_page_without_republish(
     assert ledger is not None
     ledger.unlink()  # the ledger is gone too (the worst case): the slot is generated again ...
     cfg = replace(cfg, products={PRODUCT: replace(cfg.products[PRODUCT], items=2)})  # ... differently
+    ticks(cfg, engine, sim, 3)
+    # The payment authority sees the live site serving the slot: nothing is paid again.
+    (row,) = job_rows(engine)
+    assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "payment_refused")
+    assert "the live site already serves" in row["last_error"] and "--pay-again" in row["last_error"]
+    assert sim.stats()["creates_total"] == 1
+    # The operator truly wants a new, different edition: bought again on purpose, journaled.
+    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML.replace("items = 3", "items = 2"))
+    refused = run_cli("quarantine", "release", row["id"], "--verified-lost", "--reason", "new edition", "--by",
+                      "alice", env=env)
+    assert refused.returncode == 3 and "the live site already serves" in refused.stderr
+    released = run_cli("quarantine", "release", row["id"], "--verified-lost", "--pay-again", "--reason",
+                       "a new edition on purpose", "--by", "alice", env=env)
+    assert released.returncode == 0, released.stderr
+    grant = [e for e in job_events(engine, row["id"]) if e["reason"] == "operator_release_verified_lost"][-1]
+    assert json.loads(grant["detail"])["pay_again"] == {"why": "a new edition on purpose", "overrides": ["live"]}
     ticks(cfg, engine, sim, 6)
     (row,) = job_rows(engine)
     assert sim.stats()["creates_total"] == 2 and row["state"] == "SAVED_NOT_PUBLIC"
@@ -164,7 +181,7 @@ def test_verified_lost_on_a_restored_job_charges_the_ledgers_count_and_is_not_pa
     cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     row = _restored_behind_ledger(cfg, engine, sim)
-    env = sim_env(cli_env, sim, tmp_path)
+    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML)  # the ticks' configuration
     released = run_cli("quarantine", "release", row["id"], "--verified-lost", "--reason", "gone at the provider",
                        "--by", "alice", env=env)
     assert released.returncode == 0, released.stderr
@@ -183,7 +200,7 @@ def test_verified_lost_on_a_restored_job_is_refused_when_the_ledger_used_the_bud
 ) -> None:
     cfg = replace(cfg, budgets=replace(cfg.budgets, max_generation_attempts=1))
     row = _restored_behind_ledger(cfg, engine, sim)
-    env = sim_env(cli_env, sim, tmp_path, "[budgets]\nmax_generation_attempts = 1\n")
+    env = sim_env(cli_env, sim, tmp_path, "[budgets]\nmax_generation_attempts = 1\n" + MIDNIGHT_PRODUCT_TOML)
     journal = job_events(engine, row["id"])
     refused = run_cli("quarantine", "release", row["id"], "--verified-lost", "--reason", "gone", "--by", "alice",
                       env=env)

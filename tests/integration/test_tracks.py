@@ -23,11 +23,13 @@ from iipub.actions import Operator
 from iipub.config import Settings
 from iipub.simulator import Simulator, SimulatorOptions
 from iipub.store import Store
-from tests.helpers import job_events, make_settings, private_mariadbd, run_cli, sim_env
+from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, make_settings, private_mariadbd, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)
 PRODUCT = "daily-brief"
 WIRES = ("reuters.com", "apnews.com")  # where the simulator's sources link
+# `_settings`' product as a config file: a command run with it creates under the ticks' configuration.
+CLI_PRODUCT = (MIDNIGHT_PRODUCT_TOML + "allowed_domains = [" + ", ".join(f'"{d}"' for d in WIRES) + "]\n")
 
 
 def _tracks(engine: sa.Engine, job_id: str | None = None) -> dict[tuple[str, str], dict[str, Any]]:
@@ -224,7 +226,7 @@ def test_regenerate_names_only_the_unpublished_language_and_never_replaces_engli
         _run(s, engine, sim, rounds=1)
         assert _tracks(engine, job_id)[(job_id, "es")]["state"] == "VALIDATION_FAILED_RETAINED"
         assert sim.stats()["creates_total"] == 1
-        env = sim_env(cli_env, sim, tmp_path)
+        env = sim_env(cli_env, sim, tmp_path, CLI_PRODUCT)  # the configuration the ticks run under
         result = run_cli("regenerate", job_id, "--reason", "Spanish links were bogus", "--by", "alice", env=env)
         assert result.returncode == 0, result.stderr
         assert "new paid generation for: es; kept: en" in result.stdout

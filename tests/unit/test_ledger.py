@@ -3,13 +3,14 @@ skipped and counted without costing the line after it, and the chain folded per 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from iipub import ledger
-from iipub.ledger import LedgerError, SpendLedger
+from iipub.ledger import Fold, LedgerError, LedgerView, SpendLedger
 
 SLOT = "daily-brief/2026-11-29"
 
@@ -81,3 +82,55 @@ def test_a_missing_or_unreadable_ledger_is_said_so(tmp_path: Path) -> None:
     folder = SpendLedger(tmp_path)  # a directory where the file should be
     spend, bad, why = folder.load()
     assert (spend, bad) == ({}, 0) and why is not None and "cannot read" in why
+
+
+def _line(**rec: object) -> str:
+    return json.dumps(rec) + "\n"
+
+
+def test_a_fold_counts_only_its_installations_lines_and_claims_old_lines_it_knows() -> None:
+    lines = [
+        _line(t="intent", job_id="old-mine", slot="p/2026-01-01", attempt=1, fingerprint="f"),
+        _line(t="outcome", job_id="old-mine", slot="p/2026-01-01", attempt=1, outcome="accepted", response_id="r1"),
+        _line(t="intent", job_id="old-theirs", slot="p/2026-01-02", attempt=1, fingerprint="f"),
+        _line(t="outcome", job_id="old-theirs", slot="p/2026-01-02", attempt=1, outcome="accepted",
+              response_id="r9"),
+        _line(t="intent", job_id="j2", slot="p/2026-01-02", attempt=1, fingerprint="f", installation="inst_a"),
+        _line(t="intent", job_id="k2", slot="p/2026-01-02", attempt=1, fingerprint="f", installation="inst_b"),
+        _line(t="intent", job_id="k3", slot="p/2026-01-03", attempt=1, fingerprint="f", installation="inst_b"),
+    ]
+    asked: list[tuple[str, frozenset[str]]] = []
+
+    def ours(job_id: str, responses: frozenset[str]) -> bool:
+        asked.append((job_id, responses))
+        return job_id == "old-mine"
+
+    fold = Fold("inst_a", ours)
+    fold.feed(lines)
+    assert sorted(fold.slots) == ["p/2026-01-01", "p/2026-01-02"]
+    assert fold.slots["p/2026-01-01"].response_id == "r1"
+    assert fold.slots["p/2026-01-02"].charged == 1 and fold.slots["p/2026-01-02"].job_ids == ["j2"]
+    assert (fold.foreign, fold.foreign_legacy, fold.lines) == (2, 2, 3)
+    assert ("old-theirs", frozenset({"r9"})) in asked
+    assert "r1" in fold.response_ids and "r9" not in fold.response_ids
+    everything = Fold()  # no installation: the whole file, as before lines were named
+    everything.feed(lines)
+    assert everything.slots["p/2026-01-02"].charged == 3
+
+
+def test_a_ledger_view_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_path: Path) -> None:
+    path = tmp_path / "spend-ledger.jsonl"
+    book = SpendLedger(path, "inst_a")
+    view = LedgerView(book)
+    assert view.spend("p/2026-01-01") is None
+    book.intent("j", "p/2026-01-01", 1, "f", "w")
+    assert view.spend("p/2026-01-01").charged == 1  # type: ignore[union-attr]
+    book.outcome("j", "p/2026-01-01", 1, "refused", None)
+    assert view.spend("p/2026-01-01").charged == 0  # type: ignore[union-attr]  # fresh: the refund is seen
+    with path.open("a") as f:
+        f.write('{"t": "intent", "job_id": "j"')  # a line still being written waits for its newline
+    assert view.refresh().bad == 0
+    replaced = tmp_path / "other.jsonl"
+    SpendLedger(replaced, "inst_a").intent("j", "p/2026-01-09", 1, "f", "w")
+    replaced.replace(path)
+    assert sorted(view.refresh().slots) == ["p/2026-01-09"]  # another file: read from its start
