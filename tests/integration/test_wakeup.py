@@ -276,3 +276,19 @@ def test_the_console_script_answers_an_idle_cron_minute_with_one_log_line(engine
     assert len(lines) == 1, lines
     assert json.loads(lines[0])["event"] == "tick_done" and json.loads(lines[0])["idle"] is True
     assert json.loads(_runs(engine)[-1]["summary"])["idle"] is True
+
+
+@pytest.mark.parametrize("command", ["reconcile", "relay"])
+def test_an_idle_run_under_pause_everything_reports_the_pause(engine: sa.Engine, env: dict[str, str], tmp_path: Path,
+                                                             command: str) -> None:
+    """An idle minute's summary and `runs` row say what the full run's said: under
+    `pause --everything` the reconcile is paused and the relay held, not a quiet normal minute."""
+    run_cli("pause", "--everything", "--reason", "drill", env=env, cwd=tmp_path, check=True)
+    before = full(env, tmp_path, command)
+    code, out, _ = check(env, tmp_path, command)
+    assert code == 0
+    idle = json.loads(out)
+    flag = "paused_everything" if command == "reconcile" else "held"
+    assert before[flag] in (True, "paused_everything")
+    assert idle[flag] == before[flag]
+    assert json.loads(_runs(engine)[-1]["summary"])[flag] == before[flag]
