@@ -128,7 +128,7 @@ def identity(environ: Mapping[str, str], cwd: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
 
 
-FileMark = list[int] | None  # [size, mtime_ns, inode], or None: the file was absent
+FileMark = list[int] | None  # [size, mtime_ns, inode, ctime_ns], or None: the file was absent
 
 
 class Recorded:

@@ -292,3 +292,22 @@ def test_an_idle_run_under_pause_everything_reports_the_pause(engine: sa.Engine,
     assert before[flag] in (True, "paused_everything")
     assert idle[flag] == before[flag]
     assert json.loads(_runs(engine)[-1]["summary"])[flag] == before[flag]
+
+
+def test_a_config_rewritten_in_place_with_its_size_and_mtime_kept_wakes_the_next_run(
+        engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
+    """`cp -p` or `rsync -a --inplace` of another version of the configuration (or of a prompt
+    file) keeps the inode and sets the old modification time; the same size is common (one
+    word changed). The change time moves with any write: the check sees the edit."""
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    cfg = tmp_path / "iipub.toml"
+    before = os.stat(cfg)
+    text = cfg.read_text()
+    assert "catch_up_days = 0" in text
+    with open(cfg, "r+") as f:
+        f.write(text.replace("catch_up_days = 0", "catch_up_days = 1", 1))
+    os.utime(cfg, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(cfg)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert check(env, tmp_path)[0] is None
