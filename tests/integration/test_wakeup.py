@@ -311,3 +311,16 @@ def test_a_config_rewritten_in_place_with_its_size_and_mtime_kept_wakes_the_next
     after = os.stat(cfg)
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
     assert check(env, tmp_path)[0] is None
+
+
+@pytest.mark.parametrize("bad_key", ["sk-one two", "sk-caf\u00e9", "sk-line\nbreak"])
+def test_a_key_the_full_run_refuses_is_not_answered_idle(engine: sa.Engine, env: dict[str, str], tmp_path: Path,
+                                                         bad_key: str) -> None:
+    """A key edited into one that cannot go into an HTTP header (the env file's usual slip) is a
+    configuration error the full run reports (exit 78) before any lease; the idle answer (exit
+    0, a heartbeat) would hide it."""
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    broken = {**env, "OPENAI_API_KEY": bad_key}
+    assert check(broken, tmp_path)[0] is None
+    assert run_cli("reconcile", env=broken, cwd=tmp_path).returncode == 78
