@@ -184,12 +184,14 @@ def _connect(url: str) -> Iterator[tuple[str, str, Cursor, Callable[[], None]]]:
 
 
 def file_mark(path: str) -> wakeup.FileMark:
-    """What a watched file looks like now: size, modification time and inode, or None if absent."""
+    """What a watched file looks like now: size, modification and change times and inode, or None
+    if absent. The change time moves with any write, also one that puts the old modification
+    time back (`cp -p`, `rsync -a --inplace`)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    return [st.st_size, st.st_mtime_ns, st.st_ino]
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
 
 
 # The event a full run of each command logs its summary with: an idle run logs the same, so a

@@ -696,5 +696,7 @@ def _described(exc: BaseException) -> str:
 
 
 def _clip(text: str, limit: int = _WHY_MAX) -> str:
-    text = " ".join(text.split())
+    # Provider text reaches an operator's terminal (status, jobs show): one line, no control
+    # characters (escape sequences, NUL, bidi overrides).
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -124,19 +124,25 @@ def digest(values: Sequence[object]) -> str:
 
 def identity(environ: Mapping[str, str], cwd: str) -> str:
     """What the run's settings come from besides files: iipub's version, the working directory
-    (relative paths) and every IIPUB_* / OPENAI_* variable. Secrets count only as set or not: no
-    hash of one is stored. The database URL is left out: another database has its own row."""
+    (relative paths) and every IIPUB_* / OPENAI_* variable. Secrets count only as set, or set but
+    unusable in a header: no hash of one is stored. The database URL is left out: another database has its own row."""
     seen: list[tuple[str, str]] = []
     for name in sorted(environ):
         if not name.startswith(("IIPUB_", "OPENAI_")) or name.startswith(_NOT_SETTINGS):
             continue
         secret = any(mark in name for mark in _SECRET_MARKS)
-        seen.append((name, "<set>" if secret and environ[name] else environ[name]))
+        seen.append((name, _secret_mark(environ[name]) if secret and environ[name] else environ[name]))
     text = json.dumps({"version": __version__, "cwd": cwd, "env": seen}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
 
 
-FileMark = list[int] | None  # [size, mtime_ns, inode], or None: the file was absent
+def _secret_mark(value: str) -> str:
+    """A secret as the identity counts it: set, or set to something no HTTP header can carry
+    (`config.HEADER_SAFE`: the full run refuses such a key, exit 78, which no idle answer may hide)."""
+    return "<set>" if all("\x21" <= c <= "\x7e" for c in value) else "<unusable>"
+
+
+FileMark = list[int] | None  # [size, mtime_ns, inode, ctime_ns], or None: the file was absent
 
 
 class Recorded:

@@ -173,9 +173,14 @@ def relay_future(conn: Connection, now: Any) -> list[Any]:
     return [*conn.execute(q).one(), disk_samples.next_due(conn)]
 
 
+_STANDING = ("shadow", "paused_everything", "held")
+
+
 def idle_report(report: Any) -> dict[str, Any]:
-    """A report's summary as an idle run prints it: every count zero, every flag off."""
-    blank = type(report)(worker=report.worker)
+    """A report's summary as an idle run prints it: every count zero, every flag off but the
+    standing ones (shadow mode, `pause --everything`), which only a watched change can turn."""
+    standing = {name: getattr(report, name) for name in _STANDING if hasattr(report, name)}
+    blank = type(report)(worker=report.worker, **standing)
     summary = blank.summary() if hasattr(blank, "summary") else dict(blank.__dict__)
     return dict(summary)
 

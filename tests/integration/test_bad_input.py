@@ -49,6 +49,10 @@ POLL_BUDGET = 3
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
 
+# Terminal escapes (colour, clear screen, a window-title OSC ended by BEL), a NUL, a carriage
+# return that would overwrite the line, a right-to-left override.
+HOSTILE_TEXT = "Unsupported value.\x1b[31mRED\x1b[2J\x1b]0;pwned\x07\rFAKE: all published\x00\u202e"
+
 
 # -- just enough of the Responses API -------------------------------------------------------------
 
@@ -103,6 +107,13 @@ class FakeResponses:
 
     def on_create(self, h: BaseHTTPRequestHandler, req: dict[str, Any]) -> None:
         job_id = (req.get("metadata") or {}).get("iipub_job_id")
+        if self.create_mode.get(job_id or "") == "param_refusal_control_chars":
+            with self.lock:
+                self.requests[("refused", job_id)] += 1
+            error = {"message": HOSTILE_TEXT, "type": "invalid_request_error", "param": "temperature" + HOSTILE_TEXT,
+                     "code": "unsupported_value"}
+            send(h, 400, json.dumps({"error": error}).encode())
+            return
         rid = "resp_" + secrets.token_hex(16)
         with self.lock:
             self.requests[("create", job_id)] += 1
@@ -408,3 +419,25 @@ def test_every_content_fault_at_once_leaves_published_work_untouched(settings: S
         dates = conn.execute(sa.select(tables.editions.c.edition_date).distinct()).scalars().all()
     assert sorted(d.isoformat() for d in dates) == sorted([GOOD_DAY.isoformat(), regenerated])
     assert invariants.check(engine, settings=s, sim_stats=stats, settled=True) == []
+
+
+def test_a_refusal_message_with_terminal_escapes_is_stored_printable(settings: Settings, engine: sa.Engine,
+                                                                      fake: FakeResponses) -> None:
+    """A provider's error text reaches `status --check`, `status` and `jobs show` on an operator's
+    terminal: what is stored of it (the hold, the job's last error, the journal) holds no
+    control character, and the refused create is not retried while the product is held."""
+    s = one_product(settings, fake.url)
+    job_id = bad_slot(s, engine)
+    fake.create_mode[job_id] = "param_refusal_control_chars"
+    reconcile.run(s, engine)
+    reconcile.run(s, engine)
+    assert fake.count("refused", job_id) == 1 and fake.count("create", job_id) == 0
+    with engine.connect() as conn:
+        hold = conn.execute(sa.select(tables.product_holds)).mappings().one()
+        details = list(conn.execute(sa.select(tables.job_events.c.detail)
+                                    .where(tables.job_events.c.job_id == job_id)).scalars())
+    stored = [hold["message"], hold["param"], job_row(engine, job_id)["last_error"],
+              *(str(json.loads(d)) for d in details if d)]
+    assert "RED" in hold["message"] and "FAKE: all published" in hold["message"]
+    for text in stored:
+        assert all(ch.isprintable() for ch in text), repr(text)

@@ -276,3 +276,51 @@ def test_the_console_script_answers_an_idle_cron_minute_with_one_log_line(engine
     assert len(lines) == 1, lines
     assert json.loads(lines[0])["event"] == "tick_done" and json.loads(lines[0])["idle"] is True
     assert json.loads(_runs(engine)[-1]["summary"])["idle"] is True
+
+
+@pytest.mark.parametrize("command", ["reconcile", "relay"])
+def test_an_idle_run_under_pause_everything_reports_the_pause(engine: sa.Engine, env: dict[str, str], tmp_path: Path,
+                                                             command: str) -> None:
+    """An idle minute's summary and `runs` row say what the full run's said: under
+    `pause --everything` the reconcile is paused and the relay held, not a quiet normal minute."""
+    run_cli("pause", "--everything", "--reason", "drill", env=env, cwd=tmp_path, check=True)
+    before = full(env, tmp_path, command)
+    code, out, _ = check(env, tmp_path, command)
+    assert code == 0
+    idle = json.loads(out)
+    flag = "paused_everything" if command == "reconcile" else "held"
+    assert before[flag] in (True, "paused_everything")
+    assert idle[flag] == before[flag]
+    assert json.loads(_runs(engine)[-1]["summary"])[flag] == before[flag]
+
+
+def test_a_config_rewritten_in_place_with_its_size_and_mtime_kept_wakes_the_next_run(
+        engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
+    """`cp -p` or `rsync -a --inplace` of another version of the configuration (or of a prompt
+    file) keeps the inode and sets the old modification time; the same size is common (one
+    word changed). The change time moves with any write: the check sees the edit."""
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    cfg = tmp_path / "iipub.toml"
+    before = os.stat(cfg)
+    text = cfg.read_text()
+    assert "catch_up_days = 0" in text
+    with open(cfg, "r+") as f:
+        f.write(text.replace("catch_up_days = 0", "catch_up_days = 1", 1))
+    os.utime(cfg, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(cfg)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert check(env, tmp_path)[0] is None
+
+
+@pytest.mark.parametrize("bad_key", ["sk-one two", "sk-caf\u00e9", "sk-line\nbreak"])
+def test_a_key_the_full_run_refuses_is_not_answered_idle(engine: sa.Engine, env: dict[str, str], tmp_path: Path,
+                                                         bad_key: str) -> None:
+    """A key edited into one that cannot go into an HTTP header (the env file's usual slip) is a
+    configuration error the full run reports (exit 78) before any lease; the idle answer (exit
+    0, a heartbeat) would hide it."""
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    broken = {**env, "OPENAI_API_KEY": bad_key}
+    assert check(broken, tmp_path)[0] is None
+    assert run_cli("reconcile", env=broken, cwd=tmp_path).returncode == 78
