@@ -47,7 +47,7 @@ import benchdb  # puts this checkout on sys.path before iipub
 import chaos_restore
 import harness
 import simproc
-from iipub import clock, db, gate, invariants, migrate, tables
+from iipub import clock, db, gate, invariants, migrate, states, tables
 from iipub.config_file import default_ledger_path, settings_from_dict
 from iipub.ledger import SpendLedger
 from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
@@ -704,12 +704,21 @@ class Run:
         return self.env
 
     def _pending(self) -> int:
+        """Jobs and events still moving. A forked slot whose tracks are each published or parked
+        (one language's failure parks only its track: `corrupt_language`) waits for an operator's
+        `revalidate --lang`, like a parked job: settled too."""
         settled = [s.value for s in invariants.SETTLED]
+        t, j = tables.tracks.c, tables.jobs.c
+        done_or_parked = [s.value for s in states.TRACK_PARKED | {State.PUBLISHED, State.DELETED}]
+        waits_for_operator = sa.and_(
+            j.state.in_([s.value for s in states.TRACKS_RUN_IN]),
+            sa.select(t.id).where(t.job_id == j.id, t.state.in_([s.value for s in states.TRACK_PARKED])).exists(),
+            ~sa.select(t.id).where(t.job_id == j.id, t.state.not_in(done_or_parked)).exists())
         with self.engine.connect() as conn:
             now = clock.now(conn)
             jobs = conn.execute(sa.select(sa.func.count()).where(
-                tables.jobs.c.state.not_in(settled),
-                sa.not_(sa.and_(tables.jobs.c.state == State.NO_JOB.value, tables.jobs.c.opens_at > now)))).scalar_one()
+                j.state.not_in(settled), ~waits_for_operator,
+                sa.not_(sa.and_(j.state == State.NO_JOB.value, j.opens_at > now)))).scalar_one()
             events = conn.execute(sa.select(sa.func.count()).where(tables.outbox.c.published_at.is_(None))).scalar_one()
         return int(jobs) + int(events)
 
@@ -725,13 +734,13 @@ class Run:
         found += invariants.check_ledger(self.engine, spend, unreadable, missing=missing)
         if self.args.restore:
             found += self.restore_verdict()
-        states = benchdb.state_counts(self.engine)
+        by_state = benchdb.state_counts(self.engine)
         reasons = benchdb.count_by(self.engine, tables.jobs.c.quarantine_reason,
                                    tables.jobs.c.state == State.QUARANTINED.value)
         outbox_n = benchdb.count_rows(self.engine, tables.outbox)
         self.report.update({
-            "jobs_total": sum(states.values()),
-            "final_states": dict(sorted(states.items())),
+            "jobs_total": sum(by_state.values()),
+            "final_states": dict(sorted(by_state.items())),
             "quarantine_reasons": dict(sorted((k or "-", v) for k, v in reasons.items())),
             "validation_failure_kinds": self._validation_reasons(),
             "journal_events": benchdb.count_rows(self.engine, tables.job_events),
