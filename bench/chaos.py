@@ -96,6 +96,18 @@ def config_toml(public: Path, webhook_url: str, prompt_suffix: str = "") -> str:
                            suffix=prompt_suffix)
 
 
+def _held_by_parked_tracks() -> sa.ColumnElement[bool]:
+    """A forked slot whose tracks are each published or parked, one at least parked: one
+    language's failure parks only its track (`corrupt_language`), and the slot waits for an
+    operator's `revalidate --lang` like a parked job."""
+    t, j = tables.tracks.c, tables.jobs.c
+    done_or_parked = [s.value for s in states.TRACK_PARKED | {State.PUBLISHED, State.DELETED}]
+    return sa.and_(
+        j.state.in_([s.value for s in states.TRACKS_RUN_IN]),
+        sa.select(t.id).where(t.job_id == j.id, t.state.in_([s.value for s in states.TRACK_PARKED])).exists(),
+        ~sa.select(t.id).where(t.job_id == j.id, t.state.not_in(done_or_parked)).exists())
+
+
 def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
     covered = {name for name, *_ in FAULT_PLAN}
     # Webhook delivery faults are campaigned by bench/webhooks.py and tests/integration/
@@ -708,19 +720,18 @@ class Run:
         (one language's failure parks only its track: `corrupt_language`) waits for an operator's
         `revalidate --lang`, like a parked job: settled too."""
         settled = [s.value for s in invariants.SETTLED]
-        t, j = tables.tracks.c, tables.jobs.c
-        done_or_parked = [s.value for s in states.TRACK_PARKED | {State.PUBLISHED, State.DELETED}]
-        waits_for_operator = sa.and_(
-            j.state.in_([s.value for s in states.TRACKS_RUN_IN]),
-            sa.select(t.id).where(t.job_id == j.id, t.state.in_([s.value for s in states.TRACK_PARKED])).exists(),
-            ~sa.select(t.id).where(t.job_id == j.id, t.state.not_in(done_or_parked)).exists())
+        j = tables.jobs.c
         with self.engine.connect() as conn:
             now = clock.now(conn)
             jobs = conn.execute(sa.select(sa.func.count()).where(
-                j.state.not_in(settled), ~waits_for_operator,
+                j.state.not_in(settled), ~_held_by_parked_tracks(),
                 sa.not_(sa.and_(j.state == State.NO_JOB.value, j.opens_at > now)))).scalar_one()
             events = conn.execute(sa.select(sa.func.count()).where(tables.outbox.c.published_at.is_(None))).scalar_one()
         return int(jobs) + int(events)
+
+    def _held_by_parked_tracks(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).where(_held_by_parked_tracks())).scalar_one())
 
     # -- verdict --------------------------------------------------------------------------
 
@@ -741,6 +752,7 @@ class Run:
         self.report.update({
             "jobs_total": sum(by_state.values()),
             "final_states": dict(sorted(by_state.items())),
+            "slots_held_by_parked_tracks": self._held_by_parked_tracks(),
             "quarantine_reasons": dict(sorted((k or "-", v) for k, v in reasons.items())),
             "validation_failure_kinds": self._validation_reasons(),
             "journal_events": benchdb.count_rows(self.engine, tables.job_events),
