@@ -70,6 +70,9 @@ def _run(argv: list[str], started: float) -> int | None:
         files = wakeup.parse_files(row[3])
         if files is None:
             return None
+        cursor.execute("SELECT MAX(version) FROM schema_migrations")
+        if newest_migration(family) > str(cursor.fetchone()[0] or ""):
+            return None  # code newer than the schema: the full run says `db migrate` is pending
         cursor.execute(wakeup.signature_sql(family))
         signature = wakeup.digest(cursor.fetchone())
         recorded = wakeup.Recorded(signature=row[1], identity=row[2], files=files, idle_summary=row[4],
@@ -181,6 +184,22 @@ def _connect(url: str) -> Iterator[tuple[str, str, Cursor, Callable[[], None]]]:
         yield "mysql", "%s", cur, mysql.commit
     finally:
         mysql.close()
+
+
+def newest_migration(family: str) -> str:
+    """The number of the newest migration this installation ships (`migrate.sql_dir`: the
+    wheel's `iipub/sql`, else a checkout's `sql/`); "" when none is found (then nothing is
+    newer than the schema by this test, and the recorded row decides)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for base in (os.path.join(here, "sql"), os.path.join(os.path.dirname(here), "sql")):
+        try:
+            names = os.listdir(os.path.join(base, "migrations", family))
+        except OSError:
+            continue
+        numbers = [n[:4] for n in names if n.endswith(".sql") and n[:4].isdigit()]
+        if numbers:
+            return max(numbers)
+    return ""
 
 
 def file_mark(path: str) -> wakeup.FileMark:

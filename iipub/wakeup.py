@@ -63,6 +63,8 @@ UNSIGNED = frozenset({"runs", "wakeups", "disk_samples"})
 
 # Variables that change how a run reports or whether the check runs, not what a run does.
 _NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")
+# Where the default spend ledger lives without a configuration file (`config_file.default_ledger_path`).
+_PATH_VARIABLES = frozenset({"HOME", "XDG_STATE_HOME"})
 # Environment variables whose values are secrets: only whether they are set counts.
 _SECRET_MARKS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "DATABASE_URL")
 
@@ -128,6 +130,9 @@ def identity(environ: Mapping[str, str], cwd: str) -> str:
     unusable in a header: no hash of one is stored. The database URL is left out: another database has its own row."""
     seen: list[tuple[str, str]] = []
     for name in sorted(environ):
+        if name in _PATH_VARIABLES:
+            seen.append((name, environ[name]))
+            continue
         if not name.startswith(("IIPUB_", "OPENAI_")) or name.startswith(_NOT_SETTINGS):
             continue
         secret = any(mark in name for mark in _SECRET_MARKS)

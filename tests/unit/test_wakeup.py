@@ -34,7 +34,7 @@ def test_identity_counts_secrets_only_as_set() -> None:
     base = {"OPENAI_API_KEY": "sk-one", "IIPUB_CONFIG": "/etc/iipub.toml", "HOME": "/root"}
     same = wakeup.identity(base, "/srv/iipub")
     assert wakeup.identity({**base, "OPENAI_API_KEY": "sk-two"}, "/srv/iipub") == same
-    assert wakeup.identity({**base, "HOME": "/elsewhere", "IIPUB_TEST_MYSQL_URL": "x",
+    assert wakeup.identity({**base, "SHELL": "/bin/zsh", "IIPUB_TEST_MYSQL_URL": "x",
                               "IIPUB_LOG_LEVEL": "debug", "IIPUB_WAKEUP_CHECK": "off"}, "/srv/iipub") == same
     assert wakeup.identity({**base, "IIPUB_DATABASE_URL": "mysql://u:pw@h/db"}, "/srv/iipub") == \
         wakeup.identity({**base, "IIPUB_DATABASE_URL": "mysql://u:other@h/db"}, "/srv/iipub")
@@ -42,6 +42,9 @@ def test_identity_counts_secrets_only_as_set() -> None:
     assert wakeup.identity({**base, "IIPUB_CONFIG": "/etc/other.toml"}, "/srv/iipub") != same
     assert wakeup.identity({**base, "OPENAI_BASE_URL": "http://127.0.0.1:1"}, "/srv/iipub") != same
     assert wakeup.identity(base, "/srv/other") != same
+    # the default ledger's place without a configuration file
+    assert wakeup.identity({**base, "HOME": "/elsewhere"}, "/srv/iipub") != same
+    assert wakeup.identity({**base, "XDG_STATE_HOME": "/var/state"}, "/srv/iipub") != same
     assert "sk-one" not in same
 
 
@@ -98,3 +101,17 @@ def test_the_check_loads_neither_the_framework_nor_the_cli() -> None:
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_check_finds_the_migrations_this_installation_ships() -> None:
+    import os
+
+    from iipub import migrate
+
+    shipped = max(p.name[:4] for p in migrate.sql_dir().joinpath("migrations", "sqlite").iterdir()
+                  if p.name.endswith(".sql"))
+    assert idle_check.newest_migration("sqlite") == shipped
+    assert idle_check.newest_migration("mysql") == shipped
+    assert idle_check.newest_migration("nosuch") == ""
+    assert os.path.isdir(os.path.join(os.path.dirname(idle_check.__file__), os.pardir, "sql")) or \
+        os.path.isdir(os.path.join(os.path.dirname(idle_check.__file__), "sql"))
