@@ -76,13 +76,14 @@ def measure(args: Any, program: str, n: int, sim: Any) -> dict[str, Any]:
                "library floor": [sys.executable, str(harness.BENCH / "floor.py"), "--library"]}[program]
         if "floor" in program:
             cmd += ["--url", bed.url, "--sim-url", sim.url, "--concurrency", str(c), "--max-connections", str(mc)]
+        env = bed.env(**sections)  # writes the bed's configuration file: once, as a host has it
         if program in ("iipub idle", "iipub@base"):
             # An idle minute as cron meets it: the previous minute's full run has left its wake-up
             # row (iipub/wakeup.py), so this run may be answered by the check alone.
-            harness.run_process(cmd, env=bed.env(**sections), cwd=harness.ROOT, log=bed.workdir / "prime.log")
+            harness.run_process(cmd, env=env, cwd=harness.ROOT, log=bed.workdir / "prime.log")
         db_pid = _mariadb_pid(bed.url)
         others = (metering.cpu_seconds(sim.proc.pid), metering.cpu_seconds(db_pid) if db_pid else 0.0)
-        m = harness.run_process(cmd, env=bed.env(**sections), cwd=harness.ROOT, log=bed.workdir / "run.log")
+        m = harness.run_process(cmd, env=env, cwd=harness.ROOT, log=bed.workdir / "run.log")
         m["sim_cpu"] = metering.cpu_seconds(sim.proc.pid) - others[0]
         m["db_cpu"] = (metering.cpu_seconds(db_pid) - others[1]) if db_pid else 0.0
         log = bed.workdir / "run.log"
