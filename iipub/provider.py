@@ -595,6 +595,25 @@ def _observed(content: bytes) -> Observed | Transient:
         return Transient(None, f"unreadable 2xx body: {_described(exc)}")
 
 
+# Token counts past this are not a count (the largest context is about a million tokens).
+_MAX_TOKENS = 10**9
+
+
+def _usage(u: Any) -> Usage | None:
+    """The provider's token counts, or None (unknown) when they are missing or not counts: a
+    malformed `usage` must not keep a finished, paid output out of custody (spend then counts
+    the create's estimate)."""
+    if not isinstance(u, dict):
+        return None
+    counts: list[int] = []
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        c = u.get(key)
+        if not isinstance(c, int) or isinstance(c, bool) or not 0 <= c <= _MAX_TOKENS:
+            return None
+        counts.append(c)
+    return Usage(*counts)
+
+
 def _to_observed(doc: Any) -> Observed | Transient:
     if not isinstance(doc, dict):
         return Transient(None, f"2xx with an unparsable body ({type(doc).__name__})")
@@ -606,10 +625,7 @@ def _to_observed(doc: Any) -> Observed | Transient:
         raise TypeError("output is not a list")
     messages = answer_messages(items)
     refusal = _refusal_text(messages)
-    usage = None
-    if doc.get("usage") is not None:
-        u = doc["usage"]
-        usage = Usage(int(u["input_tokens"]), int(u["output_tokens"]), int(u["total_tokens"]))
+    usage = _usage(doc.get("usage"))
     incomplete = doc.get("incomplete_details")
     error = doc.get("error")
     return Observed(

@@ -288,6 +288,25 @@ def test_retrieve_observed(provider: Provider, rec: Recorder) -> None:
     assert rec.requests[0].url.path == "/v1/responses/resp_abc123"
 
 
+@pytest.mark.parametrize("usage", [
+    {"input_tokens": 10, "output_tokens": None, "total_tokens": 30},
+    {"input_tokens": "10", "output_tokens": 20, "total_tokens": 30},
+    {"input_tokens": -1, "output_tokens": 20, "total_tokens": 30},
+    {"input_tokens": 10, "output_tokens": 10**12, "total_tokens": 30},
+    {"input_tokens": True, "output_tokens": 20, "total_tokens": 30},
+    {"output_tokens": 20},
+    "lots",
+    [1, 2, 3],
+])
+def test_a_malformed_usage_keeps_the_output_readable(provider: Provider, rec: Recorder, usage: Any) -> None:
+    """A finished, paid response with token counts that are not counts is still taken into
+    custody (its usage unknown), not read as an unreadable body until the poll budget parks it."""
+    rec.handler = answer(200, response_json(status="completed", text='{"en": 1}', usage=usage))
+    outcome = provider.retrieve("resp_abc123")
+    assert isinstance(outcome, Observed), outcome
+    assert outcome.output_text == '{"en": 1}' and outcome.usage is None
+
+
 def test_retrieve_unfinished_has_no_output(provider: Provider, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="in_progress", text=None, usage=None))
     outcome = provider.retrieve("resp_abc123")
@@ -320,7 +339,7 @@ READ_TABLE: list[tuple[Handler, type, int | None]] = [
     (answer(200, b"{truncated"), Transient, None),
     (answer(200, b"ok", {"content-type": "text/plain"}), Transient, None),
     (answer(200, {"object": "response"}), Transient, None),
-    (answer(200, response_json(usage="lots")), Transient, None),
+    (answer(200, response_json(output="lots")), Transient, None),  # usage="lots" is only unknown usage
     (fail_with(httpx.ConnectError), Transient, None),
     (fail_with(httpx.ReadTimeout), Transient, None),
     (fail_with(httpx.RemoteProtocolError), Transient, None),
