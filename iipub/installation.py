@@ -58,7 +58,9 @@ def read(engine: Engine | Connection) -> str:
         else:
             with engine.connect() as conn:
                 found = conn.execute(query).scalar()
-    except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        if not db.is_missing_table(exc):
+            raise  # a lost connection is not a missing installation id: the caller's error handling says it
         found = None
     if found is None:
         raise SchemaNotReady("this database has no installation id; run `iipub db migrate`")
