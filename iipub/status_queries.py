@@ -298,18 +298,24 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
                tuple(durations) + tuple(waiting.values()), open=len(waiting))
 
 
-def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
-           s: StatusSettings) -> status.Sli:
-    """From the provider's completion (or the entry into COMPLETED_NOT_RETRIEVED) to custody."""
+def _dwell_events(conn: Connection, since: Any) -> list[tuple[str, str | None, str, dt.datetime, str | None]]:
+    """The journal entries the dwell SLI and its error budget read: into and out of
+    COMPLETED_NOT_RETRIEVED, and out of CREATE_IN_FLIGHT, since `since`, per job in order."""
     cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
     e = events_table.c
     rows = conn.execute(
         sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
-        .where(e.at >= cutoff, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
+        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
         .order_by(e.job_id, e.id)
     ).all()
-    durations, failed = status.dwell_samples(
-        (r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
+    return [(r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows]
+
+
+def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
+           s: StatusSettings) -> status.Sli:
+    """From the provider's completion (or the entry into COMPLETED_NOT_RETRIEVED) to custody."""
+    cnr = State.COMPLETED_NOT_RETRIEVED.value
+    durations, failed = status.dwell_samples(_dwell_events(conn, cutoff))
     waiting = [seconds_between(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
     waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
     return status.Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
@@ -411,15 +417,8 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
 
 def _dwell_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
                    s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
-    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
-    e = events_table.c
-    rows = conn.execute(
-        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
-        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
-        .order_by(e.job_id, e.id)
-    ).all()
-    timed, lost = status.timed_dwell_samples(
-        (r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows)
+    cnr = State.COMPLETED_NOT_RETRIEVED.value
+    timed, lost = status.timed_dwell_samples(_dwell_events(conn, since))
     samples = [(at, d < s.dwell_slo_seconds) for at, d in timed] + [(at, False) for at in lost]
     samples += [(now, False) for x in live if x["state"] == cnr
                 and seconds_between(now, x["state_entered_at"]) >= s.dwell_slo_seconds]
