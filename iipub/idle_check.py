@@ -233,12 +233,14 @@ def _report(command: str, worker: str, summary: dict[str, Any], level: str, fmt:
             sys.stderr.write(json.dumps({**summary, "event": event, "level": "info", "timestamp": stamp,
                                          "next_wakeup": str(next_at)}, sort_keys=True) + "\n")
         sys.stderr.flush()
-    if not _same_file(sys.stdout, sys.stderr):
+    if not same_file(sys.stdout, sys.stderr):
         sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
         sys.stdout.flush()
 
 
-def _same_file(a: Any, b: Any) -> bool:
+def same_file(a: Any, b: Any) -> bool:
+    """Whether stream `a` writes to the very file `b` does (cron's `>>log 2>&1`); never for a
+    terminal or a stream without a file (a test's capture, a closed stream)."""
     try:
         if a.isatty():
             return False

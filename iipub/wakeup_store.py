@@ -92,13 +92,9 @@ def watched_files(settings: Settings) -> list[str]:
     every path the settings name (the ledger and its copies, the legacy decisions file, the static
     site's folders), found by walking the settings so a new one is watched without a change here."""
     found: set[str] = set()
+    _walk(settings, found, depth=0)  # the configuration file itself is `settings.config_path`
     if settings.config_path is not None:
-        found.add(os.path.abspath(settings.config_path))
         found.update(_prompt_files(Path(settings.config_path)))
-    _walk(settings, found, depth=0)
-    ledger = settings.ledger_path() if settings.ledger.enabled and settings.ledger.path is not None else None
-    if ledger is not None:
-        found.add(str(ledger))
     return sorted(found)
 
 

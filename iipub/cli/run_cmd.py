@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import signal
 import sys
 from types import FrameType
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..idle_check import same_file
 from .common import App, pass_app
 
 if TYPE_CHECKING:
@@ -145,14 +145,6 @@ def print_summary(summary: dict[str, Any]) -> None:
     """The run's one-line JSON summary on stdout, unless stdout is the very file stderr is (cron's
     `>>log 2>&1`): the stderr event (tick_done, relay_done) already holds it with time and level,
     and a log must say each run once."""
-    if not sys.stdout.isatty() and _same_file(sys.stdout, sys.stderr):
+    if same_file(sys.stdout, sys.stderr):
         return
     click.echo(json.dumps(summary, sort_keys=True))
-
-
-def _same_file(a: Any, b: Any) -> bool:
-    try:
-        one, two = os.fstat(a.fileno()), os.fstat(b.fileno())
-    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture, a closed stream)
-        return False
-    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
