@@ -25,14 +25,14 @@ if str(ROOT) not in sys.path:  # running from a checkout without the editable in
 
 import sqlalchemy as sa
 
-from iipub import clock, db, migrate, tables
-from iipub.config import Product, Settings
-from iipub.config_file import settings_from_dict
-from iipub.jobs import slot_row
-from iipub.outcomes import CreateRequest
-from iipub.provider import create_body as provider_create_body
-from iipub.states import State
-from iipub.store import Store
+from iipub.model.jobs import slot_row
+from iipub.model.states import State
+from iipub.provider.adapter import create_body as provider_create_body
+from iipub.provider.outcomes import CreateRequest
+from iipub.settings.config import Product, Settings
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, db, migrate, tables
+from iipub.store.job_store import Store
 
 if TYPE_CHECKING:
     from simproc import SimProc
@@ -92,7 +92,7 @@ def server_version(engine: sa.Engine) -> str:
 
 
 def bench_settings(db_url: str, sim_url: str, static_root: Path, **sections: Mapping[str, Any]) -> Settings:
-    """Production defaults (`iipub.config`) plus the given section overrides, the default two
+    """Production defaults (`iipub.settings.config`) plus the given section overrides, the default two
     products, a static sink under `static_root`, the spend ledger beside it (a run's own: the
     default path would carry one run's paid creates into the next run's fresh database), and the
     simulator as the provider."""
@@ -255,7 +255,8 @@ def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[C
           relay_too: bool, max_loops: int = 30, advance: float = 5.0) -> dict[str, Any]:
     """Loop reconcile (and relay) ticks, moving the simulator's clock `advance` seconds after
     each, until `done(state counts)`. Returns the time spent in each and the loop count."""
-    from iipub import reconcile, relay
+    from iipub.machine import sweep
+    from iipub.publish import relay
 
     spent: dict[str, Any] = {"reconcile_s": 0.0, "relay_s": 0.0, "loops": 0, "reconcile_reports": [],
                              "relay_reports": []}
@@ -266,7 +267,7 @@ def drive(settings: Settings, engine: sa.Engine, sim: SimProc, done: Callable[[C
         if spent["loops"] >= max_loops:
             raise RuntimeError(f"not done after {spent['loops']} loops: {dict(counts)}")
         t0 = time.perf_counter()
-        spent["reconcile_reports"].append(reconcile.run(settings, engine))
+        spent["reconcile_reports"].append(sweep.run(settings, engine))
         spent["reconcile_s"] += time.perf_counter() - t0
         if relay_too:
             t0 = time.perf_counter()

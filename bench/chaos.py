@@ -4,7 +4,7 @@
 connections are killed from another session, time jumps (database and simulator clocks
 together) and, optionally, MariaDB itself restarts. Then the chaos stops, a clean
 convergence phase runs (no faults, a few reconcile/relay rounds with time advancing) and
-`iipub.invariants.check` judges the result.
+`iipub.observe.invariants.check` judges the result.
 
     .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
         --slots 300 --seconds 180 --seed 7
@@ -47,12 +47,15 @@ import benchdb  # puts this checkout on sys.path before iipub
 import chaos_restore
 import harness
 import simproc
-from iipub import clock, db, gate, invariants, migrate, states, tables
-from iipub.config_file import default_ledger_path, settings_from_dict
-from iipub.ledger import SpendLedger
-from iipub.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
-from iipub.states import State
-from iipub.store import Store
+from iipub.model import states
+from iipub.model.states import State
+from iipub.money import gate
+from iipub.money.ledger import SpendLedger
+from iipub.observe import invariants
+from iipub.provider.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
+from iipub.settings.loading import default_ledger_path, settings_from_dict
+from iipub.store import clock, db, migrate, tables
+from iipub.store.job_store import Store
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt").decode()
 API_KEY = "sk-chaos"

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iipub import tables
+from iipub.store import tables
 
 Backup = dict[str, list[dict[str, Any]]]
 

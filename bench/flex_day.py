@@ -20,12 +20,15 @@ import sqlalchemy as sa
 import benchdb
 import harness
 import reporting
-from iipub import clock, reconcile, relay, status_queries, tables
-from iipub.config import ModelPrice, Pricing, Settings
-from iipub.jobs import slot_opened
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.timefmt import naive_utc
+from iipub.core.timefmt import naive_utc
+from iipub.machine import sweep
+from iipub.model.jobs import slot_opened
+from iipub.model.states import State
+from iipub.observe import queries
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import ModelPrice, Pricing, Settings
+from iipub.store import clock, tables
 
 MAX_MINUTES = 180  # a day that has not published both editions after this is reported as such
 
@@ -72,7 +75,7 @@ def _one_day(settings: Settings, engine: sa.Engine, sim: Simulator, day: dt.date
     start = dt.datetime.combine(day, dt.time(4, 58))
     clock.advance_clock(engine, (start - benchdb.db_now(engine)).total_seconds())
     for minute in range(MAX_MINUTES):
-        reconcile.run(settings, engine)
+        sweep.run(settings, engine)
         relay.run(settings, engine)
         today = tables.jobs.c.edition_date == day
         made = benchdb.count_rows(engine, tables.jobs, today)
@@ -104,7 +107,7 @@ def _tally(out: Outcome, settings: Settings, engine: sa.Engine, sim: Simulator) 
     stats = sim.stats()
     out.creates = dict(stats["creates_by_tier"])
     out.refused = int(stats["flex_refused"])
-    paid = status_queries.collect(engine, settings).paid
+    paid = queries.collect(engine, settings).paid
     assert paid is not None
     window = paid.window("30d")
     out.tokens = {tier: t.tokens for tier, t in sorted(window.by_tier.items())}

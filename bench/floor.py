@@ -113,7 +113,7 @@ class Library(Lean):
     def __init__(self, url: str, sim_url: str, max_connections: int, pool_size: int) -> None:
         super().__init__(url, sim_url, max_connections)
         import benchdb  # noqa: F401 - puts this checkout on sys.path before iipub
-        from iipub import db
+        from iipub.store import db
 
         self.engine = db.make_engine(url, pool_size=pool_size)  # as `iipub reconcile` sizes it
 

@@ -43,7 +43,7 @@ for p in (str(ROOT), str(BENCH)):
 import chaos  # noqa: E402  (bench/chaos.py: the single-node campaign this one extends)
 import harness  # noqa: E402
 import simproc  # noqa: E402
-from iipub import invariants  # noqa: E402
+from iipub.observe import invariants  # noqa: E402
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"

@@ -25,7 +25,7 @@ import benchdb  # puts this checkout on sys.path before iipub
 import metering
 import reporting
 import simproc
-from iipub.simulator import Simulator
+from iipub.provider.simulator import Simulator
 
 BENCH = Path(__file__).resolve().parent
 ROOT = benchdb.ROOT
@@ -94,7 +94,7 @@ def production_logs_to_devnull() -> None:
     rendering every line is part of an in-process figure, the terminal noise is not."""
     import logging
 
-    from iipub import logs
+    from iipub.core import logs
 
     saved = sys.stderr
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
@@ -188,9 +188,10 @@ def drill_parser(description: str, note: str | None = None) -> argparse.Argument
 def drill_logs_and_slots() -> None:
     """A drill's ticks see only its own slots (today's schedule would add one per product and
     day); logs at warning, so the breaker's and the receiver's warnings stay visible."""
-    from iipub import logs, reconcile
+    from iipub.core import logs
+    from iipub.machine import sweep
 
-    reconcile._ensure_today = lambda settings, store: None
+    sweep._ensure_today = lambda settings, store: None
     logs.configure("warning")
 
 

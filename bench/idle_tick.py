@@ -18,8 +18,9 @@ import harness
 import metering
 import reporting
 import simproc
-from iipub import reconcile, tables
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.store import tables
+from iipub.store.job_store import Store
 
 
 def explain(engine: sa.Engine, statement: str, params: Any) -> list[dict[str, Any]]:
@@ -97,7 +98,7 @@ def main() -> None:
             counter = metering.RoundTrips(engine)
             walls, stmts, wires = [], [], []
             t0 = time.perf_counter()
-            reconcile.run(settings, engine)  # warm-up (not counted)
+            sweep.run(settings, engine)  # warm-up (not counted)
             warm = time.perf_counter() - t0
             # A tick that takes many seconds is measured once more, not `runs` times (bounded run).
             k = runs if warm < 10 else 1
@@ -107,7 +108,7 @@ def main() -> None:
                 counter.reset()
                 counter.record_sql = i == k - 1  # keep the last run's statements for EXPLAIN
                 t0 = time.perf_counter()
-                report = reconcile.run(settings, engine)
+                report = sweep.run(settings, engine)
                 walls.append(time.perf_counter() - t0)
                 counter.record_sql = False
                 snap = counter.snapshot()

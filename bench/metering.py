@@ -40,7 +40,7 @@ class RoundTrips:
         for target, name, fn in self._listeners:
             event.listen(target, name, fn)
         self._unpatch: Callable[[], None] | None = None
-        from iipub.db import dialect_family
+        from iipub.store.db import dialect_family
 
         if dialect_family(engine) == "mysql":
             self._patch_pymysql()

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 import harness
 import reporting
 import simproc
-from iipub import tables
-from iipub.states import POLL_REASONS
+from iipub.model.states import POLL_REASONS
+from iipub.store import tables
 
 KEYS = ("leased", "taken", "contention", "lease_lost", "errors")
 

@@ -23,11 +23,14 @@ import sqlalchemy as sa
 import benchdb
 import harness
 import reporting
-from iipub import clock, invariants, reconcile, relay, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.store import Store
-from iipub.timefmt import seconds_between
+from iipub.core.timefmt import seconds_between
+from iipub.machine import sweep
+from iipub.observe import invariants
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 
 DAY = dt.date(2026, 11, 30)
 PRODUCT = "daily-brief"
@@ -80,7 +83,7 @@ def _ticks_to_settle(engine: sa.Engine) -> int:
 
 
 def tick(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     relay.run(s, engine)
     sim.advance(TICK_DB_SECONDS)
     clock.advance_clock(engine, TICK_DB_SECONDS)

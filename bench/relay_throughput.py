@@ -21,15 +21,17 @@ import benchdb
 import harness
 import reporting
 import simproc
-from iipub import relay, tables
-from iipub.compose import canonical_json
-from iipub.config import Settings
-from iipub.relay import build_sinks
-from iipub.sinks import DeliveryResult, Event, Sink
-from iipub.sinks.manifest import Manifest
-from iipub.sinks.site import Entry, json_path
-from iipub.sinks.static import StaticSink
-from iipub.states import State
+from iipub.edition.compose import canonical_json
+from iipub.edition.paths import json_path
+from iipub.model.states import State
+from iipub.publish import relay
+from iipub.publish.relay import build_sinks
+from iipub.publish.sinks import DeliveryResult, Event, Sink
+from iipub.publish.sinks.manifest import Manifest
+from iipub.publish.sinks.site import Entry
+from iipub.publish.sinks.static import StaticSink
+from iipub.settings.config import Settings
+from iipub.store import tables
 
 
 class TimedSink:

@@ -3,7 +3,7 @@ completion to custody, for the same workload, with and without the provider's we
 
 Two modes, each on its own fresh database and in-process simulator (real HTTP, real time):
 `polling` (cron-like ticks poll every job in flight) and `webhooks` (the simulator POSTs signed
-webhooks to `iipub.webhook.Receiver` on a loopback server, which takes custody; the ticks poll
+webhooks to `iipub.webhooks.receiver.Receiver` on a loopback server, which takes custody; the ticks poll
 only as a safety net). Timings, workload and figures: bench/notes/webhooks.md (also in `--help`).
 
     python bench/webhooks.py [--editions 24] [--scale 10] [--waves 1] [--mysql URL] [--json PATH]
@@ -31,16 +31,20 @@ import sqlalchemy as sa
 import benchdb
 import harness
 import reporting
-from iipub import invariants, reconcile, relay, tables, webhook
-from iipub.config import Settings
-from iipub.config_file import settings_from_dict
-from iipub.deliveries import Deliveries
-from iipub.outcomes import CreateOutcome, CreateRequest
-from iipub.provider import Provider
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import POLL_REASONS, Reason
-from iipub.store import Store
-from iipub.timefmt import naive_utc, seconds_between
+from iipub.core.timefmt import naive_utc, seconds_between
+from iipub.machine import sweep
+from iipub.model.states import POLL_REASONS, Reason
+from iipub.observe import invariants
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import CreateOutcome, CreateRequest
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.settings.loading import settings_from_dict
+from iipub.store import tables
+from iipub.store.deliveries import Deliveries
+from iipub.store.job_store import Store
+from iipub.webhooks import receiver as webhook
 
 PRODUCT = "daily-brief"
 DONE = ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
@@ -240,7 +244,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path, t: Timings) -> 
             if webhooks and health.health(s.webhooks.healthy_for_seconds).healthy:
                 relaxed += 1
             with TimedProvider(s, calls) as provider:  # a fresh client per tick, like cron's processes
-                reconcile.run(s, engine, provider=provider)
+                sweep.run(s, engine, provider=provider)
             relay.run(s, engine)
             ticks += 1
             now = benchdb.state_counts(engine)

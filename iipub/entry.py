@@ -7,10 +7,10 @@ import sys
 
 
 def main() -> None:
-    from .idle_check import run
+    from iipub.observe.idle_check import run
 
     if run(sys.argv[1:]) == 0:
         sys.exit(0)
-    from .cli import main as cli_main
+    from iipub.cli import main as cli_main
 
     cli_main()

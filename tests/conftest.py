@@ -49,9 +49,9 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     tempfile.tempdir = "/dev/shm"
 
-from iipub import db, migrate  # noqa: E402
-from iipub.config import Settings  # noqa: E402
-from iipub.simulator import Simulator  # noqa: E402
+from iipub.provider.simulator import Simulator  # noqa: E402
+from iipub.settings.config import Settings  # noqa: E402
+from iipub.store import db, migrate  # noqa: E402
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -194,9 +194,9 @@ def settings(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
 @pytest.fixture
 def no_today_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ticks schedule only the slots a test made (not today's as well)."""
-    from iipub import reconcile
+    from iipub.machine import sweep
 
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
 
 
 @pytest.fixture

@@ -39,13 +39,15 @@ import sqlalchemy as sa
 import structlog
 from click.testing import CliRunner
 
-from iipub import logs, reconcile, tables
-from iipub.config import Settings
-from iipub.config_file import settings_from_dict
-from iipub.errors import ConfigError
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator import server as simulator_server
-from iipub.store import Store
+from iipub.core import logs
+from iipub.core.errors import ConfigError
+from iipub.machine import sweep
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import server as simulator_server
+from iipub.settings.config import Settings
+from iipub.settings.loading import settings_from_dict
+from iipub.store import tables
+from iipub.store.job_store import Store
 
 # Read at import, which tests/conftest.py does before it scrubs IIPUB_* and OPENAI_* from the
 # environment of the test run.
@@ -80,7 +82,7 @@ class CliResult:
 
 @contextmanager
 def _logging_restored() -> Iterator[None]:
-    """`iipub.logs.configure` binds structlog and the root logger to the sys.stderr of the
+    """`iipub.core.logs.configure` binds structlog and the root logger to the sys.stderr of the
     moment, once per process. Let each invocation configure them afresh (so its JSON log
     lines land in its own stderr), then put back what was there."""
     saved_structlog = structlog.get_config()
@@ -382,7 +384,7 @@ def drive_to_saved(settings: Settings, engine: sa.Engine, sim: Simulator, last_d
             store.schedule(p, last_day - dt.timedelta(days=i))
     states: set[str] = set()
     for _ in range(6):
-        reconcile.run(settings, engine)
+        sweep.run(settings, engine)
         sim.advance(5)
         with engine.connect() as conn:
             states = set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
@@ -440,7 +442,7 @@ def restore_rows(engine: sa.Engine, snapshot: Snapshot) -> None:
 def record_heartbeats(engine: sa.Engine, *commands: str, ok: bool = True) -> None:
     """Record a finished run of each of `commands` (default: reconcile and relay), as the cron
     commands do: for in-process ticks checked by `iipub status` with its heartbeat check on."""
-    from iipub import heartbeat
+    from iipub.observe import heartbeat
 
     for command in commands or heartbeat.COMMANDS:
         heartbeat.finish(heartbeat.start(engine, command, f"{command}:test"), ok=ok,
@@ -458,9 +460,9 @@ def job_rows(engine: sa.Engine) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
-def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> reconcile.TickReport:
+def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> sweep.TickReport:
     """One in-process reconcile tick (`reconcile.run`)."""
-    return reconcile.run(settings, engine, **kw)
+    return sweep.run(settings, engine, **kw)
 
 
 def job_events(engine: sa.Engine, job_id: str, lang: str | None = None) -> list[dict[str, Any]]:

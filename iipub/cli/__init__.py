@@ -11,11 +11,13 @@ from typing import Any, NoReturn
 import click
 import sqlalchemy as sa
 
-from .. import __version__, envfile, logs
-from ..db import describe_error
-from ..errors import DatabaseRefused, DatabaseUnavailable, IipubError, Interrupted, UsageError
-from ..logs import error_line
-from .common import App, setup_logging
+from iipub import __version__
+from iipub.cli.common import App, setup_logging
+from iipub.core import logs
+from iipub.core.errors import DatabaseRefused, DatabaseUnavailable, IipubError, Interrupted, UsageError
+from iipub.core.logs import error_line
+from iipub.settings import envfile
+from iipub.store.db import describe_error
 
 # Where each command lives: its module is imported only when that command runs (or `--help`
 # lists it), so a cron run of `iipub reconcile` loads the reconcile machinery and nothing else.
@@ -167,7 +169,7 @@ def _monitored(argv: list[str] | None) -> NoReturn:
     run (the env file missing or malformed, a bad log setting or configuration, the database
     unreachable or unmigrated, a usage error, a bug) is one `IIPUB UNKNOWN - …` line on stdout
     (the JSON document with --json) and exit 3, never a silent exit 78 a monitor misreads."""
-    from .status_cmd import UNKNOWN, unknown
+    from iipub.cli.status_cmd import UNKNOWN, unknown
 
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
@@ -189,7 +191,7 @@ def _monitored(argv: list[str] | None) -> NoReturn:
 def _fail(exc: IipubError, code: int | None = None, **fields: Any) -> NoReturn:
     """Every error the command line reports itself: one line per problem on stderr (a
     configuration can have several), as JSON like every log line (`kind` is the error's type
-    in `iipub.errors`) or `Error: …` in the console format, then the exit code."""
+    in `iipub.core.errors`) or `Error: …` in the console format, then the exit code."""
     code = exc.exit_code if code is None else code
     for line in str(exc).splitlines() or [type(exc).__doc__ or "error"]:
         click.echo(error_line(line, exit_code=code, kind=type(exc).__name__, **fields), err=True)

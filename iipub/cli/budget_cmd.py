@@ -6,10 +6,11 @@ import datetime as dt
 
 import click
 
-from .. import clock, money, payments
-from ..errors import UsageError
-from ..timefmt import iso_z, parse_utc_time
-from .common import App, by_option, clip, emit_json, json_option, pass_app, reason_option
+from iipub.cli.common import App, by_option, clip, emit_json, json_option, pass_app, reason_option
+from iipub.core.errors import UsageError
+from iipub.core.timefmt import iso_z, parse_utc_time
+from iipub.money import budgets, payments
+from iipub.store import clock
 
 
 @click.group("budget")
@@ -29,7 +30,7 @@ def show_command(app: App, as_json: bool) -> None:
         found, overrides = payments.ceilings_now(conn, app.settings.budgets, app.settings.products, now)
     if as_json:
         emit_json({"generated_at": iso_z(now),
-                   "ceilings": [{"scope": "global" if c.scope == money.GLOBAL else c.scope, "name": c.name,
+                   "ceilings": [{"scope": "global" if c.scope == budgets.GLOBAL else c.scope, "name": c.name,
                                  "max_tokens_per_day": c.limit, "override_tokens": c.extra, "allowed": c.allowed,
                                  "counted_today": c.spent, "reached": c.reached} for c in found],
                    "overrides": [o.to_dict() for o in overrides]})
@@ -65,11 +66,11 @@ def override_command(app: App, tokens: int, product: str | None, until: dt.datet
                      by: str) -> None:
     """Raise a reached daily spend ceiling so new creates go out again. Journaled with who and
     why (`gate_events` kind budget_override); `status` shows it while it holds."""
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
     if tokens < 1:
         raise UsageError(f"--tokens must be a positive number of tokens (got {tokens})")
     granted = Operator(app.settings, app.engine()).budget_override(tokens, reason, by, product=product, until=until)
-    scope = "global ceiling" if granted.scope == money.GLOBAL else f"product {granted.scope}'s ceiling"
+    scope = "global ceiling" if granted.scope == budgets.GLOBAL else f"product {granted.scope}'s ceiling"
     click.echo(f"{scope} raised by {granted.extra_tokens:,} tokens until {iso_z(granted.until, 'seconds')} "
                f"(by {clip(granted.granted_by, 80)}: {clip(granted.reason, 300)})")

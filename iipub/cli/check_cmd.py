@@ -1,4 +1,4 @@
-"""`iipub check`: verify the invariants of the configured database (see `iipub.invariants`)."""
+"""`iipub check`: verify the invariants of the configured database (see `iipub.observe.invariants`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import IipubError
-from ..jobs import STRANDED_AFTER_SECONDS
-from .common import App, emit_json, pass_app, table
+from iipub.cli.common import App, emit_json, pass_app, table
+from iipub.core.errors import IipubError
+from iipub.model.jobs import STRANDED_AFTER_SECONDS
 
 
 class CheckFailed(IipubError):
@@ -44,7 +44,8 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
     """
     import httpx
 
-    from .. import invariants, restore
+    from iipub.money import restore
+    from iipub.observe import invariants
 
     stats = None
     notes: list[str] = []
@@ -62,7 +63,7 @@ def check_command(app: App, simulator_url: str | None, settled: bool, static_roo
             raise click.ClickException("the spend ledger is off ([ledger] enabled = false)")
         fold, missing = book.load_fold()
         found += invariants.check_ledger(engine, fold.slots, fold.bad, missing=missing)
-        from .. import ledger_book
+        from iipub.money import ledger_book
 
         lost = ledger_book.problem(engine, book)
         if lost is not None:

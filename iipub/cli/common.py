@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from sqlalchemy.engine import Engine
 
-from .. import db, logs
-from ..config import Settings
-from ..config_file import load_settings
-from ..jobs import Job, new_worker_id
-from ..states import State
-from ..store import Store
-from ..timefmt import parse_date
-from ..wording import printable
+from iipub.core import logs
+from iipub.core.timefmt import parse_date
+from iipub.core.wording import printable
+from iipub.model.jobs import Job, new_worker_id
+from iipub.model.states import State
+from iipub.settings.config import Settings
+from iipub.settings.loading import load_settings
+from iipub.store import db
+from iipub.store.job_store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,8 +80,8 @@ class App:
         command = _command_name()
         if not command or command in UNGUARDED or command.split()[0] in UNGUARDED:
             return
-        from .. import config_identity
-        from ..errors import SchemaNotReady
+        from iipub.core.errors import SchemaNotReady
+        from iipub.store import config_identity
 
         write = command not in READ_ONLY
         try:
@@ -101,7 +102,7 @@ class App:
 
     def spent_budgets(self, conn: Any) -> list[str]:
         """The SLOs whose error budget is spent (a change freeze), read when a change is recorded."""
-        from ..status_queries import spent_budgets
+        from iipub.observe.queries import spent_budgets
 
         return spent_budgets(conn, self.settings)
 

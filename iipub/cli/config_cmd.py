@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..timefmt import iso_z
-from .common import App, by_option, emit_json, json_option, pass_app, reason_option, table
+from iipub.cli.common import App, by_option, emit_json, json_option, pass_app, reason_option, table
+from iipub.core.timefmt import iso_z
 
 
 @click.group("config")
@@ -18,7 +18,7 @@ def config_group() -> None:
 @pass_app
 def show_command(app: App, as_json: bool) -> None:
     """The identity in force, this command's, and the journal of adoptions and edits (newest first)."""
-    from .. import config_identity
+    from iipub.store import config_identity
 
     engine = app.engine()
     with engine.connect() as conn:
@@ -50,7 +50,7 @@ def accept_command(app: App, reason: str, by: str) -> None:
     """Adopt this command's configuration (IIPUB_CONFIG with its ledger and static root) as the
     database's, on purpose: journaled with who and why. Writing commands with the previous
     identity are refused from then on."""
-    from .. import config_identity
+    from iipub.store import config_identity
 
     check = config_identity.accept(app.engine(), app.settings, by=by, reason=reason, frozen=app.spent_budgets)
     before = check.recorded.describe() if check.recorded else "none recorded"

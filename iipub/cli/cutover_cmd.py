@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
-from .common import App, by_option, emit_json, json_option, pass_app, reason_option, stderr
+from iipub.cli.common import App, by_option, emit_json, json_option, pass_app, reason_option, stderr
+from iipub.core.errors import UsageError
 
 # `adopt` exits with this when some rows were refused (the others were adopted).
 REFUSED_EXIT = 3
@@ -37,7 +37,7 @@ def adopt_command(app: App, file: Path, dry_run: bool, as_json: bool, reason: st
     reported as already adopted). Exit 0 when no row was refused, 3 when some were, 2 for a file
     that is not a hand-over file.
     """
-    from .. import adoption, handover
+    from iipub.operate import adoption, handover
 
     try:
         with file.open("rb") as f:
@@ -77,7 +77,7 @@ def export_command(app: App, in_flight: bool, fmt: str) -> None:
     pause --everything` first so nothing moves while the file is taken. A create still in flight
     has no response id yet: its row has an empty response_id (adopt refuses it; check the
     provider's dashboard for it)."""
-    from .. import adoption, handover
+    from iipub.operate import adoption, handover
 
     rows = adoption.in_flight(app.engine())
     click.echo(handover.render(rows, fmt), nl=False)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .. import installation, migrate
-from ..errors import SchemaNotReady
-from .common import App, emit_json, json_option, pass_app, table
+from iipub.cli.common import App, emit_json, json_option, pass_app, table
+from iipub.core.errors import SchemaNotReady
+from iipub.store import installation, migrate
 
 
 @click.group("db")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import structlog
 
-from .common import table
+from iipub.cli.common import table
 
 
 @click.command("demo")
@@ -27,7 +27,7 @@ def demo_command(ctx: click.Context, directory: Path, keep_going_seconds: float)
     ignores IIPUB_* and OPENAI_* settings. Re-running in the same directory reports the
     editions already published.
     """
-    from .. import demo  # the pipeline (and the provider SDK) only when the demo runs
+    from iipub.operate import demo  # the pipeline (and the provider SDK) only when the demo runs
 
     chosen = ctx.find_root().meta.get("iipub.logging", {})
     if not chosen.get("log_level") and not os.environ.get("IIPUB_LOG_LEVEL"):

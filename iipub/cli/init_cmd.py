@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import AlreadyInstalled, ConfigError
+from iipub.core.errors import AlreadyInstalled, ConfigError
 
 
 def _default_executable() -> str:
@@ -46,7 +46,7 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
     nothing and names what is in the way. Next: put the key in the env file, `iipub
     db migrate` with IIPUB_ENV_FILE=/srv/iipub/env, then `crontab -u iipub /srv/iipub/crontab`.
     """
-    from .. import install
+    from iipub.operate import install
 
     root = Path(os.path.abspath(root))
     layout, files = install.plan(root, executable or _default_executable(), database_url, provider_url)

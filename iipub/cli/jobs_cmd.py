@@ -10,12 +10,7 @@ from typing import Any
 
 import click
 
-from .. import clock, scheduling, track_views
-from ..jobs import Job
-from ..states import State
-from ..timefmt import iso_z
-from ..track_views import TrackView
-from .common import (
+from iipub.cli.common import (
     DATE,
     AnyCaseChoice,
     App,
@@ -28,6 +23,13 @@ from .common import (
     reason_option,
     table,
 )
+from iipub.core.timefmt import iso_z
+from iipub.machine import scheduling
+from iipub.model import track_views
+from iipub.model.jobs import Job
+from iipub.model.states import State
+from iipub.model.track_views import TrackView
+from iipub.store import clock
 
 
 @click.command("schedule")
@@ -142,7 +144,7 @@ def import_payload_command(app: App, job_id: str, file: Path, reason: str, by: s
     output text itself. It must be UTF-8 and the output at most the product's max_output_bytes.
     ID is the job id (a unique prefix of at least 4 characters is enough).
     """
-    from ..actions import Operator  # the remedies load only for operator commands
+    from iipub.operate.executor import Operator  # the remedies load only for operator commands
 
     with Operator(app.settings, app.engine()) as op:
         before = op.get(job_id)

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import UsageError
-from .common import App, by_option, emit_json, json_option, pass_app, reason_option
+from iipub.cli.common import App, by_option, emit_json, json_option, pass_app, reason_option
+from iipub.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from ..ledger import SpendLedger
+    from iipub.money.ledger import SpendLedger
 
 
 @click.group("ledger")
@@ -21,7 +21,7 @@ def ledger_group() -> None:
 
 
 def _book(app: App) -> SpendLedger:
-    from .. import restore
+    from iipub.money import restore
 
     book = restore.ledger_of(app.settings, app.engine())
     if book is None:
@@ -34,7 +34,7 @@ def _book(app: App) -> SpendLedger:
 @pass_app
 def show_command(app: App, as_json: bool) -> None:
     """The ledger (and its mirror), the identity the database opened, and any problem."""
-    from .. import ledger_book
+    from iipub.money import ledger_book
 
     book = _book(app)
     with app.engine().connect() as conn:
@@ -62,7 +62,8 @@ def acknowledge_command(app: App, accept: str, reason: str, by: str) -> None:
     """Accept the ledger as it is and open a new identity in it (journaled in the gate's events):
     creates resume. Paid creates the old ledger no longer shows can be paid again by a database
     restored from before now; restore the ledger (or copy the mirror) first when you can."""
-    from .. import ledger_book, remedies
+    from iipub.money import ledger_book
+    from iipub.operate import remedies
 
     remedies.check_input(by, reason)
     click.echo(ledger_book.acknowledge(app.engine(), _book(app), accept, by, reason, f"operator:{by}"))

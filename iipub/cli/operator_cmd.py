@@ -8,13 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import clock, scheduling
-from ..errors import UsageError
-from ..jobs import Job
-from ..states import TRACK_SAVED, State
-from ..store import Store
-from ..timefmt import duration, parse_date
-from .common import (
+from iipub.cli.common import (
     App,
     by_option,
     clip,
@@ -26,13 +20,20 @@ from .common import (
     stderr,
     table,
 )
+from iipub.core.errors import UsageError
+from iipub.core.timefmt import duration, parse_date
+from iipub.machine import scheduling
+from iipub.model.jobs import Job
+from iipub.model.states import TRACK_SAVED, State
+from iipub.store import clock
+from iipub.store.job_store import Store
 
 if TYPE_CHECKING:
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
 
 def _operator(app: App) -> Operator:
-    from ..actions import Operator  # the remedies and their provider calls load only for these commands
+    from iipub.operate.executor import Operator  # the remedies and their provider calls load only for these commands
 
     return Operator(app.settings, app.engine())
 
@@ -45,8 +46,8 @@ def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_prov
     """Run one job action and print the move it made."""
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
-    from ..actions import Operator
-    from ..provider import Provider
+    from iipub.operate.executor import Operator
+    from iipub.provider.adapter import Provider
 
     provider = Provider(settings.provider, settings.require_api_key()) if needs_provider else None
     try:
@@ -121,8 +122,8 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
 
     --json prints the `jobs show --json` object with `output` (one line) and `remedies` (a list
     of {command, effect}) added; both are null for a job that is not parked."""
-    from .. import parked
-    from .jobs_cmd import show_job
+    from iipub.cli.jobs_cmd import show_job
+    from iipub.operate import parked
 
     s = app.settings
 
@@ -181,7 +182,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
     remedy to every such job, each through the fenced path, refusing those the single-job
     command would refuse, and lists the outcome per job (`--dry-run` first).
     """
-    from ..actions import ReleaseMode
+    from iipub.operate.executor import ReleaseMode
 
     chosen = [m for m, on in ((ReleaseMode.VERIFIED_LOST, verified_lost), (ReleaseMode.LINK, link is not None),
                               (ReleaseMode.RESUME_POLLING, resume_polling)) if on]
@@ -370,7 +371,7 @@ def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by:
     if lang is None:
         _act(app, job_id, lambda op: op.revalidate(job_id, reason, by))
         return
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
     op = Operator(app.settings, app.engine())
     job = op.get(job_id)
@@ -394,7 +395,7 @@ def regenerate_command(app: App, job_id: str, reason: str, by: str, pay_again: b
 
     A slot waiting on a parked language track is generated again for its unpublished languages
     only (named in the output); a saved or published edition is kept, never replaced."""
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
     job = _act(app, job_id, lambda op: op.regenerate(job_id, reason, by, pay_again=pay_again))
     found = {t.lang: t.state for t in Operator(app.settings, app.engine()).tracks_of(job.id)}

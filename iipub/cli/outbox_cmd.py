@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..outbox import LIST_STATES
-from .common import App, clip, emit_json, json_option, pass_app, table
+from iipub.cli.common import App, clip, emit_json, json_option, pass_app, table
+from iipub.store.outbox import LIST_STATES
 
 
 @click.group("outbox")
@@ -34,7 +34,7 @@ def outbox_list_command(app: App, state: str, limit: int, as_json: bool) -> None
     attempts, next_attempt_at, first_failed_at, published_at, last_error, lease_owner,
     lease_expiry, created_at and sinks (sink, state, attempts, delivered_at, parked_at, last_error).
     """
-    from ..outbox import list_events
+    from iipub.store.outbox import list_events
 
     events = list_events(app.engine(), state, limit)
     if as_json:
@@ -66,7 +66,7 @@ def outbox_requeue_command(app: App, event_id: str, sink: str | None) -> None:
     an event a relay is delivering right now. Delivery stays exactly once: each sink's receipt is
     recorded, and a sink that has the event is not asked again.
     """
-    from ..outbox import requeue
+    from iipub.store.outbox import requeue
 
     settings = app.settings
     done = requeue(app.engine(), event_id, sink, settings.sink_names())

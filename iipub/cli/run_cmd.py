@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..idle_check import same_file
-from .common import App, pass_app
+from iipub.cli.common import App, pass_app
+from iipub.observe.idle_check import same_file
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from ..config import Settings
+    from iipub.settings.config import Settings
 
 
 @click.command("reconcile")
@@ -35,8 +35,9 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     one, [monitoring] ping_url is fetched. Under `pause --everything` it records its heartbeat
     and does nothing else.
     """
-    from .. import heartbeat, reconcile  # each cron command imports only its own machinery
-    from ..jobs import new_worker_id
+    from iipub.machine import sweep as reconcile  # each cron command imports only its own machinery
+    from iipub.model.jobs import new_worker_id
+    from iipub.observe import heartbeat
 
     settings = app.settings
     settings.require_api_key()
@@ -63,9 +64,9 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
 
 
 def _leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
-    """What the next cron run's wake-up check compares with (`iipub.wakeup`). A run that did
+    """What the next cron run's wake-up check compares with (`iipub.observe.wakeup`). A run that did
     anything, or pings a URL each run, leaves "due": the next run is a full one."""
-    from .. import wakeup_store
+    from iipub.observe import wakeup_store
 
     busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
     if command == "reconcile":
@@ -97,14 +98,15 @@ def relay_command(app: App, prune: bool) -> None:
     --prune run is not); after a successful one, [monitoring] ping_url is fetched. In shadow
     mode ([reconcile] mode = "shadow") and under `pause --everything` it delivers nothing.
     """
-    from .. import heartbeat, relay
-    from ..jobs import new_worker_id
+    from iipub.model.jobs import new_worker_id
+    from iipub.observe import heartbeat
+    from iipub.publish import relay
 
     settings = app.settings
     engine = app.engine()
     if prune:
-        from ..deliveries import Deliveries
-        from ..outbox import Outbox
+        from iipub.store.deliveries import Deliveries
+        from iipub.store.outbox import Outbox
 
         n = Outbox(engine, "relay-prune", settings.relay.lease_seconds).prune(settings.relay.prune_after_days * 86400)
         hooks = Deliveries(engine).prune(settings.webhooks.keep_days)
@@ -126,15 +128,15 @@ def _sample_disks(engine: Any, settings: Any) -> None:
     """Every ten minutes (database clock, from the newest sample), the free space of the
     filesystems iipub writes to (`status` reads how fast they fill). Never fails the run: a sample
     lost is a warning."""
-    from .. import disk_samples
+    from iipub.observe import disk_samples
 
     try:
         if not disk_samples.due(engine):
             return
-        from .. import status_queries
+        from iipub.observe import queries
 
         disk_samples.record(engine, [(d.path, d.free_bytes, d.size_bytes)
-                                     for d in status_queries.disks(settings) if d.error is None])
+                                     for d in queries.disks(settings) if d.error is None])
     except Exception as exc:  # a recording problem, never the run's
         import structlog
 

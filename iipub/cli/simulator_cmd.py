@@ -11,8 +11,9 @@ from types import FrameType
 
 import click
 
-from ..errors import ConfigError
-from ..simulator.faults import (
+from iipub.cli.common import setup_logging, stderr
+from iipub.core.errors import ConfigError
+from iipub.provider.simulator.faults import (
     ALLOWED_OPS,
     DESCRIPTIONS,
     FAULTS,
@@ -20,7 +21,6 @@ from ..simulator.faults import (
     parse_fault_spec,
     parse_outage_spec,
 )
-from .common import setup_logging, stderr
 
 _FAULT_HELP = "\n".join(f"  {name} [{'|'.join(ALLOWED_OPS[name])}]: {DESCRIPTIONS[name]}" for name in FAULTS)
 
@@ -169,8 +169,8 @@ def simulator_command(
     (GET /_sim/stats) and start over (POST /_sim/reset). With --webhook-url it POSTs one signed
     event per finished background response, as OpenAI does (retried on failure).
     """
-    from ..simulator import Simulator, SimulatorOptions  # the server loads only for this command
-    from ..simulator.server import REALISTIC_OUTPUT
+    from iipub.provider.simulator import Simulator, SimulatorOptions  # the server loads only for this command
+    from iipub.provider.simulator.server import REALISTIC_OUTPUT
 
     if corrupt_domain and not corrupt_lang:
         raise click.UsageError("--corrupt-domain needs --corrupt-lang (the language whose sources it replaces)")

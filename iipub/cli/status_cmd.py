@@ -11,18 +11,18 @@ from typing import TYPE_CHECKING
 import click
 import sqlalchemy as sa
 
-from ..db import describe_error
-from ..errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
-from ..states import State
-from ..timefmt import duration
-from ..wording import printable, terminal_safe
-from .common import App, clip, emit_json, json_option, pass_app, table
+from iipub.cli.common import App, clip, emit_json, json_option, pass_app, table
+from iipub.core.errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
+from iipub.core.timefmt import duration
+from iipub.core.wording import printable, terminal_safe
+from iipub.model.states import State
+from iipub.store.db import describe_error
 
 if TYPE_CHECKING:
-    from ..config import Product
-    from ..status import Status
+    from iipub.observe.report import Status
+    from iipub.settings.config import Product
 
-UNKNOWN = 3  # monitoring-plugin code (iipub.status.UNKNOWN), without importing the report
+UNKNOWN = 3  # monitoring-plugin code (iipub.observe.report.UNKNOWN), without importing the report
 
 
 @click.command("status")
@@ -131,11 +131,11 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     parked job; a stranded track (unpublished, not parked, its job not parked, past [status]
     stranded_after_seconds since the slot opened) is CRITICAL like a stranded job.
     """
-    from .. import status as st
-    from .. import status_queries
+    from iipub.observe import queries
+    from iipub.observe import report as st
 
     try:
-        report = status_queries.collect(app.engine(), app.settings)
+        report = queries.collect(app.engine(), app.settings)
     except Exception as exc:  # under --check every failure is UNKNOWN, one line (monitoring-plugin rules)
         if not check:
             raise
@@ -172,7 +172,7 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
 
 def _write_metrics(path: Path, report: Status, products: Mapping[str, Product]) -> str | None:
     """Write the Prometheus textfile; None when done, else the one-line reason it was not."""
-    from .. import metrics  # prometheus_client only for the runs that ask for it
+    from iipub.observe import metrics  # prometheus_client only for the runs that ask for it
 
     try:
         metrics.write_textfile(path, report, products)
@@ -246,7 +246,7 @@ def render(r: Status) -> str:
                          f"{sli.target:.0%} < {sli.slo_seconds:g}s", share, verdict])
     out += ["SLIS", table(sli_rows, ["SLI", "COUNT", "OPEN", "P50", "P99", "SLO", "WITHIN", ""]), ""]
     if r.budgets:
-        from ..error_budget import WINDOWS
+        from iipub.observe.error_budget import WINDOWS
 
         frozen = r.freeze()
         out += [f"ERROR BUDGETS (rolling {s.error_budget_days:g}d; burn rate 1 spends a budget over its window)"

@@ -12,8 +12,19 @@ from typing import Any
 import click
 import structlog
 
-from ..timefmt import iso_z
-from .common import App, by_option, clip, emit_json, json_option, moved, pass_app, reason_option, stderr, table
+from iipub.cli.common import (
+    App,
+    by_option,
+    clip,
+    emit_json,
+    json_option,
+    moved,
+    pass_app,
+    reason_option,
+    stderr,
+    table,
+)
+from iipub.core.timefmt import iso_z
 
 log = structlog.get_logger("iipub.webhook")
 
@@ -35,8 +46,8 @@ def serve_command(app: App, host: str, port: int) -> None:
     Threads, connection limit, listen backlog, the whole-request deadline and keep-alive come
     from [webhooks]. Needs OPENAI_WEBHOOK_SECRET (whsec_…) and OPENAI_API_KEY besides the usual
     settings. The receiver is warmed (provider client, database) before it listens."""
-    from ..webhook import Receiver
-    from ..webhook_server import Server
+    from iipub.webhooks.receiver import Receiver
+    from iipub.webhooks.server import Server
 
     settings = app.settings
     settings.require_provider_webhook_secret()  # before the database: the likelier mistake
@@ -86,7 +97,7 @@ def test_delivery_command(app: App, url: str, timeout_seconds: float) -> None:
     changes nothing. Exit 0 when verified, 1 otherwise (with the answer)."""
     import httpx
 
-    from ..webhook import TEST_ANSWER, signed_test_delivery
+    from iipub.webhooks.receiver import TEST_ANSWER, signed_test_delivery
 
     if not url.startswith(("http://", "https://")):
         raise click.BadParameter(f"must be an http(s) URL (got {url[:80]!r})", param_hint="URL")
@@ -114,7 +125,7 @@ def prune_command(app: App) -> None:
     orphans keep_days after an operator resolved them (unresolved ones are kept), in batches.
     Prints the rows deleted per table as JSON (`iipub relay --prune` does the same beside the
     outbox)."""
-    from ..deliveries import Deliveries
+    from iipub.store.deliveries import Deliveries
 
     emit_json({"pruned": Deliveries(app.engine()).prune(app.settings.webhooks.keep_days)})
 
@@ -130,7 +141,7 @@ def orphans_group() -> None:
 @pass_app
 def orphans_list_command(app: App, as_json: bool) -> None:
     """Every orphan: what its metadata claims, why no job took it, whether its output is kept."""
-    from ..deliveries import Deliveries
+    from iipub.store.deliveries import Deliveries
 
     rows = Deliveries(app.engine()).orphans()
     if as_json:
@@ -152,9 +163,9 @@ _PREVIEW = 400
 
 
 def _orphan_doc(app: App, response_id: str) -> dict[str, Any]:
-    from ..deliveries import Deliveries
-    from ..errors import UnknownId
-    from ..store import Store
+    from iipub.core.errors import UnknownId
+    from iipub.store.deliveries import Deliveries
+    from iipub.store.job_store import Store
 
     engine = app.engine()
     found = Deliveries(engine).orphan(response_id.strip())
@@ -224,7 +235,7 @@ def orphans_adopt_command(app: App, response_id: str, job_id: str, other_slot: b
     PROVIDER_EXPIRED_OR_MISSING, hold no payload, and its slot no edition; the orphan must be of
     this installation, have its output kept and be made for the job's slot (unless --other-slot).
     JOB_ID may be a unique prefix of at least 4 characters."""
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
     with Operator(app.settings, app.engine()) as op:
         before = op.get(job_id)
@@ -242,7 +253,7 @@ def orphans_discard_command(app: App, response_id: str, reason: str, by: str) ->
     """Drop an orphan: your explicit choice, recorded (who, why, when) before the response is
     deleted at the provider (an unfinished one is cancelled first). Its kept output stays in the
     `orphans` table. Refused for an orphan already adopted (its job's cleanup deletes it)."""
-    from ..actions import Operator
+    from iipub.operate.executor import Operator
 
     with Operator(app.settings, app.engine()) as op:
         orphan = op.discard_orphan(response_id, reason, by)

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import tables
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import MYSQL_URL, one_line_error, run_cli, stored, utc_today
 from tests.helpers import UNKNOWN_ID as UNKNOWN
 
@@ -185,7 +185,7 @@ def test_missing_webhook_secret_is_a_config_error(engine: sa.Engine, cli_env: di
 def test_library_errors_are_logged_as_json_lines(tmp_path: Path) -> None:
     code = (
         "import logging\n"
-        "from iipub import logs\n"
+        "from iipub.core import logs\n"
         "logs.configure('info')\n"
         "try:\n"
         "    raise ConnectionError('Lost connection to MySQL server during query')\n"

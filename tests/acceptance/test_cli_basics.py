@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, tables
 from iipub.cli import COMMANDS
+from iipub.store import db, tables
 from tests.helpers import one_line_error, run_cli, run_iipub
 
 JOB_KEYS = {

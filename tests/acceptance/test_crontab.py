@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, tables
-from iipub.simulator import Simulator
+from iipub.provider.simulator import Simulator
+from iipub.store import db, tables
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, iipub_exe, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,10 +124,10 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
     create went out at about 49 s and the run was KILLed at 63 s with it unanswered
     (`crashed_during_create`, possibly billed). Now it waits for the next minute: nothing is
     sent that cannot finish, and the next run creates it at once."""
-    from iipub import reconcile
-    from iipub.config_file import load_settings
-    from iipub.simulator import SimulatorOptions
-    from iipub.store import Store
+    from iipub.machine import sweep
+    from iipub.provider.simulator import SimulatorOptions
+    from iipub.settings.loading import load_settings
+    from iipub.store.job_store import Store
     from tests.helpers import utc_today
 
     home = tmp_path / "host"
@@ -154,7 +154,7 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
             store = Store(engine, "drill")
             for back in (1, 2):  # two paid responses still running: polled first, slowly
                 store.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=back))
-            reconcile.run(settings, engine)
+            sweep.run(settings, engine)
             assert sim.stats()["creates_total"] == 2
             sim.add_faults([{"fault": "slow", "op": "retrieve", "times": 2},
                             {"fault": "slow", "op": "create", "times": 1}])

@@ -13,8 +13,9 @@ import click
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, errors, logs
-from iipub.simulator import Simulator
+from iipub.core import errors, logs
+from iipub.provider.simulator import Simulator
+from iipub.store import db
 from tests.helpers import MYSQL_URL, one_line_error, run_cli, sim_env
 
 

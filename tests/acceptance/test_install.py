@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, install, tables
-from iipub.config_file import load_settings
-from iipub.simulator import Simulator
+from iipub.operate import install
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import load_settings
+from iipub.store import db, tables
 from tests.acceptance.test_crontab import crontab_lines
 from tests.helpers import clean_env, iipub_exe, run_cli
 
@@ -40,7 +41,7 @@ def test_init_lays_out_a_host_whose_configuration_loads(tmp_path: Path) -> None:
                     layout.systemd / "iipub-reconcile.service", layout.systemd / "iipub-reconcile.timer"):
         assert f"wrote   {written}" in out, out
     # the configuration loads as the env file names it, prompts read from their files
-    from iipub import envfile
+    from iipub.settings import envfile
 
     env = envfile.parse(layout.env_file.read_text(encoding="utf-8"))
     settings = load_settings(env)

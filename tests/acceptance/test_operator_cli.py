@@ -14,10 +14,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import reconcile
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store.job_store import Store
 from tests.helpers import (
     CliResult,
     job_events,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock
-from iipub.config_file import settings_from_dict
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, run_cli, sim_env, start_iipub, wait_for
 
 # A product whose slot opens at midnight, so the tick's own scheduling of today is harmless.

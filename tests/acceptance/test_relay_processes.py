@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, tables
-from iipub.config_file import settings_from_dict
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import SECRET, job_rows, receiver, run_cli, sim_env, start_iipub
 
 PRODUCT = (

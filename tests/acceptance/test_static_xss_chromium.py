@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from iipub.compose import compose
-from iipub.config import Product
-from iipub.edition_schema import output_model
-from iipub.sinks import Delivered, Event
-from iipub.sinks.static import StaticSink
+from iipub.edition.compose import compose
+from iipub.publish.sinks import Delivered, Event
+from iipub.publish.sinks.static import StaticSink
+from iipub.settings.config import Product
+from iipub.settings.edition_schema import output_model
 
 SCRIPT = "<script>document.title='pwned'</script>"
 IMG = "<img src=x onerror=\"document.title='pwned'\">"

@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import open_at_midnight, record_heartbeats, run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -45,7 +47,7 @@ def drive_to_deleted(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
         if states(engine) == ["DELETED", "DELETED"]:
             record_heartbeats(engine)  # as the cron commands would have
             return
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
     raise AssertionError(states(engine))
@@ -141,7 +143,7 @@ def test_one_quarantined_job_warns(
 ) -> None:
     schedule_today(s, engine)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     record_heartbeats(engine)
     # The first create is the health probe: its unknown outcome opened the breaker, the other waits.
     assert sorted(states(engine)) in (["ACCEPTED", "QUARANTINED"], ["CREATE_ELIGIBLE", "QUARANTINED"])
@@ -166,7 +168,7 @@ def test_a_job_stranded_for_three_hours_is_critical(
     s: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     schedule_today(s, engine)
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     record_heartbeats(engine)
     assert states(engine) == ["ACCEPTED", "ACCEPTED"]
     clock.advance_clock(engine, 3 * 3600)  # cron stopped too: the heartbeats say so after the stranded jobs

@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, reconcile, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import Reason, State
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store import clock, db, tables
+from iipub.store.job_store import Store
 
 DAY = dt.date(2026, 11, 28)
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -79,7 +80,7 @@ def test_advancing_the_drill_clock_does_not_wait_for_open_transactions(engine: s
 
 
 def test_a_database_that_cannot_be_reached_is_unavailable_not_a_bug() -> None:
-    from iipub.errors import DatabaseUnavailable
+    from iipub.core.errors import DatabaseUnavailable
 
     engine = db.make_engine("mysql+pymysql://root@127.0.0.1:9/none")
     try:

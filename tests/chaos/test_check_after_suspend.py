@@ -12,11 +12,14 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from iipub import invariants, reconcile, relay, tables
-from iipub.actions import Operator
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.observe import invariants
+from iipub.operate.executor import Operator
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import fast_first
 
 DAY = dt.date(2026, 11, 28)
@@ -24,7 +27,7 @@ DAY = dt.date(2026, 11, 28)
 
 @pytest.fixture(autouse=True)
 def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
 
 
 def _state(engine: sa.Engine) -> str:
@@ -41,7 +44,7 @@ def _drive_until(s: Settings, engine: sa.Engine, sim: Simulator, wanted: str, *,
     for _ in range(10):
         if _state(engine) == wanted:
             return
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         if _state(engine) == wanted:
             return
         if relay_too:
@@ -69,7 +72,7 @@ def test_suspend_and_resume_of_a_saved_or_published_edition_is_no_violation(
     assert _state(engine) == where
     for _ in range(4):  # let it finish: published once, cleaned up
         relay.run(s, engine)
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         sim.advance(5)
     assert _state(engine) == "DELETED"
     found = invariants.check(engine, settings=s, sim_stats=sim.stats(), settled=True)

@@ -1,4 +1,4 @@
-"""The invariant checker (`iipub.invariants`) on real runs: silent on a correct history, and
+"""The invariant checker (`iipub.observe.invariants`) on real runs: silent on a correct history, and
 loud for each kind of damage. Each test first drives real slots through the pipeline
 (reconcile + relay + cleanup against the simulator over HTTP), then damages one thing and
 asserts the checker names it, so none of these checks can pass vacuously."""
@@ -17,11 +17,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, gate, invariants, migrate, reconcile, relay, tables
-from iipub.config import Settings, WebhookSink
-from iipub.simulator import Simulator
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.model.states import State
+from iipub.money import gate
+from iipub.observe import invariants
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSink
+from iipub.store import clock, db, migrate, tables
+from iipub.store.job_store import Store
 from tests.helpers import (
     SECRET,
     CliResult,
@@ -44,7 +48,7 @@ PARKED = {s.value for s in invariants.SETTLED}
 
 @pytest.fixture(autouse=True)
 def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
     monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
 
 
@@ -69,7 +73,7 @@ def run_to_end(s: Settings, engine: sa.Engine, sim: Simulator, days: int = 2) ->
     for i in range(days):
         store.schedule(s.products[PRODUCT], DAY - dt.timedelta(days=i))
     for _ in range(12):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
         if set(states(engine)) <= PARKED:
@@ -120,7 +124,7 @@ def test_parked_jobs_and_unknown_create_outcomes_are_not_violations(
 def test_expiry_and_recreate_is_explained_by_the_journal(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     sim.backend.zdr = True  # a zero-data-retention project: gone ~10 minutes after it finished
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     sim.advance(5 + 700)  # finished, then gone before anyone fetched it
     run_to_end(cfg, engine, sim, days=1)
     stats = sim.stats()
@@ -292,7 +296,7 @@ def settled_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SettledRun
     static site and the simulator's stats. Each damage test damages its own copy of it."""
     base = tmp_path_factory.mktemp("settled-run")
     with pytest.MonkeyPatch.context() as mp, fresh_database(base) as url, fast_simulator() as sim:
-        mp.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+        mp.setattr(sweep, "_ensure_today", lambda settings, store: None)
         settings = make_settings(url, sim.url, base / "public")
         p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
         s = replace(settings, products={PRODUCT: p})
@@ -323,7 +327,7 @@ def test_damage_is_named(cfg: Settings, engine: sa.Engine, settled_run: SettledR
 
 def test_settled_only_checks_wait_for_settled(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
-    reconcile.run(cfg, engine)  # one tick: accepted, nothing published yet
+    sweep.run(cfg, engine)  # one tick: accepted, nothing published yet
     assert states(engine) == ["ACCEPTED"]
     assert invariants.check(engine, settings=cfg, sim_stats=sim.stats()) == []
     assert kinds(invariants.check(engine, settings=cfg, sim_stats=sim.stats(), settled=True)) == {"unsettled"}

@@ -54,7 +54,7 @@ def database_on_every_node(cluster: Any, name: str) -> list[Any]:
     """A new database on the cluster, and an engine on it for each node (once it replicated)."""
     import sqlalchemy as sa
 
-    from iipub import db
+    from iipub.store import db
 
     admin = sa.create_engine(cluster.nodes[0].url(), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -69,7 +69,7 @@ def migrate_at_once(engines: list[Any]) -> tuple[list[Any], list[BaseException]]
     and what each raised."""
     import threading
 
-    from iipub import migrate
+    from iipub.store import migrate
 
     results: list[Any] = []
     errors: list[BaseException] = []
@@ -116,7 +116,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 
     import sqlalchemy as sa
 
-    from iipub import migrate, tables
+    from iipub.store import migrate, tables
 
     galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-mig-{os.getpid()}"
@@ -146,13 +146,15 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
 
     import sqlalchemy as sa
 
-    from iipub import reconcile, relay, tables
-    from iipub.simulator import Simulator, SimulatorOptions
+    from iipub.machine import sweep
+    from iipub.provider.simulator import Simulator, SimulatorOptions
+    from iipub.publish import relay
+    from iipub.store import tables
     from tests.integration import test_tracks_migration as tm
 
     galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-tracks-{os.getpid()}"
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
     try:
         with galera.running_cluster(2, cluster_dir, sql_port=33081, gcomm_port=45871, ist_port=45881,
                                     sst_port=45891) as cluster, \
@@ -171,7 +173,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
             assert len(rows) == len(set(rows)) == 2 * len(tm.EXPECTED_TRACKS)
             assert {job_id for job_id, _ in rows} == {ids[state] for state in tm.EXPECTED_TRACKS}
             for _ in range(6):
-                reconcile.run(s, engines[0])
+                sweep.run(s, engines[0])
                 relay.run(s, engines[0])
                 sim.advance(5)
             stats = sim.stats()

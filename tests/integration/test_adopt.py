@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import adoption, handover, tables
-from iipub.config import Settings
-from iipub.config_file import load_settings
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.model.states import Reason, State
+from iipub.operate import adoption, handover
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.settings.loading import load_settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env, stored, utc_today
 
 RID = "resp_" + "a" * 48
@@ -145,8 +146,8 @@ def test_a_webhook_for_an_adopted_legacy_response_is_this_installation_s_own(
 ) -> None:
     """The response carries no iipub metadata; the adopted job's row holding it is what makes it
     owned (the ownership rule), so a verified delivery takes custody instead of leaving it foreign."""
-    from iipub import webhook
-    from iipub.config import WebhookSettings
+    from iipub.settings.config import WebhookSettings
+    from iipub.webhooks import receiver as webhook
     from tests.integration.test_cutover import legacy_create
     from tests.integration.test_webhooks import SECRET, event, signed
 

@@ -36,10 +36,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, invariants, reconcile, relay, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator, content
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.observe import invariants
+from iipub.provider.simulator import Simulator, content
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import fast_first
 
 PRODUCT = "daily-brief"
@@ -258,7 +261,7 @@ def publish_neighbour(s: Settings, engine: sa.Engine, advance: Any = None) -> tu
     store.schedule(s.products[PRODUCT], GOOD_DAY)
     (job_id,) = [j.id for j in store.list_jobs(day=GOOD_DAY)]
     for _ in range(8):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         if advance is not None:
             advance()
@@ -277,7 +280,7 @@ def bad_slot(s: Settings, engine: sa.Engine) -> str:
 
 def ticks(s: Settings, engine: sa.Engine, n: int = 6) -> None:
     for _ in range(n):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         clock.advance_clock(engine, 700)  # past every backoff and lease
 
@@ -387,7 +390,7 @@ def test_every_content_fault_at_once_leaves_published_work_untouched(settings: S
         bad[fault] = store.list_jobs(day=day)[0].id
         sim.add_faults([{"op": "create", "fault": fault, "job_id": bad[fault]}])
     for _ in range(8):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
     rows = {f: job_row(engine, j) for f, j in bad.items()}
@@ -429,8 +432,8 @@ def test_a_refusal_message_with_terminal_escapes_is_stored_printable(settings: S
     s = one_product(settings, fake.url)
     job_id = bad_slot(s, engine)
     fake.create_mode[job_id] = "param_refusal_control_chars"
-    reconcile.run(s, engine)
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
+    sweep.run(s, engine)
     assert fake.count("refused", job_id) == 1 and fake.count("create", job_id) == 0
     with engine.connect() as conn:
         hold = conn.execute(sa.select(tables.product_holds)).mappings().one()

@@ -14,10 +14,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, metrics, reconcile, scheduling, status, status_queries, tables
-from iipub.config import Settings
-from iipub.jobs import slot_row
-from iipub.store import Store
+from iipub.machine import scheduling
+from iipub.machine import sweep as reconcile
+from iipub.model.jobs import slot_row
+from iipub.observe import metrics
+from iipub.observe import queries as status_queries
+from iipub.observe import report as status
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_rows, utc_today
 
 

@@ -11,14 +11,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import compose, invariants, reconcile, relay, status, status_queries, steps, tables, track_steps
-from iipub.actions import Operator
-from iipub.clock import advance_clock
-from iipub.config import Settings
-from iipub.errors import OperatorRefused
-from iipub.simulator import Simulator
-from iipub.states import State
-from iipub.store import Store
+from iipub.core.errors import OperatorRefused
+from iipub.edition import compose
+from iipub.machine import steps, track_steps
+from iipub.machine import sweep as reconcile
+from iipub.model.states import State
+from iipub.observe import invariants, queries, report
+from iipub.operate.executor import Operator
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.clock import advance_clock
+from iipub.store.job_store import Store
 from tests.helpers import fast_first, job_events, job_rows
 
 DAY = dt.date(2026, 11, 29)
@@ -160,8 +165,8 @@ def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
     assert accepted["payload"]  # custody first
     assert (fresh["state"], fresh["quarantine_reason"]) == ("QUARANTINED", "product_removed")
     assert sim.stats()["creates_total"] == 1
-    code, line = status_queries.collect(engine, gone).check()
-    assert code >= status.WARNING and "product_removed" in line
+    code, line = queries.collect(engine, gone).check()
+    assert code >= report.WARNING and "product_removed" in line
 
 
 def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, engine: sa.Engine, sim: Simulator,
@@ -224,7 +229,7 @@ def test_a_polling_job_suspended_past_the_retention_keeps_its_output(cfg: Settin
     reconcile.run(cfg, engine)  # still running (as far as the provider says): nothing decided, nothing stored
     assert (the_job(engine)["state"], the_job(engine)["payload"]) == ("MANUALLY_SUSPENDED", None)
     sim.advance(5)  # the response finishes while the job is suspended
-    from iipub import clock
+    from iipub.store import clock
     clock.advance_clock(engine, 60)
     reconcile.run(cfg, engine)
     row = the_job(engine)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import config_identity as ci
-from iipub import db, tables
+from iipub.store import config_identity as ci
+from iipub.store import db, tables
 from tests.helpers import one_line_error, run_cli
 
 PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\nitems = 3\n'

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import tables
-from iipub.simulator import Simulator
+from iipub.provider.simulator import Simulator
+from iipub.store import tables
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, one_line_error, run_cli, sim_env
 
 

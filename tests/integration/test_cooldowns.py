@@ -11,11 +11,14 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, gate, reconcile, status_queries
-from iipub.config import Settings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.model.states import State
+from iipub.money import gate
+from iipub.observe import queries
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.settings.config import Settings
+from iipub.store import clock
+from iipub.store.job_store import Store
 from tests.helpers import job_rows, one_line_error, run_cli, utc_today
 
 
@@ -40,7 +43,7 @@ def by_day(engine: sa.Engine) -> dict[dt.date, dict[str, object]]:
 def yesterday_accepted(settings: Settings, engine: sa.Engine) -> Store:
     store = Store(engine, "test")
     store.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=1))
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     (job,) = job_rows(engine)
     assert job["state"] in (State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value)
     return store
@@ -51,12 +54,12 @@ def test_a_long_create_cool_down_holds_creates_only_and_custody_goes_on(
     store = yesterday_accepted(slow, engine)
     slow_sim.add_faults([{"fault": "rate_limit_long", "op": "create", "times": 1}])
     store.schedule(slow.products["daily-brief"], utc_today())
-    reconcile.run(slow, engine)  # today's create: 429, retry in ten minutes
+    sweep.run(slow, engine)  # today's create: 429, retry in ten minutes
     with engine.connect() as conn:
         g, now = gate.read(conn), clock.read_now(conn)
     assert g.cooldown_until is not None and (g.cooldown_until - now).total_seconds() > 500
     slow_sim.advance(1000)  # yesterday's response finishes: the provider keeps it ~10 minutes
-    reconcile.run(slow, engine)  # another process's tick, inside the create cool-down
+    sweep.run(slow, engine)  # another process's tick, inside the create cool-down
     jobs = by_day(engine)
     done = jobs[utc_today() - dt.timedelta(days=1)]
     assert done["payload_sha256"] is not None  # polled and taken into custody
@@ -69,8 +72,8 @@ def test_a_read_rate_limit_cools_reads_only_for_at_most_a_minute_and_status_says
     store = yesterday_accepted(slow, engine)
     (job,) = job_rows(engine)
     slow_sim.add_faults([{"fault": "rate_limit_long", "op": "retrieve", "times": 1}])
-    reconcile.run(slow, engine)  # the poll: 429, retry in ten minutes
-    report = status_queries.collect(engine, slow)
+    sweep.run(slow, engine)  # the poll: 429, retry in ten minutes
+    report = queries.collect(engine, slow)
     assert report.read_cooldown_until is not None
     wait = (report.read_cooldown_until - report.generated_at).total_seconds()
     assert 0 < wait <= gate.READ_COOLDOWN_CAP_SECONDS
@@ -79,7 +82,7 @@ def test_a_read_rate_limit_cools_reads_only_for_at_most_a_minute_and_status_says
     assert report.to_dict()["read_cooldown"]["until"] is not None
     retrieves = slow_sim.stats()["calls_by_response"][job["response_id"]]["retrieve"]
     store.schedule(slow.products["daily-brief"], utc_today())
-    reconcile.run(slow, engine)  # creates are not held by a read's cool-down; reads are
+    sweep.run(slow, engine)  # creates are not held by a read's cool-down; reads are
     assert by_day(engine)[utc_today()]["state"] == State.ACCEPTED.value
     stats = slow_sim.stats()
     assert stats["requests"]["create"] == 2

@@ -17,11 +17,11 @@ import openai
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, migrate, tables
-from iipub.config_file import load_settings
-from iipub.edition_schema import text_format
-from iipub.provider import create_input
-from iipub.simulator import Simulator
+from iipub.provider.adapter import create_input
+from iipub.provider.simulator import Simulator
+from iipub.settings.edition_schema import text_format
+from iipub.settings.loading import load_settings
+from iipub.store import clock, db, migrate, tables
 from tests.helpers import fresh_database, job_rows, ledger_file_of, run_cli, sim_env, utc_today
 
 

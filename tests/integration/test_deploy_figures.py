@@ -13,15 +13,18 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import reconcile, status, status_queries, tables
-from iipub.config import Settings
-from iipub.handlers import on_output
-from iipub.outcomes import Observed
-from iipub.provider import Provider
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.store import Store
-from iipub.tick import Tick
+from iipub.machine import sweep as reconcile
+from iipub.machine.decisions import on_output
+from iipub.machine.tick import Tick
+from iipub.model.states import State
+from iipub.observe import queries
+from iipub.observe import report as status
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import Observed
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import make_settings, open_at_midnight, utc_today
 
 
@@ -116,5 +119,5 @@ def test_status_reads_the_dwell_from_the_journal(engine: sa.Engine, settings: Se
         details = [json.loads(d) for d in conn.execute(
             sa.select(tables.job_events.c.detail).where(tables.job_events.c.to_state == RNV)).scalars()]
     assert details and {"provider_created_at", "provider_completed_at"} <= set(details[0])
-    report = status_queries.collect(engine, s)
+    report = queries.collect(engine, s)
     assert report.dwell.count >= 1

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub import clock, db, tables
-from iipub import error_budget as eb
+from iipub.observe import error_budget as eb
+from iipub.store import clock, db, tables
 from tests.helpers import run_cli
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0)
@@ -147,13 +147,13 @@ def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
     check stays OK (no WARNING held for a month)."""
     import dataclasses
 
-    from iipub import status as st
-    from iipub import status_queries
-    from iipub.config_file import settings_from_dict
+    from iipub.observe import queries
+    from iipub.observe import report as st
+    from iipub.settings.loading import settings_from_dict
     from tests.helpers import record_heartbeats
 
     record_heartbeats(engine, "reconcile", "relay")
-    report = status_queries.collect(engine, settings_from_dict({}))
+    report = queries.collect(engine, settings_from_dict({}))
     spent = eb.compute("time_to_dispatch", 0.99, _samples([(60 * 24 * 3, False), (60 * 24 * 2, True)]), NOW,
                        30 * 86400)
     assert spent.spent and not spent.fast_burn and not spent.slow_burn

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, status_queries, tables
-from iipub import status as st
-from iipub.config_file import settings_from_dict
-from iipub.track_views import Figures, TrackRef
+from iipub.model.track_views import Figures, TrackRef
+from iipub.observe import queries
+from iipub.observe import report as st
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, db, tables
 from tests.helpers import record_heartbeats, run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -72,7 +73,7 @@ def test_a_young_quarantine_stays_a_warning_and_the_limit_is_configurable(db_url
 
 
 def test_an_unknown_reason_in_the_limits_is_refused() -> None:
-    from iipub.errors import ConfigError
+    from iipub.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown reason 'no_such'"):
         settings_from_dict({"status": {"critical_after_by_reason": {"no_such": 60}}})
@@ -83,12 +84,12 @@ def test_an_unknown_reason_in_the_limits_is_refused() -> None:
 def test_a_parked_track_past_its_limit_is_critical_and_in_prometheus(db_url: str, env: dict[str, str]) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from iipub import metrics
+    from iipub.observe import metrics
 
     settings = settings_from_dict({"status": {"parked_critical_after_seconds": 600}})
     engine = db.make_engine(db_url)
     try:
-        report = status_queries.collect(engine, settings)
+        report = queries.collect(engine, settings)
     finally:
         engine.dispose()
     old = TrackRef("0123456789ab", "daily-brief", dt.date(2026, 1, 5), "es", "VALIDATION_FAILED_RETAINED", 900.0)

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, heartbeat, reconcile, tables
-from iipub.errors import DatabaseUnavailable
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.core.errors import DatabaseUnavailable
+from iipub.machine import sweep
+from iipub.observe import heartbeat
+from iipub.provider.simulator import Simulator
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import one_line_error, record_heartbeats, recording_server, run_cli, send_reply, sim_env
 
 # One product whose slot opens late in the day: a run has nothing to pay for.
@@ -144,7 +146,7 @@ def test_a_failed_run_is_recorded_with_its_error_and_pings_nothing(
     def lost(*_args: Any, **_kwargs: Any) -> Any:
         raise DatabaseUnavailable("database unavailable: lost connection during the sweep")
 
-    monkeypatch.setattr(reconcile, "run", lost)
+    monkeypatch.setattr(sweep, "run", lost)
     with ping_receiver() as rec:
         env = env_for(cli_env, sim, tmp_path, f'ping_url = "{rec.base}/ping/{{command}}"\n')
         one_line_error(run_cli("reconcile", env=env, cwd=tmp_path), 69, "lost connection during the sweep")
@@ -248,7 +250,7 @@ def test_a_new_install_warns_until_something_runs_and_jobs_without_runs_are_crit
     assert check.stdout.startswith("IIPUB WARNING - no reconcile or relay run recorded yet: is cron installed")
 
     # Slots exist but nothing ever reconciled them: cron is missing.
-    from iipub.config_file import load_settings
+    from iipub.settings.loading import load_settings
 
     product = load_settings({"IIPUB_CONFIG": env["IIPUB_CONFIG"]}).products["daily-brief"]
     with engine.connect() as conn:

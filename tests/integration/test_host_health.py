@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub import status_queries
-from iipub.config_file import load_settings
-from iipub.simulator import Simulator
+from iipub.observe import queries
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import load_settings
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -35,7 +35,7 @@ def _env(cli_env: dict[str, str], tmp_path: Path, status: str = "") -> dict[str,
 def test_every_place_iipub_writes_is_measured(cli_env: dict[str, str], tmp_path: Path, db_url: str) -> None:
     env = _env(cli_env, tmp_path)
     settings = load_settings(env)
-    paths = status_queries.watched_paths(settings)
+    paths = queries.watched_paths(settings)
     assert paths["ledger"] == str(tmp_path / "state") and paths["logs"] == str(tmp_path / "logs")
     assert paths["static_root"] == str(tmp_path / "public")
     doc = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
@@ -69,7 +69,7 @@ def test_low_headroom_warns_then_is_critical(cli_env: dict[str, str], tmp_path: 
 def test_a_host_clock_apart_from_the_databases_warns(cli_env: dict[str, str], tmp_path: Path, db_url: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     env = _env(cli_env, tmp_path)
-    monkeypatch.setattr(status_queries, "time", SimpleNamespace(time=lambda: time.time() + 30.0))
+    monkeypatch.setattr(queries, "time", SimpleNamespace(time=lambda: time.time() + 30.0))
     check = run_cli("status", "--check", env=env, cwd=tmp_path)
     assert "host clock 30.0s ahead of the database's (> 5s" in check.stdout, check.stdout
     doc = json.loads(run_cli("status", "--json", env=env, cwd=tmp_path).stdout)
@@ -91,7 +91,8 @@ def test_a_filesystem_filling_fast_is_reported_before_it_is_full(cli_env: dict[s
 
     import sqlalchemy as sa
 
-    from iipub import clock, db, disk_samples, tables
+    from iipub.observe import disk_samples
+    from iipub.store import clock, db, tables
 
     env = {**_env(cli_env, tmp_path), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
     monkeypatch.setattr(disk_samples, "due", lambda engine: True)

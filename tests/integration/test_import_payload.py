@@ -18,13 +18,17 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, handlers, invariants, reconcile, relay, steps
-from iipub.config import Settings
-from iipub.jobs import Job
-from iipub.outcomes import Observed
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.machine import decisions, steps
+from iipub.machine import sweep as reconcile
+from iipub.model.jobs import Job
+from iipub.model.states import Reason, State
+from iipub.observe import invariants
+from iipub.provider.outcomes import Observed
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock
+from iipub.store.job_store import Store
 from tests.helpers import fast_first, job_events, job_rows, minute_simulator, one_line_error, run_cli, sim_env, stored
 
 PRODUCT = "daily-brief"
@@ -113,7 +117,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
 
     with pytest.MonkeyPatch.context() as mp:
         if where == State.COMPLETED_NOT_RETRIEVED:  # a poll takes custody in the same step
-            mp.setattr(handlers, "on_output", crash)
+            mp.setattr(decisions, "on_output", crash)
         else:
             mp.setitem(steps.STEPS, where, stop)
         Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
@@ -171,7 +175,7 @@ def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_inv
     assert f"job {job_id}: QUARANTINED -> RETRIEVED_NOT_VALIDATED" in res.stdout
     row = the_job(engine)
     # Stored exactly as a poll's custody stores the same response.
-    same = handlers.on_output(Job.from_row(row), Observed(rid, "completed", text, None))
+    same = decisions.on_output(Job.from_row(row), Observed(rid, "completed", text, None))
     assert row["payload"] == text == same.changes["payload"]
     assert row["payload_sha256"] == hashlib.sha256(text.encode()).hexdigest() == same.changes["payload_sha256"]
     assert row["state"] == State.RETRIEVED_NOT_VALIDATED and row["quarantine_reason"] is None

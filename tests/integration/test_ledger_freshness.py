@@ -12,14 +12,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, steps
-from iipub.config import Settings
-from iipub.ledger import slot_of
-from iipub.outcomes import CreateOutcome, CreateRequest
-from iipub.provider import Provider
-from iipub.simulator import Simulator
-from iipub.store import Store
-from iipub.tick import Tick
+from iipub.machine import steps, sweep
+from iipub.machine.tick import Tick
+from iipub.money.ledger import slot_of
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import CreateOutcome, CreateRequest
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store import clock
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows
 
 DAY = dt.date(2026, 11, 29)
@@ -50,7 +51,7 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
     sim.add_faults([{"fault": "rate_limit", "op": "create", "times": 1}])  # A's create: 429, refunded
     provider_a = _Interleaved(cfg, worker_b)
     try:
-        reconcile.run(cfg, engine, provider=provider_a, worker="worker-a")
+        sweep.run(cfg, engine, provider=provider_a, worker="worker-a")
     finally:
         provider_a.close()
     (row,) = job_rows(engine)

@@ -11,8 +11,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iipub import db
-from iipub.simulator import Simulator
+from iipub.provider.simulator import Simulator
+from iipub.store import db
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, clean_env, fresh_database, ledger_file_of, run_cli, sim_env
 
 

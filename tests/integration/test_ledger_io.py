@@ -16,12 +16,14 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from iipub import clock, ledger, reconcile, restore
-from iipub.config import Settings
-from iipub.config_file import load_settings
-from iipub.ledger import SpendLedger
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.money import ledger, restore
+from iipub.money.ledger import SpendLedger
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.settings.loading import load_settings
+from iipub.store import clock
+from iipub.store.job_store import Store
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 29)
@@ -34,7 +36,7 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
     real_write = ledger._write
     monkeypatch.setattr(ledger, "_write", lambda fd, data: real_write(fd, data[:7]))  # the disk fills mid-line
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     (row,) = job_rows(engine)
     assert sim.stats()["creates_total"] == 0  # nothing was sent, so nothing was paid
     assert (row["state"], row["generation_attempts"]) == ("CREATE_ELIGIBLE", 0)
@@ -45,7 +47,7 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     engine_ledger = cfg.ledger_path()
     assert engine_ledger is not None
     with capture_logs() as logs:
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
     assert sim.stats()["creates_total"] == 1 and job_rows(engine)[0]["generation_attempts"] == 1
     # The first tick's two writes (the ledger's `open` line, then the intent) were both torn.
     assert any(e["event"] == "ledger_unreadable_lines" and e["lines"] == 2 for e in logs)
@@ -57,7 +59,7 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
 
 _WRITER = textwrap.dedent("""
     import resource, sys
-    from iipub.ledger import LedgerError, SpendLedger
+    from iipub.money.ledger import LedgerError, SpendLedger
     book = SpendLedger(sys.argv[1])
     size = book.path.stat().st_size
     resource.setrlimit(resource.RLIMIT_FSIZE, (size + 40, resource.RLIM_INFINITY))  # a disk 40 bytes from full

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import tables
-from iipub.config_file import load_settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import load_settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, ledger_file_of, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)

@@ -17,14 +17,16 @@ import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
 
-from iipub import clock, db, reconcile, steps, tables
-from iipub.config import Settings
-from iipub.jobs import Job
-from iipub.provider import Provider
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
-from iipub.tick import Tick
+from iipub.machine import steps
+from iipub.machine import sweep as reconcile
+from iipub.machine.tick import Tick
+from iipub.model.jobs import Job
+from iipub.model.states import Reason, State
+from iipub.provider.adapter import Provider
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store import clock, db, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_rows
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, migrate, tables
-from iipub.errors import MigrationError
+from iipub.core.errors import MigrationError
+from iipub.store import clock, migrate, tables
 
 pytestmark = pytest.mark.mysql
 

@@ -6,7 +6,7 @@ import threading
 
 import sqlalchemy as sa
 
-from iipub import db, migrate, tables
+from iipub.store import db, migrate, tables
 
 
 def _schema(engine: sa.Engine) -> dict[str, dict[str, object]]:

@@ -14,14 +14,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, reconcile, relay, status, status_queries, tables
-from iipub.config import Settings
-from iipub.config_file import load_settings
-from iipub.simulator import Simulator
-from iipub.simulator.faults import FaultRule
-from iipub.states import Reason, State
-from iipub.store import Store
-from iipub.timefmt import naive_utc
+from iipub.core.timefmt import naive_utc
+from iipub.machine import sweep as reconcile
+from iipub.model.states import Reason, State
+from iipub.observe import queries
+from iipub.observe import report as status
+from iipub.provider.simulator import Simulator
+from iipub.provider.simulator.faults import FaultRule
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.settings.loading import load_settings
+from iipub.store import clock, db, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, one_line_error, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)
@@ -207,7 +211,7 @@ def test_at_the_ceiling_creates_wait_everything_else_goes_on_and_the_override_is
     again = db.make_engine(env["IIPUB_DATABASE_URL"])
     try:
         assert tick(s, again, sim).held_by_ceiling == 1
-        counted = status_queries.collect(again, s).paid
+        counted = queries.collect(again, s).paid
         assert counted is not None and counted.ceilings[0].reached
         assert counted.ceilings[0].spent == sum(r["total_tokens"] for r in job_rows(again))
         override = run_cli("budget", "override", "--tokens", "1000000", "--reason", "editor approved the backfill",
@@ -242,7 +246,7 @@ def test_a_product_ceiling_holds_that_product_only(settings: Settings, engine: s
         by_product.setdefault(r["product"], []).append(r["state"])
     assert by_product["daily-brief"].count(State.CREATE_ELIGIBLE.value) == 1
     assert by_product["revolution-watch"] == [State.SAVED_NOT_PUBLIC.value] * 2
-    code, line = status_queries.collect(engine, s).check()
+    code, line = queries.collect(engine, s).check()
     assert code == status.CRITICAL and "product daily-brief max_tokens_per_day 1" in line
 
 
@@ -254,7 +258,7 @@ def test_spend_is_counted_by_payment_time_with_prices_and_the_flex_saving(
     backfill(s, engine, *days)
     for _ in range(5):
         tick(s, engine, sim)
-    paid = status_queries.collect(engine, s).paid
+    paid = queries.collect(engine, s).paid
     assert paid is not None
     today = paid.window("today")
     tokens = sum(r["total_tokens"] for r in job_rows(engine))
@@ -262,18 +266,18 @@ def test_spend_is_counted_by_payment_time_with_prices_and_the_flex_saving(
     assert today.by_tier["flex"].tokens == tokens and today.by_product["daily-brief"].creates == 4
     assert today.total.cost is not None and today.total.flex_saving is not None
     assert today.total.flex_saving == pytest.approx(today.total.cost)  # flex at half price saves as much
-    doc = status_queries.collect(engine, s).to_dict()
+    doc = queries.collect(engine, s).to_dict()
     assert doc["paid"]["windows"]["30d"]["tokens"] == tokens and doc["paid"]["currency"] == "USD"
-    from iipub import metrics
+    from iipub.observe import metrics
 
-    text = metrics.render(status_queries.collect(engine, s), s.products).decode()
+    text = metrics.render(queries.collect(engine, s), s.products).decode()
     assert f'iipub_paid_tokens{{window="today"}} {float(tokens)}' in text
     assert 'iipub_paid_tokens_by_tier{tier="flex",window="7d"}' in text
     assert 'iipub_flex_saving{currency="USD",window="30d"}' in text
 
 
 def _price() -> Any:
-    from iipub.config import ModelPrice
+    from iipub.settings.config import ModelPrice
 
     return ModelPrice(input_per_million=1.0, output_per_million=4.0)
 
@@ -346,7 +350,7 @@ def test_an_override_raises_the_ceiling_that_holds_the_creates_or_refuses_naming
     s = load_settings(env)
     Store(engine, "test").schedule(s.products["daily-brief"], DAY)
     tick(s, engine, sim)  # one create, counted at its estimate: the global ceiling is reached
-    counted = status_queries.collect(engine, s).paid
+    counted = queries.collect(engine, s).paid
     assert counted is not None and [c.scope for c in counted.ceilings if c.reached] == ["*"]
     # A product without a ceiling of its own: refused, naming the global ceiling that holds it.
     result = run_cli("budget", "override", "--tokens", "500", "--product", "revolution-watch", "--reason", "x",
@@ -362,7 +366,7 @@ def test_an_override_raises_the_ceiling_that_holds_the_creates_or_refuses_naming
     assert result.returncode == 0, result.stderr
     (row,) = _overrides(engine)
     assert (row["scope"], row["extra_tokens"]) == ("*", 10_000_000)
-    counted = status_queries.collect(engine, s).paid
+    counted = queries.collect(engine, s).paid
     assert counted is not None and not any(c.reached for c in counted.ceilings)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, tables
-from iipub.wording import printable
+from iipub.core.wording import printable
+from iipub.store import db, tables
 from tests.helpers import CliResult, clean_env, run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")

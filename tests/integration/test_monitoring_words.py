@@ -11,14 +11,15 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub import reconcile, status_queries
-from iipub import status as st
-from iipub.config import Settings
-from iipub.config_file import settings_from_dict
-from iipub.gate import CreateGate
-from iipub.simulator import Simulator
-from iipub.store import Store
-from iipub.wording import clip_words, plural
+from iipub.core.wording import clip_words, plural
+from iipub.machine import sweep
+from iipub.money.gate import CreateGate
+from iipub.observe import queries
+from iipub.observe import report as st
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.settings.loading import settings_from_dict
+from iipub.store.job_store import Store
 from tests.helpers import open_at_midnight, record_heartbeats, run_cli, utc_today
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -63,12 +64,12 @@ def test_breaker_and_pause_perfdata_alert_when_the_check_does(s: Settings, engin
     for p in s.products.values():
         store.schedule(p, utc_today())
     record_heartbeats(engine)
-    ok_line = status_queries.collect(engine, s).check()[1]
+    ok_line = queries.collect(engine, s).check()[1]
     assert not any(alerts(v, w) or alerts(v, c) for v, w, c in perfdata(ok_line).values()), ok_line
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])  # the breaker opens
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     CreateGate(engine, "ops", s.provider, 60).pause("ops", "provider incident")
-    code, line = status_queries.collect(engine, s).check()
+    code, line = queries.collect(engine, s).check()
     assert code >= st.WARNING
     figures = perfdata(line)
     for flag in ("breaker_open", "paused", "quarantined"):
@@ -82,8 +83,8 @@ def test_check_text_cuts_at_a_word_and_counts_agree(s: Settings, engine: sa.Engi
         store.schedule(p, utc_today())
     record_heartbeats(engine)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    reconcile.run(s, engine)
-    report = status_queries.collect(engine, s)
+    sweep.run(s, engine)
+    report = queries.collect(engine, s)
     detail = report.gate.breaker_detail if report.gate else None
     assert detail and len(detail) > 20
     line = report.check()[1]

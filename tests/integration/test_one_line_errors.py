@@ -8,10 +8,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.config_file import settings_from_dict
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.model.states import Reason, State
+from iipub.provider.simulator import Simulator
+from iipub.settings.loading import settings_from_dict
+from iipub.store.job_store import Store
 from tests.helpers import clean_env, job_rows, one_line_error, run_cli
 
 

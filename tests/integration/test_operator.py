@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, scheduling, tables
-from iipub.actions import Operator, ReleaseMode
-from iipub.config import Settings
-from iipub.errors import ConfigError, JobTaken, OperatorRefused, UsageError
-from iipub.simulator import Simulator
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.core.errors import ConfigError, JobTaken, OperatorRefused, UsageError
+from iipub.machine import scheduling
+from iipub.machine import sweep as reconcile
+from iipub.model.states import Reason, State
+from iipub.operate.executor import Operator, ReleaseMode
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, minute_simulator, row_count, tick
 
 PRODUCT = "daily-brief"

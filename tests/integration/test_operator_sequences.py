@@ -23,12 +23,17 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iipub import clock, db, invariants, parked, reconcile, relay, states, status_queries, tables
-from iipub.config import Settings
-from iipub.config_file import load_settings
-from iipub.jobs import Job
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
+from iipub.machine import sweep
+from iipub.model import states
+from iipub.model.jobs import Job
+from iipub.model.states import State
+from iipub.observe import invariants, queries
+from iipub.operate import parked
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.settings.loading import load_settings
+from iipub.store import clock, db, tables
 from tests.helpers import fresh_database, run_cli, sim_env, stored
 
 pytestmark = pytest.mark.slow
@@ -95,7 +100,7 @@ class World:
 
     def machine(self, step: str) -> None:
         if step == "tick":
-            reconcile.run(self.settings, self.engine)
+            sweep.run(self.settings, self.engine)
         elif step == "finish_tick":
             self.machine("finish")
             self.machine("tick")
@@ -185,7 +190,7 @@ class World:
                 continue
             found = parked.of(Job.from_row(job), b.max_generation_attempts, 60)
             assert found is not None and found.remedies, (state, job["quarantine_reason"])
-        report = status_queries.collect(self.engine, self.settings)
+        report = queries.collect(self.engine, self.settings)
         assert report.immovable == (), report.immovable
         assert report.tracks is None or report.tracks.immovable == (), report.tracks.immovable
 

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, tables
-from iipub.config import Settings, WebhookSink
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSink
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import SECRET, Receiver, one_line_error, receiver, run_cli, sim_env, stored
 
 DAY = dt.date(2026, 11, 28)
@@ -48,7 +50,7 @@ def env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, hook: Receiver)
 def saved(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     Store(engine, "test").schedule(s.products["daily-brief"], DAY)
     for _ in range(6):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         sim.advance(5)
         with engine.connect() as conn:
             if set(conn.execute(sa.select(tables.jobs.c.state)).scalars()) == {"SAVED_NOT_PUBLIC"}:

@@ -21,13 +21,17 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import clock, db, installation, migrate, reconcile, relay, tables, webhook, webhook_server
-from iipub.config import Settings, WebhookSettings
-from iipub.deliveries import Deliveries
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator.backend import caller
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import State
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator.backend import caller
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSettings
+from iipub.store import clock, db, installation, migrate, tables
+from iipub.store.deliveries import Deliveries
+from iipub.store.job_store import Store
+from iipub.webhooks import receiver as webhook
+from iipub.webhooks import server as webhook_server
 from tests.helpers import (
     fresh_database,
     job_events,

@@ -12,16 +12,19 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, settle, status_queries
-from iipub import tick as tick_mod
-from iipub.actions import Operator
-from iipub.config import Settings
-from iipub.deliveries import Deliveries
-from iipub.errors import OperatorRefused
-from iipub.provider import Provider
-from iipub.simulator import Simulator
-from iipub.states import State
-from iipub.store import Store
+from iipub.core.errors import OperatorRefused
+from iipub.machine import settle, sweep
+from iipub.machine import tick as tick_mod
+from iipub.model.states import State
+from iipub.observe import queries
+from iipub.operate.executor import Operator
+from iipub.provider.adapter import Provider
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock
+from iipub.store.deliveries import Deliveries
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, minute_simulator, run_cli
 
 pytestmark = pytest.mark.usefixtures("no_today_slots")
@@ -52,7 +55,7 @@ def quarantined_poll_budget(s: Settings, engine: sa.Engine) -> dict[str, Any]:
         today = clock.read_now(conn).date()
     Store(engine, "test").schedule(s.products[PRODUCT], today)
     for _ in range(4):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         if the_job(engine)["state"] == State.QUARANTINED:
             break
         clock.advance_clock(engine, 40)
@@ -68,16 +71,16 @@ def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_pa
     reads = slow_sim.stats()["requests"]["retrieve"]
     # Still running: the watch reads it, writes no version and no journal row.
     clock.advance_clock(engine, 61)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     row = the_job(engine)
     assert slow_sim.stats()["requests"]["retrieve"] == reads + 1
     assert row["version"] == parked["version"] and row["payload"] is None
     # Within its cadence it is not read again.
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     assert slow_sim.stats()["requests"]["retrieve"] == reads + 1
     slow_sim.advance(120)  # the response finishes while the job is parked
     clock.advance_clock(engine, 61)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "poll_budget_exhausted")
     assert row["payload"] and row["payload_sha256"] and row["version"] == parked["version"] + 1
@@ -91,7 +94,7 @@ def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_pa
     reads = slow_sim.stats()["requests"]["retrieve"]
     slow_sim.advance(900)
     clock.advance_clock(engine, 300)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     assert slow_sim.stats()["requests"]["retrieve"] == reads
     assert slow_sim.stats()["requests"].get("delete", 0) == 0
     with Operator(parked_cfg, engine) as op:
@@ -101,7 +104,7 @@ def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_pa
         done = op.revalidate(row["id"], "output is safe: validate it", "alice")
     assert done.state == State.RETRIEVED_NOT_VALIDATED
     for _ in range(3):
-        reconcile.run(parked_cfg, engine)
+        sweep.run(parked_cfg, engine)
         relay.run(parked_cfg, engine)
     row = the_job(engine)
     assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
@@ -118,7 +121,7 @@ def test_quarantine_show_names_where_the_output_is_and_the_remedies_that_apply(
     assert run_cli("quarantine", "list", env=cli_env, check=True).stdout.splitlines()[1].split()[8] == "watched"
     slow_sim.advance(120)
     clock.advance_clock(engine, 61)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     shown = json.loads(run_cli("quarantine", "show", parked["id"], "--json", env=cli_env, check=True).stdout)
     assert shown["output"].startswith("in custody (sha256 ") and "safe" in shown["output"]
     commands = [r["command"] for r in shown["remedies"]]
@@ -136,7 +139,7 @@ def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
     slow_sim.add_faults([{"op": "retrieve", "fault": "not_found"}])
     for _ in range(3):
         clock.advance_clock(engine, 61)
-        reconcile.run(parked_cfg, engine)
+        sweep.run(parked_cfg, engine)
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"], row["payload"]) == ("QUARANTINED", "poll_budget_exhausted", None)
     reasons = [e["reason"] for e in job_events(engine, row["id"])]
@@ -148,7 +151,7 @@ def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
     slow_sim.clear_faults()
     slow_sim.advance(120)
     clock.advance_clock(engine, 601)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     row = the_job(engine)
     assert row["state"] == "QUARANTINED" and row["payload"]
 
@@ -158,13 +161,13 @@ def test_a_suspended_quarantined_job_keeps_its_output_and_resumes_into_quarantin
     parked = quarantined_poll_budget(parked_cfg, engine)
     with Operator(parked_cfg, engine) as op:
         op.suspend(parked["id"], "incident", "alice")
-    report = status_queries.collect(engine, parked_cfg)
+    report = queries.collect(engine, parked_cfg)
     assert [(j.id, j.state) for j in report.parked] == [(parked["id"], "MANUALLY_SUSPENDED")]
     code, line = report.check()
     assert code >= 1 and "1 job parked for an operator (MANUALLY_SUSPENDED 1" in line
     slow_sim.advance(120)
     clock.advance_clock(engine, 61)
-    reconcile.run(parked_cfg, engine)
+    sweep.run(parked_cfg, engine)
     row = the_job(engine)
     assert (row["state"], row["suspended_from"]) == ("MANUALLY_SUSPENDED", "QUARANTINED") and row["payload"]
     with Operator(parked_cfg, engine) as op:

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, row_count, run_cli, sim_env, utc_today
 
 
@@ -91,9 +93,9 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
 def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
     cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
-    from iipub import webhook
-    from iipub.actions import Operator
-    from iipub.config import WebhookSettings
+    from iipub.operate.executor import Operator
+    from iipub.settings.config import WebhookSettings
+    from iipub.webhooks import receiver as webhook
     from tests.integration.test_webhooks import SECRET, event, signed
 
     hooked = dataclasses.replace(cfg, provider_webhook_secret=SECRET, webhooks=WebhookSettings(enabled=True))
@@ -114,8 +116,8 @@ def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
 def test_a_webhook_for_an_unknown_response_deletes_nothing_in_shadow_mode(
     cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from iipub import webhook
-    from iipub.config import WebhookSettings
+    from iipub.settings.config import WebhookSettings
+    from iipub.webhooks import receiver as webhook
     from tests.integration.test_cutover import legacy_create
     from tests.integration.test_webhooks import SECRET, event, signed
 

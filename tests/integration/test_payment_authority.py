@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, tables
-from iipub.simulator import Simulator
+from iipub.provider.simulator import Simulator
+from iipub.store import clock, tables
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, run_cli, sim_env, utc_today
 from tests.integration.test_cutover import legacy_create
 
@@ -208,7 +208,7 @@ def test_a_configuration_changed_before_the_create_is_replanned_and_journaled_no
 
 @pytest.mark.parametrize("when", [dt.date(2026, 1, 1)])
 def test_the_legacy_file_only_names_its_own_slots(when: dt.date) -> None:
-    from iipub import paying
+    from iipub.money import paying
 
     assert paying._by_slot(['{"product": "p", "edition_date": "2026-01-01", "action": "publish"}', "torn",
                             '{"product": "q"}']) == {f"p/{when.isoformat()}": {"publish"}}
@@ -220,9 +220,9 @@ def test_the_legacy_file_only_names_its_own_slots(when: dt.date) -> None:
 def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and_import_payload_works(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, no_today_slots: None
 ) -> None:
-    from iipub.config_file import load_settings
-    from iipub.sinks.site import json_path
-    from iipub.store import Store
+    from iipub.edition.paths import json_path
+    from iipub.settings.loading import load_settings
+    from iipub.store.job_store import Store
     from tests.integration.test_restore import backup, restore
 
     env = _env(cli_env, sim, tmp_path)

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub import clock, tables
-from iipub.config_file import settings_from_dict
-from iipub.store import Store
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import clean_env, one_line_error, record_heartbeats, run_cli
 
 

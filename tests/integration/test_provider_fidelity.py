@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, status_queries, tables
-from iipub.config import Settings
-from iipub.simulator import Simulator
-from iipub.simulator.faults import FaultRule
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import Reason, State
+from iipub.observe import queries
+from iipub.provider.simulator import Simulator
+from iipub.provider.simulator.faults import FaultRule
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, run_cli
 
 DAY = dt.date(2026, 11, 20)
@@ -141,11 +144,11 @@ def test_a_refused_parameter_holds_its_product_alone_until_the_config_changes(
     refused = next(d for j in held for d in details(engine, j["id"], Reason.CREATE_PARAM_REFUSED))
     assert refused["param"] == "temperature" and refused["product_held"] == "daily-brief"
     assert [r["state"] for r in _spend(engine) if r["product"] == "daily-brief"] == ["refused"]
-    code, line = status_queries.collect(engine, broken).check()
+    code, line = queries.collect(engine, broken).check()
     assert code == 2 and "creates of daily-brief held" in line and "'temperature'" in line
     # Fixed (the temperature removed): the hold lifts and both slots publish, one create each.
     fixed = replace(broken, products={"daily-brief": brief, "revolution-watch": watch})
-    assert "held" not in status_queries.collect(engine, fixed).check()[1]  # fixed: no longer in force
+    assert "held" not in queries.collect(engine, fixed).check()[1]  # fixed: no longer in force
     for _ in range(3):  # past the held slots' recheck delay
         clock.advance_clock(engine, 120)
         drive(fixed, engine, sim, ticks=2)
@@ -197,7 +200,7 @@ def test_a_key_rotated_to_another_project_with_jobs_in_flight_pays_nothing_again
     assert "sk-test" not in job["create_scope"]  # a fingerprint of the key, never the key
     # Naming the project the key acts in anyway changes the scope's text, not what reads see: no alarm.
     named = replace(cfg, provider=replace(cfg.provider, project="proj_default"))
-    assert "in flight created under" not in status_queries.collect(engine, named).check()[1]
+    assert "in flight created under" not in queries.collect(engine, named).check()[1]
     rotated = replace(cfg, api_key="sk-rotated")
     for _ in range(6):  # far more reads than the loss confirmation needs
         sim.advance(30)
@@ -209,7 +212,7 @@ def test_a_key_rotated_to_another_project_with_jobs_in_flight_pays_nothing_again
     assert Reason.SCOPE_MISMATCH.value in trail and Reason.LOSS_CONFIRMED.value not in trail
     assert Reason.LOSS_SUSPECTED.value not in trail
     assert sim.stats()["creates_total"] == 1  # nothing paid again
-    code, line = status_queries.collect(engine, rotated).check()
+    code, line = queries.collect(engine, rotated).check()
     assert code == 2 and "1 job in flight created under" in line and job["create_scope"] in line
     # The old key back: the response is read, published; still one paid create.
     clock.advance_clock(engine, 180)
@@ -222,7 +225,7 @@ def test_a_job_in_flight_under_the_old_fingerprint_is_not_drifted_by_the_upgrade
         cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     """Jobs recorded their fingerprint under version 2 (temperature 0.2 always); after the upgrade
     the same configuration has no temperature and hashes as version 3: they still publish."""
-    from iipub import fingerprint
+    from iipub.settings import fingerprint
 
     schedule(cfg, engine)
     reconcile.run(cfg, engine)

@@ -21,11 +21,10 @@ from click.testing import CliRunner
 from openai.types.responses import Response, ResponseFormatTextJSONSchemaConfigParam
 from pydantic import ValidationError
 
-from iipub import edition_schema
 from iipub.cli.simulator_cmd import simulator_command
-from iipub.config import Product, ProviderSettings
-from iipub.errors import ConfigError, InvariantViolation
-from iipub.outcomes import (
+from iipub.core.errors import ConfigError, InvariantViolation
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
     CreateRequest,
@@ -36,8 +35,9 @@ from iipub.outcomes import (
     Rejected,
     Transient,
 )
-from iipub.provider import Provider
-from iipub.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
+from iipub.provider.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
+from iipub.settings import edition_schema
+from iipub.settings.config import Product, ProviderSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=4)

@@ -18,11 +18,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, invariants, reconcile, relay, status, status_queries, tables
-from iipub.actions import Operator, ReleaseMode
-from iipub.config import Settings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.observe import invariants, queries
+from iipub.observe import report as status
+from iipub.operate.executor import Operator, ReleaseMode
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
 from tests.helpers import fast_first
 
 DAY = dt.date(2026, 11, 30)
@@ -53,7 +57,7 @@ def reasons(engine: sa.Engine, job_id: str) -> list[str]:
 
 def run(s: Settings, engine: sa.Engine, sim: Simulator, ticks: int, *, db_seconds: float = 0.0) -> None:
     for _ in range(ticks):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
         if db_seconds:
@@ -92,7 +96,7 @@ def test_a_suspected_loss_that_flips_back_is_published_with_one_paid_create(
     assert "loss_confirmed" not in trail and "recreate_after_loss" not in trail
     if rule["fault"] == "unknown_status":
         assert trail.count("provider_unexpected_status") == 3
-        assert status_queries.collect(engine, cfg).unexpected_statuses == 3
+        assert queries.collect(engine, cfg).unexpected_statuses == 3
     else:
         assert "loss_suspected" in trail
     assert sim.stats()["faults_fired"].get(rule["fault"], 0) >= 1
@@ -154,7 +158,7 @@ def test_an_outage_over_20_slots_quarantines_only_the_probes_and_all_publish_aft
     assert sim.stats()["requests"]["create"] == len(probes) <= 4  # 60 s, 120 s, 240 s cool-downs in 6 minutes
     assert all(r["state"] == "CREATE_ELIGIBLE" and r["generation_attempts"] == 0
                for j, r in during.items() if j not in probes)
-    gate = status_queries.collect(engine, cfg)
+    gate = queries.collect(engine, cfg)
     code, line = gate.check()
     assert code >= status.WARNING and "create breaker open (create_outcome_unknown)" in line
     sim.clear_faults()  # the provider is back
@@ -180,13 +184,13 @@ def test_the_breaker_is_shared_by_processes_and_a_probe_closes_it(cfg: Settings,
                                                                   sim: Simulator) -> None:
     ids = schedule(cfg, engine, 3)
     sim.add_faults([{"op": "create", "fault": "service_unavailable", "times": 1}])
-    reconcile.run(cfg, engine, worker="reconcile:host-a")
-    other = reconcile.run(cfg, engine, worker="reconcile:host-b")  # another process, same database
+    sweep.run(cfg, engine, worker="reconcile:host-a")
+    other = sweep.run(cfg, engine, worker="reconcile:host-b")  # another process, same database
     assert other.creates == 0 and sim.stats()["requests"]["create"] == 1
     clock.advance_clock(engine, cfg.provider.breaker_cooldown_seconds + 1)
     run(cfg, engine, sim, 6)
     assert len(published(engine)) == 2 and sim.stats()["creates_total"] == 2
-    g = status_queries.collect(engine, cfg).gate
+    g = queries.collect(engine, cfg).gate
     assert g is not None and not g.is_open and g.open_count == 0
     assert len(ids) == 3
 
@@ -200,7 +204,7 @@ def test_an_exhausted_quota_is_critical_and_sends_a_bounded_number_of_requests(
     ids = schedule(cfg, engine, 5)
     sim.add_faults([{"op": "create", "fault": "quota_exhausted", "times": 1000}])
     run(cfg, engine, sim, 3, db_seconds=60)
-    code, line = status_queries.collect(engine, cfg).check()
+    code, line = queries.collect(engine, cfg).check()
     assert code == status.CRITICAL and "quota_exhausted" in line
     run(cfg, engine, sim, 10, db_seconds=60)  # 13 minutes of cron
     assert sim.stats()["requests"]["create"] <= 2  # the first refusal, at most one probe in 15 minutes
@@ -229,7 +233,7 @@ def test_pause_stops_creates_everywhere_but_custody_goes_on(cfg: Settings, engin
     run(cfg, engine, sim, 5)
     assert published(engine) == {first, second}  # custody and publication went on
     assert sim.stats()["creates_total"] == 2  # the new slot waited
-    code, line = status_queries.collect(engine, cfg).check()
+    code, line = queries.collect(engine, cfg).check()
     assert code >= status.WARNING and "creates paused by alice" in line
     with Operator(cfg, engine) as op:
         assert not op.unpause("alice", "over").paused
@@ -248,12 +252,12 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     late = cfg.status.late_after_minutes * 60
     clock.advance_clock(engine, late + 60)
     run(cfg, engine, sim, 1)
-    report = status_queries.collect(engine, cfg)
+    report = queries.collect(engine, cfg)
     assert [j.id for j in report.late] == [job_id] and not report.stranded
     code, line = report.check()
     assert code == status.WARNING and "1 edition late" in line
     clock.advance_clock(engine, cfg.status.stranded_after_seconds)
-    report = status_queries.collect(engine, cfg)
+    report = queries.collect(engine, cfg)
     assert report.check()[0] == status.CRITICAL and [j.id for j in report.stranded] == [job_id]
     violations = invariants.check(engine, settings=cfg, stranded_after_seconds=cfg.status.stranded_after_seconds)
     stranded = [v for v in violations if v.kind == "stranded"]
@@ -267,11 +271,11 @@ def test_a_tick_of_polls_commits_once_per_chunk_not_once_per_job(cfg: Settings, 
     with Simulator(SimulatorOptions(queued_seconds=60, in_progress_seconds=60)) as slow:
         s = replace(cfg, provider=replace(cfg.provider, base_url=slow.url))
         ids = schedule(s, engine, 16)
-        reconcile.run(s, engine)  # the creates (a probe first, the rest in later passes)
+        sweep.run(s, engine)  # the creates (a probe first, the rest in later passes)
         assert {r["state"] for r in rows(engine).values()} == {"ACCEPTED"}
         commits: list[int] = []
         sa.event.listen(engine, "commit", lambda conn: commits.append(1))
-        reconcile.run(s, engine)  # every job polled once: still queued
+        sweep.run(s, engine)  # every job polled once: still queued
         assert slow.stats()["requests"]["retrieve"] == 16
     assert all(r["poll_count"] == 1 and r["lease_owner"] is None and r["state"] == "QUEUED"
                for r in rows(engine).values())

@@ -16,14 +16,17 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from iipub import clock, db, gate, reconcile, relay, tables
-from iipub.config import Settings
-from iipub.errors import InvariantViolation
-from iipub.jobs import Job
-from iipub.provider import Provider
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.core.errors import InvariantViolation
+from iipub.machine import sweep as reconcile
+from iipub.model.jobs import Job
+from iipub.model.states import Reason, State
+from iipub.money import gate
+from iipub.provider.adapter import Provider
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, db, tables
+from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows, row_count, tick
 
 DAY = dt.date(2026, 11, 28)
@@ -619,7 +622,7 @@ def test_35_delete_before_custody_is_an_invariant_error_and_sends_nothing(s1: Se
 def test_missing_api_key_takes_no_lease(s1: Settings, engine: sa.Engine) -> None:
     schedule(s1, engine)
     before = one(engine)
-    from iipub.errors import MissingApiKey
+    from iipub.core.errors import MissingApiKey
 
     with pytest.raises(MissingApiKey):
         tick(replace(s1, api_key=None), engine)

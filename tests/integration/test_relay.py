@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, db, reconcile, relay, tables
-from iipub.config import Settings, WebhookSink
-from iipub.outbox import Outbox
-from iipub.simulator import Simulator
+from iipub.machine import sweep
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSink
+from iipub.store import clock, db, tables
+from iipub.store.outbox import Outbox
 from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
 
 DAY = dt.date(2026, 11, 28)
@@ -25,7 +27,7 @@ DAY = dt.date(2026, 11, 28)
 
 @pytest.fixture(autouse=True)
 def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
     monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
 
 
@@ -91,7 +93,7 @@ def test_relay_publishes_files_marks_events_and_publishes_the_job_then_cleanup(
             assert (root / product / lang / "feed.atom").is_file()
     assert all(r["published_at"] is not None for r in outbox_rows(engine))
     assert job_states(engine) == {"PUBLISHED"}
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     assert job_states(engine) == {"DELETED"}
     assert sim.stats()["deletes"] == 2
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, relay, tables
-from iipub.config import Settings, WebhookSink
-from iipub.config_file import settings_from_dict
-from iipub.errors import ConfigError
-from iipub.simulator import Simulator
-from iipub.timefmt import naive_utc
+from iipub.core.errors import ConfigError
+from iipub.core.timefmt import naive_utc
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, tables
 from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
 
 DAY = dt.date(2026, 11, 28)

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import reconcile, relay, tables
-from iipub.config import Settings
-from iipub.ledger import SpendLedger
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.machine import sweep
+from iipub.money.ledger import SpendLedger
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 29)
@@ -46,7 +48,7 @@ def restore(engine: sa.Engine, dump: Backup) -> None:
 
 def ticks(s: Settings, engine: sa.Engine, sim: Simulator, n: int) -> None:
     for _ in range(n):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
 
@@ -61,7 +63,7 @@ def test_a_restore_from_before_the_create_adopts_the_paid_response_instead_of_pa
 ) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     dump = backup(engine)  # the nightly backup: the slot exists, nothing paid yet
-    reconcile.run(cfg, engine)  # paid create, accepted
+    sweep.run(cfg, engine)  # paid create, accepted
     (paid,) = job_rows(engine)
     assert paid["state"] == "ACCEPTED" and sim.stats()["creates_total"] == 1
     restore(engine, dump)
@@ -152,7 +154,7 @@ def test_a_different_edition_never_replaces_a_live_page_without_republish(
         parked = conn.execute(sa.select(tables.outbox_deliveries.c.last_error)
                               .where(tables.outbox_deliveries.c.parked_at.is_not(None))).scalars().all()
     assert parked and all("conflicting_republish" in e for e in parked)
-    from iipub.actions import Operator
+    from iipub.operate.executor import Operator
 
     with Operator(cfg, engine) as op:
         assert op.republish(row["id"], "the regenerated edition is the one we want", "alice") == len(parked)
@@ -167,7 +169,7 @@ def _restored_behind_ledger(cfg: Settings, engine: sa.Engine, sim: Simulator) ->
     sim.backend.zdr = True  # gone ~10 minutes after it finished (a store:true response outlives that)
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     dump = backup(engine)
-    reconcile.run(cfg, engine)  # paid create, accepted
+    sweep.run(cfg, engine)  # paid create, accepted
     sim.advance(1000)  # it finished and the provider's retention ran out
     restore(engine, dump)
     ticks(cfg, engine, sim, 2)

@@ -23,15 +23,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, handlers, invariants, reconcile, relay, webhook, webhook_server
-from iipub.actions import Operator
-from iipub.config import Budgets, Settings, WebhookSettings
-from iipub.jobs import Job
-from iipub.ledger import SpendLedger
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.store import Store
-from iipub.tracks import TrackStore
+from iipub.machine import decisions
+from iipub.machine import sweep as reconcile
+from iipub.model.jobs import Job
+from iipub.model.states import State
+from iipub.money.ledger import SpendLedger
+from iipub.observe import invariants
+from iipub.operate.executor import Operator
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Budgets, Settings, WebhookSettings
+from iipub.store import clock
+from iipub.store.job_store import Store
+from iipub.store.track_store import TrackStore
+from iipub.webhooks import receiver as webhook
+from iipub.webhooks import server as webhook_server
 from tests.helpers import Snapshot, job_events, job_rows, make_settings, restore_rows, snapshot_rows
 
 DAY = dt.date(2026, 11, 29)
@@ -83,7 +89,7 @@ def drill_world(db_url: str, engine: sa.Engine, tmp_path: Path, monkeypatch: pyt
     """Settings and a simulator with a slow enough lifecycle that every polling state is seen
     (queued 40 s, in progress 40 s, 30 s per tick); with webhooks, a receiver the simulator
     announces finished responses to."""
-    from iipub import reconcile as reconcile_module
+    from iipub.machine import sweep as reconcile_module
 
     monkeypatch.setattr(reconcile_module, "_ensure_today", lambda settings, store: None)
     hooked = request.param
@@ -179,7 +185,7 @@ def _first_run(d: Drill) -> None:
         normal = d.settings
         d.settings = replace(normal, reconcile=replace(normal.reconcile, mode="shadow"))
         with pytest.MonkeyPatch.context() as now:
-            now.setattr(handlers, "SHADOW_RECHECK_SECONDS", 0.0)  # the tracks' saves stay due
+            now.setattr(decisions, "SHADOW_RECHECK_SECONDS", 0.0)  # the tracks' saves stay due
             d.run_on(lambda r: r["state"] == t.value)
         d.settings = normal
     elif t == State.PROVIDER_EXPIRED_OR_MISSING:

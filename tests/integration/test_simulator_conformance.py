@@ -26,11 +26,11 @@ from openai.types.webhooks import (
     ResponseIncompleteWebhookEvent,
 )
 
-from iipub.config import Product, default_products
-from iipub.outcomes import CreateRequest
-from iipub.provider import create_body
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator.faults import FaultRule
+from iipub.provider.adapter import create_body
+from iipub.provider.outcomes import CreateRequest
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator.faults import FaultRule
+from iipub.settings.config import Product, default_products
 from tests.helpers import SECRET, receiver, wait_for
 
 KEY = {"Authorization": "Bearer sk-conformance"}

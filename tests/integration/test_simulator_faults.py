@@ -14,9 +14,16 @@ from click.testing import CliRunner
 from openai.types.responses import Response
 
 from iipub.cli import simulator_cmd
-from iipub.errors import ConfigError
-from iipub.simulator import Simulator, SimulatorOptions, content
-from iipub.simulator.faults import DESCRIPTIONS, FAULTS, FaultRule, parse_fault_spec, parse_outage_spec, rule_from_dict
+from iipub.core.errors import ConfigError
+from iipub.provider.simulator import Simulator, SimulatorOptions, content
+from iipub.provider.simulator.faults import (
+    DESCRIPTIONS,
+    FAULTS,
+    FaultRule,
+    parse_fault_spec,
+    parse_outage_spec,
+    rule_from_dict,
+)
 from tests.helpers import simulator_options_seen
 
 QUEUED = 10.0
@@ -353,8 +360,8 @@ def test_cli_corrupts_one_language(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("how", ["option", "fault"])
 def test_one_language_corrupted_the_others_intact(how: str) -> None:
-    from iipub.config import Product
-    from iipub.validate import language, shared
+    from iipub.edition.validate import language, shared
+    from iipub.settings.config import Product
 
     product = Product(name="daily-brief", prompt="p", items=3)
     faults = frozenset({"corrupt_language"}) if how == "fault" else frozenset()

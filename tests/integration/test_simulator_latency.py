@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from iipub.errors import ConfigError
-from iipub.simulator import Simulator, SimulatorOptions
+from iipub.core.errors import ConfigError
+from iipub.provider.simulator import Simulator, SimulatorOptions
 
 
 def test_latency_delays_api_requests_but_not_control_endpoints() -> None:

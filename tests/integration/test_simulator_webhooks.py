@@ -20,9 +20,9 @@ import openai
 import pytest
 import standardwebhooks
 
-from iipub.errors import ConfigError
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
+from iipub.core.errors import ConfigError
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
 from tests.helpers import SECRET, clean_env, one_line_error, recording_server, run_cli, simulator_options_seen, wait_for
 
 QUEUED = 5.0

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from iipub.compose import compose
-from iipub.config import Product, default_products
-from iipub.config_file import settings_from_dict
-from iipub.edition_schema import output_model
-from iipub.sinks import Delivered, Event, Parked
-from iipub.sinks.static import StaticSink
+from iipub.edition.compose import compose
+from iipub.publish.sinks import Delivered, Event, Parked
+from iipub.publish.sinks.static import StaticSink
+from iipub.settings.config import Product, default_products
+from iipub.settings.edition_schema import output_model
+from iipub.settings.loading import settings_from_dict
 
 PRODUCTS = default_products()
 BRIEF = replace(PRODUCTS["daily-brief"], items=2)
@@ -142,7 +142,7 @@ def test_titles_are_configured_per_product_and_language_with_defaults_and_a_fall
     ({"en": 3}, "titles.en must be one line"),
 ])
 def test_bad_titles_are_configuration_errors(titles: Any, message: str) -> None:
-    from iipub.errors import ConfigError
+    from iipub.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         settings_from_dict({"products": [{"name": "daily-brief", "prompt": "p", "titles": titles}]})
@@ -191,7 +191,7 @@ def test_with_a_base_url_alternates_and_feeds_are_absolute(tmp_path: Path) -> No
 
 
 def test_base_url_must_be_an_http_url() -> None:
-    from iipub.errors import ConfigError
+    from iipub.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="base_url must be an http"):
         settings_from_dict({"sinks": {"static": {"base_url": "javascript:alert(1)"}}})
@@ -390,7 +390,7 @@ def test_no_lock_temporary_or_state_file_is_under_the_public_root(tmp_path: Path
     deliver(elsewhere, events(BRIEF, DEC1)["en"])
     assert (tmp_path / "state" / "site" / "manifest" / "catalog.json").is_file()
     assert not (tmp_path / ".iipub-state" / "site").exists()
-    from iipub.errors import ConfigError
+    from iipub.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"state_dir .* must be outside root"):
         settings_from_dict({"sinks": {"static": {"root": "site", "state_dir": "site/.state"}}}, base_dir=tmp_path)

@@ -11,12 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from iipub.compose import compose
-from iipub.config import KNOWN_LANGUAGES, Product, default_products
-from iipub.edition_schema import output_model
-from iipub.sinks import Delivered, Event, l10n
-from iipub.sinks import site as site_mod
-from iipub.sinks.static import StaticSink
+from iipub.edition.compose import compose
+from iipub.publish.sinks import Delivered, Event, l10n
+from iipub.publish.sinks import site as site_mod
+from iipub.publish.sinks.static import StaticSink
+from iipub.settings.config import KNOWN_LANGUAGES, Product, default_products
+from iipub.settings.edition_schema import output_model
 
 PRODUCTS = default_products()
 DAY = dt.date(2026, 12, 1)

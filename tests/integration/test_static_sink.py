@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from iipub.compose import canonical_json, compose
-from iipub.config import Product
-from iipub.edition_schema import output_model
-from iipub.sinks import Delivered, Event, Parked, RetryLater, Sink
-from iipub.sinks.static import StaticSink
+from iipub.edition.compose import canonical_json, compose
+from iipub.publish.sinks import Delivered, Event, Parked, RetryLater, Sink
+from iipub.publish.sinks.static import StaticSink
+from iipub.settings.config import Product
+from iipub.settings.edition_schema import output_model
 
 PRODUCT = Product(name="daily-brief", languages=("en", "es"), items=2, prompt="p")
 ATOM = "{http://www.w3.org/2005/Atom}"

@@ -1,4 +1,4 @@
-"""`iipub.status` against a real journal: jobs driven by `reconcile.run` and `relay.run`
+"""`iipub.observe.report` against a real journal: jobs driven by `reconcile.run` and `relay.run`
 through the simulator over HTTP, figures checked against the rows themselves."""
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, reconcile, relay, status_queries, tables
-from iipub import status as st
-from iipub.config import Settings
-from iipub.outbox import Outbox
-from iipub.simulator import Simulator
-from iipub.states import POLL_REASONS, State
-from iipub.store import Store
-from iipub.timefmt import duration
+from iipub.core.timefmt import duration
+from iipub.machine import sweep
+from iipub.model.states import POLL_REASONS, State
+from iipub.observe import queries
+from iipub.observe import report as st
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
+from iipub.store.outbox import Outbox
 from tests.helpers import job_rows, open_at_midnight
 
 # The tests schedule their own slots; a tick across midnight must not add more.
@@ -50,7 +53,7 @@ def drive(s: Settings, engine: sa.Engine, sim: Simulator, until: set[str], limit
     for _ in range(limit):
         if {j["state"] for j in job_rows(engine)} <= until:
             return
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         if deliver:
             relay.run(s, engine)
         sim.advance(5)
@@ -58,7 +61,7 @@ def drive(s: Settings, engine: sa.Engine, sim: Simulator, until: set[str], limit
 
 
 def collect(s: Settings, engine: sa.Engine) -> st.Status:
-    return status_queries.collect(engine, s)
+    return queries.collect(engine, s)
 
 
 # -- healthy ---------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ def test_counts_and_slis_match_the_journal_and_healthy_is_ok(s: Settings, engine
 def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s, engine)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])  # fires once
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     quarantined = [j for j in job_rows(engine) if j["state"] == "QUARANTINED"]
     assert len(quarantined) == 1 and quarantined[0]["quarantine_reason"] == "create_outcome_unknown"
 
@@ -147,12 +150,12 @@ def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: S
 
 def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s, engine)
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     assert {j["state"] for j in job_rows(engine)} == {"ACCEPTED"}
     clock.advance_clock(engine, 200)  # cron missed a few minutes: the polls run 200 s late
     open_report = collect(s, engine)
     assert open_report.overdue_polls.open == 2 and open_report.overdue_polls.breached
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     report = collect(s, engine)
     sli = report.overdue_polls
     assert sli.count == 2 and sli.open == 0 and sli.within == 0 and sli.breached
@@ -196,7 +199,7 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
     schedule(s, engine)
     later = today(engine) + dt.timedelta(days=2)
     schedule(s, engine, later)  # NO_JOB slots that have not opened: never stranded
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     states = {(j["edition_date"], j["state"]) for j in job_rows(engine)}
     assert states == {(today(engine), "ACCEPTED"), (later, "NO_JOB")}
     assert collect(s, engine).check()[0] == st.OK

@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from freezegun import freeze_time
 from sqlalchemy import event
 
-from iipub import clock, db, mysql_driver, tables
-from iipub.config_file import settings_from_dict
-from iipub.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
-from iipub.states import Reason, State
-from iipub.store import Store
+from iipub.core.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
+from iipub.model.states import Reason, State
+from iipub.settings.loading import settings_from_dict
+from iipub.store import clock, db, mysql_driver, tables
+from iipub.store.job_store import Store
 from tests.helpers import private_mariadbd
 
 DAY = dt.date(2026, 11, 29)
@@ -464,7 +464,7 @@ def test_a_server_that_offers_tls_is_spoken_to_over_tls_with_one_context(
 def test_a_job_read_as_a_tuple_is_the_job_read_as_a_mapping(engine: sa.Engine) -> None:
     """The claim builds its jobs from tuples (`Job.from_columns`): the same values, types and
     equality as `Job.from_row`; a column the job does not know is left out, a missing one is an error."""
-    from iipub.jobs import Job
+    from iipub.model.jobs import Job
 
     _, job_id = _scheduled(engine)
     with engine.connect() as conn:

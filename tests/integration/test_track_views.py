@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, metrics, reconcile, relay, status_queries, tables
-from iipub import status as st
-from iipub import store as store_module
-from iipub.config import Settings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import State
+from iipub.observe import metrics, queries
+from iipub.observe import report as st
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import clock, tables
+from iipub.store import job_store as store_module
+from iipub.store.job_store import Store
 from tests.helpers import make_settings, record_heartbeats, run_cli, sim_env
 
 SHA_EN, SHA_ES, COMPOSED_EN = "a" * 64, "b" * 64, "c" * 64
@@ -211,7 +214,7 @@ def tracks_world(settings: Settings, engine: sa.Engine) -> dict[str, str]:
 
 def test_status_counts_tracks_and_reports_parked_and_stranded_ones(settings: Settings, engine: sa.Engine) -> None:
     ids = tracks_world(settings, engine)
-    report = status_queries.collect(engine, settings)
+    report = queries.collect(engine, settings)
     t = report.tracks
     assert t is not None
     assert t.counts == {
@@ -284,7 +287,7 @@ def test_a_parked_track_alone_is_a_warning(settings: Settings, engine: sa.Engine
 
 def test_no_tracks_no_track_section_and_ok(settings: Settings, engine: sa.Engine, cli_env: dict[str, str],
                                           tmp_path: Path) -> None:
-    report = status_queries.collect(engine, settings)
+    report = queries.collect(engine, settings)
     assert report.tracks is not None and report.tracks.total == 0 and report.check()[0] == st.OK
     assert report.to_dict()["tracks"]["total"] == 0
     assert "TRACKS" not in run_cli("status", env=cli_env, cwd=tmp_path, check=True).stdout.splitlines()
@@ -292,7 +295,7 @@ def test_no_tracks_no_track_section_and_ok(settings: Settings, engine: sa.Engine
 
 def test_prometheus_tracks_by_product_language_and_state(settings: Settings, engine: sa.Engine) -> None:
     tracks_world(settings, engine)
-    report = status_queries.collect(engine, settings)
+    report = queries.collect(engine, settings)
     text = metrics.render(report, settings.products).decode()
     samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
                for line in text.splitlines() if line and not line.startswith("#")}
@@ -327,7 +330,7 @@ def test_duplicate_publications_are_counted_per_language(settings: Settings, eng
             {"id": i, "job_id": job_id, "product": "daily-brief", "edition_date": dt.date(2026, 11, 10), "lang": lang,
              "title": "t", "content": "c", "sha256": "d" * 64, "created_at": now}
             for i, lang in enumerate(("en", "es", "es", "es"), start=1)])
-    report = status_queries.collect(engine, settings)
+    report = queries.collect(engine, settings)
     assert report.duplicate_publications == 2
     assert report.tracks is not None and report.tracks.duplicates_by_lang == {"es": 2}
     samples = metrics.render(report, settings.products).decode()
@@ -378,7 +381,7 @@ def test_a_spanish_only_failure_as_the_operator_sees_it(db_url: str, engine: sa.
     es = shown["tracks"][1]
     assert es["payload_sha256"] and es["composed_sha256"] is None and es["last_error"]
 
-    report = status_queries.collect(engine, s)
+    report = queries.collect(engine, s)
     assert report.tracks is not None
     assert report.tracks.counts == {"daily-brief": {"en": {"PUBLISHED": 1}, "es": {"VALIDATION_FAILED_RETAINED": 1}}}
     assert [(p.job_id, p.lang) for p in report.tracks.parked] == [(job_id, "es")]

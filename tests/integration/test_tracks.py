@@ -18,11 +18,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import db, invariants, migrate, reconcile, relay, tables
-from iipub.actions import Operator
-from iipub.config import Settings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.observe import invariants
+from iipub.operate.executor import Operator
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings
+from iipub.store import db, migrate, tables
+from iipub.store.job_store import Store
 from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, make_settings, private_mariadbd, run_cli, sim_env
 
 DAY = dt.date(2026, 11, 20)
@@ -323,9 +326,10 @@ def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language
 
 def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
         engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
-    from iipub import status_queries, tracks
-    from iipub.states import Reason, State
-    from iipub.track_handlers import Hop
+    from iipub.model.states import Reason, State
+    from iipub.model.track_views import Hop
+    from iipub.observe import queries
+    from iipub.store import track_store as tracks
 
     with _simulator() as sim:
         s = _settings(db_url, sim, tmp_path)
@@ -342,7 +346,7 @@ def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
             es = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "es")
         ts.advance(es, [Hop(State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_REVALIDATE, {"by": "t", "why": "t"})],
                    operator=True)
-        report = status_queries.collect(engine, strict)
+        report = queries.collect(engine, strict)
         assert report.tracks is not None
         assert [(t.lang, t.state) for t in report.tracks.immovable] == [("es", "RETRIEVED_NOT_VALIDATED")]
         code, line = report.check()
@@ -351,17 +355,17 @@ def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
         with Operator(s, engine) as op:
             op.revalidate(job["id"], "wires allowed", "alice", lang="en")
         assert _jobs(engine)[job["id"]]["state"] == "READY_TO_COMPOSE"
-        report = status_queries.collect(engine, s)
+        report = queries.collect(engine, s)
         assert report.tracks is not None and report.tracks.immovable == ()
         # A track that ended without its slot being killed holds the slot for ever: named too.
         with engine.connect() as conn:
             en = next(t for t in tracks.of_job(conn, job["id"]) if t.lang == "en")
         ts.advance(en, [Hop(State.DELETED, Reason.OPERATOR_KILL, {"by": "t", "why": "t"})], operator=True)
-        report = status_queries.collect(engine, s)
+        report = queries.collect(engine, s)
         assert [(j.id, j.state) for j in report.immovable] == [(job["id"], "READY_TO_COMPOSE")]
         code, line = report.check()
         assert code >= 1 and "1 edition with no path forward" in line and "its en track ended" in line
-        from iipub import metrics
+        from iipub.observe import metrics
 
         assert b"iipub_immovable 1.0" in metrics.render(report)
         assert sim.stats()["creates_total"] == 1

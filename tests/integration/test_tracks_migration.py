@@ -17,12 +17,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, compose, db, migrate, outbox, reconcile, relay, tables, validate
-from iipub.config import Product, Settings
-from iipub.jobs import Job, slot_row
-from iipub.outcomes import Accepted, CreateRequest
-from iipub.provider import Provider
-from iipub.simulator import Simulator, SimulatorOptions, content
+from iipub.edition import compose, validate
+from iipub.machine import sweep as reconcile
+from iipub.model.jobs import Job, slot_row
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import Accepted, CreateRequest
+from iipub.provider.simulator import Simulator, SimulatorOptions, content
+from iipub.publish import relay
+from iipub.settings.config import Product, Settings
+from iipub.store import clock, db, migrate, outbox, tables
 from tests.helpers import make_settings
 
 PRODUCT = "daily-brief"
@@ -208,7 +211,7 @@ def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_pa
         assert {n for _, n in events} == {1} and len(events) == len(editions)
         assert {n for _, _, n in saves} == {1}  # no slot nor track saved twice
         # The suspended slot's tracks waited; resumed, it publishes too, with no create.
-        from iipub.actions import Operator
+        from iipub.operate.executor import Operator
 
         with Operator(s, engine) as op:
             op.resume(ids["MANUALLY_SUSPENDED"], "alice", "checked")

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import reconcile, tables
-from iipub.actions import Operator
-from iipub.config import Settings
-from iipub.errors import OperatorRefused
-from iipub.simulator import Simulator
-from iipub.store import Store
+from iipub.core.errors import OperatorRefused
+from iipub.machine import sweep
+from iipub.operate.executor import Operator
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings
+from iipub.store import tables
+from iipub.store.job_store import Store
 from tests.helpers import run_cli
 
 DAY = dt.date(2026, 11, 27)
@@ -34,7 +35,7 @@ def _failed(settings: Settings, engine: sa.Engine, sim: Simulator) -> tuple[Sett
     s = replace(settings, products={"daily-brief": narrow})
     Store(engine, "test").schedule(narrow, DAY)
     for _ in range(4):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         sim.advance(5)
     row = _row(engine)
     assert row["state"] == "VALIDATION_FAILED_RETAINED" and "domain_not_allowed" in row["last_error"]
@@ -51,7 +52,7 @@ def test_revalidate_after_fixing_the_rules_publishes_without_paying_again(
     with Operator(fixed, engine) as op:
         job = op.revalidate(failed["id"], "allowed_domains fixed", "alice")
     assert job.state == "RETRIEVED_NOT_VALIDATED"
-    reconcile.run(fixed, engine)
+    sweep.run(fixed, engine)
     row = _row(engine)
     assert row["state"] == "SAVED_NOT_PUBLIC" and row["payload_sha256"] == failed["payload_sha256"]
     assert sim.stats()["creates_total"] == 1
@@ -69,7 +70,7 @@ def test_regenerate_pays_once_more_within_budget_and_is_refused_past_it(
     assert job.state == "CREATE_ELIGIBLE"
     row = _row(engine)
     assert row["payload"] is None and row["response_id"] is None and row["generation_attempts"] == 1
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     assert sim.stats()["creates_total"] == 2 and _row(engine)["generation_attempts"] == 2
     with engine.begin() as conn:  # pretend the budget is spent and it failed again
         conn.execute(tables.jobs.update().values(state="VALIDATION_FAILED_RETAINED", generation_attempts=3,

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iipub import clock, idle_check, tables
-from iipub.simulator import Simulator
+from iipub.observe import idle_check
+from iipub.provider.simulator import Simulator
+from iipub.store import clock, tables
 from tests.helpers import ledger_file_of, run_cli, sim_env, snapshot_rows
 
 # Products open at 05:00; the database clock is set to 00:30, so today's slots are scheduled and

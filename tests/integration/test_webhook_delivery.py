@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub import clock, invariants, reconcile, relay, tables, webhook, webhook_server
-from iipub.config import Settings, WebhookSettings
-from iipub.simulator import Simulator, SimulatorOptions
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import State
+from iipub.observe import invariants
+from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSettings
+from iipub.store import clock, tables
+from iipub.store.job_store import Store
+from iipub.webhooks import receiver as webhook
+from iipub.webhooks import server as webhook_server
 from tests.helpers import fast_first, job_events, job_rows, make_settings
 from tests.integration.test_webhooks import SECRET
 

@@ -28,11 +28,13 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from iipub import clock, db, tables, webhook, webhook_server
-from iipub.config import Settings, WebhookSettings
-from iipub.deliveries import Deliveries
-from iipub.simulator import Simulator
-from iipub.webhook_server import Server
+from iipub.provider.simulator import Simulator
+from iipub.settings.config import Settings, WebhookSettings
+from iipub.store import clock, db, tables
+from iipub.store.deliveries import Deliveries
+from iipub.webhooks import receiver as webhook
+from iipub.webhooks import server as webhook_server
+from iipub.webhooks.server import Server
 from tests.helpers import bench_module, row_count, run_cli
 from tests.integration.test_webhooks import SECRET, event, signed
 
@@ -398,11 +400,11 @@ def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
     script = tmp_path / "fork.py"
     script.write_text(
         "import os, sys, json\n"
-        "import iipub.webhook as w\n"
+        "import iipub.webhooks.receiver as w\n"
         "r = w._receiver\n"
         "assert r is not None, 'not preloaded'\n"
         "assert r.provider._shards, 'provider pool not built'\n"
-        "assert 'iipub.steps' in sys.modules and 'iipub.validate' in sys.modules\n"
+        "assert 'iipub.machine.steps' in sys.modules and 'iipub.edition.validate' in sys.modules\n"
         "assert r.engine.pool.checkedin() == 0, 'a connection survived the warm-up'\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
@@ -432,7 +434,7 @@ def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
 
 @pytest.mark.slow
 def test_without_preload_nothing_is_built_at_import(cli_env: dict[str, str], tmp_path: Path) -> None:
-    code = "import iipub.webhook as w; print(w._receiver is None)"
+    code = "import iipub.webhooks.receiver as w; print(w._receiver is None)"
     env = cli_env | {"OPENAI_WEBHOOK_SECRET": SECRET, "OPENAI_API_KEY": "sk-test"}
     env.pop("IIPUB_WEBHOOK_PRELOAD", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,

@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from iipub.backoff import parse_retry_after
-from iipub.sinks import Delivered, Event, Parked, RetryLater, Sink
-from iipub.sinks.webhook import WebhookSink, sign
+from iipub.core.backoff import parse_retry_after
+from iipub.publish.sinks import Delivered, Event, Parked, RetryLater, Sink
+from iipub.publish.sinks.webhook import WebhookSink, sign
 from tests.helpers import recording_server, send_reply
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()

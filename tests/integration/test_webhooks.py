@@ -21,12 +21,16 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub import clock, installation, reconcile, relay, tables, webhook, webhook_server
-from iipub.config import Settings, WebhookSettings
-from iipub.deliveries import Deliveries
-from iipub.simulator import Simulator
-from iipub.states import State
-from iipub.store import Store
+from iipub.machine import sweep as reconcile
+from iipub.model.states import State
+from iipub.provider.simulator import Simulator
+from iipub.publish import relay
+from iipub.settings.config import Settings, WebhookSettings
+from iipub.store import clock, installation, tables
+from iipub.store.deliveries import Deliveries
+from iipub.store.job_store import Store
+from iipub.webhooks import receiver as webhook
+from iipub.webhooks import server as webhook_server
 from tests.helpers import error_messages, job_events, job_rows, run_cli, sim_env, start_iipub
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()

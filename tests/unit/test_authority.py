@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from iipub.authority import Evidence, Facts, Route, may_pay
-from iipub.spend import SlotSpend
+from iipub.money.authority import Evidence, Facts, Route, may_pay
+from iipub.money.spend import SlotSpend
 
 BASE = Facts(job_id="j1", slot="p/2026-01-01", languages=("en", "es"))
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from iipub import backoff
+from iipub.core import backoff
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 

@@ -1,4 +1,4 @@
-"""The create gate's rules (`iipub.breaker`), pure: who may send a paid create, and what each
+"""The create gate's rules (`iipub.money.breaker`), pure: who may send a paid create, and what each
 create outcome changes for every other process."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import datetime as dt
 from dataclasses import replace
 from typing import Any
 
-from iipub import breaker
-from iipub.breaker import GateState
-from iipub.config import ProviderSettings
-from iipub.outcomes import Accepted, Ambiguous, Refused, Rejected
+from iipub.money import breaker
+from iipub.money.breaker import GateState
+from iipub.provider.outcomes import Accepted, Ambiguous, Refused, Rejected
+from iipub.settings.config import ProviderSettings
 
 NOW = dt.datetime(2026, 12, 1, 5, 0)
 P = ProviderSettings(breaker_cooldown_seconds=60, breaker_quota_cooldown_seconds=900,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from iipub.compose import Artifact, artifact_from_json, canonical_json, compose
-from iipub.config import Product
-from iipub.edition_schema import output_model
+from iipub.edition.compose import Artifact, artifact_from_json, canonical_json, compose
+from iipub.settings.config import Product
+from iipub.settings.edition_schema import output_model
 
 PRODUCT = Product(name="daily-brief", languages=("en", "es"), items=3, prompt="p")
 DAY = dt.date(2025, 3, 7)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from iipub.config_file import load_settings, settings_from_dict
-from iipub.errors import ConfigError, MissingApiKey
+from iipub.core.errors import ConfigError, MissingApiKey
+from iipub.settings.loading import load_settings, settings_from_dict
 
 
 def test_defaults_have_both_products_and_safe_budgets() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from iipub.config import CREATE_RECORD_SECONDS, CREATE_STARTUP_SECONDS, ReconcileSettings
-from iipub.config_file import settings_from_dict
-from iipub.errors import ConfigError
+from iipub.core.errors import ConfigError
+from iipub.settings.config import CREATE_RECORD_SECONDS, CREATE_STARTUP_SECONDS, ReconcileSettings
+from iipub.settings.loading import settings_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from iipub.cli import cli
-from iipub.states import QUARANTINE_REASONS, Reason, State
+from iipub.model.states import QUARANTINE_REASONS, Reason, State
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """What the operator's documents promise exists: every `iipub …` command line in README.md,
 runbook.md, crontab.example and env.example names a real command with real options; every
 configuration key they name is a key of its section; every exit code they list is one an error
-of `iipub.errors` (or `status --check`) exits with, and every such code is listed."""
+of `iipub.core.errors` (or `status --check`) exits with, and every such code is listed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-from iipub import config, models
 from iipub.cli import cli
+from iipub.settings import config, models
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "runbook.md", "crontab.example", "env.example")
@@ -207,9 +207,9 @@ def documented_exit_codes() -> set[int]:
 
 @pytest.mark.slow
 def test_every_exit_code_is_documented_and_every_documented_one_exists() -> None:
-    from iipub import status
+    from iipub.observe import report
 
-    real = error_exit_codes() | {0, status.OK, status.WARNING, status.CRITICAL, status.UNKNOWN}
+    real = error_exit_codes() | {0, report.OK, report.WARNING, report.CRITICAL, report.UNKNOWN}
     listed = documented_exit_codes()
     assert {1, 2, 65, 69, 70, 73, 74, 75, 78, 130} <= error_exit_codes()
     assert listed == real, f"listed but raised by nothing: {listed - real}; raised but not listed: {real - listed}"

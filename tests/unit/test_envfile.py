@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from iipub import envfile
-from iipub.errors import ConfigError
+from iipub.core.errors import ConfigError
+from iipub.settings import envfile
 
 ROOT = Path(__file__).resolve().parents[2]
 

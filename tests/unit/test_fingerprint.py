@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from iipub import edition_limits, edition_schema, fingerprint, handlers
-from iipub.config import Product, default_products
-from iipub.jobs import Job, slot_row
-from iipub.states import Reason, State
+from iipub.machine import decisions
+from iipub.model.jobs import Job, slot_row
+from iipub.model.states import Reason, State
+from iipub.settings import edition_limits, edition_schema, fingerprint
+from iipub.settings.config import Product, default_products
 
 # Changing one of these is a deliberate act: every job in flight under the old value would be
 # quarantined `config_drift` unless `fingerprint.matches` still accepts it.
@@ -68,8 +69,8 @@ def test_the_in_flight_job_with_a_version_1_fingerprint_is_not_parked_as_drifted
     row = slot_row(job_id="00000000-0000-4000-8000-000000000001", product=product.name,
                    day=t0.date(), priority=10, opens_at=t0, now=t0)
     row.update(state=State.RETRIEVED_NOT_VALIDATED, version=4, response_id="resp_1")
-    assert handlers.config_check(Job(**{**row, "config_fingerprint": PINNED_V1[product.name]}), product) is None
-    drifted = handlers.config_check(Job(**{**row, "config_fingerprint": "0" * 64}), product)
+    assert decisions.config_check(Job(**{**row, "config_fingerprint": PINNED_V1[product.name]}), product) is None
+    drifted = decisions.config_check(Job(**{**row, "config_fingerprint": "0" * 64}), product)
     assert drifted is not None and drifted.to == State.QUARANTINED and drifted.reason == Reason.CONFIG_DRIFT
 
 
@@ -104,7 +105,7 @@ def test_the_document_names_the_schemas_fields_and_limits() -> None:
 
 
 def test_computing_a_fingerprint_loads_no_schema_library() -> None:
-    code = ("import sys; from iipub.config import default_products; "
+    code = ("import sys; from iipub.settings.config import default_products; "
             "[p.fingerprint() for p in default_products().values()]; "
             "print('pydantic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,8 +6,8 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from iipub import db
-from iipub.errors import Contention
+from iipub.core.errors import Contention
+from iipub.store import db
 
 
 def _err(code: int, text: str) -> sa.exc.OperationalError:

@@ -16,13 +16,26 @@ from typing import Any
 
 import pytest
 
-from iipub import handlers, remedies, states, steps, track_handlers, validate
-from iipub.config import Budgets, Product, ProviderSettings, ReconcileSettings
-from iipub.errors import OperatorRefused, UsageError
-from iipub.handlers import Decision
-from iipub.jobs import Job, slot_row
-from iipub.outcomes import Accepted, Ambiguous, Deleted, Missing, Observed, Refused, Rejected, Transient, Usage
-from iipub.states import Reason, State
+from iipub.core.errors import OperatorRefused, UsageError
+from iipub.edition import parts, validate
+from iipub.machine import decisions, steps, track_decisions
+from iipub.machine.decisions import Decision
+from iipub.model import states
+from iipub.model.jobs import Job, slot_row
+from iipub.model.states import Reason, State
+from iipub.operate import remedies
+from iipub.provider.outcomes import (
+    Accepted,
+    Ambiguous,
+    Deleted,
+    Missing,
+    Observed,
+    Refused,
+    Rejected,
+    Transient,
+    Usage,
+)
+from iipub.settings.config import Budgets, Product, ProviderSettings, ReconcileSettings
 
 T0 = dt.datetime(2026, 12, 1, 5, 0)
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=1, languages=("en",))
@@ -59,107 +72,107 @@ GOOD = json.dumps({"en": {"title": "Daily Brief", "summary": "Today.", "items": 
 
 # (name, job, decide, expected state, expected reason, expected subset of changes)
 CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
-    ("window opens", job(State.NO_JOB, config_fingerprint=None), lambda j: handlers.on_window_open(j, FP),
+    ("window opens", job(State.NO_JOB, config_fingerprint=None), lambda j: decisions.on_window_open(j, FP),
      State.CREATE_ELIGIBLE, Reason.WINDOW_OPEN, {"config_fingerprint": FP}),
     ("dispatch charges the money budget", job(generation_attempts=1),
-     lambda j: handlers.before_dispatch(j, FP, BUDGETS), State.CREATE_IN_FLIGHT, Reason.DISPATCH,
+     lambda j: decisions.before_dispatch(j, FP, BUDGETS), State.CREATE_IN_FLIGHT, Reason.DISPATCH,
      {"generation_attempts": 2, "response_id": None, "poll_count": 0}),
-    ("generation budget spent", job(generation_attempts=3), lambda j: handlers.before_dispatch(j, FP, BUDGETS),
+    ("generation budget spent", job(generation_attempts=3), lambda j: decisions.before_dispatch(j, FP, BUDGETS),
      State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {"quarantine_reason": "generation_budget_exhausted"}),
-    ("accepted", IN_FLIGHT, lambda j: handlers.after_create(j, Accepted("resp_9", "queued"), S, RNG),
+    ("accepted", IN_FLIGHT, lambda j: decisions.after_create(j, Accepted("resp_9", "queued"), S, RNG),
      State.ACCEPTED, Reason.ACCEPTED, {"response_id": "resp_9", "poll_count": 0, "retry_count": 0}),
-    ("refused create is refunded", IN_FLIGHT, lambda j: handlers.after_create(j, Refused(7.0, "HTTP 429"), S, RNG),
+    ("refused create is refunded", IN_FLIGHT, lambda j: decisions.after_create(j, Refused(7.0, "HTTP 429"), S, RNG),
      State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED, {"generation_attempts": 1, "retry_count": 2}),
-    ("ambiguous create is quarantined", IN_FLIGHT, lambda j: handlers.after_create(j, Ambiguous("reset"), S, RNG),
+    ("ambiguous create is quarantined", IN_FLIGHT, lambda j: decisions.after_create(j, Ambiguous("reset"), S, RNG),
      State.QUARANTINED, Reason.CREATE_OUTCOME_UNKNOWN, {"quarantine_reason": "create_outcome_unknown"}),
     ("rejected create is quarantined", IN_FLIGHT,
-     lambda j: handlers.after_create(j, Rejected(400, "bad"), S, RNG),
+     lambda j: decisions.after_create(j, Rejected(400, "bad"), S, RNG),
      State.QUARANTINED, Reason.CREATE_REJECTED, {"quarantine_reason": "create_rejected"}),
-    ("crash mid-create", IN_FLIGHT, handlers.crashed_in_flight,
+    ("crash mid-create", IN_FLIGHT, decisions.crashed_in_flight,
      State.QUARANTINED, Reason.CRASHED_DURING_CREATE, {"quarantine_reason": "crashed_during_create"}),
     ("drift after custody", job(State.RETRIEVED_NOT_VALIDATED, payload="{}", config_fingerprint="0" * 64),
-     lambda j: handlers.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
+     lambda j: decisions.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
      {"quarantine_reason": "config_drift"}),
     ("drift before the save", job(State.COMPOSED_NOT_SAVED, config_fingerprint="0" * 64),
-     lambda j: handlers.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
+     lambda j: decisions.config_check(j, PRODUCT), State.QUARANTINED, Reason.CONFIG_DRIFT,
      {"quarantine_reason": "config_drift"}),
     ("a removed product spends nothing", job(State.CREATE_ELIGIBLE),
-     lambda j: handlers.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
+     lambda j: decisions.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
      {"quarantine_reason": "product_removed"}),
     ("a removed product keeps its output", job(State.READY_TO_COMPOSE, payload="{}"),
-     lambda j: handlers.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
+     lambda j: decisions.config_check(j, None), State.QUARANTINED, Reason.PRODUCT_REMOVED,
      {"quarantine_reason": "product_removed"}),
     ("a step failing five times in a row", job(State.READY_TO_COMPOSE, retry_count=4),
-     lambda j: handlers.step_failed(j, "KeyError: x", 5)[0], State.QUARANTINED, Reason.STEP_FAILING,
+     lambda j: decisions.step_failed(j, "KeyError: x", 5)[0], State.QUARANTINED, Reason.STEP_FAILING,
      {"quarantine_reason": "step_failing"}),
     ("poll budget spent keeps the response id", replace(POLLING, poll_count=30),
-     lambda j: handlers.before_poll(j, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
+     lambda j: decisions.before_poll(j, BUDGETS), State.QUARANTINED, Reason.POLL_BUDGET_EXHAUSTED,
      {"quarantine_reason": "poll_budget_exhausted"}),
-    ("queued", replace(POLLING, state=State.ACCEPTED), lambda j: handlers.after_poll(j, observed("queued"), S, RNG),
+    ("queued", replace(POLLING, state=State.ACCEPTED), lambda j: decisions.after_poll(j, observed("queued"), S, RNG),
      State.QUEUED, Reason.POLL, {"poll_count": 5, "retry_count": 0}),
-    ("finished", POLLING, lambda j: handlers.after_poll(j, observed("completed", "x"), S, RNG),
+    ("finished", POLLING, lambda j: decisions.after_poll(j, observed("completed", "x"), S, RNG),
      State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
-    ("incomplete is finished too", POLLING, lambda j: handlers.after_poll(j, observed("incomplete", "x"), S, RNG),
+    ("incomplete is finished too", POLLING, lambda j: decisions.after_poll(j, observed("incomplete", "x"), S, RNG),
      State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED, {"poll_count": 5}),
     ("failed is only suspected at first", POLLING,
-     lambda j: handlers.after_poll(j, observed("failed", error="boom", error_code="server_error"), S, RNG),
+     lambda j: decisions.after_poll(j, observed("failed", error="boom", error_code="server_error"), S, RNG),
      State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
     ("unrequested cancelled is only suspected", POLLING,
-     lambda j: handlers.after_poll(j, observed("cancelled"), S, RNG),
+     lambda j: decisions.after_poll(j, observed("cancelled"), S, RNG),
      State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
-    ("404 is only suspected", POLLING, lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG),
+    ("404 is only suspected", POLLING, lambda j: decisions.after_poll(j, Missing("HTTP 404"), S, RNG),
      State.IN_PROGRESS, Reason.LOSS_SUSPECTED, {"poll_count": 5}),
     ("404 held over the window is a loss", POLLING,
-     lambda j: handlers.after_poll(j, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2),
+     lambda j: decisions.after_poll(j, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2),
      State.PROVIDER_EXPIRED_OR_MISSING, Reason.LOSS_CONFIRMED, {"poll_count": 5}),
     ("confirmed provider fault may be paid again", POLLING,
-     lambda j: handlers.after_poll(j, observed("failed", error_code="server_error"), S, RNG, loss=LOSS,
+     lambda j: decisions.after_poll(j, observed("failed", error_code="server_error"), S, RNG, loss=LOSS,
                                    suspected_reads=2),
      State.PROVIDER_EXPIRED_OR_MISSING, Reason.LOSS_CONFIRMED, {}),
     ("confirmed refusal is quarantined", POLLING,
-     lambda j: handlers.after_poll(j, observed("failed", error_code="invalid_prompt"), S, RNG, loss=LOSS,
+     lambda j: decisions.after_poll(j, observed("failed", error_code="invalid_prompt"), S, RNG, loss=LOSS,
                                    suspected_reads=2),
      State.QUARANTINED, Reason.PROVIDER_REFUSED, {"quarantine_reason": "provider_refused"}),
     ("an unknown error code is the safer of the two", POLLING,
-     lambda j: handlers.after_poll(j, observed("failed", error_code="mystery_error"), S, RNG, loss=LOSS,
+     lambda j: decisions.after_poll(j, observed("failed", error_code="mystery_error"), S, RNG, loss=LOSS,
                                    suspected_reads=2),
      State.QUARANTINED, Reason.PROVIDER_REFUSED, {"quarantine_reason": "provider_refused"}),
-    ("an unknown status is observed again", POLLING, lambda j: handlers.after_poll(j, observed("paused"), S, RNG),
+    ("an unknown status is observed again", POLLING, lambda j: decisions.after_poll(j, observed("paused"), S, RNG),
      State.IN_PROGRESS, Reason.PROVIDER_UNEXPECTED_STATUS, {"poll_count": 5, "retry_count": 0}),
     ("transient poll counts the poll only", POLLING,
-     lambda j: handlers.after_poll(j, Transient(None, "HTTP 503"), S, RNG),
+     lambda j: decisions.after_poll(j, Transient(None, "HTTP 503"), S, RNG),
      State.IN_PROGRESS, Reason.POLL_FAILED, {"poll_count": 5, "retry_count": 3}),
     ("lost response with budget left", job(State.PROVIDER_EXPIRED_OR_MISSING, generation_attempts=1,
                                            response_id="resp_1"),
-     lambda j: handlers.after_expired(j, BUDGETS), State.CREATE_ELIGIBLE, Reason.RECREATE_AFTER_LOSS,
+     lambda j: decisions.after_expired(j, BUDGETS), State.CREATE_ELIGIBLE, Reason.RECREATE_AFTER_LOSS,
      {"response_id": None, "poll_count": 0}),
     ("lost response, budget spent", job(State.PROVIDER_EXPIRED_OR_MISSING, generation_attempts=3,
                                         response_id="resp_1"),
-     lambda j: handlers.after_expired(j, BUDGETS), State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {}),
+     lambda j: decisions.after_expired(j, BUDGETS), State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {}),
     ("refetch finds the output", job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1"),
-     lambda j: handlers.after_refetch(j, observed("completed", "out"), S, 100, RNG),
+     lambda j: decisions.after_refetch(j, observed("completed", "out"), S, 100, RNG),
      State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, {"payload": "out"}),
     ("a finished response never goes back to polling", job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1"),
-     lambda j: handlers.after_refetch(j, observed("in_progress"), S, 100, RNG),
+     lambda j: decisions.after_refetch(j, observed("in_progress"), S, 100, RNG),
      State.COMPLETED_NOT_RETRIEVED, Reason.POLL, {}),
     ("validated", job(State.RETRIEVED_NOT_VALIDATED, payload=GOOD),
-     lambda j: handlers.on_validation(j, validate.validate(j.payload, PRODUCT)),
+     lambda j: decisions.on_validation(j, validate.validate(j.payload, PRODUCT)),
      State.READY_TO_COMPOSE, Reason.VALIDATED, {}),
     ("validation failure keeps the payload", job(State.RETRIEVED_NOT_VALIDATED, payload="{}"),
-     lambda j: handlers.on_validation(j, validate.validate(j.payload, PRODUCT)),
+     lambda j: decisions.on_validation(j, validate.validate(j.payload, PRODUCT)),
      State.VALIDATION_FAILED_RETAINED, Reason.VALIDATION_FAILED, {}),
-    ("save conflict", job(State.COMPOSED_NOT_SAVED), lambda j: handlers.on_save_conflict("duplicate"),
+    ("save conflict", job(State.COMPOSED_NOT_SAVED), lambda j: decisions.on_save_conflict("duplicate"),
      State.QUARANTINED, Reason.EDITION_CONFLICT, {"quarantine_reason": "edition_conflict"}),
-    ("delivered", job(State.SAVED_NOT_PUBLIC), lambda j: handlers.on_delivered(),
+    ("delivered", job(State.SAVED_NOT_PUBLIC), lambda j: decisions.on_delivered(),
      State.PUBLISHED, Reason.ALL_EVENTS_DELIVERED, {}),
-    ("published", job(State.PUBLISHED), handlers.on_published, State.CLEANUP_PENDING, Reason.CLEANUP_START, {}),
-    ("nothing remote", job(State.CLEANUP_PENDING), handlers.before_cleanup, State.DELETED, Reason.NOTHING_REMOTE, {}),
+    ("published", job(State.PUBLISHED), decisions.on_published, State.CLEANUP_PENDING, Reason.CLEANUP_START, {}),
+    ("nothing remote", job(State.CLEANUP_PENDING), decisions.before_cleanup, State.DELETED, Reason.NOTHING_REMOTE, {}),
     ("deleted", job(State.CLEANUP_PENDING, response_id="resp_1"),
-     lambda j: handlers.after_delete(j, Deleted("resp_1"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
+     lambda j: decisions.after_delete(j, Deleted("resp_1"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
     ("404 on delete counts as deleted", job(State.CLEANUP_PENDING, response_id="resp_1"),
-     lambda j: handlers.after_delete(j, Missing("gone"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
+     lambda j: decisions.after_delete(j, Missing("gone"), S, RNG), State.DELETED, Reason.REMOTE_DELETED, {}),
     ("delete retries forever", job(State.CLEANUP_PENDING, response_id="resp_1"),
-     lambda j: handlers.after_delete(j, Transient(3.0, "reset"), S, RNG),
+     lambda j: decisions.after_delete(j, Transient(3.0, "reset"), S, RNG),
      State.CLEANUP_PENDING, Reason.CLEANUP_RETRY, {"retry_count": 1}),
 ]
 
@@ -173,38 +186,38 @@ def test_decision(name: str, before: Job, decide: Any, to: State, reason: Reason
 
 
 def test_suspected_losses_are_read_again_spread_over_the_window() -> None:
-    first = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=0)
-    second = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=1)
+    first = decisions.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=0)
+    second = decisions.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=1)
     assert first.reason == second.reason == Reason.LOSS_SUSPECTED
     assert first.delay == second.delay == 30.0  # 3 reads over 60 s
     assert (first.detail["read"], second.detail["read"], second.detail["of"]) == (1, 2, 3)
     assert first.detail["response_id"] == "resp_1"
     once = ProviderSettings(loss_confirm_reads=1)
-    assert handlers.after_poll(POLLING, Missing("x"), S, RNG, loss=once).reason == Reason.LOSS_CONFIRMED
+    assert decisions.after_poll(POLLING, Missing("x"), S, RNG, loss=once).reason == Reason.LOSS_CONFIRMED
 
 
 def test_poll_of_a_job_without_drift_or_spent_budget_goes_ahead() -> None:
-    assert handlers.before_poll(POLLING, BUDGETS) is None
+    assert decisions.before_poll(POLLING, BUDGETS) is None
     # Drift never stops a poll (custody first): the poll does not even look at the config.
-    assert handlers.before_poll(replace(POLLING, config_fingerprint="0" * 64), BUDGETS) is None
-    assert handlers.config_check(job(State.RETRIEVED_NOT_VALIDATED), PRODUCT) is None
-    assert handlers.config_check(job(State.CREATE_ELIGIBLE, config_fingerprint="0" * 64), PRODUCT) is None
-    first, count = handlers.step_failed(job(State.READY_TO_COMPOSE), "boom", 5)
+    assert decisions.before_poll(replace(POLLING, config_fingerprint="0" * 64), BUDGETS) is None
+    assert decisions.config_check(job(State.RETRIEVED_NOT_VALIDATED), PRODUCT) is None
+    assert decisions.config_check(job(State.CREATE_ELIGIBLE, config_fingerprint="0" * 64), PRODUCT) is None
+    first, count = decisions.step_failed(job(State.READY_TO_COMPOSE), "boom", 5)
     assert first is None and count == 1
-    published, _ = handlers.step_failed(job(State.CLEANUP_PENDING, retry_count=9), "boom", 5)
+    published, _ = decisions.step_failed(job(State.CLEANUP_PENDING, retry_count=9), "boom", 5)
     assert published is None  # a published edition is never parked
-    assert handlers.before_cleanup(job(State.CLEANUP_PENDING, response_id="resp_1")) is None
+    assert decisions.before_cleanup(job(State.CLEANUP_PENDING, response_id="resp_1")) is None
 
 
 def test_backoff_hints_come_first_and_are_capped() -> None:
-    hinted = handlers.after_poll(POLLING, Transient(12.5, "HTTP 429"), S, RNG)
+    hinted = decisions.after_poll(POLLING, Transient(12.5, "HTTP 429"), S, RNG)
     assert hinted.delay == 12.5 and hinted.cooldown == 12.5
-    capped = handlers.after_poll(POLLING, Transient(10_000.0, "HTTP 429"), S, RNG)
+    capped = decisions.after_poll(POLLING, Transient(10_000.0, "HTTP 429"), S, RNG)
     assert capped.delay == S.backoff_cap_seconds
-    unhinted = handlers.after_poll(POLLING, Transient(None, "HTTP 503"), S, random.Random(1))
+    unhinted = decisions.after_poll(POLLING, Transient(None, "HTTP 503"), S, random.Random(1))
     assert unhinted.delay is not None and 0.8 * 8 <= unhinted.delay <= 1.2 * 8  # retry 3: 2 * 2**2
     assert unhinted.cooldown is None
-    refused = handlers.after_create(IN_FLIGHT, Refused(None, "connection refused"), S, random.Random(1))
+    refused = decisions.after_create(IN_FLIGHT, Refused(None, "connection refused"), S, random.Random(1))
     assert refused.cooldown is None and refused.delay is not None and 0.8 * 4 <= refused.delay <= 1.2 * 4
 
 
@@ -222,11 +235,11 @@ def test_the_generation_budget_is_charged_only_at_dispatch() -> None:
 def test_custody_escapes_unencodable_text_and_truncates_oversize_output() -> None:
     j = job(State.COMPLETED_NOT_RETRIEVED, response_id="resp_1", total_tokens=10, input_tokens=4, output_tokens=6)
     lone = "ok \ud800 end"
-    d = handlers.on_output(j, observed("completed", lone, Usage(1, 2, 3)), max_bytes=1000)
+    d = decisions.on_output(j, observed("completed", lone, Usage(1, 2, 3)), max_bytes=1000)
     assert d.changes["payload"] == "ok \\ud800 end" and d.detail["escaped_unencodable"] is True
     assert d.changes["payload_sha256"] == hashlib.sha256(d.changes["payload"].encode()).hexdigest()
     assert (d.changes["input_tokens"], d.changes["output_tokens"], d.changes["total_tokens"]) == (5, 8, 13)
-    big = handlers.on_output(j, observed("completed", "é" * 100), max_bytes=51)
+    big = decisions.on_output(j, observed("completed", "é" * 100), max_bytes=51)
     stored = big.changes["payload"].encode()
     assert len(stored) <= 52 and big.detail["stored_truncated_to"] == 52 and big.detail["bytes"] == 200
     assert_allowed(j, big)
@@ -234,8 +247,8 @@ def test_custody_escapes_unencodable_text_and_truncates_oversize_output() -> Non
 
 def test_a_track_validates_composes_and_saves_its_language_in_one_plan() -> None:
     j = job(State.READY_TO_COMPOSE, payload=GOOD)
-    (part,) = track_handlers.parts_of(validate.shared(GOOD, PRODUCT))
-    plan = track_handlers.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=False)
+    (part,) = parts.parts_of(validate.shared(GOOD, PRODUCT))
+    plan = track_decisions.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=False)
     assert [(h.to, h.reason) for h in plan.hops] == [
         (State.READY_TO_COMPOSE, Reason.VALIDATED), (State.COMPOSED_NOT_SAVED, Reason.COMPOSED),
         (State.SAVED_NOT_PUBLIC, Reason.SAVED)]
@@ -244,13 +257,13 @@ def test_a_track_validates_composes_and_saves_its_language_in_one_plan() -> None
     for hop in plan.hops:
         assert states.track_allowed(at, hop.to)
         at = hop.to
-    shadowed = track_handlers.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=True)
+    shadowed = track_decisions.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=True)
     assert shadowed.save is None and shadowed.hops[-1].reason == Reason.SHADOW_WOULD_PUBLISH
 
 
 def test_a_track_whose_part_fails_parks_alone_with_its_reasons() -> None:
     bad = json.dumps({"en": {"title": "t", "summary": "s", "items": []}})
-    plan = track_handlers.step(job(State.READY_TO_COMPOSE, payload=GOOD), "en", State.RETRIEVED_NOT_VALIDATED, bad,
+    plan = track_decisions.step(job(State.READY_TO_COMPOSE, payload=GOOD), "en", State.RETRIEVED_NOT_VALIDATED, bad,
                                None, PRODUCT, shadow=False)
     assert [h.to for h in plan.hops] == [State.VALIDATION_FAILED_RETAINED] and plan.save is None
     assert plan.changes["last_error"].startswith("schema: en.items")
@@ -258,26 +271,26 @@ def test_a_track_whose_part_fails_parks_alone_with_its_reasons() -> None:
 
 def test_the_slot_follows_its_slowest_track() -> None:
     rtc = job(State.READY_TO_COMPOSE)
-    assert track_handlers.slot_follows(rtc, {"en": (State.SAVED_NOT_PUBLIC, "{}"),
+    assert track_decisions.slot_follows(rtc, {"en": (State.SAVED_NOT_PUBLIC, "{}"),
                                              "es": (State.RETRIEVED_NOT_VALIDATED, None)}) is None
-    d = track_handlers.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.COMPOSED_NOT_SAVED, "{}")})
+    d = track_decisions.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.COMPOSED_NOT_SAVED, "{}")})
     assert d is not None and (d.to, d.reason) == (State.COMPOSED_NOT_SAVED, Reason.COMPOSED)
-    d = track_handlers.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.SAVED_NOT_PUBLIC, "{}")})
+    d = track_decisions.slot_follows(rtc, {"en": (State.PUBLISHED, "{}"), "es": (State.SAVED_NOT_PUBLIC, "{}")})
     assert d is not None and d.to == State.SAVED_NOT_PUBLIC and d.detail["editions"] == ["en", "es"]
-    assert track_handlers.slot_parks({"en": (State.SAVED_NOT_PUBLIC, None, None),
+    assert track_decisions.slot_parks({"en": (State.SAVED_NOT_PUBLIC, None, None),
                                       "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: x")}) is None
-    d = track_handlers.slot_parks({"en": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: a"),
+    d = track_decisions.slot_parks({"en": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: a"),
                                    "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: b")})
     assert d is not None and d.to == State.VALIDATION_FAILED_RETAINED and d.detail["reasons"] == ["bad_url: a",
                                                                                                   "bad_url: b"]
-    d = track_handlers.slot_parks({"en": (State.QUARANTINED, "config_drift", "drift"),
+    d = track_decisions.slot_parks({"en": (State.QUARANTINED, "config_drift", "drift"),
                                    "es": (State.VALIDATION_FAILED_RETAINED, None, "bad_url: b")})
     assert d is not None and d.changes["quarantine_reason"] == "config_drift"
 
 
 def test_a_killed_job_without_custody_is_cancelled_before_its_delete() -> None:
-    assert handlers.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True))
-    assert not handlers.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True,
+    assert decisions.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True))
+    assert not decisions.cancel_before_delete(job(State.CLEANUP_PENDING, response_id="r", kill_requested=True,
                                                  payload="kept"))
 
 
@@ -375,7 +388,8 @@ def test_every_reason_is_declared_with_a_meaning() -> None:
 
 
 def test_the_pure_core_imports_no_database_and_no_http() -> None:
-    code = ("import iipub.handlers, iipub.remedies, iipub.jobs, iipub.outcomes, iipub.states, sys; "
+    code = ("import iipub.machine.decisions, iipub.operate.remedies, iipub.model.jobs, iipub.provider.outcomes, "
+            "iipub.model.states, sys; "
             "assert 'sqlalchemy' not in sys.modules and 'httpx' not in sys.modules, "
             "sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'httpx'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -383,7 +397,7 @@ def test_the_pure_core_imports_no_database_and_no_http() -> None:
 
 
 def test_a_response_reported_queued_again_does_not_move_the_job_back() -> None:
-    d = handlers.after_poll(POLLING, observed("queued"), S, RNG)
+    d = decisions.after_poll(POLLING, observed("queued"), S, RNG)
     assert (d.to, d.reason) == (State.IN_PROGRESS, Reason.POLL)
     assert_allowed(POLLING, d)
 
@@ -395,37 +409,38 @@ SCOPE_B = "org=- project=proj_b key=fedcba9876543210"
 
 
 def test_a_refused_parameter_refunds_and_holds_without_cooling_anything_down() -> None:
-    d = handlers.after_create(IN_FLIGHT, Refused(None, "HTTP 400: Unsupported value", "unsupported_value",
+    d = decisions.after_create(IN_FLIGHT, Refused(None, "HTTP 400: Unsupported value", "unsupported_value",
                                                  param="temperature"), S, RNG)
     assert d.to == State.CREATE_ELIGIBLE and d.reason == Reason.CREATE_PARAM_REFUSED
     assert d.changes["generation_attempts"] == IN_FLIGHT.generation_attempts - 1
-    assert d.cooldown is None and d.delay == handlers.HELD_RECHECK_SECONDS
+    assert d.cooldown is None and d.delay == decisions.HELD_RECHECK_SECONDS
     assert d.detail["param"] == "temperature" and d.detail["product_held"] == IN_FLIGHT.product
     assert_allowed(IN_FLIGHT, d)
 
 
 def test_an_accepted_create_records_its_scope() -> None:
-    d = handlers.after_create(IN_FLIGHT, Accepted("resp_9", "queued"), S, RNG, scope=SCOPE_A)
+    d = decisions.after_create(IN_FLIGHT, Accepted("resp_9", "queued"), S, RNG, scope=SCOPE_A)
     assert d.changes["create_scope"] == SCOPE_A
 
 
 def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
     polling = replace(POLLING, create_scope=SCOPE_A)
-    d = handlers.after_poll(polling, Missing("HTTP 404: not found"), S, RNG, loss=LOSS, suspected_reads=5,
+    d = decisions.after_poll(polling, Missing("HTTP 404: not found"), S, RNG, loss=LOSS, suspected_reads=5,
                             scope=SCOPE_B)
     assert d.to == polling.state and d.reason == Reason.SCOPE_MISMATCH
     assert "poll_count" not in d.changes  # the poll budget is not spent waiting for credentials
     assert d.detail["created_under"] == SCOPE_A and d.detail["read_under"] == SCOPE_B
     # The same project under another key is the same scope: a 404 there is evidence, as before.
     same_project = "org=- project=proj_a key=ffffffffffffffff"
-    d = handlers.after_poll(polling, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=same_project)
+    d = decisions.after_poll(polling, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=same_project)
     assert d.reason == Reason.LOSS_CONFIRMED
     # No project named: the key is the scope.
     keyed = replace(POLLING, create_scope="org=- project=- key=0123456789abcdef")
-    d = handlers.after_poll(keyed, Missing("HTTP 404"), S, RNG, loss=LOSS, scope="org=- project=- key=ffffffffffffffff")
+    d = decisions.after_poll(keyed, Missing("HTTP 404"), S, RNG, loss=LOSS,
+                             scope="org=- project=- key=ffffffffffffffff")
     assert d.reason == Reason.SCOPE_MISMATCH
     # A job from before scopes were recorded: loss confirmation as before.
-    d = handlers.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=SCOPE_B)
+    d = decisions.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=SCOPE_B)
     assert d.reason == Reason.LOSS_CONFIRMED
 
 
@@ -439,12 +454,12 @@ def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
 def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: str | None,
                                                           parked: Reason | None) -> None:
     retrieved = job(State.COMPLETED_NOT_RETRIEVED, generation_attempts=1, response_id="resp_1")
-    d = handlers.on_output(retrieved, seen)
+    d = decisions.on_output(retrieved, seen)
     assert d.to == State.RETRIEVED_NOT_VALIDATED and d.reason == Reason.RETRIEVED  # custody, whatever it holds
     assert d.changes["output_end"] == end and d.changes["payload"] == (seen.output_text or seen.refusal)
     stored = replace(retrieved, state=State.RETRIEVED_NOT_VALIDATED, **{k: v for k, v in d.changes.items()
                                                                          if k in ("payload", "output_end")})
-    p = handlers.before_validation(stored, PRODUCT)
+    p = decisions.before_validation(stored, PRODUCT)
     if parked is None:
         assert p is None
         return

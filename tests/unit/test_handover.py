@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from iipub import handover
-from iipub.errors import UsageError
+from iipub.core.errors import UsageError
+from iipub.operate import handover
 
 TODAY = dt.date(2026, 12, 1)
 PRODUCTS = {"daily-brief", "revolution-watch"}

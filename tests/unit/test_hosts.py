@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from iipub.validate import ascii_host, url_problem
+from iipub.edition.validate import ascii_host, url_problem
 
 
 @pytest.mark.parametrize(("name", "expected"), [

@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from iipub import handlers, remedies
-from iipub.errors import OperatorRefused
-from iipub.jobs import Job
-from iipub.outcomes import Observed, Usage
-from iipub.states import Reason, State
+from iipub.core.errors import OperatorRefused
+from iipub.machine import decisions
+from iipub.model.jobs import Job
+from iipub.model.states import Reason, State
+from iipub.operate import remedies
+from iipub.provider.outcomes import Observed, Usage
 
 EDITION = json.dumps({"en": {"title": "T", "summary": "S", "items": []}}, ensure_ascii=False)
 
@@ -80,7 +81,7 @@ def test_custody_is_exactly_a_polls() -> None:
     imported = remedies.parse_import(json.dumps({"output_text": text}).encode(), 10_000)
     j = job()
     d = remedies.import_payload(j, imported, 10_000, "alice", "from the dashboard")
-    poll = handlers.on_output(j, Observed("", "completed", text, None), 10_000)
+    poll = decisions.on_output(j, Observed("", "completed", text, None), 10_000)
     assert d.to == State.RETRIEVED_NOT_VALIDATED and d.reason == Reason.OPERATOR_IMPORT_PAYLOAD and d.delay == 0
     assert d.changes == {**poll.changes, "quarantine_reason": None}
     assert d.changes["payload"].endswith("\\ud800")
@@ -100,7 +101,7 @@ def test_tokens_are_counted_and_another_jobs_response_is_refused() -> None:
 @pytest.mark.parametrize("state", [State.QUARANTINED, State.COMPLETED_NOT_RETRIEVED,
                                    State.PROVIDER_EXPIRED_OR_MISSING])
 def test_importable_states_have_the_edge(state: State) -> None:
-    from iipub import states
+    from iipub.model import states
 
     assert states.allowed(state, State.RETRIEVED_NOT_VALIDATED, operator=True)
     remedies.check_import(job(state))

@@ -22,13 +22,14 @@ def _loaded_after(code: str, env: Mapping[str, str] | None = None, cwd: Path | N
 
 def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server() -> None:
     loaded = _loaded_after(
-        "import iipub.cli, iipub.reconcile\n"
-        "from iipub.config import ProviderSettings\n"
-        "from iipub.provider import Provider\n"
+        "import iipub.cli, iipub.machine.sweep\n"
+        "from iipub.settings.config import ProviderSettings\n"
+        "from iipub.provider.adapter import Provider\n"
         "Provider(ProviderSettings(), 'sk-test').close()  # constructed, never called\n"
     )
-    heavy = {"openai", "iipub.simulator.server", "iipub.simulator.webhooks", "iipub.actions", "iipub.invariants",
-             "iipub.status", "iipub.status_queries", "iipub.relay", "iipub.webhook"}
+    heavy = {"openai", "iipub.provider.simulator.server", "iipub.provider.simulator.webhooks", "iipub.operate.executor",
+             "iipub.observe.invariants", "iipub.observe.report", "iipub.observe.queries", "iipub.publish.relay",
+             "iipub.webhooks.receiver"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
@@ -36,9 +37,9 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
 def test_reads_load_httpx_alone_and_the_sdk_loads_at_the_first_create() -> None:
     """A tick that only polls (a GET per job) never pays for the SDK's import; a create does."""
     start = ("import datetime as dt\n"
-             "from iipub.config import Product, ProviderSettings\n"
-             "from iipub.outcomes import CreateRequest\n"
-             "from iipub.provider import Provider\n"
+             "from iipub.settings.config import Product, ProviderSettings\n"
+             "from iipub.provider.outcomes import CreateRequest\n"
+             "from iipub.provider.adapter import Provider\n"
              "s = ProviderSettings(base_url='http://127.0.0.1:9/v1', connect_timeout_seconds=0.2)\n"
              "p = Provider(s, 'sk-test')\n"
              "assert p.retrieve('resp_1').unreachable\n")
@@ -51,7 +52,7 @@ def test_reads_load_httpx_alone_and_the_sdk_loads_at_the_first_create() -> None:
 
 def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_library(tmp_path: Path) -> None:
     """`iipub reconcile` with nothing due (1,440 runs a day) loads neither the openai SDK, httpx
-    nor pydantic: the configuration checks itself (`iipub.strict`), the provider and the edition
+    nor pydantic: the configuration checks itself (`iipub.core.strict`), the provider and the edition
     schema load at their first use, the per-state steps with the first leased job."""
     if dt.datetime.now(dt.UTC).time() >= dt.time(23, 58):
         pytest.skip("the product's window opens now: the run would have work")
@@ -66,8 +67,8 @@ def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_l
             "    except SystemExit as exc:\n"
             "        assert not exc.code, exc.code\n")
     loaded = _loaded_after(code, env=env, cwd=tmp_path)
-    assert "iipub.reconcile" in loaded  # it did run the tick
-    heavy = {"openai", "httpx", "pydantic", "iipub.edition_schema", "iipub.status", "iipub.status_queries",
-             "iipub.simulator.server", "iipub.steps", "iipub.handlers", "iipub.validate", "iipub.outbox",
-             "iipub.settle"}
+    assert "iipub.machine.sweep" in loaded  # it did run the tick
+    heavy = {"openai", "httpx", "pydantic", "iipub.settings.edition_schema", "iipub.observe.report",
+             "iipub.observe.queries", "iipub.provider.simulator.server", "iipub.machine.steps",
+             "iipub.machine.decisions", "iipub.edition.validate", "iipub.store.outbox", "iipub.machine.settle"}
     assert not heavy & loaded, sorted(heavy & loaded)

@@ -1,6 +1,7 @@
-"""The layer contract (pyproject's `[tool.importlinter]`) is executable and is the table of
-docs/architecture.md: a planted back-import breaks it, and every module it names sits in the
-documentation's row of its layer."""
+"""The layer contract (pyproject's `[tool.importlinter]`) is executable and is the layout table of
+docs/architecture.md: packages import only the floors below them, no import cycle exists (at
+module level or inside a function), the pure modules reach no I/O library, and a planted
+violation of each rule breaks the contract."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-# The contract's layers, top first, and the row of docs/architecture.md each belongs to.
-DOC_ROWS = ["command line", "command line", "drivers", "drivers", "edges (I/O)", "decisions (pure)",
-            "values and rules (pure)"]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _layers() -> list[list[str]]:
+def _floors() -> list[list[str]]:
     (layers,) = [c["layers"] for c in CONTRACT["contracts"] if c["type"] == "layers"]
     return [[m.strip() for m in re.split(r"[:|]", layer)] for layer in layers]
+
+
+def _layout_rows() -> list[tuple[str, str]]:
+    """The rows of the layout table: (package or top-level modules, the modules it lists)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("## Layout"):]
+    return [(m.group(1).strip(), m.group(2)) for m in re.finditer(r"^\| `([^`|]+)` \| (.+?) \|$", table, re.MULTILINE)]
 
 
 def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -34,8 +39,8 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not LINT_IMPORTS.exists():
-        pytest.skip("lint-imports is not installed beside this interpreter")
+    # import-linter is in the test extra: the README's test command runs these tests.
+    assert LINT_IMPORTS.exists(), "lint-imports is not installed beside this interpreter: pip install '.[test]'"
     tree = tmp_path_factory.mktemp("layers")
     shutil.copytree(ROOT / "iipub", tree / "iipub", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
@@ -48,36 +53,60 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
     assert "0 broken" in out.stdout
 
 
-@pytest.mark.parametrize(("module", "planted"), [
-    ("handlers.py", "from . import store  # planted\n"),      # a decision reaching up into an edge
-    ("states.py", "import sqlalchemy  # planted\n"),         # a pure value reaching the database
-    ("status.py", "from . import tables  # planted\n"),       # the status report reading rows itself
+@pytest.mark.parametrize(("module", "planted", "contract"), [
+    # a floor reaching up: the database layer importing the sweep
+    ("store/db.py", "from iipub.machine import steps  # planted\n", "floors below it"),
+    # a pure value reaching the database library
+    ("model/states.py", "import sqlalchemy  # planted\n", "pure modules"),
+    # a cycle hidden in a function body: config imports models; models would import config back
+    ("settings/models.py", "\n\ndef _planted() -> None:\n    from iipub.settings import config  # noqa\n",
+     "no import cycle"),
+    # a cycle between two packages of one floor's neighbours: money reaching back into machine
+    ("money/spend.py", "\n\ndef _planted() -> None:\n    from iipub.machine import decisions  # noqa\n",
+     "floors below it"),
 ])
-def test_a_planted_back_import_breaks_the_contract(tree_copy: Path, module: str, planted: str) -> None:
+def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module
     original = target.read_text()
-    target.write_text(original.replace("from __future__ import annotations\n",
-                                       "from __future__ import annotations\n" + planted, 1))
+    if planted.startswith("\n"):
+        target.write_text(original + planted)
+    else:
+        target.write_text(original.replace("from __future__ import annotations\n",
+                                           "from __future__ import annotations\n" + planted, 1))
     try:
         out = _lint(tree_copy)
     finally:
         target.write_text(original)
     assert out.returncode != 0
-    assert "BROKEN" in out.stdout and f"iipub.{module[:-3]}" in out.stdout
+    broken = [line for line in out.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(contract in line for line in broken), out.stdout[-2000:]
 
 
-def test_every_module_of_the_contract_is_in_its_layer_row_of_the_architecture_table() -> None:
-    doc = (ROOT / "docs" / "architecture.md").read_text()
-    rows = {m.group(1).strip(): m.group(2) for m in re.finditer(r"^\| ([^|`]+) \| (.+?) \|", doc, re.MULTILINE)}
-    layers = _layers()
-    assert len(layers) == len(DOC_ROWS)
-    missing = [(m, row) for layer, row in zip(layers, DOC_ROWS, strict=True) for m in layer
-               if not re.search(rf"`{re.escape(m)}[`/ ]", rows[row])]
-    assert missing == []
-
-
-def test_the_contract_names_every_module_of_the_package() -> None:
-    named = {m for layer in _layers() for m in layer}
+def test_the_contract_names_every_package_and_top_level_module() -> None:
+    named = {m for floor in _floors() for m in floor}
     on_disk = {p.stem if p.is_file() else p.name for p in (ROOT / "iipub").iterdir()
                if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
     assert named == on_disk
+
+
+def test_the_layout_table_lists_every_package_in_floor_order_and_every_module_in_its_row() -> None:
+    rows = _layout_rows()
+    packages = [name for name, _ in rows if "/" not in name and "." not in name]
+    floors = [m for floor in _floors() for m in floor if (ROOT / "iipub" / m).is_dir()]
+    assert packages == floors  # the table reads top floor first, like the contract
+    listed = dict(rows)
+    missing = []
+    for package in floors:
+        for path in sorted((ROOT / "iipub" / package).rglob("*.py")):
+            if path.stem == "__init__" and path.parent == ROOT / "iipub" / package:
+                continue
+            rel = path.relative_to(ROOT / "iipub" / package).with_suffix("").as_posix().replace("/__init__", "/")
+            if not re.search(rf"`{re.escape(rel)}`", listed[package]):
+                missing.append(f"{package}/{rel}")
+    assert missing == []
+
+
+def test_a_new_top_level_module_must_be_placed() -> None:
+    """At most a handful of modules sit beside the packages: the entry points."""
+    top = sorted(p.stem for p in (ROOT / "iipub").glob("*.py") if p.stem != "__init__")
+    assert top == ["__main__", "entry", "webhook"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from iipub import ledger
-from iipub.ledger import Fold, LedgerError, LedgerView, SpendLedger
+from iipub.money import ledger
+from iipub.money.ledger import Fold, LedgerError, LedgerView, SpendLedger
 
 SLOT = "daily-brief/2026-11-29"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from iipub import migrate
+from iipub.store import migrate
 
 _CREATE = re.compile(r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?`?(\w+)`?\s*\((.*)\)", re.IGNORECASE | re.DOTALL)
 

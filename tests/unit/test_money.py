@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from iipub import breaker, handlers, money
-from iipub.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
-from iipub.outcomes import Accepted, CreateRequest, Refused
-from iipub.provider import Provider
-from iipub.states import Reason, State
+from iipub.machine import decisions
+from iipub.model.states import Reason, State
+from iipub.money import breaker, budgets
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import Accepted, CreateRequest, Refused
+from iipub.settings.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
 from tests.unit.test_breaker import HEALTHY, NOW, P
 from tests.unit.test_handlers import job
 
@@ -26,12 +27,12 @@ BASE = "http://provider.test/v1"
 
 
 def test_flex_until_the_deadline_then_the_default_tier() -> None:
-    assert money.tier_for(FLEX, OPENED, OPENED) == "flex"
-    assert money.tier_for(FLEX, OPENED, OPENED + dt.timedelta(minutes=29, seconds=59)) == "flex"
-    assert money.tier_for(FLEX, OPENED, OPENED + dt.timedelta(minutes=30)) == "default"
+    assert budgets.tier_for(FLEX, OPENED, OPENED) == "flex"
+    assert budgets.tier_for(FLEX, OPENED, OPENED + dt.timedelta(minutes=29, seconds=59)) == "flex"
+    assert budgets.tier_for(FLEX, OPENED, OPENED + dt.timedelta(minutes=30)) == "default"
     default = dataclasses.replace(FLEX, service_tier="default")
-    assert money.tier_for(default, OPENED, OPENED) == "default"
-    assert money.flex_deadline(default, OPENED) is None
+    assert budgets.tier_for(default, OPENED, OPENED) == "default"
+    assert budgets.flex_deadline(default, OPENED) is None
     # The tier is not part of what shapes the output: switching it is no config drift.
     assert default.fingerprint() == FLEX.fingerprint()
 
@@ -40,14 +41,14 @@ def test_a_capacity_refusal_is_refunded_cools_nothing_and_retries_before_the_dea
     in_flight = job(State.CREATE_IN_FLIGHT, generation_attempts=1)
     s = ReconcileSettings(backoff_base_seconds=100, backoff_cap_seconds=600)
     refusal = Refused(30.0, "HTTP 429: Resource Unavailable", "resource_unavailable", capacity=True)
-    d = handlers.after_create(in_flight, refusal, s, tier="flex", flex_left=12.0)
+    d = decisions.after_create(in_flight, refusal, s, tier="flex", flex_left=12.0)
     assert d.to == State.CREATE_ELIGIBLE and d.reason == Reason.CREATE_REFUSED
     assert d.changes["generation_attempts"] == 0  # refunded: nothing was charged
     assert d.cooldown is None  # flex's capacity, not the account's rate limit
     assert d.delay == 12.0  # the retry is not put off past the flex deadline
     assert d.detail["capacity"] is True and d.detail["service_tier_asked"] == "flex"
     # The account's own rate limit still cools every create down.
-    limited = handlers.after_create(in_flight, Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded"), s)
+    limited = decisions.after_create(in_flight, Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded"), s)
     assert limited.cooldown == 2.0
 
 
@@ -60,36 +61,36 @@ def test_a_capacity_refusal_neither_opens_the_breaker_nor_shares_a_cool_down() -
 
 
 def test_accepted_journals_both_tiers() -> None:
-    d = handlers.after_create(job(State.CREATE_IN_FLIGHT, generation_attempts=1),
+    d = decisions.after_create(job(State.CREATE_IN_FLIGHT, generation_attempts=1),
                               Accepted("resp_1", "queued", "flex"), ReconcileSettings(), tier="flex")
     assert d.detail["service_tier_asked"] == "flex" and d.detail["service_tier"] == "flex"
-    dispatch = handlers.before_dispatch(job(), "f" * 64, Budgets(), "default")
+    dispatch = decisions.before_dispatch(job(), "f" * 64, Budgets(), "default")
     assert dispatch.detail["service_tier"] == "default"
 
 
 def test_ceilings_hold_only_the_products_they_cover() -> None:
     products = {"a": dataclasses.replace(FLEX, name="a", max_tokens_per_day=100),
                 "b": dataclasses.replace(FLEX, name="b")}
-    found = money.ceilings(Budgets(max_tokens_per_day=1000), products, {"a": 100, "b": 50, money.GLOBAL: 150}, {})
-    assert [c.scope for c in found] == [money.GLOBAL, "a"]
-    assert money.holding(found, "a") is not None and money.holding(found, "a").scope == "a"  # type: ignore[union-attr]
-    assert money.holding(found, "b") is None
-    raised = money.ceilings(Budgets(max_tokens_per_day=1000), products, {"a": 100, money.GLOBAL: 1000},
-                            {"a": 50, money.GLOBAL: 1})
-    assert money.holding(raised, "a") is None and money.holding(raised, "b") is None
+    found = budgets.ceilings(Budgets(max_tokens_per_day=1000), products, {"a": 100, "b": 50, budgets.GLOBAL: 150}, {})
+    assert [c.scope for c in found] == [budgets.GLOBAL, "a"]
+    assert budgets.holding(found, "a") is not None and budgets.holding(found, "a").scope == "a"  # type: ignore[union-attr]
+    assert budgets.holding(found, "b") is None
+    raised = budgets.ceilings(Budgets(max_tokens_per_day=1000), products, {"a": 100, budgets.GLOBAL: 1000},
+                            {"a": 50, budgets.GLOBAL: 1})
+    assert budgets.holding(raised, "a") is None and budgets.holding(raised, "b") is None
     assert "product a max_tokens_per_day 100 + 50 by override" in raised[1].describe()
 
 
 def test_prices_per_tier_and_the_flex_saving() -> None:
     price = ModelPrice(input_per_million=2.0, output_per_million=8.0)
-    assert money.cost(price, "default", 1_000_000, 1_000_000) == 10.0
-    assert money.cost(price, "flex", 1_000_000, 1_000_000) == 5.0  # batch rates: half, unless given
-    assert money.flex_saving(price, 1_000_000, 1_000_000) == 5.0
-    assert money.cost(price, "default", 0, 0, estimated=500_000) == 4.0  # an estimate at the output rate
-    assert money.cost(None, "flex", 1, 1) is None
+    assert budgets.cost(price, "default", 1_000_000, 1_000_000) == 10.0
+    assert budgets.cost(price, "flex", 1_000_000, 1_000_000) == 5.0  # batch rates: half, unless given
+    assert budgets.flex_saving(price, 1_000_000, 1_000_000) == 5.0
+    assert budgets.cost(price, "default", 0, 0, estimated=500_000) == 4.0  # an estimate at the output rate
+    assert budgets.cost(None, "flex", 1, 1) is None
     given = ModelPrice(input_per_million=2.0, output_per_million=8.0, flex_input_per_million=1.5,
                        flex_output_per_million=3.0)
-    assert money.cost(given, "flex", 1_000_000, 1_000_000) == 4.5
+    assert budgets.cost(given, "flex", 1_000_000, 1_000_000) == 4.5
 
 
 # -- the adapter: flex's 429 and timeout (mock transport) ---------------------------------------
@@ -144,7 +145,7 @@ def test_the_tier_the_response_reports_is_read() -> None:
 
 
 def test_an_override_names_the_ceiling_that_holds_the_creates() -> None:
-    from iipub.money import GLOBAL, Ceiling, override_refusal
+    from iipub.money.budgets import GLOBAL, Ceiling, override_refusal
 
     reached_global = [Ceiling(GLOBAL, 100, 0, 150), Ceiling("daily-brief", 10**6, 0, 150)]
     products = ["daily-brief", "revolution-watch"]

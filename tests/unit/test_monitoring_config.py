@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from iipub import heartbeat
-from iipub.config import MonitoringSettings
-from iipub.config_file import settings_from_dict
-from iipub.errors import ConfigError
+from iipub.core.errors import ConfigError
+from iipub.observe import heartbeat
+from iipub.settings.config import MonitoringSettings
+from iipub.settings.loading import settings_from_dict
 from tests.helpers import clean_env, one_line_error, run_cli
 
 BAD = [

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from iipub import handlers, parked
-from iipub.outcomes import Missing, Observed, Rejected, Transient, Usage
-from iipub.states import QUARANTINE_REASONS, Reason, State
+from iipub.machine import decisions
+from iipub.model.states import QUARANTINE_REASONS, Reason, State
+from iipub.operate import parked
+from iipub.provider.outcomes import Missing, Observed, Rejected, Transient, Usage
 from tests.unit.test_handlers import job
 
 ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
@@ -28,7 +29,7 @@ ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
 @pytest.mark.parametrize("answer", sorted(ANSWERS))
 def test_a_quarantined_job_keeps_its_state_and_reason_whatever_the_answer(reason: str, answer: str) -> None:
     j = job(State.QUARANTINED, quarantine_reason=reason, response_id="resp_1", last_error="why it parked")
-    d = handlers.custody_while_parked(j, ANSWERS[answer])
+    d = decisions.custody_while_parked(j, ANSWERS[answer])
     if answer in ("completed", "incomplete"):
         assert d is not None and d.reason == Reason.RETRIEVED and d.to == State.QUARANTINED
         assert d.changes["payload"] and d.changes["payload_sha256"]
@@ -49,7 +50,7 @@ def test_a_quarantined_job_keeps_its_state_and_reason_whatever_the_answer(reason
 def test_a_suspended_job_stores_its_output_and_resumes_where_it_can_use_it(suspended_from: str,
                                                                            after: str | None) -> None:
     j = job(State.MANUALLY_SUSPENDED, suspended_from=suspended_from, response_id="resp_1")
-    d = handlers.custody_while_parked(j, ANSWERS["completed"])
+    d = decisions.custody_while_parked(j, ANSWERS["completed"])
     assert d is not None and d.to == State.MANUALLY_SUSPENDED and d.changes["payload"]
     assert d.changes.get("suspended_from") == after
 
@@ -85,9 +86,9 @@ def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> No
 def test_a_response_naming_another_slot_is_never_stored_for_a_parked_job() -> None:
     j = job(State.QUARANTINED, quarantine_reason="restored_behind_ledger", response_id="resp_1")
     other = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
-    assert handlers.custody_while_parked(j, other) is None
+    assert decisions.custody_while_parked(j, other) is None
     mine = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
-    d = handlers.custody_while_parked(j, mine)
+    d = decisions.custody_while_parked(j, mine)
     assert d is not None and d.changes["payload"] == "{}"
 
 

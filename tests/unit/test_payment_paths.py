@@ -22,8 +22,9 @@ from pathlib import Path
 import click
 
 import iipub
-from iipub import actions, remedies, steps
 from iipub.cli import cli
+from iipub.machine import steps
+from iipub.operate import executor, remedies
 
 ASKS_FIRST = {"quarantine release", "regenerate"}
 THROUGH_THE_SWEEP = {
@@ -80,12 +81,12 @@ def test_the_remedies_that_lead_to_a_create_are_the_ones_actions_asks_the_author
                 and any(isinstance(n, ast.Attribute) and n.attr == "CREATE_ELIGIBLE"
                         and isinstance(n.value, ast.Name) and n.value.id == "State" for n in ast.walk(fn))}
     assert eligible == {"release_verified_lost", "regenerate"}
-    assert "_authorized" in _calls(actions.Operator._verified_lost)
-    assert "_authorized" in _calls(actions.Operator.regenerate)
-    assert "ruling" in _calls(actions.Operator._authorized)
+    assert "_authorized" in _calls(executor.Operator._verified_lost)
+    assert "_authorized" in _calls(executor.Operator.regenerate)
+    assert "ruling" in _calls(executor.Operator._authorized)
     # `--all` and `--dry-run` go through the single-job path.
-    assert {"release", "_release_decision"} <= _calls(actions.Operator.release_all)
-    assert "_verified_lost" in _calls(actions.Operator.release)
+    assert {"release", "_release_decision"} <= _calls(executor.Operator.release_all)
+    assert "_verified_lost" in _calls(executor.Operator.release)
 
 
 def test_the_sweeps_create_step_asks_the_authority_and_is_the_only_create_call() -> None:

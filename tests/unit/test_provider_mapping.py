@@ -12,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from iipub import edition_schema
-from iipub.config import Product, ProviderSettings
-from iipub.errors import InvariantViolation, MissingApiKey
-from iipub.outcomes import (
+from iipub.core.errors import InvariantViolation, MissingApiKey
+from iipub.provider.adapter import Provider
+from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
     CreateRequest,
@@ -27,7 +26,8 @@ from iipub.outcomes import (
     Transient,
     Usage,
 )
-from iipub.provider import Provider
+from iipub.settings import edition_schema
+from iipub.settings.config import Product, ProviderSettings
 
 BASE = "http://provider.test/v1"
 # A chat model: it takes temperature (a GPT-5-family product could not set one: `models`).
@@ -237,7 +237,7 @@ def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) 
 def test_a_default_product_sends_no_sampling_key_and_always_a_cost_cap(provider: Provider, rec: Recorder) -> None:
     """The shipped products are gpt-5-mini, which refuses temperature: none is sent, and
     max_output_tokens (sized from the product's output) is."""
-    from iipub.config import default_products
+    from iipub.settings.config import default_products
 
     rec.handler = answer(200, response_json(status="queued"))
     for product in default_products().values():
@@ -467,7 +467,7 @@ def test_an_answer_larger_than_the_bound_is_not_read(provider: Provider, rec: Re
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads stop reading past MAX_ANSWER_BYTES: a Transient, nothing kept; a create's answer
     that large is an unknown outcome (the request was sent), never a retry."""
-    import iipub.provider as provider_module
+    import iipub.provider.adapter as provider_module
 
     monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)
     rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))

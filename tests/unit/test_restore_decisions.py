@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from iipub import handlers, remedies
-from iipub.errors import OperatorRefused
-from iipub.outcomes import Missing, Observed
-from iipub.spend import SlotSpend
-from iipub.states import Reason, State
+from iipub.core.errors import OperatorRefused
+from iipub.machine import decisions
+from iipub.model.states import Reason, State
+from iipub.money.spend import SlotSpend
+from iipub.operate import remedies
+from iipub.provider.outcomes import Missing, Observed
 from tests.unit.test_handlers import job
 
 SLOT = "daily-brief/2026-11-29"
@@ -27,23 +28,23 @@ def spend(**kw: object) -> SlotSpend:
 
 def test_a_create_left_in_flight_adopts_the_response_the_ledger_recorded_for_that_attempt() -> None:
     in_flight = job(State.CREATE_IN_FLIGHT, generation_attempts=1)
-    d = handlers.in_flight_on_ledger(in_flight, spend())
+    d = decisions.in_flight_on_ledger(in_flight, spend())
     assert d is not None and (d.to, d.reason) == (State.ACCEPTED, Reason.RESTORED_ADOPTED)
     assert d.changes["response_id"] == "resp_1" and d.detail["attempts_added"] == 0
-    assert handlers.in_flight_on_ledger(replace(in_flight, generation_attempts=2), spend()) is None  # another attempt
-    assert handlers.in_flight_on_ledger(in_flight, spend(response_id=None)) is None  # no outcome recorded
-    assert handlers.in_flight_on_ledger(in_flight, None) is None
+    assert decisions.in_flight_on_ledger(replace(in_flight, generation_attempts=2), spend()) is None  # another attempt
+    assert decisions.in_flight_on_ledger(in_flight, spend(response_id=None)) is None  # no outcome recorded
+    assert decisions.in_flight_on_ledger(in_flight, None) is None
 
 
 def test_a_restored_job_is_closed_only_on_the_live_sites_proof_and_a_gone_response() -> None:
     parked = job(State.QUARANTINED, quarantine_reason="restored_behind_ledger")
     s = spend(published=1, published_editions=LIVE)
-    d = handlers.adopt_published(parked, s, LIVE, Missing("404"))
+    d = decisions.adopt_published(parked, s, LIVE, Missing("404"))
     assert d is not None and (d.to, d.reason) == (State.DELETED, Reason.RESTORED_PUBLISHED)
     assert d.changes["generation_attempts"] == 1 and d.detail["attempts_added"] == 1 and d.detail["ledger_ack"]
-    assert handlers.adopt_published(parked, s, None, Missing("404")) is None  # the page is not live
+    assert decisions.adopt_published(parked, s, None, Missing("404")) is None  # the page is not live
     running = Observed("resp_1", "in_progress", None, None)
-    assert handlers.adopt_published(parked, s, LIVE, running) is None  # still at the provider: adopt that
+    assert decisions.adopt_published(parked, s, LIVE, running) is None  # still at the provider: adopt that
 
 
 def test_verified_lost_on_a_restored_job_charges_the_ledger_or_refuses() -> None:

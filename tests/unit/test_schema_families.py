@@ -1,5 +1,5 @@
 """The MySQL and SQLite migrations declare the same columns with the same kind of type, and
-both agree with the code's table definitions (`iipub.db`). Read from the shipped `sql/`."""
+both agree with the code's table definitions (`iipub.store.db`). Read from the shipped `sql/`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import sqlalchemy as sa
 
-from iipub import migrate, tables
+from iipub.store import migrate, tables
 
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", re.DOTALL)
 _COLUMN = re.compile(r"^\s+(\w+)\s+([A-Z]+)(?:\((\d+)(?:,\s*\d+)?\))?(.*)$", re.MULTILINE)
@@ -44,7 +44,7 @@ def _columns(family: str) -> dict[str, dict[str, tuple[str, int | None]]]:
 
 def _declared_family(column: sa.Column[object]) -> str:
     t = column.type
-    if isinstance(t, sa.types.TypeDecorator):  # iipub.db's per-dialect types: their generic side
+    if isinstance(t, sa.types.TypeDecorator):  # iipub.store.db's per-dialect types: their generic side
         t = t.impl_instance
     if isinstance(t, sa.Boolean):
         return "bool"
@@ -56,7 +56,7 @@ def _declared_family(column: sa.Column[object]) -> str:
         return "date"
     if isinstance(t, (sa.String, sa.Text)):
         return "text"
-    return "datetime"  # the dialect-aware time type of iipub.db
+    return "datetime"  # the dialect-aware time type of iipub.store.db
 
 
 def test_both_dialects_declare_the_same_columns_and_type_families() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from iipub import states
-from iipub.states import EDGES, State
+from iipub.model import states
+from iipub.model.states import EDGES, State
 
 
 def _reachable(start: State, *, operator: bool = True) -> set[State]:

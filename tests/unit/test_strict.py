@@ -1,4 +1,4 @@
-"""`iipub.strict`: the configuration's sections check every field when built and when replaced."""
+"""`iipub.core.strict`: the configuration's sections check every field when built and when replaced."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from iipub.strict import Bounds, Checked, InvalidValues
+from iipub.core.strict import Bounds, Checked, InvalidValues
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from iipub.config import Product
-from iipub.validate import MAX_REASONS, Validation, is_public_http_url, url_problem, validate
+from iipub.edition.validate import MAX_REASONS, Validation, is_public_http_url, url_problem, validate
+from iipub.settings.config import Product
 
 PRODUCT = Product(name="daily-brief", languages=("en", "es"), items=3, prompt="p")
 

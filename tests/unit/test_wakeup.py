@@ -3,7 +3,9 @@ environment, the decision, and which command lines the check answers."""
 
 from __future__ import annotations
 
-from iipub import config, idle_check, tables, wakeup
+from iipub.observe import idle_check, wakeup
+from iipub.settings import config
+from iipub.store import tables
 
 
 def test_every_table_is_signed_or_deliberately_left_out() -> None:
@@ -23,7 +25,7 @@ def test_signed_columns_exist() -> None:
 
 
 def test_the_due_states_are_the_machines() -> None:
-    from iipub import states
+    from iipub.model import states
 
     assert set(wakeup.ACTIVE_STATES) == {s.value for s in states.ACTIVE}
     assert set(wakeup.TRACK_ACTIVE_STATES) == {s.value for s in states.TRACK_ACTIVE}
@@ -95,7 +97,7 @@ def test_the_check_loads_neither_the_framework_nor_the_cli() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, iipub.idle_check, iipub.entry\n"
+    code = ("import sys, iipub.observe.idle_check, iipub.entry\n"
             "bad = [m for m in ('click', 'sqlalchemy', 'structlog', 'httpx', 'openai', 'pydantic', 'iipub.cli')"
             " if m in sys.modules]\n"
             "print(','.join(bad))")
@@ -106,12 +108,12 @@ def test_the_check_loads_neither_the_framework_nor_the_cli() -> None:
 def test_the_check_finds_the_migrations_this_installation_ships() -> None:
     import os
 
-    from iipub import migrate
+    from iipub.store import migrate
 
     shipped = max(p.name[:4] for p in migrate.sql_dir().joinpath("migrations", "sqlite").iterdir()
                   if p.name.endswith(".sql"))
     assert idle_check.newest_migration("sqlite") == shipped
     assert idle_check.newest_migration("mysql") == shipped
     assert idle_check.newest_migration("nosuch") == ""
-    assert os.path.isdir(os.path.join(os.path.dirname(idle_check.__file__), os.pardir, "sql")) or \
-        os.path.isdir(os.path.join(os.path.dirname(idle_check.__file__), "sql"))
+    package = os.path.dirname(os.path.dirname(idle_check.__file__))  # iipub/
+    assert os.path.isdir(os.path.join(package, os.pardir, "sql")) or os.path.isdir(os.path.join(package, "sql"))

@@ -1,0 +1,2 @@
+"""The state machine in motion: per-state decisions (pure), the steps that apply them, the sweep,
+settling webhooks."""

@@ -1,0 +1,229 @@
+"""The spend ledger: an append-only, fsync'd file outside the database that remembers the whole
+chain of every paid create, so a database restored from a backup cannot make iipub pay for a
+slot again, nor lose track of what it already published.
+
+One JSON line per link of the chain, all keyed by slot (`product/YYYY-MM-DD`):
+
+    intent     before the POST: job, attempt, config fingerprint (fsync'd, or nothing is sent)
+    outcome    after it: accepted (with the response id), refused, ambiguous or rejected
+    custody    the output was stored: response id and the payload's sha256
+    saved      editions were saved: their sha256 per language
+    published  every event was delivered: the editions' sha256 per language
+    killed     an operator killed the job: its response may go without custody
+
+The chain lines after `intent` are written after the database committed the step, so in
+normal operation the ledger never knows more than the database; after a restore it does
+(`iipub.money.restore`). A line is written with one `write` on a file opened for appending, checked
+to be whole and fsync'd; a short write (disk full) is an error, and the next line starts on a
+fresh line, so a torn line costs only itself. `spend.summarize` folds the lines into `SlotSpend`.
+
+Every line names the installation that wrote it (`installation`, the database's installation
+id): two databases may write to one file and each reads only its own chain (`spend.Fold`).
+Lines from before that (no `installation`) count for this installation only when their job or
+response is known to its database; otherwise they are someone else's, noted once and ignored.
+
+`iipub adopt` writes one `adopted` line per response it takes over from a legacy system: the
+creates that system already paid for the slot (`attempt`), charged to the slot like iipub's own,
+but not paid by iipub.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from iipub.core.errors import IipubError
+from iipub.core.timefmt import iso_z
+from iipub.money.spend import (
+    CHAIN,
+    Fold,
+    LegacyOwner,
+    SlotSpend,
+    behind,
+    composed_editions,
+    has_chain,
+    slot_of,
+    summarize,
+)
+
+__all__ = ["CHAIN", "Fold", "LedgerError", "LedgerView", "SlotSpend", "SpendLedger", "behind", "composed_editions",
+           "has_chain", "slot_of",
+           "summarize"]
+
+# The one write of a line (a name of its own so a unit test can make it short).
+_write = os.write
+
+
+class LedgerError(IipubError):
+    """The spend ledger cannot be written or read; no paid create is sent without it."""
+
+    exit_code = 74  # EX_IOERR
+
+
+class SpendLedger:
+    """The ledger file as one installation writes and reads it (`installation` None: every line,
+    written without a name, as tests of the file itself do)."""
+
+    def __init__(self, path: Path, installation: str | None = None,
+                 legacy_is_ours: LegacyOwner | None = None, mirror: Path | None = None) -> None:
+        self.path = Path(path)
+        self.installation = installation
+        self.legacy_is_ours = legacy_is_ours
+        self.mirror = Path(mirror) if mirror is not None else None  # a second copy, written first
+
+    def copy(self, path: Path) -> SpendLedger:
+        """The same installation's view of another copy of the ledger (the mirror)."""
+        return SpendLedger(path, self.installation, self.legacy_is_ours)
+
+    def open(self, ledger_id: str) -> None:
+        """This installation begins (or begins again) writing to the ledger as `ledger_id`."""
+        self._append({"t": "open", "ledger_id": ledger_id, "slot": "", "attempt": 0})
+
+    def intent(self, job_id: str, slot: str, attempt: int, fingerprint: str, worker: str) -> None:
+        """Before a paid create: raises LedgerError if the line cannot be made durable."""
+        self._append({"t": "intent", "job_id": job_id, "slot": slot, "attempt": attempt,
+                      "fingerprint": fingerprint, "worker": worker})
+
+    def outcome(self, job_id: str, slot: str, attempt: int, outcome: str, response_id: str | None) -> None:
+        self._append({"t": "outcome", "job_id": job_id, "slot": slot, "attempt": attempt, "outcome": outcome,
+                      "response_id": response_id})
+
+    def adopted(self, job_id: str, slot: str, attempts: int, response_id: str, worker: str) -> None:
+        """A response a legacy system paid for (`attempts` creates), taken over by the slot's job."""
+        self._append({"t": "adopted", "job_id": job_id, "slot": slot, "attempt": attempts,
+                      "response_id": response_id, "worker": worker})
+
+    def custody(self, job_id: str, slot: str, attempt: int, response_id: str | None,
+                payload_sha256: str | None) -> None:
+        self._append({"t": "custody", "job_id": job_id, "slot": slot, "attempt": attempt,
+                      "response_id": response_id, "payload_sha256": payload_sha256})
+
+    def saved(self, job_id: str, slot: str, attempt: int, editions: Mapping[str, str]) -> None:
+        self._append({"t": "saved", "job_id": job_id, "slot": slot, "attempt": attempt, "editions": dict(editions)})
+
+    def published(self, job_id: str, slot: str, attempt: int, response_id: str | None,
+                  editions: Mapping[str, str]) -> None:
+        self._append({"t": "published", "job_id": job_id, "slot": slot, "attempt": attempt,
+                      "response_id": response_id, "editions": dict(editions)})
+
+    def killed(self, job_id: str, slot: str, attempt: int, response_id: str) -> None:
+        """An operator killed the job: its response may be deleted without custody."""
+        self._append({"t": "killed", "job_id": job_id, "slot": slot, "attempt": attempt, "response_id": response_id})
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def read(self) -> tuple[dict[str, SlotSpend], int]:
+        """Per-slot spend and the number of lines that could not be read (a missing file is
+        empty: `exists` tells the two apart). Raises LedgerError if the file cannot be read."""
+        try:
+            fold = self.fold()
+        except FileNotFoundError:
+            return {}, 0
+        return fold.slots, fold.bad
+
+    def fold(self) -> Fold:
+        """This installation's lines folded (FileNotFoundError when there is no file)."""
+        fold = Fold(self.installation, self.legacy_is_ours)
+        try:
+            with self.path.open(encoding="utf-8", errors="replace") as f:
+                fold.feed(f)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise LedgerError(f"cannot read the spend ledger {self.path}: {exc.strerror or exc}") from None
+        return fold
+
+    def load(self) -> tuple[dict[str, SlotSpend], int, str | None]:
+        """`read`, with a missing or unreadable file as a reason instead of an empty ledger or an
+        error: (spend, unreadable lines, why the ledger could not be read or None)."""
+        if not self.path.exists():
+            return {}, 0, f"the spend ledger {self.path} does not exist"
+        try:
+            spend, bad = self.read()
+        except LedgerError as exc:
+            return {}, 0, str(exc)
+        return spend, bad, None
+
+    def load_fold(self) -> tuple[Fold, str | None]:
+        """`fold`, with a missing or unreadable file as a reason instead of an error."""
+        if not self.path.exists():
+            return Fold(self.installation), f"the spend ledger {self.path} does not exist"
+        try:
+            return self.fold(), None
+        except (LedgerError, FileNotFoundError) as exc:
+            return Fold(self.installation), str(exc)
+
+    def _append(self, record: Mapping[str, Any]) -> None:
+        named = {"installation": self.installation} if self.installation else {}
+        line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **named, **record}, sort_keys=True)
+                + "\n").encode("utf-8")
+        # The mirror first (on another file system): a line is never only in the copy a restore
+        # of the host takes back with the database.
+        for path in ([self.mirror] if self.mirror is not None else []) + [self.path]:
+            _append_line(path, line)
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # the last line is torn: this one starts on a line of its own
+            written = _write(fd, line)
+            if written != len(line):
+                raise LedgerError(f"cannot write the spend ledger {path}: short write ({written} of "
+                                  f"{len(line)} bytes; is the disk full?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise LedgerError(f"cannot write the spend ledger {path}: {exc.strerror or exc}") from None
+
+
+class LedgerView:
+    """This installation's chain as fresh as the moment it is asked: `refresh` reads only the
+    bytes appended since the last read (whole lines; a line another process is still writing
+    waits for the next read), and the whole file again when it was replaced or shortened. A
+    comparison with a job read under its lease refreshes first, so it never compares a fresh
+    row with a copy of the ledger read before another worker's refund or create."""
+
+    def __init__(self, ledger: SpendLedger) -> None:
+        self.ledger = ledger
+        self.fold = Fold(ledger.installation, ledger.legacy_is_ours)
+        self._offset = 0
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read so far
+
+    def refresh(self) -> Fold:
+        path = self.ledger.path
+        try:
+            with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if self._file != (st.st_dev, st.st_ino) or st.st_size < self._offset:
+                    self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
+                    self._offset, self._file = 0, (st.st_dev, st.st_ino)
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
+            self._offset, self._file = 0, None
+            return self.fold
+        except OSError as exc:
+            raise LedgerError(f"cannot read the spend ledger {path}: {exc.strerror or exc}") from None
+        whole = data.rfind(b"\n") + 1
+        if whole:
+            self.fold.feed(data[:whole].decode("utf-8", errors="replace").splitlines())
+            self._offset += whole
+        return self.fold
+
+    def spend(self, slot: str) -> SlotSpend | None:
+        return self.refresh().slots.get(slot)
+
+    def knows(self, response_id: str) -> bool:
+        return response_id in self.refresh().response_ids

@@ -1,0 +1,147 @@
+"""What the payment authority (`authority`) sees, collected for one job: its stored output and
+its language tracks' parts, the editions saved for its slot, this installation's spend ledger
+chain, the legacy system's decisions file, the live site and the deployed configuration. Every
+path that can lead to a create calls `ruling` (the sweep with `Route.SWEEP` right before its
+create; `actions` before an operator command sends a job back to CREATE_ELIGIBLE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from iipub.model.jobs import Job
+from iipub.model.states import TRACK_SAVED, Reason
+from iipub.money import authority, restore
+from iipub.money.authority import Facts, Route, Ruling
+from iipub.money.spend import SlotSpend, slot_of
+from iipub.settings.config import Settings
+from iipub.store import tables
+
+# The legacy decisions file is read at most this far (as `status` reads it).
+LEGACY_MAX_BYTES = 64 * 1024 * 1024
+_legacy_cache: dict[tuple[str, int, int], dict[str, set[str]]] = {}
+# The operator entries that send a job back to CREATE_ELIGIBLE and may carry a pay-again.
+_GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value)
+
+
+def ruling(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+           ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Ruling:
+    """Ask the authority about `job` on `route`. On the sweep, the operator decision that sent
+    the job back (journaled since its last accepted create) counts: a `regenerate` declared the
+    held output bad (it is not evidence), a pay-again overrides the evidence it names."""
+    f = facts(settings, engine, job, route, spend=spend, ledger_ahead=ledger_ahead, pay_again=pay_again)
+    found = authority.may_pay(f, route)
+    if not found.allowed and route == Route.SWEEP and found.evidence in authority.OVERRIDABLE:
+        entry, granted = operator_entry(engine, job.id)
+        if entry == Reason.OPERATOR_REGENERATE.value:
+            f = dataclasses.replace(f, payload_sha256=None, track_payloads={})
+        if entry is not None:
+            return authority.may_pay(dataclasses.replace(f, pay_again=granted), route)
+    return found
+
+
+def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+          ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Facts:
+    product = settings.products.get(job.product)
+    day = job.edition_date.isoformat()
+    t, ed = tables.tracks.c, tables.editions.c
+    with engine.connect() as conn:
+        tracks = conn.execute(sa.select(t.lang, t.state, t.payload_sha256).where(t.job_id == job.id)).all()
+        saved = set(conn.execute(sa.select(ed.lang).where(ed.product == job.product,
+                                                          ed.edition_date == job.edition_date)).scalars())
+    saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}
+    held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved}
+    drift = None
+    if route == Route.SWEEP and product is not None and job.config_fingerprint \
+            and not product.fingerprint_matches(job.config_fingerprint):
+        drift = (job.config_fingerprint, product.fingerprint())
+    fence_pending = (route != Route.SWEEP and spend is not None and spend.charged > job.generation_attempts
+                     and job.quarantine_reason != Reason.RESTORED_BEHIND_LEDGER)
+    if route != Route.SWEEP and spend is not None and not ledger_ahead:
+        ledger_ahead = ledger_output(job, spend, held)
+    live: list[str] = []
+    if settings.static_sink is not None and product is not None:
+        root = Path(settings.static_sink.root)
+        live = [lang for lang in product.languages
+                if restore.live_sha256(root, job.product, day, lang) is not None]
+    return Facts(
+        job_id=job.id, slot=slot_of(job.product, day), payload_sha256=job.payload_sha256, track_payloads=held,
+        saved=sorted(saved), ledger=spend, ledger_ahead=ledger_ahead,
+        legacy=sorted(legacy_actions(settings, job.product, day)), live=live,
+        languages=product.languages if product is not None else None, drift=drift, pay_again=pay_again,
+        fence_pending=fence_pending)
+
+
+def ledger_output(job: Job, spend: SlotSpend, held: dict[str, str]) -> tuple[str, ...]:
+    """The output links this installation's ledger records for the slot that the job does not
+    hold: a custody whose payload is neither on the row nor in a track (a restore forgot it), a
+    publication whose editions this database never saved. (The sweep's restore fence compares
+    the journal instead, before it asks the authority.)"""
+    links: list[str] = []
+    if spend.custody_sha256 and spend.custody_response_id not in spend.killed_ids \
+            and job.payload_sha256 is None and not held:
+        links.append("custody")
+    if spend.published_editions and not job.composed_sha256 and job.payload_sha256 is None:
+        links.append("published")
+    return tuple(links)
+
+
+def legacy_actions(settings: Settings, product: str, day: str) -> set[str]:
+    """What the legacy decisions file says the legacy system did for the slot (create, publish,
+    …); empty without a file. Read again only when the file changed."""
+    path = settings.reconcile.legacy_decisions_file
+    if path is None:
+        return set()
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if key not in _legacy_cache:
+            with open(path, "rb") as f:
+                raw = f.read(LEGACY_MAX_BYTES)
+            _legacy_cache.clear()
+            _legacy_cache[key] = _by_slot(raw.decode("utf-8", errors="replace").splitlines())
+    except OSError:
+        return set()  # `status` reports an unreadable file
+    return set(_legacy_cache[key].get(slot_of(product, day), set()))
+
+
+def _by_slot(lines: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            slot = slot_of(str(rec["product"]), str(rec["edition_date"])[:10])
+            out.setdefault(slot, set()).add(str(rec["action"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def operator_entry(engine: sa.Engine, job_id: str) -> tuple[str | None, str | None]:
+    """The operator entry that sent the job back to CREATE_ELIGIBLE and its pay-again reason, if
+    no create was accepted since (one decision buys one create): (reason, pay-again) or (None, None)."""
+    ev = tables.job_events.c
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ev.reason, ev.detail).where(ev.job_id == job_id).order_by(ev.id.desc())
+                            .limit(200)).all()
+    for reason, detail in rows:
+        if reason == Reason.ACCEPTED.value:
+            return None, None
+        if reason in _GRANTING:
+            grant = _json(detail).get("pay_again")
+            return reason, (str(grant.get("why")) if isinstance(grant, dict) and grant.get("why") else None)
+    return None, None
+
+
+def _json(text: str | None) -> dict[str, Any]:
+    try:
+        doc = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}

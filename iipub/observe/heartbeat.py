@@ -1,0 +1,392 @@
+"""Heartbeats: one `runs` row per `iipub reconcile` / `iipub relay` run, and the optional
+dead-man's-switch ping.
+
+A run's row is written when it starts (`finished_at` NULL) and again when it finishes (`ok`,
+its bounded summary or error), by the database clock. A row left unfinished means the process
+died (cron's `timeout -k`, the OOM killer, a reboot). `iipub status` reads the last finished
+run of each command (`summary`); `--check` is CRITICAL when none finished OK recently.
+
+Recording never makes a run fail: a database error while writing a heartbeat is logged as a
+warning and the run goes on. The ping (`[monitoring] ping_url`) is a GET after each successful
+run, bounded in time, and its failures are warnings too. The runs prune their own table: one
+run in `PRUNE_EVERY` deletes what is older than `KEEP_DAYS` or beyond the newest `KEEP_ROWS`
+rows (a few rows at a time, by index).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+import structlog
+from sqlalchemy.engine import Connection, Engine
+
+from iipub import __version__
+from iipub.core import tls
+from iipub.core.errors import SchemaNotReady
+from iipub.core.timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
+from iipub.core.wording import clip_words, plural
+from iipub.settings.config import MonitoringSettings
+from iipub.store import clock, db, tables
+
+log = structlog.get_logger("iipub.heartbeat")
+
+COMMANDS = ("reconcile", "relay")
+SUMMARY_MAX_CHARS = 8_000  # the JSON kept of a run's summary (TEXT holds 64 KiB on MySQL)
+ERROR_MAX_CHARS = 2_000
+KEEP_DAYS = 7
+KEEP_ROWS = 50_000  # a week of both cron lines every minute on a few hosts
+PRUNE_EVERY = 20
+
+# Severities, as `iipub.observe.report` numbers them (that module is not imported by the cron commands).
+WARNING, CRITICAL = 1, 2
+
+runs = tables.runs
+
+
+# -- recording ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One run being recorded. `summary` is set by the caller before the run ends."""
+
+    engine: Engine
+    command: str
+    worker: str
+    id: int | None = None  # None: its start could not be recorded
+    summary: Mapping[str, Any] | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+def start(engine: Engine, command: str, worker: str) -> Run:
+    """Record that `command` started (never raises)."""
+    run = Run(engine, command, worker)
+    try:
+        with db.transaction(engine) as conn:
+            res = conn.execute(runs.insert().values(
+                command=command, host=_host(), pid=os.getpid(), worker=worker[:128], started_at=clock.now(conn)))
+            assert res.inserted_primary_key is not None
+            run.id = int(res.inserted_primary_key[0])
+    except Exception as exc:
+        log.warning("heartbeat_not_recorded", command=command, worker=worker, stage="start", error=_describe(exc))
+    return run
+
+
+def finish(run: Run, ok: bool, error: str | None = None) -> None:
+    """Record how `run` ended (never raises). A run whose start was not recorded gets its whole
+    row now, its start time reckoned back from how long it ran."""
+    values: dict[str, Any] = {"ok": ok, "summary": bounded_summary(run.summary),
+                              "error": None if error is None else _bounded(error, ERROR_MAX_CHARS)}
+    try:
+        with db.transaction(run.engine) as conn:
+            values["finished_at"] = clock.now(conn)
+            if run.id is not None:
+                conn.execute(runs.update().where(runs.c.id == run.id).values(**values))
+            else:
+                elapsed = time.monotonic() - run.started
+                res = conn.execute(runs.insert().values(
+                    command=run.command, host=_host(), pid=os.getpid(), worker=run.worker[:128],
+                    started_at=clock.now(conn, -elapsed), **values))
+                assert res.inserted_primary_key is not None
+                run.id = int(res.inserted_primary_key[0])
+    except Exception as exc:
+        log.warning("heartbeat_not_recorded", command=run.command, worker=run.worker, stage="finish",
+                    error=_describe(exc))
+        return
+    if run.id is not None and run.id % PRUNE_EVERY == 0:
+        prune(run.engine, run.id)
+
+
+def prune(engine: Engine, newest_id: int) -> int:
+    """Delete runs older than KEEP_DAYS or beyond the newest KEEP_ROWS (never raises)."""
+    try:
+        with db.transaction(engine) as conn:
+            n = conn.execute(runs.delete().where(runs.c.id <= newest_id - KEEP_ROWS)).rowcount
+            n += conn.execute(runs.delete().where(runs.c.started_at < clock.now(conn, -KEEP_DAYS * 86_400.0))).rowcount
+            return int(n)
+    except Exception as exc:
+        log.warning("heartbeat_prune_failed", error=_describe(exc))
+        return 0
+
+
+@contextmanager
+def recorded(engine: Engine, command: str, worker: str, monitoring: MonitoringSettings) -> Iterator[Run]:
+    """Record the run inside the block; after a successful one, ping `monitoring.ping_url`. An
+    exception (the run failed) is recorded and propagates; no ping is sent for it."""
+    run = start(engine, command, worker)
+    try:
+        yield run
+    except BaseException as exc:
+        finish(run, ok=False, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        raise
+    finish(run, ok=True)
+    ping(monitoring, command)
+
+
+def bounded_summary(summary: Mapping[str, Any] | None) -> str | None:
+    """The summary as JSON of at most SUMMARY_MAX_CHARS: whole, or its scalar entries only
+    (`"truncated": true`), or just that mark."""
+    if summary is None:
+        return None
+    text = json.dumps(summary, sort_keys=True, default=str)
+    if len(text) <= SUMMARY_MAX_CHARS:
+        return text
+    scalars = {k: v for k, v in summary.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    text = json.dumps({**scalars, "truncated": True}, sort_keys=True, default=str)
+    return text if len(text) <= SUMMARY_MAX_CHARS else '{"truncated": true}'
+
+
+def _bounded(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _host() -> str:
+    return (socket.gethostname() or "unknown")[:255]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {db.describe_error(exc)}"
+
+
+# -- the dead-man's switch ---------------------------------------------------------------------------
+
+
+def ping_target(url: str) -> str:
+    """What a log line may say of a ping URL: scheme, host and port (its path is often the secret)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+
+
+def ping(monitoring: MonitoringSettings, command: str) -> bool:
+    """GET `ping_url` (with `{command}` filled in) once; True when it answered 2xx. Bounded by
+    twice `ping_timeout_seconds` whatever the server does; never raises."""
+    if not monitoring.ping_url:
+        return False
+    url = monitoring.ping_url.replace("{command}", command)
+    timeout = monitoring.ping_timeout_seconds
+    outcome: list[int | str] = []
+    worker = threading.Thread(target=_get, args=(url, timeout, outcome), name="iipub-ping", daemon=True)
+    worker.start()
+    worker.join(2 * timeout)
+    got: int | str = outcome[0] if outcome else f"no answer within {2 * timeout:g}s"
+    if isinstance(got, int) and 200 <= got < 300:
+        log.debug("ping_sent", command=command, target=ping_target(url), status=got)
+        return True
+    log.warning("ping_failed", command=command, target=ping_target(url),
+                error=f"HTTP {got}" if isinstance(got, int) else got)
+    return False
+
+
+def _get(url: str, timeout: float, outcome: list[int | str]) -> None:
+    import httpx  # only a run that pings needs it here
+
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False, verify=tls.client_context(),
+                          headers={"User-Agent": f"iipub/{__version__}"}) as client, client.stream("GET", url) as resp:
+            outcome.append(resp.status_code)  # the body is never read
+    except Exception as exc:
+        outcome.append(" ".join(f"{type(exc).__name__}: {exc}".split())[:300])
+
+
+# -- what `status` shows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    command: str
+    host: str
+    pid: int
+    worker: str
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    ok: bool | None
+    summary: str | None
+    error: str | None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.finished_at is None else max(0.0, seconds_between(self.finished_at, self.started_at))
+
+    def to_dict(self) -> dict[str, Any]:
+        try:
+            summary = json.loads(self.summary) if self.summary else None
+        except ValueError:
+            summary = self.summary
+        return {
+            "id": self.id, "command": self.command, "host": self.host, "pid": self.pid, "worker": self.worker,
+            "started_at": iso_z(self.started_at), "finished_at": iso_z_or_none(self.finished_at),
+            "seconds": None if self.seconds is None else round(self.seconds, 3), "ok": self.ok,
+            "summary": summary, "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class CommandBeat:
+    """One command's heartbeat: its last finished run, its last OK one, counts in the window."""
+
+    command: str
+    last: RunRow | None
+    last_ok: RunRow | None
+    ok: int = 0  # finished OK in the window
+    failed: int = 0  # finished with an error in the window
+    unfinished: int = 0  # started in the window, never finished, older than a run can last (died)
+    running: int = 0  # started recently, not finished yet
+
+
+@dataclass(frozen=True)
+class Summary:
+    generated_at: dt.datetime
+    after_seconds: float  # 0: the check is off
+    window_hours: float
+    recorded: bool  # any run was ever recorded (of either command)
+    any_jobs: bool
+    commands: tuple[CommandBeat, ...]
+    ping_configured: bool = False
+    # Reconcile runs in a row (the newest first, runs that called no provider skipped) in which
+    # every provider call failed to connect, and how many make a WARNING (0: off).
+    unreachable_ticks: int = 0
+    unreachable_after: int = 0
+
+    def age_seconds(self, beat: CommandBeat) -> float | None:
+        """Seconds since the command last finished OK (None: never)."""
+        last = beat.last_ok
+        return None if last is None or last.finished_at is None else max(
+            0.0, seconds_between(self.generated_at, last.finished_at))
+
+    def problems(self) -> list[tuple[int, str]]:
+        found = self._heartbeat_problems()
+        if self.unreachable_after and self.unreachable_ticks >= self.unreachable_after:
+            found.append((WARNING, (f"provider unreachable: the last {self.unreachable_ticks} reconcile runs that "
+                                    f"called it could not connect (creates refused, not sent; "
+                                    f"[status] unreachable_after_ticks = {self.unreachable_after})")))
+        return found
+
+    def _heartbeat_problems(self) -> list[tuple[int, str]]:
+        after = self.after_seconds
+        if after <= 0:
+            return []
+        if not self.recorded and not self.any_jobs:
+            return [(WARNING, "no reconcile or relay run recorded yet: is cron installed (crontab.example)?")]
+        found: list[tuple[int, str]] = []
+        for beat in self.commands:
+            age, last = self.age_seconds(beat), beat.last
+            failed_last = ""
+            if last is not None and not last.ok and last.finished_at is not None:
+                failed_last = (f"last run failed {duration(seconds_between(self.generated_at, last.finished_at))} "
+                               f"ago on {last.host}: {clip_words(last.error or '?', 120)}")
+            if age is None or age > after:
+                seen = (f"last OK {duration(age)} ago on {beat.last_ok.host}" if age is not None and beat.last_ok
+                        else "none recorded")
+                found.append((CRITICAL, (f"no {beat.command} run finished OK in {duration(after)} ({seen}"
+                                         f"{'; ' + failed_last if failed_last else ''})")))
+            elif failed_last:
+                found.append((WARNING, f"{beat.command}: {failed_last}"))
+            if beat.unfinished:
+                found.append((WARNING, (f"{plural(beat.unfinished, beat.command + ' run')} did not finish in "
+                                        f"{self.window_hours:g}h (killed by timeout, the OOM killer or a reboot?)")))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"after_seconds": self.after_seconds, "recorded": self.recorded,
+                               "ping_configured": self.ping_configured,
+                               "provider_unreachable_ticks": self.unreachable_ticks,
+                               "unreachable_after_ticks": self.unreachable_after}
+        for beat in self.commands:
+            age = self.age_seconds(beat)
+            doc[beat.command] = {
+                "last": beat.last.to_dict() if beat.last else None,
+                "last_ok": beat.last_ok.to_dict() if beat.last_ok else None,
+                "age_seconds": None if age is None else round(age, 3),
+                "in_window": {"ok": beat.ok, "failed": beat.failed, "unfinished": beat.unfinished},
+                "running": beat.running,
+            }
+        return doc
+
+
+def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_configured: bool,
+            window_hours: float, stale_after_seconds: float, any_jobs: bool, unreachable_after: int = 0) -> Summary:
+    """The heartbeats as of `now` (the database clock), judged against `after_seconds` (the
+    effective limit, `Settings.heartbeat_limit`). A run unfinished for longer than
+    `stale_after_seconds` counts as dead. A database without the `runs` table (migration 0005
+    not applied) is SchemaNotReady."""
+    try:
+        beats, recorded = _beats(conn, window_hours, stale_after_seconds)
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        if "runs" in str(exc.orig).lower() and db.is_missing_table(exc):
+            raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
+        raise
+    streak = unreachable_streak(conn, max(unreachable_after, 1) * 10) if unreachable_after else 0
+    return Summary(now, after_seconds, window_hours, recorded, any_jobs, beats, ping_configured=ping_configured,
+                   unreachable_ticks=streak, unreachable_after=unreachable_after)
+
+
+def unreachable_streak(conn: Connection, look_back: int) -> int:
+    """How many of the newest finished reconcile runs in a row could not reach the provider:
+    every provider call of the run failed to connect (`provider_unreachable` in its summary).
+    Runs that called no provider (nothing was due) neither count nor break the streak."""
+    rows = conn.execute(sa.select(runs.c.summary).where(runs.c.command == "reconcile",
+                                                        runs.c.finished_at.is_not(None))
+                        .order_by(runs.c.id.desc()).limit(look_back)).scalars()
+    streak = 0
+    for text in rows:
+        try:
+            doc = json.loads(text) if text else {}
+        except ValueError:
+            doc = {}
+        if not isinstance(doc, dict) or not doc.get("provider_calls"):
+            continue
+        if not doc.get("provider_unreachable"):
+            break
+        streak += 1
+    return streak
+
+
+def _beats(conn: Connection, window_hours: float, stale_after_seconds: float) -> tuple[tuple[CommandBeat, ...], bool]:
+    """Each command's runs in the window and its last (OK) run; whether any run was ever recorded."""
+    window_start = clock.now(conn, -window_hours * 3600)
+    stale = clock.now(conn, -stale_after_seconds)
+    opened = runs.c.finished_at.is_(None)
+    old = sa.case((runs.c.started_at < stale, 1), else_=0)
+    counts: dict[str, dict[str, int]] = {c: {"ok": 0, "failed": 0, "unfinished": 0, "running": 0} for c in COMMANDS}
+    q = (sa.select(runs.c.command, runs.c.ok, opened.label("open"), old.label("old"), sa.func.count())
+         .where(runs.c.started_at >= window_start)
+         .group_by(runs.c.command, runs.c.ok, opened, old))
+    for command, ok, is_open, is_old, n in conn.execute(q):
+        if command not in counts:
+            continue
+        key = ("unfinished" if is_old else "running") if is_open else ("ok" if ok else "failed")
+        counts[command][key] += int(n)
+    beats = []
+    for command in COMMANDS:
+        finished = (sa.select(runs).where(runs.c.command == command, runs.c.finished_at.is_not(None))
+                    .order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(1))
+        last = _row(conn.execute(finished).mappings().first())
+        last_ok = last if last is not None and last.ok else _row(
+            conn.execute(finished.where(runs.c.ok == sa.true())).mappings().first())
+        beats.append(CommandBeat(command, last, last_ok, **counts[command]))
+    recorded = conn.execute(sa.select(runs.c.id).limit(1)).first() is not None
+    return tuple(beats), recorded
+
+
+def _row(m: sa.RowMapping | None) -> RunRow | None:
+    if m is None:
+        return None
+    return RunRow(
+        id=int(m["id"]), command=m["command"], host=m["host"], pid=int(m["pid"]), worker=m["worker"],
+        started_at=naive_utc(m["started_at"]),
+        finished_at=None if m["finished_at"] is None else naive_utc(m["finished_at"]),
+        ok=None if m["ok"] is None else bool(m["ok"]), summary=m["summary"], error=m["error"],
+    )

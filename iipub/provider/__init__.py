@@ -1,0 +1,1 @@
+"""The provider: the outcomes it answers as values, the OpenAI adapter, and the local simulator."""

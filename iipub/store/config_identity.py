@@ -1,0 +1,193 @@
+"""A database knows the configuration that runs it (PRODUCT.md section 21).
+
+A configuration's identity is where it lives and where it sends money's and publication's
+evidence: the configuration file's path, the spend ledger's path and the static site's root. The
+file's SHA-256 is recorded beside them but is not part of the identity: editing the TOML in place
+is how operators change settings, so a changed fingerprint at the same path is accepted by the
+next writing command and journaled (`edited`). Another identity (another file, none at all, the
+same file pointing at another ledger or site) is refused for writing with one line; read-only
+commands warn. `iipub config accept` adopts the command's configuration on purpose (journaled).
+
+`compare` is the pure decision; `verify` reads and appends the `config_identity` rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from iipub.core.errors import ConfigMismatch, SchemaNotReady
+from iipub.settings.config import Settings
+from iipub.store import clock, db, tables
+
+
+@dataclass(frozen=True)
+class Identity:
+    config_path: str | None  # None: built-in defaults (IIPUB_CONFIG unset)
+    config_sha256: str | None
+    ledger_path: str | None  # None: the ledger is off
+    static_root: str | None  # None: no static sink
+
+    @property
+    def key(self) -> tuple[str | None, str | None, str | None]:
+        return (self.config_path, self.ledger_path, self.static_root)
+
+    def describe(self) -> str:
+        where = self.config_path or "built-in defaults (IIPUB_CONFIG unset)"
+        return f"configuration {where}, ledger {self.ledger_path or 'off'}, static root {self.static_root or 'none'}"
+
+
+class Verdict(Enum):
+    ADOPT = "adopt"  # nothing recorded yet: the first writer records its identity
+    SAME = "same"
+    EDITED = "edited"  # same identity, another fingerprint: accepted and journaled
+    OTHER = "other"  # another identity: writes refused, reads warned
+
+
+def compare(recorded: Identity | None, current: Identity) -> Verdict:
+    if recorded is None:
+        return Verdict.ADOPT
+    if recorded.key != current.key:
+        return Verdict.OTHER
+    return Verdict.SAME if recorded.config_sha256 == current.config_sha256 else Verdict.EDITED
+
+
+def differences(recorded: Identity, current: Identity) -> str:
+    """What differs, in the words of one line."""
+    names = ("configuration file", "ledger", "static root")
+    parts = [f"{name} {have or 'none'} (the database's: {want or 'none'})"
+             for name, have, want in zip(names, current.key, recorded.key, strict=True) if have != want]
+    return "; ".join(parts)
+
+
+def of(settings: Settings) -> Identity:
+    """The identity of the configuration a command runs with."""
+    path = settings.config_path
+    sha = None
+    if path is not None:
+        try:
+            sha = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            sha = None
+    ledger = settings.ledger_path()
+    static = settings.static_sink
+    return Identity(
+        config_path=os.path.abspath(path) if path is not None else None,
+        config_sha256=sha,
+        ledger_path=str(ledger) if ledger is not None else None,
+        static_root=os.path.abspath(static.root) if static is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    identity: Identity
+    kind: str
+    at: dt.datetime
+    command: str
+    by: str
+    host: str
+    reason: str | None
+    during_freeze: bool
+
+
+def history(conn: Connection, limit: int = 20) -> list[Recorded]:
+    """The newest rows first (the first is in force); SchemaNotReady before migration 0013."""
+    c = tables.config_identity.c
+    try:
+        rows = conn.execute(sa.select(tables.config_identity).order_by(c.id.desc()).limit(limit)).mappings().all()
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        if db.is_missing_table(exc):
+            raise SchemaNotReady("the config_identity table is missing (migration 0013): run `iipub db migrate`") \
+                from None
+        raise
+    return [Recorded(Identity(r["config_path"], r["config_sha256"], r["ledger_path"], r["static_root"]),
+                     r["kind"], r["at"], r["command"], r["by_whom"], r["host"], r["reason"], bool(r["during_freeze"]))
+            for r in rows]
+
+
+def in_force(conn: Connection) -> Identity | None:
+    found = history(conn, limit=1)
+    return found[0].identity if found else None
+
+
+def record(conn: Connection, identity: Identity, kind: str, command: str, by: str, reason: str | None = None,
+           during_freeze: bool = False) -> None:
+    conn.execute(tables.config_identity.insert().values(
+        at=clock.now(conn), kind=kind, config_path=identity.config_path, config_sha256=identity.config_sha256,
+        ledger_path=identity.ledger_path, static_root=identity.static_root, command=command[:64], by_whom=by[:255],
+        host=socket.gethostname()[:255], reason=reason, during_freeze=during_freeze))
+
+
+@dataclass(frozen=True)
+class Check:
+    verdict: Verdict
+    recorded: Identity | None
+    current: Identity
+    freeze: tuple[str, ...] = ()  # the spent budgets an edit or an acceptance was recorded under
+
+    def mismatch(self) -> str | None:
+        """One line when the command's configuration is not the database's, else None."""
+        if self.verdict is not Verdict.OTHER or self.recorded is None:
+            return None
+        return (f"this database runs with another configuration: {differences(self.recorded, self.current)}; "
+                "set IIPUB_CONFIG (or IIPUB_ENV_FILE) as cron does, or adopt this one with "
+                "`iipub config accept --reason …`")
+
+
+Frozen = Callable[[Connection], list[str]]  # the SLOs whose error budget is spent (a change freeze)
+
+
+def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: bool,
+           frozen: Frozen | None = None) -> Check:
+    """Compare the command's configuration with the database's. A writer adopts the first
+    identity and records an edited file's new fingerprint (flagged `during_freeze` when `frozen`
+    names a spent error budget: asked only then, it reads a month of the journal); another
+    identity raises ConfigMismatch for a writer and is returned for a reader to warn about."""
+    current = of(settings)
+    freeze: list[str] = []
+    with engine.connect() as conn:  # the usual case writes nothing: no write lock taken
+        recorded = in_force(conn)
+    verdict = compare(recorded, current)
+    if write and verdict in (Verdict.ADOPT, Verdict.EDITED):
+        with engine.begin() as conn:
+            recorded = in_force(conn)  # again, inside the writing transaction
+            verdict = compare(recorded, current)
+            freeze = _record_change(conn, verdict, current, command, by, frozen)
+    result = Check(verdict, recorded, current, tuple(freeze))
+    problem = result.mismatch()
+    if write and problem is not None:
+        raise ConfigMismatch(f"refusing to write: {problem}")
+    return result
+
+
+def _record_change(conn: Connection, verdict: Verdict, current: Identity, command: str, by: str,
+                   frozen: Frozen | None) -> list[str]:
+    freeze: list[str] = []
+    if verdict is Verdict.ADOPT:
+        record(conn, current, "adopted", command, by)
+    elif verdict is Verdict.EDITED:
+        freeze = frozen(conn) if frozen is not None else []
+        reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
+        record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))
+    return freeze
+
+
+def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: Frozen | None = None) -> Check:
+    """`iipub config accept`: the command's configuration becomes the database's (journaled)."""
+    current = of(settings)
+    with engine.begin() as conn:
+        recorded = in_force(conn)
+        verdict = compare(recorded, current)
+        freeze = frozen(conn) if frozen is not None else []
+        record(conn, current, "accepted", "config accept", by, reason, during_freeze=bool(freeze))
+    return Check(verdict, recorded, current, tuple(freeze))

@@ -1,0 +1,1 @@
+"""The provider's webhooks, received: verification, custody, and the standalone server."""

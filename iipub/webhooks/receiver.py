@@ -1,0 +1,493 @@
+"""The provider's webhooks, received: `iipub.webhook:application` (WSGI, for gunicorn, mod_wsgi
+or Passenger) and `iipub webhook serve` (the same application on waitress, `webhook_server`).
+Deliveries are `POST`ed at any path (a proxy may pass its own path through).
+
+Nothing in a body is believed before the official SDK has verified its signature over the raw
+bytes (constant-time, ±5 minutes). A verified delivery is recorded once by its `webhook-id`
+(a duplicate or an in-window replay is 200 and changes nothing) and then settled (`settle`):
+custody within the request, or the job made due now. Answers: 200 done, nothing to do, or an
+event type this receiver does not know (counted); 400 not verified or not understood (sending it
+again will not help); 408 not received in time; 413 too large; 503 not settled within the
+request budget, provider reads included (nothing recorded: the provider delivers it again).
+Never a 500, never a traceback to the client.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import random
+import re
+import secrets
+import threading
+import time
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import sqlalchemy as sa
+import structlog
+from openai.types.webhooks import UnwrapWebhookEvent
+
+from iipub.core import logs
+from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
+from iipub.core.timefmt import naive_utc
+from iipub.machine import settle
+from iipub.machine.tick import Tick
+from iipub.model.jobs import new_worker_id
+from iipub.money import gate
+from iipub.provider.adapter import Provider
+from iipub.settings.config import Settings, WebhookSettings
+from iipub.settings.loading import load_settings
+from iipub.store import clock, db
+from iipub.store.deliveries import IGNORED, UNKNOWN_EVENT, Deliveries
+from iipub.store.job_store import Store
+
+log = structlog.get_logger("iipub.webhook")
+
+TOLERANCE_SECONDS = 300  # the SDK's and Standard Webhooks' window, both ways
+RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.cancelled", "response.incomplete"})
+# `iipub webhook test-delivery`: verified, answered 200, nothing recorded or settled.
+TEST_EVENT = "iipub.test_delivery"
+TEST_ANSWER = "test delivery verified; database reachable; nothing recorded"
+# Set by `webhook_server` when the request's last byte arrived (time.monotonic()): the budget
+# counts the time a delivery waited for a free thread.
+RECEIVED_AT = "iipub.received_at"
+_WEBHOOK_ID = re.compile(r"[\x21-\x7e]{1,255}")
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+_PRINTABLE = re.compile(r"[\x20-\x7e]{1,2000}")
+# One signature: a version, a comma, base64. Two headers joined by a server ("a, b") do not match.
+_SIGNATURE = re.compile(r"v[0-9]{1,3}[a-z]?,[A-Za-z0-9+/]+={0,2}")
+_METHOD = re.compile(r"[A-Z]{1,16}")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
+_CONTENT_LENGTH = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
+_READ_CHUNK = 64 * 1024
+
+
+def _known_event_types() -> frozenset[str]:
+    """Every event type the SDK knows (its union of webhook event models): an unknown one is
+    answered 200 and counted, a known one that is not about a response is recorded and ignored."""
+    union = typing.get_args(UnwrapWebhookEvent)
+    members = typing.get_args(union[0]) if union and typing.get_origin(union[0]) is typing.Union else union
+    found: set[str] = set()
+    for model in members:
+        field = getattr(model, "model_fields", {}).get("type")
+        if field is not None:
+            found.update(str(v) for v in typing.get_args(field.annotation))
+    return frozenset(found) | RESPONSE_EVENTS
+
+
+KNOWN_EVENT_TYPES = _known_event_types()
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    message: str
+
+    @property
+    def status_line(self) -> str:
+        return f"{self.status} {_REASONS.get(self.status, 'Error')}"
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+            413: "Content Too Large", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who sent a request: the connection's address and, when that is a trusted proxy, the
+    address the proxy says it forwarded for."""
+
+    address: str
+    forwarded_for: str | None = None
+
+
+def peer_of(environ: Mapping[str, Any], trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> Peer:
+    address = str(environ.get("REMOTE_ADDR") or "-")[:64]
+    if not trusted or not _within(address, trusted):
+        return Peer(address)
+    hops = [h.strip() for h in str(environ.get("HTTP_X_FORWARDED_FOR", "")).split(",") if h.strip()]
+    # The nearest hop that is not itself a trusted proxy is the client (the farther ones are the
+    # client's own word).
+    for hop in reversed(hops):
+        if not _within(hop, trusted):
+            return Peer(address, hop[:64])
+    return Peer(address, hops[0][:64] if hops else None)
+
+
+def _within(address: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in n for n in networks)
+
+
+def trusted_networks(w: WebhookSettings) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in w.trusted_proxies)
+
+
+@dataclass(frozen=True)
+class Event:
+    webhook_id: str
+    event_id: str | None
+    type: str
+    response_id: str | None
+    created_at: int | None
+
+
+class Rejected(Exception):
+    """A delivery answered 400: not verified, or not understood."""
+
+
+class Overdue(Exception):
+    """The delivery ran past its budget: answered 503, its row forgotten (the redelivery finds
+    whatever was done and settles it)."""
+
+
+class Receiver:
+    """One per process: settings, engine, provider client and verifier, shared by requests."""
+
+    def __init__(self, settings: Settings, engine: sa.Engine | None = None, provider: Provider | None = None) -> None:
+        self.settings = settings
+        w = settings.webhooks
+        self.secret = settings.require_provider_webhook_secret()
+        api_key = settings.require_api_key()
+        if engine is None:
+            db.require_existing(settings.database_url)  # never creates an empty SQLite file
+        # A lock is waited for well inside the budget (then 503, delivered again).
+        self.engine = engine or db.make_engine(settings.database_url, pool_size=w.threads,
+                                               lock_wait_seconds=max(1, int(w.request_seconds / 4)))
+        self._own_engine = engine is None
+        self.provider = provider or Provider(settings.provider, api_key)
+        self._own_provider = provider is None
+        # The SDK's verifier lives on a client; this one never sends a request.
+        self._verifier = openai.OpenAI(api_key="verify-only", base_url="http://127.0.0.1:9/", max_retries=0).webhooks
+        self.deliveries = Deliveries(self.engine)
+        self.worker = new_worker_id("webhook")
+        self.trusted = trusted_networks(w)
+
+    def warm(self) -> None:
+        """What the first delivery would otherwise pay for (1-5 s): the provider's client, the
+        modules of the custody path, one database round trip. The pool is emptied afterwards, so
+        a process forked from this one (gunicorn --preload) inherits no connection."""
+        from iipub.settings import edition_schema
+        from iipub.store import outbox  # noqa: F401 - imported to warm
+
+        self.provider.ready()
+        for p in self.settings.products.values():
+            edition_schema.text_format(p.languages, p.items)
+        with self.engine.connect() as conn:
+            clock.read_now(conn)
+        self.engine.dispose()
+
+    def after_fork(self) -> None:
+        """In a forked worker: connections the parent opened are the parent's (not closed here)."""
+        self.engine.dispose(close=False)
+
+    def close(self) -> None:
+        if self._own_provider:
+            self.provider.close()
+        if self._own_engine:
+            self.engine.dispose()
+
+    # -- one delivery -------------------------------------------------------------------
+
+    def receive(self, body: bytes, headers: Mapping[str, str], peer: Peer = Peer("-"),
+                received_at: float | None = None) -> Answer:
+        """Verify, record and settle one delivery within `[webhooks] request_seconds` of
+        `received_at` (`time.monotonic()`; default now)."""
+        started = time.monotonic() if received_at is None else received_at
+        deadline = started + self.settings.webhooks.request_seconds
+        try:
+            event = self.verify(body, headers)
+        except Rejected as exc:
+            return self.rejected(Answer(400, str(exc)), headers, peer)
+        if time.monotonic() >= deadline:  # it waited for a thread past its budget
+            log.warning("webhook_overdue", webhook_id=event.webhook_id, client=peer.address,
+                        forwarded_for=peer.forwarded_for, waited=round(time.monotonic() - started, 3))
+            return Answer(503, "not settled within the request budget; deliver again")
+        if event.type == TEST_EVENT:
+            return self._test_delivery(event, peer)
+        try:
+            held = gate.paused_everything(self.engine)
+        except (Contention, DatabaseUnavailable, sa.exc.OperationalError) as exc:
+            log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
+            return Answer(503, "not recorded; deliver again")
+        if held is not None:  # the immediate abort: nothing recorded or settled, the provider delivers again
+            log.warning("webhook_paused", webhook_id=event.webhook_id, by=held.paused_by)
+            return Answer(503, "paused (pause --everything); deliver again later")
+        try:
+            new = self.deliveries.record(event.webhook_id, event.type[:64], event.event_id, event.response_id,
+                                         _when(event.created_at))
+        except (Contention, DatabaseUnavailable) as exc:
+            log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
+            return Answer(503, "not recorded; deliver again")
+        if not new:
+            log.info("webhook_duplicate", webhook_id=event.webhook_id, type=event.type)
+            return Answer(200, "duplicate: already received")
+        try:
+            return self._settle(event, started, deadline)
+        except Exception as exc:  # recorded nothing decided: let the provider deliver it again
+            expected = (settle.Retry, Overdue, Contention, DatabaseUnavailable)
+            (log.warning if isinstance(exc, expected) else log.error)(
+                "webhook_not_settled", webhook_id=event.webhook_id, response_id=event.response_id,
+                client=peer.address, error=f"{type(exc).__name__}: {exc}", seconds=round(time.monotonic() - started, 3))
+            try:
+                self.deliveries.forget(event.webhook_id)
+            except Exception:  # the row then stays `received` and is taken over by a later delivery
+                log.warning("webhook_not_forgotten", webhook_id=event.webhook_id)
+            if isinstance(exc, Overdue):
+                return Answer(503, "not settled within the request budget; deliver again")
+            return Answer(503, "not settled now; deliver again")
+
+    def rejected(self, answer: Answer, headers: Mapping[str, str], peer: Peer) -> Answer:
+        """Log a refused request so it can be matched with the provider's delivery log."""
+        wid = next((v for k, v in headers.items() if k.lower() == "webhook-id"), None)
+        log.warning("webhook_rejected", status=answer.status, reason=answer.message,
+                    webhook_id=wid[:255] if wid else None, client=peer.address, forwarded_for=peer.forwarded_for)
+        return answer
+
+    def _test_delivery(self, event: Event, peer: Peer) -> Answer:
+        try:
+            with self.engine.connect() as conn:
+                clock.read_now(conn)
+        except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
+            log.warning("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
+                        database=db.describe_error(exc))
+            return Answer(503, "test delivery verified, but the database is unreachable")
+        log.info("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
+                 forwarded_for=peer.forwarded_for)
+        return Answer(200, TEST_ANSWER)
+
+    def _settle(self, event: Event, started: float, deadline: float) -> Answer:
+        if event.type not in KNOWN_EVENT_TYPES:
+            self.deliveries.settle(event.webhook_id, UNKNOWN_EVENT, detail={"type": event.type[:200]})
+            log.info("webhook_unknown_event", webhook_id=event.webhook_id, type=event.type[:200])
+            return Answer(200, f"unknown event type {event.type[:80]!r}: counted, nothing done")
+        if event.type not in RESPONSE_EVENTS or event.response_id is None:
+            self.deliveries.settle(event.webhook_id, IGNORED, detail={"type": event.type})
+            return Answer(200, f"ignored: {event.type}")
+        w = self.settings.webhooks
+        store = Store(self.engine, self.worker, self.settings.reconcile.lease_seconds)
+        # Every provider call of this delivery ends by the deadline; a delivery never creates.
+        tick = Tick(self.settings, store, self.provider.until(deadline), deadline, random.Random())
+        tick.creates_allowed = False
+        result = settle.response_event(tick, self.deliveries, event.response_id, event.type,
+                                       lease_wait=min(w.lease_wait_seconds, w.request_seconds / 2))
+        if time.monotonic() > deadline:
+            raise Overdue(f"settled as {result.outcome} after {time.monotonic() - started:.1f} s")
+        self.deliveries.settle(event.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail)
+        log.info("webhook_settled", webhook_id=event.webhook_id, type=event.type, response_id=event.response_id,
+                 job_id=result.job_id, outcome=result.outcome, seconds=round(time.monotonic() - started, 3))
+        return Answer(200, result.outcome)
+
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> Event:
+        """The event in `body`, once the SDK verified it came from the provider; `Rejected`
+        otherwise (bad, missing or duplicated signature headers, a timestamp outside ±5 minutes,
+        a body that is not an event)."""
+        lowered = {k.lower(): v for k, v in headers.items() if k.lower() in _HEADERS}
+        missing = [h for h in _HEADERS if not lowered.get(h)]
+        if missing:
+            raise Rejected(f"missing header(s): {', '.join(missing)}")
+        for name in _HEADERS:
+            if not _PRINTABLE.fullmatch(lowered[name]):
+                raise Rejected(f"{name} is not printable ASCII")
+        if "," in lowered["webhook-id"] or "," in lowered["webhook-timestamp"]:
+            raise Rejected("duplicate webhook-id or webhook-timestamp header")
+        if not all(_SIGNATURE.fullmatch(sig) for sig in lowered["webhook-signature"].split(" ")):
+            raise Rejected("duplicate or malformed webhook-signature header")
+        try:
+            self._verifier.verify_signature(body, lowered, secret=self.secret, tolerance=TOLERANCE_SECONDS)
+        except openai.InvalidWebhookSignatureError as exc:
+            raise Rejected(f"not verified: {exc}") from None
+        except ValueError as exc:  # undecodable body or header
+            raise Rejected(f"not verified: {type(exc).__name__}") from None
+        webhook_id = lowered["webhook-id"]
+        if not _WEBHOOK_ID.fullmatch(webhook_id):
+            raise Rejected("webhook-id is not 1-255 printable characters")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise Rejected("body is not JSON") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("type"), str) or not doc["type"]:
+            raise Rejected("body is not an event object with a type")
+        kind = doc["type"]
+        event_id = doc.get("id") if isinstance(doc.get("id"), str) else None
+        created = doc.get("created_at")
+        created_at = created if isinstance(created, int) and not isinstance(created, bool) else None
+        response_id = None
+        if kind in RESPONSE_EVENTS:
+            data = doc.get("data")
+            rid = data.get("id") if isinstance(data, dict) else None
+            if not isinstance(rid, str) or not _RESPONSE_ID.fullmatch(rid):
+                raise Rejected("response event without a valid data.id")
+            response_id = rid
+        return Event(webhook_id, event_id[:255] if event_id else None, kind, response_id, created_at)
+
+    # -- WSGI ---------------------------------------------------------------------------
+
+    def __call__(self, environ: Mapping[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        answer = self._wsgi(environ)
+        payload = (json.dumps({"status": answer.status, "message": answer.message}) + "\n").encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))]
+        if answer.status == 405:
+            headers.append(("Allow", "POST"))
+        start_response(answer.status_line, headers)
+        return [payload]
+
+    def _wsgi(self, environ: Mapping[str, Any]) -> Answer:
+        started = environ.get(RECEIVED_AT)
+        if not isinstance(started, float):
+            started = time.monotonic()
+        peer = peer_of(environ, self.trusted)
+        headers: dict[str, str] = {}
+        try:
+            headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+            malformed = _malformed(environ, headers)
+            if malformed:
+                return self.rejected(Answer(400, malformed), headers, peer)
+            if environ.get("REQUEST_METHOD") != "POST":
+                return self.rejected(Answer(405, "POST only"), headers, peer)
+            w = self.settings.webhooks
+            body = read_body(environ, w.max_body_bytes, started + w.read_seconds)
+            if isinstance(body, Answer):
+                return self.rejected(body, headers, peer)
+            return self.receive(body, headers, peer, started)
+        except Exception as exc:  # never a 500 nor a traceback to the client; the log has it
+            log.exception("webhook_failed", webhook_id=headers.get("webhook-id", "")[:255] or None,
+                          client=peer.address, error=f"{type(exc).__name__}: {exc}")
+            return Answer(503, "not settled now; deliver again")
+
+
+def _malformed(environ: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What is wrong with the request line or a header (a server may pass through what it does
+    not check itself: non-ASCII bytes arrive as latin-1 text), or None."""
+    if not _METHOD.fullmatch(str(environ.get("REQUEST_METHOD", ""))):
+        return "malformed request method"
+    path = str(environ.get("SCRIPT_NAME", "")) + str(environ.get("PATH_INFO", ""))
+    if path and not _PRINTABLE.fullmatch(path[:2000]):
+        return "request path is not printable ASCII"
+    for name, value in headers.items():
+        if value and not _HEADER_VALUE.fullmatch(value):
+            return f"header {name[:40]!r} is not printable ASCII"
+    return None
+
+
+def sign(secret: str, webhook_id: str, body: bytes, when: int) -> dict[str, str]:
+    """Standard Webhooks headers for `body`, signed exactly as the provider signs (HMAC-SHA256
+    over `id.timestamp.body`; a `whsec_` secret is base64)."""
+    key = base64.b64decode(secret[6:]) if secret.startswith("whsec_") else secret.encode()
+    mac = hmac.new(key, f"{webhook_id}.{when}.".encode() + body, hashlib.sha256).digest()
+    return {"webhook-id": webhook_id, "webhook-timestamp": str(when),
+            "webhook-signature": "v1," + base64.b64encode(mac).decode(), "content-type": "application/json"}
+
+
+def signed_test_delivery(secret: str) -> tuple[bytes, dict[str, str]]:
+    """A `TEST_EVENT` delivery and its signed headers (`iipub webhook test-delivery`)."""
+    when = int(time.time())
+    nonce = secrets.token_hex(8)
+    body = json.dumps({"id": f"evt_iipub_test_{nonce}", "object": "event", "type": TEST_EVENT, "created_at": when,
+                       "data": {}}).encode()
+    return body, sign(secret, f"wh_iipub_test_{nonce}", body, when)
+
+
+def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes | Answer:
+    """The body as its Content-Length announces it, read by `deadline` (`time.monotonic()`)."""
+    raw = str(environ.get("CONTENT_LENGTH") or "").strip()
+    if not raw:
+        return Answer(411, "a Content-Length is required")
+    if not _CONTENT_LENGTH.fullmatch(raw):
+        return Answer(400, "Content-Length is not a number")
+    length = int(raw) if len(raw) <= 15 else limit + 1
+    if length > limit:
+        return Answer(413, f"body over {limit} bytes")
+    stream = environ["wsgi.input"]
+    parts: list[bytes] = []
+    got = 0
+    while got < length:
+        if time.monotonic() > deadline:
+            return Answer(408, "body not received in time")
+        try:
+            chunk = stream.read(min(_READ_CHUNK, length - got))
+        except (OSError, ValueError):  # the client went away, or the server's own read timed out
+            return Answer(400, "body not received")
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if got != length:
+        return Answer(400, "body shorter than its Content-Length")
+    return b"".join(parts)
+
+
+def _when(epoch: int | None) -> dt.datetime | None:
+    if epoch is None or not 0 < epoch < 2**33:
+        return None
+    return naive_utc(dt.datetime.fromtimestamp(epoch, dt.UTC))
+
+
+# -- the WSGI entry point -------------------------------------------------------------------
+
+_lock = threading.Lock()
+_receiver: Receiver | None = None
+PRELOAD_ENV = "IIPUB_WEBHOOK_PRELOAD"
+
+
+def _build() -> Receiver:
+    logs.configure("info")
+    receiver = Receiver(load_settings())
+    receiver.warm()
+    return receiver
+
+
+def application(environ: Mapping[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    """WSGI entry point. Settings come from the process environment (IIPUB_CONFIG,
+    IIPUB_DATABASE_URL, OPENAI_API_KEY, OPENAI_WEBHOOK_SECRET), read at import when
+    IIPUB_WEBHOOK_PRELOAD=1 (warm start; gunicorn --preload), else at the first request; a
+    configuration problem answers 503 (and is logged) until it is fixed and the app reloaded."""
+    global _receiver
+    with _lock:
+        if _receiver is None:
+            try:
+                _receiver = _build()
+            except IipubError as exc:
+                log.error("webhook_unconfigured", error=str(exc))
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [b"webhook receiver not configured\n"]
+        receiver = _receiver
+    return receiver(environ, start_response)
+
+
+def _after_fork_in_child() -> None:
+    if _receiver is not None:
+        _receiver.after_fork()
+
+
+def preload() -> Receiver | None:
+    """Build the receiver now (at import, when IIPUB_WEBHOOK_PRELOAD=1): engine, provider client
+    and the custody path's modules, and one database round trip, so no worker's first delivery
+    is the slow one. Nothing is left open: no thread, no pooled connection, so forking after it
+    is safe (each forked worker also drops any connection it inherited)."""
+    global _receiver
+    with _lock:
+        if _receiver is None:
+            try:
+                _receiver = _build()
+            except IipubError as exc:  # answered 503 until fixed, as without preloading
+                log.error("webhook_unconfigured", error=str(exc))
+        return _receiver
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+if os.environ.get(PRELOAD_ENV, "").strip().lower() in ("1", "true", "yes"):
+    preload()
