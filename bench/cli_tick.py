@@ -79,7 +79,7 @@ def measure(args: Any, program: str, n: int, sim: Any) -> dict[str, Any]:
         env = bed.env(**sections)  # writes the bed's configuration file: once, as a host has it
         if program in ("iipub idle", "iipub@base"):
             # An idle minute as cron meets it: the previous minute's full run has left its wake-up
-            # row (iipub/wakeup.py), so this run may be answered by the check alone.
+            # row (iipub/observe/wakeup.py), so this run may be answered by the check alone.
             harness.run_process(cmd, env=env, cwd=harness.ROOT, log=bed.workdir / "prime.log")
         db_pid = _mariadb_pid(bed.url)
         others = (metering.cpu_seconds(sim.proc.pid), metering.cpu_seconds(db_pid) if db_pid else 0.0)

@@ -180,8 +180,11 @@ class Receiver:
         """What the first delivery would otherwise pay for (1-5 s): the provider's client, the
         modules of the custody path, one database round trip. The pool is emptied afterwards, so
         a process forked from this one (gunicorn --preload) inherits no connection."""
+        # Imported to warm: the modules of the custody path.
+        from iipub.edition import compose, validate  # noqa: F401
+        from iipub.machine import decisions, steps  # noqa: F401
         from iipub.settings import edition_schema
-        from iipub.store import outbox  # noqa: F401 - imported to warm
+        from iipub.store import outbox  # noqa: F401
 
         self.provider.ready()
         for p in self.settings.products.values():

@@ -92,7 +92,7 @@ def test_every_third_party_import_is_a_declared_dependency() -> None:
 def test_the_import_scan_sees_the_known_dependencies_and_skips_type_checking_blocks() -> None:
     found = third_party_imports()
     assert {"click", "sqlalchemy", "httpx", "openai", "structlog", "pydantic", "idna"} <= set(found)
-    assert "_typeshed" not in found  # iipub/config.py imports it under `if TYPE_CHECKING:`
+    assert "_typeshed" not in found  # iipub/settings/config.py imports it under `if TYPE_CHECKING:`
     tree = ast.parse("import a.b\nfrom c import d\nfrom . import e\nif TYPE_CHECKING:\n    import f\n"
                      "else:\n    import g\ndef h():\n    import i\n")
     assert _imports(tree) == {"a", "c", "g", "i"}
@@ -157,6 +157,6 @@ def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) ->
         metadata = zf.read(f"iipub-{iipub.__version__}.dist-info/METADATA").decode("utf-8")
     assert "iipub/py.typed" in names  # PEP 561: the package's own annotations are used by type checkers
     assert any(n.startswith("iipub/sql/migrations/mysql/") for n in names)
-    assert "iipub/sinks/site.css" in names  # the pages' stylesheet is package data
+    assert "iipub/publish/sinks/site.css" in names  # the pages' stylesheet is package data
     assert f"\nVersion: {iipub.__version__}\n" in metadata and "Author: the iipub authors" in metadata
     assert "Classifier: Typing :: Typed" in metadata and "Project-URL: Homepage, https://" in metadata
