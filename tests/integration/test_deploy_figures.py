@@ -19,7 +19,7 @@ from iipub.machine.tick import Tick
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.observe import report as status
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Observed
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.settings.config import Settings
@@ -38,7 +38,7 @@ def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, en
         store_a = Store(engine, "process-a", 15)
         for product in settings.products.values():
             store_a.schedule(product, utc_today())
-        provider = Provider(settings.provider, "sk-test")
+        provider = OpenAIAdapter(settings.provider, "sk-test")
         try:
             # process A starts its tick while nothing is in flight ...
             tick_a = Tick(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
@@ -54,7 +54,7 @@ def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, en
 
 def test_max_in_flight_counts_this_ticks_admissions_until_they_commit(engine: sa.Engine, settings: Settings) -> None:
     s = replace(settings, reconcile=replace(settings.reconcile, max_in_flight=2))
-    provider = Provider(s.provider, "sk-test")
+    provider = OpenAIAdapter(s.provider, "sk-test")
     try:
         t = Tick(s, Store(engine, "w", 15), provider, time.monotonic() + 30, random.Random(1))
         assert t.admit_create() and t.admit_create()

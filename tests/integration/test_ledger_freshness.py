@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from iipub.machine import steps, sweep
 from iipub.machine.tick import Tick
 from iipub.money.ledger import slot_of
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import CreateOutcome, CreateRequest
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
@@ -28,7 +28,7 @@ SLOT = slot_of("daily-brief", DAY.isoformat())
 pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
-class _Interleaved(Provider):
+class _Interleaved(OpenAIAdapter):
     """Worker A's provider: while A's create is out (its intent on the ledger, no outcome yet),
     worker B's tick reads the ledger."""
 
@@ -46,7 +46,7 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
     cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
-    worker_b = Tick(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), Provider(cfg.provider, "sk-test"),
+    worker_b = Tick(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), OpenAIAdapter(cfg.provider, "sk-test"),
                     time.monotonic() + 60, random.Random(1))
     sim.add_faults([{"fault": "rate_limit", "op": "create", "times": 1}])  # A's create: 429, refunded
     provider_a = _Interleaved(cfg, worker_b)

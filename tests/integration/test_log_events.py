@@ -22,7 +22,7 @@ from iipub.machine import sweep as reconcile
 from iipub.machine.tick import Tick
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
@@ -55,7 +55,7 @@ def _one_leased_job(store: Store, cfg: Settings, engine: sa.Engine) -> Job:
 def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: Settings, engine: sa.Engine) -> None:
     store = Store(engine, "w-lost")
     leased = _one_leased_job(store, cfg, engine)
-    with Provider(cfg.provider, "sk-test") as provider:
+    with OpenAIAdapter(cfg.provider, "sk-test") as provider:
         tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
         batch = tick.batch([leased.id])
         batch.defer(store.plan(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN))
@@ -110,7 +110,7 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
     try:
         store = Store(waits_a_second, "w-contended")
         leased = _one_leased_job(store, cfg, engine)
-        with Provider(cfg.provider, "sk-test") as provider:
+        with OpenAIAdapter(cfg.provider, "sk-test") as provider:
             tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
             with engine.connect() as blocker, blocker.begin():
                 blocker.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.id == leased.id).with_for_update())

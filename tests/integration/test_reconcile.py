@@ -21,7 +21,7 @@ from iipub.machine import sweep as reconcile
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.money import gate
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
@@ -135,7 +135,7 @@ def test_03_in_flight_is_committed_before_the_post(s1: Settings, engine: sa.Engi
             seen.append((row["state"], row["generation_attempts"]))
 
     client = httpx.Client(event_hooks={"request": [on_request]}, timeout=5)
-    provider = Provider(s1.provider, "sk-test", http_client=client)
+    provider = OpenAIAdapter(s1.provider, "sk-test", http_client=client)
     try:
         tick(s1, engine, provider=provider)
     finally:
@@ -614,7 +614,7 @@ def test_39_cleanup_network_failure_retries_without_touching_publication(
 
 
 def test_35_delete_before_custody_is_an_invariant_error_and_sends_nothing(s1: Settings, sim: Simulator) -> None:
-    with Provider(s1.provider, "sk-test") as provider, pytest.raises(InvariantViolation):
+    with OpenAIAdapter(s1.provider, "sk-test") as provider, pytest.raises(InvariantViolation):
         provider.delete("resp_abc", has_custody=False)
     assert sim.stats()["requests"]["delete"] == 0
 
