@@ -149,7 +149,7 @@ def slots(products: Sequence[Product], n: int, last_day: dt.date) -> list[tuple[
 
 
 def create_body(product: Product, day: dt.date, job_id: str, attempt: int = 1) -> dict[str, Any]:
-    """The JSON body `Provider.create` sends for this slot (same helpers, same shape)."""
+    """The JSON body `OpenAIAdapter.create` sends for this slot (same helpers, same shape)."""
     return provider_create_body(CreateRequest(job_id=job_id, product=product, edition_date=day, attempt=attempt,
                                               fingerprint=product.fingerprint()))
 

@@ -117,7 +117,7 @@ def peer(args: Any, jobs: int) -> dict[str, Any]:
 
 
 def peer_bodies(n: int, path: Path) -> None:
-    """The create bodies the peer sends: exactly what `Provider.create` sends for n slots."""
+    """The create bodies the peer sends: exactly what `OpenAIAdapter.create` sends for n slots."""
     settings = benchdb.bench_settings("sqlite://", "http://unused/v1", path.parent / "public")
     chosen = benchdb.slots(list(settings.products.values()), n, dt.date(2026, 11, 30))
     bodies = [{"job_id": f"peer-{i:05d}", "body": benchdb.create_body(p, day, f"peer-{i:05d}")}

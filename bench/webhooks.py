@@ -35,7 +35,7 @@ from iipub.core.timefmt import naive_utc, seconds_between
 from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, Reason
 from iipub.observe import invariants
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import CreateOutcome, CreateRequest
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
@@ -81,7 +81,7 @@ class Timings:
 # -- the receiver ---------------------------------------------------------------------------
 
 
-class TimedProvider(Provider):
+class TimedProvider(OpenAIAdapter):
     """A tick's provider that notes the host's clock (`time.time()`, the clock the database and
     the simulator read too) just before and just after each create's HTTP call: the simulator
     stamps the response's creation between the two."""
@@ -104,7 +104,7 @@ def warm_up() -> None:
     base = settings_from_dict({})
     product = benchdb.brief_only(base).products[PRODUCT]
     with Simulator(SimulatorOptions(queued_seconds=0, in_progress_seconds=0)) as sim, \
-            Provider(replace(base.provider, base_url=sim.url), "sk-bench") as provider:
+            OpenAIAdapter(replace(base.provider, base_url=sim.url), "sk-bench") as provider:
         outcome = provider.create(CreateRequest(job_id="warm-up", product=product, edition_date=dt.date(2026, 1, 1),
                                                 attempt=1, fingerprint=product.fingerprint()))
         response_id = getattr(outcome, "response_id", None)

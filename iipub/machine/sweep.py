@@ -24,7 +24,8 @@ from iipub.machine.tick import STOP, Tick, TickReport, WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import TRACKS_RUN_IN, State
 from iipub.money import gate
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
+from iipub.provider.interface import Provider
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
@@ -54,7 +55,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
         log.warning("paused_everything", worker=store.worker, by=paused.paused_by, why=paused.paused_reason)
         return TickReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
     own_provider = provider is None
-    provider = provider or Provider(settings.provider, api_key)
+    provider = provider or OpenAIAdapter(settings.provider, api_key)
     try:
         tick = Tick(settings, store, provider, started + settings.reconcile.tick_seconds, rng or random.Random())
         _ensure_today(settings, store)

@@ -20,7 +20,7 @@ from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.money import budgets, gate, ledger, ledger_book, payments
 from iipub.money.gate import CreateGate
-from iipub.provider.adapter import Provider  # cheap: the SDK and httpx load at its first call
+from iipub.provider.interface import Provider
 from iipub.provider.outcomes import Accepted, Ambiguous, CreateOutcome, Refused, Rejected, scope_of
 from iipub.settings.config import ReconcileSettings, Settings
 from iipub.store import clock, installation

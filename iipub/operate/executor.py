@@ -36,7 +36,8 @@ from iipub.money.ledger import LedgerError, slot_of
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.operate.remedies import ReleaseMode
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.interface import Provider
 from iipub.provider.outcomes import (
     DEAD_STATUSES,
     FINISHED_STATUSES,
@@ -470,7 +471,7 @@ class Operator(Closing):
     def _need_provider(self) -> Provider:
         if self._provider is None:
             key = self.settings.require_api_key()
-            provider = Provider(self.settings.provider, key)
+            provider = OpenAIAdapter(self.settings.provider, key)
             provider.ready()  # a broken HTTP set-up is one error line now, before any lease
             self._provider = provider
             self._own_provider = True

@@ -1,4 +1,5 @@
-"""The only code that talks to the provider: the official `openai` SDK, retries off.
+"""`OpenAIAdapter`, the provider iipub runs with (`interface.Provider` over the OpenAI Responses
+API): the only code that talks to it, with the official `openai` SDK, retries off.
 
 Every call returns one value from a closed set of outcomes instead of raising (the exceptions
 are caller bugs: a malformed response id, a delete that breaks the custody invariant), so the
@@ -17,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import structlog
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that ca
 
 from iipub.core import backoff, tls
 from iipub.core.closing import Closing
-from iipub.core.errors import ConfigError, InvariantViolation, MissingApiKey
+from iipub.core.errors import ConfigError, MissingApiKey
+from iipub.provider.interface import check_delete_allowed, check_response_id, create_metadata
 from iipub.provider.outcomes import (
     CAPACITY_CODE,
     CAPACITY_CODES,
@@ -53,16 +55,11 @@ from iipub.settings.config import Product, ProviderSettings
 
 log = structlog.get_logger("iipub.provider")
 
-# Responses API metadata limits.
-METADATA_MAX_KEYS = 16
-METADATA_MAX_KEY_CHARS = 64
-METADATA_MAX_VALUE_CHARS = 512
 _WHY_MAX = 300  # provider error text is untrusted and can be long
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is not set
 # The most of one answer iipub reads: a response object carries the output text (a product's
 # `max_output_bytes` is at most 16 MB) JSON-escaped, and little else.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 def create_input(product: Product, edition_date: dt.date) -> str:
@@ -70,21 +67,6 @@ def create_input(product: Product, edition_date: dt.date) -> str:
         f"Product: {product.name}. Edition date: {edition_date.isoformat()}. "
         f"Languages: {', '.join(product.languages)}. Items per language: {product.items}."
     )
-
-
-def create_metadata(req: CreateRequest) -> dict[str, str]:
-    """The metadata that ties a paid response back to its job, within the API's limits."""
-    meta = {
-        "iipub_job_id": req.job_id,
-        "iipub_slot": f"{req.product.name}/{req.edition_date.isoformat()}",
-        "iipub_attempt": str(req.attempt),
-        "iipub_fingerprint": req.fingerprint,
-    }
-    if req.installation:
-        meta["iipub_installation"] = req.installation  # whose response this is (`owners`)
-    assert len(meta) <= METADATA_MAX_KEYS
-    assert all(len(k) <= METADATA_MAX_KEY_CHARS for k in meta)
-    return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
 
 
 def create_body(req: CreateRequest) -> dict[str, Any]:
@@ -115,8 +97,9 @@ def create_body(req: CreateRequest) -> dict[str, Any]:
     return body
 
 
-class Provider(Closing):
-    """The Responses API, reduced to the four calls iipub makes."""
+class OpenAIAdapter(Closing):
+    """The OpenAI Responses API as a `Provider` (`interface`): the official SDK for creates,
+    plain requests for reads, no retries."""
 
     def __init__(self, settings: ProviderSettings, api_key: str, http_client: httpx.Client | None = None) -> None:
         if not api_key:
@@ -138,7 +121,7 @@ class Provider(Closing):
         self._deadline: float | None = None
         self._configured: httpx.Timeout | None = None
 
-    def until(self, deadline: float) -> Provider:
+    def until(self, deadline: float) -> OpenAIAdapter:
         """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`):
         each call's timeouts are cut to what is left, and a call with nothing left is not sent
         (Transient). A webhook delivery's budget thus covers its provider reads. A create is never
@@ -278,11 +261,8 @@ class Provider(Closing):
         return observed
 
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
-        # Deletion-safety invariant: the remote copy is the only copy until we hold the payload,
-        # so it may only go earlier if an operator killed the job.
-        if not (has_custody or kill_requested):
-            _check_id(response_id)
-            _refuse_delete(response_id)
+        # Deletion-safety invariant: nothing is sent without custody or a kill (`interface`).
+        check_delete_allowed(response_id, has_custody=has_custody, kill_requested=kill_requested)
         answer = self._send("delete", "DELETE", response_id, "")
         return answer if not isinstance(answer, Answer) else Deleted(response_id)
 
@@ -292,7 +272,7 @@ class Provider(Closing):
         request and response models (a poll is a GET and a JSON body, 1,000s of them a tick).
         These calls are safe to repeat, so a transport failure is only ever Transient; a 2xx is
         an Answer, any other status its outcome."""
-        _check_id(response_id)
+        check_response_id(response_id)
         timeout = self._timeout()
         if timeout is None:
             return _NO_TIME_LEFT
@@ -430,19 +410,6 @@ def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
     why = getattr(outcome, "why", None) or _described(exc)
     log.warning("provider_trouble", op=op, subject=subject, status=status, outcome=type(outcome).__name__, why=why)
     return outcome
-
-
-def _check_id(response_id: str) -> None:
-    # A bad id is a caller bug; sent anyway it would come back as a Transient forever.
-    if not isinstance(response_id, str) or not _RESPONSE_ID.fullmatch(response_id):
-        raise ValueError(f"malformed response id {response_id!r}")
-
-
-def _refuse_delete(response_id: str) -> NoReturn:
-    raise InvariantViolation(
-        f"refusing to delete {response_id}: its output is not in local custody and no kill was requested",
-        response_id=response_id,
-    )
 
 
 def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguous | Rejected:

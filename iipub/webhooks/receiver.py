@@ -43,7 +43,8 @@ from iipub.machine import settle
 from iipub.machine.tick import Tick
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.interface import Provider
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db
@@ -168,7 +169,7 @@ class Receiver:
         self.engine = engine or db.make_engine(settings.database_url, pool_size=w.threads,
                                                lock_wait_seconds=max(1, int(w.request_seconds / 4)))
         self._own_engine = engine is None
-        self.provider = provider or Provider(settings.provider, api_key)
+        self.provider: Provider = provider or OpenAIAdapter(settings.provider, api_key)
         self._own_provider = provider is None
         # The SDK's verifier lives on a client; this one never sends a request.
         self._verifier = openai.OpenAI(api_key="verify-only", base_url="http://127.0.0.1:9/", max_retries=0).webhooks

@@ -19,50 +19,48 @@ from iipub.machine.tick import Tick
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.observe import report as status
-from iipub.provider.adapter import Provider
+from iipub.provider.fake import FakeProvider
 from iipub.provider.outcomes import Observed
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import make_settings, open_at_midnight, utc_today
+from tests.helpers import open_at_midnight, utc_today
+from tests.offline import offline_settings
 
 
 def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, engine: sa.Engine,
                                                                  tmp_path: Path) -> None:
-    # A slow provider, and polls a minute apart: an accepted create stays in flight after its tick.
-    with Simulator(SimulatorOptions(queued_seconds=600, in_progress_seconds=600)) as slow:
-        base = make_settings(db_url, slow.url, tmp_path / "public")
-        settings: Settings = open_at_midnight(replace(
-            base, reconcile=replace(base.reconcile, max_in_flight=1, concurrency=1, poll_interval_seconds=60)))
-        store_a = Store(engine, "process-a", 15)
-        for product in settings.products.values():
-            store_a.schedule(product, utc_today())
-        provider = Provider(settings.provider, "sk-test")
-        try:
-            # process A starts its tick while nothing is in flight ...
-            tick_a = Tick(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
-            # ... and process B dispatches one create meanwhile
-            report_b = reconcile.run(settings, engine)
-            assert report_b.creates == 1 and store_a.count_in_flight() == 1
-            # A sees B's create in the database: no room under max_in_flight = 1
-            assert tick_a.admit_create() is False and tick_a.report.held_back == 1
-            assert slow.stats()["creates_total"] == 1
-        finally:
-            provider.close()
+    # A provider that keeps every response queued, and polls a minute apart: an accepted create
+    # stays in flight after its tick.
+    base = offline_settings(db_url, tmp_path / "public")
+    settings: Settings = open_at_midnight(replace(
+        base, reconcile=replace(base.reconcile, max_in_flight=1, concurrency=1, poll_interval_seconds=60)))
+    store_a = Store(engine, "process-a", 15)
+    for product in settings.products.values():
+        store_a.schedule(product, utc_today())
+    with FakeProvider() as provider:
+        # process A starts its tick while nothing is in flight ...
+        tick_a = Tick(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
+        # ... and process B dispatches one create meanwhile
+        report_b = reconcile.run(settings, engine, provider=provider)
+        assert report_b.creates == 1 and store_a.count_in_flight() == 1
+        # A sees B's create in the database: no room under max_in_flight = 1
+        assert tick_a.admit_create() is False and tick_a.report.held_back == 1
+        assert provider.count("create") == provider.accepted == 1
 
 
-def test_max_in_flight_counts_this_ticks_admissions_until_they_commit(engine: sa.Engine, settings: Settings) -> None:
+def test_max_in_flight_counts_this_ticks_admissions_until_they_commit(engine: sa.Engine, db_url: str,
+                                                                      tmp_path: Path) -> None:
+    settings = offline_settings(db_url, tmp_path / "public")
     s = replace(settings, reconcile=replace(settings.reconcile, max_in_flight=2))
-    provider = Provider(s.provider, "sk-test")
-    try:
+    with FakeProvider() as provider:
         t = Tick(s, Store(engine, "w", 15), provider, time.monotonic() + 30, random.Random(1))
         assert t.admit_create() and t.admit_create()
         assert not t.admit_create()  # two admitted, neither committed yet
         t.admitted()  # one failed before its write: its room is free again
         assert t.admit_create()
-    finally:
-        provider.close()
+        assert provider.calls == []  # admission is the database's alone
 
 
 T0 = dt.datetime(2026, 12, 1, 6, 0)

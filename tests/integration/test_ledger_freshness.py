@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -15,45 +16,39 @@ import sqlalchemy as sa
 from iipub.machine import steps, sweep
 from iipub.machine.tick import Tick
 from iipub.money.ledger import slot_of
-from iipub.provider.adapter import Provider
-from iipub.provider.outcomes import CreateOutcome, CreateRequest
-from iipub.provider.simulator import Simulator
-from iipub.settings.config import Settings
+from iipub.provider.fake import Call, FakeProvider
+from iipub.provider.outcomes import Refused
 from iipub.store import clock
 from iipub.store.job_store import Store
 from tests.helpers import job_events, job_rows
+from tests.offline import offline_cfg
 
 DAY = dt.date(2026, 11, 29)
 SLOT = slot_of("daily-brief", DAY.isoformat())
 pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
-class _Interleaved(Provider):
-    """Worker A's provider: while A's create is out (its intent on the ledger, no outcome yet),
-    worker B's tick reads the ledger."""
-
-    def __init__(self, settings: Settings, other: Tick) -> None:
-        super().__init__(settings.provider, "sk-test")
-        self.other = other
-
-    def create(self, request: CreateRequest) -> CreateOutcome:
-        seen = self.other.spend(SLOT)
-        assert seen is not None and seen.charged == 1  # B saw A's intent: a copy that would go stale
-        return super().create(request)
-
-
 def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_parks_nothing(
-    cfg: Settings, engine: sa.Engine, sim: Simulator
+    db_url: str, engine: sa.Engine, tmp_path: Path
 ) -> None:
+    cfg = offline_cfg(db_url, tmp_path / "public")
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
-    worker_b = Tick(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), Provider(cfg.provider, "sk-test"),
+    seen_by_b: list[int | None] = []
+
+    def while_a_creates(call: Call) -> None:
+        """Worker A's create is out (its intent on the ledger, no outcome yet): worker B's tick
+        reads the ledger."""
+        if call.op == "create" and not seen_by_b:
+            spend = worker_b.spend(SLOT)
+            seen_by_b.append(spend.charged if spend is not None else None)
+
+    provider = FakeProvider(on_call=while_a_creates)
+    worker_b = Tick(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), provider,
                     time.monotonic() + 60, random.Random(1))
-    sim.add_faults([{"fault": "rate_limit", "op": "create", "times": 1}])  # A's create: 429, refunded
-    provider_a = _Interleaved(cfg, worker_b)
-    try:
-        sweep.run(cfg, engine, provider=provider_a, worker="worker-a")
-    finally:
-        provider_a.close()
+    provider.script_create(Refused(2.0, "HTTP 429: Rate limit reached for requests. Please try again in 2s.",
+                                   "rate_limit_exceeded"))  # A's create: 429, refunded
+    sweep.run(cfg, engine, provider=provider, worker="worker-a")
+    assert seen_by_b == [1]  # B saw A's intent: a copy that would go stale
     (row,) = job_rows(engine)
     assert (row["state"], row["generation_attempts"]) == ("CREATE_ELIGIBLE", 0)  # refunded
     assert any(e["reason"] == "create_refused" for e in job_events(engine, row["id"]))
@@ -67,6 +62,5 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
     (row,) = job_rows(engine)
     assert row["quarantine_reason"] is None, row  # no false restored_behind_ledger
     assert (row["state"], row["generation_attempts"]) == ("ACCEPTED", 1)
-    stats = sim.stats()
-    assert stats["creates_total"] == 1 and stats["faults_fired"]["rate_limit"] == 1  # one paid create, one refused
+    assert provider.count("create") == 2 and provider.accepted == 1  # one paid create, one refused
     assert worker_b.spend(SLOT).charged == 1  # type: ignore[union-attr]

@@ -11,8 +11,10 @@ import random
 import time
 from collections.abc import MutableMapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
@@ -22,12 +24,19 @@ from iipub.machine import sweep as reconcile
 from iipub.machine.tick import Tick
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
-from iipub.provider.adapter import Provider
+from iipub.provider.fake import FakeProvider
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
 from tests.helpers import job_rows
+from tests.offline import offline_cfg
+
+
+@pytest.fixture
+def quiet_cfg(db_url: str, tmp_path: Path) -> Settings:
+    """`cfg` with no simulator behind it, for the tests whose provider is never called."""
+    return offline_cfg(db_url, tmp_path / "public")
 
 
 def db_today(engine: sa.Engine) -> dt.date:
@@ -52,11 +61,12 @@ def _one_leased_job(store: Store, cfg: Settings, engine: sa.Engine) -> Job:
     return leased
 
 
-def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: Settings, engine: sa.Engine) -> None:
+def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(quiet_cfg: Settings,
+                                                                          engine: sa.Engine) -> None:
     store = Store(engine, "w-lost")
-    leased = _one_leased_job(store, cfg, engine)
-    with Provider(cfg.provider, "sk-test") as provider:
-        tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
+    leased = _one_leased_job(store, quiet_cfg, engine)
+    with FakeProvider() as provider:
+        tick = Tick(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
         batch = tick.batch([leased.id])
         batch.defer(store.plan(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN))
         with engine.begin() as conn:  # another writer moves the job on meanwhile
@@ -68,6 +78,7 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: 
     assert [(e["job_id"], e["worker"], e["log_level"]) for e in lost] == [(leased.id, "w-lost", "warning")]
     assert tick.report.lease_lost == 1 and dict(tick.report.transitions) == {}
     assert job_rows(engine)[0]["state"] == "NO_JOB"  # the stale write changed nothing
+    assert provider.calls == []
 
 
 def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_missed(
@@ -102,16 +113,16 @@ def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
 
 
 def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
-    cfg: Settings, engine: sa.Engine, db_url: str
+    quiet_cfg: Settings, engine: sa.Engine, db_url: str
 ) -> None:
     """Another transaction holds the job's row (MariaDB) or the write lock (SQLite) past the
     store's lock wait: the step's write is rolled back as `Contention`, logged and counted."""
     waits_a_second = db.make_engine(db_url, lock_wait_seconds=1)
     try:
         store = Store(waits_a_second, "w-contended")
-        leased = _one_leased_job(store, cfg, engine)
-        with Provider(cfg.provider, "sk-test") as provider:
-            tick = Tick(cfg, store, provider, time.monotonic() + 30, random.Random(1))
+        leased = _one_leased_job(store, quiet_cfg, engine)
+        with FakeProvider() as provider:
+            tick = Tick(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
             with engine.connect() as blocker, blocker.begin():
                 blocker.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.id == leased.id).with_for_update())
                 with capture_logs() as logs:
@@ -123,13 +134,15 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
     assert tick.report.contention == 1 and dict(tick.report.transitions) == {}
     (after,) = job_rows(engine)
     assert (after["state"], after["version"]) == ("NO_JOB", leased.version)  # the write was rolled back
+    assert provider.calls == []
 
 
-def test_a_write_that_keeps_the_state_is_a_debug_line_and_a_move_is_info(cfg: Settings, engine: sa.Engine) -> None:
+def test_a_write_that_keeps_the_state_is_a_debug_line_and_a_move_is_info(quiet_cfg: Settings,
+                                                                         engine: sa.Engine) -> None:
     """A poll that found the response still running (the same state again) is journaled but logged
     at debug, so 10,000 polls a minute are not 10,000 info lines; a move to another state is info."""
     store = Store(engine, "w-log")
-    leased = _one_leased_job(store, cfg, engine)
+    leased = _one_leased_job(store, quiet_cfg, engine)
     # Debug lines pass (a command run earlier in this process may have configured info), and are captured.
     level = structlog.get_config()["wrapper_class"]
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))

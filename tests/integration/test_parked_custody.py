@@ -18,7 +18,7 @@ from iipub.machine import tick as tick_mod
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.operate.executor import Operator
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
@@ -181,7 +181,7 @@ def test_a_verified_webhook_takes_a_parked_jobs_custody_at_once(
     slow_sim.advance(120)
     hooked = replace(parked_cfg, webhooks=replace(parked_cfg.webhooks, enabled=True))
     store = Store(engine, "webhook:test")
-    with Provider(hooked.provider, "sk-test") as provider:
+    with OpenAIAdapter(hooked.provider, "sk-test") as provider:
         t = tick_mod.Tick(hooked, store, provider, deadline=float("inf"), rng=__import__("random").Random(1))
         t.creates_allowed = False
         settled = settle.response_event(t, Deliveries(engine), parked["response_id"], "response.completed",

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from iipub.cli.simulator_cmd import simulator_command
 from iipub.core.errors import ConfigError, InvariantViolation
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
@@ -61,9 +61,9 @@ def sim() -> Iterator[Simulator]:
 
 
 @pytest.fixture
-def provider(sim: Simulator) -> Iterator[Provider]:
+def provider(sim: Simulator) -> Iterator[OpenAIAdapter]:
     settings = ProviderSettings(base_url=sim.url, timeout_seconds=1.0, connect_timeout_seconds=1.0)
-    with Provider(settings, "sk-test") as p:
+    with OpenAIAdapter(settings, "sk-test") as p:
         yield p
 
 
@@ -75,13 +75,13 @@ def strict_sdk(sim: Simulator) -> Iterator[openai.OpenAI]:
     client.close()
 
 
-def accepted(provider: Provider, job_id: str = "job-1", product: Product = PRODUCT) -> str:
+def accepted(provider: OpenAIAdapter, job_id: str = "job-1", product: Product = PRODUCT) -> str:
     outcome = provider.create(request(job_id, product))
     assert isinstance(outcome, Accepted), outcome
     return outcome.response_id
 
 
-def finished(sim: Simulator, provider: Provider, response_id: str) -> Observed:
+def finished(sim: Simulator, provider: OpenAIAdapter, response_id: str) -> Observed:
     sim.advance(QUEUED + RUNNING)
     outcome = provider.retrieve(response_id)
     assert isinstance(outcome, Observed), outcome
@@ -91,7 +91,7 @@ def finished(sim: Simulator, provider: Provider, response_id: str) -> Observed:
 # -- lifecycle and wire shapes ---------------------------------------------------------------------
 
 
-def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: Provider) -> None:
+def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: OpenAIAdapter) -> None:
     outcome = provider.create(request())
     assert isinstance(outcome, Accepted) and outcome.status == "queued"
     assert outcome.response_id.startswith("resp_")
@@ -123,7 +123,7 @@ def test_lifecycle_queued_in_progress_completed(sim: Simulator, provider: Provid
     assert stats["creates_total"] == 1 and stats["retrieves_by_response"] == {rid: 3}
 
 
-def test_output_follows_the_schema_it_was_given(sim: Simulator, provider: Provider) -> None:
+def test_output_follows_the_schema_it_was_given(sim: Simulator, provider: OpenAIAdapter) -> None:
     trio = Product(name="revolution-watch", prompt="Watch.", items=2, languages=("fr", "de", "ja"))
     observed = finished(sim, provider, accepted(provider, product=trio))
     doc = json.loads(observed.output_text or "")
@@ -132,7 +132,7 @@ def test_output_follows_the_schema_it_was_given(sim: Simulator, provider: Provid
     assert len({doc[lang]["title"] for lang in doc}) == 3
 
 
-def test_same_request_same_text(sim: Simulator, provider: Provider) -> None:
+def test_same_request_same_text(sim: Simulator, provider: OpenAIAdapter) -> None:
     a = accepted(provider, "job-a")
     b = accepted(provider, "job-b")
     sim.advance(QUEUED + RUNNING)
@@ -178,7 +178,7 @@ def test_strict_sdk_parses_every_status(sim: Simulator, strict_sdk: openai.OpenA
     assert err.value.code is None and "not found" in err.value.message
 
 
-def test_raw_bodies_validate_against_the_sdk_model(sim: Simulator, provider: Provider) -> None:
+def test_raw_bodies_validate_against_the_sdk_model(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider)
     with httpx.Client(base_url=sim.url, headers={"authorization": "Bearer x"}) as http:
         for step in (0, QUEUED, RUNNING):
@@ -198,7 +198,7 @@ def test_raw_bodies_validate_against_the_sdk_model(sim: Simulator, provider: Pro
 # -- the create money paths -----------------------------------------------------------------------
 
 
-def test_accept_then_drop_is_ambiguous_and_created_once(sim: Simulator, provider: Provider) -> None:
+def test_accept_then_drop_is_ambiguous_and_created_once(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
     outcome = provider.create(request("job-drop"))
     assert isinstance(outcome, Ambiguous), outcome
@@ -210,7 +210,7 @@ def test_accept_then_drop_is_ambiguous_and_created_once(sim: Simulator, provider
     assert stats["create_metadata"][0]["iipub_job_id"] == "job-drop"
 
 
-def test_rate_limit_is_refused_with_header_delay(sim: Simulator, provider: Provider) -> None:
+def test_rate_limit_is_refused_with_header_delay(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "rate_limit"}])
     outcome = provider.create(request())
     assert isinstance(outcome, Refused), outcome
@@ -226,12 +226,12 @@ def test_connection_refused_is_refused() -> None:
         port = s.getsockname()[1]
     settings = ProviderSettings(base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=1.0,
                                 connect_timeout_seconds=1.0)
-    with Provider(settings, "sk-test") as p:
+    with OpenAIAdapter(settings, "sk-test") as p:
         outcome = p.create(request())
     assert isinstance(outcome, Refused) and "ConnectError" in outcome.why
 
 
-def test_server_error_on_create_is_ambiguous(sim: Simulator, provider: Provider) -> None:
+def test_server_error_on_create_is_ambiguous(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "server_error"}])
     outcome = provider.create(request())
     assert isinstance(outcome, Ambiguous) and "500" in outcome.why
@@ -239,7 +239,7 @@ def test_server_error_on_create_is_ambiguous(sim: Simulator, provider: Provider)
     assert stats["requests"]["create"] == 1 and stats["max_retry_count_seen"] == 0
 
 
-def test_slow_create_beyond_timeout_is_ambiguous(sim: Simulator, provider: Provider) -> None:
+def test_slow_create_beyond_timeout_is_ambiguous(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "slow"}])
     started = time.monotonic()
     outcome = provider.create(request("job-slow"))
@@ -249,7 +249,7 @@ def test_slow_create_beyond_timeout_is_ambiguous(sim: Simulator, provider: Provi
     assert stats["creates_by_job"] == {"job-slow": 1} and stats["requests"]["create"] == 1
 
 
-def test_unauthorized_is_rejected(sim: Simulator, provider: Provider) -> None:
+def test_unauthorized_is_rejected(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "unauthorized"}])
     outcome = provider.create(request())
     assert isinstance(outcome, Rejected) and outcome.status == 401
@@ -266,7 +266,7 @@ def test_metadata_over_the_limit_is_rejected_by_the_simulator(sim: Simulator) ->
 
 def test_per_run_faults_with_probability() -> None:
     options = SimulatorOptions(faults=(parse_fault_spec("rate_limit@create:0.5"),), seed=3)
-    with Simulator(options) as s, Provider(ProviderSettings(base_url=s.url), "sk-test") as p:
+    with Simulator(options) as s, OpenAIAdapter(ProviderSettings(base_url=s.url), "sk-test") as p:
         outcomes = [p.create(request(f"job-{i}")) for i in range(20)]
         refused = sum(isinstance(o, Refused) for o in outcomes)
         accepted_n = sum(isinstance(o, Accepted) for o in outcomes)
@@ -274,7 +274,7 @@ def test_per_run_faults_with_probability() -> None:
         assert s.stats()["creates_total"] == accepted_n
 
 
-def test_job_scoped_rule_only_hits_that_job(sim: Simulator, provider: Provider) -> None:
+def test_job_scoped_rule_only_hits_that_job(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "server_error", "job_id": "job-b", "times": 2}])
     assert isinstance(provider.create(request("job-a")), Accepted)
     assert isinstance(provider.create(request("job-b")), Ambiguous)
@@ -286,14 +286,14 @@ def test_job_scoped_rule_only_hits_that_job(sim: Simulator, provider: Provider) 
 # -- reads, cancel, delete --------------------------------------------------------------------------
 
 
-def test_not_found_before_expiry(sim: Simulator, provider: Provider) -> None:
+def test_not_found_before_expiry(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider, "job-nf")
     sim.add_faults([{"op": "retrieve", "fault": "not_found", "job_id": "job-nf"}])
     assert isinstance(provider.retrieve(rid), Missing)
     assert isinstance(provider.retrieve(rid), Observed)
 
 
-def test_retrieve_faults_are_transient(sim: Simulator, provider: Provider) -> None:
+def test_retrieve_faults_are_transient(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider)
     faults = ("rate_limit", "server_error", "drop_after_accept", "slow")
     sim.add_faults([{"op": "retrieve", "fault": name} for name in faults])
@@ -301,7 +301,7 @@ def test_retrieve_faults_are_transient(sim: Simulator, provider: Provider) -> No
     assert kinds == ["Transient", "Transient", "Transient", "Transient", "Observed"]
 
 
-def test_a_stored_response_outlives_the_polling_window(sim: Simulator, provider: Provider) -> None:
+def test_a_stored_response_outlives_the_polling_window(sim: Simulator, provider: OpenAIAdapter) -> None:
     """iipub creates with `store: true`: the real API keeps such a response (30 days), not ~10 min."""
     rid = accepted(provider)
     assert finished(sim, provider, rid).status == "completed"
@@ -320,7 +320,7 @@ def test_a_stored_response_outlives_the_polling_window(sim: Simulator, provider:
 def test_expiry_after_retention_in_a_zero_data_retention_project() -> None:
     options = SimulatorOptions(queued_seconds=QUEUED, in_progress_seconds=RUNNING, retention_seconds=RETENTION,
                                zdr=True)
-    with Simulator(options) as sim, Provider(ProviderSettings(base_url=sim.url), "sk-test") as provider:
+    with Simulator(options) as sim, OpenAIAdapter(ProviderSettings(base_url=sim.url), "sk-test") as provider:
         rid = accepted(provider)
         assert finished(sim, provider, rid).status == "completed"
         sim.advance(RETENTION - 1)
@@ -330,16 +330,16 @@ def test_expiry_after_retention_in_a_zero_data_retention_project() -> None:
         assert sim.stats()["responses_live"] == 0
 
 
-def test_unfinished_responses_do_not_expire(sim: Simulator, provider: Provider) -> None:
+def test_unfinished_responses_do_not_expire(sim: Simulator, provider: OpenAIAdapter) -> None:
     slow_sim = Simulator(SimulatorOptions(queued_seconds=5000, retention_seconds=10))
-    with slow_sim, Provider(ProviderSettings(base_url=slow_sim.url), "sk-test") as p:
+    with slow_sim, OpenAIAdapter(ProviderSettings(base_url=slow_sim.url), "sk-test") as p:
         rid = accepted(p)
         slow_sim.advance(1000)
         observed = p.retrieve(rid)
         assert isinstance(observed, Observed) and observed.status == "queued"
 
 
-def test_cancel_unfinished_and_finished(sim: Simulator, provider: Provider) -> None:
+def test_cancel_unfinished_and_finished(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider, "job-c")
     cancelled = provider.cancel(rid)
     assert isinstance(cancelled, Observed) and cancelled.status == "cancelled" and cancelled.output_text is None
@@ -354,7 +354,7 @@ def test_cancel_unfinished_and_finished(sim: Simulator, provider: Provider) -> N
     assert stats["cancels"] == 1 and stats["requests"]["cancel"] == 4
 
 
-def test_cancel_race_completes(sim: Simulator, provider: Provider) -> None:
+def test_cancel_race_completes(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider, "job-race")
     sim.advance(QUEUED)
     sim.add_faults([{"op": "cancel", "fault": "cancel_race"}])
@@ -365,7 +365,7 @@ def test_cancel_race_completes(sim: Simulator, provider: Provider) -> None:
     assert sim.stats()["cancels"] == 0
 
 
-def test_delete_then_retrieve_is_not_found(sim: Simulator, provider: Provider) -> None:
+def test_delete_then_retrieve_is_not_found(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider)
     finished(sim, provider, rid)
     assert provider.delete(rid, has_custody=True) == Deleted(rid)
@@ -375,7 +375,7 @@ def test_delete_then_retrieve_is_not_found(sim: Simulator, provider: Provider) -
     assert stats["deletes"] == 1 and stats["deleted_ids"] == [rid] and stats["requests"]["delete"] == 2
 
 
-def test_delete_without_custody_never_reaches_the_wire(sim: Simulator, provider: Provider) -> None:
+def test_delete_without_custody_never_reaches_the_wire(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider)
     with pytest.raises(InvariantViolation):
         provider.delete(rid, has_custody=False)
@@ -386,7 +386,7 @@ def test_delete_without_custody_never_reaches_the_wire(sim: Simulator, provider:
 # -- content faults --------------------------------------------------------------------------------
 
 
-def faulty_text(sim: Simulator, provider: Provider, fault: str) -> str:
+def faulty_text(sim: Simulator, provider: OpenAIAdapter, fault: str) -> str:
     sim.add_faults([{"op": "create", "fault": fault, "job_id": f"job-{fault}"}])
     observed = finished(sim, provider, accepted(provider, f"job-{fault}"))
     assert observed.status == "completed" and observed.output_text is not None
@@ -394,7 +394,7 @@ def faulty_text(sim: Simulator, provider: Provider, fault: str) -> str:
 
 
 @pytest.mark.parametrize("fault", ["malformed_output", "schema_break", "oversized_output"])
-def test_content_faults_fail_validation(sim: Simulator, provider: Provider, fault: str) -> None:
+def test_content_faults_fail_validation(sim: Simulator, provider: OpenAIAdapter, fault: str) -> None:
     text = faulty_text(sim, provider, fault)
     with pytest.raises(ValidationError):
         edition_schema.output_model(PRODUCT.languages, PRODUCT.items).model_validate_json(text)
@@ -402,19 +402,19 @@ def test_content_faults_fail_validation(sim: Simulator, provider: Provider, faul
         assert len(text.encode()) > 1_000_000
 
 
-def test_hallucinated_urls(sim: Simulator, provider: Provider) -> None:
+def test_hallucinated_urls(sim: Simulator, provider: OpenAIAdapter) -> None:
     doc = json.loads(faulty_text(sim, provider, "hallucinated_urls"))
     urls = {s["url"] for lang in doc.values() for item in lang["items"] for s in item["sources"]}
     assert set(content.BAD_URLS) <= urls
 
 
-def test_script_injection(sim: Simulator, provider: Provider) -> None:
+def test_script_injection(sim: Simulator, provider: OpenAIAdapter) -> None:
     doc = json.loads(faulty_text(sim, provider, "script_injection"))
     assert all("<script>alert(1)</script>" in lang["items"][0]["headline"] for lang in doc.values())
     assert all(lang["items"][0]["sources"][0]["url"] == "javascript:alert(1)" for lang in doc.values())
 
 
-def test_same_text(sim: Simulator, provider: Provider) -> None:
+def test_same_text(sim: Simulator, provider: OpenAIAdapter) -> None:
     doc = json.loads(faulty_text(sim, provider, "same_text"))
     assert doc["en"] == doc["es"]
 
@@ -422,7 +422,7 @@ def test_same_text(sim: Simulator, provider: Provider) -> None:
 # -- control and binding -----------------------------------------------------------------------------
 
 
-def test_control_endpoints_over_http(sim: Simulator, provider: Provider) -> None:
+def test_control_endpoints_over_http(sim: Simulator, provider: OpenAIAdapter) -> None:
     origin = sim.url.removesuffix("/v1")
     with httpx.Client(base_url=origin) as http:
         added = http.post("/_sim/faults", json=[{"op": "create", "fault": "rate_limit"}])
@@ -494,7 +494,7 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
             time.sleep(0.02)
         port = int(port_file.read_text())
         url = f"http://127.0.0.1:{port}/v1"
-        with Provider(ProviderSettings(base_url=url), "sk-test") as p:
+        with OpenAIAdapter(ProviderSettings(base_url=url), "sk-test") as p:
             rid = accepted(p)
             observed = p.retrieve(rid)
             assert isinstance(observed, Observed) and observed.status == "completed"
@@ -517,7 +517,7 @@ def test_threads_poll_through_pools_of_their_own_within_max_connections(sim: Sim
     import threading
 
     settings = ProviderSettings(base_url=sim.url, timeout_seconds=30.0, connect_timeout_seconds=10.0, max_connections=4)
-    with Provider(settings, "sk-test") as p:
+    with OpenAIAdapter(settings, "sk-test") as p:
         created = p.create(request())  # this thread's pool
         assert isinstance(created, Accepted)
         seen: list[object] = []
@@ -579,7 +579,7 @@ def test_a_provider_that_trickles_its_answer_costs_one_poll_not_a_thread() -> No
     server.start()
     settings = ProviderSettings(base_url=f"http://127.0.0.1:{port}/v1", timeout_seconds=0.5)
     try:
-        with Provider(settings, "sk-test") as p:
+        with OpenAIAdapter(settings, "sk-test") as p:
             started = time.monotonic()
             outcome = p.retrieve("resp_trickle")
             took = time.monotonic() - started

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from iipub.edition import compose, validate
 from iipub.machine import sweep as reconcile
 from iipub.model.jobs import Job, slot_row
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest
 from iipub.provider.simulator import Simulator, SimulatorOptions, content
 from iipub.publish import relay
@@ -76,7 +76,7 @@ def _composed(payload: str, product: Product, day: dt.date) -> tuple[str, str, d
 def _populate(engine: sa.Engine, s: Settings, sim: Simulator) -> dict[str, str]:
     """One job per state (as an 0008 database holds them); returns state -> job id."""
     product = s.products[PRODUCT]
-    provider = Provider(s.provider, "sk-test")
+    provider = OpenAIAdapter(s.provider, "sk-test")
     ids: dict[str, str] = {}
     try:
         with db.transaction(engine) as conn:

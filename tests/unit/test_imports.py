@@ -24,8 +24,8 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
     loaded = _loaded_after(
         "import iipub.cli, iipub.machine.sweep\n"
         "from iipub.settings.config import ProviderSettings\n"
-        "from iipub.provider.adapter import Provider\n"
-        "Provider(ProviderSettings(), 'sk-test').close()  # constructed, never called\n"
+        "from iipub.provider.adapter import OpenAIAdapter\n"
+        "OpenAIAdapter(ProviderSettings(), 'sk-test').close()  # constructed, never called\n"
     )
     heavy = {"openai", "iipub.provider.simulator.server", "iipub.provider.simulator.webhooks", "iipub.operate.executor",
              "iipub.observe.invariants", "iipub.observe.report", "iipub.observe.queries", "iipub.publish.relay",
@@ -39,9 +39,9 @@ def test_reads_load_httpx_alone_and_the_sdk_loads_at_the_first_create() -> None:
     start = ("import datetime as dt\n"
              "from iipub.settings.config import Product, ProviderSettings\n"
              "from iipub.provider.outcomes import CreateRequest\n"
-             "from iipub.provider.adapter import Provider\n"
+             "from iipub.provider.adapter import OpenAIAdapter\n"
              "s = ProviderSettings(base_url='http://127.0.0.1:9/v1', connect_timeout_seconds=0.2)\n"
-             "p = Provider(s, 'sk-test')\n"
+             "p = OpenAIAdapter(s, 'sk-test')\n"
              "assert p.retrieve('resp_1').unreachable\n")
     read = _loaded_after(start + "p.cancel('resp_1'); p.delete('resp_1', has_custody=True)\np.close()\n")
     assert "httpx" in read and "openai" not in read and "pydantic" not in read

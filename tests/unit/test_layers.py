@@ -1,7 +1,8 @@
 """The layer contract (pyproject's `[tool.importlinter]`) is executable and is the layout table of
 docs/architecture.md: packages import only the floors below them, no import cycle exists (at
-module level or inside a function), the pure modules reach no I/O library, and a planted
-violation of each rule breaks the contract."""
+module level or inside a function), the pure modules reach no I/O library, no module of the
+package imports the tests' in-memory provider, and a planted violation of each rule breaks the
+contract."""
 
 from __future__ import annotations
 
@@ -64,6 +65,11 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
     # a cycle between two packages of one floor's neighbours: money reaching back into machine
     ("money/spend.py", "\n\ndef _planted() -> None:\n    from iipub.machine import decisions  # noqa\n",
      "floors below it"),
+    # a production path reaching for the tests' in-memory provider
+    ("machine/sweep.py", "\n\ndef _planted() -> None:\n    from iipub.provider import fake  # noqa\n",
+     "nothing in the package imports it"),
+    # the provider interface reaching an HTTP library
+    ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
 ])
 def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module

@@ -15,7 +15,7 @@ import pytest
 from iipub.machine import decisions
 from iipub.model.states import Reason, State
 from iipub.money import breaker, budgets
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest, Refused
 from iipub.settings.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
 from tests.unit.test_breaker import HEALTHY, NOW, P
@@ -105,9 +105,9 @@ class Recorder:
         return httpx.Response(self.status, json=self.body)
 
 
-def _provider(rec: Recorder) -> Iterator[Provider]:
+def _provider(rec: Recorder) -> Iterator[OpenAIAdapter]:
     client = httpx.Client(transport=httpx.MockTransport(rec))
-    with Provider(ProviderSettings(base_url=BASE, timeout_seconds=7, flex_timeout_seconds=44), "sk-test",
+    with OpenAIAdapter(ProviderSettings(base_url=BASE, timeout_seconds=7, flex_timeout_seconds=44), "sk-test",
                   http_client=client) as p:
         yield p
     client.close()

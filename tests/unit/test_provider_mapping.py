@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from iipub.core.errors import InvariantViolation, MissingApiKey
-from iipub.provider.adapter import Provider
+from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
@@ -52,9 +52,9 @@ def rec() -> Recorder:
 
 
 @pytest.fixture
-def provider(rec: Recorder) -> Iterator[Provider]:
+def provider(rec: Recorder) -> Iterator[OpenAIAdapter]:
     client = httpx.Client(transport=httpx.MockTransport(rec))
-    with Provider(ProviderSettings(base_url=BASE), "sk-test", http_client=client) as p:
+    with OpenAIAdapter(ProviderSettings(base_url=BASE), "sk-test", http_client=client) as p:
         yield p
     client.close()
 
@@ -151,7 +151,7 @@ CREATE_STATUS_TABLE: list[tuple[Handler, type, int | None]] = [
 
 @pytest.mark.parametrize(("handler", "kind", "status"), CREATE_STATUS_TABLE)
 def test_create_status_mapping(
-    provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None
+    provider: OpenAIAdapter, rec: Recorder, handler: Handler, kind: type, status: int | None
 ) -> None:
     rec.handler = handler
     outcome = provider.create(REQ)
@@ -178,7 +178,7 @@ def test_create_status_mapping(
     ],
 )
 def test_create_transport_mapping(
-    provider: Provider, rec: Recorder, exc_type: type[httpx.TransportError], kind: type
+    provider: OpenAIAdapter, rec: Recorder, exc_type: type[httpx.TransportError], kind: type
 ) -> None:
     rec.handler = fail_with(exc_type)
     outcome = provider.create(REQ)
@@ -188,7 +188,7 @@ def test_create_transport_mapping(
     assert len(rec.requests) == 1
 
 
-def test_create_accepted_carries_id_and_status(provider: Provider, rec: Recorder) -> None:
+def test_create_accepted_carries_id_and_status(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(response_id="resp_xyz", status="queued"))
     assert provider.create(REQ) == Accepted("resp_xyz", "queued")
 
@@ -204,7 +204,7 @@ def test_create_accepted_carries_id_and_status(provider: Provider, rec: Recorder
     ],
 )
 def test_refused_carries_header_delay(
-    provider: Provider, rec: Recorder, headers: dict[str, str], delay: float | None
+    provider: OpenAIAdapter, rec: Recorder, headers: dict[str, str], delay: float | None
 ) -> None:
     rec.handler = answer(429, headers=headers)
     outcome = provider.create(REQ)
@@ -212,7 +212,7 @@ def test_refused_carries_header_delay(
     assert outcome.retry_after == delay
 
 
-def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) -> None:
+def test_create_sends_the_documented_request(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="queued"))
     provider.create(REQ)
     (request,) = rec.requests
@@ -234,7 +234,7 @@ def test_create_sends_the_documented_request(provider: Provider, rec: Recorder) 
     }
 
 
-def test_a_default_product_sends_no_sampling_key_and_always_a_cost_cap(provider: Provider, rec: Recorder) -> None:
+def test_a_default_product_sends_no_sampling_key_and_always_a_cost_cap(provider: OpenAIAdapter, rec: Recorder) -> None:
     """The shipped products are gpt-5-mini, which refuses temperature: none is sent, and
     max_output_tokens (sized from the product's output) is."""
     from iipub.settings.config import default_products
@@ -249,7 +249,7 @@ def test_a_default_product_sends_no_sampling_key_and_always_a_cost_cap(provider:
         assert body["max_output_tokens"] == product.output_token_cap() >= 16_000
 
 
-def test_reasoning_and_verbosity_are_sent_where_set(provider: Provider, rec: Recorder) -> None:
+def test_reasoning_and_verbosity_are_sent_where_set(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="queued"))
     product = Product(name="daily-brief", prompt="p", items=3, reasoning_effort="low", verbosity="high",
                       max_output_tokens=9000)
@@ -259,7 +259,7 @@ def test_reasoning_and_verbosity_are_sent_where_set(provider: Provider, rec: Rec
     assert body["max_output_tokens"] == 9000 and "temperature" not in body
 
 
-def test_metadata_values_are_truncated_to_the_api_limit(provider: Provider, rec: Recorder) -> None:
+def test_metadata_values_are_truncated_to_the_api_limit(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="queued"))
     provider.create(CreateRequest("j" * 600, PRODUCT, dt.date(2025, 3, 1), 1, "f" * 64))
     meta = json.loads(rec.requests[0].content)["metadata"]
@@ -271,7 +271,7 @@ def test_metadata_values_are_truncated_to_the_api_limit(provider: Provider, rec:
 # -- reads, cancel, delete ------------------------------------------------------------------------
 
 
-def test_retrieve_observed(provider: Provider, rec: Recorder) -> None:
+def test_retrieve_observed(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="completed", text='{"en": 1}'))
     outcome = provider.retrieve("resp_abc123")
     assert outcome == Observed(
@@ -298,7 +298,7 @@ def test_retrieve_observed(provider: Provider, rec: Recorder) -> None:
     "lots",
     [1, 2, 3],
 ])
-def test_a_malformed_usage_keeps_the_output_readable(provider: Provider, rec: Recorder, usage: Any) -> None:
+def test_a_malformed_usage_keeps_the_output_readable(provider: OpenAIAdapter, rec: Recorder, usage: Any) -> None:
     """A finished, paid response with token counts that are not counts is still taken into
     custody (its usage unknown), not read as an unreadable body until the poll budget parks it."""
     rec.handler = answer(200, response_json(status="completed", text='{"en": 1}', usage=usage))
@@ -307,14 +307,14 @@ def test_a_malformed_usage_keeps_the_output_readable(provider: Provider, rec: Re
     assert outcome.output_text == '{"en": 1}' and outcome.usage is None
 
 
-def test_retrieve_unfinished_has_no_output(provider: Provider, rec: Recorder) -> None:
+def test_retrieve_unfinished_has_no_output(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="in_progress", text=None, usage=None))
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Observed)
     assert outcome.status == "in_progress" and outcome.output_text is None and outcome.usage is None
 
 
-def test_retrieve_failed_and_incomplete_details(provider: Provider, rec: Recorder) -> None:
+def test_retrieve_failed_and_incomplete_details(provider: OpenAIAdapter, rec: Recorder) -> None:
     error = {"code": "server_error", "message": "it broke"}
     rec.handler = answer(200, response_json(status="failed", text=None, error=error))
     failed = provider.retrieve("resp_abc123")
@@ -348,7 +348,7 @@ READ_TABLE: list[tuple[Handler, type, int | None]] = [
 
 @pytest.mark.parametrize(("handler", "kind", "status"), READ_TABLE)
 def test_retrieve_and_cancel_mapping(
-    provider: Provider, rec: Recorder, handler: Handler, kind: type, status: int | None
+    provider: OpenAIAdapter, rec: Recorder, handler: Handler, kind: type, status: int | None
 ) -> None:
     rec.handler = handler
     for call in (provider.retrieve, provider.cancel):
@@ -359,13 +359,13 @@ def test_retrieve_and_cancel_mapping(
     assert len(rec.requests) == 2  # one each, no retries
 
 
-def test_transient_429_carries_delay(provider: Provider, rec: Recorder) -> None:
+def test_transient_429_carries_delay(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(429, headers={"retry-after": "3", "x-ratelimit-reset-requests": "1s"})
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Transient) and outcome.retry_after == 3.0
 
 
-def test_cancel_sends_post_to_cancel(provider: Provider, rec: Recorder) -> None:
+def test_cancel_sends_post_to_cancel(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(status="cancelled", text=None))
     outcome = provider.cancel("resp_abc123")
     assert isinstance(outcome, Observed) and outcome.status == "cancelled"
@@ -385,14 +385,14 @@ def test_cancel_sends_post_to_cancel(provider: Provider, rec: Recorder) -> None:
         (fail_with(httpx.ReadTimeout), Transient),
     ],
 )
-def test_delete_mapping(provider: Provider, rec: Recorder, handler: Handler, kind: type) -> None:
+def test_delete_mapping(provider: OpenAIAdapter, rec: Recorder, handler: Handler, kind: type) -> None:
     rec.handler = handler
     outcome = provider.delete("resp_abc123", has_custody=True)
     assert type(outcome) is kind, outcome
     assert rec.requests[0].method == "DELETE" and rec.requests[0].url.path == "/v1/responses/resp_abc123"
 
 
-def test_delete_without_custody_sends_nothing(provider: Provider, rec: Recorder) -> None:
+def test_delete_without_custody_sends_nothing(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, {"id": "resp_abc123", "object": "response", "deleted": True})
     with pytest.raises(InvariantViolation):
         provider.delete("resp_abc123", has_custody=False)
@@ -404,7 +404,7 @@ def test_delete_without_custody_sends_nothing(provider: Provider, rec: Recorder)
 
 def test_provider_builds_its_own_client_with_settings() -> None:
     settings = ProviderSettings(base_url=BASE, timeout_seconds=12.0, connect_timeout_seconds=3.0, max_connections=4)
-    with Provider(settings, "sk-test") as p:
+    with OpenAIAdapter(settings, "sk-test") as p:
         assert p._http is None  # nothing built until the first call
         sdk = p._sdk()
         assert sdk.max_retries == 0
@@ -416,11 +416,11 @@ def test_provider_builds_its_own_client_with_settings() -> None:
 
 def test_empty_api_key_is_refused() -> None:
     with pytest.raises(MissingApiKey):
-        Provider(ProviderSettings(base_url=BASE), "")
+        OpenAIAdapter(ProviderSettings(base_url=BASE), "")
 
 
 @pytest.mark.parametrize("bad", ["", "resp_1/../admin", "resp 1", "resp_1?x=1"])
-def test_malformed_response_ids_are_refused_before_sending(provider: Provider, rec: Recorder, bad: str) -> None:
+def test_malformed_response_ids_are_refused_before_sending(provider: OpenAIAdapter, rec: Recorder, bad: str) -> None:
     for call in (provider.retrieve, provider.cancel):
         with pytest.raises(ValueError, match="malformed response id"):
             call(bad)
@@ -435,7 +435,7 @@ def test_reads_and_creates_carry_the_same_key_organization_and_project(rec: Reco
     settings = ProviderSettings(base_url=BASE, organization="org-7", project="proj_9")
     client = httpx.Client(transport=httpx.MockTransport(rec))
     rec.handler = answer(200, response_json(status="in_progress", text=None))
-    with Provider(settings, "sk-test", http_client=client) as p:
+    with OpenAIAdapter(settings, "sk-test", http_client=client) as p:
         assert isinstance(p.retrieve("resp_abc123"), Observed)
         rec.handler = answer(200, response_json(status="queued", text=None))
         assert isinstance(p.create(REQ), Accepted)
@@ -449,7 +449,7 @@ def test_reads_and_creates_carry_the_same_key_organization_and_project(rec: Reco
         assert request.headers["openai-project"] == "proj_9"
 
 
-def test_a_read_error_is_explained_as_the_provider_said_it(provider: Provider, rec: Recorder) -> None:
+def test_a_read_error_is_explained_as_the_provider_said_it(provider: OpenAIAdapter, rec: Recorder) -> None:
     """The journal's `why` of a failed read: the error's message and the request id, clipped."""
     rec.handler = answer(404, {"error": {"message": "No response with id 'resp_abc123' found.", "code": None}},
                          headers={"x-request-id": "req_1"})
@@ -463,7 +463,7 @@ def test_a_read_error_is_explained_as_the_provider_said_it(provider: Provider, r
     assert isinstance(outcome, Transient) and outcome.why == "HTTP 503: Error code: 503" and outcome.retry_after == 7.0
 
 
-def test_an_answer_larger_than_the_bound_is_not_read(provider: Provider, rec: Recorder,
+def test_an_answer_larger_than_the_bound_is_not_read(provider: OpenAIAdapter, rec: Recorder,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads stop reading past MAX_ANSWER_BYTES: a Transient, nothing kept; a create's answer
     that large is an unknown outcome (the request was sent), never a retry."""
@@ -492,7 +492,7 @@ def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -
 
     rec.handler = lambda request: httpx.Response(200, content=trickle())
     client = httpx.Client(transport=httpx.MockTransport(rec))
-    with Provider(ProviderSettings(base_url=BASE, timeout_seconds=0.2), "sk-test", http_client=client) as p:
+    with OpenAIAdapter(ProviderSettings(base_url=BASE, timeout_seconds=0.2), "sk-test", http_client=client) as p:
         started = time.monotonic()
         outcome = p.retrieve("resp_abc123")
         took = time.monotonic() - started
@@ -502,21 +502,21 @@ def test_an_answer_that_trickles_past_the_read_time_is_not_read(rec: Recorder) -
     assert took < 1.0
 
 
-def test_a_provider_request_id_is_clipped_like_its_message(provider: Provider, rec: Recorder) -> None:
+def test_a_provider_request_id_is_clipped_like_its_message(provider: OpenAIAdapter, rec: Recorder) -> None:
     """Untrusted text from the provider (a message, a request id) is clipped before the journal keeps it."""
     rec.handler = answer(404, headers={"x-request-id": "r" * 5000})
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Missing) and len(outcome.why) < 400 and outcome.why.endswith(f"(request {'r' * 63}…)")
 
 
-def test_an_answer_about_another_response_is_never_taken_for_this_one(provider: Provider, rec: Recorder) -> None:
+def test_an_answer_about_another_response_is_never_taken_for_this_one(provider: OpenAIAdapter, rec: Recorder) -> None:
     rec.handler = answer(200, response_json(response_id="resp_someone_else"))
     for call in (provider.retrieve, provider.cancel):
         outcome = call("resp_abc123")
         assert outcome == Transient(None, "asked for resp_abc123, answered with resp_someone_else: not taken")
 
 
-def test_a_compressed_answer_that_was_not_asked_for_is_not_read(provider: Provider, rec: Recorder) -> None:
+def test_a_compressed_answer_that_was_not_asked_for_is_not_read(provider: OpenAIAdapter, rec: Recorder) -> None:
     """Reads ask for `identity`; a gzip body sent anyway (a few KB that could inflate to gigabytes
     past the size bound, which counts arriving bytes) is not read: a read's Transient, a create's
     unknown outcome."""
@@ -534,7 +534,7 @@ def test_a_compressed_answer_that_was_not_asked_for_is_not_read(provider: Provid
 
 def test_the_pools_iipub_builds_ask_for_uncompressed_answers() -> None:
     """Reads and the SDK's creates go out on the same pools, which ask for `identity`."""
-    with Provider(ProviderSettings(base_url=BASE), "sk-test") as p:
+    with OpenAIAdapter(ProviderSettings(base_url=BASE), "sk-test") as p:
         http = p._pool
         assert http.headers["accept-encoding"] == "identity" and p._headers["Accept-Encoding"] == "identity"
         assert p._sdk()._client is http
@@ -568,7 +568,7 @@ def _error(status: int, message: str, type_: str | None, param: str | None = Non
     (_error(400, "Invalid 'max_output_tokens': integer below minimum value.", "invalid_request_error",
             "max_output_tokens", "integer_below_min_value"), "max_output_tokens", "integer_below_min_value"),
 ])
-def test_a_refused_parameter_is_a_refusal_naming_it(provider: Provider, rec: Recorder, handler: Handler,
+def test_a_refused_parameter_is_a_refusal_naming_it(provider: OpenAIAdapter, rec: Recorder, handler: Handler,
                                                     param: str, code: str) -> None:
     rec.handler = handler
     outcome = provider.create(REQ)
@@ -582,7 +582,7 @@ def test_a_refused_parameter_is_a_refusal_naming_it(provider: Provider, rec: Rec
     _error(401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"),
     _error(404, "The model 'gpt-9' does not exist.", "invalid_request_error", "model", "model_not_found"),
 ])
-def test_other_4xx_stay_rejected(provider: Provider, rec: Recorder, handler: Handler) -> None:
+def test_other_4xx_stay_rejected(provider: OpenAIAdapter, rec: Recorder, handler: Handler) -> None:
     rec.handler = handler
     assert isinstance(provider.create(REQ), Rejected)
 
@@ -602,7 +602,7 @@ FLEX = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64, servic
     (_error(429, "You exceeded your current quota.", "insufficient_quota", None, "insufficient_quota"),
      False, "insufficient_quota"),
 ])
-def test_a_flex_429_is_capacity_unless_it_names_quota_or_rate_limit(provider: Provider, rec: Recorder,
+def test_a_flex_429_is_capacity_unless_it_names_quota_or_rate_limit(provider: OpenAIAdapter, rec: Recorder,
                                                                     handler: Handler, capacity: bool,
                                                                     code: str) -> None:
     rec.handler = handler
@@ -632,7 +632,7 @@ def _text(text: str) -> dict[str, Any]:
     ([_message([{"type": "refusal", "refusal": "No.\x1b[2J\n\tNever."}])], None, "No. [2J Never."),
     ([_message([_text('{"en": 1}')], "final_answer"), _message([_text("Done.")], "commentary")], '{"en": 1}', None),
 ])
-def test_output_is_read_as_the_real_api_writes_it(provider: Provider, rec: Recorder, output: list[dict[str, Any]],
+def test_output_is_read_as_the_real_api_writes_it(provider: OpenAIAdapter, rec: Recorder, output: list[dict[str, Any]],
                                                  text: str | None, refusal: str | None) -> None:
     rec.handler = answer(200, response_json(text=None, output=output))
     observed = provider.retrieve("resp_abc123")

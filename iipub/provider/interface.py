@@ -1,0 +1,104 @@
+"""What iipub asks of a provider, as a `typing.Protocol`: the calls the sweep, the webhook
+deliveries and the operator commands make, each answering a value from `outcomes` (never
+raising for what the provider said). Pure: no HTTP import.
+
+Everything above the `provider` package names this interface; only the places that build a
+provider from the settings name a concrete one (`adapter.OpenAIAdapter`). A new provider
+implements every method below and honours the rules that go with them, written here once:
+
+- `create` is the money path: it answers `Accepted` only when the provider holds the job (it
+  will be charged), `Refused` only when it provably did not process it (nothing charged),
+  `Rejected` for a request it will keep refusing, and `Ambiguous` whenever it cannot tell. It
+  never retries, and records `create_metadata(req)` on the response, which every read of it
+  answers (`Observed.metadata`: `model.owners` decides whose a response is from it).
+- `retrieve` and `cancel` answer the response as it now stands (`Observed`), `Missing` when the
+  provider does not know the id, `Transient` when asking again may help, `Rejected` for a
+  4xx it will keep giving (a cancel of a finished response is one). They are safe to repeat.
+- `delete` refuses (`InvariantViolation`, nothing sent) unless the output is in local custody or
+  an operator killed the job; `Deleted` or `Missing` (gone already) otherwise.
+- A malformed response id is a caller bug: `ValueError`, nothing sent (`check_response_id`).
+- `until(deadline)` is the same provider with every read, cancel and delete over by `deadline`
+  (`time.monotonic()`); a call with no time left is not sent (`Transient`). A create is never cut
+  short: a caller with a deadline does not create.
+- `ready()` sets up what the calls need (a client, a pool) or raises `ConfigError` in one line,
+  before the sweep leases anything; `close()` releases it.
+
+Not asked of a provider: the scope a response is created and read under (`jobs.create_scope`),
+which the sweep derives from the settings (`outcomes.scope_of`, in `machine.tick`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn, Protocol, runtime_checkable
+
+from iipub.core.errors import InvariantViolation
+from iipub.provider.outcomes import CreateOutcome, CreateRequest, DeleteOutcome, ReadOutcome
+
+# Responses API metadata limits.
+METADATA_MAX_KEYS = 16
+METADATA_MAX_KEY_CHARS = 64
+METADATA_MAX_VALUE_CHARS = 512
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A provider of background responses, reduced to the calls iipub makes."""
+
+    def create(self, req: CreateRequest) -> CreateOutcome:
+        """Start one paid background response for `req` (the money path: see the module)."""
+
+    def retrieve(self, response_id: str) -> ReadOutcome:
+        """The response as it now stands."""
+
+    def cancel(self, response_id: str) -> ReadOutcome:
+        """Cancel a running response; a finished one answers `Rejected` (read it instead)."""
+
+    def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
+        """Delete the provider's copy: only with the output in custody or a kill requested."""
+
+    def until(self, deadline: float) -> Provider:
+        """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`)."""
+
+    def ready(self) -> None:
+        """Set up what the calls need now, or raise `ConfigError` saying why it cannot be."""
+
+    def close(self) -> None:
+        """Release what `ready` or the calls set up."""
+
+
+def create_metadata(req: CreateRequest) -> dict[str, str]:
+    """The metadata that ties a paid response back to its job, within the API's limits."""
+    meta = {
+        "iipub_job_id": req.job_id,
+        "iipub_slot": f"{req.product.name}/{req.edition_date.isoformat()}",
+        "iipub_attempt": str(req.attempt),
+        "iipub_fingerprint": req.fingerprint,
+    }
+    if req.installation:
+        meta["iipub_installation"] = req.installation  # whose response this is (`owners`)
+    assert len(meta) <= METADATA_MAX_KEYS
+    assert all(len(k) <= METADATA_MAX_KEY_CHARS for k in meta)
+    return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
+
+
+def check_response_id(response_id: str) -> None:
+    """A malformed id is a caller bug; sent anyway it would come back as a Transient forever."""
+    if not isinstance(response_id, str) or not _RESPONSE_ID.fullmatch(response_id):
+        raise ValueError(f"malformed response id {response_id!r}")
+
+
+def check_delete_allowed(response_id: str, *, has_custody: bool, kill_requested: bool) -> None:
+    """The deletion-safety invariant: the remote copy is the only copy until the payload is held,
+    so it may only go earlier if an operator killed the job. Checked before anything is sent."""
+    if not (has_custody or kill_requested):
+        check_response_id(response_id)
+        _refuse_delete(response_id)
+
+
+def _refuse_delete(response_id: str) -> NoReturn:
+    raise InvariantViolation(
+        f"refusing to delete {response_id}: its output is not in local custody and no kill was requested",
+        response_id=response_id,
+    )
