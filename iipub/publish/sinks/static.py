@@ -13,8 +13,7 @@ would not change is not written at all.
 The sink's state (manifest, lock, temporary files) lives in its state directory, by default
 `<root's parent>/.iipub-state/<root's name>`, never under the public root.
 
-Templating is stdlib `html.escape` / `xml.sax.saxutils`, not Jinja2: the pages are a few fixed shapes,
-and one explicit escape per interpolation is easier to audit than autoescape rules that differ for .html and .atom.
+The pages and feeds are Jinja2 templates with autoescaping (`site`, `templating`, `templates/`).
 """
 
 from __future__ import annotations
