@@ -157,9 +157,6 @@ def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) ->
         metadata = zf.read(f"iipub-{iipub.__version__}.dist-info/METADATA").decode("utf-8")
     assert "iipub/py.typed" in names  # PEP 561: the package's own annotations are used by type checkers
     assert any(n.startswith("iipub/sql/migrations/mysql/") for n in names)
-<<<<<<< HEAD
-    assert "iipub/publish/sinks/site.css" in names  # the pages' stylesheet is package data
-=======
     # The site's templates and stylesheet are package data: every file of the folder, as in the tree.
     templates = ROOT / "iipub" / "publish" / "sinks" / "templates"
     shipped = {n.removeprefix("iipub/publish/sinks/templates/") for n in names
@@ -176,6 +173,5 @@ def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) ->
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"},
                          cwd=tmp_path, capture_output=True, text=True, check=True, timeout=120).stdout.split()
     assert out == [str(unpacked / "iipub" / "publish" / "sinks" / "site.py"), "3"]
->>>>>>> site-templates
     assert f"\nVersion: {iipub.__version__}\n" in metadata and "Author: the iipub authors" in metadata
     assert "Classifier: Typing :: Typed" in metadata and "Project-URL: Homepage, https://" in metadata
