@@ -1,4 +1,4 @@
-"""The one way a decision becomes a fenced write: the job store's transition, the tick's counters
+"""The one way a decision becomes a fenced write: the job store's transition, the run's counters
 and chain record, and the cool-down a 429 asks for. The steps of jobs and of language tracks
 apply their decisions through it."""
 
@@ -9,21 +9,25 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from iipub.machine.decisions import Decision
-from iipub.machine.tick import Tick
+from iipub.machine.run_context import RunContext
+from iipub.machine.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job
 from iipub.model.states import State
 
 
-def apply(tick: Tick, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None) -> Job:
+def apply(ctx: RunContext, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None,
+          cools: SharedCoolDown | None = None) -> Job:
+    """`cools`: the cool-down a 429 in `d` starts: the reads' unless the caller names another (the
+    create step names the creates': a create's 429 holds creates, a read's holds reads)."""
     # A dispatch always keeps its lease: the POST follows, deadline or not, and a free
     # CREATE_IN_FLIGHT row would look like a crashed worker to the next tick.
-    go_on = d.to == State.CREATE_IN_FLIGHT or (d.go_on and not tick.past_deadline())
-    new = tick.store.transition(
+    go_on = d.to == State.CREATE_IN_FLIGHT or (d.go_on and not ctx.deadline.passed())
+    new = ctx.store.transition(
         job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay,
         keep_lease=go_on, extra=extra,
     )
-    tick.counted(d.to)
-    tick.record_chain(new, d.reason)  # custody and saves, once committed
-    if d.cooldown is not None:  # a create's 429 holds creates; a read's, reads
-        tick.cool_down(d.cooldown, creates=job.state == State.CREATE_IN_FLIGHT)
+    ctx.counters.entered(d.to)
+    ctx.chain.record(new, d.reason)  # custody and saves, once committed
+    if d.cooldown is not None:
+        (cools or ctx.reads).cool_down(d.cooldown)
     return new

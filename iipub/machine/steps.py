@@ -15,8 +15,10 @@ import structlog
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
 from iipub.machine import decisions
 from iipub.machine.applying import apply
+from iipub.machine.creates import Creates
 from iipub.machine.decisions import Decision
-from iipub.machine.tick import Tick
+from iipub.machine.run_context import RunContext, SweepContext
+from iipub.machine.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
 from iipub.money import budgets, holds, ledger, paying, payments
@@ -52,59 +54,59 @@ def _job_context(job: Job) -> AbstractContextManager[None]:
                                                    edition_date=str(job.edition_date))
 
 
-def run(tick: Tick, job: Job) -> None:
+def run(ctx: RunContext, job: Job) -> None:
     """Run a job this worker has leased as far as is safe. A lost race, contention, an
     unreachable database or a bug in one step is logged and counted, never raised: one job never
     stops the sweep or fails a delivery, and it never loops silently (`step_failing`)."""
     with _job_context(job):
-        _run_bound(tick, job)
+        _run_bound(ctx, job)
 
 
-def _run_bound(tick: Tick, job: Job) -> None:
-    store = tick.store
+def _run_bound(ctx: RunContext, job: Job) -> None:
+    store = ctx.store
     bound = log.bind(job_id=job.id, product=job.product, worker=store.worker)
     try:
-        drive(tick, job)  # each step that calls the provider checks the cool-down first (`_provider_waits`)
+        drive(ctx, job)  # each step that calls the provider checks the cool-down first (`_provider_waits`)
     except LeaseLost as exc:
-        tick.count("lease_lost")
+        ctx.counters.count("lease_lost")
         bound.warning("lease_lost", error=str(exc))
     except Contention as exc:
-        tick.count("contention")
+        ctx.counters.count("contention")
         bound.warning("contention", error=str(exc))
         _release_quietly(store, job.id)
     except DatabaseUnavailable as exc:
-        tick.count("errors")
+        ctx.counters.count("errors")
         bound.error("database_unavailable", error=str(exc))
     except Exception as exc:  # a bug in one job must not stop the sweep, nor loop silently
-        tick.count("errors")
+        ctx.counters.count("errors")
         bound.exception("job_failed", error=str(exc), state=job.state.value)
-        _step_failed(tick, job.id, f"{type(exc).__name__}: {exc}")
+        _step_failed(ctx, job.id, f"{type(exc).__name__}: {exc}")
 
 
-def run_custody_watch(tick: Tick, job: Job) -> None:
+def run_custody_watch(ctx: RunContext, job: Job) -> None:
     """The custody watch of one parked job (never leased): a lost race or an unreachable database
     is logged, not raised; the job is looked at again at its next watch."""
     try:
         with _job_context(job):
-            custody_watch(tick, job)
+            custody_watch(ctx, job)
     except (LeaseLost, Contention) as exc:
-        log.info("custody_deferred", job_id=job.id, worker=tick.store.worker, error=str(exc))
+        log.info("custody_deferred", job_id=job.id, worker=ctx.store.worker, error=str(exc))
     except Exception as exc:  # logged as an error; the job is untouched and looked at next tick
-        tick.count("errors")
-        log.error("custody_failed", job_id=job.id, worker=tick.store.worker, error=f"{type(exc).__name__}: {exc}")
+        ctx.counters.count("errors")
+        log.error("custody_failed", job_id=job.id, worker=ctx.store.worker, error=f"{type(exc).__name__}: {exc}")
 
 
-def _step_failed(tick: Tick, job_id: str, error: str) -> None:
+def _step_failed(ctx: RunContext, job_id: str, error: str) -> None:
     """Count the failure on the job (WARN from the first); park it `step_failing` once it
     happened `max_step_failures` times in a row. Best effort: the lease expires anyway."""
-    store = tick.store
+    store = ctx.store
     try:
         job = store.find(job_id)
         if job is None or job.lease_owner != store.worker:
             return
-        d, failures = decisions.step_failed(job, error[:500], tick.settings.reconcile.max_step_failures)
+        d, failures = decisions.step_failed(job, error[:500], ctx.settings.reconcile.max_step_failures)
         if d is not None:
-            apply(tick, job, d)
+            apply(ctx, job, d)
         else:
             store.note_failure(job, f"step_failed: {error}"[:2000], failures)
     except Exception:  # the database itself may be what failed
@@ -119,61 +121,52 @@ def _release_quietly(store: Store, job_id: str) -> None:
         log.warning("release_failed", job_id=job_id)
 
 
-def drive(tick: Tick, job: Job) -> None:
+def drive(ctx: RunContext, job: Job) -> None:
     """Take as many safe steps as this tick allows; the last write releases the lease."""
     while True:
         step = STEPS.get(job.state)
         if step is None:
-            tick.store.release(job)
+            ctx.store.release(job)
             return
-        result = step(tick, job)
+        result = step(ctx, job)
         if result is None:  # the step gave the lease back without a transition
             return
         job = result
-        if job.lease_owner != tick.store.worker:
+        if job.lease_owner != ctx.store.worker:
             return
 
 
-def _product(tick: Tick, job: Job) -> Product | None:
+def _product(ctx: RunContext, job: Job) -> Product | None:
     """The job's product as configured now; None if it was removed from the config."""
-    return tick.settings.products.get(job.product)
+    return ctx.settings.products.get(job.product)
 
 
-def hold(tick: Tick, job: Job) -> None:
+def hold(ctx: RunContext, job: Job) -> None:
     """Nothing to do now (cool-down, admission control, deadline): hand the lease back."""
-    tick.store.release(job)
+    ctx.store.release(job)
 
 
-def _provider_waits(tick: Tick, job: Job) -> bool:
-    """Before a provider call: while that kind of call cools down (a create's 429 holds creates
-    only, a read's holds reads only) or past the deadline, the job waits (its lease handed back,
-    no transition)."""
-    if tick.cooling_for(job.state) or tick.past_deadline():
-        hold(tick, job)
+def _provider_waits(ctx: RunContext, cooling: SharedCoolDown, job: Job) -> bool:
+    """Before a provider call: while that kind of call cools down (`cooling`: the creates' for a
+    create, the reads' for any other call; a create's 429 holds creates only, a read's holds reads
+    only) or past the deadline, the job waits (its lease handed back, no transition)."""
+    if cooling.cooling() or ctx.deadline.passed():
+        hold(ctx, job)
         return True
     return False
-
-
-def _no_create_here(tick: Tick, job: Job) -> bool:
-    """A webhook delivery does not create (a create needs its full timeout, more than a request's
-    budget): the job waits, due now, for the next tick."""
-    if tick.creates_allowed:
-        return False
-    hold(tick, job)
-    return True
 
 
 # -- steps, one per state -----------------------------------------------------------
 
 
-def step_no_job(tick: Tick, job: Job) -> Job:
-    product = _product(tick, job)
+def step_no_job(ctx: RunContext, job: Job) -> Job:
+    product = _product(ctx, job)
     if product is None:
-        return apply(tick, job, _checked(decisions.config_check(job, product)))
-    if tick.shadow:  # the slot stays NO_JOB, so `iipub adopt` can still take the legacy's response over
-        return apply(tick, job, decisions.shadowed(job, Reason.SHADOW_WOULD_CREATE,
+        return apply(ctx, job, _checked(decisions.config_check(job, product)))
+    if ctx.shadow:  # the slot stays NO_JOB, so `iipub adopt` can still take the legacy's response over
+        return apply(ctx, job, decisions.shadowed(job, Reason.SHADOW_WOULD_CREATE,
                                                   attempt=job.generation_attempts + 1))
-    return apply(tick, job, decisions.on_window_open(job, product.fingerprint()))
+    return apply(ctx, job, decisions.on_window_open(job, product.fingerprint()))
 
 
 def _checked(d: Decision | None) -> Decision:
@@ -181,265 +174,273 @@ def _checked(d: Decision | None) -> Decision:
     return d
 
 
-def step_create_eligible(tick: Tick, job: Job) -> Job | None:
-    product = _product(tick, job)
+def step_create_eligible(ctx: RunContext, job: Job) -> Job | None:
+    if not isinstance(ctx, SweepContext):
+        # A webhook delivery's context has no create pieces (a create needs its full timeout, more
+        # than a request's budget): the lease is handed back and a sweep creates.
+        hold(ctx, job)
+        return None
+    creates = ctx.creates
+    product = _product(ctx, job)
     if product is None:
-        return apply(tick, job, _checked(decisions.config_check(job, product)))
+        return apply(ctx, job, _checked(decisions.config_check(job, product)))
     fingerprint = product.fingerprint()
-    d = decisions.before_dispatch(job, fingerprint, tick.settings.budgets)
+    d = decisions.before_dispatch(job, fingerprint, ctx.settings.budgets)
     if d.to == State.QUARANTINED:
-        return apply(tick, job, d)
-    if tick.shadow:
-        return apply(tick, job, decisions.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
+        return apply(ctx, job, d)
+    if ctx.shadow:
+        return apply(ctx, job, decisions.shadowed(job, Reason.SHADOW_WOULD_CREATE, attempt=d.detail.get("attempt")))
     from iipub.money import restore  # the restore fence (and the site it reads): for creates, not for polls
 
     # The ledger missing, replaced, truncated or behind the database (or its mirror): nothing is
     # decided from it and no create is sent until the right copy is back or it is acknowledged.
-    trouble = tick.ledger_problem()
+    trouble = creates.records.problem()
     if trouble is not None:
-        log.error("ledger_problem", job_id=job.id, worker=tick.store.worker, kind=trouble.kind, why=trouble.line())
-        tick.count("held_back")
-        hold(tick, job)
+        log.error("ledger_problem", job_id=job.id, worker=ctx.store.worker, kind=trouble.kind, why=trouble.line())
+        ctx.counters.count("held_back")
+        hold(ctx, job)
         return None
     slot = ledger.slot_of(job.product, job.edition_date.isoformat())
-    in_ledger = tick.spend(slot)
-    ahead = restore.ahead(tick.store.engine, job, in_ledger)
+    in_ledger = ctx.ledger.spend(slot)
+    ahead = restore.ahead(ctx.store.engine, job, in_ledger)
     if ledger.behind(job, in_ledger) or ahead:
         assert in_ledger is not None
         remedy = restore.remedy(job, in_ledger)
-        parked = apply(tick, job, decisions.restored_behind_ledger(job, in_ledger, ahead, remedy))
-        return _adopt_from_ledger(tick, parked, in_ledger)
+        parked = apply(ctx, job, decisions.restored_behind_ledger(job, in_ledger, ahead, remedy))
+        return _adopt_from_ledger(ctx, parked, in_ledger)
     # The payment authority: output held, the legacy system's or the live site's edition, nothing
     # left to buy, or a configuration changed since the job became eligible: no create.
-    ruling = paying.ruling(tick.settings, tick.store.engine, job, Route.SWEEP)
+    ruling = paying.ruling(ctx.settings, ctx.store.engine, job, Route.SWEEP)
     if not ruling.allowed and ruling.evidence == Evidence.CONFIG:
         assert job.config_fingerprint is not None
-        log.warning("config_replanned", job_id=job.id, worker=tick.store.worker, why=ruling.why)
-        return apply(tick, job, decisions.replanned(job, job.config_fingerprint, fingerprint))  # then asked again
+        log.warning("config_replanned", job_id=job.id, worker=ctx.store.worker, why=ruling.why)
+        return apply(ctx, job, decisions.replanned(job, job.config_fingerprint, fingerprint))  # then asked again
     if not ruling.allowed:
-        return apply(tick, job, decisions.payment_refused(job, ruling))
+        return apply(ctx, job, decisions.payment_refused(job, ruling))
     if ruling.overridden:
-        log.warning("paying_again", job_id=job.id, overrides=list(ruling.overridden), worker=tick.store.worker)
-    if _provider_waits(tick, job) or _no_create_here(tick, job):
+        log.warning("paying_again", job_id=job.id, overrides=list(ruling.overridden), worker=ctx.store.worker)
+    if _provider_waits(ctx, creates.cool_down, job):
         return None
-    if tick.too_late_to_create(product.service_tier == budgets.FLEX):
-        log.info("create_deferred", job_id=job.id, worker=tick.store.worker,
+    if ctx.deadline.too_late_for(ctx.settings.create_window(product.service_tier == budgets.FLEX)):
+        log.info("create_deferred", job_id=job.id, worker=ctx.store.worker,
                  why="too late in the run: it could not finish before the cron wrapper stops it")
-        tick.count("held_back")
-        hold(tick, job)
+        ctx.counters.count("held_back")
+        hold(ctx, job)
         return None
     request = holds.request_fingerprint(product)
     # Until one create of this request was accepted in this run, this process sends them one at a
     # time: a parameter the provider refuses then costs one refused create, not one per thread.
-    with tick.first_create(request):
-        return _create(tick, job, product, fingerprint, slot, request)
+    with creates.first.one_at_a_time(request):
+        return _create(ctx, creates, job, product, fingerprint, slot, request)
 
 
-def _create(tick: Tick, job: Job, product: Product, fingerprint: str, slot: str, request: str) -> Job | None:
+def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, fingerprint: str, slot: str,
+            request: str) -> Job | None:
     """The create of a CREATE_ELIGIBLE job that passed its checks: the product hold, the gate,
     the dispatch committed before the POST, the POST, its outcome."""
-    held = holds.holding(tick.store.engine, product, tick.store.worker)
+    held = holds.holding(ctx.store.engine, product, ctx.store.worker)
     if held is not None:  # a parameter the provider refuses: no create of this product until it is fixed
-        tick.count("held_by_product")
-        hold(tick, job)
+        ctx.counters.count("held_by_product")
+        hold(ctx, job)
         return None
     # Paused, a daily spend ceiling, breaker open, shared cool-down, global rate.
-    verdict = tick.gate.admit(job.id, job.product)
+    verdict = creates.gate.admit(job.id, job.product)
     if not verdict.allowed:
         if verdict.wait_briefly:
-            tick.wait_for_probe(job.id)
-        tick.count("held_by_ceiling" if verdict.ceiling else "held_back")
-        hold(tick, job)
+            creates.probes.add(job.id)
+        ctx.counters.count("held_by_ceiling" if verdict.ceiling else "held_back")
+        hold(ctx, job)
         return None
     assert verdict.at is not None
     opened = slot_opened(job.opens_at, job.created_at)
     tier = budgets.tier_for(product, opened, verdict.at)  # flex until its deadline, then the default tier
     deadline = budgets.flex_deadline(product, opened)
-    d = decisions.before_dispatch(job, fingerprint, tick.settings.budgets, tier)
-    if not tick.admit_create():
-        hold(tick, job)
+    d = decisions.before_dispatch(job, fingerprint, ctx.settings.budgets, tier)
+    if not creates.admission.admit():
+        hold(ctx, job)
         return None
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
-        in_flight = apply(tick, job, d, extra=lambda conn: paid.append(
+        in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
             payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
     finally:
-        tick.admitted()
+        creates.admission.admitted()
     attempt = in_flight.generation_attempts
     outcome: CreateOutcome
     try:
-        tick.record_intent(job.id, slot, attempt, fingerprint)  # fsync'd before the POST
+        creates.records.intent(job.id, slot, attempt, fingerprint)  # fsync'd before the POST
     except ledger.LedgerError as exc:
-        log.error("ledger_unwritable", job_id=job.id, worker=tick.store.worker, error=str(exc))
+        log.error("ledger_unwritable", job_id=job.id, worker=ctx.store.worker, error=str(exc))
         outcome = Refused(None, f"not sent: {exc}")  # nothing went out: the attempt is refunded
     else:
-        outcome = tick.provider.create(CreateRequest(
+        outcome = ctx.provider.create(CreateRequest(
             job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
-            installation=tick.installation,
+            installation=ctx.installation,
             service_tier=tier,
         ))
-        tick.called(outcome)
-        tick.record_outcome(job.id, slot, attempt, outcome)
+        ctx.counters.called(outcome)
+        creates.records.outcome(job.id, slot, attempt, outcome)
     if isinstance(outcome, Refused):
-        tick.create_refused()
+        ctx.counters.create_refused()
     runs_at = (outcome.service_tier or tier) if isinstance(outcome, Accepted) else tier
-    decision = decisions.after_create(in_flight, outcome, tick.poll_settings_for(runs_at), tick.rng, tier=tier,
+    decision = decisions.after_create(in_flight, outcome, ctx.polls.for_tier(runs_at), ctx.rng, tier=tier,
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
-                                     scope=tick.provider_scope)
+                                     scope=ctx.scope)
 
     def outcome_rows(conn: sa.Connection) -> None:
         payments.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
-            holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, tick.store.worker)
+            holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
 
-    after = apply(tick, in_flight, dataclasses.replace(decision, go_on=False), extra=outcome_rows)
+    after = apply(ctx, in_flight, dataclasses.replace(decision, go_on=False), extra=outcome_rows,
+                  cools=creates.cool_down)
     if isinstance(outcome, Accepted):
-        tick.runs_at(job.id, runs_at)
-        tick.proven(request)
-    tick.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
+        ctx.polls.runs_at(job.id, runs_at)
+        creates.first.proven(request)
+    creates.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
 
 
-def _adopt_from_ledger(tick: Tick, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:
+def _adopt_from_ledger(ctx: RunContext, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:
     """Right after `restored_behind_ledger`: if the provider still has the response the ledger
     recorded, and it names this slot, take it back; if it is gone and the live site still serves
     the editions the ledger recorded published, the slot is done. Nothing is paid again."""
-    if parked.lease_owner != tick.store.worker:
+    if parked.lease_owner != ctx.store.worker:
         return parked
-    if tick.reads_cooling():
-        tick.store.release(parked)
+    if ctx.reads.cooling():
+        ctx.store.release(parked)
         return None
-    outcome = tick.provider.retrieve(in_ledger.response_id) if in_ledger.response_id else None
+    outcome = ctx.provider.retrieve(in_ledger.response_id) if in_ledger.response_id else None
     d = decisions.adopt_restored(parked, in_ledger, outcome) if outcome is not None else None
     if d is None and not isinstance(outcome, (Transient, Rejected)):
         from iipub.money import restore
 
-        d = decisions.adopt_published(parked, in_ledger, restore.published_live(tick.settings, in_ledger), outcome)
+        d = decisions.adopt_published(parked, in_ledger, restore.published_live(ctx.settings, in_ledger), outcome)
     if d is None:
-        tick.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
+        ctx.store.release(parked)  # stays quarantined for an operator, with the ledger's facts
         return None
-    return apply(tick, parked, d)
+    return apply(ctx, parked, d)
 
 
-def step_create_in_flight(tick: Tick, job: Job) -> Job:
+def step_create_in_flight(ctx: RunContext, job: Job) -> Job:
     # We only ever lease this state when the previous owner's lease expired mid-POST.
-    spend = tick.spend(ledger.slot_of(job.product, job.edition_date.isoformat()))
-    return apply(tick, job, decisions.in_flight_on_ledger(job, spend) or decisions.crashed_in_flight(job))
+    spend = ctx.ledger.spend(ledger.slot_of(job.product, job.edition_date.isoformat()))
+    return apply(ctx, job, decisions.in_flight_on_ledger(job, spend) or decisions.crashed_in_flight(job))
 
 
-def step_poll(tick: Tick, job: Job) -> Job | None:
-    product = _product(tick, job)
-    pre = decisions.before_poll(job, tick.settings.budgets)
+def step_poll(ctx: RunContext, job: Job) -> Job | None:
+    product = _product(ctx, job)
+    pre = decisions.before_poll(job, ctx.settings.budgets)
     if pre is not None:
-        return apply(tick, job, pre)
-    if _provider_waits(tick, job):
+        return apply(ctx, job, pre)
+    if _provider_waits(ctx, ctx.reads, job):
         return None
     assert job.response_id
-    outcome = tick.provider.retrieve(job.response_id)
-    tick.called(outcome)
-    d = decisions.after_poll(job, outcome, tick.polls_of(job), tick.rng, loss=tick.settings.provider,
-                            suspected_reads=_suspected_reads(tick, job, outcome), scope=tick.provider_scope)
-    batch = tick.batch_of(job.id)
+    outcome = ctx.provider.retrieve(job.response_id)
+    ctx.counters.called(outcome)
+    d = decisions.after_poll(job, outcome, ctx.polls.of(job), ctx.rng, loss=ctx.settings.provider,
+                            suspected_reads=_suspected_reads(ctx, job, outcome), scope=ctx.scope)
+    batch = ctx.batches.of(job.id) if isinstance(ctx, SweepContext) else None  # a delivery writes at once
     if batch is not None and not d.go_on:
         # Nothing more to do for this job this tick: its write joins the chunk's one commit.
         if d.cooldown is not None:
-            tick.cool_down(d.cooldown, creates=False)
-        batch.defer(tick.store.plan(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay))
+            ctx.reads.cool_down(d.cooldown)
+        batch.defer(ctx.store.plan(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail, delay=d.delay))
         return None
-    new = apply(tick, job, d)
-    if d.reason == Reason.PROVIDER_FINISHED and tick.settings.webhooks.enabled:
-        _note_if_missed(tick, job)
+    new = apply(ctx, job, d)
+    if d.reason == Reason.PROVIDER_FINISHED and ctx.settings.webhooks.enabled:
+        _note_if_missed(ctx, job)
     if d.to == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed) and new.lease_owner:
         # The poll already carried the output: take custody in the same tick.
-        return apply(tick, new, decisions.on_output(new, outcome, max_output_bytes(product)))
+        return apply(ctx, new, decisions.on_output(new, outcome, max_output_bytes(product)))
     return new
 
 
-def _note_if_missed(tick: Tick, job: Job) -> None:
+def _note_if_missed(ctx: RunContext, job: Job) -> None:
     """A poll found the response finished before any webhook said so: polling stops relaxing
     until deliveries arrive again (a late webhook clears this)."""
     assert job.response_id
     try:
-        if Deliveries(tick.store.engine).note_miss(job.response_id, job.id):
-            log.info("webhook_missed", job_id=job.id, response_id=job.response_id, relaxed=tick.webhooks_healthy)
+        if Deliveries(ctx.store.engine).note_miss(job.response_id, job.id):
+            log.info("webhook_missed", job_id=job.id, response_id=job.response_id, relaxed=ctx.polls.webhooks_healthy)
     except (Contention, DatabaseUnavailable) as exc:  # only the relaxation depends on it
         log.warning("webhook_miss_not_recorded", job_id=job.id, error=str(exc))
 
 
-def step_completed(tick: Tick, job: Job) -> Job | None:
+def step_completed(ctx: RunContext, job: Job) -> Job | None:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): fetch the output now."""
-    if tick.cooling_for(job.state):
-        hold(tick, job)
+    if ctx.reads.cooling():
+        hold(ctx, job)
         return None
     assert job.response_id
-    outcome = tick.provider.retrieve(job.response_id)
-    tick.called(outcome)
-    return apply(tick, job, decisions.after_refetch(
-        job, outcome, tick.settings.reconcile, max_output_bytes(_product(tick, job)), tick.rng,
-        loss=tick.settings.provider, suspected_reads=_suspected_reads(tick, job, outcome),
-        scope=tick.provider_scope))
+    outcome = ctx.provider.retrieve(job.response_id)
+    ctx.counters.called(outcome)
+    return apply(ctx, job, decisions.after_refetch(
+        job, outcome, ctx.settings.reconcile, max_output_bytes(_product(ctx, job)), ctx.rng,
+        loss=ctx.settings.provider, suspected_reads=_suspected_reads(ctx, job, outcome),
+        scope=ctx.scope))
 
 
-def _suspected_reads(tick: Tick, job: Job, outcome: ReadOutcome) -> int:
+def _suspected_reads(ctx: RunContext, job: Job, outcome: ReadOutcome) -> int:
     """Earlier reads that suspected this response lost (read from the journal only when this
     read is suspicious too)."""
     suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES)
     if not suspicious:
         return 0
-    return tick.store.suspected_loss_reads(job.id, tick.settings.provider.loss_confirm_reads)
+    return ctx.store.suspected_loss_reads(job.id, ctx.settings.provider.loss_confirm_reads)
 
 
-def step_validate(tick: Tick, job: Job) -> Job:
+def step_validate(ctx: RunContext, job: Job) -> Job:
     """The shared checks, and the fork into language tracks (`track_steps`)."""
-    product = _product(tick, job)
+    product = _product(ctx, job)
     parked = decisions.config_check(job, product) or decisions.before_validation(job, product)
     if parked is not None:
-        return apply(tick, job, parked)
+        return apply(ctx, job, parked)
     from iipub.machine import track_steps  # tracks, outbox and their writers: a tick that only polls never loads them
 
-    return track_steps.fork(tick, job)
+    return track_steps.fork(ctx, job)
 
 
-def step_follow(tick: Tick, job: Job) -> Job | None:
+def step_follow(ctx: RunContext, job: Job) -> Job | None:
     """A forked slot follows its slowest language track (`track_steps.follow`); each track
     checks the config itself before it saves, so a slot whose tracks are saved is not parked."""
     from iipub.machine import track_steps
 
-    return track_steps.follow(tick, job)
+    return track_steps.follow(ctx, job)
 
 
-def step_published(tick: Tick, job: Job) -> Job:
-    return apply(tick, job, decisions.on_published(job))
+def step_published(ctx: RunContext, job: Job) -> Job:
+    return apply(ctx, job, decisions.on_published(job))
 
 
-def step_cleanup(tick: Tick, job: Job) -> Job | None:
+def step_cleanup(ctx: RunContext, job: Job) -> Job | None:
     nothing = decisions.before_cleanup(job)
     if nothing is not None:
-        return apply(tick, job, nothing)
+        return apply(ctx, job, nothing)
     assert job.response_id
-    if tick.shadow:  # the response stays at the provider (the legacy system may still read it)
+    if ctx.shadow:  # the response stays at the provider (the legacy system may still read it)
         why = Reason.SHADOW_WOULD_CANCEL if decisions.cancel_before_delete(job) else Reason.SHADOW_WOULD_DELETE
-        return apply(tick, job, decisions.shadowed(job, why, response_id=job.response_id))
-    if _provider_waits(tick, job):
+        return apply(ctx, job, decisions.shadowed(job, why, response_id=job.response_id))
+    if _provider_waits(ctx, ctx.reads, job):
         return None
     if decisions.cancel_before_delete(job):
-        tick.provider.cancel(job.response_id)  # best effort: stop the spend first
+        ctx.provider.cancel(job.response_id)  # best effort: stop the spend first
     # The provider adapter refuses (InvariantViolation) a delete without custody or kill flag.
     # Custody: the slot's payload and every language track's part.
-    custody = job.payload is not None and _tracks_hold_custody(tick, job)
+    custody = job.payload is not None and _tracks_hold_custody(ctx, job)
     if custody or job.kill_requested:  # journaled first, so `iipub check` sees every one
-        installation.record_delete(tick.store.engine, job.response_id, job.id,
-                                   "custody" if custody else "kill", tick.store.worker)
-    outcome = tick.provider.delete(job.response_id, has_custody=custody, kill_requested=job.kill_requested)
-    tick.called(outcome)
-    return apply(tick, job, decisions.after_delete(job, outcome, tick.settings.reconcile, tick.rng))
+        installation.record_delete(ctx.store.engine, job.response_id, job.id,
+                                   "custody" if custody else "kill", ctx.store.worker)
+    outcome = ctx.provider.delete(job.response_id, has_custody=custody, kill_requested=job.kill_requested)
+    ctx.counters.called(outcome)
+    return apply(ctx, job, decisions.after_delete(job, outcome, ctx.settings.reconcile, ctx.rng))
 
 
-def _tracks_hold_custody(tick: Tick, job: Job) -> bool:
+def _tracks_hold_custody(ctx: RunContext, job: Job) -> bool:
     """Every language track of the slot holds its part (a slot without tracks: nothing to hold)."""
     from iipub.store import track_store  # the tracks' writer: a tick that only polls never loads it
 
-    with tick.store.engine.connect() as conn:
+    with ctx.store.engine.connect() as conn:
         return all(t.payload is not None for t in track_store.of_job(conn, job.id))
 
 
@@ -448,41 +449,41 @@ def _tracks_hold_custody(tick: Tick, job: Job) -> bool:
 _GONE_WATCH_FACTOR = 10
 
 
-def custody_watch(tick: Tick, job: Job) -> None:
+def custody_watch(ctx: RunContext, job: Job) -> None:
     """A parked job (quarantined, suspended) holding a response and no payload is never leased
     and nothing is decided for it, but output that finishes is stored (custody is never frozen,
     and the poll budget bounds observation only): a fenced write on the version read, so an
     operator's command or another process's custody wins cleanly. A response found gone is
     journaled once and read again much later; nothing is paid for it."""
     assert job.response_id
-    outcome = tick.provider.retrieve(job.response_id)
-    tick.called(outcome)
-    d = decisions.custody_while_parked(job, outcome, max_output_bytes(_product(tick, job)))
-    every = tick.settings.reconcile.custody_watch_seconds
+    outcome = ctx.provider.retrieve(job.response_id)
+    ctx.counters.called(outcome)
+    d = decisions.custody_while_parked(job, outcome, max_output_bytes(_product(ctx, job)))
+    every = ctx.settings.reconcile.custody_watch_seconds
     if d is None:
-        tick.store.watch_again(job, every)
+        ctx.store.watch_again(job, every)
         return
     if d.reason == Reason.PARKED_RESPONSE_GONE:
-        if tick.store.last_reason(job.id) == Reason.PARKED_RESPONSE_GONE:
-            tick.store.watch_again(job, every * _GONE_WATCH_FACTOR)
+        if ctx.store.last_reason(job.id) == Reason.PARKED_RESPONSE_GONE:
+            ctx.store.watch_again(job, every * _GONE_WATCH_FACTOR)
             return
         log.warning("parked_response_gone", job_id=job.id, response_id=job.response_id,
                     quarantine_reason=job.quarantine_reason, status=d.detail.get("status"))
-        gone = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
-        tick.store.watch_again(gone, every * _GONE_WATCH_FACTOR)
+        gone = ctx.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+        ctx.store.watch_again(gone, every * _GONE_WATCH_FACTOR)
         return
-    stored = tick.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
-    tick.counted(d.to)
-    tick.record_chain(stored, d.reason)
+    stored = ctx.store.transition(job, d.to, reason=d.reason, changes=d.changes, detail=d.detail)
+    ctx.counters.entered(d.to)
+    ctx.chain.record(stored, d.reason)
 
 
-def step_expired(tick: Tick, job: Job) -> Job:
-    if _product(tick, job) is None:  # no money for a product nobody configures any more
-        return apply(tick, job, _checked(decisions.config_check(job, None)))
-    return apply(tick, job, decisions.after_expired(job, tick.settings.budgets))
+def step_expired(ctx: RunContext, job: Job) -> Job:
+    if _product(ctx, job) is None:  # no money for a product nobody configures any more
+        return apply(ctx, job, _checked(decisions.config_check(job, None)))
+    return apply(ctx, job, decisions.after_expired(job, ctx.settings.budgets))
 
 
-StepFn = Callable[[Tick, Job], "Job | None"]
+StepFn = Callable[[RunContext, Job], "Job | None"]
 STEPS: dict[State, StepFn] = {
     State.NO_JOB: step_no_job,
     State.CREATE_ELIGIBLE: step_create_eligible,

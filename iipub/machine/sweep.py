@@ -19,8 +19,11 @@ import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
-from iipub.machine import scheduling
-from iipub.machine.tick import STOP, Tick, TickReport, WriteBatch
+from iipub.machine import run_context, scheduling
+from iipub.machine.counters import TickReport
+from iipub.machine.deadline import STOP
+from iipub.machine.run_context import SweepContext
+from iipub.machine.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import TRACKS_RUN_IN, State
 from iipub.money import gate
@@ -32,12 +35,16 @@ from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STOP", "Tick", "TickReport", "run"]
+__all__ = ["STOP", "TickReport", "run"]
 
 # States whose steps in this tick never reach the provider (they end at SAVED_NOT_PUBLIC or in
 # quarantine); any other may, directly or by the steps it goes on to (NO_JOB -> a create,
 # PUBLISHED -> a delete), so the provider's client is set up before such a job is leased.
 LOCAL_ONLY = frozenset({State.RETRIEVED_NOT_VALIDATED, State.READY_TO_COMPOSE, State.COMPOSED_NOT_SAVED})
+
+# States whose next step calls the provider: not stepped while that kind of call cools down.
+PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
+                            State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
 
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
@@ -57,15 +64,17 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
     own_provider = provider is None
     provider = provider or OpenAIAdapter(settings.provider, api_key)
     try:
-        tick = Tick(settings, store, provider, started + settings.reconcile.tick_seconds, rng or random.Random())
+        ctx = run_context.for_sweep(settings, store, provider, started + settings.reconcile.tick_seconds,
+                                    rng or random.Random())
         _ensure_today(settings, store)
-        _sweep(tick)
+        _sweep(ctx)
     finally:
         if own_provider:
             provider.close()
-    tick.report.seconds = round(time.monotonic() - started, 3)
-    log.info("tick_done", **tick.report.summary())
-    return tick.report
+    report = ctx.counters.report
+    report.seconds = round(time.monotonic() - started, 3)
+    log.info("tick_done", **report.summary())
+    return report
 
 
 def _ensure_today(settings: Settings, store: Store) -> None:
@@ -74,51 +83,51 @@ def _ensure_today(settings: Settings, store: Store) -> None:
     scheduling.ensure_scheduled(store, settings.products.values(), today, settings.reconcile.catch_up_days)
 
 
-def _sweep(tick: Tick) -> None:
-    s = tick.settings.reconcile
+def _sweep(ctx: SweepContext) -> None:
+    s = ctx.settings.reconcile
     seen: set[str] = set()  # jobs dealt with (or deferred) in this tick
-    if tick.settings.webhooks.enabled:
-        _settle_awaiting(tick)
+    if ctx.settings.webhooks.enabled:
+        _settle_awaiting(ctx)
     with ThreadPoolExecutor(max_workers=s.concurrency, thread_name_prefix="iipub-job") as pool:
-        if not tick.reads_cooling():
+        if not ctx.reads.cooling():
             # The custody watch: parked jobs whose response may still finish, at their own slow
             # cadence (`custody_watch_seconds`), at most a batch a tick, whatever their poll budget.
-            parked = tick.store.custody_watch_due(s.batch_size)
+            parked = ctx.store.custody_watch_due(s.batch_size)
             if parked:
                 from iipub.machine import steps
 
-                wait([pool.submit(steps.run_custody_watch, tick, job) for job in parked])
+                wait([pool.submit(steps.run_custody_watch, ctx, job) for job in parked])
         for _ in range(_PROBE_PASSES):
-            _pass(tick, pool, seen)
+            _pass(ctx, pool, seen)
             # Creates held back while another worker probed the provider's health go again
             # now that the probe's outcome is recorded.
-            waiting = tick.take_probe_waiters()
-            if not waiting or tick.past_deadline():
+            waiting = ctx.creates.probes.take()
+            if not waiting or ctx.deadline.passed():
                 break
-            tick.wait_for_probe_outcome()
+            ctx.creates.probes.wait_for_outcome()
             seen -= waiting
-        _tracks(tick, pool)
+        _tracks(ctx, pool)
 
 
-def _tracks(tick: Tick, pool: ThreadPoolExecutor) -> None:
+def _tracks(ctx: SweepContext, pool: ThreadPoolExecutor) -> None:
     """The language tracks of forked slots, then the slots that follow them: one tick still takes
     a finished response to SAVED_NOT_PUBLIC. Loaded only when some track is due."""
-    if tick.past_deadline() or not tick.store.tracks_due():
+    if ctx.deadline.passed() or not ctx.store.tracks_due():
         return
     from iipub.machine import track_steps
 
-    if track_steps.track_pass(tick, pool):
-        _pass(tick, pool, set(), only=TRACKS_RUN_IN)
+    if track_steps.track_pass(ctx, pool):
+        _pass(ctx, pool, set(), only=TRACKS_RUN_IN)
 
 
-def _settle_awaiting(tick: Tick) -> None:
+def _settle_awaiting(ctx: SweepContext) -> None:
     """Webhooks that arrived before their job's create answer was recorded (see `settle`)."""
     from iipub.machine import settle
 
     try:
-        settle.awaiting_creates(tick, Deliveries(tick.store.engine))
+        settle.awaiting_creates(ctx, Deliveries(ctx.store.engine))
     except (Contention, DatabaseUnavailable) as exc:
-        log.warning("awaiting_creates_deferred", worker=tick.store.worker, error=str(exc))
+        log.warning("awaiting_creates_deferred", worker=ctx.store.worker, error=str(exc))
 
 
 class _InFlight:
@@ -151,39 +160,49 @@ class _InFlight:
                 self._changed.wait()
 
 
-def _pass(tick: Tick, pool: ThreadPoolExecutor, seen: set[str], only: frozenset[State] | None = None) -> None:
-    s = tick.settings.reconcile
+def _pass(ctx: SweepContext, pool: ThreadPoolExecutor, seen: set[str], only: frozenset[State] | None = None) -> None:
+    s = ctx.settings.reconcile
     pending = _InFlight()
-    while not tick.past_deadline():
+    while not ctx.deadline.passed():
         # The next batch is fetched while the previous one's tail still runs: no
         # drain bubble at batch boundaries.
-        batch = [c for c in tick.store.due_candidates(s.batch_size + len(seen), only) if c[0] not in seen]
+        batch = [c for c in ctx.store.due_candidates(s.batch_size + len(seen), only) if c[0] not in seen]
         if not batch:
             break
         for start in range(0, len(batch), s.concurrency):
             # Claim only when a worker is about to be free, so a claimed job waits in
             # the queue for at most about one job's time, well inside its lease.
             pending.wait_below(s.concurrency)
-            if tick.past_deadline():
-                tick.report.stopped_at_deadline = True
+            if ctx.deadline.passed():
+                ctx.counters.stopped_at_deadline()
                 break
             chunk = batch[start : start + s.concurrency]
             seen.update(job_id for job_id, _, _ in chunk)
             # While the provider cools down, jobs that would call it are left for the
             # next tick: leasing them only to hand them back would be two writes for nothing.
             wanted = [(job_id, v) for job_id, v, state in chunk
-                      if not tick.waits_for_provider(state)
-                      and not (state == State.CREATE_ELIGIBLE and tick.creates_blocked)]
+                      if not _waits_for_provider(ctx, state)
+                      and not (state == State.CREATE_ELIGIBLE and ctx.creates.blocked)]
             if any(state not in LOCAL_ONLY for _, _, state in chunk):
-                tick.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
-            claimed = _claim(tick, wanted)
-            writes = tick.batch([job.id for job in claimed])
+                ctx.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
+            claimed = _claim(ctx, wanted)
+            writes = ctx.batches.open([job.id for job in claimed])
             for job in claimed:
-                pending.submit(pool, _handle_in_batch, tick, job, writes)
+                pending.submit(pool, _handle_in_batch, ctx, job, writes)
     pending.wait_below(1)
 
 
-def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
+def _waits_for_provider(ctx: SweepContext, state: State) -> bool:
+    """Whether the sweep should not even lease a job in `state` now: its next step calls the
+    provider, and that kind of call cools down (a create's 429 holds creates, a read's holds every
+    other provider call). A leased job's step asks again right before its call: a cool-down may
+    begin while it waits in the queue."""
+    if state not in PROVIDER_BOUND:
+        return False
+    return (ctx.creates.cool_down if state == State.CREATE_ELIGIBLE else ctx.reads).cooling()
+
+
+def _claim(ctx: SweepContext, wanted: list[tuple[str, int]]) -> list[Job]:
     """Lease a chunk of candidates in one fenced transaction (one commit, not one per job).
     A chunk rolled back by a deadlock or lock wait wrote nothing, so it is claimed again
     one job at a time: one contended row does not hold the others back."""
@@ -193,32 +212,32 @@ def _claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
         part = parts.pop(0)
         ids = [job_id for job_id, _ in part]
         try:
-            jobs += _counted_claim(tick, part)
+            jobs += _counted_claim(ctx, part)
         except Contention as exc:
-            tick.count("contention")
-            log.warning("contention", job_ids=ids, worker=tick.store.worker, error=str(exc))
+            ctx.counters.count("contention")
+            log.warning("contention", job_ids=ids, worker=ctx.store.worker, error=str(exc))
             if len(part) > 1:
                 parts = [[one] for one in part]
         except DatabaseUnavailable as exc:
-            tick.count("errors", len(part))
-            log.error("database_unavailable", job_ids=ids, worker=tick.store.worker, error=str(exc))
+            ctx.counters.count("errors", len(part))
+            log.error("database_unavailable", job_ids=ids, worker=ctx.store.worker, error=str(exc))
     return jobs
 
 
-def _counted_claim(tick: Tick, wanted: list[tuple[str, int]]) -> list[Job]:
-    jobs = tick.store.claim(wanted)
-    tick.count("leased", len(jobs))
-    tick.count("taken", len(wanted) - len(jobs))  # another worker wrote first
+def _counted_claim(ctx: SweepContext, wanted: list[tuple[str, int]]) -> list[Job]:
+    jobs = ctx.store.claim(wanted)
+    ctx.counters.count("leased", len(jobs))
+    ctx.counters.count("taken", len(wanted) - len(jobs))  # another worker wrote first
     return jobs
 
 
-def _handle_in_batch(tick: Tick, job: Job, batch: WriteBatch) -> None:
+def _handle_in_batch(ctx: SweepContext, job: Job, batch: WriteBatch) -> None:
     try:
         from iipub.machine import steps  # with the decisions, validation and outbox machinery: not for an idle run
 
-        steps.run(tick, job)
+        steps.run(ctx, job)
     except Exception as exc:  # `steps.run` raises nothing: only a broken installation gets here
-        tick.count("errors")
-        log.exception("job_failed", job_id=job.id, worker=tick.store.worker, error=str(exc))
+        ctx.counters.count("errors")
+        log.exception("job_failed", job_id=job.id, worker=ctx.store.worker, error=str(exc))
     finally:
         batch.done(job.id)  # the chunk's last job writes the chunk's deferred polls

@@ -14,7 +14,7 @@ from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
 from iipub.edition import validate
 from iipub.machine import track_decisions
 from iipub.machine.applying import apply
-from iipub.machine.tick import Tick
+from iipub.machine.run_context import RunContext
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.model.track_views import Hop
@@ -25,101 +25,101 @@ log = structlog.get_logger("iipub.reconcile")
 __all__ = ["follow", "fork", "run_track", "track_pass"]
 
 
-def fork(tick: Tick, job: Job) -> Job:
+def fork(ctx: RunContext, job: Job) -> Job:
     """RETRIEVED_NOT_VALIDATED, its product configured as the job knows it: the shared checks;
     passed, the slot waits for its tracks and the fork (a track per language holding its part) is
     written in the same transaction."""
-    product = tick.settings.products[job.product]
+    product = ctx.settings.products[job.product]
     d, parts = track_decisions.on_shared_validation(job, validate.shared(job.payload, product))
-    store = tick.store
-    return apply(tick, job, d, extra=(lambda conn: track_store.fork(conn, store, job, parts, job.payload_sha256))
+    store = ctx.store
+    return apply(ctx, job, d, extra=(lambda conn: track_store.fork(conn, store, job, parts, job.payload_sha256))
                  if parts else None)
 
 
-def track_pass(tick: Tick, pool: ThreadPoolExecutor) -> int:
+def track_pass(ctx: RunContext, pool: ThreadPoolExecutor) -> int:
     """Every due track of a slot that lets its tracks run, each claimed and run in a pool thread
     (the languages of one slot run concurrently; no lock is held across tracks). Returns how many
     tracks were leased."""
-    ts = TrackStore(tick.store)
+    ts = TrackStore(ctx.store)
     seen: set[str] = set()
     leased = 0
-    s = tick.settings.reconcile
-    while not tick.past_deadline():
+    s = ctx.settings.reconcile
+    while not ctx.deadline.passed():
         batch = [(tid, v) for tid, v in ts.due(s.batch_size + len(seen)) if tid not in seen]
         if not batch:
             break
         seen.update(tid for tid, _ in batch)
-        results = [pool.submit(claim_and_run, tick, ts, one) for one in batch]
+        results = [pool.submit(claim_and_run, ctx, ts, one) for one in batch]
         leased += sum(f.result() for f in results)
-    tick.count("tracks_leased", leased)
+    ctx.counters.count("tracks_leased", leased)
     return leased
 
 
-def claim_and_run(tick: Tick, ts: TrackStore, seen: tuple[str, int]) -> int:
+def claim_and_run(ctx: RunContext, ts: TrackStore, seen: tuple[str, int]) -> int:
     try:
         claimed = ts.claim([seen])
     except (Contention, DatabaseUnavailable) as exc:
-        tick.count("contention" if isinstance(exc, Contention) else "errors")
+        ctx.counters.count("contention" if isinstance(exc, Contention) else "errors")
         log.warning("track_claim_failed", track_id=seen[0], worker=ts.worker, error=str(exc))
         return 0
     for track in claimed:
-        run_track(tick, ts, track)
+        run_track(ctx, ts, track)
     return len(claimed)
 
 
-def follow(tick: Tick, job: Job) -> Job | None:
+def follow(ctx: RunContext, job: Job) -> Job | None:
     """READY_TO_COMPOSE / COMPOSED_NOT_SAVED: the slot follows its tracks. A slot without tracks
     (a row from before them, or restored from an older backup) gets them first."""
-    store = tick.store
+    store = ctx.store
     with store.engine.connect() as conn:
         rows = track_store.of_job(conn, job.id)
     if not rows:
-        _convert_only(tick, job)
+        _convert_only(ctx, job)
         return None
     d = track_decisions.slot_follows(job, {t.lang: (t.state, t.composed) for t in rows}) \
         or track_decisions.slot_parks({t.lang: (t.state, t.quarantine_reason, t.last_error) for t in rows})
     if d is None:
         store.release(job)
         return None
-    return apply(tick, job, d)
+    return apply(ctx, job, d)
 
 
-def _convert_only(tick: Tick, job: Job) -> None:
+def _convert_only(ctx: RunContext, job: Job) -> None:
     """Convert the slot's row into tracks (its own transaction) and give the lease back: the
     tracks' pass moves them, and the slot follows them."""
-    store = tick.store
+    store = ctx.store
     with db.transaction(store.engine) as conn:
         langs = track_store.convert(conn, store, job)
     log.info("tracks_converted", job_id=job.id, languages=langs, worker=store.worker)
     store.release(job)
 
 
-def run_track(tick: Tick, ts: TrackStore, track: Track) -> None:
+def run_track(ctx: RunContext, ts: TrackStore, track: Track) -> None:
     """Run a leased track as far as one transaction takes it. Like `steps.run`, nothing is
     raised: a lost race, contention or a bug is logged and counted."""
     bound = log.bind(job_id=track.job_id, lang=track.lang, worker=ts.worker)
     try:
-        _run(tick, ts, track)
+        _run(ctx, ts, track)
     except LeaseLost as exc:
-        tick.count("lease_lost")
+        ctx.counters.count("lease_lost")
         bound.warning("lease_lost", error=str(exc))
     except (Contention, DatabaseUnavailable) as exc:
-        tick.count("contention" if isinstance(exc, Contention) else "errors")
+        ctx.counters.count("contention" if isinstance(exc, Contention) else "errors")
         bound.warning("track_deferred", error=str(exc))
     except Exception as exc:  # one track's bug never stops the sweep, nor loops silently
-        tick.count("errors")
+        ctx.counters.count("errors")
         bound.exception("track_failed", error=str(exc), state=track.state.value)
         try:
-            _failed(tick, ts, track, f"{type(exc).__name__}: {exc}")
+            _failed(ctx, ts, track, f"{type(exc).__name__}: {exc}")
         except Exception:  # the database itself may be what failed; the lease expires anyway
             bound.warning("track_failure_not_recorded")
 
 
-def _failed(tick: Tick, ts: TrackStore, track: Track, error: str) -> None:
+def _failed(ctx: RunContext, ts: TrackStore, track: Track, error: str) -> None:
     """Count the failure on the track; park it `step_failing` once it happened
     `max_step_failures` times in a row (its part kept)."""
     failures = track.retry_count + 1
-    if failures < tick.settings.reconcile.max_step_failures:
+    if failures < ctx.settings.reconcile.max_step_failures:
         ts.note_failure(track, f"step_failed: {error}")
         return
     from iipub.machine import decisions
@@ -130,13 +130,13 @@ def _failed(tick: Tick, ts: TrackStore, track: Track, error: str) -> None:
     ts.advance(track, plan.hops, changes=plan.changes)
 
 
-def _run(tick: Tick, ts: TrackStore, track: Track) -> None:
-    job = tick.store.find(track.job_id)
+def _run(ctx: RunContext, ts: TrackStore, track: Track) -> None:
+    job = ctx.store.find(track.job_id)
     if job is None or job.state not in (State.READY_TO_COMPOSE, State.COMPOSED_NOT_SAVED):
         ts.release(track)  # the slot moved (suspended, killed) since the track was found due
         return
     plan = track_decisions.step(job, track.lang, track.state, track.payload, track.composed,
-                               tick.settings.products.get(job.product), shadow=tick.shadow)
+                               ctx.settings.products.get(job.product), shadow=ctx.shadow)
     detail_thread = threading.current_thread().name
     hops = tuple(Hop(h.to, h.reason, {**h.detail, "thread": detail_thread}) for h in plan.hops)
     artifact = plan.save
@@ -148,4 +148,4 @@ def _run(tick: Tick, ts: TrackStore, track: Track) -> None:
         # Rolled back whole: an edition of this language exists already. Report, never half-write.
         conflict = track_decisions.on_save_conflict(db.describe_error(exc))
         written = ts.advance(track, conflict.hops, changes=conflict.changes)
-    tick.counted_track(written.state)
+    ctx.counters.track_entered(written.state)

@@ -39,8 +39,7 @@ from openai.types.webhooks import UnwrapWebhookEvent
 from iipub.core import logs
 from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
 from iipub.core.timefmt import naive_utc
-from iipub.machine import settle
-from iipub.machine.tick import Tick
+from iipub.machine import run_context, settle
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
 from iipub.provider.adapter import OpenAIAdapter
@@ -283,10 +282,11 @@ class Receiver:
             return Answer(200, f"ignored: {event.type}")
         w = self.settings.webhooks
         store = Store(self.engine, self.worker, self.settings.reconcile.lease_seconds)
-        # Every provider call of this delivery ends by the deadline; a delivery never creates.
-        tick = Tick(self.settings, store, self.provider.until(deadline), deadline, random.Random())
-        tick.creates_allowed = False
-        result = settle.response_event(tick, self.deliveries, event.response_id, event.type,
+        # Every provider call of this delivery ends by the deadline; its context has no create
+        # pieces, so a delivery never creates.
+        ctx = run_context.for_delivery(self.settings, store, self.provider.until(deadline), deadline,
+                                       random.Random())
+        result = settle.response_event(ctx, self.deliveries, event.response_id, event.type,
                                        lease_wait=min(w.lease_wait_seconds, w.request_seconds / 2))
         if time.monotonic() > deadline:
             raise Overdue(f"settled as {result.outcome} after {time.monotonic() - started:.1f} s")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from iipub.machine import run_context
 from iipub.machine import sweep as reconcile
 from iipub.machine.decisions import on_output
-from iipub.machine.tick import Tick
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.observe import report as status
@@ -41,12 +41,12 @@ def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, en
         store_a.schedule(product, utc_today())
     with FakeProvider() as provider:
         # process A starts its tick while nothing is in flight ...
-        tick_a = Tick(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
+        tick_a = run_context.for_sweep(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
         # ... and process B dispatches one create meanwhile
         report_b = reconcile.run(settings, engine, provider=provider)
         assert report_b.creates == 1 and store_a.count_in_flight() == 1
         # A sees B's create in the database: no room under max_in_flight = 1
-        assert tick_a.admit_create() is False and tick_a.report.held_back == 1
+        assert tick_a.creates.admission.admit() is False and tick_a.counters.report.held_back == 1
         assert provider.count("create") == provider.accepted == 1
 
 
@@ -55,11 +55,12 @@ def test_max_in_flight_counts_this_ticks_admissions_until_they_commit(engine: sa
     settings = offline_settings(db_url, tmp_path / "public")
     s = replace(settings, reconcile=replace(settings.reconcile, max_in_flight=2))
     with FakeProvider() as provider:
-        t = Tick(s, Store(engine, "w", 15), provider, time.monotonic() + 30, random.Random(1))
-        assert t.admit_create() and t.admit_create()
-        assert not t.admit_create()  # two admitted, neither committed yet
-        t.admitted()  # one failed before its write: its room is free again
-        assert t.admit_create()
+        t = run_context.for_sweep(s, Store(engine, "w", 15), provider, time.monotonic() + 30, random.Random(1))
+        admission = t.creates.admission
+        assert admission.admit() and admission.admit()
+        assert not admission.admit()  # two admitted, neither committed yet
+        admission.admitted()  # one failed before its write: its room is free again
+        assert admission.admit()
         assert provider.calls == []  # admission is the database's alone
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import steps, sweep
-from iipub.machine.tick import Tick
+from iipub.machine import run_context, steps, sweep
 from iipub.money.ledger import slot_of
 from iipub.provider.fake import Call, FakeProvider
 from iipub.provider.outcomes import Refused
@@ -39,12 +38,12 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
         """Worker A's create is out (its intent on the ledger, no outcome yet): worker B's tick
         reads the ledger."""
         if call.op == "create" and not seen_by_b:
-            spend = worker_b.spend(SLOT)
+            spend = worker_b.ledger.spend(SLOT)
             seen_by_b.append(spend.charged if spend is not None else None)
 
     provider = FakeProvider(on_call=while_a_creates)
-    worker_b = Tick(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), provider,
-                    time.monotonic() + 60, random.Random(1))
+    worker_b = run_context.for_sweep(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), provider,
+                                     time.monotonic() + 60, random.Random(1))
     provider.script_create(Refused(2.0, "HTTP 429: Rate limit reached for requests. Please try again in 2s.",
                                    "rate_limit_exceeded"))  # A's create: 429, refunded
     sweep.run(cfg, engine, provider=provider, worker="worker-a")
@@ -63,4 +62,4 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
     assert row["quarantine_reason"] is None, row  # no false restored_behind_ledger
     assert (row["state"], row["generation_attempts"]) == ("ACCEPTED", 1)
     assert provider.count("create") == 2 and provider.accepted == 1  # one paid create, one refused
-    assert worker_b.spend(SLOT).charged == 1  # type: ignore[union-attr]
+    assert worker_b.ledger.spend(SLOT).charged == 1  # type: ignore[union-attr]

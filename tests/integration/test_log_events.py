@@ -19,9 +19,8 @@ import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
 
-from iipub.machine import steps
+from iipub.machine import run_context, steps
 from iipub.machine import sweep as reconcile
-from iipub.machine.tick import Tick
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.provider.fake import FakeProvider
@@ -66,8 +65,8 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(quiet
     store = Store(engine, "w-lost")
     leased = _one_leased_job(store, quiet_cfg, engine)
     with FakeProvider() as provider:
-        tick = Tick(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
-        batch = tick.batch([leased.id])
+        tick = run_context.for_sweep(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
+        batch = tick.batches.open([leased.id])
         batch.defer(store.plan(leased, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN))
         with engine.begin() as conn:  # another writer moves the job on meanwhile
             conn.execute(tables.jobs.update().where(tables.jobs.c.id == leased.id)
@@ -76,7 +75,7 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(quiet
             batch.done(leased.id)
     lost = _events(logs, "lease_lost")
     assert [(e["job_id"], e["worker"], e["log_level"]) for e in lost] == [(leased.id, "w-lost", "warning")]
-    assert tick.report.lease_lost == 1 and dict(tick.report.transitions) == {}
+    assert tick.counters.report.lease_lost == 1 and dict(tick.counters.report.transitions) == {}
     assert job_rows(engine)[0]["state"] == "NO_JOB"  # the stale write changed nothing
     assert provider.calls == []
 
@@ -122,7 +121,7 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
         store = Store(waits_a_second, "w-contended")
         leased = _one_leased_job(store, quiet_cfg, engine)
         with FakeProvider() as provider:
-            tick = Tick(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
+            tick = run_context.for_sweep(quiet_cfg, store, provider, time.monotonic() + 30, random.Random(1))
             with engine.connect() as blocker, blocker.begin():
                 blocker.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.id == leased.id).with_for_update())
                 with capture_logs() as logs:
@@ -131,7 +130,7 @@ def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
         waits_a_second.dispose()
     contended = _events(logs, "contention")
     assert [(e["job_id"], e["worker"], e["log_level"]) for e in contended] == [(leased.id, "w-contended", "warning")]
-    assert tick.report.contention == 1 and dict(tick.report.transitions) == {}
+    assert tick.counters.report.contention == 1 and dict(tick.counters.report.transitions) == {}
     (after,) = job_rows(engine)
     assert (after["state"], after["version"]) == ("NO_JOB", leased.version)  # the write was rolled back
     assert provider.calls == []

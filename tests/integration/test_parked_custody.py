@@ -13,8 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.errors import OperatorRefused
-from iipub.machine import settle, sweep
-from iipub.machine import tick as tick_mod
+from iipub.machine import run_context, settle, sweep
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.operate.executor import Operator
@@ -182,8 +181,7 @@ def test_a_verified_webhook_takes_a_parked_jobs_custody_at_once(
     hooked = replace(parked_cfg, webhooks=replace(parked_cfg.webhooks, enabled=True))
     store = Store(engine, "webhook:test")
     with OpenAIAdapter(hooked.provider, "sk-test") as provider:
-        t = tick_mod.Tick(hooked, store, provider, deadline=float("inf"), rng=__import__("random").Random(1))
-        t.creates_allowed = False
+        t = run_context.for_delivery(hooked, store, provider, deadline=float("inf"), rng=__import__("random").Random(1))
         settled = settle.response_event(t, Deliveries(engine), parked["response_id"], "response.completed",
                                         lease_wait=0.1)
     assert settled.outcome == "custody"

@@ -41,7 +41,7 @@ NEVER_PAYS = {
     "jobs show", "kill", "ledger show", "orphans adopt", "orphans discard", "orphans list", "orphans show",
     "outbox list", "outbox requeue", "pause", "quarantine list", "relay", "republish", "revalidate", "simulator",
     "status", "suspend", "webhook prune",
-    "webhook serve",  # a delivery never creates (`Tick.creates_allowed`)
+    "webhook serve",  # a delivery never creates (`run_context.for_delivery`: no create pieces)
     "webhook test-delivery",
     "quarantine show", "config show", "config accept", "init",
 }
@@ -99,6 +99,6 @@ def test_the_sweeps_create_step_asks_the_authority_and_is_the_only_create_call()
     assert creates == ["steps.py"]
     # The step asks the authority before it hands the job to `_create`, the one place that sends.
     src = inspect.getsource(steps.step_create_eligible)
-    assert src.index("paying.ruling(") < src.index("_create(tick, job")
-    assert "tick.provider.create(" in inspect.getsource(steps._create)
-    assert "tick.provider.create(" not in src
+    assert src.index("paying.ruling(") < src.index("_create(ctx, creates, job")
+    assert "ctx.provider.create(" in inspect.getsource(steps._create)
+    assert "ctx.provider.create(" not in src
