@@ -157,6 +157,6 @@ def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) ->
         metadata = zf.read(f"iipub-{iipub.__version__}.dist-info/METADATA").decode("utf-8")
     assert "iipub/py.typed" in names  # PEP 561: the package's own annotations are used by type checkers
     assert any(n.startswith("iipub/sql/migrations/mysql/") for n in names)
-    assert "iipub/sinks/site.css" in names  # the pages' stylesheet is package data
+    assert "iipub/publish/sinks/site.css" in names  # the pages' stylesheet is package data
     assert f"\nVersion: {iipub.__version__}\n" in metadata and "Author: the iipub authors" in metadata
     assert "Classifier: Typing :: Typed" in metadata and "Project-URL: Homepage, https://" in metadata
