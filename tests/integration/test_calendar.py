@@ -23,7 +23,7 @@ from iipub.observe import report as status
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_rows, utc_today
+from tests.support.rows import job_rows, utc_today
 
 
 def _with(settings: Settings, **reconcile_values: Any) -> Settings:

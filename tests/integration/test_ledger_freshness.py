@@ -21,11 +21,11 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows
+from tests.support.rows import job_events, job_rows
 
 DAY = dt.date(2026, 11, 29)
 SLOT = slot_of("daily-brief", DAY.isoformat())
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 class _Interleaved(Provider):

@@ -13,6 +13,7 @@ from collections.abc import MutableMapping
 from dataclasses import replace
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
@@ -27,7 +28,7 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_rows
+from tests.support.rows import job_rows
 
 
 def db_today(engine: sa.Engine) -> dt.date:
@@ -70,8 +71,9 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(cfg: 
     assert job_rows(engine)[0]["state"] == "NO_JOB"  # the stale write changed nothing
 
 
+@pytest.mark.no_auto_schedule
 def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_missed(
-        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     hooked = _one_at_a_time(replace(cfg, webhooks=replace(cfg.webhooks, enabled=True)))
     Store(engine, "t").schedule(hooked.products["daily-brief"], db_today(engine))
     reconcile.run(hooked, engine)  # dispatched
@@ -87,8 +89,9 @@ def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_misse
     assert job_rows(engine)[0]["payload"] is not None  # and custody was taken all the same
 
 
+@pytest.mark.no_auto_schedule
 def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
-        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     s = _one_at_a_time(cfg)
     Store(engine, "t").schedule(s.products["daily-brief"], db_today(engine))
     reconcile.run(s, engine)

@@ -6,7 +6,6 @@ import datetime as dt
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,21 +19,16 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.store import clock, db, tables
 from iipub.store.outbox import Outbox
-from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
+from tests.support.loopback import SECRET, Receiver
+from tests.support.ticks import drive_to_saved
 
 DAY = dt.date(2026, 11, 28)
+pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
+def _webhook_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
-
-
-@pytest.fixture
-def hook() -> Iterator[Receiver]:
-    with receiver() as rec:
-        yield rec
 
 
 def with_webhook(settings: Settings, url: str) -> Settings:
