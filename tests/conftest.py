@@ -30,7 +30,7 @@ import sqlalchemy as sa
 # scrubbed below.
 from tests.support.cli import clean_env
 from tests.support.databases import BACKEND, MYSQL_URL, fresh_database
-from tests.support.loopback import Receiver, receiver
+from tests.support.loopback import SECRET, Receiver, receiver
 from tests.support.plumbing import prompt_server_shutdown, shared_ssl_contexts
 from tests.support.settings import make_settings
 from tests.support.simulator import simulator
@@ -215,3 +215,11 @@ def hook() -> Iterator[Receiver]:
     """A webhook receiver on loopback that records every request (tests/support/loopback.py)."""
     with receiver() as rec:
         yield rec
+
+
+@pytest.fixture
+def webhook_sink_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The webhook sink's signing secret in the environment ($IIPUB_WEBHOOK_SECRET, the sink's
+    default `secret_env`), as a deployment has it: the receivers verify with the same SECRET."""
+    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+    return SECRET

@@ -28,7 +28,7 @@ from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
 from tests.support.cli import CliResult, error_messages, run_cli
 from tests.support.databases import Snapshot, fresh_database, restore_rows, snapshot_rows
-from tests.support.loopback import SECRET, receiver
+from tests.support.loopback import receiver
 from tests.support.settings import make_settings
 from tests.support.simulator import simulator
 from tests.support.suite import fast_first
@@ -36,12 +36,8 @@ from tests.support.suite import fast_first
 DAY = dt.date(2026, 11, 28)
 PRODUCT = "daily-brief"
 PARKED = {s.value for s in invariants.SETTLED}
-pytestmark = pytest.mark.no_auto_schedule  # `cfg` (conftest): one product, its slots the tests' own
-
-
-@pytest.fixture(autouse=True)
-def _webhook_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+# `cfg` (conftest): one product, its slots the tests' own.
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def states(engine: sa.Engine) -> list[str]:

@@ -33,8 +33,7 @@ pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture
-def s(cfg: Settings, hook: Receiver, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+def s(cfg: Settings, hook: Receiver, webhook_sink_secret: str) -> Settings:
     return replace(cfg, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=2))
 
 

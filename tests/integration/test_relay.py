@@ -19,16 +19,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.store import clock, db, tables
 from iipub.store.outbox import Outbox
-from tests.support.loopback import SECRET, Receiver
+from tests.support.loopback import Receiver
 from tests.support.ticks import drive_to_saved
 
 DAY = dt.date(2026, 11, 28)
-pytestmark = pytest.mark.no_auto_schedule
-
-
-@pytest.fixture(autouse=True)
-def _webhook_secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def with_webhook(settings: Settings, url: str) -> Settings:

@@ -21,16 +21,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
-from tests.support.loopback import SECRET, Receiver
+from tests.support.loopback import Receiver
 from tests.support.ticks import drive_to_saved
 
 DAY = dt.date(2026, 11, 28)
-pytestmark = pytest.mark.no_auto_schedule
-
-
-@pytest.fixture(autouse=True)
-def _secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) -> None:
