@@ -1,6 +1,15 @@
-"""Fixtures and hooks only (shared helpers live in tests/helpers.py): a fresh, migrated
-database per test (SQLite file, or a fresh MariaDB/MySQL database when IIPUB_TEST_MYSQL_URL
-is set), the simulator over real HTTP, and a clean environment for the command line."""
+"""Fixtures and hooks only (what tests share besides fixtures lives in tests/support/): a fresh,
+migrated database per test (SQLite file, or a fresh MariaDB/MySQL database when
+IIPUB_TEST_MYSQL_URL is set), the simulator over real HTTP, settings against it, a webhook
+receiver, and a clean environment for the command line.
+
+Two markers shape the fixtures of a test (or of a module, as `pytestmark`):
+- `@pytest.mark.simulator(**options)`: the `sim` fixture starts with these SimulatorOptions
+  fields (lifecycle, faults, webhooks; tests/support/simulator.py has FAST and MINUTE) instead
+  of the fast lifecycle;
+- `@pytest.mark.no_auto_schedule`: the `settings` fixture (and so `cfg`) has `[reconcile]
+  auto_schedule = false`: ticks make no slots, the test's own are the only ones.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +26,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-# tests.helpers reads IIPUB_TEST_MYSQL_URL at import, before the environment is scrubbed below.
-from tests.helpers import (
-    BACKEND,
-    MYSQL_URL,
-    clean_env,
-    fast_simulator,
-    fresh_database,
-    make_settings,
-    prompt_server_shutdown,
-    shared_ssl_contexts,
-)
+# tests.support.databases reads IIPUB_TEST_MYSQL_URL at import, before the environment is
+# scrubbed below.
+from tests.support.cli import clean_env
+from tests.support.databases import BACKEND, MYSQL_URL, fresh_database
+from tests.support.loopback import SECRET, Receiver, receiver
+from tests.support.plumbing import prompt_server_shutdown, shared_ssl_contexts
+from tests.support.settings import make_settings
+from tests.support.simulator import simulator
 
 # The test run's own settings (IIPUB_TEST_*) stay: the parallel workers, started after this, read
 # the backend from them too. No command the tests run reads them (`clean_env` drops them).
@@ -94,7 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def _quick_http_plumbing() -> Iterator[None]:
     """One CA bundle load per run instead of one per HTTP client, and loopback servers that stop
-    without waiting out their poll interval (see tests/helpers.py)."""
+    without waiting out their poll interval (see tests/support/plumbing.py)."""
     with shared_ssl_contexts(), prompt_server_shutdown():
         yield
 
@@ -180,23 +186,21 @@ def cli_env(db_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    """The provider simulator over real HTTP on loopback, with a fast lifecycle."""
-    with fast_simulator() as s:
+def sim(request: pytest.FixtureRequest) -> Iterator[Simulator]:
+    """The provider simulator over real HTTP on loopback: the fast lifecycle, or the options of
+    the test's `@pytest.mark.simulator(...)`."""
+    marker = request.node.get_closest_marker("simulator")
+    with simulator(**(marker.kwargs if marker else {})) as s:
         yield s
 
 
 @pytest.fixture
-def settings(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
-    return make_settings(db_url, sim.url, tmp_path / "public")
-
-
-@pytest.fixture
-def no_today_slots(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ticks schedule only the slots a test made (not today's as well)."""
-    from iipub.machine import sweep
-
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
+def settings(db_url: str, sim: Simulator, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    """Settings for in-process ticks against `sim` (tests/support/settings.py `make_settings`);
+    under `@pytest.mark.no_auto_schedule`, ticks make no slots of their own."""
+    own_slots = request.node.get_closest_marker("no_auto_schedule") is not None
+    return make_settings(db_url, sim.url, tmp_path / "public",
+                         **({"reconcile": {"auto_schedule": False}} if own_slots else {}))
 
 
 @pytest.fixture
@@ -204,3 +208,18 @@ def cfg(settings: Settings) -> Settings:
     """`settings` with one product, daily-brief (3 items, open since midnight), and no webhook sink."""
     p = replace(settings.products["daily-brief"], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
     return replace(settings, products={"daily-brief": p}, webhook_sink=None)
+
+
+@pytest.fixture
+def hook() -> Iterator[Receiver]:
+    """A webhook receiver on loopback that records every request (tests/support/loopback.py)."""
+    with receiver() as rec:
+        yield rec
+
+
+@pytest.fixture
+def webhook_sink_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The webhook sink's signing secret in the environment ($IIPUB_WEBHOOK_SECRET, the sink's
+    default `secret_env`), as a deployment has it: the receivers verify with the same SECRET."""
+    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+    return SECRET

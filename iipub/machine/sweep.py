@@ -53,7 +53,8 @@ _PROBE_PASSES = 4
 def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
         worker: str | None = None, rng: random.Random | None = None) -> TickReport:
     """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
-    does nothing at all (the cron command still records its heartbeat)."""
+    does nothing at all (the cron command still records its heartbeat). It first makes today's
+    slots and the catch-up days' unless `[reconcile] auto_schedule` is off."""
     api_key = settings.require_api_key()
     started = time.monotonic()
     store = Store(engine, worker or new_worker_id("reconcile"), settings.reconcile.lease_seconds)
@@ -66,7 +67,8 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
     try:
         ctx = run_context.for_sweep(settings, store, provider, started + settings.reconcile.tick_seconds,
                                     rng or random.Random())
-        _ensure_today(settings, store)
+        if settings.reconcile.auto_schedule:
+            _ensure_today(settings, store)
         _sweep(ctx)
     finally:
         if own_provider:

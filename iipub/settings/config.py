@@ -182,6 +182,9 @@ class ReconcileSettings(Checked):
     # Every tick makes sure the slots of this many past days exist (backfill priority), so a day
     # on which cron was down is not skipped; 0 turns it off.
     catch_up_days: Annotated[int, Bounds(ge=0, le=31)] = 2
+    # false: ticks make no slots (neither today's nor the catch-up days'); only `iipub schedule`
+    # and `iipub backfill` do, and the sweep advances the slots that exist.
+    auto_schedule: bool = True
     # An idle cron run (nothing can be due) is answered by the wake-up check alone, before the
     # rest of iipub loads; a full run still comes at least this often. 0 turns the check off.
     idle_check_max_seconds: Annotated[float, Bounds(ge=0, le=3600)] = 300.0

@@ -145,15 +145,15 @@ class Store:
                 for r in conn.execute(q)
             ]
 
-    def tracks_of(self, job_ids: Sequence[str]) -> dict[str, list[TrackView]]:
+    def tracks_of(self, job_ids: Sequence[str], *, chunk: int = _IN_CHUNK) -> dict[str, list[TrackView]]:
         """The language tracks of each of `job_ids` (languages in order), without payloads; a
-        job without tracks is absent. One IN list per `_IN_CHUNK` jobs."""
+        job without tracks is absent. One query per `chunk` jobs (the IN list's length)."""
         ids = list(dict.fromkeys(job_ids))
         t = tables.tracks.c
         found: dict[str, list[TrackView]] = {}
         with self.engine.connect() as conn:
-            for start in range(0, len(ids), _IN_CHUNK):
-                q = (sa.select(*_TRACK_VIEW_COLUMNS).where(t.job_id.in_(ids[start:start + _IN_CHUNK]))
+            for start in range(0, len(ids), chunk):
+                q = (sa.select(*_TRACK_VIEW_COLUMNS).where(t.job_id.in_(ids[start:start + chunk]))
                      .order_by(t.job_id, t.lang))
                 for row in conn.execute(q).mappings():
                     track = TrackView.from_row(row)

@@ -27,8 +27,10 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import MYSQL_URL, one_line_error, run_cli, stored, utc_today
-from tests.helpers import UNKNOWN_ID as UNKNOWN
+from tests.support.cli import one_line_error, run_cli
+from tests.support.databases import MYSQL_URL
+from tests.support.rows import UNKNOWN_ID as UNKNOWN
+from tests.support.rows import stored, utc_today
 
 ONE_PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write the brief."\nitems = 3\nopens_at = "00:00"\n'
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from iipub.cli import COMMANDS
 from iipub.store import db, tables
-from tests.helpers import one_line_error, run_cli, run_iipub
+from tests.support.cli import one_line_error, run_cli, run_iipub
 
 JOB_KEYS = {
     "id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",

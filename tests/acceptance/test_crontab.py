@@ -16,7 +16,8 @@ import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
 from iipub.store import db, tables
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, iipub_exe, run_cli
+from tests.support.cli import iipub_exe, run_cli
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -116,8 +117,7 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
 
 
 @pytest.mark.slow
-def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_path: Path,
-                                                            no_today_slots: None) -> None:
+def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_path: Path) -> None:
     """The drill of issue 37 (item 8): crontab.example's reconcile line exactly (`timeout -k 5 58`),
     the default provider timeouts and tick budget, a run kept busy by two slow polls (24 s each)
     until past its create window, and a slow create due then. Before the window existed the
@@ -125,10 +125,11 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
     (`crashed_during_create`, possibly billed). Now it waits for the next minute: nothing is
     sent that cannot finish, and the next run creates it at once."""
     from iipub.machine import sweep
-    from iipub.provider.simulator import SimulatorOptions
     from iipub.settings.loading import load_settings
     from iipub.store.job_store import Store
-    from tests.helpers import utc_today
+    from tests.support.rows import utc_today
+    from tests.support.settings import without_auto_schedule
+    from tests.support.simulator import simulator
 
     home = tmp_path / "host"
     home.mkdir()
@@ -143,7 +144,7 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
         "[reconcile]\npoll_interval_seconds = 0\nconcurrency = 1\ncatch_up_days = 0\n"
         f"[sinks.static]\nroot = \"{srv / 'public'}\"\n[ledger]\npath = \"{srv / 'spend-ledger.jsonl'}\"\n"
         + MIDNIGHT_PRODUCT_TOML, encoding="utf-8")
-    with Simulator(SimulatorOptions(queued_seconds=0.1, in_progress_seconds=3600, slow_seconds=24)) as sim:
+    with simulator(queued_seconds=0.1, in_progress_seconds=3600, slow_seconds=24) as sim:
         env = {"IIPUB_DATABASE_URL": db_url, "IIPUB_CONFIG": str(srv / "iipub.toml"), "OPENAI_API_KEY": "sk-test",
                "OPENAI_BASE_URL": sim.url}
         Path(variables["IIPUB_ENV_FILE"]).write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
@@ -154,7 +155,7 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
             store = Store(engine, "drill")
             for back in (1, 2):  # two paid responses still running: polled first, slowly
                 store.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=back))
-            sweep.run(settings, engine)
+            sweep.run(without_auto_schedule(settings), engine)  # only those two: today's is the cron run's
             assert sim.stats()["creates_total"] == 2
             sim.add_faults([{"fault": "slow", "op": "retrieve", "times": 2},
                             {"fault": "slow", "op": "create", "times": 1}])

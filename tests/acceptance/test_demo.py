@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.helpers import clean_env, run_cli, run_iipub
+from tests.support.cli import clean_env, run_cli, run_iipub
 
 PRODUCTS = ("daily-brief", "revolution-watch")
 LANGS = ("en", "es")

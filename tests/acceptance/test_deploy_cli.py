@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
 import sqlalchemy as sa
 
-from iipub.core import errors, logs
+from iipub.core import errors
 from iipub.provider.simulator import Simulator
 from iipub.store import db
-from tests.helpers import MYSQL_URL, one_line_error, run_cli, sim_env
+from tests.support.cli import one_line_error, run_cli, stderr_at_a_terminal
+from tests.support.databases import MYSQL_URL
+from tests.support.settings import sim_env
 
 
 def _json_lines(stderr: str) -> list[dict[str, object]]:
@@ -24,9 +27,10 @@ def _json_lines(stderr: str) -> list[dict[str, object]]:
 
 
 @pytest.fixture
-def at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """stderr is a terminal (the CLI asks `logs._isatty`)."""
-    monkeypatch.setattr(logs, "_isatty", lambda: True)
+def at_a_terminal() -> Iterator[None]:
+    """The commands' stderr is a terminal, as when a person runs them."""
+    with stderr_at_a_terminal():
+        yield
 
 
 # -- item 2: database URLs ------------------------------------------------------------------------------

@@ -18,15 +18,8 @@ from iipub.machine import sweep as reconcile
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store.job_store import Store
-from tests.helpers import (
-    CliResult,
-    job_events,
-    job_rows,
-    job_versions,
-    one_line_error,
-    run_cli,
-    utc_today,
-)
+from tests.support.cli import CliResult, one_line_error, run_cli
+from tests.support.rows import job_events, job_rows, job_versions, utc_today
 
 JOB_KEYS = {"id", "product", "edition_date", "state", "version", "generation_attempts", "poll_count",
             "response_id", "quarantine_reason", "lease_owner", "lease_expiry", "next_attempt_at",

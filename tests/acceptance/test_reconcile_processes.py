@@ -16,7 +16,10 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, run_cli, sim_env, start_iipub, wait_for
+from tests.support.cli import run_cli, start_iipub
+from tests.support.loopback import wait_for
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import sim_env
 
 # A product whose slot opens at midnight, so the tick's own scheduling of today is harmless.
 ONE_PRODUCT = (

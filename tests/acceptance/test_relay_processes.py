@@ -17,7 +17,10 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import SECRET, job_rows, receiver, run_cli, sim_env, start_iipub
+from tests.support.cli import run_cli, start_iipub
+from tests.support.loopback import SECRET, receiver
+from tests.support.rows import job_rows
+from tests.support.settings import sim_env
 
 PRODUCT = (
     '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'

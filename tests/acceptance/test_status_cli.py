@@ -19,9 +19,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import open_at_midnight, record_heartbeats, run_cli
+from tests.support.cli import run_cli
+from tests.support.rows import record_heartbeats
+from tests.support.settings import open_at_midnight
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture

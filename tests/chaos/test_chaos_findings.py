@@ -17,7 +17,7 @@ from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
 
 DAY = dt.date(2026, 11, 28)
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def versions(engine: sa.Engine) -> dict[str, int]:

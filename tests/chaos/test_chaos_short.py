@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import MYSQL_URL
+from tests.support.databases import MYSQL_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOTS = 200

@@ -20,14 +20,10 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import fast_first
+from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 28)
-
-
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def _state(engine: sa.Engine) -> str:

@@ -26,36 +26,18 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
-from tests.helpers import (
-    SECRET,
-    CliResult,
-    Snapshot,
-    error_messages,
-    fast_first,
-    fast_simulator,
-    fresh_database,
-    make_settings,
-    receiver,
-    restore_rows,
-    run_cli,
-    snapshot_rows,
-)
+from tests.support.cli import CliResult, error_messages, run_cli
+from tests.support.databases import Snapshot, fresh_database, restore_rows, snapshot_rows
+from tests.support.loopback import receiver
+from tests.support.settings import make_settings
+from tests.support.simulator import simulator
+from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 28)
 PRODUCT = "daily-brief"
 PARKED = {s.value for s in invariants.SETTLED}
-
-
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
-
-
-@pytest.fixture
-def cfg(settings: Settings) -> Settings:
-    p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(settings, products={PRODUCT: p})
+# `cfg` (conftest): one product, its slots the tests' own.
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def states(engine: sa.Engine) -> list[str]:
@@ -295,9 +277,8 @@ def settled_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SettledRun
     the simulator over HTTP, on a database of the selected backend), kept as its rows, its
     static site and the simulator's stats. Each damage test damages its own copy of it."""
     base = tmp_path_factory.mktemp("settled-run")
-    with pytest.MonkeyPatch.context() as mp, fresh_database(base) as url, fast_simulator() as sim:
-        mp.setattr(sweep, "_ensure_today", lambda settings, store: None)
-        settings = make_settings(url, sim.url, base / "public")
+    with fresh_database(base) as url, simulator() as sim:
+        settings = make_settings(url, sim.url, base / "public", reconcile={"auto_schedule": False})
         p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
         s = replace(settings, products={PRODUCT: p})
         engine = db.make_engine(url)

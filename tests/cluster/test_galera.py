@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import bench_module
+from tests.support.suite import bench_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,18 +147,17 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
     import sqlalchemy as sa
 
     from iipub.machine import sweep
-    from iipub.provider.simulator import Simulator, SimulatorOptions
     from iipub.publish import relay
     from iipub.store import tables
     from tests.integration import test_tracks_migration as tm
+    from tests.support.simulator import simulator
 
     galera = import_galera()
     cluster_dir = Path("/tmp") / f"iipub-galera-tracks-{os.getpid()}"
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
     try:
         with galera.running_cluster(2, cluster_dir, sql_port=33081, gcomm_port=45871, ist_port=45881,
                                     sst_port=45891) as cluster, \
-                Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
+                simulator() as sim:
             engines = database_on_every_node(cluster, "iipub_tracks")
             tm._at_0008(engines[0], monkeypatch)
             s = tm.settings_for(cluster.nodes[0].url("iipub_tracks"), sim, tmp_path)

@@ -20,7 +20,9 @@ from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env, stored, utc_today
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_events, job_rows, stored, utc_today
+from tests.support.settings import ledger_file_of, sim_env
 
 RID = "resp_" + "a" * 48
 

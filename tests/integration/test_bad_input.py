@@ -43,14 +43,14 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import fast_first
+from tests.support.suite import fast_first
 
 PRODUCT = "daily-brief"
 GOOD_DAY = dt.date(2026, 11, 27)
 BAD_DAY = dt.date(2026, 11, 28)
 POLL_BUDGET = 3
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 # Terminal escapes (colour, clear screen, a window-title OSC ended by BEL), a NUL, a carriage
 # return that would overwrite the line, a right-to-left override.

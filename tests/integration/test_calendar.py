@@ -23,7 +23,7 @@ from iipub.observe import report as status
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_rows, utc_today
+from tests.support.rows import job_rows, utc_today
 
 
 def _with(settings: Settings, **reconcile_values: Any) -> Settings:
@@ -59,6 +59,18 @@ def test_the_next_tick_schedules_the_days_cron_missed_at_backfill_priority(
         assert (p.name, today) in slots and not slots[p.name, today]["is_backfill"]
     assert (settings.products["daily-brief"].name, last + dt.timedelta(days=1)) in slots
     assert len(slots) == len(settings.products) * (3 + 3)
+
+
+def test_with_auto_schedule_off_a_tick_makes_no_slot_and_advances_the_ones_that_exist(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    _last_ticked(settings, engine, 3)
+    before = set(_slots(engine))
+    report = reconcile.run(_with(settings, auto_schedule=False, tick_seconds=1), engine)
+    assert set(_slots(engine)) == before  # neither today's slots nor the missed days'
+    assert report.transitions  # the slots that exist moved on (their windows opened)
+    reconcile.run(_with(settings, tick_seconds=1), engine)  # on again: today's and the missed days' made
+    assert len(_slots(engine)) == len(settings.products) * (3 + 3)
 
 
 def test_a_new_installation_does_not_pay_for_the_days_before_it_existed(settings: Settings, engine: sa.Engine) -> None:

@@ -24,13 +24,14 @@ from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.clock import advance_clock
 from iipub.store.job_store import Store
-from tests.helpers import fast_first, job_events, job_rows
+from tests.support.rows import job_events, job_rows
+from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
 
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one product
+pytestmark = pytest.mark.no_auto_schedule  # `cfg` (conftest): one product
 
 
 def the_job(engine: sa.Engine) -> dict[str, Any]:
@@ -91,6 +92,7 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
         return real(tick, job)
 
     if where != "RETRIEVED_NOT_VALIDATED":  # the language tracks stop there: at their fork, or composed
+        # No configuration stops the language tracks at their fork: their pass is held for a while.
         real_pass, hold = track_steps.track_pass, {"on": True}
         monkeypatch.setattr(track_steps, "track_pass", lambda tick, pool: 0 if hold["on"] else real_pass(tick, pool))
         drive_to(cfg, engine, sim, "READY_TO_COMPOSE")
@@ -178,6 +180,7 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise OSError("disk full")
 
+    # A failure no input can cause (the disk under the composer is full), injected at the composer.
     monkeypatch.setattr(compose, "compose_language", broken)
     limit = cfg.reconcile.max_step_failures
     for _ in range(limit + 2):
@@ -195,7 +198,6 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
     reasons = [e["reason"] for e in job_events(engine, row["id"])]
     assert reasons[-1] == "step_failing"
     monkeypatch.undo()
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
     with Operator(cfg, engine) as op:
         op.revalidate(row["id"], "disk cleaned", "alice")
     ticked_to_publication(cfg, engine)

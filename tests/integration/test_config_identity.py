@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from iipub.store import config_identity as ci
 from iipub.store import db, tables
-from tests.helpers import one_line_error, run_cli
+from tests.support.cli import one_line_error, run_cli
 
 PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\nitems = 3\n'
 

@@ -11,7 +11,9 @@ import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
 from iipub.store import tables
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, one_line_error, run_cli, sim_env
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_rows
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ a read's 429 holds reads for at most 60 s and creates go on; `status` says which
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -15,25 +14,15 @@ from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.money import gate
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import job_rows, one_line_error, run_cli, utc_today
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_rows, utc_today
 
-
-@pytest.fixture
-def slow_sim() -> Iterator[Simulator]:
-    """Responses finish only when the test advances the simulated clock."""
-    with Simulator(SimulatorOptions(queued_seconds=1, in_progress_seconds=900, slow_seconds=8)) as s:
-        yield s
-
-
-@pytest.fixture
-def slow(cfg: Settings, slow_sim: Simulator) -> Settings:
-    from dataclasses import replace
-
-    return replace(cfg, provider=replace(cfg.provider, base_url=slow_sim.url))
+# Responses finish only when a test advances the simulated clock.
+pytestmark = pytest.mark.simulator(queued_seconds=1, in_progress_seconds=900)
 
 
 def by_day(engine: sa.Engine) -> dict[dt.date, dict[str, object]]:
@@ -49,42 +38,44 @@ def yesterday_accepted(settings: Settings, engine: sa.Engine) -> Store:
     return store
 
 
+@pytest.mark.no_auto_schedule
 def test_a_long_create_cool_down_holds_creates_only_and_custody_goes_on(
-        slow: Settings, engine: sa.Engine, slow_sim: Simulator, no_today_slots: None) -> None:
-    store = yesterday_accepted(slow, engine)
-    slow_sim.add_faults([{"fault": "rate_limit_long", "op": "create", "times": 1}])
-    store.schedule(slow.products["daily-brief"], utc_today())
-    sweep.run(slow, engine)  # today's create: 429, retry in ten minutes
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    store = yesterday_accepted(cfg, engine)
+    sim.add_faults([{"fault": "rate_limit_long", "op": "create", "times": 1}])
+    store.schedule(cfg.products["daily-brief"], utc_today())
+    sweep.run(cfg, engine)  # today's create: 429, retry in ten minutes
     with engine.connect() as conn:
         g, now = gate.read(conn), clock.read_now(conn)
     assert g.cooldown_until is not None and (g.cooldown_until - now).total_seconds() > 500
-    slow_sim.advance(1000)  # yesterday's response finishes: the provider keeps it ~10 minutes
-    sweep.run(slow, engine)  # another process's tick, inside the create cool-down
+    sim.advance(1000)  # yesterday's response finishes: the provider keeps it ~10 minutes
+    sweep.run(cfg, engine)  # another process's tick, inside the create cool-down
     jobs = by_day(engine)
     done = jobs[utc_today() - dt.timedelta(days=1)]
     assert done["payload_sha256"] is not None  # polled and taken into custody
     assert jobs[utc_today()]["state"] == State.CREATE_ELIGIBLE.value  # its create waits
-    assert slow_sim.stats()["requests"]["create"] == 2  # one accepted, one refused: none during the cool-down
+    assert sim.stats()["requests"]["create"] == 2  # one accepted, one refused: none during the cool-down
 
 
+@pytest.mark.no_auto_schedule
 def test_a_read_rate_limit_cools_reads_only_for_at_most_a_minute_and_status_says_so(
-        slow: Settings, engine: sa.Engine, slow_sim: Simulator, no_today_slots: None) -> None:
-    store = yesterday_accepted(slow, engine)
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
+    store = yesterday_accepted(cfg, engine)
     (job,) = job_rows(engine)
-    slow_sim.add_faults([{"fault": "rate_limit_long", "op": "retrieve", "times": 1}])
-    sweep.run(slow, engine)  # the poll: 429, retry in ten minutes
-    report = queries.collect(engine, slow)
+    sim.add_faults([{"fault": "rate_limit_long", "op": "retrieve", "times": 1}])
+    sweep.run(cfg, engine)  # the poll: 429, retry in ten minutes
+    report = queries.collect(engine, cfg)
     assert report.read_cooldown_until is not None
     wait = (report.read_cooldown_until - report.generated_at).total_seconds()
     assert 0 < wait <= gate.READ_COOLDOWN_CAP_SECONDS
     assert report.gate is not None and (report.gate.cooldown_until is None
                                         or report.gate.cooldown_until <= report.generated_at)
     assert report.to_dict()["read_cooldown"]["until"] is not None
-    retrieves = slow_sim.stats()["calls_by_response"][job["response_id"]]["retrieve"]
-    store.schedule(slow.products["daily-brief"], utc_today())
-    sweep.run(slow, engine)  # creates are not held by a read's cool-down; reads are
+    retrieves = sim.stats()["calls_by_response"][job["response_id"]]["retrieve"]
+    store.schedule(cfg.products["daily-brief"], utc_today())
+    sweep.run(cfg, engine)  # creates are not held by a read's cool-down; reads are
     assert by_day(engine)[utc_today()]["state"] == State.ACCEPTED.value
-    stats = slow_sim.stats()
+    stats = sim.stats()
     assert stats["requests"]["create"] == 2
     assert stats["calls_by_response"][job["response_id"]]["retrieve"] == retrieves
 

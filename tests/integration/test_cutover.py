@@ -22,7 +22,10 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.edition_schema import text_format
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db, migrate, tables
-from tests.helpers import fresh_database, job_rows, ledger_file_of, run_cli, sim_env, utc_today
+from tests.support.cli import run_cli
+from tests.support.databases import fresh_database
+from tests.support.rows import job_rows, utc_today
+from tests.support.settings import ledger_file_of, sim_env
 
 
 def legacy_create(sim: Simulator, env: dict[str, str], product: str, day: dt.date) -> str:

@@ -25,8 +25,9 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import open_at_midnight, utc_today
-from tests.offline import offline_settings
+from tests.support.offline import offline_settings
+from tests.support.rows import utc_today
+from tests.support.settings import open_at_midnight
 
 
 def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, engine: sa.Engine,

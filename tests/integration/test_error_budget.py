@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from iipub.observe import error_budget as eb
 from iipub.store import clock, db, tables
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0)
 
@@ -150,7 +150,7 @@ def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
     from iipub.observe import queries
     from iipub.observe import report as st
     from iipub.settings.loading import settings_from_dict
-    from tests.helpers import record_heartbeats
+    from tests.support.rows import record_heartbeats
 
     record_heartbeats(engine, "reconcile", "relay")
     report = queries.collect(engine, settings_from_dict({}))

@@ -16,9 +16,10 @@ from iipub.observe import queries
 from iipub.observe import report as st
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, tables
-from tests.helpers import record_heartbeats, run_cli
+from tests.support.cli import run_cli
+from tests.support.rows import record_heartbeats
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def _quarantine(db_url: str, reason: str, hours: float) -> None:

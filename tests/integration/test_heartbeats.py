@@ -25,7 +25,10 @@ from iipub.observe import heartbeat
 from iipub.provider.simulator import Simulator
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import one_line_error, record_heartbeats, recording_server, run_cli, send_reply, sim_env
+from tests.support.cli import one_line_error, run_cli
+from tests.support.loopback import recording_server, send_reply
+from tests.support.rows import record_heartbeats
+from tests.support.settings import sim_env
 
 # One product whose slot opens late in the day: a run has nothing to pay for.
 LATE_PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\nitems = 3\nopens_at = "23:59"\n'
@@ -146,6 +149,8 @@ def test_a_failed_run_is_recorded_with_its_error_and_pings_nothing(
     def lost(*_args: Any, **_kwargs: Any) -> Any:
         raise DatabaseUnavailable("database unavailable: lost connection during the sweep")
 
+    # The database lost in the middle of the sweep (a fault injected where the command calls it):
+    # what is checked is how the cron command records and reports a run that failed.
     monkeypatch.setattr(sweep, "run", lost)
     with ping_receiver() as rec:
         env = env_for(cli_env, sim, tmp_path, f'ping_url = "{rec.base}/ping/{{command}}"\n')
@@ -327,6 +332,7 @@ def test_runs_prune_their_own_table(engine: sa.Engine, monkeypatch: pytest.Monke
             conn.execute(tables.runs.insert().values(
                 command="reconcile", host="h", pid=1, worker="w", started_at=clock.now(conn, -days * 86_400.0),
                 finished_at=clock.now(conn, -days * 86_400.0 + 1), ok=True))
+    # The pruning cadence and size are module constants: made small, not waited out.
     monkeypatch.setattr(heartbeat, "PRUNE_EVERY", 1)  # every run prunes (normally one in twenty)
     run = heartbeat.start(engine, "relay", "relay:test")
     heartbeat.finish(run, ok=True)

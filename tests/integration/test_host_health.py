@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from iipub.observe import queries
 from iipub.provider.simulator import Simulator
 from iipub.settings.loading import load_settings
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def _env(cli_env: dict[str, str], tmp_path: Path, status: str = "") -> dict[str, str]:
@@ -69,6 +69,8 @@ def test_low_headroom_warns_then_is_critical(cli_env: dict[str, str], tmp_path: 
 def test_a_host_clock_apart_from_the_databases_warns(cli_env: dict[str, str], tmp_path: Path, db_url: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     env = _env(cli_env, tmp_path)
+    # The host's clock 30 s ahead of the database's: a test cannot move the machine's clock (root,
+    # and every other test's clock with it), so `status` is handed a clock that reads 30 s ahead.
     monkeypatch.setattr(queries, "time", SimpleNamespace(time=lambda: time.time() + 30.0))
     check = run_cli("status", "--check", env=env, cwd=tmp_path)
     assert "host clock 30.0s ahead of the database's (> 5s" in check.stdout, check.stdout
@@ -83,20 +85,17 @@ def test_a_host_clock_apart_from_the_databases_warns(cli_env: dict[str, str], tm
 
 
 def test_a_filesystem_filling_fast_is_reported_before_it_is_full(cli_env: dict[str, str], tmp_path: Path,
-                                                                db_url: str, sim: Simulator,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                db_url: str, sim: Simulator) -> None:
     """The relay samples the free space every ten minutes; `status` turns the trend into the
     time left: full within [status] disk_full_crit_hours (6) at this rate is CRITICAL."""
     import datetime as dt
 
     import sqlalchemy as sa
 
-    from iipub.observe import disk_samples
     from iipub.store import clock, db, tables
 
     env = {**_env(cli_env, tmp_path), "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
-    monkeypatch.setattr(disk_samples, "due", lambda engine: True)
-    assert run_cli("relay", env=env, cwd=tmp_path).returncode == 0
+    assert run_cli("relay", env=env, cwd=tmp_path).returncode == 0  # the first run samples: none is there yet
     engine = db.make_engine(db_url)
     try:
         with engine.begin() as conn:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,23 +28,22 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import fast_first, job_events, job_rows, minute_simulator, one_line_error, run_cli, sim_env, stored
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_events, job_rows, stored
+from tests.support.settings import sim_env
+from tests.support.simulator import MINUTE
+from tests.support.suite import fast_first
 
 PRODUCT = "daily-brief"
 PRODUCT_TOML = (
     '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
     'prompt = "Write the brief."\nitems = 3\nmax_output_bytes = 20000\n'
 )
+pytestmark = [pytest.mark.simulator(**MINUTE), pytest.mark.no_auto_schedule]
 
 
 @pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with minute_simulator() as s:
-        yield s
-
-
-@pytest.fixture
-def cfg(settings: Settings, no_today_slots: None) -> Settings:
+def cfg(settings: Settings) -> Settings:
     """The product of PRODUCT_TOML, in process (the command line reads the same from its file)."""
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0),
                 max_output_bytes=20000)
@@ -117,7 +115,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
 
     with pytest.MonkeyPatch.context() as mp:
         if where == State.COMPLETED_NOT_RETRIEVED:  # a poll takes custody in the same step
-            mp.setattr(decisions, "on_output", crash)
+            mp.setattr(decisions, "on_output", crash)  # a worker dying mid-step: injected where it dies
         else:
             mp.setitem(steps.STEPS, where, stop)
         Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)

@@ -10,7 +10,6 @@ import random
 import time
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from iipub.machine import run_context, steps, sweep
@@ -19,18 +18,18 @@ from iipub.provider.fake import Call, FakeProvider
 from iipub.provider.outcomes import Refused
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows
-from tests.offline import offline_cfg
+from tests.support.offline import offline_cfg
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import without_auto_schedule
 
 DAY = dt.date(2026, 11, 29)
 SLOT = slot_of("daily-brief", DAY.isoformat())
-pytestmark = pytest.mark.usefixtures("no_today_slots")
 
 
 def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_parks_nothing(
     db_url: str, engine: sa.Engine, tmp_path: Path
 ) -> None:
-    cfg = offline_cfg(db_url, tmp_path / "public")
+    cfg = without_auto_schedule(offline_cfg(db_url, tmp_path / "public"))  # the test's slots only
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
     seen_by_b: list[int | None] = []
 

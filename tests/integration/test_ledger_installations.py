@@ -13,7 +13,9 @@ import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
 from iipub.store import db
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, clean_env, fresh_database, ledger_file_of, run_cli, sim_env
+from tests.support.cli import clean_env, run_cli
+from tests.support.databases import fresh_database
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, ledger_file_of, sim_env
 
 
 def _rows(url: str) -> list[dict[str, Any]]:

@@ -24,16 +24,20 @@ from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, one_line_error, run_cli, sim_env
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, ledger_file_of, sim_env
 
 DAY = dt.date(2026, 11, 29)
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     cfg: Settings, engine: sa.Engine, sim: Simulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
+    # The disk fills in the middle of a line while the sweep runs in this process: the ledger's one
+    # write is made short (a real full disk would fail every other file of the test run too).
     real_write = ledger._write
     monkeypatch.setattr(ledger, "_write", lambda fd, data: real_write(fd, data[:7]))  # the disk fills mid-line
     sweep.run(cfg, engine)
@@ -87,7 +91,8 @@ def test_a_full_file_system_is_a_short_write_in_a_real_process(tmp_path: Path) -
 def test_check_ledger_and_status_check_report_a_missing_ledger_once_creates_were_paid(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
-    env = sim_env(cli_env, sim, tmp_path, "[monitoring]\nheartbeat_after_seconds = 0\n" + MIDNIGHT_PRODUCT_TOML)
+    env = sim_env(cli_env, sim, tmp_path, "[monitoring]\nheartbeat_after_seconds = 0\n" + MIDNIGHT_PRODUCT_TOML,
+                  auto_schedule=False)
     book = ledger_file_of(tmp_path)
     assert run_cli("check", "--ledger", env=env).returncode == 0  # nothing paid yet: no ledger needed
     run_cli("schedule", env=env, check=True)

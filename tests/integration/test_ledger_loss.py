@@ -18,14 +18,17 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.loading import load_settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_rows, ledger_file_of, run_cli, sim_env
+from tests.support.cli import run_cli
+from tests.support.rows import job_rows
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, ledger_file_of, sim_env
 
 DAY = dt.date(2026, 11, 20)
 DONE = ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
 
 
 def _env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, ledger: str = "") -> dict[str, str]:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML)
+    """One product; the ticks make no slots of their own (the test's are the only ones)."""
+    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML, auto_schedule=False)
     cfg = Path(env["IIPUB_CONFIG"])
     text = cfg.read_text().replace("[reconcile]\n", "[reconcile]\ncatch_up_days = 0\n", 1)
     cfg.write_text(text.replace("[ledger]\n", "[ledger]\n" + ledger, 1))
@@ -61,7 +64,7 @@ def _damage(kind: str, book: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["missing", "behind", "replaced"])
 def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
-    kind: str, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, no_today_slots: None
+    kind: str, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
     env = _env(cli_env, sim, tmp_path)
     book = ledger_file_of(tmp_path)
@@ -100,7 +103,7 @@ def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
 
 
 def test_a_mirror_catches_a_restore_of_the_database_and_ledger_from_the_same_night(
-    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, db_url: str, no_today_slots: None
+    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, db_url: str
 ) -> None:
     if not db_url.startswith("sqlite"):
         pytest.skip("the host image is a copy of the SQLite file")

@@ -28,8 +28,8 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_rows
-from tests.offline import offline_cfg
+from tests.support.offline import offline_cfg
+from tests.support.rows import job_rows
 
 
 @pytest.fixture
@@ -80,8 +80,9 @@ def test_a_poll_write_that_lost_its_fence_is_logged_lease_lost_and_counted(quiet
     assert provider.calls == []
 
 
+@pytest.mark.no_auto_schedule
 def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_missed(
-        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     hooked = _one_at_a_time(replace(cfg, webhooks=replace(cfg.webhooks, enabled=True)))
     Store(engine, "t").schedule(hooked.products["daily-brief"], db_today(engine))
     reconcile.run(hooked, engine)  # dispatched
@@ -97,8 +98,9 @@ def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_misse
     assert job_rows(engine)[0]["payload"] is not None  # and custody was taken all the same
 
 
+@pytest.mark.no_auto_schedule
 def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
-        cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     s = _one_at_a_time(cfg)
     Store(engine, "t").schedule(s.products["daily-brief"], db_today(engine))
     reconcile.run(s, engine)

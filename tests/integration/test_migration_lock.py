@@ -20,7 +20,7 @@ def _lock_row(engine: sa.Engine, holder: str, seconds: float) -> None:
 
 def test_a_live_lock_makes_migrate_wait_then_give_up(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     _lock_row(engine, "other-host:1:abcd", 600)
-    monkeypatch.setattr(migrate, "LOCK_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(migrate, "LOCK_WAIT_SECONDS", 1.0)  # the three minutes a migrator waits, made one second
     with pytest.raises(MigrationError, match=r"holds the migration lock.*other-host:1:abcd"):
         migrate.migrate(engine)
 

@@ -26,14 +26,12 @@ from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, one_line_error, run_cli, sim_env
+from tests.support.cli import one_line_error, run_cli
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import sim_env
 
 DAY = dt.date(2026, 11, 20)
-
-
-@pytest.fixture(autouse=True)
-def _only_our_slots(no_today_slots: None) -> None:
-    """Ticks work on the slots a test schedules, not today's as well."""
+pytestmark = pytest.mark.no_auto_schedule  # ticks work on the slots a test schedules, not today's as well
 
 
 def flex(settings: Settings, minutes: int = 10, **product: Any) -> Settings:
@@ -184,7 +182,7 @@ opens_at = "00:00"
 
 def test_at_the_ceiling_creates_wait_everything_else_goes_on_and_the_override_is_journaled(
         cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(cli_env, sim, tmp_path, CEILING)
+    env = sim_env(cli_env, sim, tmp_path, CEILING, auto_schedule=False)
     loaded = load_settings(env)
     s = replace(loaded, reconcile=replace(loaded.reconcile, concurrency=1))  # one create at a time
     store = Store(engine, "test-scheduler")
@@ -292,7 +290,8 @@ def test_ticks_that_cannot_connect_report_refusals_and_check_warns_after_n(
     port = closed.getsockname()[1]
     closed.close()  # nothing listens there: every connection is refused
     env = {**sim_env(cli_env, sim, tmp_path, CEILING.replace("max_tokens_per_day = 100", "")
-                     + "[status]\nunreachable_after_ticks = 2\n[monitoring]\nheartbeat_after_seconds = 0\n"),
+                     + "[status]\nunreachable_after_ticks = 2\n[monitoring]\nheartbeat_after_seconds = 0\n",
+                     auto_schedule=False),
            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"}
     s = load_settings(env)
     Store(engine, "test-scheduler").schedule(s.products["daily-brief"], DAY)
@@ -319,7 +318,7 @@ def test_ticks_that_cannot_connect_report_refusals_and_check_warns_after_n(
 def test_a_bad_override_is_one_error_line_and_nothing_is_written(
         cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path, args: tuple[str, ...],
         code: int, needle: str) -> None:
-    env = sim_env(cli_env, sim, tmp_path, CEILING)
+    env = sim_env(cli_env, sim, tmp_path, CEILING, auto_schedule=False)
     result = run_cli("budget", "override", *args, env=env)
     assert result.returncode != 0
     one_line_error(result, code, needle)
@@ -346,7 +345,7 @@ def test_an_override_raises_the_ceiling_that_holds_the_creates_or_refuses_naming
         cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path) -> None:
     """daily-brief has a ceiling of its own (1,000,000) under the global one (100), which is reached
     after the first create; revolution-watch has none: the global ceiling holds both."""
-    env = sim_env(cli_env, sim, tmp_path, BOTH_CEILINGS)
+    env = sim_env(cli_env, sim, tmp_path, BOTH_CEILINGS, auto_schedule=False)
     s = load_settings(env)
     Store(engine, "test").schedule(s.products["daily-brief"], DAY)
     tick(s, engine, sim)  # one create, counted at its estimate: the global ceiling is reached
@@ -372,7 +371,7 @@ def test_an_override_raises_the_ceiling_that_holds_the_creates_or_refuses_naming
 
 def test_an_override_of_a_ceiling_that_is_not_configured_is_refused(
         cli_env: dict[str, str], engine: sa.Engine, sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(cli_env, sim, tmp_path, CEILING.replace("max_tokens_per_day = 100\n", ""))
+    env = sim_env(cli_env, sim, tmp_path, CEILING.replace("max_tokens_per_day = 100\n", ""), auto_schedule=False)
     result = run_cli("budget", "override", "--tokens", "500", "--reason", "x", env=env)
     one_line_error(result, 3, "the global ceiling ([budgets] max_tokens_per_day) is not configured; nothing to raise")
     result = run_cli("budget", "override", "--tokens", "500", "--product", "daily-brief", "--reason", "x", env=env)

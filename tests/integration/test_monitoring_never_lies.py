@@ -14,9 +14,9 @@ import sqlalchemy as sa
 
 from iipub.core.wording import printable
 from iipub.store import db, tables
-from tests.helpers import CliResult, clean_env, run_cli
+from tests.support.cli import CliResult, clean_env, run_cli
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 # Newline, carriage return, a colour and a clear-screen sequence, an OSC title, BEL, NUL, a C1
 # CSI, the bidi override and isolate characters: every way text can lie on a terminal or a monitor.

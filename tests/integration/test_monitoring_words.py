@@ -20,9 +20,11 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.settings.loading import settings_from_dict
 from iipub.store.job_store import Store
-from tests.helpers import open_at_midnight, record_heartbeats, run_cli, utc_today
+from tests.support.cli import run_cli
+from tests.support.rows import record_heartbeats, utc_today
+from tests.support.settings import open_at_midnight
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def alerts(value: float, spec: str) -> bool:

@@ -12,7 +12,8 @@ from iipub.model.states import Reason, State
 from iipub.provider.simulator import Simulator
 from iipub.settings.loading import settings_from_dict
 from iipub.store.job_store import Store
-from tests.helpers import clean_env, job_rows, one_line_error, run_cli
+from tests.support.cli import clean_env, one_line_error, run_cli
+from tests.support.rows import job_rows
 
 
 def test_a_sqlite_file_that_is_not_a_database_is_one_line(tmp_path: Path) -> None:

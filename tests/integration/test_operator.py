@@ -24,15 +24,12 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, minute_simulator, row_count, tick
+from tests.support.rows import job_events, job_rows, row_count
+from tests.support.simulator import MINUTE
+from tests.support.ticks import tick
 
 PRODUCT = "daily-brief"
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with minute_simulator() as s:
-        yield s
+pytestmark = pytest.mark.simulator(**MINUTE)
 
 
 @pytest.fixture

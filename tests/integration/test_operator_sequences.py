@@ -14,7 +14,6 @@ Real SQLite or MariaDB (a fresh database per example), the simulator over HTTP."
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +28,18 @@ from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.observe import invariants, queries
 from iipub.operate import parked
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db, tables
-from tests.helpers import fresh_database, run_cli, sim_env, stored
+from tests.support.cli import run_cli
+from tests.support.databases import fresh_database
+from tests.support.rows import stored
+from tests.support.settings import sim_env
+from tests.support.simulator import MINUTE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.simulator(**MINUTE)]
 
 CONFIG = """
 [budgets]
@@ -57,12 +60,6 @@ OPERATOR_STEPS = ("release_lost", "release_polling", "suspend", "resume", "kill"
 MACHINE_STEPS = ("tick", "tick", "tick", "relay", "finish_tick", "finish_tick", "finish", "wait", "stall", "gone",
                  "bad_es", "bad_all", "good")
 _examples = itertools.count()
-
-
-@pytest.fixture
-def minute_sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorOptions(queued_seconds=0.5, in_progress_seconds=60, slow_seconds=4)) as s:
-        yield s
 
 
 class World:
@@ -200,15 +197,15 @@ class World:
 @given(first=st.sampled_from(["good", "bad_es", "bad_all"]), then=st.sampled_from(["tick", "stall", "finish_tick"]),
        steps=st.lists(st.sampled_from(OPERATOR_STEPS + MACHINE_STEPS), min_size=6, max_size=20))
 def test_random_operator_sequences_keep_every_job_moving_and_every_command_honest(
-        first: str, then: str, steps: list[str], cli_env: dict[str, str], minute_sim: Simulator,
+        first: str, then: str, steps: list[str], cli_env: dict[str, str], sim: Simulator,
         tmp_path: Path) -> None:
     where = tmp_path / f"example-{next(_examples)}"
     where.mkdir()
-    minute_sim.backend.corrupt_lang = None
-    minute_sim.clear_faults()
+    sim.backend.corrupt_lang = None
+    sim.clear_faults()
     with fresh_database(where) as url:
-        env = sim_env({**cli_env, "IIPUB_DATABASE_URL": url}, minute_sim, where, CONFIG)
-        world = World(env, minute_sim)
+        env = sim_env({**cli_env, "IIPUB_DATABASE_URL": url}, sim, where, CONFIG)
+        world = World(env, sim)
         try:
             for step in [first, "tick", then, *steps, "good", "tick", "relay", "tick"]:
                 if step in OPERATOR_STEPS:

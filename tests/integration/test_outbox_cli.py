@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,24 +19,21 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import SECRET, Receiver, one_line_error, receiver, run_cli, sim_env, stored
+from tests.support.cli import one_line_error, run_cli
+from tests.support.loopback import SECRET, Receiver
+from tests.support.rows import stored
+from tests.support.settings import sim_env
 
 DAY = dt.date(2026, 11, 28)
 PRODUCT_TOML = (
     '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
     'prompt = "Write the brief."\nitems = 3\n'
 )
+pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture
-def hook() -> Iterator[Receiver]:
-    with receiver() as rec:
-        yield rec
-
-
-@pytest.fixture
-def s(cfg: Settings, hook: Receiver, no_today_slots: None, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
+def s(cfg: Settings, hook: Receiver, webhook_sink_secret: str) -> Settings:
     return replace(cfg, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=2))
 
 

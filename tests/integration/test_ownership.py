@@ -23,7 +23,7 @@ import standardwebhooks
 
 from iipub.machine import sweep as reconcile
 from iipub.model.states import State
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.provider.simulator.backend import caller
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
@@ -32,16 +32,11 @@ from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
-from tests.helpers import (
-    fresh_database,
-    job_events,
-    job_rows,
-    make_settings,
-    restore_rows,
-    run_cli,
-    snapshot_rows,
-    utc_today,
-)
+from tests.support.cli import run_cli
+from tests.support.databases import fresh_database, restore_rows, snapshot_rows
+from tests.support.rows import job_events, job_rows, utc_today
+from tests.support.settings import make_settings
+from tests.support.simulator import simulator
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()
 
@@ -94,9 +89,8 @@ def two_installations(tmp_path: Path) -> Iterator[tuple[Simulator, list[Installa
         urls = [f"http://127.0.0.1:{s.port}/" for s in servers]
         # Responses finish when the test advances the simulator, not while a loaded host is slow
         # to get from one installation's first tick to the other's.
-        sim = stack.enter_context(Simulator(SimulatorOptions(
-            queued_seconds=0.2, in_progress_seconds=4.5, slow_seconds=8,
-            webhook_url=urls[0], webhook_also=tuple(urls[1:]), webhook_secret=SECRET)))
+        sim = stack.enter_context(simulator(
+            in_progress_seconds=4.5, webhook_url=urls[0], webhook_also=tuple(urls[1:]), webhook_secret=SECRET))
         found = []
         for name, app in zip("ab", apps, strict=True):
             (tmp_path / name).mkdir()
@@ -250,9 +244,9 @@ def announced_orphan(receiver_url: tuple[Settings, str], engine: sa.Engine,
     return settings, job_id, response_id
 
 
+@pytest.mark.no_auto_schedule
 def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_new_create(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
-        no_today_slots: None) -> None:
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["response_id"] == response_id and orphan["output_kept"] and orphan["fate"] is None
@@ -288,9 +282,9 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
     assert checked.returncode == 0, checked.stdout
 
 
+@pytest.mark.no_auto_schedule
 def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_only_then(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str],
-        no_today_slots: None) -> None:
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     other_day = Store(engine, "test")
     other_day.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=1))
@@ -318,8 +312,9 @@ def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_on
 # -- on the webhook path a 404 is evidence, not proof ----------------------------------------------------
 
 
+@pytest.mark.no_auto_schedule
 def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_the_next_tick(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator) -> None:
     settings, url = receiver_url
     Store(engine, "test").schedule(settings.products["daily-brief"], utc_today())
     reconcile.run(settings, engine)
@@ -337,8 +332,9 @@ def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_
     assert row["payload_sha256"] is not None and sim.stats()["creates_total"] == 1
 
 
+@pytest.mark.no_auto_schedule
 def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator) -> None:
     settings, url = receiver_url
     _, response_id = restored_before_dispatch(settings, engine)
     sim.add_faults([{"fault": "not_found", "op": "retrieve", "times": 1}])
@@ -357,8 +353,9 @@ def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
     assert sim.stats()["creates_total"] == 1
 
 
+@pytest.mark.no_auto_schedule
 def test_an_orphan_a_job_took_back_no_longer_counts_as_awaiting_a_decision(
-        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, no_today_slots: None) -> None:
+        receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     assert Deliveries(engine).orphan_count() == 1
     reconcile.run(settings, engine)  # the spend ledger's fence takes the response back for its job

@@ -24,23 +24,18 @@ from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, minute_simulator, run_cli
+from tests.support.cli import run_cli
+from tests.support.rows import job_events, job_rows
+from tests.support.simulator import MINUTE
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = [pytest.mark.simulator(**MINUTE), pytest.mark.no_auto_schedule]
 PRODUCT = "daily-brief"
 
 
 @pytest.fixture
-def slow_sim() -> Any:
-    with minute_simulator() as s:
-        yield s
-
-
-@pytest.fixture
-def parked_cfg(cfg: Settings, slow_sim: Simulator) -> Settings:
+def parked_cfg(cfg: Settings) -> Settings:
     """One product on the minute simulator; a poll budget of one poll."""
-    return replace(cfg, provider=replace(cfg.provider, base_url=slow_sim.url),
-                   budgets=replace(cfg.budgets, max_poll_attempts=1))
+    return replace(cfg, budgets=replace(cfg.budgets, max_poll_attempts=1))
 
 
 def the_job(engine: sa.Engine) -> dict[str, Any]:
@@ -65,19 +60,19 @@ def quarantined_poll_budget(s: Settings, engine: sa.Engine) -> dict[str, Any]:
 
 
 def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_parked(
-        parked_cfg: Settings, engine: sa.Engine, slow_sim: Simulator) -> None:
+        parked_cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     parked = quarantined_poll_budget(parked_cfg, engine)
-    reads = slow_sim.stats()["requests"]["retrieve"]
+    reads = sim.stats()["requests"]["retrieve"]
     # Still running: the watch reads it, writes no version and no journal row.
     clock.advance_clock(engine, 61)
     sweep.run(parked_cfg, engine)
     row = the_job(engine)
-    assert slow_sim.stats()["requests"]["retrieve"] == reads + 1
+    assert sim.stats()["requests"]["retrieve"] == reads + 1
     assert row["version"] == parked["version"] and row["payload"] is None
     # Within its cadence it is not read again.
     sweep.run(parked_cfg, engine)
-    assert slow_sim.stats()["requests"]["retrieve"] == reads + 1
-    slow_sim.advance(120)  # the response finishes while the job is parked
+    assert sim.stats()["requests"]["retrieve"] == reads + 1
+    sim.advance(120)  # the response finishes while the job is parked
     clock.advance_clock(engine, 61)
     sweep.run(parked_cfg, engine)
     row = the_job(engine)
@@ -90,12 +85,12 @@ def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_pa
     assert last["detail"]["while_parked"] == "QUARANTINED"
     assert last["detail"]["quarantine_reason"] == "poll_budget_exhausted"
     # Custody once: later ticks read nothing more, and the provider's retention may pass.
-    reads = slow_sim.stats()["requests"]["retrieve"]
-    slow_sim.advance(900)
+    reads = sim.stats()["requests"]["retrieve"]
+    sim.advance(900)
     clock.advance_clock(engine, 300)
     sweep.run(parked_cfg, engine)
-    assert slow_sim.stats()["requests"]["retrieve"] == reads
-    assert slow_sim.stats()["requests"].get("delete", 0) == 0
+    assert sim.stats()["requests"]["retrieve"] == reads
+    assert sim.stats()["requests"].get("delete", 0) == 0
     with Operator(parked_cfg, engine) as op:
         with pytest.raises(OperatorRefused, match="already holds its output in custody"):
             op.release(row["id"], "resume-polling", "provider recovered", "alice")
@@ -107,18 +102,18 @@ def test_a_quarantined_job_whose_response_finishes_keeps_its_output_and_stays_pa
         relay.run(parked_cfg, engine)
     row = the_job(engine)
     assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
-    assert slow_sim.stats()["creates_total"] == 1
+    assert sim.stats()["creates_total"] == 1
 
 
 def test_quarantine_show_names_where_the_output_is_and_the_remedies_that_apply(
-        parked_cfg: Settings, engine: sa.Engine, slow_sim: Simulator, cli_env: dict[str, str]) -> None:
+        parked_cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     parked = quarantined_poll_budget(parked_cfg, engine)
     shown = json.loads(run_cli("quarantine", "show", parked["id"][:8], "--json", env=cli_env, check=True).stdout)
     assert shown["id"] == parked["id"] and shown["events"] and "kept and watched" in shown["output"]
     commands = [r["command"] for r in shown["remedies"]]
     assert any("--resume-polling" in c for c in commands) and commands[-1].startswith(f"iipub kill {parked['id']}")
     assert run_cli("quarantine", "list", env=cli_env, check=True).stdout.splitlines()[1].split()[8] == "watched"
-    slow_sim.advance(120)
+    sim.advance(120)
     clock.advance_clock(engine, 61)
     sweep.run(parked_cfg, engine)
     shown = json.loads(run_cli("quarantine", "show", parked["id"], "--json", env=cli_env, check=True).stdout)
@@ -133,9 +128,9 @@ def test_quarantine_show_names_where_the_output_is_and_the_remedies_that_apply(
 
 
 def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
-        parked_cfg: Settings, engine: sa.Engine, slow_sim: Simulator) -> None:
+        parked_cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     parked = quarantined_poll_budget(parked_cfg, engine)
-    slow_sim.add_faults([{"op": "retrieve", "fault": "not_found"}])
+    sim.add_faults([{"op": "retrieve", "fault": "not_found"}])
     for _ in range(3):
         clock.advance_clock(engine, 61)
         sweep.run(parked_cfg, engine)
@@ -145,10 +140,10 @@ def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
     assert reasons.count("parked_response_gone") == 1  # reported once, not per read
     assert reasons.count("loss_confirmed") == 0 and reasons.count("recreate_after_loss") == 0
     assert row["version"] == parked["version"] + 1 and row["generation_attempts"] == 1
-    assert slow_sim.stats()["creates_total"] == 1
+    assert sim.stats()["creates_total"] == 1
     # Read again much later: a 404 may be spurious, and the output is stored if it comes back.
-    slow_sim.clear_faults()
-    slow_sim.advance(120)
+    sim.clear_faults()
+    sim.advance(120)
     clock.advance_clock(engine, 601)
     sweep.run(parked_cfg, engine)
     row = the_job(engine)
@@ -156,7 +151,7 @@ def test_a_parked_job_whose_response_is_gone_is_reported_not_paid_for(
 
 
 def test_a_suspended_quarantined_job_keeps_its_output_and_resumes_into_quarantine(
-        parked_cfg: Settings, engine: sa.Engine, slow_sim: Simulator) -> None:
+        parked_cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     parked = quarantined_poll_budget(parked_cfg, engine)
     with Operator(parked_cfg, engine) as op:
         op.suspend(parked["id"], "incident", "alice")
@@ -164,7 +159,7 @@ def test_a_suspended_quarantined_job_keeps_its_output_and_resumes_into_quarantin
     assert [(j.id, j.state) for j in report.parked] == [(parked["id"], "MANUALLY_SUSPENDED")]
     code, line = report.check()
     assert code >= 1 and "1 job parked for an operator (MANUALLY_SUSPENDED 1" in line
-    slow_sim.advance(120)
+    sim.advance(120)
     clock.advance_clock(engine, 61)
     sweep.run(parked_cfg, engine)
     row = the_job(engine)
@@ -175,9 +170,9 @@ def test_a_suspended_quarantined_job_keeps_its_output_and_resumes_into_quarantin
 
 
 def test_a_verified_webhook_takes_a_parked_jobs_custody_at_once(
-        parked_cfg: Settings, engine: sa.Engine, slow_sim: Simulator) -> None:
+        parked_cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     parked = quarantined_poll_budget(parked_cfg, engine)
-    slow_sim.advance(120)
+    sim.advance(120)
     hooked = replace(parked_cfg, webhooks=replace(parked_cfg.webhooks, enabled=True))
     store = Store(engine, "webhook:test")
     with OpenAIAdapter(hooked.provider, "sk-test") as provider:
@@ -188,4 +183,4 @@ def test_a_verified_webhook_takes_a_parked_jobs_custody_at_once(
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "poll_budget_exhausted")
     assert row["payload"] and row["version"] == parked["version"] + 1
-    assert slow_sim.stats()["creates_total"] == 1
+    assert sim.stats()["creates_total"] == 1

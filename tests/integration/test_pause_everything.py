@@ -7,6 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep as reconcile
@@ -15,7 +16,9 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, row_count, run_cli, sim_env, utc_today
+from tests.support.cli import run_cli
+from tests.support.rows import job_events, job_rows, row_count, utc_today
+from tests.support.settings import sim_env
 
 
 def test_pause_everything_stops_every_automated_command_and_check_counts_down_the_retention(
@@ -59,8 +62,9 @@ def test_pause_everything_stops_every_automated_command_and_check_counts_down_th
     assert Store(engine, "test").get(job_id).state.value in ("SAVED_NOT_PUBLIC", "COMPOSED_NOT_SAVED")
 
 
+@pytest.mark.no_auto_schedule
 def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
-    cfg: Settings, engine: sa.Engine, sim: Simulator, no_today_slots: None
+    cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
     store = Store(engine, "test")
     day = utc_today() - dt.timedelta(days=1)

@@ -15,8 +15,11 @@ import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
 from iipub.store import clock, tables
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, run_cli, sim_env, utc_today
 from tests.integration.test_cutover import legacy_create
+from tests.support.cli import run_cli
+from tests.support.rows import job_events, job_rows, utc_today
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
+from tests.support.simulator import simulator
 
 OTHER_PRODUCT = MIDNIGHT_PRODUCT_TOML.replace('name = "daily-brief"', 'name = "other-brief"')
 DONE = ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
@@ -120,11 +123,11 @@ def test_pay_again_buys_once_on_purpose_and_is_journaled(
 
 
 def test_regenerate_for_a_language_no_longer_configured_pays_nothing(
-    cli_env: dict[str, str], tmp_path: Path, engine: sa.Engine, db_url: str, no_today_slots: None
+    cli_env: dict[str, str], tmp_path: Path, engine: sa.Engine, db_url: str
 ) -> None:
-    from tests.integration.test_tracks import CLI_PRODUCT, _simulator, _spanish_parked, _tracks
+    from tests.integration.test_tracks import CLI_PRODUCT, _spanish_parked, _tracks
 
-    with _simulator(corrupt_lang="es") as sim:
+    with simulator(corrupt_lang="es") as sim:
         _, job_id = _spanish_parked(engine, db_url, sim, tmp_path)  # English published, Spanish parked
         env = sim_env(cli_env, sim, tmp_path, CLI_PRODUCT + 'languages = ["en"]\n')  # Spanish dropped
         res = run_cli("regenerate", job_id, "--reason", "fix Spanish", "--by", "ops", env=env)
@@ -218,14 +221,14 @@ def test_the_legacy_file_only_names_its_own_slots(when: dt.date) -> None:
 
 
 def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and_import_payload_works(
-    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, no_today_slots: None
+    cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
     from iipub.edition.paths import json_path
     from iipub.settings.loading import load_settings
     from iipub.store.job_store import Store
     from tests.integration.test_restore import backup, restore
 
-    env = _env(cli_env, sim, tmp_path)
+    env = _env(cli_env, sim, tmp_path, reconcile="auto_schedule = false\n")  # the test's slot is the only one
     Store(engine, "test").schedule(load_settings(env).products["daily-brief"], dt.date(2026, 11, 29))
     dump = backup(engine)
     _tick(env, sim, 4)  # paid, stored, published, its response deleted at the provider

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import clean_env, one_line_error, record_heartbeats, run_cli
+from tests.support.cli import clean_env, one_line_error, run_cli
+from tests.support.rows import record_heartbeats
 
 
 def metrics(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

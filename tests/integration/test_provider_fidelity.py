@@ -23,14 +23,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, run_cli
+from tests.support.cli import run_cli
+from tests.support.rows import job_events, job_rows
 
 DAY = dt.date(2026, 11, 20)
-
-
-@pytest.fixture(autouse=True)
-def _only_our_slots(no_today_slots: None) -> None:
-    """Ticks work on the slots a test schedules, not today's as well."""
+pytestmark = pytest.mark.no_auto_schedule  # ticks work on the slots a test schedules, not today's as well
 
 
 def schedule(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:

@@ -45,19 +45,12 @@ DAY = dt.date(2025, 3, 1)
 QUEUED = 10.0
 RUNNING = 10.0
 RETENTION = 600.0
+pytestmark = pytest.mark.simulator(queued_seconds=QUEUED, in_progress_seconds=RUNNING, retention_seconds=RETENTION,
+                                   slow_seconds=2.0, seed=1)
 
 
 def request(job_id: str = "job-1", product: Product = PRODUCT) -> CreateRequest:
     return CreateRequest(job_id, product, DAY, 1, product.fingerprint())
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    options = SimulatorOptions(
-        queued_seconds=QUEUED, in_progress_seconds=RUNNING, retention_seconds=RETENTION, slow_seconds=2.0, seed=1
-    )
-    with Simulator(options) as s:
-        yield s
 
 
 @pytest.fixture

@@ -27,13 +27,13 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import fast_first
+from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 30)
 PRODUCT = "daily-brief"
 
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one product
+pytestmark = pytest.mark.no_auto_schedule  # `cfg` (conftest): one product
 
 
 def schedule(s: Settings, engine: sa.Engine, n: int = 1) -> list[str]:

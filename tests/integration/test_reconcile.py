@@ -26,7 +26,8 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, row_count, tick
+from tests.support.rows import job_events, job_rows, row_count
+from tests.support.ticks import tick
 
 DAY = dt.date(2026, 11, 28)
 
@@ -71,10 +72,9 @@ def s1(settings: Settings) -> Settings:
     return only(settings)
 
 
-@pytest.fixture(autouse=True)
-def _today_never_opens(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tick schedules today's slots; these tests work on DAY's slots only.
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
+# Ticks make no slots of their own ([reconcile] auto_schedule = false): these tests work on
+# DAY's slots only.
+pytestmark = pytest.mark.no_auto_schedule
 
 
 # -- 1-10: the ordinary lifecycle -----------------------------------------------------

@@ -6,7 +6,6 @@ import datetime as dt
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,21 +19,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.store import clock, db, tables
 from iipub.store.outbox import Outbox
-from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
+from tests.support.loopback import Receiver
+from tests.support.ticks import drive_to_saved
 
 DAY = dt.date(2026, 11, 28)
-
-
-@pytest.fixture(autouse=True)
-def _no_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
-
-
-@pytest.fixture
-def hook() -> Iterator[Receiver]:
-    with receiver() as rec:
-        yield rec
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def with_webhook(settings: Settings, url: str) -> Settings:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,11 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSink
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
-from tests.helpers import SECRET, Receiver, drive_to_saved, receiver
+from tests.support.loopback import Receiver
+from tests.support.ticks import drive_to_saved
 
 DAY = dt.date(2026, 11, 28)
-
-
-@pytest.fixture(autouse=True)
-def _secret(monkeypatch: pytest.MonkeyPatch, no_today_slots: None) -> None:
-    monkeypatch.setenv("IIPUB_WEBHOOK_SECRET", SECRET)
-
-
-@pytest.fixture
-def hook() -> Iterator[Receiver]:
-    with receiver() as rec:
-        yield rec
+pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
 
 def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) -> None:

@@ -21,14 +21,16 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, job_rows, ledger_file_of, run_cli, sim_env
+from tests.support.cli import run_cli
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, ledger_file_of, sim_env
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = "daily-brief"
 Backup = dict[str, list[dict[str, Any]]]
 
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")  # `cfg` (conftest): one product
+pytestmark = pytest.mark.no_auto_schedule  # `cfg` (conftest): one product
 
 
 def backup(engine: sa.Engine) -> Backup:
@@ -103,7 +105,7 @@ def test_a_restore_from_before_a_published_edition_pays_nothing_and_leaves_the_p
 def test_check_ledger_reports_the_slots_the_database_is_behind_on(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
-    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML)
+    env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML, auto_schedule=False)
     run_cli("schedule", env=env, cwd=tmp_path, check=True)
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)  # today's slot, created
     assert run_cli("check", "--ledger", env=env, cwd=tmp_path).returncode == 0

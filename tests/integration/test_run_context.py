@@ -30,10 +30,9 @@ from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from iipub.webhooks import receiver as webhook
-from tests.helpers import job_events, job_rows, row_count
-from tests.offline import offline_cfg
-
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+from tests.support.offline import offline_cfg
+from tests.support.rows import job_events, job_rows, row_count
+from tests.support.settings import without_auto_schedule
 
 
 def db_today(engine: sa.Engine) -> dt.date:
@@ -43,7 +42,8 @@ def db_today(engine: sa.Engine) -> dt.date:
 
 @pytest.fixture
 def cfg(db_url: str, tmp_path: Path) -> Settings:
-    return offline_cfg(db_url, tmp_path / "public")
+    # Ticks work on the slots a test made only: they schedule nothing of their own.
+    return without_auto_schedule(offline_cfg(db_url, tmp_path / "public"))
 
 
 @pytest.fixture

@@ -31,10 +31,11 @@ from iipub.provider.outcomes import CreateRequest
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.provider.simulator.faults import FaultRule
 from iipub.settings.config import Product, default_products
-from tests.helpers import SECRET, receiver, wait_for
+from tests.support.loopback import SECRET, receiver, wait_for
 
 KEY = {"Authorization": "Bearer sk-conformance"}
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=2)
+pytestmark = pytest.mark.simulator(queued_seconds=10, in_progress_seconds=10)
 WEBHOOK_EVENTS: dict[str, type[pydantic.BaseModel]] = {
     "response.completed": ResponseCompletedWebhookEvent, "response.failed": ResponseFailedWebhookEvent,
     "response.incomplete": ResponseIncompleteWebhookEvent, "response.cancelled": ResponseCancelledWebhookEvent,
@@ -73,9 +74,9 @@ def conforming_error(answer: httpx.Response) -> ErrorObject:
 
 
 @pytest.fixture
-def api() -> Iterator[tuple[Simulator, httpx.Client]]:
-    with Simulator(SimulatorOptions(queued_seconds=10, in_progress_seconds=10)) as sim, \
-            httpx.Client(base_url=sim.url, headers=KEY, timeout=10) as client:
+def api(sim: Simulator) -> Iterator[tuple[Simulator, httpx.Client]]:
+    """The simulator (queued 10 s, in progress 10 s: this module's `simulator` marker) and a client of it."""
+    with httpx.Client(base_url=sim.url, headers=KEY, timeout=10) as client:
         yield sim, client
 
 

@@ -24,16 +24,11 @@ from iipub.provider.simulator.faults import (
     parse_outage_spec,
     rule_from_dict,
 )
-from tests.helpers import simulator_options_seen
+from tests.support.simulator import simulator_options_seen
 
 QUEUED = 10.0
 RUNNING = 10.0
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(SimulatorOptions(queued_seconds=QUEUED, in_progress_seconds=RUNNING, seed=1)) as s:
-        yield s
+pytestmark = pytest.mark.simulator(queued_seconds=QUEUED, in_progress_seconds=RUNNING, seed=1)
 
 
 @pytest.fixture

@@ -23,7 +23,9 @@ import standardwebhooks
 from iipub.core.errors import ConfigError
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.provider.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
-from tests.helpers import SECRET, clean_env, one_line_error, recording_server, run_cli, simulator_options_seen, wait_for
+from tests.support.cli import clean_env, one_line_error, run_cli
+from tests.support.loopback import SECRET, recording_server, wait_for
+from tests.support.simulator import simulator_options_seen
 
 QUEUED = 5.0
 RUNNING = 5.0

@@ -21,10 +21,11 @@ from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from iipub.store.outbox import Outbox
-from tests.helpers import job_rows, open_at_midnight
+from tests.support.rows import job_rows
+from tests.support.settings import open_at_midnight
 
 # The tests schedule their own slots; a tick across midnight must not add more.
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from tests.helpers import job_events, job_rows, row_count
-from tests.offline import offline_settings
+from tests.support.offline import offline_settings
+from tests.support.rows import job_events, job_rows, row_count
 
 DAY = dt.date(2026, 11, 28)
 RATE_LIMITED = "HTTP 429: Rate limit reached for requests. Please try again in 2s. (request req_1)"
@@ -86,7 +86,8 @@ def drive_to(settings: Settings, engine: sa.Engine, fake: FakeProvider, state: s
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    return offline_settings(db_url, tmp_path / "public")
+    # These tests work on DAY's slots only: the ticks schedule nothing of their own.
+    return offline_settings(db_url, tmp_path / "public", reconcile={"auto_schedule": False})
 
 
 @pytest.fixture
@@ -98,12 +99,6 @@ def s1(settings: Settings) -> Settings:
 @pytest.fixture
 def fake() -> FakeProvider:
     return FakeProvider()
-
-
-@pytest.fixture(autouse=True)
-def _today_never_opens(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The tick schedules today's slots; these tests work on DAY's slots only.
-    monkeypatch.setattr(sweep, "_ensure_today", lambda settings, store: None)
 
 
 # -- polls and custody ----------------------------------------------------------------------

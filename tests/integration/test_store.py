@@ -21,7 +21,7 @@ from iipub.model.states import Reason, State
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, mysql_driver, tables
 from iipub.store.job_store import Store
-from tests.helpers import private_mariadbd
+from tests.support.databases import private_mariadbd
 
 DAY = dt.date(2026, 11, 29)
 PRODUCT = settings_from_dict({}).products["daily-brief"]
@@ -283,6 +283,7 @@ def test_a_pooled_connection_killed_while_idle_is_pinged_and_replaced(
     db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with _pool_with_a_killed_connection(db_url, engine) as (worker, dead):
+        # The pool's idle threshold decides whether a checkout pings: set, not waited out.
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 0.0)  # the pooled connection counts as idle
         assert Store(worker, "w1").schedule(PRODUCT, DAY)  # no error: the ping found it dead first
         assert _connection_id(worker) != dead
@@ -294,6 +295,7 @@ def test_a_connection_killed_between_busy_uses_fails_one_call_cleanly_then_heals
     db_url: str, engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with _pool_with_a_killed_connection(db_url, engine) as (worker, _dead):
+        # The pool's idle threshold decides whether a checkout pings: set, not waited out.
         monkeypatch.setattr(db, "IDLE_PING_SECONDS", 3600.0)  # handed back just now: not pinged
         store = Store(worker, "w1")
         with pytest.raises(DatabaseUnavailable):
@@ -410,6 +412,7 @@ def test_mysql_connections_share_one_default_tls_context_built_only_for_a_server
         built.append(args)
         return real(*args, **kwargs)
 
+    # Counted, not changed: how many TLS contexts the driver builds is the subject.
     monkeypatch.setattr(ssl, "create_default_context", counted)
     with engine.connect() as conn:
         offers_tls = conn.execute(sa.text("SELECT @@have_ssl")).scalar_one() == "YES"
@@ -449,7 +452,7 @@ def test_a_server_that_offers_tls_is_spoken_to_over_tls_with_one_context(
 
     with private_mariadbd(tmp_path, f"--ssl-cert={tmp_path / 'cert.pem'}", f"--ssl-key={tmp_path / 'key.pem'}") as url:
         engine = db.make_engine(url)
-        monkeypatch.setattr(ssl, "create_default_context", counted)
+        monkeypatch.setattr(ssl, "create_default_context", counted)  # counted, not changed
         try:
             conns = [engine.connect() for _ in range(3)]
             ciphers = [c.execute(sa.text("SHOW SESSION STATUS LIKE 'Ssl_cipher'")).one()[1] for c in conns]

@@ -11,20 +11,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep as reconcile
 from iipub.model.states import State
 from iipub.observe import metrics, queries
 from iipub.observe import report as st
-from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
-from iipub.store import job_store as store_module
 from iipub.store.job_store import Store
-from tests.helpers import make_settings, record_heartbeats, run_cli, sim_env
+from tests.support.cli import run_cli
+from tests.support.rows import record_heartbeats
+from tests.support.settings import make_settings, sim_env
+from tests.support.simulator import simulator
 
 SHA_EN, SHA_ES, COMPOSED_EN = "a" * 64, "b" * 64, "c" * 64
 TRACK_KEYS = {"lang", "state", "version", "lease_owner", "lease_expiry", "next_attempt_at", "retry_count",
@@ -144,10 +144,8 @@ def test_a_job_without_tracks_shows_none(settings: Settings, engine: sa.Engine, 
     assert not any(line.startswith("LANG ") for line in text.splitlines())
 
 
-def test_tracks_of_many_jobs_are_read_in_chunks(settings: Settings, engine: sa.Engine,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tracks_of_many_jobs_are_read_in_chunks(settings: Settings, engine: sa.Engine) -> None:
     """More jobs than one IN list holds: every job's tracks, none mixed up."""
-    monkeypatch.setattr(store_module, "_IN_CHUNK", 3)
     store = Store(engine, "test")
     product = settings.products["daily-brief"]
     first = dt.date(2024, 1, 1)
@@ -162,7 +160,7 @@ def test_tracks_of_many_jobs_are_read_in_chunks(settings: Settings, engine: sa.E
              "lang": lang, "state": State.PUBLISHED.value, "version": 4, "next_attempt_at": now, "retry_count": 0,
              "created_at": now, "updated_at": now, "state_entered_at": now}
             for j in jobs for lang in ("en", "es")])
-    found = store.tracks_of([j.id for j in jobs] + [jobs[0].id])
+    found = store.tracks_of([j.id for j in jobs] + [jobs[0].id], chunk=3)
     assert len(found) == len(jobs)
     assert all([t.lang for t in found[j.id]] == ["en", "es"] and {t.job_id for t in found[j.id]} == {j.id}
                and {t.edition_date for t in found[j.id]} == {j.edition_date} for j in jobs)
@@ -342,13 +340,14 @@ def test_duplicate_publications_are_counted_per_language(settings: Settings, eng
 
 
 def test_a_spanish_only_failure_as_the_operator_sees_it(db_url: str, engine: sa.Engine, cli_env: dict[str, str],
-                                                        tmp_path: Path, no_today_slots: None) -> None:
+                                                        tmp_path: Path) -> None:
     """The simulator corrupts Spanish only: after reconcile and relay the operator's views show
     English published and Spanish parked, with one paid create, the journal per language, the
     slot not stranded and a WARNING naming the Spanish track."""
     wires = ("reuters.com", "apnews.com")  # where the simulator's sources link
-    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, corrupt_lang="es")) as sim:
-        base = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0})
+    with simulator(corrupt_lang="es") as sim:
+        base = make_settings(db_url, sim.url, tmp_path / "public",
+                             reconcile={"catch_up_days": 0, "auto_schedule": False})
         product = replace(base.products["daily-brief"], items=3, opens_at=dt.time(0, 0), allowed_domains=wires)
         s = replace(base, products={"daily-brief": product}, webhook_sink=None)
         store = Store(engine, "test")

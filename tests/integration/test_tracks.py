@@ -6,7 +6,6 @@ own), the simulator over HTTP, rows and request counts asserted."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import time
@@ -21,12 +20,16 @@ import sqlalchemy as sa
 from iipub.machine import sweep as reconcile
 from iipub.observe import invariants
 from iipub.operate.executor import Operator
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import db, migrate, tables
 from iipub.store.job_store import Store
-from tests.helpers import MIDNIGHT_PRODUCT_TOML, job_events, make_settings, private_mariadbd, run_cli, sim_env
+from tests.support.cli import run_cli
+from tests.support.databases import private_mariadbd
+from tests.support.rows import job_events
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, make_settings, sim_env
+from tests.support.simulator import simulator
 
 DAY = dt.date(2026, 11, 20)
 PRODUCT = "daily-brief"
@@ -54,7 +57,9 @@ def _jobs(engine: sa.Engine) -> dict[str, dict[str, Any]]:
 
 
 def _settings(db_url: str, sim: Simulator, tmp_path: Path, **reconcile_kw: Any) -> Settings:
-    s = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0, **reconcile_kw})
+    """One product open since midnight; ticks make no slots of their own (the test's are the only ones)."""
+    s = make_settings(db_url, sim.url, tmp_path / "public",
+                      reconcile={"catch_up_days": 0, "auto_schedule": False, **reconcile_kw})
     p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0), allowed_domains=WIRES)
     return replace(s, products={PRODUCT: p}, webhook_sink=None)
 
@@ -65,12 +70,6 @@ def _run(s: Settings, engine: sa.Engine, sim: Simulator, rounds: int = 4) -> Non
         reconcile.run(s, engine)
         relay.run(s, engine)
         sim.advance(5)
-
-
-@contextlib.contextmanager
-def _simulator(**options: Any) -> Iterator[Simulator]:
-    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8, **options)) as sim:
-        yield sim
 
 
 # -- test 17: both tracks of many slots at once, no lock waited for ---------------------------------------
@@ -91,12 +90,11 @@ def _lock_counters(engine: sa.Engine) -> dict[str, int]:
 
 @pytest.mark.mysql
 @pytest.mark.slow
-def test_17_dual_language_fork_without_lock_contention(private_mariadb: str, tmp_path: Path,
-                                                       no_today_slots: None) -> None:
+def test_17_dual_language_fork_without_lock_contention(private_mariadb: str, tmp_path: Path) -> None:
     slots = 32
     engine = db.make_engine(private_mariadb, pool_size=24)
     migrate.migrate(engine)
-    with _simulator() as sim:
+    with simulator() as sim:
         s = _settings(private_mariadb, sim, tmp_path, concurrency=8, batch_size=100)
         store = Store(engine, "test")
         for i in range(slots):
@@ -143,9 +141,8 @@ def test_17_dual_language_fork_without_lock_contention(private_mariadb: str, tmp
 # -- test 45: each edition carries its own language's fields -------------------------------------------------
 
 
-def test_45_each_language_edition_carries_its_own_fields(engine: sa.Engine, db_url: str, tmp_path: Path,
-                                                          no_today_slots: None) -> None:
-    with _simulator() as sim:
+def test_45_each_language_edition_carries_its_own_fields(engine: sa.Engine, db_url: str, tmp_path: Path) -> None:
+    with simulator() as sim:
         s = _settings(db_url, sim, tmp_path)
         Store(engine, "test").schedule(s.products[PRODUCT], DAY)
         _run(s, engine, sim)
@@ -193,8 +190,8 @@ def _spanish_parked(engine: sa.Engine, db_url: str, sim: Simulator, tmp_path: Pa
 
 
 def test_a_spanish_only_failure_publishes_english_and_revalidate_lang_es_publishes_spanish_for_free(
-        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path, no_today_slots: None) -> None:
-    with _simulator(corrupt_lang="es", corrupt_domain="www.efe.com") as sim:
+        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path) -> None:
+    with simulator(corrupt_lang="es", corrupt_domain="www.efe.com") as sim:
         s, job_id = _spanish_parked(engine, db_url, sim, tmp_path)
         english = _editions(engine)[(job_id, "en")]
         fixed = replace(s, products={PRODUCT: replace(s.products[PRODUCT], allowed_domains=(*WIRES, "efe.com"))})
@@ -218,8 +215,8 @@ def test_a_spanish_only_failure_publishes_english_and_revalidate_lang_es_publish
 
 
 def test_regenerate_names_only_the_unpublished_language_and_never_replaces_english(
-        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path, no_today_slots: None) -> None:
-    with _simulator(corrupt_lang="es") as sim:  # hosts that are never public: only a new generation helps
+        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path) -> None:
+    with simulator(corrupt_lang="es") as sim:  # hosts that are never public: only a new generation helps
         s, job_id = _spanish_parked(engine, db_url, sim, tmp_path)
         english = _editions(engine)[(job_id, "en")]
         en_track = _tracks(engine, job_id)[(job_id, "en")]
@@ -251,8 +248,8 @@ def test_regenerate_names_only_the_unpublished_language_and_never_replaces_engli
 
 
 def test_kill_is_refused_once_a_language_is_saved_and_kills_unpublished_tracks_before(
-        engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
-    with _simulator(corrupt_lang="es") as sim:
+        engine: sa.Engine, db_url: str, tmp_path: Path) -> None:
+    with simulator(corrupt_lang="es") as sim:
         s, job_id = _spanish_parked(engine, db_url, sim, tmp_path)
         with Operator(s, engine) as op, pytest.raises(Exception, match="en edition is already saved"):
             op.kill(job_id, "stop it", "alice")
@@ -260,8 +257,8 @@ def test_kill_is_refused_once_a_language_is_saved_and_kills_unpublished_tracks_b
 
 
 def test_every_language_failing_parks_the_slot_and_kill_ends_its_tracks(
-        engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
-    with _simulator() as sim:
+        engine: sa.Engine, db_url: str, tmp_path: Path) -> None:
+    with simulator() as sim:
         s = _settings(db_url, sim, tmp_path)
         Store(engine, "test").schedule(s.products[PRODUCT], DAY)
         (job,) = _jobs(engine).values()
@@ -282,8 +279,8 @@ def test_every_language_failing_parks_the_slot_and_kill_ends_its_tracks(
 
 
 def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language_to_publication(
-        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path, no_today_slots: None) -> None:
-    with _simulator() as sim:
+        engine: sa.Engine, db_url: str, cli_env: dict[str, str], tmp_path: Path) -> None:
+    with simulator() as sim:
         strict = _settings(db_url, sim, tmp_path)
         nowhere = replace(strict.products[PRODUCT], allowed_domains=("example.org",))
         strict = replace(strict, products={PRODUCT: nowhere})
@@ -325,13 +322,13 @@ def test_revalidate_lang_of_a_slot_parked_with_all_its_tracks_runs_that_language
 
 
 def test_a_slot_or_track_with_no_path_forward_is_never_ok_in_status_check(
-        engine: sa.Engine, db_url: str, tmp_path: Path, no_today_slots: None) -> None:
+        engine: sa.Engine, db_url: str, tmp_path: Path) -> None:
     from iipub.model.states import Reason, State
     from iipub.model.track_views import Hop
     from iipub.observe import queries
     from iipub.store import track_store as tracks
 
-    with _simulator() as sim:
+    with simulator() as sim:
         s = _settings(db_url, sim, tmp_path)
         nowhere = replace(s.products[PRODUCT], allowed_domains=("example.org",))
         strict = replace(s, products={PRODUCT: nowhere})

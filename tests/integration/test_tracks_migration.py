@@ -22,11 +22,12 @@ from iipub.machine import sweep as reconcile
 from iipub.model.jobs import Job, slot_row
 from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest
-from iipub.provider.simulator import Simulator, SimulatorOptions, content
+from iipub.provider.simulator import Simulator, content
 from iipub.publish import relay
 from iipub.settings.config import Product, Settings
 from iipub.store import clock, db, migrate, outbox, tables
-from tests.helpers import make_settings
+from tests.support.settings import make_settings
+from tests.support.simulator import simulator
 
 PRODUCT = "daily-brief"
 LANGS = ("en", "es")
@@ -45,6 +46,7 @@ EXPECTED_TRACKS = {"READY_TO_COMPOSE": "RETRIEVED_NOT_VALIDATED", "COMPOSED_NOT_
 def _at_0008(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     real = migrate.available
     with monkeypatch.context() as m:
+        # The database as release 0008 left it: the migrations after it are not shipped yet.
         m.setattr(migrate, "available", lambda family: [x for x in real(family) if x.version <= "0008"])
         migrate.migrate(engine)
     with engine.connect() as conn:
@@ -139,17 +141,17 @@ def _snapshot(engine: sa.Engine, table: sa.Table, columns: Collection[str] | Non
 
 
 def settings_for(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
-    s = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0})
+    """One product; ticks make no slots of their own (the test's are the only ones)."""
+    s = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"catch_up_days": 0, "auto_schedule": False})
     p = replace(s.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
     return replace(s, products={PRODUCT: p}, webhook_sink=None)
 
 
 def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_paying_or_publishing_twice(
         db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconcile, "_ensure_today", lambda settings, store: None)
     engine = db.make_engine(db_url, pool_size=24)
     _at_0008(engine, monkeypatch)
-    with Simulator(SimulatorOptions(queued_seconds=0.2, in_progress_seconds=0.3, slow_seconds=8)) as sim:
+    with simulator() as sim:
         s = settings_for(db_url, sim, tmp_path)
         ids = _populate(engine, s, sim)
         creates_before = dict(sim.stats()["creates_by_job"])

@@ -18,10 +18,10 @@ from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 DAY = dt.date(2026, 11, 27)
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 
 
 def _row(engine: sa.Engine) -> dict[str, Any]:

@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 from iipub.observe import idle_check
 from iipub.provider.simulator import Simulator
 from iipub.store import clock, tables
-from tests.helpers import ledger_file_of, run_cli, sim_env, snapshot_rows
+from tests.support.cli import run_cli
+from tests.support.databases import snapshot_rows
+from tests.support.settings import ledger_file_of, sim_env
 
 # Products open at 05:00; the database clock is set to 00:30, so today's slots are scheduled and
 # nothing is due until 05:00. No catch-up days: past slots would be due at once.
@@ -270,7 +272,7 @@ def test_the_console_script_answers_an_idle_cron_minute_with_one_log_line(engine
     `>>log 2>&1` makes them. The idle minute leaves one line, the full run's event with `idle`."""
     import subprocess
 
-    from tests.helpers import iipub_exe
+    from tests.support.cli import iipub_exe
 
     full(env, tmp_path)
     log = tmp_path / "reconcile.log"

@@ -17,17 +17,20 @@ import sqlalchemy as sa
 from iipub.machine import sweep as reconcile
 from iipub.model.states import State
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
-from tests.helpers import fast_first, job_events, job_rows, make_settings
 from tests.integration.test_webhooks import SECRET
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import make_settings
+from tests.support.simulator import simulator
+from tests.support.suite import fast_first
 
-pytestmark = pytest.mark.usefixtures("no_today_slots")
+pytestmark = pytest.mark.no_auto_schedule
 DAYS = (dt.date(2026, 11, 29), dt.date(2026, 11, 30))
 SAVED = {State.SAVED_NOT_PUBLIC.value, State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value}
 
@@ -60,12 +63,10 @@ def world(db_url: str, engine: sa.Engine, tmp_path: Any, request: pytest.Fixture
         server = stack.enter_context(webhook_server.running(lambda e, s: [], hooks))
         # Otherwise a lifecycle longer than a tick on a loaded host: responses finish when a test
         # advances the clock, so its fault rules are in place before the webhook is sent.
-        options = SimulatorOptions(queued_seconds=0.2 if quick else 1.0, in_progress_seconds=0.3 if quick else 1.5,
-                                   slow_seconds=8,
-                                   webhook_url=f"http://127.0.0.1:{server.port}/", webhook_secret=SECRET,
-                                   webhook_late_seconds=0.5)
-        sim = stack.enter_context(Simulator(options))
-        base = make_settings(db_url, sim.url, tmp_path / "public",
+        sim = stack.enter_context(simulator(
+            queued_seconds=0.2 if quick else 1.0, in_progress_seconds=0.3 if quick else 1.5,
+            webhook_url=f"http://127.0.0.1:{server.port}/", webhook_secret=SECRET, webhook_late_seconds=0.5))
+        base = make_settings(db_url, sim.url, tmp_path / "public", reconcile={"auto_schedule": False},
                              provider={"timeout_seconds": timeout, "connect_timeout_seconds": 1})
         p = replace(base.products["daily-brief"], items=3, prompt="Write the brief.")
         settings = replace(

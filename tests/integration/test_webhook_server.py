@@ -35,8 +35,10 @@ from iipub.store.deliveries import Deliveries
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
 from iipub.webhooks.server import Server
-from tests.helpers import bench_module, row_count, run_cli
 from tests.integration.test_webhooks import SECRET, event, signed
+from tests.support.cli import run_cli
+from tests.support.rows import row_count
+from tests.support.suite import bench_module
 
 HOOKS = WebhookSettings(enabled=True, poll_interval_seconds=300, lease_wait_seconds=0.3, request_seconds=10,
                         read_seconds=2, keepalive_seconds=5)

@@ -31,7 +31,9 @@ from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
-from tests.helpers import error_messages, job_events, job_rows, run_cli, sim_env, start_iipub
+from tests.support.cli import error_messages, run_cli, start_iipub
+from tests.support.rows import job_events, job_rows
+from tests.support.settings import sim_env
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-test-webhook-secret-0123456789").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"somebody-else-entirely-9876543210").decode()
@@ -171,6 +173,8 @@ def test_http_shape_errors_have_their_own_answers(url: str, hooked: Settings, en
 
 
 def test_the_wsgi_entry_point_answers_503_while_unconfigured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The subject is the module's one receiver per process: the test starts from a process that
+    # has none built, and checks that a failed build leaves none (so the next request tries again).
     monkeypatch.setattr(webhook, "_receiver", None)
     monkeypatch.delenv("OPENAI_WEBHOOK_SECRET", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")

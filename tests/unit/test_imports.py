@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env
+from tests.support.cli import clean_env
 
 
 def _loaded_after(code: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> set[str]:

@@ -20,6 +20,10 @@ def test_a_short_write_is_an_error_and_the_next_line_starts_on_a_line_of_its_own
 ) -> None:
     book = SpendLedger(tmp_path / "spend-ledger.jsonl")
     book.intent("job-1", SLOT, 1, "fp", "w")
+    # A disk that fills in the middle of a line: no file a test can make does that to one process's
+    # write(2) without doing it to every file of the process (the RLIMIT_FSIZE drill in
+    # tests/integration/test_ledger_io.py runs in a process of its own), so the ledger's one write
+    # is replaced, as its module provides for.
     real_write = ledger._write
 
     def disk_full(fd: int, data: bytes) -> int:  # what write(2) does when the disk fills mid-line
@@ -42,6 +46,8 @@ def test_a_short_write_is_an_error_and_the_next_line_starts_on_a_line_of_its_own
 def test_an_error_from_write_or_fsync_is_a_ledger_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     book = SpendLedger(tmp_path / "spend-ledger.jsonl")
 
+    # The file system's errors (ENOSPC from write, EIO from fsync), injected where the ledger meets
+    # the operating system: a test cannot make a real disk fail on cue.
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 

@@ -13,7 +13,7 @@ from iipub.core.errors import ConfigError
 from iipub.observe import heartbeat
 from iipub.settings.config import MonitoringSettings
 from iipub.settings.loading import settings_from_dict
-from tests.helpers import clean_env, one_line_error, run_cli
+from tests.support.cli import clean_env, one_line_error, run_cli
 
 BAD = [
     ({"ping_url": "ftp://hc.example/x"}, "[monitoring] ping_url must be an http(s) URL"),

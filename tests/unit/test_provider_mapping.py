@@ -469,7 +469,7 @@ def test_an_answer_larger_than_the_bound_is_not_read(provider: OpenAIAdapter, re
     that large is an unknown outcome (the request was sent), never a retry."""
     import iipub.provider.adapter as provider_module
 
-    monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)
+    monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)  # the 64 MiB bound, made small
     rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
     outcome = provider.retrieve("resp_abc123")
     assert isinstance(outcome, Transient)

@@ -1,5 +1,5 @@
 """Settings for tests whose provider is the in-memory one (`iipub.provider.fake.FakeProvider`):
-`tests.helpers.make_settings` with a provider address nothing listens on, so a tick that built
+`tests.support.settings.make_settings` with a provider address nothing listens on, so a tick that built
 the HTTP adapter by mistake fails at once (connection refused) instead of finding a simulator."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from iipub.settings.config import Settings
-from tests.helpers import make_settings
+from tests.support.settings import make_settings
 
 OFFLINE_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
 

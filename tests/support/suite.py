@@ -1,0 +1,29 @@
+"""How the suite itself is arranged: parametrized families whose first case runs in the fast
+loop, and bench/ modules imported as the benchmarks run."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def bench_module(name: str) -> Any:
+    """bench/NAME.py, imported as the benchmarks run (bench/ is not a package: on sys.path just
+    for the import)."""
+    bench = str(Path(__file__).resolve().parents[2] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)
+
+
+def fast_first(values: Sequence[Any], fast: int = 1) -> list[Any]:
+    """A family of parametrized cases: the first `fast` run in the fast loop (`-m "not slow"`),
+    the others with the slow tests (CI runs them all)."""
+    return [*values[:fast], *(pytest.param(v, marks=pytest.mark.slow) for v in values[fast:])]
