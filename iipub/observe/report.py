@@ -18,7 +18,7 @@ from typing import Any
 from iipub.core.timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from iipub.core.wording import clip_words, plural, printable
 from iipub.model.jobs import is_stranded, late_seconds
-from iipub.model.states import State
+from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason
 from iipub.money import breaker, gate
@@ -33,9 +33,6 @@ PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
-
-# A dwell that ends here lost the output it was meant to fetch.
-DWELL_LOST = (State.PROVIDER_EXPIRED_OR_MISSING.value, State.QUARANTINED.value)
 
 
 # -- value types ----------------------------------------------------------------------
@@ -689,10 +686,6 @@ def stale_after(settings: Settings) -> float:
     return max(settings.monitoring.heartbeat_after_seconds, longest + 60.0)
 
 
-_ACCEPTED_FROM_CREATE = frozenset({State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value,
-                                   State.COMPLETED_NOT_RETRIEVED.value})
-
-
 def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
     """The custody dwell of each retrieval and how many dwells lost the output (see
     `timed_dwell_samples`)."""
@@ -719,7 +712,7 @@ def timed_dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[tuple[dt.
     accepted: dict[str, dt.datetime] = {}
     for event in events:
         job_id, src, dst, at = event[:4]
-        if src == cif and dst in _ACCEPTED_FROM_CREATE:
+        if src == cif and dst in CUSTODY_PENDING:
             accepted[job_id] = at
         if dst == cnr and src != cnr:
             entered[job_id] = at

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from iipub.core.errors import DatabaseUnavailable, LeaseLost
 from iipub.core.timefmt import naive_utc
 from iipub.model.jobs import Job
-from iipub.model.states import CUSTODY_PENDING, Reason, State
+from iipub.model.states import CUSTODY_PENDING, IN_FLIGHT, Reason, State
 from iipub.money import ledger, restore
 from iipub.operate import handover
 from iipub.operate.handover import Refusal, Row
@@ -36,8 +36,6 @@ from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.adoption")
 ADOPTED = "adopted"  # jobs.origin
-# Between the create and custody: what a rollback hands back.
-IN_FLIGHT = frozenset({State.CREATE_IN_FLIGHT}) | CUSTODY_PENDING
 _STARTED_REASONS = (Reason.DISPATCH.value, Reason.OPERATOR_ADOPT.value)
 
 

@@ -228,7 +228,7 @@ class Operator(Closing):
         `conflicting_republish`); returns the deliveries re-queued."""
         remedies.check_input(by, reason)
         job = self.get(job_id)
-        if job.effective_state not in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
+        if job.effective_state not in states.EDITIONS_SAVED:
             raise OperatorRefused(f"job {job.id} is {job.state}: it has no saved editions to republish")
         return outbox.grant_republish(self.engine, job.id, by, reason)
 

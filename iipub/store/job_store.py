@@ -185,8 +185,8 @@ class Store:
         with self.engine.connect() as conn:
             now = clock.now(conn)
             phase = sa.case(
-                (jobs_table.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
-                (jobs_table.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
+                (jobs_table.c.state.in_([s.value for s in states.CREATE_NEXT]), 2),
+                (jobs_table.c.state.in_([s.value for s in states.CLEANING_UP]), 3),
                 else_=0,
             )
             q = (
@@ -250,7 +250,7 @@ class Store:
 
     def count_in_flight(self) -> int:
         """Accepted-but-unfinished provider jobs (admission control for new creates)."""
-        live = [State.CREATE_IN_FLIGHT, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]
+        live = [s.value for s in states.GENERATING]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).where(jobs_table.c.state.in_(live))).scalar_one())
 

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.model.states import State
+from iipub.model.states import SETTLED, State
 from iipub.money import gate
 from iipub.observe import invariants
 from iipub.provider.simulator import Simulator
@@ -35,7 +35,7 @@ from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 28)
 PRODUCT = "daily-brief"
-PARKED = {s.value for s in invariants.SETTLED}
+PARKED = {s.value for s in SETTLED}
 # `cfg` (conftest): one product, its slots the tests' own.
 pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
