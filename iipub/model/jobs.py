@@ -136,7 +136,7 @@ def slot_row(*, job_id: str, product: str, day: dt.date, priority: int, opens_at
 
 
 @dataclass(frozen=True)
-class Event:
+class JournalEntry:
     id: int
     job_id: str
     from_state: str | None

@@ -247,7 +247,7 @@ class CommandBeat:
 
 
 @dataclass(frozen=True)
-class Summary:
+class HeartbeatSummary:
     generated_at: dt.datetime
     after_seconds: float  # 0: the check is off
     window_hours: float
@@ -317,7 +317,8 @@ class Summary:
 
 
 def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_configured: bool,
-            window_hours: float, stale_after_seconds: float, any_jobs: bool, unreachable_after: int = 0) -> Summary:
+            window_hours: float, stale_after_seconds: float, any_jobs: bool,
+            unreachable_after: int = 0) -> HeartbeatSummary:
     """The heartbeats as of `now` (the database clock), judged against `after_seconds` (the
     effective limit, `Settings.heartbeat_limit`). A run unfinished for longer than
     `stale_after_seconds` counts as dead. A database without the `runs` table (migration 0005
@@ -329,8 +330,9 @@ def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_co
             raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
         raise
     streak = unreachable_streak(conn, max(unreachable_after, 1) * 10) if unreachable_after else 0
-    return Summary(now, after_seconds, window_hours, recorded, any_jobs, beats, ping_configured=ping_configured,
-                   unreachable_ticks=streak, unreachable_after=unreachable_after)
+    return HeartbeatSummary(now, after_seconds, window_hours, recorded, any_jobs, beats,
+                            ping_configured=ping_configured, unreachable_ticks=streak,
+                            unreachable_after=unreachable_after)
 
 
 def unreachable_streak(conn: Connection, look_back: int) -> int:

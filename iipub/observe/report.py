@@ -251,8 +251,8 @@ class Status:
     gate: GateState | None = None
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
     failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
-    webhooks: deliveries.Summary | None = None
-    heartbeats: heartbeat.Summary | None = None  # the last reconcile and relay runs
+    webhooks: deliveries.WebhookSummary | None = None
+    heartbeats: heartbeat.HeartbeatSummary | None = None  # the last reconcile and relay runs
     extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
     installation_id: str | None = None  # this database's (`iipub.store.installation`)
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)

@@ -40,7 +40,7 @@ _STARTED_REASONS = (Reason.DISPATCH.value, Reason.OPERATOR_ADOPT.value)
 
 
 @dataclass
-class Report:
+class AdoptionReport:
     dry_run: bool
     adopted: list[tuple[Row, str]] = field(default_factory=list)  # (row, job id); would be, on a dry run
     already: list[tuple[Row, str]] = field(default_factory=list)  # adopted by an earlier run
@@ -61,12 +61,13 @@ class Report:
                 f"{len(self.already)}, refused {len(self.refused)}")
 
 
-def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: str, dry_run: bool = False) -> Report:
+def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: str,
+          dry_run: bool = False) -> AdoptionReport:
     """Adopt every good row of a hand-over file (see the module's doc); each row on its own."""
     with engine.connect() as conn:
         today = clock.read_now(conn).date()
     rows, refused = handover.parse(raw, settings.products.keys(), today)
-    report = Report(dry_run, refused=refused)
+    report = AdoptionReport(dry_run, refused=refused)
     store = Store(engine, f"operator:{by.strip()}"[:128], settings.reconcile.lease_seconds)
     spend_ledger = restore.ledger_of(settings, engine)
     for row in rows:

@@ -338,7 +338,7 @@ def _clip(value: str | None, limit: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class Summary:
+class WebhookSummary:
     """What `iipub status` shows of webhooks."""
 
     enabled: bool
@@ -380,9 +380,9 @@ class Summary:
         }
 
 
-def summary(engine: Engine, settings: WebhookSettings, since: dt.datetime) -> Summary:
+def summary(engine: Engine, settings: WebhookSettings, since: dt.datetime) -> WebhookSummary:
     ds = Deliveries(engine)
     recent = ds.recent(1)
-    return Summary(settings.enabled, ds.health(settings.healthy_for_seconds), recent[0] if recent else None,
+    return WebhookSummary(settings.enabled, ds.health(settings.healthy_for_seconds), recent[0] if recent else None,
                    ds.counts_since(since), ds.misses_since(since), ds.orphan_count(), ds.foreign_count(),
                    settings.poll_interval_seconds)

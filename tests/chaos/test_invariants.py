@@ -23,7 +23,7 @@ from iipub.money import gate
 from iipub.observe import invariants
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
 from tests.support.cli import CliResult, error_messages, run_cli
@@ -318,7 +318,7 @@ def test_webhook_deliveries_are_compared_with_what_the_receiver_saw(
     cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
     with receiver() as hook:
-        s = replace(cfg, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=2))
+        s = replace(cfg, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=2))
         run_to_end(s, engine, sim)
         keys = set(hook.keys())
     assert len(keys) == 4

@@ -24,7 +24,7 @@ SECTIONS: dict[str, type] = {
     "budgets": config.Budgets, "reconcile": config.ReconcileSettings, "provider": config.ProviderSettings,
     "relay": config.RelaySettings, "status": config.StatusSettings, "webhooks": config.WebhookSettings,
     "monitoring": config.MonitoringSettings, "ledger": config.LedgerSettings, "products": config.Product,
-    "sinks.static": config.StaticSink, "sinks.webhook": config.WebhookSink,
+    "sinks.static": config.StaticSinkSettings, "sinks.webhook": config.WebhookSinkSettings,
 }
 # Keys README's example leaves out on purpose: the provider URL, organization and project
 # (OPENAI_BASE_URL, OPENAI_ORG_ID, OPENAI_PROJECT_ID: its environment table) and the

@@ -6,11 +6,13 @@ contract."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,13 @@ def test_a_new_top_level_module_must_be_placed() -> None:
     """At most a handful of modules sit beside the packages: the entry points."""
     top = sorted(p.stem for p in (ROOT / "iipub").glob("*.py") if p.stem != "__init__")
     assert top == ["__main__", "entry", "webhook"]
+
+
+def test_every_class_name_is_unique_across_the_package() -> None:
+    """A class is known by its name alone in logs, tracebacks and docs: no two share one."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "iipub").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert {name: at for name, at in where.items() if len(at) > 1} == {}
