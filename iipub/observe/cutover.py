@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from iipub.core.severity import Severity
 from iipub.core.timefmt import as_date, duration, naive_utc, parse_date, seconds_between
 from iipub.machine import scheduling
 from iipub.model.states import CUSTODY_PENDING, SHADOW_REASONS, State
@@ -29,7 +30,6 @@ from iipub.money.breaker import GateState
 from iipub.settings.config import Settings
 from iipub.store import tables
 
-WARNING, CRITICAL = 1, 2
 ACTIONS = frozenset(SHADOW_REASONS.values())
 # How long the provider keeps a finished background response (about ten minutes).
 RETENTION_SECONDS = 600.0
@@ -85,20 +85,22 @@ class Cutover:
     legacy_problem: str | None = None  # the file could not be read, or had unreadable lines
     abort: Abort | None = None
 
-    def problems(self) -> list[tuple[int, str]]:
-        found: list[tuple[int, str]] = []
+    def problems(self) -> list[tuple[Severity, str]]:
+        found: list[tuple[Severity, str]] = []
         if self.abort is not None:
-            found.append((CRITICAL if self.abort.unretrieved else WARNING, self.abort.text()))
+            found.append((Severity.CRITICAL if self.abort.unretrieved else Severity.WARNING, self.abort.text()))
         if self.missing:
             shown = ", ".join(f"{p} {d}" for p, d in self.missing[:5])
             more = f" and {len(self.missing) - 5} more" if len(self.missing) > 5 else ""
-            found.append((WARNING, (f"{len(self.missing)} edition days without a slot ({shown}{more}): no tick "
-                                    "scheduled them; `iipub backfill` creates them")))
+            found.append((Severity.WARNING,
+                          (f"{len(self.missing)} edition days without a slot ({shown}{more}): no tick "
+                           "scheduled them; `iipub backfill` creates them")))
         if self.differences:
-            found.append((WARNING, (f"{len(self.differences)} shadow decisions differ from the legacy system's "
-                                    f"(e.g. {self.differences[0].text()})")))
+            found.append((Severity.WARNING,
+                          (f"{len(self.differences)} shadow decisions differ from the legacy system's "
+                           f"(e.g. {self.differences[0].text()})")))
         if self.legacy_problem:
-            found.append((WARNING, self.legacy_problem))
+            found.append((Severity.WARNING, self.legacy_problem))
         return found
 
     def to_dict(self) -> dict[str, Any]:

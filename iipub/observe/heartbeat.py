@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from iipub import __version__
 from iipub.core import tls
 from iipub.core.errors import SchemaNotReady
+from iipub.core.severity import Severity
 from iipub.core.timefmt import duration, iso_z, iso_z_or_none, naive_utc, seconds_between
 from iipub.core.wording import clip_words, plural
 from iipub.settings.config import MonitoringSettings
@@ -47,9 +48,6 @@ ERROR_MAX_CHARS = 2_000
 KEEP_DAYS = 7
 KEEP_ROWS = 50_000  # a week of both cron lines every minute on a few hosts
 PRUNE_EVERY = 20
-
-# Severities, as `iipub.observe.report` numbers them (that module is not imported by the cron commands).
-WARNING, CRITICAL = 1, 2
 
 runs = tables.runs
 
@@ -266,21 +264,22 @@ class HeartbeatSummary:
         return None if last is None or last.finished_at is None else max(
             0.0, seconds_between(self.generated_at, last.finished_at))
 
-    def problems(self) -> list[tuple[int, str]]:
+    def problems(self) -> list[tuple[Severity, str]]:
         found = self._heartbeat_problems()
         if self.unreachable_after and self.unreachable_ticks >= self.unreachable_after:
-            found.append((WARNING, (f"provider unreachable: the last {self.unreachable_ticks} reconcile runs that "
-                                    f"called it could not connect (creates refused, not sent; "
-                                    f"[status] unreachable_after_ticks = {self.unreachable_after})")))
+            found.append((Severity.WARNING,
+                          (f"provider unreachable: the last {self.unreachable_ticks} reconcile runs that "
+                           f"called it could not connect (creates refused, not sent; "
+                           f"[status] unreachable_after_ticks = {self.unreachable_after})")))
         return found
 
-    def _heartbeat_problems(self) -> list[tuple[int, str]]:
+    def _heartbeat_problems(self) -> list[tuple[Severity, str]]:
         after = self.after_seconds
         if after <= 0:
             return []
         if not self.recorded and not self.any_jobs:
-            return [(WARNING, "no reconcile or relay run recorded yet: is cron installed (crontab.example)?")]
-        found: list[tuple[int, str]] = []
+            return [(Severity.WARNING, "no reconcile or relay run recorded yet: is cron installed (crontab.example)?")]
+        found: list[tuple[Severity, str]] = []
         for beat in self.commands:
             age, last = self.age_seconds(beat), beat.last
             failed_last = ""
@@ -290,13 +289,14 @@ class HeartbeatSummary:
             if age is None or age > after:
                 seen = (f"last OK {duration(age)} ago on {beat.last_ok.host}" if age is not None and beat.last_ok
                         else "none recorded")
-                found.append((CRITICAL, (f"no {beat.command} run finished OK in {duration(after)} ({seen}"
-                                         f"{'; ' + failed_last if failed_last else ''})")))
+                found.append((Severity.CRITICAL, (f"no {beat.command} run finished OK in {duration(after)} ({seen}"
+                                                  f"{'; ' + failed_last if failed_last else ''})")))
             elif failed_last:
-                found.append((WARNING, f"{beat.command}: {failed_last}"))
+                found.append((Severity.WARNING, f"{beat.command}: {failed_last}"))
             if beat.unfinished:
-                found.append((WARNING, (f"{plural(beat.unfinished, beat.command + ' run')} did not finish in "
-                                        f"{self.window_hours:g}h (killed by timeout, the OOM killer or a reboot?)")))
+                found.append((Severity.WARNING,
+                              (f"{plural(beat.unfinished, beat.command + ' run')} did not finish in "
+                               f"{self.window_hours:g}h (killed by timeout, the OOM killer or a reboot?)")))
         return found
 
     def to_dict(self) -> dict[str, Any]:
