@@ -23,11 +23,11 @@ import structlog
 from iipub.core.errors import Contention, LeaseLost
 from iipub.machine import decisions
 from iipub.machine.run_context import RunContext
-from iipub.model import owners, states
+from iipub.model import deliveries, owners, states
 from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.provider.outcomes import Missing, Observed, Transient
-from iipub.store import clock, deliveries
+from iipub.store import clock
 from iipub.store.deliveries import Deliveries
 
 log = structlog.get_logger("iipub.settle")

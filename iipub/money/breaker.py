@@ -39,6 +39,9 @@ class BreakerReason(enum.StrEnum):
 CRITICAL_REASONS = frozenset({BreakerReason.QUOTA_EXHAUSTED, BreakerReason.PROVIDER_AUTH})
 OPEN, CLOSED = "open", "closed"
 RATE_WINDOW_SECONDS = 60.0
+# A read's rate-limit hint is honoured up to this: a finished response stays at the provider for
+# about ten minutes, and custody must never wait most of that.
+READ_COOLDOWN_CAP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)

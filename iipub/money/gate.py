@@ -21,7 +21,8 @@ from iipub.core.errors import Contention, OperatorRefused
 from iipub.core.timefmt import naive_utc
 from iipub.money import breaker, payments
 from iipub.money import budgets as money
-from iipub.money.breaker import GateState, GateVerdict
+from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState, GateVerdict
+from iipub.money.payment_values import Override
 from iipub.provider.outcomes import CreateOutcome
 from iipub.settings.config import Budgets, Product, ProviderSettings
 from iipub.store import clock, db, tables
@@ -42,11 +43,6 @@ def read(conn: Connection) -> GateState:
     values["paused"] = bool(values["paused"])
     values["paused_everything"] = bool(values["paused_everything"])
     return GateState(**values)
-
-
-# A read's rate-limit hint is honoured up to this: a finished response stays at the provider for
-# about ten minutes, and custody must never wait most of that.
-READ_COOLDOWN_CAP_SECONDS = 60.0
 
 
 def read_cool_down(conn: Connection) -> dt.datetime | None:
@@ -124,7 +120,7 @@ class CreateGate:
                 log.warning("spend_ceiling_reached", worker=self.worker, **detail)
             return held
 
-    def override(self, scope: str, tokens: int, until: dt.datetime | None, by: str, reason: str) -> payments.Override:
+    def override(self, scope: str, tokens: int, until: dt.datetime | None, by: str, reason: str) -> Override:
         """An operator raises a daily ceiling by `tokens` until `until` (default: the next UTC
         midnight), journaled with who and why."""
         with db.transaction(self.engine) as conn:

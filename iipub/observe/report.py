@@ -2,7 +2,10 @@
 outbox health, quarantine, provider spend, and the Nagios-style check.
 
 The report as a value, the arithmetic over the rows it is made of, and the check policy; no
-I/O. `status_queries.collect` reads the rows (by the database clock); the CLI formats.
+I/O, and no import of a module that does any (pyproject's `status-value` contract): the parts
+other modules collect arrive as their pure values (`heartbeat_values`, `cutover_values`,
+`model.deliveries`, `money.payment_values`). `queries.collect` reads the rows (by the database
+clock); the CLI formats.
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from typing import Any
 from iipub.core.severity import Severity
 from iipub.core.timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from iipub.core.wording import clip_words, plural, printable
+from iipub.model.deliveries import WebhookSummary
 from iipub.model.jobs import is_stranded, late_seconds
 from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason
-from iipub.money import breaker, gate
+from iipub.money import breaker
 from iipub.money import budgets as money
 from iipub.money.breaker import GateState
-from iipub.money.payments import Report as PaidReport
-from iipub.observe import cutover, error_budget, heartbeat
+from iipub.money.payment_values import SpendReport
+from iipub.observe import error_budget
+from iipub.observe.cutover_values import Cutover
+from iipub.observe.heartbeat_values import HeartbeatSummary
 from iipub.settings.config import Settings, StatusSettings
-from iipub.store import deliveries
 
 PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
 
@@ -250,13 +255,13 @@ class Status:
     gate: GateState | None = None
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
     failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
-    webhooks: deliveries.WebhookSummary | None = None
-    heartbeats: heartbeat.HeartbeatSummary | None = None  # the last reconcile and relay runs
+    webhooks: WebhookSummary | None = None
+    heartbeats: HeartbeatSummary | None = None  # the last reconcile and relay runs
     extra_problems: tuple[tuple[Severity, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
     installation_id: str | None = None  # this database's (`iipub.store.installation`)
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
-    cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
-    paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
+    cutover: Cutover | None = None  # missing days, shadow decisions, the immediate abort
+    paid: SpendReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
@@ -600,7 +605,7 @@ class Status:
             "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,
                                "job_id": h.job_id, "held_at": iso_z(h.held_at)} for h in self.product_holds],
             "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),
-                              "cap_seconds": gate.READ_COOLDOWN_CAP_SECONDS},
+                              "cap_seconds": breaker.READ_COOLDOWN_CAP_SECONDS},
             "window_hours": self.settings.window_hours,
             "jobs": {
                 "total": self.jobs_total,

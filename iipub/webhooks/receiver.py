@@ -40,6 +40,7 @@ from iipub.core import logs
 from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
 from iipub.core.timefmt import naive_utc
 from iipub.machine import run_context, settle
+from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
 from iipub.provider.adapter import OpenAIAdapter
@@ -47,7 +48,7 @@ from iipub.provider.interface import Provider
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db
-from iipub.store.deliveries import IGNORED, UNKNOWN_EVENT, Deliveries
+from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.webhook")

@@ -1,8 +1,8 @@
 """The layer contract (pyproject's `[tool.importlinter]`) is executable and is the layout table of
 docs/architecture.md: packages import only the floors below them, no import cycle exists (at
-module level or inside a function), the pure modules reach no I/O library, no module of the
-package imports the tests' in-memory provider, and a planted violation of each rule breaks the
-contract."""
+module level or inside a function), the pure modules reach no I/O library, the status report
+imports values only, no module of the package imports the tests' in-memory provider, and a
+planted violation of each rule breaks the contract."""
 
 from __future__ import annotations
 
@@ -72,6 +72,10 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
      "nothing in the package imports it"),
     # the provider interface reaching an HTTP library
     ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
+    # the status report reaching the rows it reports on
+    ("observe/report.py", "from iipub.store import tables  # planted\n", "the status report"),
+    # ... or a value type it shows back in its I/O module
+    ("observe/report.py", "from iipub.observe.heartbeat import summary  # planted\n", "the status report"),
 ])
 def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module
