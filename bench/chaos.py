@@ -722,7 +722,7 @@ class Run:
         """Jobs and events still moving. A forked slot whose tracks are each published or parked
         (one language's failure parks only its track: `corrupt_language`) waits for an operator's
         `revalidate --lang`, like a parked job: settled too."""
-        settled = [s.value for s in invariants.SETTLED]
+        settled = [s.value for s in states.SETTLED]
         j = tables.jobs.c
         with self.engine.connect() as conn:
             now = clock.now(conn)

@@ -169,7 +169,8 @@ def _monitored(argv: list[str] | None) -> NoReturn:
     run (the env file missing or malformed, a bad log setting or configuration, the database
     unreachable or unmigrated, a usage error, a bug) is one `IIPUB UNKNOWN - …` line on stdout
     (the JSON document with --json) and exit 3, never a silent exit 78 a monitor misreads."""
-    from iipub.cli.status_cmd import UNKNOWN, unknown
+    from iipub.cli.status_cmd import unknown
+    from iipub.core.severity import Severity
 
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
@@ -178,13 +179,13 @@ def _monitored(argv: list[str] | None) -> NoReturn:
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         unknown(UsageError(f"usage: {exc.format_message()}"), as_json)
-        sys.exit(UNKNOWN)
+        sys.exit(Severity.UNKNOWN)
     except click.ClickException as exc:
         unknown(IipubError(exc.format_message()), as_json)
-        sys.exit(UNKNOWN)
+        sys.exit(Severity.UNKNOWN)
     except (Exception, click.exceptions.Abort, KeyboardInterrupt) as exc:  # UNKNOWN, whatever it was
         unknown(exc if isinstance(exc, Exception) else Interrupted(), as_json)
-        sys.exit(UNKNOWN)
+        sys.exit(Severity.UNKNOWN)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

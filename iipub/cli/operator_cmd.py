@@ -127,7 +127,7 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
 
     s = app.settings
 
-    def facts(job: Job) -> parked.Parked | None:
+    def facts(job: Job) -> parked.ParkedHelp | None:
         tracks = {t.lang: State(t.state) for t in app.store().tracks_of([job.id]).get(job.id, [])}
         return parked.of(job, s.budgets.max_generation_attempts, s.reconcile.custody_watch_seconds, tracks)
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from iipub.cli.common import App, clip, emit_json, json_option, pass_app, table
 from iipub.core.errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
+from iipub.core.severity import Severity
 from iipub.core.timefmt import duration
 from iipub.core.wording import printable, terminal_safe
 from iipub.model.states import State
@@ -21,9 +22,6 @@ from iipub.store.db import describe_error
 if TYPE_CHECKING:
     from iipub.observe.report import Status
     from iipub.settings.config import Product
-
-UNKNOWN = 3  # monitoring-plugin code (iipub.observe.report.UNKNOWN), without importing the report
-
 
 @click.command("status")
 @json_option
@@ -132,7 +130,6 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
     stranded_after_seconds since the slot opened) is CRITICAL like a stranded job.
     """
     from iipub.observe import queries
-    from iipub.observe import report as st
 
     try:
         report = queries.collect(app.engine(), app.settings)
@@ -140,11 +137,11 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
         if not check:
             raise
         unknown(exc, as_json)
-        ctx.exit(UNKNOWN)
+        ctx.exit(Severity.UNKNOWN)
         return
     mismatch = app.identity.mismatch() if app.identity is not None else None
     if mismatch is not None:  # the figures are read through another ledger and thresholds than cron's
-        report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, mismatch)))
+        report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (Severity.WARNING, mismatch)))
     unwritable = None
     if prometheus is not None:
         try:
@@ -153,10 +150,11 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
             if not check:
                 raise
             unknown(exc, as_json)
-            ctx.exit(UNKNOWN)
+            ctx.exit(Severity.UNKNOWN)
             return
         if unwritable is not None and check:  # the check still runs: a WARNING says why the file is stale
-            report = dataclasses.replace(report, extra_problems=(*report.extra_problems, (st.WARNING, unwritable)))
+            report = dataclasses.replace(report, extra_problems=(*report.extra_problems,
+                                                                 (Severity.WARNING, unwritable)))
     code, line = report.check()
     if as_json:
         emit_json(report.to_dict())
@@ -198,10 +196,11 @@ def unknown(exc: Exception, as_json: bool) -> None:
     else:
         what = f"{type(exc).__name__}: {exc}"
     what = printable(what, 400).replace("|", "/")  # one line, whatever the error said
-    line = f"IIPUB UNKNOWN - {what}"
+    sev = Severity.UNKNOWN
+    line = f"IIPUB {sev.name} - {what}"
     if as_json:
-        emit_json({"check": {"code": UNKNOWN, "status": "UNKNOWN", "line": line,
-                             "problems": [{"severity": "UNKNOWN", "text": what}]}})
+        emit_json({"check": {"code": sev, "status": sev.name, "line": line,
+                             "problems": [{"severity": sev.name, "text": what}]}})
     else:
         click.echo(line)
 

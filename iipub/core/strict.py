@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-__all__ = ["Bounds", "Checked", "InvalidValues", "Problem"]
+__all__ = ["Bounds", "Checked", "FieldProblem", "InvalidValues"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Bounds:
 
 
 @dataclass(frozen=True)
-class Problem:
+class FieldProblem:
     key: str
     message: str  # starts lower-case: "input should be a valid integer"
     value: Any
@@ -50,7 +50,7 @@ class Problem:
 class InvalidValues(ValueError):
     """One or more fields of a section were refused."""
 
-    def __init__(self, section: str, problems: list[Problem]) -> None:
+    def __init__(self, section: str, problems: list[FieldProblem]) -> None:
         self.problems = problems
         super().__init__(f"{section}: " + "; ".join(f"{p.key}: {p.message} (got {p.value!r})" for p in problems))
 
@@ -76,7 +76,7 @@ class Checked:
             value = getattr(self, name)
             message, stored = check(value)
             if message is not None:
-                problems.append(Problem(name, message, value))
+                problems.append(FieldProblem(name, message, value))
             elif stored is not value:
                 object.__setattr__(self, name, stored)  # an int given for a float field
         if problems:

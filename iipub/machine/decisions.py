@@ -193,7 +193,7 @@ def config_check(job: Job, product: Product | None) -> Decision | None:
         return quarantine(Reason.PRODUCT_REMOVED, f"product {job.product!r} is no longer configured"
                           + ("; its output is kept" if job.payload is not None else ""),
                           product=job.product, response_id=job.response_id)
-    if job.state in _BEFORE_CREATE or not job.config_fingerprint:
+    if job.state in states.CREATE_NEXT or not job.config_fingerprint:
         return None
     if not product.fingerprint_matches(job.config_fingerprint):
         return quarantine(
@@ -217,7 +217,6 @@ def step_failed(job: Job, error: str, max_failures: int) -> tuple[Decision | Non
 
 
 _STATUS_STATE = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
-_BEFORE_CREATE = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING})
 _DEFAULT_PROVIDER = ProviderSettings()
 
 
@@ -443,10 +442,6 @@ def after_refetch(
     return d
 
 
-# Suspended from one of these, a job whose output is stored resumes into validation.
-_RESUMES_INTO_VALIDATION = frozenset(states.CUSTODY_PENDING | {State.PROVIDER_EXPIRED_OR_MISSING})
-
-
 def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rejected,
                          max_bytes: int | None = None) -> Decision | None:
     """A parked job's response was read (the custody watch, or its webhook): finished output is
@@ -467,7 +462,7 @@ def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rej
             detail["quarantine_reason"] = job.quarantine_reason
         if job.state == State.MANUALLY_SUSPENDED:
             detail["while_suspended"] = True
-            if job.suspended_from in {s.value for s in _RESUMES_INTO_VALIDATION}:
+            if job.suspended_from in {s.value for s in states.RESUMES_INTO_VALIDATION}:
                 changes["suspended_from"] = State.RETRIEVED_NOT_VALIDATED.value
         return Decision(job.state, Reason.RETRIEVED, changes, detail)
     facts = {"response_id": job.response_id, "quarantine_reason": job.quarantine_reason}

@@ -23,11 +23,11 @@ import structlog
 from iipub.core.errors import Contention, LeaseLost
 from iipub.machine import decisions
 from iipub.machine.run_context import RunContext
-from iipub.model import owners, states
+from iipub.model import deliveries, owners, states
 from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.provider.outcomes import Missing, Observed, Transient
-from iipub.store import clock, deliveries
+from iipub.store import clock
 from iipub.store.deliveries import Deliveries
 
 log = structlog.get_logger("iipub.settle")
@@ -48,8 +48,6 @@ def _custody_watch(ctx: RunContext, job: Job) -> None:
 
     steps.run_custody_watch(ctx, job)
 
-# States in which a finished response is news: the job is waiting to read it.
-AWAITING_OUTPUT = frozenset({State.ACCEPTED, State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED})
 # After this long a delivery still awaiting its job's create is judged as it stands.
 _AWAIT_CREATE_SECONDS = 3600.0
 # How long after a create's outcome became unknown an unannounced response may still be its proof.
@@ -85,13 +83,13 @@ def _known(ctx: RunContext, job: Job, event_type: str, lease_wait: float) -> Set
             _custody_watch(ctx, job)
             return Settled(_after(ctx, job.id), job.id, facts)
         return Settled(deliveries.NO_OP, job.id, facts)
-    if job.state not in AWAITING_OUTPUT:
+    if job.state not in states.CUSTODY_PENDING:
         # Published, kept, parked, or in custody already (a duplicate, or the poll was first).
         return Settled(deliveries.NO_OP, job.id, facts)
     claimed = _claim(ctx, job, lease_wait)
     if claimed is None:
         current = ctx.store.find(job.id)
-        if current is not None and current.state in AWAITING_OUTPUT and ctx.store.make_due(current):
+        if current is not None and current.state in states.CUSTODY_PENDING and ctx.store.make_due(current):
             return Settled(deliveries.DEFERRED, job.id, facts)
         return Settled(deliveries.NO_OP, job.id, facts | {"moved_to": current.state.value if current else None})
     _run(ctx, claimed)
@@ -115,7 +113,7 @@ def _claim(ctx: RunContext, job: Job, lease_wait: float) -> Job | None:
             return None
         time.sleep(0.1)
         current = ctx.store.find(job.id)
-        if current is None or current.state not in AWAITING_OUTPUT:
+        if current is None or current.state not in states.CUSTODY_PENDING:
             return None
         job = current
 

@@ -14,7 +14,7 @@ from iipub.core.errors import Contention, DatabaseUnavailable
 from iipub.machine.cool_down import CoolDown
 from iipub.machine.deadline import Deadline
 from iipub.money import gate
-from iipub.money.breaker import GateState
+from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState
 from iipub.money.gate import CreateGate
 from iipub.store import clock
 from iipub.store.job_store import Store
@@ -43,7 +43,7 @@ class SharedCoolDown:
 def of_reads(store: Store) -> SharedCoolDown:
     """Polls, custody reads and deletes: a read's 429 holds every process's reads for its hint,
     capped at 60 s; creates go on. Starts from the cool-down another process shared."""
-    local = CoolDown(cap=gate.READ_COOLDOWN_CAP_SECONDS)
+    local = CoolDown(cap=READ_COOLDOWN_CAP_SECONDS)
     with store.engine.connect() as conn:
         until, now = gate.read_cool_down(conn), clock.read_now(conn)
     if until is not None:

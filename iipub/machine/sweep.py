@@ -25,7 +25,7 @@ from iipub.machine.deadline import STOP
 from iipub.machine.run_context import SweepContext
 from iipub.machine.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
-from iipub.model.states import TRACKS_RUN_IN, State
+from iipub.model.states import LOCAL_STEPS, PROVIDER_BOUND, TRACKS_RUN_IN, State
 from iipub.money import gate
 from iipub.provider.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
 from iipub.provider.interface import Provider
@@ -36,15 +36,6 @@ from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
 __all__ = ["STOP", "TickReport", "run"]
-
-# States whose steps in this tick never reach the provider (they end at SAVED_NOT_PUBLIC or in
-# quarantine); any other may, directly or by the steps it goes on to (NO_JOB -> a create,
-# PUBLISHED -> a delete), so the provider's client is set up before such a job is leased.
-LOCAL_ONLY = frozenset({State.RETRIEVED_NOT_VALIDATED, State.READY_TO_COMPOSE, State.COMPOSED_NOT_SAVED})
-
-# States whose next step calls the provider: not stepped while that kind of call cools down.
-PROVIDER_BOUND = frozenset({State.CREATE_ELIGIBLE, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS,
-                            State.COMPLETED_NOT_RETRIEVED, State.CLEANUP_PENDING})
 
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
@@ -185,7 +176,7 @@ def _pass(ctx: SweepContext, pool: ThreadPoolExecutor, seen: set[str], only: fro
             wanted = [(job_id, v) for job_id, v, state in chunk
                       if not _waits_for_provider(ctx, state)
                       and not (state == State.CREATE_ELIGIBLE and ctx.creates.blocked)]
-            if any(state not in LOCAL_ONLY for _, _, state in chunk):
+            if any(state not in LOCAL_STEPS for _, _, state in chunk):
                 ctx.provider.ready()  # a broken HTTP set-up fails the run here, before any lease
             claimed = _claim(ctx, wanted)
             writes = ctx.batches.open([job.id for job in claimed])

@@ -16,7 +16,7 @@ from iipub.machine import track_decisions
 from iipub.machine.applying import apply
 from iipub.machine.run_context import RunContext
 from iipub.model.jobs import Job
-from iipub.model.states import Reason, State
+from iipub.model.states import TRACKS_RUN_IN, Reason
 from iipub.model.track_views import Hop
 from iipub.store import db, outbox, track_store
 from iipub.store.track_store import Track, TrackStore
@@ -132,7 +132,7 @@ def _failed(ctx: RunContext, ts: TrackStore, track: Track, error: str) -> None:
 
 def _run(ctx: RunContext, ts: TrackStore, track: Track) -> None:
     job = ctx.store.find(track.job_id)
-    if job is None or job.state not in (State.READY_TO_COMPOSE, State.COMPOSED_NOT_SAVED):
+    if job is None or job.state not in TRACKS_RUN_IN:
         ts.release(track)  # the slot moved (suspended, killed) since the track was found due
         return
     plan = track_decisions.step(job, track.lang, track.state, track.payload, track.composed,

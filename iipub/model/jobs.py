@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iipub.core.timefmt import iso_z, jsonable, naive_utc
-from iipub.model.states import CUSTODY_WATCHED, State
+from iipub.model.states import CUSTODY_WATCHED, DONE, PARKED, State
 
 # Unpublished and not parked this long after its slot opened: stranded (`iipub check`).
 STRANDED_AFTER_SECONDS = 7200.0
@@ -136,7 +136,7 @@ def slot_row(*, job_id: str, product: str, day: dt.date, priority: int, opens_at
 
 
 @dataclass(frozen=True)
-class Event:
+class JournalEntry:
     id: int
     job_id: str
     from_state: str | None
@@ -178,10 +178,6 @@ def date_outside_window(day: dt.date, today: dt.date) -> str | None:
 
 # -- liveness: one definition for `status` and `check` ---------------------------------------
 
-# Published (or on its way out after publication): nothing is late any more.
-DONE_STATES = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
-PARKED_STATES = frozenset({State.QUARANTINED, State.VALIDATION_FAILED_RETAINED, State.MANUALLY_SUSPENDED})
-
 
 def slot_opened(opens_at: dt.datetime | str, created_at: dt.datetime | str) -> dt.datetime:
     """When the slot's clock starts: its window's opening, or its creation for a backfill."""
@@ -192,7 +188,7 @@ def late_seconds(state: State | str, kill_requested: bool, opens_at: dt.datetime
                  created_at: dt.datetime | str, now: dt.datetime) -> float | None:
     """How long an edition has been due and unpublished (measured from the slot's opening,
     whatever its state history), or None if it is published, killed or not open yet."""
-    if State(state) in DONE_STATES or kill_requested:
+    if State(state) in DONE or kill_requested:
         return None
     age = (naive_utc(now) - slot_opened(opens_at, created_at)).total_seconds()
     return age if age >= 0 else None
@@ -202,7 +198,7 @@ def is_stranded(state: State | str, kill_requested: bool, opens_at: dt.datetime 
                 created_at: dt.datetime | str, now: dt.datetime, after_seconds: float) -> float | None:
     """Late by more than `after_seconds` while nobody is asked to act (parked jobs are reported
     as quarantined or suspended instead): its age, or None."""
-    if State(state) in PARKED_STATES:
+    if State(state) in PARKED:
         return None
     age = late_seconds(state, kill_requested, opens_at, created_at, now)
     return age if age is not None and age > after_seconds else None

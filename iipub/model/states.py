@@ -48,7 +48,9 @@ def _edges(src: State, dsts: Iterable[State], operator: bool = False) -> list[Ed
 
 # States where a job has an accepted response we may still observe.
 POLLING = frozenset({S.ACCEPTED, S.QUEUED, S.IN_PROGRESS})
-# Suspended from one of these, a job's finished output is still taken into custody.
+# A response accepted and its output not in custody yet: a finished response is news to such a
+# job (a webhook, an accepted create's dwell), and suspended from one of these, its finished output
+# is still taken into custody.
 CUSTODY_PENDING = POLLING | {S.COMPLETED_NOT_RETRIEVED}
 # Parked states whose response, if the job holds one and no payload yet, is still watched for
 # custody (the custody watch; PRODUCT.md section 20): the poll budget bounds observation only.
@@ -141,12 +143,79 @@ EDGES: tuple[Edge, ...] = tuple(
        if s not in (S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED)]
 )
 
-TERMINAL = frozenset({S.DELETED})
+# -- state groups ------------------------------------------------------------------------------
+# Every group of states iipub decides by is declared here, once, and named for what it means.
+# `PARTITIONS` names the families that split the states: tests/unit/test_states.py checks that
+# each places every state exactly once, so a new state must be placed in each.
+
+# Who moves a job (the first partition). `reconcile` works on ACTIVE ones (`steps.STEPS`).
+ACTIVE = frozenset(
+    {
+        S.NO_JOB, S.CREATE_ELIGIBLE, S.CREATE_IN_FLIGHT, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS,
+        S.COMPLETED_NOT_RETRIEVED, S.RETRIEVED_NOT_VALIDATED, S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED,
+        S.PUBLISHED, S.CLEANUP_PENDING, S.PROVIDER_EXPIRED_OR_MISSING,
+    }
+)
+# Saved editions waiting for their sinks: the relay's, never the sweep's.
+RELAYING = frozenset({S.SAVED_NOT_PUBLIC})
 # Parked: not terminal, but nothing moves them except an operator.
 PARKED = frozenset({S.QUARANTINED, S.VALIDATION_FAILED_RETAINED, S.MANUALLY_SUSPENDED})
-# States `reconcile` works on. SAVED_NOT_PUBLIC belongs to the relay; parked states
-# wait for an operator.
-ACTIVE = frozenset(State) - TERMINAL - PARKED - {S.SAVED_NOT_PUBLIC}
+TERMINAL = frozenset({S.DELETED})
+
+# Where the job's output is (the second partition): not in custody yet, taken into custody, or
+# parked from anywhere (CUSTODY_WATCHED above: the job's columns say which).
+BEFORE_CUSTODY = frozenset(
+    {
+        S.NO_JOB, S.CREATE_ELIGIBLE, S.CREATE_IN_FLIGHT, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS,
+        S.COMPLETED_NOT_RETRIEVED, S.PROVIDER_EXPIRED_OR_MISSING,
+    }
+)
+CUSTODY_TAKEN = frozenset(
+    {
+        S.RETRIEVED_NOT_VALIDATED, S.VALIDATION_FAILED_RETAINED, S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED,
+        S.SAVED_NOT_PUBLIC, S.PUBLISHED, S.CLEANUP_PENDING, S.DELETED,
+    }
+)
+
+# Published (or on its way out after publication): nothing is late any more.
+DONE = frozenset({S.PUBLISHED, S.CLEANUP_PENDING, S.DELETED})
+# The slot's editions are saved: nothing left to kill, something to republish.
+EDITIONS_SAVED = RELAYING | DONE
+# Where a job rests once nothing more will happen by itself: deleted, or parked for an operator.
+SETTLED = TERMINAL | PARKED
+# Parked, but not quarantined (quarantine has its own line in `status`).
+PARKED_OUTSIDE_QUARANTINE = PARKED - {S.QUARANTINED}
+
+# A create comes next: no response of the current attempt exists (a lost one is created again).
+CREATE_NEXT = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE, S.PROVIDER_EXPIRED_OR_MISSING})
+# Slots not dispatched yet, as the time-to-dispatch SLI counts them.
+AWAITING_DISPATCH = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE})
+# A create sent or accepted and its response not finished: the provider may be generating
+# (admission control counts them against new creates).
+GENERATING = frozenset({S.CREATE_IN_FLIGHT}) | POLLING
+# Between the create and custody: what `export --in-flight` hands over and a rollback hands back.
+IN_FLIGHT = frozenset({S.CREATE_IN_FLIGHT}) | CUSTODY_PENDING
+# Suspended from one of these, a job whose output is stored resumes into validation.
+RESUMES_INTO_VALIDATION = CUSTODY_PENDING | {S.PROVIDER_EXPIRED_OR_MISSING}
+# A custody dwell that ends here lost the output it was meant to fetch.
+DWELL_LOST = frozenset({S.PROVIDER_EXPIRED_OR_MISSING, S.QUARANTINED})
+# Published, the provider's copy not deleted yet: the sweep's cleanup work.
+CLEANING_UP = frozenset({S.PUBLISHED, S.CLEANUP_PENDING})
+
+# States whose next step calls the provider: not stepped while that kind of call cools down.
+PROVIDER_BOUND = frozenset({S.CREATE_ELIGIBLE, S.ACCEPTED, S.QUEUED, S.IN_PROGRESS, S.COMPLETED_NOT_RETRIEVED,
+                            S.CLEANUP_PENDING})
+# States whose steps in one tick never reach the provider (they end at SAVED_NOT_PUBLIC or in
+# quarantine); any other active one may, directly or by the steps it goes on to (NO_JOB -> a
+# create, PUBLISHED -> a delete), so the provider's client is set up before such a job is leased.
+LOCAL_STEPS = frozenset({S.RETRIEVED_NOT_VALIDATED, S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
+
+# The states `import-payload` takes a job out of: each has an edge into RETRIEVED_NOT_VALIDATED.
+IMPORTABLE = frozenset({S.QUARANTINED, S.COMPLETED_NOT_RETRIEVED, S.PROVIDER_EXPIRED_OR_MISSING})
+# Where an orphan's output may enter: a job a restore sent back before its create, or one whose
+# own response is lost or parked; never one holding custody or polling a live response.
+ORPHAN_ADOPTABLE = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE, S.QUARANTINED, S.COMPLETED_NOT_RETRIEVED,
+                              S.PROVIDER_EXPIRED_OR_MISSING})
 
 _BY_PAIR = {(e.src, e.dst): e for e in EDGES}
 
@@ -162,6 +231,12 @@ TRACK_PARKED = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED})
 TRACK_ACTIVE = frozenset({S.RETRIEVED_NOT_VALIDATED, S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
 # The slot states whose tracks the sweep moves: a suspended, parked or killed slot freezes them.
 TRACKS_RUN_IN = frozenset({S.READY_TO_COMPOSE, S.COMPOSED_NOT_SAVED})
+# Slot states that never run their tracks and never fork again by themselves: a track due for the
+# track pass under such a slot waits for nothing (a suspended slot waits for `resume`).
+TRACKS_NEVER_RUN_IN = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED, S.SAVED_NOT_PUBLIC, S.PUBLISHED,
+                                 S.CLEANUP_PENDING, S.DELETED})
+# A slot parked with its tracks: `revalidate ID --lang L` takes it back to READY_TO_COMPOSE.
+REOPENS_FOR_A_TRACK = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED})
 
 # A slot past the fork without tracks (a row from before them, or restored from an older
 # backup) is converted: each language's track in this state (`tracks.convert`).
@@ -191,6 +266,20 @@ TRACK_EDGES: tuple[Edge, ...] = tuple(
     + [Edge(s, S.DELETED, operator=True) for s in sorted(TRACK_UNPUBLISHED)]
 )
 _TRACK_BY_PAIR = {(e.src, e.dst): e for e in TRACK_EDGES}
+# The states a language track takes.
+TRACK_STATES = frozenset({e.src for e in TRACK_EDGES} | {e.dst for e in TRACK_EDGES})
+
+# The families of groups that split the states, each state in exactly one group of each: a job's
+# over `State`, a track's over `TRACK_STATES` (tests/unit/test_states.py).
+PARTITIONS: dict[str, tuple[frozenset[State], ...]] = {
+    "who moves a job: the sweep, the relay, an operator, nobody": (ACTIVE, RELAYING, PARKED, TERMINAL),
+    "where a job's output is: not in custody yet, parked from anywhere, in custody": (
+        BEFORE_CUSTODY, CUSTODY_WATCHED, CUSTODY_TAKEN),
+}
+TRACK_PARTITIONS: dict[str, tuple[frozenset[State], ...]] = {
+    "where a track is: worked by the sweep, parked, saved, ended": (
+        TRACK_ACTIVE, TRACK_PARKED, TRACK_SAVED, TERMINAL),
+}
 
 
 def track_allowed(src: State | str, dst: State | str, *, operator: bool = False) -> bool:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iipub.core.timefmt import jsonable, seconds_between
-from iipub.model.jobs import DONE_STATES, PARKED_STATES, is_stranded
-from iipub.model.states import TRACK_ACTIVE, Reason, State
+from iipub.model.jobs import is_stranded
+from iipub.model.states import DONE, PARKED, TRACK_ACTIVE, TRACKS_NEVER_RUN_IN, Reason, State
 
 # The track columns the operator-facing JSON shows, in this order (no payload, no composed text).
 PUBLIC_FIELDS = (
@@ -26,14 +26,10 @@ PUBLIC_FIELDS = (
 )
 # A track's step that failed with an unexpected error says so in its last_error (like a job's).
 STEP_FAILED = "step_failed:"
-_PARKED = frozenset(s.value for s in PARKED_STATES)
-_DONE = frozenset(s.value for s in DONE_STATES)
+_PARKED = frozenset(s.value for s in PARKED)
+_DONE = frozenset(s.value for s in DONE)
 _ACTIVE_TRACK = frozenset(s.value for s in TRACK_ACTIVE)
-# Slot states that never run their tracks and never fork again by themselves: a track due for the
-# track pass under such a slot waits for nothing (a suspended slot waits for `resume`).
-_NO_TRACK_PASS = frozenset(s.value for s in (State.VALIDATION_FAILED_RETAINED, State.QUARANTINED,
-                                             State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING,
-                                             State.DELETED))
+_NO_TRACK_PASS = frozenset(s.value for s in TRACKS_NEVER_RUN_IN)
 
 
 @dataclass(frozen=True)

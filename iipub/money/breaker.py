@@ -39,6 +39,9 @@ class BreakerReason(enum.StrEnum):
 CRITICAL_REASONS = frozenset({BreakerReason.QUOTA_EXHAUSTED, BreakerReason.PROVIDER_AUTH})
 OPEN, CLOSED = "open", "closed"
 RATE_WINDOW_SECONDS = 60.0
+# A read's rate-limit hint is honoured up to this: a finished response stays at the provider for
+# about ten minutes, and custody must never wait most of that.
+READ_COOLDOWN_CAP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class ProductHold:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GateVerdict:
     allowed: bool
     why: str = ""
     probe: bool = False  # this create decides the provider's health: its outcome is recorded
@@ -99,31 +102,31 @@ class Verdict:
     at: dt.datetime | None = None  # the database clock when the gate decided
 
 
-def admit(g: GateState, now: dt.datetime, worker: str, p: ProviderSettings, lease_seconds: float) -> Verdict:
+def admit(g: GateState, now: dt.datetime, worker: str, p: ProviderSettings, lease_seconds: float) -> GateVerdict:
     """May `worker` (one claimant: a worker's job) send a paid create now?"""
     if g.paused:
-        return Verdict(False, f"creates paused by {g.paused_by or 'an operator'}: {g.paused_reason or ''}".strip())
+        return GateVerdict(False, f"creates paused by {g.paused_by or 'an operator'}: {g.paused_reason or ''}".strip())
     if g.cooldown_until is not None and now < g.cooldown_until:
-        return Verdict(False, f"provider rate limit: no create before {g.cooldown_until.isoformat()}Z")
+        return GateVerdict(False, f"provider rate limit: no create before {g.cooldown_until.isoformat()}Z")
     probe_busy = (g.probe_owner is not None and g.probe_owner != worker
                   and g.probe_expiry is not None and g.probe_expiry > now)
     take_probe = {"probe_owner": worker, "probe_expiry": now + dt.timedelta(seconds=lease_seconds)}
     if g.is_open:
         if g.probe_after is not None and now < g.probe_after:
-            return Verdict(False, f"create breaker open ({g.breaker_reason}) until {g.probe_after.isoformat()}Z")
+            return GateVerdict(False, f"create breaker open ({g.breaker_reason}) until {g.probe_after.isoformat()}Z")
         if probe_busy:
-            return Verdict(False, f"create breaker open ({g.breaker_reason}); a probe is out ({g.probe_owner})")
-        return Verdict(True, "probe after the breaker's cool-down", probe=True, changes=take_probe)
+            return GateVerdict(False, f"create breaker open ({g.breaker_reason}); a probe is out ({g.probe_owner})")
+        return GateVerdict(True, "probe after the breaker's cool-down", probe=True, changes=take_probe)
     healthy = g.last_ok_at is not None and (now - g.last_ok_at).total_seconds() <= p.healthy_for_seconds
     rate = _rate_take(g, now, p)
     if rate is None and p.max_creates_per_minute:
-        return Verdict(False, f"max_creates_per_minute ({p.max_creates_per_minute}) reached")
+        return GateVerdict(False, f"max_creates_per_minute ({p.max_creates_per_minute}) reached")
     if not healthy:
         if probe_busy:
-            return Verdict(False, f"the provider's health is being probed ({g.probe_owner})", wait_briefly=True)
-        return Verdict(True, "no recent accepted create: this one probes", probe=True,
+            return GateVerdict(False, f"the provider's health is being probed ({g.probe_owner})", wait_briefly=True)
+        return GateVerdict(True, "no recent accepted create: this one probes", probe=True,
                        changes={**take_probe, **(rate or {})})
-    return Verdict(True, changes=rate)
+    return GateVerdict(True, changes=rate)
 
 
 def _rate_take(g: GateState, now: dt.datetime, p: ProviderSettings) -> dict[str, Any] | None:

@@ -21,7 +21,8 @@ from iipub.core.errors import Contention, OperatorRefused
 from iipub.core.timefmt import naive_utc
 from iipub.money import breaker, payments
 from iipub.money import budgets as money
-from iipub.money.breaker import GateState, Verdict
+from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState, GateVerdict
+from iipub.money.payment_values import Override
 from iipub.provider.outcomes import CreateOutcome
 from iipub.settings.config import Budgets, Product, ProviderSettings
 from iipub.store import clock, db, tables
@@ -42,11 +43,6 @@ def read(conn: Connection) -> GateState:
     values["paused"] = bool(values["paused"])
     values["paused_everything"] = bool(values["paused_everything"])
     return GateState(**values)
-
-
-# A read's rate-limit hint is honoured up to this: a finished response stays at the provider for
-# about ten minutes, and custody must never wait most of that.
-READ_COOLDOWN_CAP_SECONDS = 60.0
 
 
 def read_cool_down(conn: Connection) -> dt.datetime | None:
@@ -87,13 +83,13 @@ class CreateGate:
         with self.engine.connect() as conn:
             return read(conn), clock.read_now(conn)
 
-    def admit(self, job_id: str, product: str | None = None) -> Verdict:
+    def admit(self, job_id: str, product: str | None = None) -> GateVerdict:
         """Ask before charging `job_id`'s generation attempt (of `product`: its daily spend
         ceilings apply); an allowed probe is recorded as that job's (threads of one process share
         a worker id, so the job names the claimant)."""
         held = self.ceiling_holding(product) if product is not None and self.has_ceilings else None
         if held is not None:
-            return Verdict(False, f"spend ceiling reached: {held.describe()}", ceiling=held.scope)
+            return GateVerdict(False, f"spend ceiling reached: {held.describe()}", ceiling=held.scope)
         claimant = _claimant(self.worker, job_id)
         return self._decide(lambda g, now: _verdict_changes(dataclasses.replace(
             breaker.admit(g, now, claimant, self.settings, self.lease_seconds), at=now)))
@@ -124,7 +120,7 @@ class CreateGate:
                 log.warning("spend_ceiling_reached", worker=self.worker, **detail)
             return held
 
-    def override(self, scope: str, tokens: int, until: dt.datetime | None, by: str, reason: str) -> payments.Override:
+    def override(self, scope: str, tokens: int, until: dt.datetime | None, by: str, reason: str) -> Override:
         """An operator raises a daily ceiling by `tokens` until `until` (default: the next UTC
         midnight), journaled with who and why."""
         with db.transaction(self.engine) as conn:
@@ -209,7 +205,7 @@ def _claimant(worker: str, job_id: str) -> str:
     return f"{worker[:90]}/{job_id}"[:128]
 
 
-def _verdict_changes(v: Verdict) -> tuple[Verdict, breaker.Change | None]:
+def _verdict_changes(v: GateVerdict) -> tuple[GateVerdict, breaker.Change | None]:
     return v, (breaker.Change(v.changes) if v.allowed and v.changes else None)
 
 

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.errors import OperatorRefused
+from iipub.model.spend_states import ACCEPTED, REJECTED, SETTLED, UNKNOWN
 from iipub.money.ledger import LedgerError, SpendLedger
 from iipub.money.spend import Fold
 from iipub.store import clock, db, tables
@@ -33,7 +34,7 @@ MISSING, REPLACED, BEHIND = "missing", "replaced", "behind"
 KINDS = (MISSING, REPLACED, BEHIND)
 # Dispatches whose intent line was written: every state but a provable refusal (a create not sent
 # because its intent could not be written is one) and one still in flight (its line may be on its way).
-_WROTE_INTENT = ("accepted", "unknown", "settled", "rejected")
+_WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
 
 
 @dataclass(frozen=True)

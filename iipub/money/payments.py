@@ -1,7 +1,8 @@
 """The `spend` table (migration 0008): one row per paid create, counted by PAYMENT time (`paid_at`, the database
 clock when the dispatch was committed), never by edition date, so a backfill paid today is
 today's spend. Its operator overrides (`spend_overrides`) and the once-a-day notes of a reached
-ceiling (`spend_notes`) live here too; the rules are in `money`.
+ceiling (`spend_notes`) live here too; the rules are in `money`, the values `status` shows in
+`payment_values`.
 
 A row is written in the dispatch's own transaction (before the POST), given the create's
 outcome after it, and the provider's reported usage when the output is taken into custody
@@ -14,20 +15,20 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import Connection, Engine
 
-from iipub.core.timefmt import iso_z, naive_utc
+from iipub.core.timefmt import naive_utc
 from iipub.model.jobs import Job
+from iipub.model.spend_states import ACCEPTED, IN_FLIGHT, NOT_CHARGED, REFUSED, REJECTED, UNKNOWN
 from iipub.money import budgets as money
+from iipub.money.payment_values import Override, SpendReport, Tally, Window
 from iipub.provider.outcomes import Accepted, Ambiguous, CreateOutcome, Refused
 from iipub.settings.config import Pricing, Product
 from iipub.store import clock, tables
-from iipub.store.spend_rows import ACCEPTED, IN_FLIGHT, NOT_CHARGED, REFUSED, REJECTED, UNKNOWN
 
 log = structlog.get_logger("iipub.spend")
 spend_table, overrides_table, notes_table = tables.spend, tables.spend_overrides, tables.spend_notes
@@ -89,21 +90,6 @@ def counted_today(conn: Connection, now: dt.datetime) -> dict[str, int]:
     return out
 
 
-@dataclass(frozen=True)
-class Override:
-    scope: str
-    extra_tokens: int
-    reason: str
-    granted_by: str
-    granted_at: dt.datetime
-    until: dt.datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"scope": "global" if self.scope == money.GLOBAL else self.scope, "extra_tokens": self.extra_tokens,
-                "reason": self.reason, "by": self.granted_by, "granted_at": iso_z(self.granted_at),
-                "until": iso_z(self.until)}
-
-
 def overrides_in_force(conn: Connection, now: dt.datetime) -> list[Override]:
     o = overrides_table.c
     rows = conn.execute(sa.select(overrides_table).where(o.until_at > now).order_by(o.id)).mappings()
@@ -145,86 +131,8 @@ def note_reached(conn: Connection, ceiling: money.Ceiling, now: dt.datetime) -> 
 # -- what `status` reports ---------------------------------------------------------------------
 
 
-@dataclass
-class Tally:
-    """Spend of one group (a window, a product, a tier) by payment time."""
-
-    creates: int = 0  # paid creates (not counting provable refusals)
-    refused: int = 0  # creates the provider provably refused (not charged)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reported_tokens: int = 0  # total tokens the provider reported
-    estimated_tokens: int = 0  # counted at the estimate: usage not known yet
-    cost: float | None = None
-    flex_saving: float | None = None
-
-    @property
-    def tokens(self) -> int:
-        return self.reported_tokens + self.estimated_tokens
-
-    def add(self, row: Mapping[Any, Any], cost: float | None, saving: float | None) -> None:
-        if row["state"] in NOT_CHARGED:
-            self.refused += int(row["state"] == REFUSED)
-            return
-        self.creates += 1
-        if row["total_tokens"] is None:
-            self.estimated_tokens += int(row["estimated_tokens"])
-        else:
-            self.input_tokens += int(row["input_tokens"] or 0)
-            self.output_tokens += int(row["output_tokens"] or 0)
-            self.reported_tokens += int(row["total_tokens"])
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + cost
-        if saving is not None:
-            self.flex_saving = (self.flex_saving or 0.0) + saving
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"creates": self.creates, "refused": self.refused, "tokens": self.tokens,
-                "reported_tokens": self.reported_tokens, "estimated_tokens": self.estimated_tokens,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cost": None if self.cost is None else round(self.cost, 6),
-                "flex_saving": None if self.flex_saving is None else round(self.flex_saving, 6)}
-
-
-@dataclass
-class Window:
-    name: str
-    since: dt.datetime
-    total: Tally = field(default_factory=Tally)
-    by_product: dict[str, Tally] = field(default_factory=dict)
-    by_tier: dict[str, Tally] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"since": iso_z(self.since), **self.total.to_dict(),
-                "by_product": {k: v.to_dict() for k, v in sorted(self.by_product.items())},
-                "by_tier": {k: v.to_dict() for k, v in sorted(self.by_tier.items())}}
-
-
-@dataclass(frozen=True)
-class Report:
-    currency: str
-    priced: bool  # [pricing] gives a price for at least one model
-    windows: tuple[Window, ...]
-    ceilings: tuple[money.Ceiling, ...] = ()
-    overrides: tuple[Override, ...] = ()
-
-    def window(self, name: str) -> Window:
-        return next(w for w in self.windows if w.name == name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "counted_by": "payment time",
-            "currency": self.currency if self.priced else None,
-            "windows": {w.name: w.to_dict() for w in self.windows},
-            "ceilings": [{"scope": "global" if c.scope == money.GLOBAL else c.scope, "name": c.name,
-                          "max_tokens_per_day": c.limit, "override_tokens": c.extra, "allowed": c.allowed,
-                          "counted_today": c.spent, "reached": c.reached} for c in self.ceilings],
-            "overrides": [o.to_dict() for o in self.overrides],
-        }
-
-
 def report(conn: Connection, now: dt.datetime, pricing: Pricing, budgets: Any,
-           products: Mapping[str, Product]) -> Report:
+           products: Mapping[str, Product]) -> SpendReport:
     """Spend by payment time: today (since the UTC midnight), the last 7 and 30 days."""
     starts = {name: day_start(now) if days is None else naive_utc(now) - dt.timedelta(days=days)
               for name, days in WINDOWS}
@@ -248,4 +156,4 @@ def report(conn: Connection, now: dt.datetime, pricing: Pricing, budgets: Any,
                           w.by_tier.setdefault(row["tier"], Tally())):
                 tally.add(row, cost, saving)
     found, overrides = ceilings_now(conn, budgets, products, now)
-    return Report(pricing.currency, bool(pricing.models), windows, tuple(found), tuple(overrides))
+    return SpendReport(pricing.currency, bool(pricing.models), windows, tuple(found), tuple(overrides))

@@ -75,7 +75,7 @@ def _run(argv: list[str], started: float) -> int | None:
             return None  # code newer than the schema: the full run says `db migrate` is pending
         cursor.execute(wakeup.signature_sql(family))
         signature = wakeup.digest(cursor.fetchone())
-        recorded = wakeup.Recorded(signature=row[1], identity=row[2], files=files, idle_summary=row[4],
+        recorded = wakeup.RecordedWakeup(signature=row[1], identity=row[2], files=files, idle_summary=row[4],
                                    asleep=bool(row[5]))
         if wakeup.why_awake(recorded, signature, wakeup.identity(os.environ, os.getcwd()),
                             {path: file_mark(path) for path in files}) is not None:

@@ -114,8 +114,6 @@ ADOPTED = frozenset({Reason.ACCEPTED, Reason.OPERATOR_LINK, Reason.RESTORED_ADOP
                      Reason.OPERATOR_ADOPT_ORPHAN, Reason.OPERATOR_ADOPT})
 # Adoptions that add the paid creates a restored journal no longer shows (detail `attempts_added`).
 ADDS_ATTEMPTS = frozenset({Reason.RESTORED_ADOPTED, Reason.RESTORED_PUBLISHED, Reason.OPERATOR_ADOPT_ORPHAN})
-DONE = frozenset({State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED})
-SETTLED = frozenset({State.DELETED}) | states.PARKED
 
 
 @dataclass(frozen=True)
@@ -375,7 +373,7 @@ def _liveness(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], now: dt
     if age is not None and not parked_track:
         found.add("stranded", jid, f"{state} ({job['product']} {job['edition_date']}), unpublished {age:.0f} s "
                                    f"after its slot opened > {after:.0f} s")
-    if state not in SETTLED and not not_open and settled and not parked_track:
+    if state not in states.SETTLED and not not_open and settled and not parked_track:
         found.add("unsettled", jid, f"{state} ({job['product']} {job['edition_date']}) after convergence; "
                                     f"last error: {(job['last_error'] or '-')[:200]}")
     if state == State.QUARANTINED and not job["quarantine_reason"]:
@@ -447,7 +445,7 @@ def _publication(
             found.add("killed_but_published", jid, f"killed, yet editions {sorted(ed_by_job[jid])} exist")
         state = State(job["state"])
         closed_on_site = any(e.reason == Reason.RESTORED_PUBLISHED for e in evs)  # its pages are live already
-        if state in DONE and not killed and not pubs and not closed_on_site:
+        if state in states.DONE and not killed and not pubs and not closed_on_site:
             found.add("not_published", jid, f"{state} without a journaled publication")
         if not pubs:
             continue
@@ -518,8 +516,7 @@ def _tracks(found: _Found, jobs: Mapping[str, Mapping[str, Any]], tracks: Mappin
         job = jobs.get(jid)
         if job is None:
             continue
-        if job["state"] in (State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value) \
-                and not job["kill_requested"]:
+        if job["state"] in states.DONE and not job["kill_requested"]:
             behind = sorted(lang for lang, t in langs.items() if t["state"] != State.PUBLISHED.value)
             if behind:
                 found.add("not_published", jid, f"{job['state']} while the {', '.join(behind)} track is not published")
@@ -704,18 +701,12 @@ def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: 
             found.add("behind_ledger", row.id, f"{slot}: the ledger charged {s.charged} paid create(s) (last "
                                                f"response {s.response_id or '-'}); the job knows of "
                                                f"{row.generation_attempts} and is {row.state}")
-        elif State(row.state) in _AWAITING_OUTPUT:
+        elif State(row.state) in states.BEFORE_CUSTODY:
             job_ahead = ahead(engine, _JobRef(row.id), s)
             if job_ahead:
                 found.add("behind_ledger", row.id, f"{slot}: the ledger records {', '.join(job_ahead)} the job "
                                                    f"({row.state}) does not know of")
     return found.items
-
-
-# States in which a job has no output yet: one the ledger knows output for was restored from before it.
-_AWAITING_OUTPUT = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.CREATE_IN_FLIGHT, State.ACCEPTED,
-                              State.QUEUED, State.IN_PROGRESS, State.COMPLETED_NOT_RETRIEVED,
-                              State.PROVIDER_EXPIRED_OR_MISSING})
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from iipub.core.files import fsync_dir, replace_atomically
 from iipub.core.timefmt import naive_utc
+from iipub.model import deliveries
 from iipub.model.states import QUARANTINE_REASONS, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason as _parked_reason
 from iipub.money.budgets import GLOBAL, TIERS
 from iipub.observe.report import Status
 from iipub.settings.config import Product
-from iipub.store import deliveries
 
 NAN = math.nan
 

@@ -20,8 +20,18 @@ from sqlalchemy.engine import Connection, Engine
 from iipub.core.errors import IipubError, SchemaNotReady
 from iipub.core.timefmt import as_date, naive_utc, seconds_between
 from iipub.model import track_views
-from iipub.model.jobs import DONE_STATES, slot_opened
-from iipub.model.states import POLL_REASONS, POLLING, SHADOW_HELD, TRACKS_RUN_IN, Reason, State
+from iipub.model.jobs import slot_opened
+from iipub.model.states import (
+    AWAITING_DISPATCH,
+    CUSTODY_PENDING,
+    DONE,
+    PARKED_OUTSIDE_QUARANTINE,
+    POLL_REASONS,
+    SHADOW_HELD,
+    TRACKS_RUN_IN,
+    Reason,
+    State,
+)
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
@@ -138,7 +148,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         # A slot parked with its tracks is reported by them (parked tracks), not twice.
         parked=tuple(sorted(
             (report.job_ref(j, seconds_between(now, j["state_entered_at"])) for j in live
-             if j["state"] in (State.VALIDATION_FAILED_RETAINED.value, State.MANUALLY_SUSPENDED.value)
+             if j["state"] in PARKED_OUTSIDE_QUARANTINE
              and j["id"] not in track_figures.parked_job_ids),
             key=lambda r: -r.age_seconds)),
         budgets=budgets,
@@ -172,7 +182,7 @@ def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, h
     yet with its job's liveness columns, and the duplicate publications per language."""
     t, j, ed = tables.tracks.c, jobs_table.c, tables.editions.c
     counts = conn.execute(sa.select(t.product, t.lang, t.state, sa.func.count()).group_by(t.product, t.lang, t.state))
-    done = sorted(s.value for s in DONE_STATES)
+    done = sorted(s.value for s in DONE)
     unfinished = conn.execute(
         sa.select(t.job_id, t.product, t.edition_date, t.lang, t.state, t.quarantine_reason, t.last_error,
                   t.state_entered_at, j.state.label("job_state"), j.opens_at, j.created_at.label("job_created_at"),
@@ -221,14 +231,10 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     return out
 
 
-# States whose next step reads the job's response at the provider.
-_READ_STATES = frozenset(s.value for s in (*POLLING, State.COMPLETED_NOT_RETRIEVED))
-
-
 def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]], current: str) -> list[Mapping[str, Any]]:
     """Jobs in flight created under another scope than reads use now whose last read was a 404
     there (`scope_mismatch`): naming the project explicitly for a key's own project is no alarm."""
-    candidates = [j for j in live if j["state"] in _READ_STATES and j["create_scope"]
+    candidates = [j for j in live if j["state"] in CUSTODY_PENDING and j["create_scope"]
                   and not same_scope(j["create_scope"], current)]
     waiting = []
     for j in candidates:  # a rotation with jobs in flight: a handful, each one indexed read
@@ -273,7 +279,7 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     waiting = {
         j["id"]: seconds_between(now, slot_opened(j["opens_at"], j["created_at"]))
         for j in live
-        if j["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value) and not j["is_backfill"]
+        if j["state"] in AWAITING_DISPATCH and not j["is_backfill"]
     }
     waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
     if waiting:
@@ -318,7 +324,7 @@ def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequen
         .where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
     ).all()
     durations = [d for d in (report.poll_lateness(naive_utc(r.at), r.detail) for r in rows) if d is not None]
-    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    watched = {st.value for st in CUSTODY_PENDING}
     late = [
         seconds_between(now, j["next_attempt_at"]) for j in live
         if j["state"] in watched and (j["lease_expiry"] is None or naive_utc(j["lease_expiry"]) < now)
@@ -393,7 +399,7 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
     samples = [(naive_utc(r.first_at),
                 seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
                for r in rows]
-    waiting = [x["id"] for x in live if x["state"] in (State.NO_JOB.value, State.CREATE_ELIGIBLE.value)
+    waiting = [x["id"] for x in live if x["state"] in AWAITING_DISPATCH
                and not x["is_backfill"]
                and seconds_between(now, slot_opened(x["opens_at"], x["created_at"])) >= s.dispatch_slo_seconds]
     if waiting:
@@ -424,7 +430,7 @@ def _poll_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence
         late = report.poll_lateness(naive_utc(r.at), r.detail)
         if late is not None:
             samples.append((naive_utc(r.at), late < s.overdue_poll_slo_seconds))
-    watched = {st.value for st in POLLING} | {State.COMPLETED_NOT_RETRIEVED.value}
+    watched = {st.value for st in CUSTODY_PENDING}
     samples += [(now, False) for x in live if x["state"] in watched
                 and (x["lease_expiry"] is None or naive_utc(x["lease_expiry"]) < now)
                 and seconds_between(now, x["next_attempt_at"]) >= s.overdue_poll_slo_seconds]

@@ -2,7 +2,10 @@
 outbox health, quarantine, provider spend, and the Nagios-style check.
 
 The report as a value, the arithmetic over the rows it is made of, and the check policy; no
-I/O. `status_queries.collect` reads the rows (by the database clock); the CLI formats.
+I/O, and no import of a module that does any (pyproject's `status-value` contract): the parts
+other modules collect arrive as their pure values (`heartbeat_values`, `cutover_values`,
+`model.deliveries`, `money.payment_values`). `queries.collect` reads the rows (by the database
+clock); the CLI formats.
 """
 
 from __future__ import annotations
@@ -15,27 +18,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from iipub.core.severity import Severity
 from iipub.core.timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from iipub.core.wording import clip_words, plural, printable
+from iipub.model.deliveries import WebhookSummary
 from iipub.model.jobs import is_stranded, late_seconds
-from iipub.model.states import State
+from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason
-from iipub.money import breaker, gate
+from iipub.money import breaker
 from iipub.money import budgets as money
 from iipub.money.breaker import GateState
-from iipub.money.payments import Report as PaidReport
-from iipub.observe import cutover, error_budget, heartbeat
+from iipub.money.payment_values import SpendReport
+from iipub.observe import error_budget
+from iipub.observe.cutover_values import Cutover
+from iipub.observe.heartbeat_values import HeartbeatSummary
 from iipub.settings.config import Settings, StatusSettings
-from iipub.store import deliveries
 
 PROBLEM_WIDTH = 300  # one problem's text in the check line, at most
-
-OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
-CHECK_NAMES = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
-
-# A dwell that ends here lost the output it was meant to fetch.
-DWELL_LOST = (State.PROVIDER_EXPIRED_OR_MISSING.value, State.QUARANTINED.value)
 
 
 # -- value types ----------------------------------------------------------------------
@@ -163,17 +163,17 @@ class Disk:
             share = min(share, (self.free_inodes or 0) / self.inodes)
         return share
 
-    def severity(self, s: StatusSettings) -> int:
+    def severity(self, s: StatusSettings) -> Severity:
         if self.error is not None:
-            return WARNING
+            return Severity.WARNING
         if self.free_share * 100 < s.disk_crit_free_percent or self.free_bytes < s.disk_crit_free_bytes:
-            return CRITICAL
+            return Severity.CRITICAL
         hours = self.hours_to_full(s)
         if hours is not None and hours < s.disk_full_crit_hours:
-            return CRITICAL
+            return Severity.CRITICAL
         if self.free_share * 100 < s.disk_warn_free_percent:
-            return WARNING
-        return WARNING if hours is not None and hours < s.disk_full_warn_hours else OK
+            return Severity.WARNING
+        return Severity.WARNING if hours is not None and hours < s.disk_full_warn_hours else Severity.OK
 
     def describe(self) -> str:
         if self.error is not None:
@@ -209,8 +209,9 @@ class ClockCheck:
     offset_seconds: float
     uncertainty_seconds: float  # half the query's round trip
 
-    def severity(self, s: StatusSettings) -> int:
-        return WARNING if abs(self.offset_seconds) - self.uncertainty_seconds > s.clock_warn_seconds else OK
+    def severity(self, s: StatusSettings) -> Severity:
+        off = abs(self.offset_seconds) - self.uncertainty_seconds > s.clock_warn_seconds
+        return Severity.WARNING if off else Severity.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {"offset_seconds": round(self.offset_seconds, 3),
@@ -254,13 +255,13 @@ class Status:
     gate: GateState | None = None
     unexpected_statuses: int = 0  # reads of a status iipub does not know, in the window
     failing_steps: tuple[JobRef, ...] = ()  # jobs whose last step failed with an unexpected error
-    webhooks: deliveries.Summary | None = None
-    heartbeats: heartbeat.Summary | None = None  # the last reconcile and relay runs
-    extra_problems: tuple[tuple[int, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
+    webhooks: WebhookSummary | None = None
+    heartbeats: HeartbeatSummary | None = None  # the last reconcile and relay runs
+    extra_problems: tuple[tuple[Severity, str], ...] = ()  # found by the command itself (e.g. an unwritable file)
     installation_id: str | None = None  # this database's (`iipub.store.installation`)
     read_cooldown_until: dt.datetime | None = None  # provider reads wait until then (a 429 on a read)
-    cutover: cutover.Cutover | None = None  # missing days, shadow decisions, the immediate abort
-    paid: PaidReport | None = None  # spend by payment time, the daily ceilings and their overrides
+    cutover: Cutover | None = None  # missing days, shadow decisions, the immediate abort
+    paid: SpendReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
@@ -320,13 +321,13 @@ class Status:
             out.append(Queue(kind, reason, len(items), age, limit, sum(1 for a, _ in items if a > limit), who))
         return out
 
-    def _host_problems(self) -> list[tuple[int, str]]:
+    def _host_problems(self) -> list[tuple[Severity, str]]:
         """Disk headroom before a write fails; the host clock against the database's."""
         s = self.settings
-        found: list[tuple[int, str]] = []
+        found: list[tuple[Severity, str]] = []
         for d in self.disks:
             severity = d.severity(s)
-            if severity == OK:
+            if severity == Severity.OK:
                 continue
             hours = d.hours_to_full(s)
             if d.error is not None:
@@ -335,33 +336,34 @@ class Status:
                     d.free_bytes >= s.disk_crit_free_bytes and d.free_share * 100 >= s.disk_warn_free_percent):
                 found.append((severity, f"{d.describe()}: full in {duration(hours * 3600)} at this rate"))
             else:
-                limit = s.disk_crit_free_percent if severity == CRITICAL else s.disk_warn_free_percent
+                limit = s.disk_crit_free_percent if severity == Severity.CRITICAL else s.disk_warn_free_percent
                 found.append((severity, f"{d.describe()} < {limit:g}%"))
         c = self.clock_check
-        if c is not None and c.severity(s) != OK:
-            found.append((WARNING, (f"host clock {abs(c.offset_seconds):.1f}s "
-                                    f"{'behind' if c.offset_seconds > 0 else 'ahead of'} the database's "
-                                    f"(> {s.clock_warn_seconds:g}s; check NTP: timedatectl, chronyc tracking)")))
+        if c is not None and c.severity(s) != Severity.OK:
+            found.append((Severity.WARNING,
+                          (f"host clock {abs(c.offset_seconds):.1f}s "
+                           f"{'behind' if c.offset_seconds > 0 else 'ahead of'} the database's "
+                           f"(> {s.clock_warn_seconds:g}s; check NTP: timedatectl, chronyc tracking)")))
         return found
 
     def freeze(self) -> list[str]:
         """The SLOs whose error budget is spent: while any is, changes are frozen."""
         return error_budget.freeze_reasons(self.budgets)
 
-    def _budget_problems(self) -> list[tuple[int, str]]:
+    def _budget_problems(self) -> list[tuple[Severity, str]]:
         """Multiwindow burn-rate alerts (fast: CRITICAL, slow: WARNING) and the change freeze."""
-        found: list[tuple[int, str]] = []
+        found: list[tuple[Severity, str]] = []
         for b in self.budgets:
             if b.fast_burn:
                 # A low-traffic SLO (a few editions a day) burns 100x on one late sample: it pages
                 # only once enough bad samples prove a pattern (the workbook's low-traffic advice).
                 severe = b.bad_within("1h") >= self.settings.burn_page_min_bad_events
-                found.append((CRITICAL if severe else WARNING,
+                found.append((Severity.CRITICAL if severe else Severity.WARNING,
                               (f"{b.name} error budget burning fast: {b.rate('1h'):.1f}x over 1h and "
                                f"{b.rate('5m'):.1f}x over 5m (> {error_budget.FAST[2]:g}x)")))
             elif b.slow_burn:
-                found.append((WARNING, (f"{b.name} error budget burning: {b.rate('6h'):.1f}x over 6h and "
-                                        f"{b.rate('30m'):.1f}x over 30m (> {error_budget.SLOW[2]:g}x)")))
+                found.append((Severity.WARNING, (f"{b.name} error budget burning: {b.rate('6h'):.1f}x over 6h and "
+                                                 f"{b.rate('30m'):.1f}x over 30m (> {error_budget.SLOW[2]:g}x)")))
         return found
 
     def freeze_note(self) -> str | None:
@@ -375,15 +377,15 @@ class Status:
                 f"{self.settings.error_budget_days:g}d (configuration changes are flagged in the journal until "
                 "it recovers)")
 
-    def _escalation_problems(self) -> list[tuple[int, str]]:
+    def _escalation_problems(self) -> list[tuple[Severity, str]]:
         """A quarantine or a parked track nobody released within its reason's limit: CRITICAL."""
         found = []
         for q in self.queues():
             if q.overdue:
                 noun = "quarantined job" if q.kind == "quarantine" else "parked track"
-                found.append((CRITICAL, (f"{plural(q.overdue, noun)} {q.reason} unreleased > "
-                                         f"{duration(q.critical_after_seconds)} (oldest {q.oldest} for "
-                                         f"{duration(q.oldest_seconds)})")))
+                found.append((Severity.CRITICAL, (f"{plural(q.overdue, noun)} {q.reason} unreleased > "
+                                                  f"{duration(q.critical_after_seconds)} (oldest {q.oldest} for "
+                                                  f"{duration(q.oldest_seconds)})")))
         return found
 
     @property
@@ -392,41 +394,44 @@ class Status:
 
     # -- the check -----------------------------------------------------------------------
 
-    def problems(self) -> list[tuple[int, str]]:
+    def problems(self) -> list[tuple[Severity, str]]:
         """(severity, text) for everything that is not OK, most severe first."""
         s = self.settings
-        found: list[tuple[int, str]] = []
+        found: list[tuple[Severity, str]] = []
         if self.stranded:
             o = self.stranded[0]
-            found.append((CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
-                                     f"(oldest {o.product} {o.edition_date} in {o.state} for "
-                                     f"{duration(o.age_seconds)}, job {o.id[:8]})")))
+            found.append((Severity.CRITICAL, (f"{len(self.stranded)} stranded > {duration(s.stranded_after_seconds)} "
+                                              f"(oldest {o.product} {o.edition_date} in {o.state} for "
+                                              f"{duration(o.age_seconds)}, job {o.id[:8]})")))
         found.extend(self._escalation_problems())
         found.extend(self._budget_problems())
         found.extend(self._host_problems())
         found.extend(self._track_problems())
         if self.immovable:
             o = self.immovable[0]
-            found.append((WARNING, (f"{plural(len(self.immovable), 'edition')} with no path forward (e.g. "
-                                    f"{o.product} {o.edition_date} in {o.state}: {o.reason}; see `iipub quarantine "
-                                    f"show {o.id}`)")))
+            found.append((Severity.WARNING,
+                          (f"{plural(len(self.immovable), 'edition')} with no path forward (e.g. "
+                           f"{o.product} {o.edition_date} in {o.state}: {o.reason}; see `iipub quarantine "
+                           f"show {o.id}`)")))
         if self.late:
             o = self.late[0]
             severe = o.age_seconds > s.stranded_after_seconds
             limit = s.stranded_after_seconds if severe else s.late_after_minutes * 60
-            found.append((CRITICAL if severe else WARNING,
+            found.append((Severity.CRITICAL if severe else Severity.WARNING,
                           (f"{plural(len(self.late), 'edition')} late > {duration(s.late_after_minutes * 60)} (oldest "
                            f"{o.product} {o.edition_date} in {o.state}, {duration(o.age_seconds)} since its window "
                            f"opened > {duration(limit)})")))
         if self.ledger_problem:
-            found.append((CRITICAL, self.ledger_problem))
+            found.append((Severity.CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
-        found.extend((CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}") for h in self.product_holds)
+        found.extend((Severity.CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}")
+                     for h in self.product_holds)
         if self.other_scope_jobs:
-            found.append((CRITICAL, (f"{plural(self.other_scope_jobs, 'job')} in flight created under "
-                                     f"{self.other_scope}, reads now under {self.current_scope}: their responses "
-                                     f"cannot be read there (a 404 is not taken as a loss); restore that scope's "
-                                     f"credentials (runbook: \"Rotating a key\")")))
+            found.append((Severity.CRITICAL,
+                          (f"{plural(self.other_scope_jobs, 'job')} in flight created under "
+                           f"{self.other_scope}, reads now under {self.current_scope}: their responses "
+                           f"cannot be read there (a 404 is not taken as a loss); restore that scope's "
+                           f"credentials (runbook: \"Rotating a key\")")))
         if self.cutover is not None:
             found.extend(self.cutover.problems())
         found.extend(self._ceiling_problems())
@@ -434,37 +439,42 @@ class Status:
             found.extend(self.heartbeats.problems())
         if self.failing_steps:
             o = self.failing_steps[0]
-            found.append((WARNING, (f"{plural(len(self.failing_steps), 'job')} whose step is failing (e.g. "
-                                    f"{o.product} {o.edition_date} in {o.state}: {clip_words(o.reason or '', 120)})")))
+            found.append((Severity.WARNING,
+                          (f"{plural(len(self.failing_steps), 'job')} whose step is failing (e.g. "
+                           f"{o.product} {o.edition_date} in {o.state}: {clip_words(o.reason or '', 120)})")))
         if self.unexpected_statuses:
-            found.append((WARNING, (f"{plural(self.unexpected_statuses, 'read')} of a provider status iipub does "
-                                    f"not know in {s.window_hours:g}h")))
+            found.append((Severity.WARNING,
+                          (f"{plural(self.unexpected_statuses, 'read')} of a provider status iipub does "
+                           f"not know in {s.window_hours:g}h")))
         if self.duplicate_publications:
-            found.append((CRITICAL, plural(self.duplicate_publications, "duplicate publication")))
+            found.append((Severity.CRITICAL, plural(self.duplicate_publications, "duplicate publication")))
         lag = self.outbox_lag_seconds
         if lag > s.outbox_lag_crit_seconds:
-            found.append((CRITICAL, f"outbox lag {lag:.0f}s > {s.outbox_lag_crit_seconds:.0f}s"))
+            found.append((Severity.CRITICAL, f"outbox lag {lag:.0f}s > {s.outbox_lag_crit_seconds:.0f}s"))
         elif lag > s.outbox_lag_warn_seconds:
-            found.append((WARNING, f"outbox lag {lag:.0f}s > {s.outbox_lag_warn_seconds:.0f}s"))
+            found.append((Severity.WARNING, f"outbox lag {lag:.0f}s > {s.outbox_lag_warn_seconds:.0f}s"))
         if self.quarantined:
-            found.append((WARNING, f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+            found.append((Severity.WARNING,
+                          f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
         if self.parked:
             o = self.parked[0]
             kinds = ", ".join(f"{state} {n}" for state, n in sorted(Counter(j.state for j in self.parked).items()))
-            found.append((WARNING, (f"{plural(len(self.parked), 'job')} parked for an operator ({kinds}; oldest "
-                                    f"{o.product} {o.edition_date} for {duration(o.age_seconds)}: see `iipub "
-                                    f"quarantine show {o.id}`)")))
+            found.append((Severity.WARNING,
+                          (f"{plural(len(self.parked), 'job')} parked for an operator ({kinds}; oldest "
+                           f"{o.product} {o.edition_date} for {duration(o.age_seconds)}: see `iipub "
+                           f"quarantine show {o.id}`)")))
         if self.expired_now or self.expired_in_window:
-            found.append((WARNING, (f"provider expired/missing: {self.expired_now} now, "
-                                    f"{self.expired_in_window} in {s.window_hours:g}h")))
+            found.append((Severity.WARNING, (f"provider expired/missing: {self.expired_now} now, "
+                                             f"{self.expired_in_window} in {s.window_hours:g}h")))
         if self.outbox_parked:
-            found.append((WARNING, plural(self.outbox_parked, "parked sink delivery", "parked sink deliveries")))
+            found.append((Severity.WARNING,
+                          plural(self.outbox_parked, "parked sink delivery", "parked sink deliveries")))
         if self.webhooks is not None:
-            found.extend((WARNING, text) for text in self.webhooks.problems())
+            found.extend((Severity.WARNING, text) for text in self.webhooks.problems())
         if self.outbox_failing:
-            found.append((WARNING, f"{plural(self.outbox_failing, 'outbox event')} failing"))
-        found.extend((WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
-                                f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
+            found.append((Severity.WARNING, f"{plural(self.outbox_failing, 'outbox event')} failing"))
+        found.extend((Severity.WARNING, (f"SLO breach: {sli.name} {sli.within}/{sli.count} within "
+                                         f"{sli.slo_seconds:g}s (target {sli.target:.0%})"))
                      for sli in self.slis if sli.breached)
         found.extend(self.extra_problems)
         # Operator and provider text (a pause reason, a breaker's detail, a run's error) is in
@@ -472,64 +482,68 @@ class Status:
         return sorted(((sev, printable(text, PROBLEM_WIDTH).replace("|", "/")) for sev, text in found),
                       key=lambda p: -p[0])
 
-    def _track_problems(self) -> list[tuple[int, str]]:
+    def _track_problems(self) -> list[tuple[Severity, str]]:
         """Stranded tracks are CRITICAL like stranded jobs; a parked track is a WARNING like a
         parked job (its language waits for an operator; the other languages go on)."""
         t, s = self.tracks, self.settings
         if t is None:
             return []
-        found: list[tuple[int, str]] = []
+        found: list[tuple[Severity, str]] = []
         if t.stranded:
             o = t.stranded[0]
-            found.append((CRITICAL, (f"{plural(len(t.stranded), 'track')} stranded > "
-                                     f"{duration(s.stranded_after_seconds)} (oldest {o.describe()} for "
-                                     f"{duration(o.age_seconds)}, job {o.job_id[:8]})")))
+            found.append((Severity.CRITICAL, (f"{plural(len(t.stranded), 'track')} stranded > "
+                                              f"{duration(s.stranded_after_seconds)} (oldest {o.describe()} for "
+                                              f"{duration(o.age_seconds)}, job {o.job_id[:8]})")))
         if t.failing_steps:
             o = t.failing_steps[0]
-            found.append((WARNING, (f"{plural(len(t.failing_steps), 'track')} whose step is failing (e.g. "
-                                    f"{o.describe()}: {clip_words(o.reason or '', 120)})")))
+            found.append((Severity.WARNING, (f"{plural(len(t.failing_steps), 'track')} whose step is failing (e.g. "
+                                             f"{o.describe()}: {clip_words(o.reason or '', 120)})")))
         if t.immovable:
             o = t.immovable[0]
-            found.append((WARNING, (f"{plural(len(t.immovable), 'track')} with no path forward (e.g. "
-                                    f"{o.describe()}, {o.reason}; job {o.job_id[:8]}: see `iipub quarantine show "
-                                    f"{o.job_id}`)")))
+            found.append((Severity.WARNING,
+                          (f"{plural(len(t.immovable), 'track')} with no path forward (e.g. "
+                           f"{o.describe()}, {o.reason}; job {o.job_id[:8]}: see `iipub quarantine show "
+                           f"{o.job_id}`)")))
         if t.parked:
             o = t.parked[0]
             reasons = ", ".join(f"{reason} {n}" for reason, n in t.parked_by_reason().items())
             why = f": {clip_words(o.reason, 80)}" if o.reason else ""
-            found.append((WARNING, (f"{plural(len(t.parked), 'parked track')} ({reasons}; oldest {o.describe()} "
-                                    f"for {duration(o.age_seconds)}{why}, job {o.job_id[:8]})")))
+            found.append((Severity.WARNING,
+                          (f"{plural(len(t.parked), 'parked track')} ({reasons}; oldest {o.describe()} "
+                           f"for {duration(o.age_seconds)}{why}, job {o.job_id[:8]})")))
         return found
 
-    def _gate_problems(self) -> list[tuple[int, str]]:
+    def _gate_problems(self) -> list[tuple[Severity, str]]:
         g, s = self.gate, self.settings
         if g is None:
             return []
-        found: list[tuple[int, str]] = []
+        found: list[tuple[Severity, str]] = []
         if g.paused and not g.paused_everything:  # everything paused: see `cutover`
-            found.append((WARNING, (f"creates paused by {g.paused_by} since "
-                                    f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}")))
+            found.append((Severity.WARNING,
+                          (f"creates paused by {g.paused_by} since "
+                           f"{iso_z(g.paused_at, 'seconds') if g.paused_at else '?'}: {g.paused_reason}")))
         if g.is_open:
             open_for = seconds_between(self.generated_at, g.opened_at) if g.opened_at else 0.0
             since = iso_z(g.opened_at, "seconds") if g.opened_at else "?"  # stable between two reports
             severe = g.breaker_reason in breaker.CRITICAL_REASONS or open_for > s.breaker_crit_after_seconds
             next_probe = iso_z(g.probe_after, "seconds") if g.probe_after else "now"
-            found.append((CRITICAL if severe else WARNING,
+            found.append((Severity.CRITICAL if severe else Severity.WARNING,
                           (f"create breaker open ({g.breaker_reason}) since {since}, {g.open_count} "
                            f"opening(s); next probe {next_probe}: {clip_words(g.breaker_detail or '', 120)}")))
         return found
 
-    def _ceiling_problems(self) -> list[tuple[int, str]]:
+    def _ceiling_problems(self) -> list[tuple[Severity, str]]:
         if self.paid is None:
             return []
-        return [(CRITICAL, (f"spend ceiling reached: {c.describe()}; new creates wait (custody, validation and "
-                            f"publication go on; raise it with `iipub budget override`)"))
+        return [(Severity.CRITICAL,
+                 (f"spend ceiling reached: {c.describe()}; new creates wait (custody, validation and "
+                  f"publication go on; raise it with `iipub budget override`)"))
                 for c in self.paid.ceilings if c.reached]
 
-    def check(self) -> tuple[int, str]:
+    def check(self) -> tuple[Severity, str]:
         """(exit code, one Nagios-style line): 0 OK, 1 WARNING, 2 CRITICAL."""
         found = self.problems()
-        code = found[0][0] if found else OK
+        code = found[0][0] if found else Severity.OK
         if found:
             summary = "; ".join(text for _, text in found)
         else:
@@ -538,7 +552,7 @@ class Status:
         note = self.freeze_note()
         if note is not None:
             summary = f"{summary}; {note}"
-        return code, f"IIPUB {CHECK_NAMES[code]} - {summary} | {self.perfdata()}"
+        return code, f"IIPUB {code.name} - {summary} | {self.perfdata()}"
 
     def perfdata(self) -> str:
         s = self.settings
@@ -591,7 +605,7 @@ class Status:
             "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,
                                "job_id": h.job_id, "held_at": iso_z(h.held_at)} for h in self.product_holds],
             "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),
-                              "cap_seconds": gate.READ_COOLDOWN_CAP_SECONDS},
+                              "cap_seconds": breaker.READ_COOLDOWN_CAP_SECONDS},
             "window_hours": self.settings.window_hours,
             "jobs": {
                 "total": self.jobs_total,
@@ -659,9 +673,9 @@ class Status:
             },
             "check": {
                 "code": code,
-                "status": CHECK_NAMES[code],
+                "status": code.name,
                 "line": line,
-                "problems": [{"severity": CHECK_NAMES[sev], "text": text} for sev, text in self.problems()],
+                "problems": [{"severity": sev.name, "text": text} for sev, text in self.problems()],
             },
         }
 
@@ -687,10 +701,6 @@ def stale_after(settings: Settings) -> float:
     longest = max(settings.reconcile.tick_seconds + settings.reconcile.lease_seconds,
                   settings.relay.tick_seconds + settings.relay.lease_seconds)
     return max(settings.monitoring.heartbeat_after_seconds, longest + 60.0)
-
-
-_ACCEPTED_FROM_CREATE = frozenset({State.ACCEPTED.value, State.QUEUED.value, State.IN_PROGRESS.value,
-                                   State.COMPLETED_NOT_RETRIEVED.value})
 
 
 def dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[float], int]:
@@ -719,7 +729,7 @@ def timed_dwell_samples(events: Iterable[Sequence[Any]]) -> tuple[list[tuple[dt.
     accepted: dict[str, dt.datetime] = {}
     for event in events:
         job_id, src, dst, at = event[:4]
-        if src == cif and dst in _ACCEPTED_FROM_CREATE:
+        if src == cif and dst in CUSTODY_PENDING:
             accepted[job_id] = at
         if dst == cnr and src != cnr:
             entered[job_id] = at

@@ -150,7 +150,7 @@ def _secret_mark(value: str) -> str:
 FileMark = list[int] | None  # [size, mtime_ns, inode, ctime_ns], or None: the file was absent
 
 
-class Recorded:
+class RecordedWakeup:
     """A `wakeups` row as the check reads it. (A plain class: `dataclasses` alone would cost an
     idle run a tenth of its import time.)"""
 
@@ -181,7 +181,7 @@ def parse_files(text: str | None) -> dict[str, FileMark] | None:
     return out
 
 
-def why_awake(recorded: Recorded | None, signature: str, env_identity: str,
+def why_awake(recorded: RecordedWakeup | None, signature: str, env_identity: str,
               files_now: Mapping[str, FileMark]) -> str | None:
     """Why this run must be a full one, or None: nothing can be due, the idle answer is enough."""
     if recorded is None:

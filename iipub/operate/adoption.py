@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from iipub.core.errors import DatabaseUnavailable, LeaseLost
 from iipub.core.timefmt import naive_utc
 from iipub.model.jobs import Job
-from iipub.model.states import CUSTODY_PENDING, Reason, State
+from iipub.model.states import CUSTODY_PENDING, IN_FLIGHT, Reason, State
 from iipub.money import ledger, restore
 from iipub.operate import handover
 from iipub.operate.handover import Refusal, Row
@@ -36,13 +36,11 @@ from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.adoption")
 ADOPTED = "adopted"  # jobs.origin
-# Between the create and custody: what a rollback hands back.
-IN_FLIGHT = frozenset({State.CREATE_IN_FLIGHT}) | CUSTODY_PENDING
 _STARTED_REASONS = (Reason.DISPATCH.value, Reason.OPERATOR_ADOPT.value)
 
 
 @dataclass
-class Report:
+class AdoptionReport:
     dry_run: bool
     adopted: list[tuple[Row, str]] = field(default_factory=list)  # (row, job id); would be, on a dry run
     already: list[tuple[Row, str]] = field(default_factory=list)  # adopted by an earlier run
@@ -63,12 +61,13 @@ class Report:
                 f"{len(self.already)}, refused {len(self.refused)}")
 
 
-def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: str, dry_run: bool = False) -> Report:
+def adopt(settings: Settings, engine: Engine, raw: bytes, *, reason: str, by: str,
+          dry_run: bool = False) -> AdoptionReport:
     """Adopt every good row of a hand-over file (see the module's doc); each row on its own."""
     with engine.connect() as conn:
         today = clock.read_now(conn).date()
     rows, refused = handover.parse(raw, settings.products.keys(), today)
-    report = Report(dry_run, refused=refused)
+    report = AdoptionReport(dry_run, refused=refused)
     store = Store(engine, f"operator:{by.strip()}"[:128], settings.reconcile.lease_seconds)
     spend_ledger = restore.ledger_of(settings, engine)
     for row in rows:

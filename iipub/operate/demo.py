@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from iipub.core.errors import ConfigError
 from iipub.machine import scheduling, sweep
 from iipub.model.jobs import new_worker_id
-from iipub.model.states import PARKED, State
+from iipub.model.states import SETTLED, State
 from iipub.observe import heartbeat
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
@@ -165,7 +165,7 @@ def _jobs(engine: sa.Engine, day: dt.date) -> list[sa.Row[str, dt.date, str]]:
 
 
 def _settled(engine: sa.Engine, day: dt.date) -> bool:
-    done = {State.DELETED.value} | {s.value for s in PARKED}
+    done = {s.value for s in SETTLED}
     rows = _jobs(engine, day)
     return bool(rows) and all(r.state in done for r in rows)
 

@@ -28,11 +28,12 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import QUARANTINE_REASONS, Reason, State
 from iipub.model.track_views import Hop
-from iipub.money import budgets, paying, payments, restore
+from iipub.money import budgets, paying, restore
 from iipub.money.authority import Route
 from iipub.money.breaker import GateState
 from iipub.money.gate import CreateGate
 from iipub.money.ledger import LedgerError, slot_of
+from iipub.money.payment_values import Override
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.operate.remedies import ReleaseMode
@@ -228,7 +229,7 @@ class Operator(Closing):
         `conflicting_republish`); returns the deliveries re-queued."""
         remedies.check_input(by, reason)
         job = self.get(job_id)
-        if job.effective_state not in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
+        if job.effective_state not in states.EDITIONS_SAVED:
             raise OperatorRefused(f"job {job.id} is {job.state}: it has no saved editions to republish")
         return outbox.grant_republish(self.engine, job.id, by, reason)
 
@@ -245,7 +246,7 @@ class Operator(Closing):
         return self._gate(by).unpause(by, reason)
 
     def budget_override(self, tokens: int, reason: str, by: str, *, product: str | None = None,
-                        until: dt.datetime | None = None) -> payments.Override:
+                        until: dt.datetime | None = None) -> Override:
         """Raise a daily spend ceiling (the global one, or `product`'s) by `tokens` until `until`
         (default: the next UTC midnight); journaled in `gate_events` with who and why."""
         remedies.check_input(by, reason)

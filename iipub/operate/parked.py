@@ -30,7 +30,7 @@ class Remedy:
 
 
 @dataclass(frozen=True)
-class Parked:
+class ParkedHelp:
     output: str  # where the job's output is: in custody, watched at the provider, or none
     remedies: tuple[Remedy, ...]
 
@@ -51,7 +51,7 @@ def output_line(job: Job, watch_seconds: float) -> str:
 
 
 def of(job: Job, max_generation_attempts: int, watch_seconds: float,
-       tracks: Mapping[str, State] | None = None) -> Parked | None:
+       tracks: Mapping[str, State] | None = None) -> ParkedHelp | None:
     """The output line and the remedies of a parked job (QUARANTINED, VALIDATION_FAILED_RETAINED,
     MANUALLY_SUSPENDED), or of a slot waiting on a parked language track (`tracks`: each
     language's state); None for a job that waits for nobody."""
@@ -66,17 +66,17 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
         per_lang.append(Remedy(f"iipub regenerate {jid} --reason …",
                                f"a new paid generation for {', '.join(unsaved)} "
                                f"({job.generation_attempts}/{max_generation_attempts} used)"))
-        return Parked(output_line(job, watch_seconds), tuple(per_lang + ([] if saved else [kill])))
+        return ParkedHelp(output_line(job, watch_seconds), tuple(per_lang + ([] if saved else [kill])))
     if job.state == State.MANUALLY_SUSPENDED:
         back = job.suspended_from or "the state it was in"
-        return Parked(output_line(job, watch_seconds), (
+        return ParkedHelp(output_line(job, watch_seconds), (
             Remedy(f"iipub resume {jid}", f"return it to {back} (nothing paid)"), kill))
     budget_left = job.generation_attempts < max_generation_attempts
     paid = (f"a new paid create ({job.generation_attempts}/{max_generation_attempts} used)" if budget_left
             else f"refused: all {max_generation_attempts} paid creates are used; raise "
                  "budgets.max_generation_attempts first")
     if job.state == State.VALIDATION_FAILED_RETAINED:
-        return Parked(output_line(job, watch_seconds), (
+        return ParkedHelp(output_line(job, watch_seconds), (
             Remedy(f"iipub revalidate {jid} --reason …", "validate the kept output again under the deployed rules "
                                                           "(free)"),
             Remedy(f"iipub regenerate {jid} --reason …", paid), kill))
@@ -104,4 +104,4 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
                                 "adopt the response the create made, found in the provider's dashboard (free)"))
         found.append(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …", paid))
     found.append(kill)
-    return Parked(output_line(job, watch_seconds), tuple(found))
+    return ParkedHelp(output_line(job, watch_seconds), tuple(found))

@@ -260,7 +260,7 @@ def kill(job: Job, by: str, reason: str, saved_languages: Sequence[str] = ()) ->
     published); the slot's unpublished tracks end with it."""
     effective = job.effective_state
     suspended = " (suspended)" if job.state == State.MANUALLY_SUSPENDED else ""
-    if effective in (State.SAVED_NOT_PUBLIC, State.PUBLISHED, State.CLEANUP_PENDING, State.DELETED):
+    if effective in states.EDITIONS_SAVED:
         raise OperatorRefused(
             f"job {job.id} is {effective}{suspended}: the edition is already saved; kill only stops jobs "
             "before their edition is saved"
@@ -331,7 +331,7 @@ def reopen_for_track(job: Job, lang: str, by: str, reason: str, current_fingerpr
     any other slot state is refused (nothing written)."""
     if job.state in states.TRACKS_RUN_IN:
         return None
-    if job.state in (State.VALIDATION_FAILED_RETAINED, State.QUARANTINED):
+    if job.state in states.REOPENS_FOR_A_TRACK:
         if current_fingerprint is None:
             raise OperatorRefused(f"job {job.id}: product {job.product!r} is not configured; configure it, "
                                   "or `iipub kill` the job")
@@ -381,8 +381,6 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
 
 # -- output recovered by hand ---------------------------------------------------------------------
 
-# The states `import-payload` takes a job out of: each has an edge into RETRIEVED_NOT_VALIDATED.
-IMPORTABLE = frozenset({State.QUARANTINED, State.COMPLETED_NOT_RETRIEVED, State.PROVIDER_EXPIRED_OR_MISSING})
 # A response object wraps the output in JSON (escapes can triple its size) beside its own fields.
 IMPORT_ENVELOPE_BYTES = 1_048_576
 _MAX_TOKENS = 10**12
@@ -492,11 +490,11 @@ def _usage(raw: Any) -> Usage | None:
 
 def check_import(job: Job) -> None:
     """The job can take imported output: in a state with the edge, and no payload in custody yet."""
-    if job.state not in IMPORTABLE:
+    if job.state not in states.IMPORTABLE:
         suspended = f" (suspended from {job.suspended_from}; resume it first)" \
             if job.state == State.MANUALLY_SUSPENDED else ""
         raise OperatorRefused(f"job {job.id} is {job.state}{suspended}; import-payload applies only to "
-                              f"{', '.join(sorted(IMPORTABLE))} jobs")
+                              f"{', '.join(sorted(states.IMPORTABLE))} jobs")
     assert states.allowed(job.state, State.RETRIEVED_NOT_VALIDATED, operator=True)
     if job.payload is not None:
         raise OperatorRefused(f"job {job.id} already holds a payload in custody (sha256 {job.payload_sha256}); "
@@ -551,10 +549,6 @@ def _require_state(job: Job, state: State, action: str) -> None:
 
 # -- orphans: the kept output of a response of this installation no job holds ------------------
 
-# Where an orphan's output may enter: a job a restore sent back before its create, or one whose
-# own response is lost or parked; never one holding custody or polling a live response.
-ORPHAN_ADOPTABLE = frozenset({State.NO_JOB, State.CREATE_ELIGIBLE, State.QUARANTINED, State.COMPLETED_NOT_RETRIEVED,
-                              State.PROVIDER_EXPIRED_OR_MISSING})
 
 
 @dataclass(frozen=True)
@@ -592,9 +586,9 @@ def adopt_orphan(job: Job, orphan: Orphan, *, installation_id: str, live_edition
         raise OperatorRefused(f"orphan {rid} belongs to installation {orphan.installation_id!r}, not this one")
     if orphan.output is None:
         raise OperatorRefused(f"orphan {rid} ({orphan.status}) has no kept output to adopt; nothing written")
-    if job.state not in ORPHAN_ADOPTABLE:
+    if job.state not in states.ORPHAN_ADOPTABLE:
         raise OperatorRefused(f"job {job.id} is {job.state}; an orphan can be adopted only by a "
-                              f"{', '.join(sorted(ORPHAN_ADOPTABLE))} job")
+                              f"{', '.join(sorted(states.ORPHAN_ADOPTABLE))} job")
     if job.payload is not None:
         raise OperatorRefused(f"job {job.id} already holds a payload in custody (sha256 {job.payload_sha256}); "
                               "nothing written")

@@ -34,7 +34,7 @@ from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import State
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
-from iipub.publish.sinks import Delivered, DeliveryResult, Event, Parked, RetryLater, Sink
+from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
 from iipub.publish.sinks.static import StaticSink
 from iipub.publish.sinks.webhook import WebhookSink
 from iipub.settings import config
@@ -147,11 +147,11 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
 
 
 @dataclass
-class _Delivery:
+class _EventDelivery:
     """One claimed event on its way through the sinks: what each answered so far."""
 
     ev: OutboxEvent
-    event: Event
+    event: EditionEvent
     waits: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     parked: bool = False
@@ -168,14 +168,15 @@ class _Background:
 
     def __init__(self, settings: Settings, started: float) -> None:
         conf = settings.webhook_sink
-        concurrency = conf.concurrency if conf is not None else config.WebhookSink.concurrency
-        deadline = conf.deadline_seconds if conf is not None else config.WebhookSink.deadline_seconds
+        concurrency = conf.concurrency if conf is not None else config.WebhookSinkSettings.concurrency
+        deadline = conf.deadline_seconds if conf is not None else config.WebhookSinkSettings.deadline_seconds
         self.until = started + deadline
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="relay-webhook")
-        self._answers: queue.SimpleQueue[tuple[_Delivery, str, Future[DeliveryResult | None]]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[_EventDelivery, str, Future[DeliveryResult | None]]] = (
+            queue.SimpleQueue())
         self._pending = 0
 
-    def submit(self, d: _Delivery, sink: Sink) -> None:
+    def submit(self, d: _EventDelivery, sink: Sink) -> None:
         d.outstanding += 1
         self._pending += 1
         future = self._pool.submit(_deliver_before, sink, d.event, self.until)
@@ -206,14 +207,14 @@ class _Background:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _deliver_before(sink: Sink, event: Event, until: float) -> DeliveryResult | None:
+def _deliver_before(sink: Sink, event: EditionEvent, until: float) -> DeliveryResult | None:
     """A background delivery, or None if its deadline passed before a thread was free."""
     if time.monotonic() >= until:
         return None
     return _attempt(sink, event)
 
 
-def _attempt(sink: Sink, event: Event) -> DeliveryResult:
+def _attempt(sink: Sink, event: EditionEvent) -> DeliveryResult:
     try:
         return sink.deliver(event)
     except Exception as exc:  # a sink bug must not stop the other sinks or events
@@ -225,13 +226,13 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
              report: RelayReport, hooks: _Background | None = None) -> None:
     rs = settings.relay
     try:
-        event = Event.from_payload(ev.payload)
+        event = EditionEvent.from_payload(ev.payload)
     except ValueError as exc:
         box.retry_later(ev, rs.backoff_cap_seconds, f"corrupt outbox payload: {exc}")
         report.parked += 1
         return
     settled = box.settled_sinks(ev.event_id)
-    d = _Delivery(ev, event)
+    d = _EventDelivery(ev, event)
     for sink in sinks:
         if sink.name in settled:
             d.parked = d.parked or settled[sink.name] == "parked"
@@ -244,7 +245,7 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         _finish(box, d, settings, report)
 
 
-def _record(box: Outbox, d: _Delivery, sink: str, result: DeliveryResult, settings: Settings, rng: random.Random,
+def _record(box: Outbox, d: _EventDelivery, sink: str, result: DeliveryResult, settings: Settings, rng: random.Random,
             report: RelayReport) -> None:
     """One sink's answer: its per-sink delivery record, and what it means for the event."""
     rs = settings.relay
@@ -265,7 +266,7 @@ def _record(box: Outbox, d: _Delivery, sink: str, result: DeliveryResult, settin
         d.errors.append(f"{sink}: {result.why}")
 
 
-def _finish(box: Outbox, d: _Delivery, settings: Settings, report: RelayReport) -> None:
+def _finish(box: Outbox, d: _EventDelivery, settings: Settings, report: RelayReport) -> None:
     """Every sink answered (or was not reached): mark the event published, or give it back."""
     rs = settings.relay
     ev = d.ev

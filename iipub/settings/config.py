@@ -223,7 +223,7 @@ class ProviderSettings(Checked):
 
 
 @dataclass(frozen=True)
-class StaticSink(Checked):
+class StaticSinkSettings(Checked):
     root: Path = Path("public")
     site_title: Annotated[str, Bounds(min_length=1, max_length=200)] = "InternationalIntelligence.org"
     base_url: Annotated[str, Bounds(max_length=2000)] = ""  # "" = relative links only
@@ -244,7 +244,7 @@ def default_state_dir(root: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class WebhookSink(Checked):
+class WebhookSinkSettings(Checked):
     url: Annotated[str, Bounds(min_length=1, max_length=2000)]
     secret_env: Annotated[str, Bounds(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "IIPUB_WEBHOOK_SECRET"
     timeout_seconds: Timeout = 10.0
@@ -422,8 +422,8 @@ class Settings:
     provider: ProviderSettings = ProviderSettings()
     relay: RelaySettings = RelaySettings()
     status: StatusSettings = StatusSettings()
-    static_sink: StaticSink | None = StaticSink()
-    webhook_sink: WebhookSink | None = None
+    static_sink: StaticSinkSettings | None = StaticSinkSettings()
+    webhook_sink: WebhookSinkSettings | None = None
     ledger: LedgerSettings = LedgerSettings()
     webhooks: WebhookSettings = WebhookSettings()
     monitoring: MonitoringSettings = MonitoringSettings()

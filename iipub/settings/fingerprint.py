@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from iipub.settings import edition_limits
 
 
-class Product(Hashable, Protocol):
+class FingerprintedProduct(Hashable, Protocol):
     """What the fingerprint reads of a product (`config.Product`, which calls this module: the
     dependency runs one way, from the configuration to its fingerprint)."""
 
@@ -58,7 +58,7 @@ VERSION = 3
 LEGACY_DEFAULT_TEMPERATURE = 0.2  # what versions 1 and 2 hashed (and sent) when none was configured
 
 
-def document(product: Product) -> dict[str, Any]:
+def document(product: FingerprintedProduct) -> dict[str, Any]:
     """Everything that shapes a generation, as plain JSON values in a fixed layout. Display-only
     settings (titles, priority), money (the output cap, the tier) and the checks applied after
     the fact are not in it."""
@@ -71,7 +71,7 @@ def document(product: Product) -> dict[str, Any]:
     }
 
 
-def _v2_document(product: Product, temperature: float | None) -> dict[str, Any]:
+def _v2_document(product: FingerprintedProduct, temperature: float | None) -> dict[str, Any]:
     return {
         "fingerprint_version": 2,
         "model": product.model,
@@ -100,12 +100,12 @@ def _digest(doc: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def current(product: Product) -> str:
+def current(product: FingerprintedProduct) -> str:
     # Cached: a product is frozen, and every step after the create checks its job against it.
     return _digest(document(product))
 
 
-def _legacy_temperature(product: Product) -> float | None:
+def _legacy_temperature(product: FingerprintedProduct) -> float | None:
     """The temperature versions 1 and 2 hashed for this product, or None when they cannot
     describe it (a key they did not know is set)."""
     if product.top_p is not None or product.reasoning_effort is not None or product.verbosity is not None:
@@ -114,13 +114,13 @@ def _legacy_temperature(product: Product) -> float | None:
 
 
 @functools.lru_cache(maxsize=64)
-def legacy_v2(product: Product) -> str | None:
+def legacy_v2(product: FingerprintedProduct) -> str | None:
     temperature = _legacy_temperature(product)
     return None if temperature is None else _digest(_v2_document(product, temperature))
 
 
 @functools.lru_cache(maxsize=64)
-def legacy_v1(product: Product) -> str | None:
+def legacy_v1(product: FingerprintedProduct) -> str | None:
     """The version-1 value: pydantic's rendering of the output schema inside the document."""
     temperature = _legacy_temperature(product)
     if temperature is None:
@@ -135,6 +135,6 @@ def legacy_v1(product: Product) -> str | None:
     }, sort_keys=True).encode()).hexdigest()
 
 
-def matches(product: Product, recorded: str) -> bool:
+def matches(product: FingerprintedProduct, recorded: str) -> bool:
     """Whether a recorded fingerprint names the product as deployed now (any version)."""
     return recorded == current(product) or recorded == legacy_v2(product) or recorded == legacy_v1(product)

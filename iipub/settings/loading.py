@@ -36,10 +36,10 @@ from iipub.settings.config import (
     ReconcileSettings,
     RelaySettings,
     Settings,
-    StaticSink,
+    StaticSinkSettings,
     StatusSettings,
     WebhookSettings,
-    WebhookSink,
+    WebhookSinkSettings,
     check_model_keys,
     check_product,
     check_settings,
@@ -162,7 +162,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
     _no_unknown("[sinks]", sinks, {"static", "webhook"})
-    static: StaticSink | None = StaticSink()
+    static: StaticSinkSettings | None = StaticSinkSettings()
     for name in ("static", "webhook"):
         if name in sinks and not isinstance(sinks[name], dict):
             raise ConfigError(f"[sinks.{name}] must be a table, got {type(sinks[name]).__name__} "
@@ -181,7 +181,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
             if "base_url" in raw and raw["base_url"] != "" and not _is_base_url(raw["base_url"]):
                 raise ConfigError(f"[sinks.static] base_url must be an http(s) URL without query or fragment "
                                   f"(got {_shown(raw['base_url'])})")
-            static = _section(StaticSink, raw, "sinks.static")
+            static = _section(StaticSinkSettings, raw, "sinks.static")
             if static.state_dir is not None and _inside(static.state_dir, static.root):
                 raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
                                   f"({static.root}): the public tree holds pages, feeds and editions only")
@@ -190,7 +190,7 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
         raw = dict(sinks["webhook"])
         if not isinstance(raw.get("url"), str) or not raw["url"].startswith(("http://", "https://")):
             raise ConfigError(f"[sinks.webhook] url must be an http(s) URL (got {_shown(raw.get('url'))})")
-        webhook = _section(WebhookSink, raw, "sinks.webhook")
+        webhook = _section(WebhookSinkSettings, raw, "sinks.webhook")
     settings = Settings(
         products=products,
         budgets=budgets,

@@ -46,19 +46,19 @@ class Identity:
         return f"configuration {where}, ledger {self.ledger_path or 'off'}, static root {self.static_root or 'none'}"
 
 
-class Verdict(Enum):
+class IdentityVerdict(Enum):
     ADOPT = "adopt"  # nothing recorded yet: the first writer records its identity
     SAME = "same"
     EDITED = "edited"  # same identity, another fingerprint: accepted and journaled
     OTHER = "other"  # another identity: writes refused, reads warned
 
 
-def compare(recorded: Identity | None, current: Identity) -> Verdict:
+def compare(recorded: Identity | None, current: Identity) -> IdentityVerdict:
     if recorded is None:
-        return Verdict.ADOPT
+        return IdentityVerdict.ADOPT
     if recorded.key != current.key:
-        return Verdict.OTHER
-    return Verdict.SAME if recorded.config_sha256 == current.config_sha256 else Verdict.EDITED
+        return IdentityVerdict.OTHER
+    return IdentityVerdict.SAME if recorded.config_sha256 == current.config_sha256 else IdentityVerdict.EDITED
 
 
 def differences(recorded: Identity, current: Identity) -> str:
@@ -89,7 +89,7 @@ def of(settings: Settings) -> Identity:
 
 
 @dataclass(frozen=True)
-class Recorded:
+class RecordedIdentity:
     identity: Identity
     kind: str
     at: dt.datetime
@@ -100,7 +100,7 @@ class Recorded:
     during_freeze: bool
 
 
-def history(conn: Connection, limit: int = 20) -> list[Recorded]:
+def history(conn: Connection, limit: int = 20) -> list[RecordedIdentity]:
     """The newest rows first (the first is in force); SchemaNotReady before migration 0013."""
     c = tables.config_identity.c
     try:
@@ -110,7 +110,7 @@ def history(conn: Connection, limit: int = 20) -> list[Recorded]:
             raise SchemaNotReady("the config_identity table is missing (migration 0013): run `iipub db migrate`") \
                 from None
         raise
-    return [Recorded(Identity(r["config_path"], r["config_sha256"], r["ledger_path"], r["static_root"]),
+    return [RecordedIdentity(Identity(r["config_path"], r["config_sha256"], r["ledger_path"], r["static_root"]),
                      r["kind"], r["at"], r["command"], r["by_whom"], r["host"], r["reason"], bool(r["during_freeze"]))
             for r in rows]
 
@@ -130,14 +130,14 @@ def record(conn: Connection, identity: Identity, kind: str, command: str, by: st
 
 @dataclass(frozen=True)
 class Check:
-    verdict: Verdict
+    verdict: IdentityVerdict
     recorded: Identity | None
     current: Identity
     freeze: tuple[str, ...] = ()  # the spent budgets an edit or an acceptance was recorded under
 
     def mismatch(self) -> str | None:
         """One line when the command's configuration is not the database's, else None."""
-        if self.verdict is not Verdict.OTHER or self.recorded is None:
+        if self.verdict is not IdentityVerdict.OTHER or self.recorded is None:
             return None
         return (f"this database runs with another configuration: {differences(self.recorded, self.current)}; "
                 "set IIPUB_CONFIG (or IIPUB_ENV_FILE) as cron does, or adopt this one with "
@@ -158,7 +158,7 @@ def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: 
     with engine.connect() as conn:  # the usual case writes nothing: no write lock taken
         recorded = in_force(conn)
     verdict = compare(recorded, current)
-    if write and verdict in (Verdict.ADOPT, Verdict.EDITED):
+    if write and verdict in (IdentityVerdict.ADOPT, IdentityVerdict.EDITED):
         with engine.begin() as conn:
             recorded = in_force(conn)  # again, inside the writing transaction
             verdict = compare(recorded, current)
@@ -170,12 +170,12 @@ def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: 
     return result
 
 
-def _record_change(conn: Connection, verdict: Verdict, current: Identity, command: str, by: str,
+def _record_change(conn: Connection, verdict: IdentityVerdict, current: Identity, command: str, by: str,
                    frozen: Frozen | None) -> list[str]:
     freeze: list[str] = []
-    if verdict is Verdict.ADOPT:
+    if verdict is IdentityVerdict.ADOPT:
         record(conn, current, "adopted", command, by)
-    elif verdict is Verdict.EDITED:
+    elif verdict is IdentityVerdict.EDITED:
         freeze = frozen(conn) if frozen is not None else []
         reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
         record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))

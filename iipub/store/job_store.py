@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from iipub.core.errors import Contention, IllegalTransition, LeaseLost, UnknownId
 from iipub.core.timefmt import as_date
 from iipub.model import states
-from iipub.model.jobs import Event, Job, new_worker_id, slot_row
+from iipub.model.jobs import Job, JournalEntry, new_worker_id, slot_row
 from iipub.model.states import Reason, State
 from iipub.model.track_views import TrackView
 from iipub.settings.config import Product
@@ -37,7 +37,7 @@ events_table = tables.job_events
 _IN_CHUNK = 500
 _TRACK_VIEW_COLUMNS = [tables.tracks.c[f.name] for f in dataclasses.fields(TrackView)]
 
-__all__ = ["Event", "Job", "Store", "new_worker_id"]
+__all__ = ["Job", "JournalEntry", "Store", "new_worker_id"]
 
 @dataclasses.dataclass(frozen=True)
 class PlannedWrite:
@@ -133,11 +133,11 @@ class Store:
             first = conn.execute(q).scalar()
         return as_date(first) if first is not None else None
 
-    def events(self, job_id: str) -> list[Event]:
+    def events(self, job_id: str) -> list[JournalEntry]:
         q = sa.select(events_table).where(events_table.c.job_id == job_id).order_by(events_table.c.id)
         with self.engine.connect() as conn:
             return [
-                Event(
+                JournalEntry(
                     id=r.id, job_id=r.job_id, from_state=r.from_state, to_state=r.to_state,
                     version=r.version, worker=r.worker, reason=r.reason,
                     detail=json.loads(r.detail) if r.detail else {}, at=r.at, lang=r.lang,
@@ -185,8 +185,8 @@ class Store:
         with self.engine.connect() as conn:
             now = clock.now(conn)
             phase = sa.case(
-                (jobs_table.c.state.in_([State.NO_JOB, State.CREATE_ELIGIBLE, State.PROVIDER_EXPIRED_OR_MISSING]), 2),
-                (jobs_table.c.state.in_([State.PUBLISHED, State.CLEANUP_PENDING]), 3),
+                (jobs_table.c.state.in_([s.value for s in states.CREATE_NEXT]), 2),
+                (jobs_table.c.state.in_([s.value for s in states.CLEANING_UP]), 3),
                 else_=0,
             )
             q = (
@@ -250,7 +250,7 @@ class Store:
 
     def count_in_flight(self) -> int:
         """Accepted-but-unfinished provider jobs (admission control for new creates)."""
-        live = [State.CREATE_IN_FLIGHT, State.ACCEPTED, State.QUEUED, State.IN_PROGRESS]
+        live = [s.value for s in states.GENERATING]
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).where(jobs_table.c.state.in_(live))).scalar_one())
 

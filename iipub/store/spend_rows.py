@@ -1,7 +1,7 @@
-"""The `spend` table's row states, and the one write the job store makes to it: custody of a
-paid create's output records the usage the provider reported on that create's row, in the
-custody transaction itself (`job_store.Store.transition`). Everything else about the table is
-`money.payments`."""
+"""The one write the job store makes to the `spend` table: custody of a paid create's output
+records the usage the provider reported on that create's row, in the custody transaction itself
+(`job_store.Store.transition`). The row states are `model.spend_states`; everything else about
+the table is `money.payments`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from iipub.model.jobs import Job
+from iipub.model.spend_states import NOT_CHARGED, SETTLED
 from iipub.store import clock, tables
-
-IN_FLIGHT, ACCEPTED, UNKNOWN, SETTLED, REFUSED, REJECTED = (
-    "in_flight", "accepted", "unknown", "settled", "refused", "rejected")
-NOT_CHARGED = (REFUSED, REJECTED)
 
 spend_table = tables.spend
 _s = spend_table.c

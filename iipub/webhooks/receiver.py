@@ -40,6 +40,7 @@ from iipub.core import logs
 from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
 from iipub.core.timefmt import naive_utc
 from iipub.machine import run_context, settle
+from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
 from iipub.provider.adapter import OpenAIAdapter
@@ -47,7 +48,7 @@ from iipub.provider.interface import Provider
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db
-from iipub.store.deliveries import IGNORED, UNKNOWN_EVENT, Deliveries
+from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.webhook")
@@ -89,7 +90,7 @@ KNOWN_EVENT_TYPES = _known_event_types()
 
 
 @dataclass(frozen=True)
-class Answer:
+class ReceiverAnswer:
     status: int
     message: str
 
@@ -137,7 +138,7 @@ def trusted_networks(w: WebhookSettings) -> tuple[ipaddress.IPv4Network | ipaddr
 
 
 @dataclass(frozen=True)
-class Event:
+class VerifiedEvent:
     webhook_id: str
     event_id: str | None
     type: str
@@ -145,7 +146,7 @@ class Event:
     created_at: int | None
 
 
-class Rejected(Exception):
+class DeliveryRejected(Exception):
     """A delivery answered 400: not verified, or not understood."""
 
 
@@ -206,38 +207,38 @@ class Receiver:
     # -- one delivery -------------------------------------------------------------------
 
     def receive(self, body: bytes, headers: Mapping[str, str], peer: Peer = Peer("-"),
-                received_at: float | None = None) -> Answer:
+                received_at: float | None = None) -> ReceiverAnswer:
         """Verify, record and settle one delivery within `[webhooks] request_seconds` of
         `received_at` (`time.monotonic()`; default now)."""
         started = time.monotonic() if received_at is None else received_at
         deadline = started + self.settings.webhooks.request_seconds
         try:
             event = self.verify(body, headers)
-        except Rejected as exc:
-            return self.rejected(Answer(400, str(exc)), headers, peer)
+        except DeliveryRejected as exc:
+            return self.rejected(ReceiverAnswer(400, str(exc)), headers, peer)
         if time.monotonic() >= deadline:  # it waited for a thread past its budget
             log.warning("webhook_overdue", webhook_id=event.webhook_id, client=peer.address,
                         forwarded_for=peer.forwarded_for, waited=round(time.monotonic() - started, 3))
-            return Answer(503, "not settled within the request budget; deliver again")
+            return ReceiverAnswer(503, "not settled within the request budget; deliver again")
         if event.type == TEST_EVENT:
             return self._test_delivery(event, peer)
         try:
             held = gate.paused_everything(self.engine)
         except (Contention, DatabaseUnavailable, sa.exc.OperationalError) as exc:
             log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
-            return Answer(503, "not recorded; deliver again")
+            return ReceiverAnswer(503, "not recorded; deliver again")
         if held is not None:  # the immediate abort: nothing recorded or settled, the provider delivers again
             log.warning("webhook_paused", webhook_id=event.webhook_id, by=held.paused_by)
-            return Answer(503, "paused (pause --everything); deliver again later")
+            return ReceiverAnswer(503, "paused (pause --everything); deliver again later")
         try:
             new = self.deliveries.record(event.webhook_id, event.type[:64], event.event_id, event.response_id,
                                          _when(event.created_at))
         except (Contention, DatabaseUnavailable) as exc:
             log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
-            return Answer(503, "not recorded; deliver again")
+            return ReceiverAnswer(503, "not recorded; deliver again")
         if not new:
             log.info("webhook_duplicate", webhook_id=event.webhook_id, type=event.type)
-            return Answer(200, "duplicate: already received")
+            return ReceiverAnswer(200, "duplicate: already received")
         try:
             return self._settle(event, started, deadline)
         except Exception as exc:  # recorded nothing decided: let the provider deliver it again
@@ -250,36 +251,36 @@ class Receiver:
             except Exception:  # the row then stays `received` and is taken over by a later delivery
                 log.warning("webhook_not_forgotten", webhook_id=event.webhook_id)
             if isinstance(exc, Overdue):
-                return Answer(503, "not settled within the request budget; deliver again")
-            return Answer(503, "not settled now; deliver again")
+                return ReceiverAnswer(503, "not settled within the request budget; deliver again")
+            return ReceiverAnswer(503, "not settled now; deliver again")
 
-    def rejected(self, answer: Answer, headers: Mapping[str, str], peer: Peer) -> Answer:
+    def rejected(self, answer: ReceiverAnswer, headers: Mapping[str, str], peer: Peer) -> ReceiverAnswer:
         """Log a refused request so it can be matched with the provider's delivery log."""
         wid = next((v for k, v in headers.items() if k.lower() == "webhook-id"), None)
         log.warning("webhook_rejected", status=answer.status, reason=answer.message,
                     webhook_id=wid[:255] if wid else None, client=peer.address, forwarded_for=peer.forwarded_for)
         return answer
 
-    def _test_delivery(self, event: Event, peer: Peer) -> Answer:
+    def _test_delivery(self, event: VerifiedEvent, peer: Peer) -> ReceiverAnswer:
         try:
             with self.engine.connect() as conn:
                 clock.read_now(conn)
         except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
             log.warning("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
                         database=db.describe_error(exc))
-            return Answer(503, "test delivery verified, but the database is unreachable")
+            return ReceiverAnswer(503, "test delivery verified, but the database is unreachable")
         log.info("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
                  forwarded_for=peer.forwarded_for)
-        return Answer(200, TEST_ANSWER)
+        return ReceiverAnswer(200, TEST_ANSWER)
 
-    def _settle(self, event: Event, started: float, deadline: float) -> Answer:
+    def _settle(self, event: VerifiedEvent, started: float, deadline: float) -> ReceiverAnswer:
         if event.type not in KNOWN_EVENT_TYPES:
             self.deliveries.settle(event.webhook_id, UNKNOWN_EVENT, detail={"type": event.type[:200]})
             log.info("webhook_unknown_event", webhook_id=event.webhook_id, type=event.type[:200])
-            return Answer(200, f"unknown event type {event.type[:80]!r}: counted, nothing done")
+            return ReceiverAnswer(200, f"unknown event type {event.type[:80]!r}: counted, nothing done")
         if event.type not in RESPONSE_EVENTS or event.response_id is None:
             self.deliveries.settle(event.webhook_id, IGNORED, detail={"type": event.type})
-            return Answer(200, f"ignored: {event.type}")
+            return ReceiverAnswer(200, f"ignored: {event.type}")
         w = self.settings.webhooks
         store = Store(self.engine, self.worker, self.settings.reconcile.lease_seconds)
         # Every provider call of this delivery ends by the deadline; its context has no create
@@ -293,38 +294,38 @@ class Receiver:
         self.deliveries.settle(event.webhook_id, result.outcome, job_id=result.job_id, detail=result.detail)
         log.info("webhook_settled", webhook_id=event.webhook_id, type=event.type, response_id=event.response_id,
                  job_id=result.job_id, outcome=result.outcome, seconds=round(time.monotonic() - started, 3))
-        return Answer(200, result.outcome)
+        return ReceiverAnswer(200, result.outcome)
 
-    def verify(self, body: bytes, headers: Mapping[str, str]) -> Event:
-        """The event in `body`, once the SDK verified it came from the provider; `Rejected`
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> VerifiedEvent:
+        """The event in `body`, once the SDK verified it came from the provider; `DeliveryRejected`
         otherwise (bad, missing or duplicated signature headers, a timestamp outside ±5 minutes,
         a body that is not an event)."""
         lowered = {k.lower(): v for k, v in headers.items() if k.lower() in _HEADERS}
         missing = [h for h in _HEADERS if not lowered.get(h)]
         if missing:
-            raise Rejected(f"missing header(s): {', '.join(missing)}")
+            raise DeliveryRejected(f"missing header(s): {', '.join(missing)}")
         for name in _HEADERS:
             if not _PRINTABLE.fullmatch(lowered[name]):
-                raise Rejected(f"{name} is not printable ASCII")
+                raise DeliveryRejected(f"{name} is not printable ASCII")
         if "," in lowered["webhook-id"] or "," in lowered["webhook-timestamp"]:
-            raise Rejected("duplicate webhook-id or webhook-timestamp header")
+            raise DeliveryRejected("duplicate webhook-id or webhook-timestamp header")
         if not all(_SIGNATURE.fullmatch(sig) for sig in lowered["webhook-signature"].split(" ")):
-            raise Rejected("duplicate or malformed webhook-signature header")
+            raise DeliveryRejected("duplicate or malformed webhook-signature header")
         try:
             self._verifier.verify_signature(body, lowered, secret=self.secret, tolerance=TOLERANCE_SECONDS)
         except openai.InvalidWebhookSignatureError as exc:
-            raise Rejected(f"not verified: {exc}") from None
+            raise DeliveryRejected(f"not verified: {exc}") from None
         except ValueError as exc:  # undecodable body or header
-            raise Rejected(f"not verified: {type(exc).__name__}") from None
+            raise DeliveryRejected(f"not verified: {type(exc).__name__}") from None
         webhook_id = lowered["webhook-id"]
         if not _WEBHOOK_ID.fullmatch(webhook_id):
-            raise Rejected("webhook-id is not 1-255 printable characters")
+            raise DeliveryRejected("webhook-id is not 1-255 printable characters")
         try:
             doc = json.loads(body)
         except ValueError:
-            raise Rejected("body is not JSON") from None
+            raise DeliveryRejected("body is not JSON") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("type"), str) or not doc["type"]:
-            raise Rejected("body is not an event object with a type")
+            raise DeliveryRejected("body is not an event object with a type")
         kind = doc["type"]
         event_id = doc.get("id") if isinstance(doc.get("id"), str) else None
         created = doc.get("created_at")
@@ -334,9 +335,9 @@ class Receiver:
             data = doc.get("data")
             rid = data.get("id") if isinstance(data, dict) else None
             if not isinstance(rid, str) or not _RESPONSE_ID.fullmatch(rid):
-                raise Rejected("response event without a valid data.id")
+                raise DeliveryRejected("response event without a valid data.id")
             response_id = rid
-        return Event(webhook_id, event_id[:255] if event_id else None, kind, response_id, created_at)
+        return VerifiedEvent(webhook_id, event_id[:255] if event_id else None, kind, response_id, created_at)
 
     # -- WSGI ---------------------------------------------------------------------------
 
@@ -349,7 +350,7 @@ class Receiver:
         start_response(answer.status_line, headers)
         return [payload]
 
-    def _wsgi(self, environ: Mapping[str, Any]) -> Answer:
+    def _wsgi(self, environ: Mapping[str, Any]) -> ReceiverAnswer:
         started = environ.get(RECEIVED_AT)
         if not isinstance(started, float):
             started = time.monotonic()
@@ -359,18 +360,18 @@ class Receiver:
             headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
             malformed = _malformed(environ, headers)
             if malformed:
-                return self.rejected(Answer(400, malformed), headers, peer)
+                return self.rejected(ReceiverAnswer(400, malformed), headers, peer)
             if environ.get("REQUEST_METHOD") != "POST":
-                return self.rejected(Answer(405, "POST only"), headers, peer)
+                return self.rejected(ReceiverAnswer(405, "POST only"), headers, peer)
             w = self.settings.webhooks
             body = read_body(environ, w.max_body_bytes, started + w.read_seconds)
-            if isinstance(body, Answer):
+            if isinstance(body, ReceiverAnswer):
                 return self.rejected(body, headers, peer)
             return self.receive(body, headers, peer, started)
         except Exception as exc:  # never a 500 nor a traceback to the client; the log has it
             log.exception("webhook_failed", webhook_id=headers.get("webhook-id", "")[:255] or None,
                           client=peer.address, error=f"{type(exc).__name__}: {exc}")
-            return Answer(503, "not settled now; deliver again")
+            return ReceiverAnswer(503, "not settled now; deliver again")
 
 
 def _malformed(environ: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
@@ -405,32 +406,32 @@ def signed_test_delivery(secret: str) -> tuple[bytes, dict[str, str]]:
     return body, sign(secret, f"wh_iipub_test_{nonce}", body, when)
 
 
-def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes | Answer:
+def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes | ReceiverAnswer:
     """The body as its Content-Length announces it, read by `deadline` (`time.monotonic()`)."""
     raw = str(environ.get("CONTENT_LENGTH") or "").strip()
     if not raw:
-        return Answer(411, "a Content-Length is required")
+        return ReceiverAnswer(411, "a Content-Length is required")
     if not _CONTENT_LENGTH.fullmatch(raw):
-        return Answer(400, "Content-Length is not a number")
+        return ReceiverAnswer(400, "Content-Length is not a number")
     length = int(raw) if len(raw) <= 15 else limit + 1
     if length > limit:
-        return Answer(413, f"body over {limit} bytes")
+        return ReceiverAnswer(413, f"body over {limit} bytes")
     stream = environ["wsgi.input"]
     parts: list[bytes] = []
     got = 0
     while got < length:
         if time.monotonic() > deadline:
-            return Answer(408, "body not received in time")
+            return ReceiverAnswer(408, "body not received in time")
         try:
             chunk = stream.read(min(_READ_CHUNK, length - got))
         except (OSError, ValueError):  # the client went away, or the server's own read timed out
-            return Answer(400, "body not received")
+            return ReceiverAnswer(400, "body not received")
         if not chunk:
             break
         parts.append(chunk)
         got += len(chunk)
     if got != length:
-        return Answer(400, "body shorter than its Content-Length")
+        return ReceiverAnswer(400, "body shorter than its Content-Length")
     return b"".join(parts)
 
 

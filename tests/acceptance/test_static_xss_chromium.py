@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iipub.edition.compose import compose
-from iipub.publish.sinks import Delivered, Event
+from iipub.publish.sinks import Delivered, EditionEvent
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product
 from iipub.settings.edition_schema import output_model
@@ -86,7 +86,7 @@ def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
     }
     edition = output_model(product.languages, product.items).model_validate(doc)
     art = compose(edition, product, dt.date(2025, 3, 7))["en"]
-    ev = Event(
+    ev = EditionEvent(
         event_id="evt-1",
         job_id="job-1",
         product=product.name,

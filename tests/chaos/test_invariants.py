@@ -18,12 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.model.states import State
+from iipub.model.states import SETTLED, State
 from iipub.money import gate
 from iipub.observe import invariants
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
 from tests.support.cli import CliResult, error_messages, run_cli
@@ -35,7 +35,7 @@ from tests.support.suite import fast_first
 
 DAY = dt.date(2026, 11, 28)
 PRODUCT = "daily-brief"
-PARKED = {s.value for s in invariants.SETTLED}
+PARKED = {s.value for s in SETTLED}
 # `cfg` (conftest): one product, its slots the tests' own.
 pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sink_secret")]
 
@@ -318,7 +318,7 @@ def test_webhook_deliveries_are_compared_with_what_the_receiver_saw(
     cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
     with receiver() as hook:
-        s = replace(cfg, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=2))
+        s = replace(cfg, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=2))
         run_to_end(s, engine, sim)
         keys = set(hook.keys())
     assert len(keys) == 4

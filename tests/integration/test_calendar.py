@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.machine import scheduling
 from iipub.machine import sweep as reconcile
 from iipub.model.jobs import slot_row
 from iipub.observe import metrics
 from iipub.observe import queries as status_queries
-from iipub.observe import report as status
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
@@ -93,7 +93,7 @@ def test_with_catch_up_off_status_reports_the_missing_day_and_check_warns(settin
     assert ("daily-brief", yesterday) in report.cutover.missing
     assert ("revolution-watch", yesterday) in report.cutover.missing
     code, line = report.check()
-    assert code >= status.WARNING and "without a slot" in line and f"daily-brief {yesterday}" in line
+    assert code >= Severity.WARNING and "without a slot" in line and f"daily-brief {yesterday}" in line
     wide = status_queries.collect(
         engine, dataclasses.replace(off, status=dataclasses.replace(off.status, window_hours=72)))
     assert wide.cutover is not None

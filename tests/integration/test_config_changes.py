@@ -12,11 +12,12 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.errors import OperatorRefused
+from iipub.core.severity import Severity
 from iipub.edition import compose
 from iipub.machine import steps, track_steps
 from iipub.machine import sweep as reconcile
 from iipub.model.states import State
-from iipub.observe import invariants, queries, report
+from iipub.observe import invariants, queries
 from iipub.operate.executor import Operator
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
@@ -168,7 +169,7 @@ def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
     assert (fresh["state"], fresh["quarantine_reason"]) == ("QUARANTINED", "product_removed")
     assert sim.stats()["creates_total"] == 1
     code, line = queries.collect(engine, gone).check()
-    assert code >= report.WARNING and "product_removed" in line
+    assert code >= Severity.WARNING and "product_removed" in line
 
 
 def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, engine: sa.Engine, sim: Simulator,

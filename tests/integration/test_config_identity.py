@@ -44,13 +44,14 @@ def _jobs(db_url: str) -> int:
 
 def test_compare_decides_on_path_ledger_and_root_not_the_fingerprint() -> None:
     a = ci.Identity("/srv/iipub/iipub.toml", "1" * 64, "/var/lib/iipub/l.jsonl", "/srv/iipub/public")
-    assert ci.compare(None, a) is ci.Verdict.ADOPT
-    assert ci.compare(a, a) is ci.Verdict.SAME
-    assert ci.compare(a, ci.Identity(a.config_path, "2" * 64, a.ledger_path, a.static_root)) is ci.Verdict.EDITED
+    assert ci.compare(None, a) is ci.IdentityVerdict.ADOPT
+    assert ci.compare(a, a) is ci.IdentityVerdict.SAME
+    edited = ci.Identity(a.config_path, "2" * 64, a.ledger_path, a.static_root)
+    assert ci.compare(a, edited) is ci.IdentityVerdict.EDITED
     for other in (ci.Identity(None, None, a.ledger_path, a.static_root),
                   ci.Identity(a.config_path, a.config_sha256, "/elsewhere.jsonl", a.static_root),
                   ci.Identity(a.config_path, a.config_sha256, a.ledger_path, "/tmp/public")):
-        assert ci.compare(a, other) is ci.Verdict.OTHER
+        assert ci.compare(a, other) is ci.IdentityVerdict.OTHER
 
 
 def test_a_command_without_the_databases_configuration_refuses_to_write(db_url: str, cli_env: dict[str, str],

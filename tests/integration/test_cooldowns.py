@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from iipub.machine import sweep
 from iipub.model.states import State
-from iipub.money import gate
+from iipub.money import breaker, gate
 from iipub.observe import queries
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
@@ -67,7 +67,7 @@ def test_a_read_rate_limit_cools_reads_only_for_at_most_a_minute_and_status_says
     report = queries.collect(engine, cfg)
     assert report.read_cooldown_until is not None
     wait = (report.read_cooldown_until - report.generated_at).total_seconds()
-    assert 0 < wait <= gate.READ_COOLDOWN_CAP_SECONDS
+    assert 0 < wait <= breaker.READ_COOLDOWN_CAP_SECONDS
     assert report.gate is not None and (report.gate.cooldown_until is None
                                         or report.gate.cooldown_until <= report.generated_at)
     assert report.to_dict()["read_cooldown"]["until"] is not None

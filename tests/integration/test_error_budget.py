@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from iipub.core.severity import Severity
 from iipub.observe import error_budget as eb
 from iipub.store import clock, db, tables
 from tests.support.cli import run_cli
@@ -148,7 +149,6 @@ def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
     import dataclasses
 
     from iipub.observe import queries
-    from iipub.observe import report as st
     from iipub.settings.loading import settings_from_dict
     from tests.support.rows import record_heartbeats
 
@@ -159,7 +159,7 @@ def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
     assert spent.spent and not spent.fast_burn and not spent.slow_burn
     frozen = dataclasses.replace(report, budgets=(spent,))
     code, line = frozen.check()
-    assert code == st.OK and line.startswith("IIPUB OK - ")
+    assert code == Severity.OK and line.startswith("IIPUB OK - ")
     assert "; change freeze on: error budget spent for time_to_dispatch over 30d" in line.split("|")[0]
     assert "change_freeze=1;0" in line and frozen.to_dict()["change_freeze"] == {"on": True,
                                                                                  "slos": ["time_to_dispatch"]}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.model.track_views import Figures, TrackRef
 from iipub.observe import queries
-from iipub.observe import report as st
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, tables
 from tests.support.cli import run_cli
@@ -99,7 +99,7 @@ def test_a_parked_track_past_its_limit_is_critical_and_in_prometheus(db_url: str
 
     report = dataclasses.replace(report, tracks=Figures(counts={}, parked=(old, young)))
     code, line = report.check()
-    assert code == st.CRITICAL and "1 parked track validation_failed_retained unreleased > 10m" in line, line
+    assert code == Severity.CRITICAL and "1 parked track validation_failed_retained unreleased > 10m" in line, line
     assert "01234567 es" in line
     families = {f.name: f for f in text_string_to_metric_families(metrics.render(report).decode())}
     depth = {s.labels["reason"]: s.value for s in families["iipub_queue_depth"].samples}

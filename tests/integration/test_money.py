@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.core.timefmt import naive_utc
 from iipub.machine import sweep as reconcile
 from iipub.model.states import Reason, State
 from iipub.observe import queries
-from iipub.observe import report as status
 from iipub.provider.simulator import Simulator
 from iipub.provider.simulator.faults import FaultRule
 from iipub.publish import relay
@@ -245,7 +245,7 @@ def test_a_product_ceiling_holds_that_product_only(settings: Settings, engine: s
     assert by_product["daily-brief"].count(State.CREATE_ELIGIBLE.value) == 1
     assert by_product["revolution-watch"] == [State.SAVED_NOT_PUBLIC.value] * 2
     code, line = queries.collect(engine, s).check()
-    assert code == status.CRITICAL and "product daily-brief max_tokens_per_day 1" in line
+    assert code == Severity.CRITICAL and "product daily-brief max_tokens_per_day 1" in line
 
 
 def test_spend_is_counted_by_payment_time_with_prices_and_the_flex_saving(

@@ -11,11 +11,11 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
+from iipub.core.severity import Severity
 from iipub.core.wording import clip_words, plural
 from iipub.machine import sweep
 from iipub.money.gate import CreateGate
 from iipub.observe import queries
-from iipub.observe import report as st
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.settings.loading import settings_from_dict
@@ -72,7 +72,7 @@ def test_breaker_and_pause_perfdata_alert_when_the_check_does(s: Settings, engin
     sweep.run(s, engine)
     CreateGate(engine, "ops", s.provider, 60).pause("ops", "provider incident")
     code, line = queries.collect(engine, s).check()
-    assert code >= st.WARNING
+    assert code >= Severity.WARNING
     figures = perfdata(line)
     for flag in ("breaker_open", "paused", "quarantined"):
         value, warn, crit = figures[flag]

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.no_auto_schedule
 
 @pytest.fixture
 def s(cfg: Settings, hook: Receiver, webhook_sink_secret: str) -> Settings:
-    return replace(cfg, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=2))
+    return replace(cfg, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=2))
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.machine import sweep
 from iipub.observe import invariants, queries
-from iipub.observe import report as status
 from iipub.operate.executor import Operator, ReleaseMode
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
@@ -160,7 +160,7 @@ def test_an_outage_over_20_slots_quarantines_only_the_probes_and_all_publish_aft
                for j, r in during.items() if j not in probes)
     gate = queries.collect(engine, cfg)
     code, line = gate.check()
-    assert code >= status.WARNING and "create breaker open (create_outcome_unknown)" in line
+    assert code >= Severity.WARNING and "create breaker open (create_outcome_unknown)" in line
     sim.clear_faults()  # the provider is back
     run(cfg, engine, sim, 6, db_seconds=cfg.provider.breaker_cooldown_cap_seconds)
     assert published(engine) == set(ids) - probes
@@ -205,7 +205,7 @@ def test_an_exhausted_quota_is_critical_and_sends_a_bounded_number_of_requests(
     sim.add_faults([{"op": "create", "fault": "quota_exhausted", "times": 1000}])
     run(cfg, engine, sim, 3, db_seconds=60)
     code, line = queries.collect(engine, cfg).check()
-    assert code == status.CRITICAL and "quota_exhausted" in line
+    assert code == Severity.CRITICAL and "quota_exhausted" in line
     run(cfg, engine, sim, 10, db_seconds=60)  # 13 minutes of cron
     assert sim.stats()["requests"]["create"] <= 2  # the first refusal, at most one probe in 15 minutes
     everything = rows(engine)
@@ -234,7 +234,7 @@ def test_pause_stops_creates_everywhere_but_custody_goes_on(cfg: Settings, engin
     assert published(engine) == {first, second}  # custody and publication went on
     assert sim.stats()["creates_total"] == 2  # the new slot waited
     code, line = queries.collect(engine, cfg).check()
-    assert code >= status.WARNING and "creates paused by alice" in line
+    assert code >= Severity.WARNING and "creates paused by alice" in line
     with Operator(cfg, engine) as op:
         assert not op.unpause("alice", "over").paused
     run(cfg, engine, sim, 5)
@@ -255,10 +255,10 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
     report = queries.collect(engine, cfg)
     assert [j.id for j in report.late] == [job_id] and not report.stranded
     code, line = report.check()
-    assert code == status.WARNING and "1 edition late" in line
+    assert code == Severity.WARNING and "1 edition late" in line
     clock.advance_clock(engine, cfg.status.stranded_after_seconds)
     report = queries.collect(engine, cfg)
-    assert report.check()[0] == status.CRITICAL and [j.id for j in report.stranded] == [job_id]
+    assert report.check()[0] == Severity.CRITICAL and [j.id for j in report.stranded] == [job_id]
     violations = invariants.check(engine, settings=cfg, stranded_after_seconds=cfg.status.stranded_after_seconds)
     stranded = [v for v in violations if v.kind == "stranded"]
     assert [v.job_id for v in stranded] == [job_id]  # `iipub check` agrees

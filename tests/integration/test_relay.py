@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import clock, db, tables
 from iipub.store.outbox import Outbox
 from tests.support.loopback import Receiver
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.no_auto_schedule, pytest.mark.usefixtures("webhook_sin
 
 
 def with_webhook(settings: Settings, url: str) -> Settings:
-    return replace(settings, webhook_sink=WebhookSink(url=url, timeout_seconds=2))
+    return replace(settings, webhook_sink=WebhookSinkSettings(url=url, timeout_seconds=2))
 
 
 def saved(settings: Settings, engine: sa.Engine, sim: Simulator, days: int = 1) -> None:

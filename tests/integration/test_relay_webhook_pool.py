@@ -18,7 +18,7 @@ from iipub.core.errors import ConfigError
 from iipub.core.timefmt import naive_utc
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSink
+from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
 from tests.support.loopback import Receiver
@@ -58,7 +58,7 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
     settings: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver, tmp_path: Path
 ) -> None:
     timeout = 2.0
-    s = replace(settings, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=timeout, concurrency=2,
+    s = replace(settings, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=timeout, concurrency=2,
                                                    deadline_seconds=1.0))
     saved(s, engine, sim, days=2)  # 2 products x 2 languages x 2 days: 8 events
     hook.mode, hook.hang_seconds = "hang", 5.0  # accepts the POST, never answers in time
@@ -109,7 +109,7 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
 def test_webhook_deliveries_run_concurrently_up_to_the_limit(
     settings: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver
 ) -> None:
-    s = replace(settings, webhook_sink=WebhookSink(url=hook.url, timeout_seconds=5, concurrency=4))
+    s = replace(settings, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=5, concurrency=4))
     saved(s, engine, sim, days=2)
     hook.mode, hook.hang_seconds = "hang", 0.5  # slow, but answers 200
     t0 = time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from iipub.edition.compose import compose
-from iipub.publish.sinks import Delivered, Event, Parked
+from iipub.publish.sinks import Delivered, EditionEvent, Parked
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
 from iipub.settings.edition_schema import output_model
@@ -52,17 +52,17 @@ def payload(product: Product, day: dt.date, tag: str = "") -> dict[str, Any]:
 
 
 def events(product: Product, day: dt.date, *, tag: str = "", published: str | None = None,
-           job: str = "job-1") -> dict[str, Event]:
+           job: str = "job-1") -> dict[str, EditionEvent]:
     edition = output_model(product.languages, product.items).model_validate(payload(product, day, tag))
     return {
-        lang: Event(event_id=f"evt-{product.name}-{day}-{lang}-{tag}", job_id=job, product=product.name,
+        lang: EditionEvent(event_id=f"evt-{product.name}-{day}-{lang}-{tag}", job_id=job, product=product.name,
                     edition_date=art.edition_date, lang=lang, sha256=art.sha256, artifact=json.loads(art.body),
                     published_at=published or f"{day}T06:00:03Z")
         for lang, art in compose(edition, product, day).items()
     }
 
 
-def deliver(sink: StaticSink, *evs: Event) -> None:
+def deliver(sink: StaticSink, *evs: EditionEvent) -> None:
     for ev in evs:
         assert sink.deliver(ev) == Delivered(), ev
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from iipub.edition.compose import Artifact, artifact_from_document
-from iipub.publish.sinks import Delivered, Event
+from iipub.publish.sinks import Delivered, EditionEvent
 from iipub.publish.sinks.site import Entry, Site
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
@@ -98,8 +98,8 @@ def brief_title(k: int, day: dt.date, lang: str) -> str:
     return f"Edition {k}: markets & \"rates\" in {lang}"
 
 
-def event(art: Artifact, published: str, job: str = "job-1") -> Event:
-    return Event(event_id=f"evt-{art.product}-{art.edition_date}-{art.lang}-{art.sha256[:8]}", job_id=job,
+def event(art: Artifact, published: str, job: str = "job-1") -> EditionEvent:
+    return EditionEvent(event_id=f"evt-{art.product}-{art.edition_date}-{art.lang}-{art.sha256[:8]}", job_id=job,
                  product=art.product, edition_date=art.edition_date, lang=art.lang, sha256=art.sha256,
                  artifact=json.loads(art.body), published_at=published)
 
@@ -112,7 +112,7 @@ def published_at(k: int, day: dt.date) -> str:
     return f"{day.isoformat()}T06:{k % 60:02d}:03Z"
 
 
-def brief_events() -> Iterator[Event]:
+def brief_events() -> Iterator[EditionEvent]:
     """daily-brief in en and es over 55 days (more than an index's 30 and a feed's 50), the
     latest five delivered first, then the rest newest to oldest with es before en."""
     order = BRIEF_DAYS[:5] + BRIEF_DAYS[5:]
@@ -124,7 +124,7 @@ def brief_events() -> Iterator[Event]:
             yield event(art, published_at(k, day))
 
 
-def watch_events() -> Iterator[Event]:
+def watch_events() -> Iterator[EditionEvent]:
     """revolution-watch: a date in Spanish only, an edition without items, a redundant title."""
     d1, d2, d3 = "2026-12-01", "2026-12-02", "2026-11-30"
     yield event(artifact("revolution-watch", d1, "en", "Revolution Watch for 1 December 2026", "Calm.",
@@ -137,7 +137,7 @@ def watch_events() -> Iterator[Event]:
                 "2026-11-30T23:59:59Z")
 
 
-def world_events() -> Iterator[Event]:
+def world_events() -> Iterator[EditionEvent]:
     """world-report: Arabic (right to left), Chinese, English with a configured title that needs
     escaping, and languages the configuration does not list (French, and an unknown code)."""
     day = "2026-12-15"
@@ -150,7 +150,7 @@ def world_events() -> Iterator[Event]:
                 "2026-11-15T12:00:00Z")
 
 
-def deliver(sink: StaticSink, evs: Iterator[Event] | list[Event]) -> None:
+def deliver(sink: StaticSink, evs: Iterator[EditionEvent] | list[EditionEvent]) -> None:
     for ev in evs:
         assert sink.deliver(ev) == Delivered(), ev
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iipub.edition.compose import compose
-from iipub.publish.sinks import Delivered, Event, l10n
+from iipub.publish.sinks import Delivered, EditionEvent, l10n
 from iipub.publish.sinks import site as site_mod
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import KNOWN_LANGUAGES, Product, default_products
@@ -22,7 +22,7 @@ PRODUCTS = default_products()
 DAY = dt.date(2026, 12, 1)
 
 
-def _events(product: Product, day: dt.date, title: str, published: str) -> dict[str, Event]:
+def _events(product: Product, day: dt.date, title: str, published: str) -> dict[str, EditionEvent]:
     doc = {lang: {"title": title.format(product=product.name, date=day.isoformat(), lang=lang),
                   "summary": "What happened.",
                   "items": [{"headline": f"Headline {i}", "summary": "Text.",
@@ -30,13 +30,13 @@ def _events(product: Product, day: dt.date, title: str, published: str) -> dict[
                             for i in range(product.items)]}
            for lang in product.languages}
     edition = output_model(product.languages, product.items).model_validate(doc)
-    return {lang: Event(event_id=f"evt-{product.name}-{day}-{lang}", job_id="job-1", product=product.name,
+    return {lang: EditionEvent(event_id=f"evt-{product.name}-{day}-{lang}", job_id="job-1", product=product.name,
                         edition_date=art.edition_date, lang=lang, sha256=art.sha256,
                         artifact=json.loads(art.body), published_at=published)
             for lang, art in compose(edition, product, day).items()}
 
 
-def _deliver(sink: StaticSink, *evs: Event) -> None:
+def _deliver(sink: StaticSink, *evs: EditionEvent) -> None:
     for ev in evs:
         assert sink.deliver(ev) == Delivered(), ev
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from iipub.edition.compose import canonical_json, compose
-from iipub.publish.sinks import Delivered, Event, Parked, RetryLater, Sink
+from iipub.publish.sinks import Delivered, EditionEvent, Parked, RetryLater, Sink
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product
 from iipub.settings.edition_schema import output_model
@@ -37,11 +37,11 @@ def payload(tag: str = "") -> dict[str, Any]:
     }
 
 
-def events(day: dt.date, doc: dict[str, Any] | None = None) -> dict[str, Event]:
+def events(day: dt.date, doc: dict[str, Any] | None = None) -> dict[str, EditionEvent]:
     edition = output_model(PRODUCT.languages, PRODUCT.items).model_validate(doc or payload())
     out = {}
     for lang, art in compose(edition, PRODUCT, day).items():
-        out[lang] = Event(
+        out[lang] = EditionEvent(
             event_id=f"evt-{day}-{lang}",
             job_id="job-1",
             product=PRODUCT.name,
@@ -186,7 +186,7 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
     payload_["artifact"] = dict(payload_["artifact"]) | {field: value}
     # A consistent hash, so only the path check can stop it.
     payload_["sha256"] = hashlib.sha256(canonical_json(payload_["artifact"])).hexdigest()
-    result = StaticSink(root).deliver(Event.from_payload(payload_))
+    result = StaticSink(root).deliver(EditionEvent.from_payload(payload_))
     assert isinstance(result, Parked)
     assert not tmp_path.joinpath("escape").exists()
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -194,7 +194,7 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
 
 def test_artifact_not_matching_its_hash_is_parked(tmp_path: Path) -> None:
     ev = events(DAY1)["en"]
-    tampered = Event.from_payload(ev.to_payload() | {"artifact": ev.artifact | {"title": "forged"}})
+    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": ev.artifact | {"title": "forged"}})
     result = StaticSink(tmp_path).deliver(tampered)
     assert isinstance(result, Parked) and "sha256" in result.why
     assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.core.timefmt import duration
 from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, State
@@ -117,7 +118,7 @@ def test_counts_and_slis_match_the_journal_and_healthy_is_ok(s: Settings, engine
             j["input_tokens"], j["output_tokens"], j["total_tokens"])
 
     code, line = report.check()
-    assert code == st.OK, line
+    assert code == Severity.OK, line
     assert line.startswith("IIPUB OK - 2 jobs, 0 quarantined, outbox lag 0s | jobs=2 quarantined=0")
     doc = report.to_dict()
     assert doc["check"] == {"code": 0, "status": "OK", "line": line, "problems": []}
@@ -139,7 +140,7 @@ def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: S
     assert report.quarantine_reasons == {"create_outcome_unknown": 1}
     assert report.stranded == ()
     code, line = report.check()
-    assert code == st.WARNING, line
+    assert code == Severity.WARNING, line
     # the unknown outcome also opened the create breaker (WARNING while young)
     assert line.startswith("IIPUB WARNING - ") and "1 quarantined (create_outcome_unknown)" in line
     assert "create breaker open (create_outcome_unknown)" in line
@@ -162,24 +163,24 @@ def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine, 
     assert sli.count == 2 and sli.open == 0 and sli.within == 0 and sli.breached
     assert min(sli.durations) >= 200
     code, line = report.check()
-    assert code == st.WARNING and "SLO breach: overdue_polls 0/2 within 90s" in line, line
+    assert code == Severity.WARNING and "SLO breach: overdue_polls 0/2 within 90s" in line, line
 
 
 def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     schedule(s, engine)
     drive(s, engine, sim, {State.SAVED_NOT_PUBLIC.value}, deliver=False)
     report = collect(s, engine)
-    assert report.outbox_unpublished == 4 and report.check()[0] == st.OK
+    assert report.outbox_unpublished == 4 and report.check()[0] == Severity.OK
 
     clock.advance_clock(engine, 700)
     report = collect(s, engine)
     assert report.outbox_lag_seconds >= 700 and report.stranded == ()
     code, line = report.check()
-    assert code == st.WARNING and "outbox lag" in line and "> 600s" in line, line
+    assert code == Severity.WARNING and "outbox lag" in line and "> 600s" in line, line
 
     clock.advance_clock(engine, 3000)
     code, line = collect(s, engine).check()
-    assert code == st.CRITICAL and "> 3600s" in line, line
+    assert code == Severity.CRITICAL and "> 3600s" in line, line
 
     relay.run(s, engine)
     report = collect(s, engine)
@@ -190,7 +191,8 @@ def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: S
     report = collect(s, engine)
     assert report.outbox_parked == 1
     code, line = report.check()
-    assert code == st.WARNING and "1 parked sink delivery " in line and "deliveries" not in line.split("|")[0], line
+    assert code == Severity.WARNING and "1 parked sink delivery " in line, line
+    assert "deliveries" not in line.split("|")[0], line
 
 
 # -- critical --------------------------------------------------------------------------------
@@ -203,7 +205,7 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
     sweep.run(s, engine)
     states = {(j["edition_date"], j["state"]) for j in job_rows(engine)}
     assert states == {(today(engine), "ACCEPTED"), (later, "NO_JOB")}
-    assert collect(s, engine).check()[0] == st.OK
+    assert collect(s, engine).check()[0] == Severity.OK
 
     clock.advance_clock(engine, 3 * 3600)
     report = collect(s, engine)
@@ -211,7 +213,7 @@ def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine,
     assert {r.id for r in report.stranded} == accepted
     assert all(r.state == "ACCEPTED" and r.age_seconds >= 3 * 3600 for r in report.stranded)
     code, line = report.check()
-    assert code == st.CRITICAL, line
+    assert code == Severity.CRITICAL, line
     assert line.startswith("IIPUB CRITICAL - 2 stranded > 2h00m (oldest ")
     assert " stranded=2;;0 " in line
 
@@ -221,11 +223,11 @@ def test_a_slot_never_dispatched_counts_against_dispatch_and_strands(s: Settings
     clock.advance_clock(engine, 300)
     report = collect(s, engine)
     assert report.dispatch.open == 2 and report.dispatch.breached and report.stranded == ()
-    assert report.check()[0] == st.WARNING
+    assert report.check()[0] == Severity.WARNING
     clock.advance_clock(engine, 3 * 3600)
     report = collect(s, engine)
     assert {r.state for r in report.stranded} == {"NO_JOB"} and len(report.stranded) == 2
-    assert report.check()[0] == st.CRITICAL
+    assert report.check()[0] == Severity.CRITICAL
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
@@ -264,4 +266,4 @@ def test_a_healthy_day_spends_no_error_budget(s: Settings, engine: sa.Engine, si
     assert budgets["unretrieved_dwell"].events == report.dwell.count == 2
     assert budgets["overdue_polls"].events == report.overdue_polls.count
     assert all(b.bad == 0 and b.left == 1.0 and not b.fast_burn and not b.slow_burn for b in budgets.values())
-    assert report.freeze() == [] and report.check()[0] == st.OK
+    assert report.freeze() == [] and report.check()[0] == Severity.OK

@@ -22,7 +22,7 @@ from iipub.core.errors import MissingApiKey
 from iipub.machine import sweep
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
-from iipub.money import gate
+from iipub.money import breaker, gate
 from iipub.provider.fake import Call, FakeProvider
 from iipub.provider.outcomes import Ambiguous, Deleted, Missing, Refused, Rejected, Transient
 from iipub.publish import relay
@@ -550,7 +550,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     left = job_rows(engine)  # left as they were: unleased, still polling, still due
     assert all(r["lease_owner"] is None and r["state"] in {"ACCEPTED", "QUEUED", "IN_PROGRESS"} for r in left)
     # Once the cool-down has passed, the next tick polls every one of them.
-    clock.advance_clock(engine, gate.READ_COOLDOWN_CAP_SECONDS + 1)
+    clock.advance_clock(engine, breaker.READ_COOLDOWN_CAP_SECONDS + 1)
     tick(one_at_a_time, engine, fake)
     assert fake.count("retrieve") == retrieves + 1 + len(left)
     assert all(r["version"] > before_row["version"]

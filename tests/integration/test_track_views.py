@@ -13,10 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from iipub.core.severity import Severity
 from iipub.machine import sweep as reconcile
 from iipub.model.states import State
 from iipub.observe import metrics, queries
-from iipub.observe import report as st
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
@@ -233,9 +233,9 @@ def test_status_counts_tracks_and_reports_parked_and_stranded_ones(settings: Set
     assert [j.id for j in report.stranded] == [ids["stuck"]]
 
     problems = {text.split(" (")[0]: sev for sev, text in report.problems()}
-    assert problems["1 track stranded > 2h00m"] == st.CRITICAL
-    assert problems["2 parked tracks"] == st.WARNING
-    assert problems["1 track whose step is failing"] == st.WARNING
+    assert problems["1 track stranded > 2h00m"] == Severity.CRITICAL
+    assert problems["2 parked tracks"] == Severity.WARNING
+    assert problems["1 track whose step is failing"] == Severity.WARNING
     lines = [text for _, text in report.problems()]
     assert (f"1 track stranded > 2h00m (oldest revolution-watch 2026-11-10 en in READY_TO_COMPOSE for 3h00m, job "
             f"{ids['stuck'][:8]})") in lines
@@ -267,7 +267,7 @@ def test_a_parked_track_alone_is_a_warning(settings: Settings, engine: sa.Engine
     add_track(engine, job_id, "en", State.PUBLISHED)
     add_track(engine, job_id, "es", State.VALIDATION_FAILED_RETAINED, last_error="es.items[1].url: not public")
     result = run_cli("status", "--check", env=cli_env, cwd=tmp_path)
-    assert result.returncode == st.WARNING, result.stdout
+    assert result.returncode == Severity.WARNING, result.stdout
     assert result.stdout.startswith("IIPUB WARNING - 1 parked track (validation_failed_retained 1; oldest "
                                     f"daily-brief {yesterday} es in VALIDATION_FAILED_RETAINED for ")
     assert "stranded" not in result.stdout.split(" | ")[0]
@@ -286,7 +286,7 @@ def test_a_parked_track_alone_is_a_warning(settings: Settings, engine: sa.Engine
 def test_no_tracks_no_track_section_and_ok(settings: Settings, engine: sa.Engine, cli_env: dict[str, str],
                                           tmp_path: Path) -> None:
     report = queries.collect(engine, settings)
-    assert report.tracks is not None and report.tracks.total == 0 and report.check()[0] == st.OK
+    assert report.tracks is not None and report.tracks.total == 0 and report.check()[0] == Severity.OK
     assert report.to_dict()["tracks"]["total"] == 0
     assert "TRACKS" not in run_cli("status", env=cli_env, cwd=tmp_path, check=True).stdout.splitlines()
 
@@ -309,7 +309,7 @@ def test_prometheus_tracks_by_product_language_and_state(settings: Settings, eng
     assert samples['iipub_stranded_tracks{lang="en"}'] == 1 and samples['iipub_stranded_tracks{lang="es"}'] == 0
     assert samples['iipub_duplicate_publications_by_lang{lang="es"}'] == 0
     assert samples["iipub_oldest_stranded_track_age_seconds"] > 3 * 3600 - 10
-    assert samples["iipub_stranded_jobs"] == 1 and samples["iipub_check_status"] == st.CRITICAL
+    assert samples["iipub_stranded_jobs"] == 1 and samples["iipub_check_status"] == Severity.CRITICAL
 
 
 def test_duplicate_publications_are_counted_per_language(settings: Settings, engine: sa.Engine) -> None:
@@ -385,7 +385,7 @@ def test_a_spanish_only_failure_as_the_operator_sees_it(db_url: str, engine: sa.
     assert report.tracks.counts == {"daily-brief": {"en": {"PUBLISHED": 1}, "es": {"VALIDATION_FAILED_RETAINED": 1}}}
     assert [(p.job_id, p.lang) for p in report.tracks.parked] == [(job_id, "es")]
     assert report.tracks.stranded == () and report.stranded == ()
-    assert any(sev == st.WARNING and text.startswith("1 parked track (validation_failed_retained 1; oldest "
+    assert any(sev == Severity.WARNING and text.startswith("1 parked track (validation_failed_retained 1; oldest "
                                                       "daily-brief 2026-11-20 es in VALIDATION_FAILED_RETAINED")
                for sev, text in report.problems())
     samples = metrics.render(report, s.products).decode()

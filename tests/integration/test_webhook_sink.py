@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from iipub.core.backoff import parse_retry_after
-from iipub.publish.sinks import Delivered, Event, Parked, RetryLater, Sink
+from iipub.publish.sinks import Delivered, EditionEvent, Parked, RetryLater, Sink
 from iipub.publish.sinks.webhook import WebhookSink, sign
 from tests.support.loopback import recording_server, send_reply
 
@@ -64,8 +64,8 @@ def sink(receiver: Receiver) -> Iterator[WebhookSink]:
         yield s
 
 
-def event() -> Event:
-    return Event(
+def event() -> EditionEvent:
+    return EditionEvent(
         event_id="evt_01HZY",
         job_id="job-42",
         product="daily-brief",

@@ -11,6 +11,7 @@ import pytest
 
 from iipub.core.errors import OperatorRefused
 from iipub.machine import decisions
+from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.operate import remedies
@@ -107,7 +108,7 @@ def test_importable_states_have_the_edge(state: State) -> None:
     remedies.check_import(job(state))
 
 
-@pytest.mark.parametrize("state", [s for s in State if s not in remedies.IMPORTABLE])
+@pytest.mark.parametrize("state", [s for s in State if s not in states.IMPORTABLE])
 def test_every_other_state_is_refused(state: State) -> None:
     with pytest.raises(OperatorRefused, match="import-payload applies only to"):
         remedies.check_import(job(state))

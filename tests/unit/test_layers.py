@@ -1,16 +1,18 @@
 """The layer contract (pyproject's `[tool.importlinter]`) is executable and is the layout table of
 docs/architecture.md: packages import only the floors below them, no import cycle exists (at
-module level or inside a function), the pure modules reach no I/O library, no module of the
-package imports the tests' in-memory provider, and a planted violation of each rule breaks the
-contract."""
+module level or inside a function), the pure modules reach no I/O library, the status report
+imports values only, no module of the package imports the tests' in-memory provider, and a
+planted violation of each rule breaks the contract."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,10 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
      "nothing in the package imports it"),
     # the provider interface reaching an HTTP library
     ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
+    # the status report reaching the rows it reports on
+    ("observe/report.py", "from iipub.store import tables  # planted\n", "the status report"),
+    # ... or a value type it shows back in its I/O module
+    ("observe/report.py", "from iipub.observe.heartbeat import summary  # planted\n", "the status report"),
 ])
 def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module
@@ -116,3 +122,13 @@ def test_a_new_top_level_module_must_be_placed() -> None:
     """At most a handful of modules sit beside the packages: the entry points."""
     top = sorted(p.stem for p in (ROOT / "iipub").glob("*.py") if p.stem != "__init__")
     assert top == ["__main__", "entry", "webhook"]
+
+
+def test_every_class_name_is_unique_across_the_package() -> None:
+    """A class is known by its name alone in logs, tracebacks and docs: no two share one."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "iipub").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert {name: at for name, at in where.items() if len(at) > 1} == {}

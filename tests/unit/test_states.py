@@ -89,3 +89,64 @@ def test_suspended_and_parked_never_worked_by_reconcile() -> None:
     assert State.MANUALLY_SUSPENDED not in states.ACTIVE
     assert State.QUARANTINED not in states.ACTIVE
     assert State.SAVED_NOT_PUBLIC not in states.ACTIVE  # the relay's
+
+
+# -- the state groups -----------------------------------------------------------------------------
+
+def _groups() -> dict[str, frozenset[object]]:
+    """Every named group of `model/states.py`: its module-level frozensets."""
+    return {name: value for name, value in vars(states).items() if isinstance(value, frozenset)}
+
+
+def test_each_partition_places_every_state_exactly_once() -> None:
+    assert states.PARTITIONS
+    for name, groups in states.PARTITIONS.items():
+        placed = [s for group in groups for s in group]
+        assert sorted(placed) == sorted(State), name  # every state, none twice
+        assert all(groups), name
+
+
+def test_each_track_partition_places_every_track_state_exactly_once() -> None:
+    assert states.TRACK_PARTITIONS
+    assert len(states.TRACK_STATES) == 8
+    for name, groups in states.TRACK_PARTITIONS.items():
+        placed = [s for group in groups for s in group]
+        assert sorted(placed) == sorted(states.TRACK_STATES), name
+        assert all(groups), name
+
+
+def test_every_named_group_is_a_nonempty_set_of_declared_members() -> None:
+    groups = _groups()
+    assert len(groups) > 30
+    for name, group in groups.items():
+        assert group, name
+        members = {type(m) for m in group}
+        assert members in ({State}, {states.Reason}), name
+        if members == {State}:
+            assert group <= frozenset(State), name
+    assert set(states.TRACK_OF_UNFORKED_SLOT) | set(states.TRACK_OF_UNFORKED_SLOT.values()) <= set(State)
+
+
+def test_every_partition_is_made_of_named_groups() -> None:
+    named = set(_groups().values())
+    for groups in (*states.PARTITIONS.values(), *states.TRACK_PARTITIONS.values()):
+        assert all(group in named for group in groups)
+
+
+def test_how_the_groups_relate() -> None:
+    s = states
+    # The saved editions are the relay's and the done ones; the sweep's provider use splits ACTIVE.
+    assert s.EDITIONS_SAVED == s.RELAYING | s.DONE
+    assert s.LOCAL_STEPS <= s.ACTIVE and s.PROVIDER_BOUND <= s.ACTIVE and not s.LOCAL_STEPS & s.PROVIDER_BOUND
+    # Custody: polling comes before it; a job parked from anywhere is watched for it.
+    assert s.POLLING < s.CUSTODY_PENDING < s.IN_FLIGHT <= s.BEFORE_CUSTODY
+    assert s.GENERATING <= s.IN_FLIGHT and s.RESUMES_INTO_VALIDATION <= s.BEFORE_CUSTODY
+    assert s.CUSTODY_WATCHED <= s.PARKED and s.SETTLED == s.TERMINAL | s.PARKED
+    assert s.AWAITING_DISPATCH < s.CREATE_NEXT <= s.BEFORE_CUSTODY
+    assert s.CLEANING_UP < s.DONE and s.DONE & s.ACTIVE == s.CLEANING_UP
+    # Tracks run only under a slot that lets them; a slot frozen for its tracks never does.
+    assert not s.TRACKS_RUN_IN & s.TRACKS_NEVER_RUN_IN
+    assert s.REOPENS_FOR_A_TRACK <= s.PARKED & s.TRACKS_NEVER_RUN_IN
+    assert all(s.allowed(src, State.READY_TO_COMPOSE, operator=True) for src in s.REOPENS_FOR_A_TRACK)
+    assert all(s.allowed(src, State.RETRIEVED_NOT_VALIDATED, operator=True) for src in s.IMPORTABLE)
+    assert not s.ORPHAN_ADOPTABLE & (s.CUSTODY_TAKEN | s.POLLING)

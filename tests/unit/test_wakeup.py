@@ -50,11 +50,11 @@ def test_identity_counts_secrets_only_as_set() -> None:
     assert "sk-one" not in same
 
 
-def _recorded(**kw: object) -> wakeup.Recorded:
+def _recorded(**kw: object) -> wakeup.RecordedWakeup:
     values: dict[str, object] = {"signature": "s", "identity": "i", "files": {"/c": [1, 2, 3]},
                                  "idle_summary": "{}", "asleep": True}
     values.update(kw)
-    return wakeup.Recorded(**values)  # type: ignore[arg-type]
+    return wakeup.RecordedWakeup(**values)  # type: ignore[arg-type]
 
 
 def test_why_awake() -> None:

@@ -13,11 +13,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from iipub.edition.compose import canonical_json
 
-__all__ = ["Delivered", "DeliveryResult", "Event", "Parked", "RetryLater", "Sink"]
+__all__ = ["Delivered", "DeliveryResult", "EditionEvent", "Parked", "RetryLater", "Sink"]
 
 
 @dataclass(frozen=True)
-class Event:
+class EditionEvent:
     """One outbox event: a composed artifact for one product, date and language."""
 
     event_id: str
@@ -30,7 +30,7 @@ class Event:
     published_at: str
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
+    def from_payload(cls, payload: Mapping[str, Any]) -> EditionEvent:
         """Build from a stored outbox payload; raises ValueError if a field is missing or mistyped."""
         if not isinstance(payload, Mapping):
             raise ValueError("event payload must be an object")
@@ -83,4 +83,4 @@ DeliveryResult = Delivered | RetryLater | Parked
 class Sink(Protocol):
     name: str
 
-    def deliver(self, event: Event) -> DeliveryResult: ...
+    def deliver(self, event: EditionEvent) -> DeliveryResult: ...

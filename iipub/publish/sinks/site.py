@@ -101,15 +101,15 @@ class Card(NamedTuple):
     editions: str  # "12 editions"
 
 
-class Source(NamedTuple):
+class PageSource(NamedTuple):
     title: str
     href: str | None  # the URL when it is public http(s), else None: the title is shown as inert text
 
 
-class Item(NamedTuple):
+class PageItem(NamedTuple):
     headline: str
     summary: str
-    sources: tuple[Source, ...]
+    sources: tuple[PageSource, ...]
 
 
 # --- paths (iipub.edition.paths) -------------------------------------------------------------
@@ -404,9 +404,9 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _public_url = functools.lru_cache(maxsize=4096)(is_public_http_url)
 
 
-def _source(source: Mapping[str, str]) -> Source:
+def _source(source: Mapping[str, str]) -> PageSource:
     # Only http(s) links to public hosts become links; anything else is shown as inert text.
-    return Source(source["title"], source["url"] if _public_url(source["url"]) else None)
+    return PageSource(source["title"], source["url"] if _public_url(source["url"]) else None)
 
 
 _ITEMS: Lru[tuple[str, str], str] = Lru(512)
@@ -419,7 +419,8 @@ def items_html(art: Artifact, lang: str) -> str:
     cached = _ITEMS.get(key)
     if cached is not None:
         return cached
-    items = [Item(item["headline"], item["summary"], tuple(_source(s) for s in item["sources"])) for item in art.items]
+    items = [PageItem(item["headline"], item["summary"], tuple(_source(s) for s in item["sources"]))
+             for item in art.items]
     text: str = _parts().items(items, l10n.word(lang, "sources"))
     _ITEMS.put(key, text)
     return text

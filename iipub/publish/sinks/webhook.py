@@ -18,7 +18,7 @@ import httpx
 from iipub.core import tls
 from iipub.core.backoff import parse_retry_after
 from iipub.core.closing import Closing
-from iipub.publish.sinks import Delivered, DeliveryResult, Event, Parked, RetryLater
+from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater
 
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 _SNIPPET = 200
@@ -82,7 +82,7 @@ class WebhookSink(Closing):
         if self._owns_client:
             self._client.close()
 
-    def headers(self, event: Event, body: bytes) -> dict[str, str]:
+    def headers(self, event: EditionEvent, body: bytes) -> dict[str, str]:
         timestamp = str(int(self._clock()))
         return {
             "Content-Type": "application/json",
@@ -92,7 +92,7 @@ class WebhookSink(Closing):
             "webhook-signature": sign(self._secret, event.event_id, timestamp, body),
         }
 
-    def deliver(self, event: Event) -> DeliveryResult:
+    def deliver(self, event: EditionEvent) -> DeliveryResult:
         body = event.body()
         try:
             with self._client.stream(
