@@ -9,8 +9,8 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from iipub.machine.decisions import Decision
-from iipub.machine.run_context import RunContext
-from iipub.machine.shared_cool_down import SharedCoolDown
+from iipub.machine.run.run_context import RunContext
+from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job
 from iipub.model.states import State
 

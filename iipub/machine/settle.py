@@ -22,7 +22,7 @@ import structlog
 
 from iipub.core.errors import Contention, LeaseLost
 from iipub.machine import decisions
-from iipub.machine.run_context import RunContext
+from iipub.machine.run.run_context import RunContext
 from iipub.model import deliveries, owners, states
 from iipub.model.jobs import Job
 from iipub.model.states import State

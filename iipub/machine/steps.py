@@ -15,10 +15,10 @@ import structlog
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
 from iipub.machine import decisions
 from iipub.machine.applying import apply
-from iipub.machine.creates import Creates
 from iipub.machine.decisions import Decision
-from iipub.machine.run_context import RunContext, SweepContext
-from iipub.machine.shared_cool_down import SharedCoolDown
+from iipub.machine.run.creates import Creates
+from iipub.machine.run.run_context import RunContext, SweepContext
+from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
 from iipub.money import budgets, holds, ledger, paying, payments

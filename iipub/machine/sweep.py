@@ -19,11 +19,12 @@ import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
-from iipub.machine import run_context, scheduling
-from iipub.machine.counters import TickReport
-from iipub.machine.deadline import STOP
-from iipub.machine.run_context import SweepContext
-from iipub.machine.write_batch import WriteBatch
+from iipub.machine import scheduling
+from iipub.machine.run import run_context
+from iipub.machine.run.counters import TickReport
+from iipub.machine.run.deadline import STOP
+from iipub.machine.run.run_context import SweepContext
+from iipub.machine.run.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import LOCAL_STEPS, PROVIDER_BOUND, TRACKS_RUN_IN, State
 from iipub.money import gate

@@ -14,7 +14,7 @@ from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
 from iipub.edition import validate
 from iipub.machine import track_decisions
 from iipub.machine.applying import apply
-from iipub.machine.run_context import RunContext
+from iipub.machine.run.run_context import RunContext
 from iipub.model.jobs import Job
 from iipub.model.states import TRACKS_RUN_IN, Reason
 from iipub.model.track_views import Hop

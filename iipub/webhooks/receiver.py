@@ -39,7 +39,8 @@ from openai.types.webhooks import UnwrapWebhookEvent
 from iipub.core import logs
 from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
 from iipub.core.timefmt import naive_utc
-from iipub.machine import run_context, settle
+from iipub.machine import settle
+from iipub.machine.run import run_context
 from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.machine import run_context
 from iipub.machine import sweep as reconcile
 from iipub.machine.decisions import on_output
+from iipub.machine.run import run_context
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.observe import report as status

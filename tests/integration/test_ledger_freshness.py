@@ -12,7 +12,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.machine import run_context, steps, sweep
+from iipub.machine import steps, sweep
+from iipub.machine.run import run_context
 from iipub.money.ledger import slot_of
 from iipub.provider.fake import Call, FakeProvider
 from iipub.provider.outcomes import Refused

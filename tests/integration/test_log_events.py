@@ -19,8 +19,9 @@ import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
 
-from iipub.machine import run_context, steps
+from iipub.machine import steps
 from iipub.machine import sweep as reconcile
+from iipub.machine.run import run_context
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.provider.fake import FakeProvider

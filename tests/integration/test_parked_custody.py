@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.errors import OperatorRefused
-from iipub.machine import run_context, settle, sweep
+from iipub.machine import settle, sweep
+from iipub.machine.run import run_context
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.operate.executor import Operator

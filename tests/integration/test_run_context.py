@@ -19,9 +19,10 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub.machine import run_context, steps
+from iipub.machine import steps
 from iipub.machine import sweep as reconcile
-from iipub.machine.run_context import RunContext, SweepContext
+from iipub.machine.run import run_context
+from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.money.gate import CreateGate

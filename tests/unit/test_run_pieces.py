@@ -7,10 +7,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from iipub.machine.cool_down import CoolDown
-from iipub.machine.counters import Counters, TickReport
-from iipub.machine.deadline import STOP, Deadline
-from iipub.machine.first_creates import FirstCreates
+from iipub.machine.run.cool_down import CoolDown
+from iipub.machine.run.counters import Counters, TickReport
+from iipub.machine.run.deadline import STOP, Deadline
+from iipub.machine.run.first_creates import FirstCreates
 from iipub.model.states import State
 from iipub.provider.outcomes import Transient
 

@@ -8,7 +8,7 @@ import threading
 
 import structlog
 
-from iipub.machine.ledger_view import SpendLedgerView
+from iipub.machine.run.ledger_view import SpendLedgerView
 from iipub.model.jobs import Job
 from iipub.model.states import Reason
 from iipub.money import ledger, ledger_book

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from iipub.machine.deadline import STOP, Deadline
+from iipub.machine.run.deadline import STOP, Deadline
 from iipub.money.gate import CreateGate
 from iipub.settings.config import ProviderSettings
 

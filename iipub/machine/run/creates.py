@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iipub.machine import shared_cool_down
-from iipub.machine.admission import Admission
-from iipub.machine.counters import Counters
-from iipub.machine.deadline import Deadline
-from iipub.machine.first_creates import FirstCreates
-from iipub.machine.ledger_records import CreateRecords
-from iipub.machine.ledger_view import SpendLedgerView
-from iipub.machine.probes import ProbeWaiters
-from iipub.machine.shared_cool_down import SharedCoolDown
+from iipub.machine.run import shared_cool_down
+from iipub.machine.run.admission import Admission
+from iipub.machine.run.counters import Counters
+from iipub.machine.run.deadline import Deadline
+from iipub.machine.run.first_creates import FirstCreates
+from iipub.machine.run.ledger_records import CreateRecords
+from iipub.machine.run.ledger_view import SpendLedgerView
+from iipub.machine.run.probes import ProbeWaiters
+from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.money.gate import CreateGate
 from iipub.settings.config import Settings
 from iipub.store.job_store import Store

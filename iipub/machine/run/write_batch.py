@@ -9,7 +9,7 @@ import threading
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
-from iipub.machine.counters import Counters
+from iipub.machine.run.counters import Counters
 from iipub.model.jobs import Job
 from iipub.store.job_store import PlannedWrite, Store
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
-from iipub.machine.cool_down import CoolDown
-from iipub.machine.deadline import Deadline
+from iipub.machine.run.cool_down import CoolDown
+from iipub.machine.run.deadline import Deadline
 from iipub.money import gate
 from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState
 from iipub.money.gate import CreateGate

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from iipub.machine.counters import Counters
+from iipub.machine.run.counters import Counters
 from iipub.store.job_store import Store
 
 

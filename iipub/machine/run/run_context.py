@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import random
 
-from iipub.machine import creates as creates_mod
-from iipub.machine import shared_cool_down
-from iipub.machine.counters import Counters, TickReport
-from iipub.machine.creates import Creates
-from iipub.machine.deadline import Deadline
-from iipub.machine.ledger_records import ChainRecords
-from iipub.machine.ledger_view import SpendLedgerView
-from iipub.machine.poll_cadence import PollCadence
-from iipub.machine.shared_cool_down import SharedCoolDown
-from iipub.machine.write_batch import WriteBatches
+from iipub.machine.run import creates as creates_mod
+from iipub.machine.run import shared_cool_down
+from iipub.machine.run.counters import Counters, TickReport
+from iipub.machine.run.creates import Creates
+from iipub.machine.run.deadline import Deadline
+from iipub.machine.run.ledger_records import ChainRecords
+from iipub.machine.run.ledger_view import SpendLedgerView
+from iipub.machine.run.poll_cadence import PollCadence
+from iipub.machine.run.shared_cool_down import SharedCoolDown
+from iipub.machine.run.write_batch import WriteBatches
 from iipub.provider.interface import Provider
 from iipub.provider.outcomes import scope_of
 from iipub.settings.config import Settings
