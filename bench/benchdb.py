@@ -106,10 +106,12 @@ def bench_settings(db_url: str, sim_url: str, static_root: Path, **sections: Map
 
 
 def brief_only(settings: Settings, product: str = "daily-brief") -> Settings:
-    """`settings` with one product (3 items, a short prompt, open from midnight) and no webhook
-    sink: the drills' workload."""
+    """`settings` with one product (3 items, a short prompt, open from midnight), no webhook
+    sink, and ticks that make no slots of their own (`[reconcile] auto_schedule = false`): the
+    drills' workload, which schedules its own slots."""
     p = replace(settings.products[product], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
-    return replace(settings, products={product: p}, webhook_sink=None)
+    return replace(settings, products={product: p}, webhook_sink=None,
+                   reconcile=replace(settings.reconcile, auto_schedule=False))
 
 
 def settings_toml(static_root: Path, **sections: Mapping[str, Any]) -> str:

@@ -185,13 +185,11 @@ def drill_parser(description: str, note: str | None = None) -> argparse.Argument
     return p
 
 
-def drill_logs_and_slots() -> None:
-    """A drill's ticks see only its own slots (today's schedule would add one per product and
-    day); logs at warning, so the breaker's and the receiver's warnings stay visible."""
+def drill_logs() -> None:
+    """A drill logs at warning, so the breaker's and the receiver's warnings stay visible (its
+    ticks see only its own slots: `benchdb.brief_only` turns `[reconcile] auto_schedule` off)."""
     from iipub.core import logs
-    from iipub.machine import sweep
 
-    sweep._ensure_today = lambda settings, store: None
     logs.configure("warning")
 
 

@@ -141,7 +141,7 @@ def render(results: Sequence[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = harness.drill_parser(__doc__.split("\n\n")[0], note="provider_truth").parse_args(argv)
-    harness.drill_logs_and_slots()
+    harness.drill_logs()
     results = [run_scenario(sc, args.mysql, i) for i, sc in enumerate(SCENARIOS)]
     print(render(results))
     bad = [r for r in results if r["violations"]]

@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 1 <= args.editions <= 100 or args.scale <= 0 or not 1 <= args.waves <= args.editions:
         ap.error("--editions must be 1-100 (max_in_flight), --scale > 0, --waves 1..editions")
-    harness.drill_logs_and_slots()
+    harness.drill_logs()
     t = Timings(args.scale)
     warm_up()
     with tempfile.TemporaryDirectory(prefix="iipub-webhooks-") as tmp:

@@ -35,7 +35,7 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     one, [monitoring] ping_url is fetched. Under `pause --everything` it records its heartbeat
     and does nothing else.
     """
-    from iipub.machine import sweep as reconcile  # each cron command imports only its own machinery
+    from iipub.machine import sweep  # each cron command imports only its own machinery
     from iipub.model.jobs import new_worker_id
     from iipub.observe import heartbeat
 
@@ -50,13 +50,13 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     engine = app.engine()
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
-        reconcile.STOP.set()  # stop taking work; what is in hand finishes and lets go of its lease
+        sweep.STOP.set()  # stop taking work; what is in hand finishes and lets go of its lease
 
     signal.signal(signal.SIGTERM, stop)
     _collect_less()
     worker = new_worker_id("reconcile")
     with heartbeat.recorded(engine, "reconcile", worker, settings.monitoring) as run:
-        report = reconcile.run(settings, engine, worker=worker)
+        report = sweep.run(settings, engine, worker=worker)
         run.summary = report.summary()
     if tick_seconds is None and not shadow:
         _leave_wakeup(engine, settings, "reconcile", report)

@@ -12,7 +12,7 @@ from typing import Any
 
 from iipub.core.timefmt import iso_z
 from iipub.model.spend_states import NOT_CHARGED, REFUSED
-from iipub.money import budgets as money
+from iipub.money import budgets
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Override:
     until: dt.datetime
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scope": "global" if self.scope == money.GLOBAL else self.scope, "extra_tokens": self.extra_tokens,
+        return {"scope": "global" if self.scope == budgets.GLOBAL else self.scope, "extra_tokens": self.extra_tokens,
                 "reason": self.reason, "by": self.granted_by, "granted_at": iso_z(self.granted_at),
                 "until": iso_z(self.until)}
 
@@ -90,7 +90,7 @@ class SpendReport:
     currency: str
     priced: bool  # [pricing] gives a price for at least one model
     windows: tuple[Window, ...]
-    ceilings: tuple[money.Ceiling, ...] = ()
+    ceilings: tuple[budgets.Ceiling, ...] = ()
     overrides: tuple[Override, ...] = ()
 
     def window(self, name: str) -> Window:
@@ -101,7 +101,7 @@ class SpendReport:
             "counted_by": "payment time",
             "currency": self.currency if self.priced else None,
             "windows": {w.name: w.to_dict() for w in self.windows},
-            "ceilings": [{"scope": "global" if c.scope == money.GLOBAL else c.scope, "name": c.name,
+            "ceilings": [{"scope": "global" if c.scope == budgets.GLOBAL else c.scope, "name": c.name,
                           "max_tokens_per_day": c.limit, "override_tokens": c.extra, "allowed": c.allowed,
                           "counted_today": c.spent, "reached": c.reached} for c in self.ceilings],
             "overrides": [o.to_dict() for o in self.overrides],
