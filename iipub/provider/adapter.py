@@ -50,6 +50,7 @@ from iipub.provider.outcomes import (
     Transient,
     Usage,
     answer_messages,
+    scope_of,
 )
 from iipub.settings.config import Product, ProviderSettings
 
@@ -105,6 +106,7 @@ class OpenAIAdapter(Closing):
         if not api_key:
             raise MissingApiKey()
         self._settings = settings
+        self.scope = scope_of(settings.organization, settings.project, api_key)
         self._owns_http = http_client is None
         self._http = http_client  # the first pool (or the one given, shared by every thread)
         self._api_key = api_key

@@ -46,6 +46,7 @@ from iipub.provider.outcomes import (
     Rejected,
     Transient,
     Usage,
+    scope_of,
 )
 
 OPS = ("create", "retrieve", "cancel", "delete")
@@ -126,11 +127,16 @@ class _State:
         self.ready_error = ready_error
 
 
+FAKE_SCOPE = scope_of(None, None, "sk-fake")  # a scope as the adapter writes it
+
+
 class FakeProvider(Closing):
     """An in-memory provider: scripted outcomes, every call recorded (see the module)."""
 
-    def __init__(self, *, on_call: Callable[[Call], None] | None = None, ready_error: str | None = None) -> None:
+    def __init__(self, *, on_call: Callable[[Call], None] | None = None, ready_error: str | None = None,
+                 scope: str = FAKE_SCOPE) -> None:
         self._state = _State(on_call, ready_error)
+        self.scope = scope  # `until` views share it: copies of this object
         self._deadline: float | None = None
         self._root = self
 

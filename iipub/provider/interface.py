@@ -23,8 +23,9 @@ implements every method below and honours the rules that go with them, written h
 - `ready()` sets up what the calls need (a client, a pool) or raises `ConfigError` in one line,
   before the sweep leases anything; `close()` releases it.
 
-Not asked of a provider: the scope a response is created and read under (`jobs.create_scope`),
-which the sweep derives from the settings (`outcomes.scope_of`, in `machine.tick`).
+- `scope` names where responses are created and read: for OpenAI the organization, the project
+  and a fingerprint of the key (`outcomes.scope_of`, never the key). A create records it
+  (`jobs.create_scope`); a 404 read under another scope is `scope_mismatch`, never a loss.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ _RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
 @runtime_checkable
 class Provider(Protocol):
     """A provider of background responses, reduced to the calls iipub makes."""
+
+    @property
+    def scope(self) -> str:
+        """Where this provider's responses are created and read (see the module)."""
 
     def create(self, req: CreateRequest) -> CreateOutcome:
         """Start one paid background response for `req` (the money path: see the module)."""

@@ -18,7 +18,6 @@ from iipub.machine.run.poll_cadence import PollCadence
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.machine.run.write_batch import WriteBatches
 from iipub.provider.interface import Provider
-from iipub.provider.outcomes import scope_of
 from iipub.settings.config import Settings
 from iipub.store import installation
 from iipub.store.job_store import Store
@@ -36,8 +35,8 @@ class RunContext:
         self.provider = provider
         self.rng = rng
         self.shadow = settings.reconcile.shadow
-        # The scope every call of this run is made under (the key's fingerprint, never the key).
-        self.scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
+        # The scope every call of this run is made under (the provider's: see `provider.interface`).
+        self.scope = provider.scope
         self.deadline = deadline
         self.counters = counters
         self.reads = reads
