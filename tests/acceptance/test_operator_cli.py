@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store.job_store import Store
@@ -40,7 +40,7 @@ def tick_daily_brief(settings: Settings, engine: sa.Engine) -> None:
     """One in-process tick on a single product that is due whatever the hour, with a provider
     timeout generous enough that a loaded machine does not turn a create ambiguous."""
     p = replace(settings.products["daily-brief"], opens_at=dt.time(0, 0))
-    reconcile.run(replace(settings, products={p.name: p}, provider=replace(settings.provider, timeout_seconds=10),
+    sweep.run(replace(settings, products={p.name: p}, provider=replace(settings.provider, timeout_seconds=10),
                           reconcile=replace(settings.reconcile, lease_seconds=30)), engine)
 
 

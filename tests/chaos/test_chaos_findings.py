@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
@@ -39,7 +39,7 @@ def test_a_cooled_down_tick_leaves_the_jobs_it_cannot_work_on_alone(settings: Se
                          changes={"config_fingerprint": p.fingerprint()})
     before = versions(engine)
     sim.add_faults([{"op": "create", "fault": "rate_limit"}])  # the first create of the tick: 429
-    report = reconcile.run(s, engine)
+    report = sweep.run(s, engine)
     assert sim.stats()["requests"]["create"] == 1 and report.transitions["CREATE_ELIGIBLE"] == 1
     touched = {j for j, v in versions(engine).items() if v != before[j]}
     assert len(touched) == 1, f"{len(touched)} jobs written, {report.leased} leased for one refused create"

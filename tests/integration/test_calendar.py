@@ -15,8 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.severity import Severity
-from iipub.machine import scheduling
-from iipub.machine import sweep as reconcile
+from iipub.machine import scheduling, sweep
 from iipub.model.jobs import slot_row
 from iipub.observe import metrics
 from iipub.observe import queries as status_queries
@@ -48,7 +47,7 @@ def test_the_next_tick_schedules_the_days_cron_missed_at_backfill_priority(
     settings: Settings, engine: sa.Engine
 ) -> None:
     last = _last_ticked(settings, engine, 3)
-    reconcile.run(_with(settings, max_in_flight=1, tick_seconds=1), engine)
+    sweep.run(_with(settings, max_in_flight=1, tick_seconds=1), engine)
     today = utc_today()
     slots = _slots(engine)
     for p in settings.products.values():
@@ -66,10 +65,10 @@ def test_with_auto_schedule_off_a_tick_makes_no_slot_and_advances_the_ones_that_
 ) -> None:
     _last_ticked(settings, engine, 3)
     before = set(_slots(engine))
-    report = reconcile.run(_with(settings, auto_schedule=False, tick_seconds=1), engine)
+    report = sweep.run(_with(settings, auto_schedule=False, tick_seconds=1), engine)
     assert set(_slots(engine)) == before  # neither today's slots nor the missed days'
     assert report.transitions  # the slots that exist moved on (their windows opened)
-    reconcile.run(_with(settings, tick_seconds=1), engine)  # on again: today's and the missed days' made
+    sweep.run(_with(settings, tick_seconds=1), engine)  # on again: today's and the missed days' made
     assert len(_slots(engine)) == len(settings.products) * (3 + 3)
 
 

@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from iipub.core.errors import OperatorRefused
 from iipub.core.severity import Severity
 from iipub.edition import compose
-from iipub.machine import steps, track_steps
-from iipub.machine import sweep as reconcile
+from iipub.machine import steps, sweep, track_steps
 from iipub.model.states import State
 from iipub.observe import invariants, queries
 from iipub.operate.executor import Operator
@@ -44,7 +43,7 @@ def drive_to(s: Settings, engine: sa.Engine, sim: Simulator, wanted: str, ticks:
     for _ in range(ticks):
         if the_job(engine)["state"] == wanted:
             break
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         sim.advance(5)
     row = the_job(engine)
     assert row["state"] == wanted, row["state"]
@@ -55,7 +54,7 @@ def ticked_to_publication(s: Settings, engine: sa.Engine, ticks: int = 3) -> dic
     """`ticks` reconcile + relay pairs, after which the slot is published (or already past it);
     returns its row."""
     for _ in range(ticks):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         relay.run(s, engine)
     row = the_job(engine)
     assert row["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
@@ -99,13 +98,13 @@ def test_drift_at_any_step_after_the_create_parks_the_job_with_its_output(
         drive_to(cfg, engine, sim, "READY_TO_COMPOSE")
         hold["on"] = False
         if where == "COMPOSED_NOT_SAVED":
-            reconcile.run(_shadow(cfg), engine)  # composed, the save only journaled
+            sweep.run(_shadow(cfg), engine)  # composed, the save only journaled
             advance_clock(engine, 301)  # past the shadow re-check
             assert {t["state"] for t in _tracks(engine)} == {where} and the_job(engine)["state"] == where
     else:
         monkeypatch.setitem(steps.STEPS, State(where), stop_once)
         drive_to(cfg, engine, sim, where)
-    reconcile.run(drifted(cfg), engine)
+    sweep.run(drifted(cfg), engine)
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == ("QUARANTINED", "config_drift")
     if where != "RETRIEVED_NOT_VALIDATED":  # every language track parked, the slot with them
@@ -122,7 +121,7 @@ def test_drift_while_polling_takes_custody_then_revalidate_publishes_under_the_n
     drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
     new = drifted(cfg)
     sim.advance(5)
-    reconcile.run(new, engine)
+    sweep.run(new, engine)
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"], bool(row["payload"])) == ("QUARANTINED", "config_drift", True)
     with Operator(new, engine) as op:
@@ -139,11 +138,11 @@ def test_regenerate_after_drift_pays_once_more_under_the_new_config(cfg: Setting
     drive_to(cfg, engine, sim, "ACCEPTED", ticks=1)
     new = drifted(cfg)
     sim.advance(5)
-    reconcile.run(new, engine)
+    sweep.run(new, engine)
     with Operator(new, engine) as op:
         assert op.regenerate(the_job(engine)["id"], "match the new prompt", "alice").state == "CREATE_ELIGIBLE"
     for _ in range(4):
-        reconcile.run(new, engine)
+        sweep.run(new, engine)
         relay.run(new, engine)
         sim.advance(5)
     assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
@@ -160,7 +159,7 @@ def test_a_removed_product_keeps_custody_then_quarantines_and_spends_nothing(
     gone = replace(cfg, products={"revolution-watch": other})
     store.schedule(cfg.products[PRODUCT], DAY - dt.timedelta(days=1))  # not created yet
     sim.advance(5)
-    reports = [reconcile.run(gone, engine) for _ in range(2)]
+    reports = [sweep.run(gone, engine) for _ in range(2)]
     assert all(r.errors == 0 for r in reports)  # no traceback loop
     rows = {r["edition_date"]: r for r in job_rows(engine)}
     accepted, fresh = rows[DAY], rows[DAY - dt.timedelta(days=1)]
@@ -185,7 +184,7 @@ def test_a_step_that_keeps_failing_is_quarantined_step_failing(cfg: Settings, en
     monkeypatch.setattr(compose, "compose_language", broken)
     limit = cfg.reconcile.max_step_failures
     for _ in range(limit + 2):
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
         sim.advance(5)
         row = the_job(engine)
         if row["state"] == "QUARANTINED":
@@ -216,7 +215,7 @@ def test_kill_of_a_suspended_saved_edition_is_refused_like_kill_of_the_saved_edi
         op.resume(row["id"], "alice")
     for _ in range(2):
         relay.run(cfg, engine)
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
     assert the_job(engine)["state"] in ("PUBLISHED", "CLEANUP_PENDING", "DELETED")
     found = invariants.check(engine, settings=cfg, sim_stats=sim.stats())
     assert found == [], [str(v) for v in found]
@@ -229,12 +228,12 @@ def test_a_polling_job_suspended_past_the_retention_keeps_its_output(cfg: Settin
     with Operator(cfg, engine) as op:
         op.suspend(row["id"], "incident", "alice")
     sim.add_faults([{"op": "retrieve", "fault": "unknown_status", "times": 1}])
-    reconcile.run(cfg, engine)  # still running (as far as the provider says): nothing decided, nothing stored
+    sweep.run(cfg, engine)  # still running (as far as the provider says): nothing decided, nothing stored
     assert (the_job(engine)["state"], the_job(engine)["payload"]) == ("MANUALLY_SUSPENDED", None)
     sim.advance(5)  # the response finishes while the job is suspended
     from iipub.store import clock
     clock.advance_clock(engine, 60)
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     row = the_job(engine)
     assert row["state"] == "MANUALLY_SUSPENDED" and row["payload"]
     assert row["suspended_from"] == "RETRIEVED_NOT_VALIDATED"

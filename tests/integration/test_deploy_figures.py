@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.machine.decisions import on_output
 from iipub.machine.run import run_context
 from iipub.model.states import State
@@ -44,7 +44,7 @@ def test_max_in_flight_counts_what_another_process_has_in_flight(db_url: str, en
         # process A starts its tick while nothing is in flight ...
         tick_a = run_context.for_sweep(settings, store_a, provider, time.monotonic() + 30, random.Random(1))
         # ... and process B dispatches one create meanwhile
-        report_b = reconcile.run(settings, engine, provider=provider)
+        report_b = sweep.run(settings, engine, provider=provider)
         assert report_b.creates == 1 and store_a.count_in_flight() == 1
         # A sees B's create in the database: no room under max_in_flight = 1
         assert tick_a.creates.admission.admit() is False and tick_a.counters.report.held_back == 1
@@ -110,7 +110,7 @@ def test_status_reads_the_dwell_from_the_journal(engine: sa.Engine, settings: Se
     s = open_at_midnight(replace(settings, products={"daily-brief": settings.products["daily-brief"]}))
     Store(engine, "test").schedule(s.products["daily-brief"], utc_today())
     for _ in range(6):
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
         with engine.connect() as conn:
             if conn.execute(sa.select(sa.func.count()).where(tables.job_events.c.to_state == RNV)).scalar_one():
                 break

@@ -17,8 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import decisions, steps
-from iipub.machine import sweep as reconcile
+from iipub.machine import decisions, steps, sweep
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.observe import invariants
@@ -95,7 +94,7 @@ def create_unknown(cfg: Settings, engine: sa.Engine, sim: Simulator) -> str:
     the answer was lost."""
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     sim.add_faults([{"op": "create", "fault": "drop_after_accept"}])
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     row = the_job(engine)
     assert (row["state"], row["quarantine_reason"]) == (State.QUARANTINED, "create_outcome_unknown")
     return str(row["id"])
@@ -119,7 +118,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
         else:
             mp.setitem(steps.STEPS, where, stop)
         Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
         job_id = str(the_job(engine)["id"])
         sim.advance(120)
         (rid,) = responses_of(sim, job_id)
@@ -130,7 +129,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
         for _ in range(6):
             if the_job(engine)["state"] == where:
                 break
-            reconcile.run(cfg, engine)
+            sweep.run(cfg, engine)
         assert the_job(engine)["state"] == where
     sim.advance(700)  # and now the provider has forgotten it in any case
     return job_id, seen
@@ -138,7 +137,7 @@ def stopped_in(cfg: Settings, engine: sa.Engine, sim: Simulator, where: State) -
 
 def publish(cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     for _ in range(4):
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
         relay.run(cfg, engine)
         if the_job(engine)["state"] == State.DELETED:
             return
@@ -260,7 +259,7 @@ def test_refused_for_bad_files(cfg: Settings, engine: sa.Engine, sim: Simulator,
 def test_refused_in_a_state_without_the_edge(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                              env: dict[str, str], tmp_path: Path) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     job = the_job(engine)
     assert job["state"] == State.ACCEPTED
     path = write(tmp_path, "out.txt", '{"en": {}}')
@@ -273,10 +272,10 @@ def test_refused_for_a_job_with_a_payload_in_custody(cfg: Settings, engine: sa.E
                                                      env: dict[str, str], tmp_path: Path) -> None:
     # Output stored, then the product's config changed under it: QUARANTINED config_drift, payload kept.
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     sim.advance(120)
     p = cfg.products[PRODUCT]
-    reconcile.run(replace(cfg, products={PRODUCT: replace(p, prompt="Write it differently.")}), engine)
+    sweep.run(replace(cfg, products={PRODUCT: replace(p, prompt="Write it differently.")}), engine)
     job = the_job(engine)
     assert (job["state"], job["quarantine_reason"], bool(job["payload"])) == (State.QUARANTINED, "config_drift", True)
     path = write(tmp_path, "out.json", json.dumps({"output_text": job["payload"]}))
@@ -290,6 +289,6 @@ def test_a_second_import_is_refused(cfg: Settings, engine: sa.Engine, sim: Simul
     run_cli("jobs", "import-payload", job_id, str(path), "--reason", "first", env=env, cwd=tmp_path, check=True)
     refused(engine, env, tmp_path, job_id, path, 3, "is RETRIEVED_NOT_VALIDATED")
     # Output that fails validation parks as usual, payload kept: never imported over.
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     assert the_job(engine)["state"] == State.VALIDATION_FAILED_RETAINED
     refused(engine, env, tmp_path, job_id, path, 3, "is VALIDATION_FAILED_RETAINED")

@@ -19,8 +19,7 @@ import sqlalchemy as sa
 import structlog
 from structlog.testing import capture_logs
 
-from iipub.machine import steps
-from iipub.machine import sweep as reconcile
+from iipub.machine import steps, sweep
 from iipub.machine.run import run_context
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
@@ -86,13 +85,13 @@ def test_a_completion_found_by_a_poll_before_any_webhook_is_logged_webhook_misse
         cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     hooked = _one_at_a_time(replace(cfg, webhooks=replace(cfg.webhooks, enabled=True)))
     Store(engine, "t").schedule(hooked.products["daily-brief"], db_today(engine))
-    reconcile.run(hooked, engine)  # dispatched
+    sweep.run(hooked, engine)  # dispatched
     (job,) = job_rows(engine)
     assert job["response_id"]
     sim.advance(5)
     clock.advance_clock(engine, 600)
     with capture_logs() as logs:
-        reconcile.run(hooked, engine)
+        sweep.run(hooked, engine)
     missed = _events(logs, "webhook_missed")
     assert [(e["job_id"], e["response_id"], e["log_level"]) for e in missed] == [
         (job["id"], job["response_id"], "info")]
@@ -104,11 +103,11 @@ def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
         cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     s = _one_at_a_time(cfg)
     Store(engine, "t").schedule(s.products["daily-brief"], db_today(engine))
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     sim.add_faults([{"op": "retrieve", "fault": "rate_limit"}])
     clock.advance_clock(engine, 60)
     with capture_logs() as logs:
-        reconcile.run(s, engine)
+        sweep.run(s, engine)
     trouble = _events(logs, "provider_trouble")
     assert [(e["op"], e["status"], e["log_level"]) for e in trouble] == [("read", 429, "warning")]
     assert job_rows(engine)[0]["generation_attempts"] == 1  # a read's trouble never costs a create

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from iipub.core.severity import Severity
 from iipub.core.timefmt import naive_utc
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
 from iipub.provider.simulator import Simulator
@@ -50,12 +50,12 @@ def backfill(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:
             store.schedule(p, day, backfill=True)
 
 
-def tick(settings: Settings, engine: sa.Engine, sim: Simulator, *, db_seconds: float = 0) -> reconcile.TickReport:
+def tick(settings: Settings, engine: sa.Engine, sim: Simulator, *, db_seconds: float = 0) -> sweep.TickReport:
     """One tick after moving the simulated and database clocks on (past any backoff)."""
     if db_seconds:
         clock.advance_clock(engine, db_seconds)
     sim.advance(5)
-    return reconcile.run(settings, engine)
+    return sweep.run(settings, engine)
 
 
 def spend_rows(engine: sa.Engine) -> list[dict[str, Any]]:
@@ -158,7 +158,7 @@ def test_a_flex_response_is_polled_at_the_flex_cadence(settings: Settings, engin
         now = clock.read_now(conn)
     assert (naive_utc(job["next_attempt_at"]) - now).total_seconds() > 150  # not [reconcile]'s 0 s
     clock.advance_clock(engine, 250)
-    reconcile.run(s, engine)  # a poll while the (slower) flex response still runs
+    sweep.run(s, engine)  # a poll while the (slower) flex response still runs
     job = job_rows(engine)[0]
     assert details(engine, job["id"], Reason.POLL), [e["reason"] for e in job_events(engine, job["id"])]
     with engine.connect() as conn:

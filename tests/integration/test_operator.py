@@ -15,8 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.errors import ConfigError, JobTaken, OperatorRefused, UsageError
-from iipub.machine import scheduling
-from iipub.machine import sweep as reconcile
+from iipub.machine import scheduling, sweep
 from iipub.model.states import Reason, State
 from iipub.operate.executor import Operator, ReleaseMode
 from iipub.provider.simulator import Simulator
@@ -429,7 +428,7 @@ def test_42_backfill_yields_to_today(cfg: Settings, engine: sa.Engine, sim: Simu
     day = today(engine)
     report = backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=3), day - dt.timedelta(days=1), today=day)
     assert len(report.created) == 3 and report.present == []
-    tick = reconcile.run(cfg, engine)  # schedules today's slot, then dispatches
+    tick = sweep.run(cfg, engine)  # schedules today's slot, then dispatches
     assert tick.creates == 1 and tick.held_back >= 1
     (first,) = sim.stats()["create_metadata"]
     assert first["iipub_slot"] == f"{PRODUCT}/{day.isoformat()}"

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.provider.simulator import Simulator
 from iipub.provider.simulator.backend import caller
@@ -134,7 +134,7 @@ def test_two_installations_on_one_project_touch_only_their_own_responses(tmp_pat
                                        metadata={"iipub_job_id": "00000000-0000-0000-0000-000000000000",
                                                  "iipub_attempt": "1"})
         for i in (a, b):
-            reconcile.run(i.settings, i.engine)
+            sweep.run(i.settings, i.engine)
             assert i.job()["state"] == State.ACCEPTED.value
         sim.advance(5)
         assert sim.flush_webhooks(15)
@@ -142,7 +142,7 @@ def test_two_installations_on_one_project_touch_only_their_own_responses(tmp_pat
             assert i.job()["payload_sha256"] is not None
         for _ in range(6):
             for i in (a, b):
-                reconcile.run(i.settings, i.engine)
+                sweep.run(i.settings, i.engine)
                 relay.run(i.settings, i.engine)
             sim.advance(5)
         for i in (a, b):
@@ -174,7 +174,7 @@ def test_two_installations_on_one_project_touch_only_their_own_responses(tmp_pat
 def test_link_refuses_a_response_of_another_installation(
         cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], claimed: bool) -> None:
     sim.add_faults([{"fault": "drop_after_accept", "op": "create"}])
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     (job,) = job_rows(engine)
     assert job["quarantine_reason"] == "create_outcome_unknown"
     meta = {"iipub_job_id": job["id"], "iipub_attempt": "1", "iipub_fingerprint": job["config_fingerprint"]}
@@ -224,7 +224,7 @@ def restored_before_dispatch(settings: Settings, engine: sa.Engine) -> tuple[str
     store = Store(engine, "test")
     store.schedule(settings.products["daily-brief"], utc_today())
     backup = snapshot_rows(engine)
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     (job,) = job_rows(engine)
     assert job["state"] == State.ACCEPTED.value
     restore_rows(engine, backup)
@@ -266,7 +266,7 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
     assert again.returncode == 3 and "already adopted" in again.stderr
 
     for _ in range(4):
-        reconcile.run(settings, engine)
+        sweep.run(settings, engine)
         relay.run(settings, engine)
     (row,) = job_rows(engine)
     assert row["state"] == State.DELETED.value
@@ -317,7 +317,7 @@ def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator) -> None:
     settings, url = receiver_url
     Store(engine, "test").schedule(settings.products["daily-brief"], utc_today())
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     (job,) = job_rows(engine)
     sim.add_faults([{"fault": "not_found", "op": "retrieve", "times": 1}])
     sim.advance(5)
@@ -327,7 +327,7 @@ def test_a_webhook_404_of_a_jobs_own_response_is_a_suspected_loss_read_again_by_
     assert "loss_suspected" in [e["reason"] for e in job_events(engine, job["id"])]
     with engine.connect() as conn:
         assert clock.read_now(conn) >= row["next_attempt_at"]  # due again now, not a relaxed poll away
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     (row,) = job_rows(engine)
     assert row["payload_sha256"] is not None and sim.stats()["creates_total"] == 1
 
@@ -344,7 +344,7 @@ def test_a_webhook_404_of_an_unknown_response_is_read_again_until_reads_agree(
         (delivery,) = conn.execute(sa.select(tables.webhook_deliveries)).mappings().all()
     # One 404 is not believed: nothing recorded as lost, the delivery waits for the next reads.
     assert delivery["outcome"] == "unconfirmed" and Deliveries(engine).orphans() == []
-    reconcile.run(settings, engine)  # the next read finds the response after all
+    sweep.run(settings, engine)  # the next read finds the response after all
     with engine.connect() as conn:
         (delivery,) = conn.execute(sa.select(tables.webhook_deliveries)).mappings().all()
     assert delivery["outcome"] == "orphan"
@@ -358,7 +358,7 @@ def test_an_orphan_a_job_took_back_no_longer_counts_as_awaiting_a_decision(
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
     assert Deliveries(engine).orphan_count() == 1
-    reconcile.run(settings, engine)  # the spend ledger's fence takes the response back for its job
+    sweep.run(settings, engine)  # the spend ledger's fence takes the response back for its job
     (row,) = job_rows(engine)
     assert row["id"] == job_id and row["response_id"] == response_id and row["generation_attempts"] == 1
     assert Deliveries(engine).orphan_count() == 0

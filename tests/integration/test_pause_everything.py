@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
@@ -70,7 +70,7 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
     day = utc_today() - dt.timedelta(days=1)
     store.schedule(cfg.products["daily-brief"], day)
     for _ in range(4):
-        reconcile.run(cfg, engine)
+        sweep.run(cfg, engine)
         relay.run(cfg, engine)
         sim.advance(5)
         if {r["state"] for r in job_rows(engine)} == {"PUBLISHED"}:
@@ -82,14 +82,14 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
     (job,) = job_rows(engine)
     if job["state"] == "CLEANUP_PENDING":
         clock.advance_clock(engine, 3600)
-    report = reconcile.run(shadow, engine)
+    report = sweep.run(shadow, engine)
     assert report.shadow
     assert sim.stats()["deletes"] == deletes == 0
     (after,) = job_rows(engine)
     assert after["state"] == "CLEANUP_PENDING"
     assert job_events(engine, after["id"])[-1]["reason"] == "shadow_would_delete"
     clock.advance_clock(engine, 301)
-    reconcile.run(cfg, engine)  # normal mode again: the delete goes out
+    sweep.run(cfg, engine)  # normal mode again: the delete goes out
     assert sim.stats()["deletes"] == 1
     assert job_rows(engine)[0]["state"] == "DELETED"
 

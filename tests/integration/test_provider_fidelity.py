@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
 from iipub.provider.simulator import Simulator
@@ -39,7 +39,7 @@ def schedule(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:
 
 def drive(settings: Settings, engine: sa.Engine, sim: Simulator, ticks: int = 6) -> None:
     for _ in range(ticks):
-        reconcile.run(settings, engine)
+        sweep.run(settings, engine)
         sim.advance(5)
         if all(j["state"] in (State.SAVED_NOT_PUBLIC.value, State.QUARANTINED.value) for j in job_rows(engine)):
             return
@@ -126,7 +126,7 @@ def test_a_refused_parameter_holds_its_product_alone_until_the_config_changes(
     broken = replace(settings, webhook_sink=None,
                      products={"daily-brief": replace(brief, temperature=0.2), "revolution-watch": watch})
     schedule(broken, engine, DAY, DAY - dt.timedelta(days=1))
-    reports = [reconcile.run(broken, engine) for _ in range(3)]
+    reports = [sweep.run(broken, engine) for _ in range(3)]
     assert sum(r.held_by_product for r in reports) >= 2  # the other slot, and the first one again
     assert not any(r.errors for r in reports)
     stats = sim.stats()
@@ -169,7 +169,7 @@ def test_a_flex_refusal_of_any_shape_is_capacity_and_holds_no_default_tier_creat
                 reconcile=replace(settings.reconcile, flex_poll_interval_seconds=0))
     sim.add_faults([FaultRule("create", shape, times=1)])
     schedule(s, engine)
-    reconcile.run(s, engine)
+    sweep.run(s, engine)
     rows = {j["product"]: j for j in job_rows(engine)}
     assert rows["daily-brief"]["state"] == State.CREATE_ELIGIBLE.value
     assert rows["daily-brief"]["generation_attempts"] == 0
@@ -191,7 +191,7 @@ def test_a_key_rotated_to_another_project_with_jobs_in_flight_pays_nothing_again
         cfg: Settings, engine: sa.Engine, sim: Simulator) -> None:
     sim.backend.key_projects["sk-rotated"] = "proj_elsewhere"  # the new key belongs to another project
     schedule(cfg, engine)
-    reconcile.run(cfg, engine)  # created (and paid) under sk-test's project
+    sweep.run(cfg, engine)  # created (and paid) under sk-test's project
     (job,) = job_rows(engine)
     assert job["state"] == State.ACCEPTED.value and job["create_scope"]
     assert "sk-test" not in job["create_scope"]  # a fingerprint of the key, never the key
@@ -202,7 +202,7 @@ def test_a_key_rotated_to_another_project_with_jobs_in_flight_pays_nothing_again
     for _ in range(6):  # far more reads than the loss confirmation needs
         sim.advance(30)
         clock.advance_clock(engine, 180)
-        reconcile.run(rotated, engine)
+        sweep.run(rotated, engine)
     (job,) = job_rows(engine)
     assert job["state"] == State.ACCEPTED.value and job["generation_attempts"] == 1
     trail = reasons(engine, job["id"])
@@ -225,7 +225,7 @@ def test_a_job_in_flight_under_the_old_fingerprint_is_not_drifted_by_the_upgrade
     from iipub.settings import fingerprint
 
     schedule(cfg, engine)
-    reconcile.run(cfg, engine)
+    sweep.run(cfg, engine)
     (job,) = job_rows(engine)
     product = cfg.products["daily-brief"]
     old = fingerprint.legacy_v2(product)

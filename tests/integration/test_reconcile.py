@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core.errors import InvariantViolation
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
@@ -187,10 +187,10 @@ def test_29_overlapping_ticks_never_repeat_a_get_or_a_create(settings: Settings,
     days = [DAY - dt.timedelta(days=i) for i in range(50)]
     schedule(s, engine, *days)  # 100 slots
     engines = [db.make_engine(db_url, pool_size=8) for _ in range(2)]
-    reports: list[reconcile.TickReport] = []
+    reports: list[sweep.TickReport] = []
 
     def run(e: sa.Engine) -> None:
-        reports.append(reconcile.run(s, e))
+        reports.append(sweep.run(s, e))
 
     try:
         # Phase 1 creates, phase 2 polls; phase 3 polls what phase 2 left (on MariaDB one job is

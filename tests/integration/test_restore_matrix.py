@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import decisions
-from iipub.machine import sweep as reconcile
+from iipub.machine import decisions, sweep
 from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.money.ledger import SpendLedger
@@ -66,7 +65,7 @@ class Drill:
 
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
-            reconcile.run(self.settings, self.engine)
+            sweep.run(self.settings, self.engine)
             relay.run(self.settings, self.engine)
             self.sim.advance(STEP_SECONDS)
             self.sim.flush_webhooks(timeout=2.0)

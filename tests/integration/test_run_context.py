@@ -19,8 +19,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub.machine import steps
-from iipub.machine import sweep as reconcile
+from iipub.machine import steps, sweep
 from iipub.machine.run import run_context
 from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.model.jobs import Job
@@ -30,7 +29,7 @@ from iipub.provider.fake import FakeProvider
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
-from iipub.webhooks import receiver as webhook
+from iipub.webhooks import receiver
 from tests.support.offline import offline_cfg
 from tests.support.rows import job_events, job_rows, row_count
 from tests.support.settings import without_auto_schedule
@@ -196,7 +195,7 @@ def test_a_webhook_whose_read_confirms_the_loss_leaves_the_recreate_to_the_sweep
                      webhooks=WebhookSettings(enabled=True, poll_interval_seconds=300, lease_wait_seconds=0.3,
                                               request_seconds=10))
     Store(engine, "test").schedule(hooked.products["daily-brief"], db_today(engine))
-    reconcile.run(hooked, engine, provider=provider)
+    sweep.run(hooked, engine, provider=provider)
     (job,) = job_rows(engine)
     assert job["state"] == "ACCEPTED" and provider.count("create") == 1
     provider.finish(job["response_id"], status="failed")
@@ -206,7 +205,7 @@ def test_a_webhook_whose_read_confirms_the_loss_leaves_the_recreate_to_the_sweep
     headers = {"webhook-id": "wh_loss", "webhook-timestamp": str(int(now.timestamp())),
                "webhook-signature": standardwebhooks.Webhook(SECRET).sign("wh_loss", now, body.decode()),
                "content-type": "application/json"}
-    r = webhook.Receiver(hooked, engine=engine, provider=provider)
+    r = receiver.Receiver(hooked, engine=engine, provider=provider)
     try:
         answer = r.receive(body, headers)
     finally:
@@ -218,5 +217,5 @@ def test_a_webhook_whose_read_confirms_the_loss_leaves_the_recreate_to_the_sweep
     assert (row["state"], row["generation_attempts"], row["lease_owner"]) == ("CREATE_ELIGIBLE", 1, None)
     assert provider.count("create") == 1 and row_count(engine, tables.spend) == 1  # ... and sent nothing
     clock.advance_clock(engine, 300)  # past the due time the poll had set
-    reconcile.run(hooked, engine, provider=provider)  # the sweep recreates it
+    sweep.run(hooked, engine, provider=provider)  # the sweep recreates it
     assert provider.count("create") == 2 and job_rows(engine)[0]["generation_attempts"] == 2

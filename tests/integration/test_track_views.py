@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from iipub.core.severity import Severity
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.observe import metrics, queries
 from iipub.publish import relay
@@ -353,7 +353,7 @@ def test_a_spanish_only_failure_as_the_operator_sees_it(db_url: str, engine: sa.
         store = Store(engine, "test")
         assert store.schedule(product, dt.date(2026, 11, 20))
         for _ in range(5):
-            reconcile.run(s, engine)
+            sweep.run(s, engine)
             relay.run(s, engine)
             sim.advance(5)
         assert sim.stats()["creates_total"] == 1

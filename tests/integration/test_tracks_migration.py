@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.edition import compose, validate
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.jobs import Job, slot_row
 from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest
@@ -182,7 +182,7 @@ def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_pa
                 assert {lang: t["composed_sha256"] for lang, t in got.items()} == eds
 
         for _ in range(6):
-            reconcile.run(s, engine)
+            sweep.run(s, engine)
             relay.run(s, engine)
             sim.advance(5)
         stats = sim.stats()
@@ -218,7 +218,7 @@ def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_pa
         with Operator(s, engine) as op:
             op.resume(ids["MANUALLY_SUSPENDED"], "alice", "checked")
         for _ in range(3):
-            reconcile.run(s, engine)
+            sweep.run(s, engine)
             relay.run(s, engine)
         final = {r["id"]: r for r in _snapshot(engine, tables.jobs)}
         assert final[ids["MANUALLY_SUSPENDED"]]["state"] in done

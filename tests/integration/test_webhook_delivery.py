@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.observe import invariants
 from iipub.provider.simulator import Simulator
@@ -43,7 +43,7 @@ class World:
 
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
-            reconcile.run(self.settings, self.engine)
+            sweep.run(self.settings, self.engine)
 
     def jobs(self) -> list[dict[str, Any]]:
         return job_rows(self.engine)

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 import standardwebhooks
 
-from iipub.machine import sweep as reconcile
+from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
@@ -100,7 +100,7 @@ def the_job(engine: sa.Engine) -> dict[str, Any]:
 
 def in_flight(settings: Settings, engine: sa.Engine, sim: Simulator) -> dict[str, Any]:
     """Today's slot dispatched and accepted (next poll 250 s away), its response now finished."""
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     job = the_job(engine)
     assert job["state"] == State.ACCEPTED.value, job
     sim.advance(5)
@@ -216,9 +216,9 @@ def test_19_a_webhook_for_a_published_job_is_200_and_a_no_op(
         url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
     job = in_flight(hooked, engine, sim)
     clock.advance_clock(engine, 301)  # the poll wins: the webhook is late
-    reconcile.run(hooked, engine)
+    sweep.run(hooked, engine)
     relay.run(hooked, engine)
-    reconcile.run(hooked, engine)
+    sweep.run(hooked, engine)
     done = the_job(engine)
     assert done["state"] in (State.PUBLISHED.value, State.CLEANUP_PENDING.value, State.DELETED.value), done
     events_before = job_events(engine, job["id"])
@@ -268,12 +268,12 @@ def test_a_failed_event_is_evidence_not_proof(url: str, hooked: Settings, engine
 def test_a_completion_of_a_quarantined_jobs_response_is_taken_into_custody_and_the_job_stays_parked(
         url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
     tight = replace(hooked, budgets=replace(hooked.budgets, max_poll_attempts=1))
-    reconcile.run(tight, engine)
+    sweep.run(tight, engine)
     job = the_job(engine)
     sim.add_faults([{"op": "retrieve", "fault": "unknown_status", "times": 1}])  # still running, as far as it says
     for _ in range(2):
         clock.advance_clock(engine, 300)
-        reconcile.run(tight, engine)
+        sweep.run(tight, engine)
     parked = the_job(engine)
     assert (parked["state"], parked["quarantine_reason"]) == ("QUARANTINED", "poll_budget_exhausted")
     assert parked["payload"] is None and parked["response_id"] == job["response_id"]
@@ -323,7 +323,7 @@ def test_polling_relaxes_while_deliveries_arrive_and_tightens_after_a_miss(
     assert not ds.health(3600).healthy  # nothing ever delivered
     assert ds.record("wh_1", "response.completed", "evt_1", "resp_elsewhere", None)
     assert ds.health(3600).healthy
-    reconcile.run(settings, engine)  # dispatch: the first poll is a safety net away
+    sweep.run(settings, engine)  # dispatch: the first poll is a safety net away
     job = the_job(engine)
     with engine.connect() as conn:
         gap = (job["next_attempt_at"] - clock.read_now(conn)).total_seconds()
@@ -331,14 +331,14 @@ def test_polling_relaxes_while_deliveries_arrive_and_tightens_after_a_miss(
     # The safety net finds the completion before any webhook: a miss; polling tightens.
     sim.advance(5)
     clock.advance_clock(engine, 201)
-    reconcile.run(settings, engine)
+    sweep.run(settings, engine)
     assert the_job(engine)["payload"] is not None
     assert not ds.health(3600).healthy
     # Without [webhooks] enabled nothing is recorded and nothing relaxes.
     off = replace(settings, webhooks=replace(settings.webhooks, enabled=False))
     store = Store(engine, "t")
     store.schedule(off.products["daily-brief"], dt.date(2026, 11, 1))
-    reconcile.run(off, engine)
+    sweep.run(off, engine)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(tables.jobs.c.next_attempt_at, tables.jobs.c.state)
                             .where(tables.jobs.c.edition_date == dt.date(2026, 11, 1))).one()
@@ -389,7 +389,7 @@ def test_webhook_serve_without_a_secret_is_one_error_line(cli_env: dict[str, str
 def test_a_response_naming_a_quarantined_job_for_another_attempt_is_an_orphan_left_for_link(
         url: str, hooked: Settings, engine: sa.Engine, sim: Simulator) -> None:
     sim.add_faults([{"fault": "drop_after_accept", "op": "create"}])
-    reconcile.run(hooked, engine)
+    sweep.run(hooked, engine)
     job = the_job(engine)
     assert job["state"] == State.QUARANTINED.value and job["quarantine_reason"] == "create_outcome_unknown"
     client = openai.OpenAI(api_key="sk-test", base_url=sim.url, max_retries=0)
