@@ -1,5 +1,5 @@
 """Per-state decisions, pure: given a job and what was observed, return the next state
-and what to record. No database, no network; `reconcile` does the I/O and applies them.
+and what to record. No database, no network; `steps` does the I/O and applies them.
 
 Every reason a decision records is a member of `states.Reason`; the quarantine reasons
 are `states.QUARANTINE_REASONS` (each has a runbook entry).

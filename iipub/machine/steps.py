@@ -1,5 +1,5 @@
 """What each state's step does in a sweep: the provider call or database write around one
-`handlers` decision, and the table of steps by state. `reconcile` (the sweep) loads this module
+`decisions` decision, and the table of steps by state. `sweep` loads this module
 with the first job it has leased, so an idle run never imports the decisions, validation and
 outbox machinery behind it."""
 

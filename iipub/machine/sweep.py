@@ -3,7 +3,7 @@
 Select due jobs (best first), lease each by primary key, run its steps with a bounded
 pool of threads (provider calls for different jobs overlap; each job's writes stay
 fenced), and stop taking new work at the tick deadline. What each state's step does is in
-`steps` (loaded with the first leased job), every step's decision in `handlers`.
+`steps` (loaded with the first leased job), every step's decision in `decisions`.
 """
 
 from __future__ import annotations

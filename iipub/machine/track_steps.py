@@ -1,6 +1,6 @@
 """The sweep's side of language tracks: the fork of a validated slot, one track's step (its
 language's checks, composition and save in one transaction), and the slot following its slowest
-track. Decisions are `track_handlers`'; every track write goes through `tracks.TrackStore`."""
+track. Decisions are `track_decisions`'; every track write goes through `track_store.TrackStore`."""
 
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ TRACKS_NEVER_RUN_IN = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED, S.
 REOPENS_FOR_A_TRACK = frozenset({S.VALIDATION_FAILED_RETAINED, S.QUARANTINED})
 
 # A slot past the fork without tracks (a row from before them, or restored from an older
-# backup) is converted: each language's track in this state (`tracks.convert`).
+# backup) is converted: each language's track in this state (`track_store.convert`).
 TRACK_OF_UNFORKED_SLOT: dict[State, State] = {
     S.READY_TO_COMPOSE: S.RETRIEVED_NOT_VALIDATED,
     S.COMPOSED_NOT_SAVED: S.COMPOSED_NOT_SAVED,

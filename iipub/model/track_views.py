@@ -2,7 +2,7 @@
 (`jobs list` / `jobs show`, with its one-line summary and JSON view) and the track figures of
 `iipub status` (counts by product, language and state; parked tracks; stranded tracks, by the
 rule `jobs.is_stranded` gives jobs; duplicate publications per language). Pure: the reads are
-`Store.tracks_of` and `status_queries`.
+`Store.tracks_of` and `queries`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 its language tracks' parts, the editions saved for its slot, this installation's spend ledger
 chain, the legacy system's decisions file, the live site and the deployed configuration. Every
 path that can lead to a create calls `ruling` (the sweep with `Route.SWEEP` right before its
-create; `actions` before an operator command sends a job back to CREATE_ELIGIBLE).
+create; `executor` before an operator command sends a job back to CREATE_ELIGIBLE).
 """
 
 from __future__ import annotations

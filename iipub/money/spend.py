@@ -1,7 +1,7 @@
 """What the spend ledger says was spent and done, per slot: its lines folded into values (pure).
 
 `ledger` reads and appends the file; this module only interprets what it holds, so the
-decisions (`handlers`, `remedies`) can use it without the file's I/O.
+decisions (`decisions`, `remedies`) can use it without the file's I/O.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ UNSIGNED = frozenset({"runs", "wakeups", "disk_samples"})
 
 # Variables that change how a run reports or whether the check runs, not what a run does.
 _NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")
-# Where the default spend ledger lives without a configuration file (`config_file.default_ledger_path`).
+# Where the default spend ledger lives without a configuration file (`loading.default_ledger_path`).
 _PATH_VARIABLES = frozenset({"HOME", "XDG_STATE_HOME"})
 # Environment variables whose values are secrets: only whether they are set counts.
 _SECRET_MARKS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "DATABASE_URL")

@@ -1,5 +1,5 @@
 """Operator remedies, pure: given a job (and what the provider said), refuse with a reason or
-return the decision to apply. No database, no network; `actions` takes the lease, calls the
+return the decision to apply. No database, no network; `executor` takes the lease, calls the
 provider and applies what these return through the fenced write path.
 
 Every rule is judged on the job's effective state: a suspended job is what it was before the
@@ -502,7 +502,7 @@ def check_import(job: Job) -> None:
 
 
 def import_payload(job: Job, imported: Imported, max_output_bytes: int | None, by: str, reason: str) -> Decision:
-    """Custody of output an operator recovered: stored exactly as `handlers.on_output` stores a
+    """Custody of output an operator recovered: stored exactly as `decisions.on_output` stores a
     finished response (the same escaping, bounds and sha256), into RETRIEVED_NOT_VALIDATED, due
     now, so the next tick validates and publishes it like any other output."""
     check_import(job)
@@ -576,7 +576,7 @@ class Orphan:
 
 def adopt_orphan(job: Job, orphan: Orphan, *, installation_id: str, live_editions: int, max_output_bytes: int | None,
                  other_slot: bool, by: str, reason: str) -> Decision:
-    """Custody of an orphan's kept output for `job`, stored as `handlers.on_output` stores a finished
+    """Custody of an orphan's kept output for `job`, stored as `decisions.on_output` stores a finished
     response (the same bounds, escaping and sha256), into RETRIEVED_NOT_VALIDATED, due now. The
     job's row learns the response and the paid attempt it stands for, so nothing is paid again."""
     rid = orphan.response_id

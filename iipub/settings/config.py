@@ -1,7 +1,7 @@
 """The configuration's schema: every section as a frozen, `strict`-checked dataclass, the rules
 that span keys, and the built-in products. Pure: no file, no environment.
 
-`config_file` reads the TOML file and the environment into these sections (the only place
+`loading` reads the TOML file and the environment into these sections (the only place
 either is read). Secrets (the API key, the webhook secrets) come only from the environment and
 are never part of the settings' repr or any log line.
 """
@@ -445,7 +445,7 @@ class Settings:
         """Where the spend ledger lives, or None when it is off."""
         if not self.ledger.enabled:
             return None
-        if self.ledger.path is None:  # `config_file` resolves the default when it builds the settings
+        if self.ledger.path is None:  # `loading` resolves the default when it builds the settings
             raise ConfigError("[ledger] path was never resolved: build settings with iipub.settings.loading")
         return Path(os.path.abspath(self.ledger.path))
 

@@ -1,6 +1,6 @@
 """The webhook tables: verified deliveries (one row per `webhook-id`), completions a poll found
 before any webhook (misses), and orphans (paid responses no job owns). Reads and small fenced
-writes only; what a delivery means for a job is decided in `handlers` and done in `settle`."""
+writes only; what a delivery means for a job is decided in `decisions` and done in `settle`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The provider's webhooks, received: `iipub.webhook:application` (WSGI, for gunicorn, mod_wsgi
-or Passenger) and `iipub webhook serve` (the same application on waitress, `webhook_server`).
+or Passenger) and `iipub webhook serve` (the same application on waitress, `webhooks.server`).
 Deliveries are `POST`ed at any path (a proxy may pass its own path through).
 
 Nothing in a body is believed before the official SDK has verified its signature over the raw
@@ -59,7 +59,7 @@ RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.
 # `iipub webhook test-delivery`: verified, answered 200, nothing recorded or settled.
 TEST_EVENT = "iipub.test_delivery"
 TEST_ANSWER = "test delivery verified; database reachable; nothing recorded"
-# Set by `webhook_server` when the request's last byte arrived (time.monotonic()): the budget
+# Set by `webhooks.server` when the request's last byte arrived (time.monotonic()): the budget
 # counts the time a delivery waited for a free thread.
 RECEIVED_AT = "iipub.received_at"
 _WEBHOOK_ID = re.compile(r"[\x21-\x7e]{1,255}")
