@@ -69,6 +69,7 @@ ACTIONS: tuple[tuple[str, int], ...] = tuple(PLAN["actions"].items())
 
 TICK_SECONDS = 30.0  # long enough that the SDK import (seconds on a busy host) is a small part
 LEASE_SECONDS = 12.0
+KILL_WAIT_SECONDS = 2.0  # how long a kill waits for a run of its role to be alive
 # The clock jumps, seconds drawn from these ranges: backoffs come due; every lease held expires;
 # cron was down longer than the provider's retention.
 JUMPS = {"advance_small": (1, 8), "advance_lease": (LEASE_SECONDS + 1, 40), "advance_outage": (610, 700)}
@@ -219,6 +220,11 @@ class Worker:
                     self.hung += 1
                     log(f"{self.name}: pid {self.proc.pid} still running after {age:.0f} s; killing it")
                 self.signal(signal.SIGCONT, signal.SIGKILL)
+
+    def running(self) -> bool:
+        """A run is alive and not paused (it may still be starting up)."""
+        proc = self.proc
+        return proc is not None and proc.poll() is None and self.paused_until is None
 
     def working(self) -> bool:
         """Past its start-up (imports take seconds on a loaded host): a reconcile has logged
@@ -403,23 +409,38 @@ class Run:
     def do_kill_relay(self) -> None:
         self._kill("relay")
 
-    def _victim(self, of_role: str | None, missed: str, **detail: Any) -> Worker | None:
-        """A working worker (of the role, if given) chosen at random; None, recorded as `missed`
-        with `detail`, when none is working."""
-        live = [w for w in self.workers if (of_role is None or w.role == of_role) and w.working()]
-        if not live:
-            self.record(missed, **detail)
-            return None
-        return self.rng.choice(live)
+    def _victim(self, of_role: str | None, missed: str, wait: float = 0.0, **detail: Any) -> Worker | None:
+        """A working worker (of the role, if given) chosen at random; with `wait`, up to that many
+        seconds for one, and past half of it a run still starting will do. None, recorded as
+        `missed` with `detail`, when there is none."""
+        started = time.monotonic()
+        while True:
+            mine = [w for w in self.workers if of_role is None or w.role == of_role]
+            live = [w for w in mine if w.working()]
+            if live:
+                return self.rng.choice(live)
+            elapsed = time.monotonic() - started
+            if wait > 0 and elapsed >= wait / 2:
+                starting = [w for w in mine if w.running()]
+                if starting:
+                    return self.rng.choice(starting)
+            if elapsed >= wait:
+                self.record(missed, **detail)
+                return None
+            time.sleep(0.01)
 
     def _kill(self, role: str) -> None:
-        w = self._victim(role, "kill_missed", role=role)
+        # Idle cron runs end in a few hundredths of a second (the wake-up check): a kill waits a
+        # little for a run that is alive, so a campaign lands its kills whatever the timing.
+        w = self._victim(role, "kill_missed", wait=KILL_WAIT_SECONDS, role=role)
         if w is None:
             return
-        # A short random delay first so the kill lands at a random point of the tick.
-        time.sleep(self.rng.uniform(0, 0.3))
+        if w.working():  # a short random delay first so the kill lands at a random point of the tick
+            time.sleep(self.rng.uniform(0, 0.3))
         if w.signal(signal.SIGKILL):
             self.record(f"sigkill_{role}", worker=w.name)
+        else:
+            self.record("kill_missed", role=role, why="the run ended first")
 
     def do_terminate(self) -> None:
         w = self._victim(None, "terminate_missed")
