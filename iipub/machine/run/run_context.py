@@ -69,14 +69,10 @@ def for_sweep(settings: Settings, store: Store, provider: Provider, deadline: fl
               rng: random.Random) -> SweepContext:
     """A sweep's context: its deadline at `deadline` (`time.monotonic()`), the gate and both
     cool-downs as the other processes left them."""
-    ends = Deadline(deadline)
-    counters = Counters(TickReport(worker=store.worker, shadow=settings.reconcile.shadow))
-    ledger = SpendLedgerView(settings, store.engine)
-    polls = PollCadence(settings, store.engine)
+    ends, counters, reads, ledger, polls = _shared_pieces(settings, store, deadline)
     creates = creates_mod.start(settings, store, ends, counters, ledger)
-    return SweepContext(settings, store, provider, rng, deadline=ends, counters=counters,
-                        reads=shared_cool_down.of_reads(store), ledger=ledger, polls=polls,
-                        creates=creates, batches=WriteBatches(store, counters))
+    return SweepContext(settings, store, provider, rng, deadline=ends, counters=counters, reads=reads,
+                        ledger=ledger, polls=polls, creates=creates, batches=WriteBatches(store, counters))
 
 
 def for_delivery(settings: Settings, store: Store, provider: Provider, deadline: float,
@@ -84,7 +80,15 @@ def for_delivery(settings: Settings, store: Store, provider: Provider, deadline:
     """A webhook delivery's context: it reads and stores a finished response as a sweep would,
     and never creates (a create needs its full timeout, more than a request's budget; the job
     waits for a sweep)."""
-    return RunContext(settings, store, provider, rng, deadline=Deadline(deadline),
-                      counters=Counters(TickReport(worker=store.worker, shadow=settings.reconcile.shadow)),
-                      reads=shared_cool_down.of_reads(store), ledger=SpendLedgerView(settings, store.engine),
-                      polls=PollCadence(settings, store.engine))
+    ends, counters, reads, ledger, polls = _shared_pieces(settings, store, deadline)
+    return RunContext(settings, store, provider, rng, deadline=ends, counters=counters, reads=reads,
+                      ledger=ledger, polls=polls)
+
+
+def _shared_pieces(settings: Settings, store: Store, deadline: float) -> tuple[
+        Deadline, Counters, SharedCoolDown, SpendLedgerView, PollCadence]:
+    """The pieces every run has: its deadline, counters, the reads' cool-down as the other
+    processes left it, the spend ledger's view and the poll cadence."""
+    return (Deadline(deadline), Counters(TickReport(worker=store.worker, shadow=settings.reconcile.shadow)),
+            shared_cool_down.of_reads(store), SpendLedgerView(settings, store.engine),
+            PollCadence(settings, store.engine))

@@ -81,14 +81,7 @@ def html_templates() -> jinja2.Environment:
     """The pages (`*.html`): `{{ value }}` is `html.escape(value, quote=True)`."""
     from markupsafe import Markup
 
-    def finalize(value: Any) -> Any:
-        if type(value) is not str:
-            if hasattr(value, "__html__"):
-                return value
-            value = _text(value)
-        return Markup(html.escape(clean(value), quote=True))
-
-    env = _environment(finalize)
+    env = _environment(_finalize(lambda text: html.escape(text, quote=True)))
     env.globals["css"] = Markup(css())  # the package's own file
     return env
 
@@ -99,19 +92,27 @@ def xml_templates() -> jinja2.Environment:
     `{{ value|attribute }}` is a quoted attribute value."""
     from markupsafe import Markup
 
+    def attribute(value: Any) -> Markup:
+        return Markup(quoteattr(clean(_text(value))))
+
+    env = _environment(_finalize(xml_escape))
+    env.filters["attribute"] = attribute
+    return env
+
+
+def _finalize(escape: Callable[[str], str]) -> Callable[[Any], Any]:
+    """Every `{{ value }}`: what is already markup passes; anything else is printed as text,
+    cleaned and escaped with `escape`."""
+    from markupsafe import Markup
+
     def finalize(value: Any) -> Any:
         if type(value) is not str:
             if hasattr(value, "__html__"):
                 return value
             value = _text(value)
-        return Markup(xml_escape(clean(value)))
+        return Markup(escape(clean(value)))
 
-    def attribute(value: Any) -> Markup:
-        return Markup(quoteattr(clean(_text(value))))
-
-    env = _environment(finalize)
-    env.filters["attribute"] = attribute
-    return env
+    return finalize
 
 
 def _text(value: Any) -> str:
