@@ -12,7 +12,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from sqlalchemy.engine import Engine
 
 from iipub.core import logs
 from iipub.core.timefmt import parse_date
@@ -22,6 +21,7 @@ from iipub.model.states import State
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import db
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])

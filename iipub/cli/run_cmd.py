@@ -15,9 +15,8 @@ from iipub.cli.common import App, pass_app
 from iipub.observe.idle_check import same_file
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-
     from iipub.settings.config import Settings
+    from iipub.store.handles import Engine
 
 
 @click.command("reconcile")

@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
@@ -38,6 +37,7 @@ from iipub.provider.outcomes import (
 from iipub.settings.config import Product, max_output_bytes
 from iipub.store import installation
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -287,7 +287,7 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
                                      scope=ctx.scope)
 
-    def outcome_rows(conn: sa.Connection) -> None:
+    def outcome_rows(conn: Connection) -> None:
         payments.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
             holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
