@@ -20,7 +20,7 @@ from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
-from iipub.money import budgets, holds, ledger, paying, payments
+from iipub.money import budgets, holds, ledger, paying
 from iipub.money.authority import Evidence, Route
 from iipub.provider.outcomes import (
     DEAD_STATUSES,
@@ -35,7 +35,7 @@ from iipub.provider.outcomes import (
     Transient,
 )
 from iipub.settings.config import Product, max_output_bytes
-from iipub.store import installation
+from iipub.store import installation, spend_rows
 from iipub.store.deliveries import Deliveries
 from iipub.store.handles import Connection
 from iipub.store.job_store import Store
@@ -262,7 +262,7 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
         in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
-            payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
+            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
     finally:
         creates.admission.admitted()
     attempt = in_flight.generation_attempts
@@ -288,7 +288,7 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
                                      scope=ctx.scope)
 
     def outcome_rows(conn: Connection) -> None:
-        payments.record_outcome(conn, paid[0], outcome)
+        spend_rows.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
             holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
 

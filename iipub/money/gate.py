@@ -25,7 +25,7 @@ from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState, GateVerdic
 from iipub.money.payment_values import Override
 from iipub.provider.outcomes import CreateOutcome
 from iipub.settings.config import Budgets, Product, ProviderSettings
-from iipub.store import clock, db, tables
+from iipub.store import clock, db, spend_rows, tables
 
 log = structlog.get_logger("iipub.gate")
 gate_table, gate_events_table = tables.create_gate, tables.gate_events
@@ -111,7 +111,7 @@ class CreateGate:
             now = clock.read_now(conn)
             found, _ = payments.ceilings_now(conn, self.budgets, self.products, now)
             held = money.holding(found, product)
-            if held is not None and payments.note_reached(conn, held, now):
+            if held is not None and spend_rows.note_reached(conn, held.scope, now):
                 detail = {"ceiling": held.name, "limit": held.limit, "override_tokens": held.extra,
                           "counted_today": held.spent, "day": now.date().isoformat()}
                 conn.execute(gate_events_table.insert().values(
