@@ -38,7 +38,7 @@ from iipub.money.payments import report as paid_report
 from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
 from iipub.provider.outcomes import same_scope, scope_of
 from iipub.settings.config import Settings, StatusSettings
-from iipub.store import clock, db, deliveries, installation, outbox, tables
+from iipub.store import clock, db, deliveries, gate_rows, installation, outbox, tables
 
 jobs_table = tables.jobs
 events_table = tables.job_events
@@ -66,7 +66,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         ).scalar_one())
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
         gate_state = gate.read(conn)
-        read_cooldown = gate.read_cool_down(conn)
+        read_cooldown = gate_rows.read_cool_down(conn)
         unexpected = int(conn.execute(
             sa.select(sa.func.count()).where(
                 events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
