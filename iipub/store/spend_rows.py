@@ -117,3 +117,19 @@ def paid_since(conn: Connection, oldest: dt.datetime) -> list[RowMapping]:
     cols = [_s.product, _s.model, TIER.label("tier"), _s.state, _s.input_tokens, _s.output_tokens, _s.total_tokens,
             _s.estimated_tokens, _s.paid_at]
     return list(conn.execute(sa.select(*cols).where(_s.paid_at >= oldest)).mappings())
+
+
+# Dispatches whose intent line was written: every state but a provable refusal (a create not sent
+# because its intent could not be written is one) and one still in flight (its line may be on its way).
+_WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
+
+
+def dispatches_since(conn: Connection, base: int) -> int:
+    """Paid creates after row `base` whose ledger intent line was written."""
+    s = tables.spend.c
+    return int(conn.execute(sa.select(sa.func.count()).select_from(tables.spend)
+                            .where(s.id > base, s.state.in_(_WROTE_INTENT))).scalar_one())
+
+
+def max_id(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.spend.c.id), 0))).scalar_one())
