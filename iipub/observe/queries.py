@@ -35,10 +35,11 @@ from iipub.model.states import (
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
-from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
+from iipub.observe import cutover, error_budget, heartbeat, report
 from iipub.provider.outcomes import same_scope, scope_of
 from iipub.settings.config import Settings, StatusSettings
 from iipub.store import clock, db, deliveries, gate_rows, installation, outbox, tables
+from iipub.store import disk_samples as disk_rows
 
 jobs_table = tables.jobs
 events_table = tables.job_events
@@ -98,7 +99,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         immovable = _immovable_slots(conn, now)
         budgets = error_budgets(conn, now, live, s)
         clock_check = host_clock(conn)
-        first_samples = disk_samples.oldest_since(conn, now - dt.timedelta(days=1))
+        first_samples = disk_rows.oldest_since(conn, now - dt.timedelta(days=1))
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
