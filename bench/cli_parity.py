@@ -71,7 +71,8 @@ _NOISE = [
      r"\1-<worker>"),
     (re.compile(r"\b(age|seconds|lag|_seconds|elapsed|skew|offset|uncertainty)(\"?[:=]\s*\"?)-?\d+(\.\d+)?"),
      r"\1\2<n>"),
-    (re.compile(r"(_seconds|_age|_lag|_timestamp|_skew|_uncertainty|_bytes|_inodes|_per_hour|_ratio)(\{[^}]*\})? -?[\d.e+-]+"),
+    (re.compile(r"(_seconds|_age|_lag|_timestamp|_skew|_uncertainty|_bytes|_inodes|_per_hour|_ratio)"
+                r"(\{[^}]*\})? -?[\d.e+-]+"),
      r"\1\2 <n>"),
     (re.compile(r"\"(free_bytes|total_bytes|free_inodes|total_inodes|filling_bytes_per_hour|offset_seconds|"
                 r"uncertainty_seconds|age_seconds|lag_seconds|generated_at|free_ratio)\": [^,}\n]+"), r'"\1": <n>'),
@@ -135,7 +136,7 @@ def dump(database: Path) -> str:
         for name in names:
             if name in ("runs", "disk_samples", "wakeups"):  # one row per run: times and pids only
                 continue
-            rows = sorted(normalise(repr(r)) for r in conn.execute(f'SELECT * FROM "{name}"'))  # noqa: S608
+            rows = sorted(normalise(repr(r)) for r in conn.execute(f'SELECT * FROM "{name}"'))
             out.append(f"== {name} ({len(rows)} rows)")
             out.extend(rows)
     return "\n".join(out)
