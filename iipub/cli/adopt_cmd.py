@@ -1,4 +1,4 @@
-"""The cutover from a legacy system and the rollback: `iipub adopt FILE` and `iipub export --in-flight`."""
+"""The cutover from a legacy system: `iipub adopt FILE` (its undo is `iipub export --in-flight`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import click
 from iipub.cli.common import App, by_option, emit_json, json_option, pass_app, reason_option, stderr
 from iipub.core.errors import UsageError
 
-# `adopt` exits with this when some rows were refused (the others were adopted).
 REFUSED_EXIT = 3
 
 
@@ -62,23 +61,3 @@ def adopt_command(app: App, file: Path, dry_run: bool, as_json: bool, reason: st
     if report.refused:
         stderr(f"iipub: {len(report.refused)} rows refused (see above)")
         raise SystemExit(REFUSED_EXIT)
-
-
-@click.command("export")
-@click.option("--in-flight", "in_flight", is_flag=True, required=True,
-              help="Every job between CREATE_IN_FLIGHT and custody (suspended or quarantined ones whose response "
-                   "may still finish included), with response id, attempts and state.")
-@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True,
-              help="CSV with a header, or JSON lines: both are what `iipub adopt` reads.")
-@pass_app
-def export_command(app: App, in_flight: bool, fmt: str) -> None:
-    """The rollback hand-back: print the in-flight jobs to stdout in the format `iipub adopt`
-    reads, so a legacy system (or another iipub) picks up what this one started. Run `iipub
-    pause --everything` first so nothing moves while the file is taken. A create still in flight
-    has no response id yet: its row has an empty response_id (adopt refuses it; check the
-    provider's dashboard for it)."""
-    from iipub.operate import adoption, handover
-
-    rows = adoption.in_flight(app.engine())
-    click.echo(handover.render(rows, fmt), nl=False)
-    stderr(f"iipub: {len(rows)} in-flight jobs exported")

@@ -1,75 +1,32 @@
-"""Operator commands: `quarantine list|release`, `suspend`, `resume`, `cancel`, `kill`, `backfill`."""
+"""`iipub quarantine list|show|release`: the jobs parked for an operator, and their release."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
 
 from iipub.cli.common import (
     App,
+    act,
     by_option,
     clip,
     emit_json,
+    job_operator,
     json_option,
-    moved,
     pass_app,
-    reason_option,
+    pay_again_option,
     stderr,
     table,
 )
 from iipub.core.errors import UsageError
 from iipub.core.timefmt import duration, parse_date
-from iipub.machine import scheduling
 from iipub.model.jobs import Job
-from iipub.model.states import TRACK_SAVED, State
-from iipub.store import clock
-from iipub.store.job_store import Store
+from iipub.model.states import State
 
 if TYPE_CHECKING:
     from iipub.operate.executor import Operator
-
-
-def _operator(app: App) -> Operator:
-    from iipub.operate.executor import Operator  # the remedies and their provider calls load only for these commands
-
-    return Operator(app.settings, app.engine())
-
-
-# Longer ranges print one progress line per date.
-PROGRESS_AFTER_DAYS = 30
-
-
-def _act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> Job:
-    """Run one job action and print the move it made."""
-    settings = app.settings
-    # A missing key is a configuration error raised before the job is even read.
-    from iipub.operate.executor import Operator
-    from iipub.provider.adapter import OpenAIAdapter
-
-    provider = OpenAIAdapter(settings.provider, settings.require_api_key()) if needs_provider else None
-    try:
-        op = Operator(settings, app.engine(), provider)
-        before = op.get(job_id)
-        after = action(op)
-    finally:
-        if provider is not None:
-            provider.close()
-    click.echo(moved(before.state, after))
-    return after
-
-
-def _date(text: str, option: str) -> dt.date:
-    # Parsed here rather than by a click type so a bad date is one `iipub: error:` line.
-    try:
-        return parse_date(text)
-    except ValueError as exc:
-        raise UsageError(f"{option} {exc}") from None
-
-
-# -- quarantine -----------------------------------------------------------------------
 
 
 @click.group("quarantine")
@@ -88,7 +45,7 @@ def quarantine_list_command(app: App, as_json: bool) -> None:
 
     --json prints a list of job objects (as `jobs list --json`) with `age_seconds` added.
     """
-    items = _operator(app).quarantine_list()
+    items = job_operator(app).quarantine_list()
     if as_json:
         emit_json([q.public() for q in items])
         return
@@ -144,10 +101,6 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
                 *(f"  {r.command:<60} {r.effect}" for r in found.remedies)]
 
     show_job(app, job_id, as_json, more, lines)
-pay_again_option = click.option(
-    "--pay-again", is_flag=True,
-    help="Buy again although the payment authority found the slot paid for or its output held (custody, the "
-         "ledger, the legacy system, the live site): journaled with --reason and the evidence it overrides.")
 
 
 @quarantine_group.command("release")
@@ -205,7 +158,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
         if not quarantine_reason:
             raise UsageError("quarantine release --all needs --quarantine-reason R")
         since_at = _since(since) if since else None
-        results = _operator(app).release_all(
+        results = job_operator(app).release_all(
             quarantine_reason, mode, reason, by, since=since_at, dry_run=dry_run, pay_again=pay_again)
         if as_json:
             emit_json([r.public() for r in results])
@@ -229,7 +182,7 @@ def release_command(app: App, job_id: str | None, verified_lost: bool, link: str
         before.append(op.get(job_id))
         return op.release(job_id, mode, reason, by, link_response_id=link, pay_again=pay_again)
 
-    after = _act(app, job_id, release, needs_provider=mode == ReleaseMode.LINK)
+    after = act(app, job_id, release, needs_provider=mode == ReleaseMode.LINK)
     charged = after.generation_attempts - before[0].generation_attempts
     if charged > 0:  # a restored job: the creates the ledger recorded count against its budget
         click.echo(f"charged {charged} paid create(s) the spend ledger recorded for this slot: "
@@ -246,198 +199,3 @@ def _since(text: str) -> dt.datetime:
     if when.tzinfo is not None:
         when = when.astimezone(dt.UTC).replace(tzinfo=None)
     return when
-
-
-@click.command("republish")
-@click.argument("job_id")
-@reason_option
-@by_option
-@pass_app
-def republish_command(app: App, job_id: str, reason: str, by: str) -> None:
-    """Let a job's editions replace pages that are already live with different content. The
-    static sink never does that by itself (the delivery parks as `conflicting_republish`, e.g.
-    after a restore); this records who allowed it and why, and re-queues the parked deliveries."""
-    n = _operator(app).republish(job_id, reason, by)
-    click.echo(f"job {job_id}: republish allowed; {n} parked deliveries re-queued")
-
-
-# -- the whole provider ------------------------------------------------------------------
-
-
-@click.command("pause")
-@click.option("--everything", is_flag=True,
-              help="The immediate abort: every automated command (reconcile, relay, the webhook receiver) does "
-                   "nothing but record its heartbeat, polls and custody included. `status --check` is CRITICAL "
-                   "while responses finish unretrieved. Widens a creates-only pause.")
-@reason_option
-@by_option
-@pass_app
-def pause_command(app: App, everything: bool, reason: str, by: str) -> None:
-    """Stop new paid creates in every reconcile process (journaled; `status` shows it and
-    `--check` is WARN while paused). Polls, custody, cleanup and the relay go on, unless
-    --everything. `iipub unpause` restores either."""
-    g = _operator(app).pause(by, reason, everything=everything)
-    what = "everything" if g.paused_everything else "creates"
-    click.echo(f"{what} paused by {clip(g.paused_by, 80)}: {clip(g.paused_reason, 300)}")
-
-
-@click.command("unpause")
-@click.option("--reason", default=None, help="Why (journaled with the action; optional).")
-@by_option
-@pass_app
-def unpause_command(app: App, reason: str | None, by: str) -> None:
-    """Let paid creates go out again (after `pause --everything`: every automated command too)."""
-    _operator(app).unpause(by, reason)
-    click.echo("unpaused")
-
-
-# -- one job --------------------------------------------------------------------------
-
-
-@click.command("suspend")
-@click.argument("job_id")
-@reason_option
-@by_option
-@pass_app
-def suspend_command(app: App, job_id: str, reason: str, by: str) -> None:
-    """Park a job during an incident: reconcile will not touch it until `iipub resume`.
-
-    The state it was in is remembered. Refused while a create is in flight.
-    ID is the job id (a unique prefix of at least 4 characters is enough).
-    """
-    _act(app, job_id, lambda op: op.suspend(job_id, reason, by))
-
-
-@click.command("resume")
-@click.argument("job_id")
-@click.option("--reason", default=None, help="Why (journaled with the action; optional).")
-@by_option
-@pass_app
-def resume_command(app: App, job_id: str, reason: str | None, by: str) -> None:
-    """Return a suspended job to the state it was suspended from, due now.
-
-    ID is the job id (a unique prefix of at least 4 characters is enough).
-    """
-    _act(app, job_id, lambda op: op.resume(job_id, by, reason))
-
-
-@click.command("cancel")
-@click.argument("job_id")
-@reason_option
-@by_option
-@pass_app
-def cancel_command(app: App, job_id: str, reason: str, by: str) -> None:
-    """Best-effort cancel of a job's running generation (ACCEPTED, QUEUED, IN_PROGRESS).
-
-    If the provider finished anyway, the output is taken into custody and goes on to be
-    validated and published (paid work is never discarded). If it was cancelled, failed or
-    is gone, the job is QUARANTINED (operator_cancelled). If the cancel call fails, nothing
-    changes. Needs OPENAI_API_KEY. ID is the job id or a unique prefix.
-    """
-    job = _act(app, job_id, lambda op: op.cancel(job_id, reason, by), needs_provider=True)
-    if job.state != State.QUARANTINED:
-        click.echo("the provider finished before the cancel took effect: its output is kept and goes on to "
-                   "validation and publication (use `iipub kill` to stop that)")
-
-
-@click.command("kill")
-@click.argument("job_id")
-@reason_option
-@by_option
-@pass_app
-def kill_command(app: App, job_id: str, reason: str, by: str) -> None:
-    """Terminate a job: it will not publish. The next `iipub reconcile` cancels and deletes
-    its remote data, then marks it DELETED.
-
-    Refused once the edition is saved (SAVED_NOT_PUBLIC and later) and while a create is in
-    flight. ID is the job id (a unique prefix of at least 4 characters is enough).
-    """
-    _act(app, job_id, lambda op: op.kill(job_id, reason, by))
-
-
-@click.command("revalidate")
-@click.argument("job_id")
-@click.option("--lang", metavar="LANG", default=None,
-              help="Only this language's track (its kept part), e.g. es; the others are not touched.")
-@reason_option
-@by_option
-@pass_app
-def revalidate_command(app: App, job_id: str, lang: str | None, reason: str, by: str) -> None:
-    """Validate a VALIDATION_FAILED_RETAINED job's kept payload again, after the product's
-    rules (items, allowed_domains, …) were fixed. Free: nothing is sent to the provider.
-
-    A slot whose payload forked into language tracks: --lang re-checks that language's track;
-    without it every parked track is re-checked."""
-    if lang is None:
-        _act(app, job_id, lambda op: op.revalidate(job_id, reason, by))
-        return
-    from iipub.operate.executor import Operator
-
-    op = Operator(app.settings, app.engine())
-    job = op.get(job_id)
-    before = {t.lang: t.state for t in op.tracks_of(job.id)}
-    op.revalidate(job.id, reason, by, lang=lang)
-    after = op.get(job.id)
-    slot = f"; the slot {job.state} -> {after.state}" if after.state != job.state else ""
-    click.echo(f"job {job.id} {lang} track: {before.get(lang)} -> RETRIEVED_NOT_VALIDATED{slot} "
-               "(validated again by the next reconcile; nothing paid)")
-
-
-@click.command("regenerate")
-@click.argument("job_id")
-@pay_again_option
-@reason_option
-@by_option
-@pass_app
-def regenerate_command(app: App, job_id: str, reason: str, by: str, pay_again: bool) -> None:
-    """Pay for a new generation of a VALIDATION_FAILED_RETAINED job (e.g. after fixing the
-    prompt), within the slot's generation budget. Refused when the budget is spent.
-
-    A slot waiting on a parked language track is generated again for its unpublished languages
-    only (named in the output); a saved or published edition is kept, never replaced."""
-    from iipub.operate.executor import Operator
-
-    job = _act(app, job_id, lambda op: op.regenerate(job_id, reason, by, pay_again=pay_again))
-    found = {t.lang: t.state for t in Operator(app.settings, app.engine()).tracks_of(job.id)}
-    if found:
-        new = sorted(lang for lang, s in found.items() if s not in TRACK_SAVED)
-        kept = sorted(lang for lang, s in found.items() if s in TRACK_SAVED)
-        click.echo(f"new paid generation for: {', '.join(new)}" + (f"; kept: {', '.join(kept)} (already saved, "
-                                                                   "never replaced)" if kept else ""))
-
-
-# -- backfill -------------------------------------------------------------------------
-
-
-@click.command("backfill")
-@click.option("--product", required=True, help="The product to backfill (as configured).")
-@click.option("--from", "from_text", required=True, metavar="YYYY-MM-DD", help="First edition date, inclusive.")
-@click.option("--to", "to_text", required=True, metavar="YYYY-MM-DD",
-              help="Last edition date, inclusive; at most today (database clock).")
-@click.option("--dry-run", is_flag=True, help="Only report which slots would be created; write nothing.")
-@pass_app
-def backfill_command(app: App, product: str, from_text: str, to_text: str, dry_run: bool) -> None:
-    """Create the missing slots for past dates at backfill priority (today's slots always
-    go first). Idempotent: dates already present are left alone. Reports created vs.
-    already present; ranges over 30 days print per-date progress to stderr. At most 366
-    days per run: every slot created becomes a paid generation.
-    """
-    from_date, to_date = _date(from_text, "--from"), _date(to_text, "--to")
-    configured = app.settings.product(product)  # an unknown product fails before the database is opened
-    engine = app.engine()
-    with engine.connect() as conn:
-        today = clock.read_now(conn).date()
-    verbose = (to_date - from_date).days + 1 > PROGRESS_AFTER_DAYS
-    verb = "would create" if dry_run else "created"
-
-    def progress(day: dt.date, created: bool) -> None:
-        if verbose:
-            stderr(f"{product} {day}: {verb if created else 'already present'}")
-
-    report = scheduling.backfill(Store(engine, "operator:backfill"), configured, from_date, to_date, today,
-                                 dry_run=dry_run, progress=progress)
-    if not verbose:
-        for day in sorted(report.created + report.present):
-            click.echo(f"{product} {day}: {verb if day in report.created else 'already present'}")
-    click.echo(f"{'dry run: would create' if dry_run else 'created'} {len(report.created)}, "
-               f"already present {len(report.present)}")
