@@ -1,4 +1,4 @@
-"""`iipub.observe.report` against a real journal: jobs driven by `reconcile.run` and `relay.run`
+"""`iipub.observe.status_report` against a real journal: jobs driven by `reconcile.run` and `relay.run`
 through the simulator over HTTP, figures checked against the rows themselves."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from iipub.core.timefmt import duration
 from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, State
 from iipub.observe import queries
-from iipub.observe import report as st
+from iipub.observe import status_report as st
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings

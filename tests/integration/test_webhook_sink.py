@@ -15,7 +15,7 @@ import pytest
 
 from iipub.core.backoff import parse_retry_after
 from iipub.publish.sinks import Delivered, EditionEvent, Parked, RetryLater, Sink
-from iipub.publish.sinks.webhook import WebhookSink, sign
+from iipub.publish.sinks.cms_webhook import WebhookSink, sign
 from tests.support.loopback import recording_server, send_reply
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
