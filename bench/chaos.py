@@ -115,7 +115,7 @@ def _held_by_parked_tracks() -> sa.ColumnElement[bool]:
 def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
     covered = {name for name, *_ in FAULT_PLAN}
     # Webhook delivery faults are campaigned by bench/webhooks.py and tests/integration/
-    # test_webhook_delivery.py: this campaign runs without a receiver.
+    # test_settle.py: this campaign runs without a receiver.
     missing = set(FAULTS) - covered - set(WEBHOOK_FAULTS)
     if missing:
         raise SystemExit(f"FAULT_PLAN does not cover simulator faults: {sorted(missing)}")

@@ -152,7 +152,7 @@ def db_url(tmp_path: Path) -> Iterator[str]:
 def _migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated once per run: `engine` starts from a copy of it (a copy takes a
     millisecond, the migrations about twenty). Migrating a fresh file is itself tested with
-    `db_url` (tests/integration/test_migrations.py, `iipub db migrate`)."""
+    `db_url` (tests/integration/store/test_migrate.py, `iipub db migrate`)."""
     path = tmp_path_factory.mktemp("migrated") / "iipub.sqlite3"
     eng = db.make_engine(f"sqlite:///{path}")
     try:

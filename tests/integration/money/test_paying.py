@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
 from iipub.store import clock, tables
-from tests.integration.test_cutover import legacy_create
+from tests.integration.observe.test_cutover import legacy_create
 from tests.support.cli import run_cli
 from tests.support.rows import job_events, job_rows, utc_today
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
@@ -125,7 +125,7 @@ def test_pay_again_buys_once_on_purpose_and_is_journaled(
 def test_regenerate_for_a_language_no_longer_configured_pays_nothing(
     cli_env: dict[str, str], tmp_path: Path, engine: sa.Engine, db_url: str
 ) -> None:
-    from tests.integration.test_tracks import CLI_PRODUCT, _spanish_parked, _tracks
+    from tests.integration.machine.test_track_steps import CLI_PRODUCT, _spanish_parked, _tracks
 
     with simulator(corrupt_lang="es") as sim:
         _, job_id = _spanish_parked(engine, db_url, sim, tmp_path)  # English published, Spanish parked
@@ -226,7 +226,7 @@ def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and
     from iipub.edition.paths import json_path
     from iipub.settings.loading import load_settings
     from iipub.store.job_store import Store
-    from tests.integration.test_restore import backup, restore
+    from tests.integration.money.test_restore import backup, restore
 
     env = _env(cli_env, sim, tmp_path, reconcile="auto_schedule = false\n")  # the test's slot is the only one
     Store(engine, "test").schedule(load_settings(env).products["daily-brief"], dt.date(2026, 11, 29))

@@ -4,7 +4,7 @@ test until someone says which it is. The classes are proven, not just listed:
 
 - ASKS_FIRST: the command sends a job back to CREATE_ELIGIBLE; its operator path asks
   `paying.ruling` before anything is written (the remedies that return CREATE_ELIGIBLE are
-  exactly the ones `actions` wraps in `_authorized`; tests/integration/test_payment_authority.py
+  exactly the ones `actions` wraps in `_authorized`; tests/integration/money/test_paying.py
   drives their refusals through the CLI);
 - THROUGH_THE_SWEEP: the create it may lead to is the sweep's, and the sweep's create step asks
   the authority before its only `provider.create` call (the only create call in the package);

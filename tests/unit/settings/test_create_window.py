@@ -13,7 +13,7 @@ from iipub.core.errors import ConfigError
 from iipub.settings.config import CREATE_RECORD_SECONDS, CREATE_STARTUP_SECONDS, ReconcileSettings
 from iipub.settings.loading import settings_from_dict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_default_window_leaves_the_create_its_whole_timeout_before_the_wrapper_stops_the_run() -> None:

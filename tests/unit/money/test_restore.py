@@ -12,7 +12,7 @@ from iipub.model.states import Reason, State
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.provider.outcomes import Missing, Observed
-from tests.unit.test_handlers import job
+from tests.unit.machine.test_decisions import job
 
 SLOT = "daily-brief/2026-11-29"
 LIVE = {"en": "a" * 64}

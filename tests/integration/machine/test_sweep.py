@@ -2,7 +2,7 @@
 after the seed's acceptance plan (section 20) where an item maps: the whole run, the create
 committed before the POST on the wire, unknown create outcomes and unreachable providers as the
 adapter meets them, many jobs and overlapping ticks. What each step decides from a provider's
-answer is tested with the in-memory provider in tests/integration/test_steps.py."""
+answer is tested with the in-memory provider in tests/integration/machine/test_steps.py."""
 
 from __future__ import annotations
 

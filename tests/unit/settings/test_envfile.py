@@ -13,7 +13,7 @@ import pytest
 from iipub.core.errors import ConfigError
 from iipub.settings import envfile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SAMPLE = (
     "# comment\n"

@@ -150,8 +150,8 @@ def test_a_webhook_for_an_adopted_legacy_response_is_this_installation_s_own(
     owned (the ownership rule), so a verified delivery takes custody instead of leaving it foreign."""
     from iipub.settings.config import WebhookSettings
     from iipub.webhooks import receiver as webhook
-    from tests.integration.test_cutover import legacy_create
-    from tests.integration.test_webhooks import SECRET, event, signed
+    from tests.integration.observe.test_cutover import legacy_create
+    from tests.integration.webhooks.test_receiver import SECRET, event, signed
 
     day = utc_today() - dt.timedelta(days=1)
     rid = legacy_create(sim, sim_env(cli_env, sim, tmp_path), "daily-brief", day)

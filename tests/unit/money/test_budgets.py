@@ -1,6 +1,6 @@
 """Money rules, pure: the tier a create asks for, the flex refusal's mapping and decision, the
 daily ceilings, prices. The provider mapping of flex's 429 uses a mock transport (a pure unit
-test of the adapter); everything over real HTTP is in tests/integration/test_money.py."""
+test of the adapter); everything over real HTTP is in tests/integration/money/test_gate.py."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from iipub.money import breaker, budgets
 from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest, Refused
 from iipub.settings.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
-from tests.unit.test_breaker import HEALTHY, NOW, P
-from tests.unit.test_handlers import job
+from tests.unit.machine.test_decisions import job
+from tests.unit.money.test_breaker import HEALTHY, NOW, P
 
 OPENED = dt.datetime(2026, 12, 1, 5, 0)
 FLEX = Product(name="daily-brief", prompt="Write it.", items=3, service_tier="flex", flex_until_minutes=30)

@@ -3,7 +3,7 @@
 tests/golden/site/, which were written by the site as it was before its pages moved to templates.
 A change to a page or feed shows here as a byte difference; a deliberate one is recorded by
 writing the golden files again (`IIPUB_TEST_WRITE_SITE_GOLDEN=1 .venv/bin/python -m pytest -n 0
-tests/integration/test_site_golden.py`) and reviewing the diff.
+tests/integration/publish/sinks/test_site_golden.py`) and reviewing the diff.
 
 The inputs are chosen to reach every branch of the pages: two configured languages and an RTL,
 a CJK and an unknown one; three products; model text with markup, quotes, ampersands, control and
@@ -28,7 +28,7 @@ from iipub.publish.sinks.site import Entry, Site
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "site"
+GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "site"
 WRITE = os.environ.get("IIPUB_TEST_WRITE_SITE_GOLDEN") == "1"
 
 HOSTILE = ("<script>alert('x')</script> & \"quotes\" 'single' &amp; </p><img src=x onerror=alert(1)> "

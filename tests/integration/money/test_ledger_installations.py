@@ -88,7 +88,7 @@ def test_old_lines_without_an_installation_count_only_when_this_database_knows_t
 ) -> None:
     """Lines written before lines named their installation: another database's (a job and a
     response this one never saw) are noted and ignored; this database's own still fence a
-    restore (`tests/unit/test_ledger.py` folds both kinds)."""
+    restore (`tests/unit/money/test_ledger.py` folds both kinds)."""
     env = sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML)
     run_cli("db", "migrate", env=env, check=True)
     book = tmp_path / "xdg-state" / "iipub" / "spend-ledger.jsonl"

@@ -100,7 +100,7 @@ def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
     from iipub.operate.executor import Operator
     from iipub.settings.config import WebhookSettings
     from iipub.webhooks import receiver as webhook
-    from tests.integration.test_webhooks import SECRET, event, signed
+    from tests.integration.webhooks.test_receiver import SECRET, event, signed
 
     hooked = dataclasses.replace(cfg, provider_webhook_secret=SECRET, webhooks=WebhookSettings(enabled=True))
     Operator(hooked, engine).pause("ops", "rollback", everything=True)
@@ -122,8 +122,8 @@ def test_a_webhook_for_an_unknown_response_deletes_nothing_in_shadow_mode(
 ) -> None:
     from iipub.settings.config import WebhookSettings
     from iipub.webhooks import receiver as webhook
-    from tests.integration.test_cutover import legacy_create
-    from tests.integration.test_webhooks import SECRET, event, signed
+    from tests.integration.observe.test_cutover import legacy_create
+    from tests.integration.webhooks.test_receiver import SECRET, event, signed
 
     rid = legacy_create(sim, sim_env(cli_env, sim, tmp_path), "daily-brief", utc_today())  # not adopted yet
     sim.advance(30)

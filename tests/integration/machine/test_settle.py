@@ -24,7 +24,7 @@ from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
-from tests.integration.test_webhooks import SECRET
+from tests.integration.webhooks.test_receiver import SECRET
 from tests.support.rows import job_events, job_rows
 from tests.support.settings import make_settings
 from tests.support.simulator import simulator

@@ -35,7 +35,7 @@ from iipub.store.deliveries import Deliveries
 from iipub.webhooks import receiver as webhook
 from iipub.webhooks import server as webhook_server
 from iipub.webhooks.server import Server
-from tests.integration.test_webhooks import SECRET, event, signed
+from tests.integration.webhooks.test_receiver import SECRET, event, signed
 from tests.support.cli import run_cli
 from tests.support.rows import row_count
 from tests.support.suite import bench_module

@@ -2,7 +2,7 @@
 in-memory provider (`iipub.provider.fake.FakeProvider`) instead of HTTP: it answers what the
 adapter answers (tests/integration/test_fake_provider.py holds it to that), and it records every
 call, so each test asserts on the calls made as well as on the rows. Numbered after the seed's
-acceptance plan (section 20) where an item maps, like tests/integration/test_reconcile.py, which
+acceptance plan (section 20) where an item maps, like tests/integration/machine/test_sweep.py, which
 keeps what HTTP is the subject of: the whole run over the simulator, the create committed before
 the POST on the wire, unknown create outcomes and connection failures as the adapter meets them."""
 

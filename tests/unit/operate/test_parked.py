@@ -9,7 +9,7 @@ from iipub.machine import decisions
 from iipub.model.states import QUARANTINE_REASONS, Reason, State
 from iipub.operate import parked
 from iipub.provider.outcomes import Missing, Observed, Rejected, Transient, Usage
-from tests.unit.test_handlers import job
+from tests.unit.machine.test_decisions import job
 
 ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
     "completed": Observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
