@@ -17,6 +17,7 @@ import httpx
 import pydantic
 import pytest
 import typing_extensions
+from iipub.provider.openai.simulator.faults import FaultRule
 from openai.types.responses import Response, response_create_params
 from openai.types.shared import ErrorObject
 from openai.types.webhooks import (
@@ -26,10 +27,9 @@ from openai.types.webhooks import (
     ResponseIncompleteWebhookEvent,
 )
 
-from iipub.provider.adapter import create_body
+from iipub.provider.openai.adapter import create_body
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.provider.outcomes import CreateRequest
-from iipub.provider.simulator import Simulator, SimulatorOptions
-from iipub.provider.simulator.faults import FaultRule
 from iipub.settings.config import Product, default_products
 from tests.support.loopback import SECRET, receiver, wait_for
 

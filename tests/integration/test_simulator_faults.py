@@ -11,12 +11,7 @@ import httpx
 import openai
 import pytest
 from click.testing import CliRunner
-from openai.types.responses import Response
-
-from iipub.cli import simulator_cmd
-from iipub.core.errors import ConfigError
-from iipub.provider.simulator import Simulator, SimulatorOptions, content
-from iipub.provider.simulator.faults import (
+from iipub.provider.openai.simulator.faults import (
     DESCRIPTIONS,
     FAULTS,
     FaultRule,
@@ -24,6 +19,11 @@ from iipub.provider.simulator.faults import (
     parse_outage_spec,
     rule_from_dict,
 )
+from openai.types.responses import Response
+
+from iipub.cli import simulator_cmd
+from iipub.core.errors import ConfigError
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions, content
 from tests.support.simulator import simulator_options_seen
 
 QUEUED = 10.0
