@@ -33,8 +33,8 @@ from iipub.model.jobs import Job, new_worker_id
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
 from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks.cms_webhook import WebhookSink
 from iipub.publish.sinks.static import StaticSink
-from iipub.publish.sinks.webhook import WebhookSink
 from iipub.settings import config
 from iipub.settings.config import Settings
 from iipub.store import outbox, track_store
