@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from iipub.provider.openai.simulator.faults import FaultRule
 
 from iipub.core.severity import Severity
 from iipub.core.timefmt import naive_utc
@@ -21,6 +20,7 @@ from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
 from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings

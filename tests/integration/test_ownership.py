@@ -20,11 +20,11 @@ import openai
 import pytest
 import sqlalchemy as sa
 import standardwebhooks
-from iipub.provider.openai.simulator.backend import caller
 
 from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.backend import caller
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, db, installation, migrate, tables

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from iipub.provider.openai.simulator.faults import FaultRule
 
 from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
 from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -17,7 +17,6 @@ import httpx
 import pydantic
 import pytest
 import typing_extensions
-from iipub.provider.openai.simulator.faults import FaultRule
 from openai.types.responses import Response, response_create_params
 from openai.types.shared import ErrorObject
 from openai.types.webhooks import (
@@ -29,6 +28,7 @@ from openai.types.webhooks import (
 
 from iipub.provider.openai.adapter import create_body
 from iipub.provider.openai.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.provider.outcomes import CreateRequest
 from iipub.settings.config import Product, default_products
 from tests.support.loopback import SECRET, receiver, wait_for

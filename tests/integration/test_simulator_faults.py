@@ -11,6 +11,11 @@ import httpx
 import openai
 import pytest
 from click.testing import CliRunner
+from openai.types.responses import Response
+
+from iipub.cli import simulator_cmd
+from iipub.core.errors import ConfigError
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions, content
 from iipub.provider.openai.simulator.faults import (
     DESCRIPTIONS,
     FAULTS,
@@ -19,11 +24,6 @@ from iipub.provider.openai.simulator.faults import (
     parse_outage_spec,
     rule_from_dict,
 )
-from openai.types.responses import Response
-
-from iipub.cli import simulator_cmd
-from iipub.core.errors import ConfigError
-from iipub.provider.openai.simulator import Simulator, SimulatorOptions, content
 from tests.support.simulator import simulator_options_seen
 
 QUEUED = 10.0
