@@ -1,15 +1,42 @@
 """The one place a provider is built from the settings (`[provider] kind`): every command that
 calls a provider (the sweep, the webhook receiver, the operator's commands) asks `build`, and
-`status` asks `scope` and `reaches` without building one. Nothing here loads a provider's
-libraries before a provider of that kind is asked for: an idle run imports no HTTP client.
+`status` asks `scope` and `reaches` without building one. The settings are loaded through it
+(`load_settings`), so each product's keys are checked against its provider's model table.
+Nothing here loads a provider's libraries before a provider of that kind is asked for: an idle
+run imports no HTTP client.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 from iipub.provider.interface import Provider
-from iipub.settings.config import Settings
+from iipub.settings import loading
+from iipub.settings.config import ModelTable, Settings
 
 OPENAI, FAKE = "openai", "fake"  # the kinds of `[provider] kind`
+
+
+def model_table(kind: str) -> ModelTable | None:
+    """Which request keys the models of a provider kind take (None: the provider decides)."""
+    if kind == FAKE:
+        return None
+    from iipub.settings import models
+
+    return models.TABLE
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The deployment's settings (`settings.loading.load_settings`), each product's keys checked
+    against its provider's model table: a key the model refuses is one `ConfigError` line."""
+    return loading.load_settings(env, models=model_table)
+
+
+def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), **options: Any) -> Settings:
+    """`settings.loading.settings_from_dict`, each product's keys checked as `load_settings` checks them."""
+    return loading.settings_from_dict(data, base_dir, models=model_table, **options)
 
 
 def build(settings: Settings) -> Provider:

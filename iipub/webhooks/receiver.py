@@ -45,9 +45,9 @@ from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
 from iipub.provider import factory
+from iipub.provider.factory import load_settings
 from iipub.provider.interface import Provider
 from iipub.settings.config import Settings, WebhookSettings
-from iipub.settings.loading import load_settings
 from iipub.store import clock, db
 from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store

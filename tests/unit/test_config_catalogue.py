@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iipub.core.errors import ConfigError
-from iipub.settings.loading import load_settings
+from iipub.provider.factory import load_settings
 from tests.support.cli import clean_env, error_messages, run_cli
 
 PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\n'
