@@ -23,7 +23,7 @@ def model_table(kind: str) -> ModelTable | None:
     """Which request keys the models of a provider kind take (None: the provider decides)."""
     if kind == FAKE:
         return None
-    from iipub.settings import models
+    from iipub.provider.openai import capabilities as models
 
     return models.TABLE
 
