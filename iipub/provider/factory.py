@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from iipub.provider.interface import Provider
+from iipub.provider.interface import Provider, WebhookVerifier
 from iipub.settings import loading
 from iipub.settings.config import ModelTable, Settings
 
@@ -49,6 +49,14 @@ def build(settings: Settings) -> Provider:
     from iipub.provider.openai.adapter import OpenAIAdapter
 
     return OpenAIAdapter(settings.provider, settings.require_api_key())
+
+
+def webhook_verifier(settings: Settings) -> WebhookVerifier:
+    """The verifier of the provider's webhook deliveries (`OPENAI_WEBHOOK_SECRET`; the fake sends
+    none: its deliveries in tests are signed as OpenAI signs them)."""
+    from iipub.provider.openai.webhook_signature import Verifier
+
+    return Verifier(settings.require_provider_webhook_secret())
 
 
 def scope(settings: Settings) -> str:
