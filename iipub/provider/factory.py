@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from iipub.provider.interface import Provider, WebhookVerifier
+from iipub.provider.interface import Provider, SavedResponseReader, WebhookVerifier
 from iipub.settings import loading
 from iipub.settings.config import ModelTable, Settings
 
@@ -57,6 +57,14 @@ def webhook_verifier(settings: Settings) -> WebhookVerifier:
     from iipub.provider.openai.webhook_signature import Verifier
 
     return Verifier(settings.require_provider_webhook_secret())
+
+
+def saved_response_reader(settings: Settings) -> SavedResponseReader:
+    """How a response saved from the settings' provider reads (`iipub jobs import-payload`); the
+    fake's responses are saved as OpenAI's are."""
+    from iipub.provider.openai import documents
+
+    return documents.read_saved
 
 
 def scope(settings: Settings) -> str:

@@ -32,11 +32,19 @@ implements every method below and honours the rules that go with them, written h
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import NoReturn, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from iipub.core.errors import InvariantViolation
-from iipub.provider.outcomes import CreateOutcome, CreateRequest, DeleteOutcome, ReadOutcome, Stage, VerifiedEvent
+from iipub.provider.outcomes import (
+    CreateOutcome,
+    CreateRequest,
+    DeleteOutcome,
+    ReadOutcome,
+    SavedResponse,
+    Stage,
+    VerifiedEvent,
+)
 
 # Responses API metadata limits.
 METADATA_MAX_KEYS = 16
@@ -79,6 +87,11 @@ class Provider(Protocol):
 
     def close(self) -> None:
         """Release what `ready` or the calls set up."""
+
+
+# A response saved from the provider, read from a file's JSON object: None when it is not one
+# (`factory.saved_response_reader`; `OperatorRefused` for one that holds no output to import).
+SavedResponseReader = Callable[[Mapping[str, Any]], SavedResponse | None]
 
 
 @runtime_checkable

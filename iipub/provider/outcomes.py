@@ -173,6 +173,19 @@ class Transient:
     unreachable: bool = False  # no connection could be made: the provider was not reached
 
 
+@dataclass(frozen=True)
+class SavedResponse:
+    """A response saved from the provider (a file an operator recovered): its output text and what
+    it says of itself. `source` names what held the text; `status` is the provider's own word."""
+
+    text: str
+    source: str
+    response_id: str | None = None
+    status: str | None = None
+    usage: Usage | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
 class EventKind(enum.StrEnum):
     """What a verified webhook delivery announces, in iipub's words."""
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from iipub.core.errors import ConfigError
 from iipub.core.strict import InvalidValues
 from iipub.model.states import QUARANTINE_REASONS, TRACK_PARKED
+from iipub.settings import environment
 from iipub.settings.config import (
     DEFAULT_CRITICAL_AFTER,
     DEFAULT_DATABASE_URL,
@@ -119,11 +120,11 @@ def load_settings(env: Mapping[str, str] | None = None, *, models: ModelTables |
     return replace(
         settings,
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
-        api_key=env.get("OPENAI_API_KEY") or None,
-        provider_webhook_secret=env.get("OPENAI_WEBHOOK_SECRET") or None,
-        provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url,
-                         organization=env.get("OPENAI_ORG_ID") or settings.provider.organization,
-                         project=env.get("OPENAI_PROJECT_ID") or settings.provider.project),
+        api_key=env.get(environment.API_KEY) or None,
+        provider_webhook_secret=env.get(environment.WEBHOOK_SECRET) or None,
+        provider=replace(settings.provider, base_url=env.get(environment.BASE_URL) or settings.provider.base_url,
+                         organization=env.get(environment.ORGANIZATION) or settings.provider.organization,
+                         project=env.get(environment.PROJECT) or settings.provider.project),
         config_path=path,
     )
 
