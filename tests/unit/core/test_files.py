@@ -34,7 +34,7 @@ def test_a_failed_replacement_keeps_the_old_file_and_cleans_up(tmp_path: Path) -
     target = tmp_path / "page.html"
     target.write_bytes(b"old")
     (tmp_path / "dir-in-the-way").mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(IsADirectoryError):
         replace_atomically(tmp_path / "dir-in-the-way", b"new")  # a rename over a folder fails
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir-in-the-way", "page.html"]
