@@ -55,7 +55,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     tempfile.tempdir = "/dev/shm"
 
-from iipub.provider.simulator import Simulator  # noqa: E402
+from iipub.provider.openai.simulator import Simulator  # noqa: E402
 from iipub.settings.config import Settings  # noqa: E402
 from iipub.store import db, migrate  # noqa: E402
 

@@ -225,7 +225,7 @@ def act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provi
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
     from iipub.operate.executor import Operator
-    from iipub.provider.adapter import OpenAIAdapter
+    from iipub.provider.openai.adapter import OpenAIAdapter
 
     provider = OpenAIAdapter(settings.provider, settings.require_api_key()) if needs_provider else None
     try:

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from iipub.machine import sweep
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator, content
+from iipub.provider.openai.simulator import Simulator, content
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -24,7 +24,7 @@ from iipub.machine.run import run_context
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.provider.fake import FakeProvider
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store

@@ -16,7 +16,7 @@ from iipub.core.wording import clip_words, plural
 from iipub.machine import sweep
 from iipub.money.gate import CreateGate
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.settings.loading import settings_from_dict
 from iipub.store.job_store import Store

@@ -18,8 +18,8 @@ from iipub.machine.run import run_context
 from iipub.model.states import State
 from iipub.observe import queries
 from iipub.operate.executor import Operator
-from iipub.provider.adapter import OpenAIAdapter
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, tables

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 
 from iipub.core.errors import InvariantViolation
 from iipub.machine import sweep
-from iipub.provider.adapter import OpenAIAdapter
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables

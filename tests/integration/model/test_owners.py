@@ -23,8 +23,8 @@ import standardwebhooks
 
 from iipub.machine import sweep
 from iipub.model.states import State
-from iipub.provider.simulator import Simulator
-from iipub.provider.simulator.backend import caller
+from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.backend import caller
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, db, installation, migrate, tables

@@ -19,8 +19,8 @@ from iipub.core.timefmt import naive_utc
 from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator
-from iipub.provider.simulator.faults import FaultRule
+from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from iipub.machine import sweep
 from iipub.money import ledger, restore
 from iipub.money.ledger import SpendLedger
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import clock

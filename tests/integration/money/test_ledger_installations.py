@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db
 from tests.support.cli import clean_env, run_cli
 from tests.support.databases import fresh_database

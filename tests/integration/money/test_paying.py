@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock, tables
 from tests.integration.observe.test_cutover import legacy_create
 from tests.support.cli import run_cli

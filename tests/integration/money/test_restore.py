@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from iipub.machine import sweep
 from iipub.money.ledger import SpendLedger
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import tables

@@ -29,7 +29,7 @@ from iipub.model.states import State
 from iipub.money.ledger import SpendLedger
 from iipub.observe import invariants
 from iipub.operate.executor import Operator
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Budgets, Settings, WebhookSettings
 from iipub.store import clock

@@ -17,8 +17,8 @@ import openai
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.adapter import create_input
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.adapter import create_input
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.edition_schema import text_format
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db, migrate, tables

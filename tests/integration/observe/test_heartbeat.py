@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from iipub.core.errors import DatabaseUnavailable
 from iipub.machine import sweep
 from iipub.observe import heartbeat
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli

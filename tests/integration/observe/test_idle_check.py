@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iipub.observe import idle_check
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock, tables
 from tests.support.cli import run_cli
 from tests.support.databases import snapshot_rows

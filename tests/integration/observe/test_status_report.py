@@ -16,7 +16,7 @@ from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, State
 from iipub.observe import queries
 from iipub.observe import status_report as st
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from iipub.model.states import Reason, State
 from iipub.operate import adoption, handover
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import tables

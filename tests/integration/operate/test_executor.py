@@ -18,7 +18,7 @@ from iipub.core.errors import ConfigError, JobTaken, OperatorRefused, UsageError
 from iipub.machine import scheduling, sweep
 from iipub.model.states import Reason, State
 from iipub.operate.executor import Operator, ReleaseMode
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

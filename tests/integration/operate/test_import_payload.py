@@ -21,8 +21,8 @@ from iipub.machine import decisions, steps, sweep
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.observe import invariants
+from iipub.provider.openai.simulator import Simulator
 from iipub.provider.outcomes import Observed
-from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock

@@ -28,7 +28,7 @@ from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.observe import invariants, queries
 from iipub.operate import parked
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from iipub.core.errors import OperatorRefused
 from iipub.machine import sweep
 from iipub.operate.executor import Operator
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store

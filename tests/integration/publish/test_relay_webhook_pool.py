@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from iipub.core.errors import ConfigError
 from iipub.core.timefmt import naive_utc
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.settings.loading import settings_from_dict

@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from iipub.edition import compose, validate
 from iipub.machine import sweep
 from iipub.model.jobs import Job, slot_row
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator, content
 from iipub.provider.outcomes import Accepted, CreateRequest
-from iipub.provider.simulator import Simulator, content
 from iipub.publish import relay
 from iipub.settings.config import Product, Settings
 from iipub.store import clock, db, migrate, outbox, tables

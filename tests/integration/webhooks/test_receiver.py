@@ -23,7 +23,7 @@ import standardwebhooks
 
 from iipub.machine import sweep
 from iipub.model.states import State
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, installation, tables

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.store import clock, db, tables
 from iipub.store.deliveries import Deliveries

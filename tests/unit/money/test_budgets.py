@@ -15,7 +15,7 @@ import pytest
 from iipub.machine import decisions
 from iipub.model.states import Reason, State
 from iipub.money import breaker, budgets
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import Accepted, CreateRequest, Refused
 from iipub.settings.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
 from tests.unit.machine.test_decisions import job

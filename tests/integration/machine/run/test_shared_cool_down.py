@@ -14,7 +14,7 @@ from iipub.machine import sweep
 from iipub.model.states import State
 from iipub.money import breaker, gate
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.job_store import Store

@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 import structlog
 
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator.backend import Backend, Reply, error_reply
-from iipub.provider.simulator.faults import FLEX_UNAVAILABLE, OUTPUT_SHAPES, FaultRule, rule_from_dict
-from iipub.provider.simulator.webhooks import WebhookLog, WebhookSender, parse_secret
+from iipub.provider.openai.simulator.backend import Backend, Reply, error_reply
+from iipub.provider.openai.simulator.faults import FLEX_UNAVAILABLE, OUTPUT_SHAPES, FaultRule, rule_from_dict
+from iipub.provider.openai.simulator.webhooks import WebhookLog, WebhookSender, parse_secret
 
 log = structlog.get_logger("iipub.simulator")
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from iipub.provider.simulator import content, params
-from iipub.provider.simulator import faults as f
-from iipub.provider.simulator.faults import FaultBook, FaultRule
+from iipub.provider.openai.simulator import content, params
+from iipub.provider.openai.simulator import faults as f
+from iipub.provider.openai.simulator.faults import FaultBook, FaultRule
 
 FINISHED = ("completed", "failed", "incomplete", "cancelled")
 _METADATA_MAX_KEYS = 16

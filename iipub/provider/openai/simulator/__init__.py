@@ -8,7 +8,7 @@ background responses finish. `iipub simulator` runs the same server from the com
 
 from typing import TYPE_CHECKING, Any
 
-from iipub.provider.simulator.faults import (
+from iipub.provider.openai.simulator.faults import (
     CONTENT_FAULTS,
     DESCRIPTIONS,
     EXCHANGE_FAULTS,
@@ -22,7 +22,7 @@ from iipub.provider.simulator.faults import (
 )
 
 if TYPE_CHECKING:
-    from iipub.provider.simulator.server import Simulator, SimulatorOptions, is_loopback
+    from iipub.provider.openai.simulator.server import Simulator, SimulatorOptions, is_loopback
 
 _LAZY = frozenset({"Simulator", "SimulatorOptions", "is_loopback"})
 
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
     # The HTTP server (and httpx, for its webhooks) load only when a simulator is wanted: the
     # CLI imports the fault catalogue for its help text on every command.
     if name in _LAZY:
-        from iipub.provider.simulator import server
+        from iipub.provider.openai.simulator import server
 
         return getattr(server, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

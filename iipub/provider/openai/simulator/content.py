@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-from iipub.provider.simulator import faults as f
+from iipub.provider.openai.simulator import faults as f
 
 # Sources a validator must reject (loopback, private network, reserved domain, script scheme).
 BAD_URLS = (

@@ -32,8 +32,8 @@ import httpx
 import structlog
 
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator import faults as f
-from iipub.provider.simulator.backend import Backend, Finished
+from iipub.provider.openai.simulator import faults as f
+from iipub.provider.openai.simulator.backend import Backend, Finished
 
 SECRET_PREFIX = "whsec_"
 POLL_SECONDS = 0.02  # how often the backend is asked for new finishes (real time)
