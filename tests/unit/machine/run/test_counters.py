@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from iipub.machine.run.counters import Counters, TickReport
+from iipub.machine.run.counters import Counters, SweepReport
 from iipub.model.states import State
 from iipub.provider.outcomes import Transient
 
@@ -12,7 +12,7 @@ from iipub.provider.outcomes import Transient
 
 
 def test_the_counters_sum_every_threads_counts_into_the_report_summary() -> None:
-    counters = Counters(TickReport(worker="w"))
+    counters = Counters(SweepReport(worker="w"))
 
     def work(_: int) -> None:
         counters.count("leased")
@@ -33,14 +33,14 @@ def test_the_counters_sum_every_threads_counts_into_the_report_summary() -> None
 
 
 def test_a_refused_create_is_reported_refused_not_as_a_create() -> None:
-    counters = Counters(TickReport(worker="w"))
+    counters = Counters(SweepReport(worker="w"))
     counters.count("creates", 2)
     counters.create_refused()
     assert (counters.report.creates, counters.report.refused) == (1, 1)
 
 
 def test_a_run_whose_every_provider_call_failed_to_connect_reports_the_provider_unreachable() -> None:
-    counters = Counters(TickReport(worker="w"))
+    counters = Counters(SweepReport(worker="w"))
     assert not counters.report.provider_unreachable  # no call at all: not unreachable
     counters.called(Transient(None, "connect failed", unreachable=True))
     assert counters.report.provider_unreachable
