@@ -3,7 +3,7 @@
 `check(engine, ...)` only reads (the jobs, the journal, editions, outbox, deliveries, and
 optionally the simulator's request counts, the static site and a webhook receiver's log)
 and returns a list of `Violation`s; an empty list means every invariant held. It is what
-the chaos runner (`bench/chaos.py`) asserts at the end of a run, and what `iipub check`
+the chaos runner (`bench/chaos/chaos.py`) asserts at the end of a run, and what `iipub check`
 prints. Each `kind` below names one invariant:
 
 Journal

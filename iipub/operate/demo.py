@@ -167,7 +167,7 @@ def _settled(engine: Engine, day: dt.date) -> bool:
     return bool(rows) and all(r.state in done for r in rows)
 
 
-def _progress(n: int, elapsed: float, engine: Engine, day: dt.date, rec: sweep.TickReport,
+def _progress(n: int, elapsed: float, engine: Engine, day: dt.date, rec: sweep.SweepReport,
               rel: relay.RelayReport) -> str:
     today = "  ".join(f"{r.product}={r.state}" for r in _jobs(engine, day) if r.edition_date == day)
     moves = sum(rec.transitions.values())

@@ -474,6 +474,14 @@ def application(environ: Mapping[str, Any], start_response: Callable[..., Any]) 
     return receiver(environ, start_response)
 
 
+def forget() -> None:
+    """Drop this process's receiver; the next request builds one again. The test seam for the
+    entry point as a process without a receiver meets it."""
+    global _receiver
+    with _lock:
+        _receiver = None
+
+
 def _after_fork_in_child() -> None:
     if _receiver is not None:
         _receiver.after_fork()

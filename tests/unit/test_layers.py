@@ -130,6 +130,33 @@ def test_a_new_top_level_module_must_be_placed() -> None:
     assert top == ["__main__", "entry", "webhook"]
 
 
+def test_every_command_lives_in_a_module_named_after_it() -> None:
+    """`cli/<command>_cmd.py` holds `iipub <command>` (a group with its subcommands); an undo sits
+    beside its command. Every command module is a command's."""
+    from iipub.cli import COMMANDS
+
+    undo = {"unpause": "pause", "resume": "suspend"}
+    assert {name: module for name, (module, _) in COMMANDS.items()
+            if module != f"{undo.get(name, name)}_cmd"} == {}
+    modules = {p.stem for p in (ROOT / "iipub" / "cli").glob("*_cmd.py")}
+    assert modules == {module for module, _ in COMMANDS.values()}
+
+
+def test_the_tests_mirror_the_code() -> None:
+    """Tests of a module sit at `tests/{unit,integration}/<its package path>/test_<module>.py`:
+    at least 60 % of the modules have one, and every test folder mirrors a package."""
+    from tests.support import mirror
+
+    done, missing = mirror.mirrored()
+    assert len(done) / (len(done) + len(missing)) >= 0.6, f"{len(done)} of {len(done) + len(missing)}"
+    for level in mirror.LEVELS:
+        for folder in (ROOT / "tests" / level).rglob("*"):
+            if folder.is_dir() and folder.name != "__pycache__":
+                rel = folder.relative_to(ROOT / "tests" / level)
+                assert (ROOT / "iipub" / rel / "__init__.py").is_file(), f"tests/{level}/{rel} mirrors no package"
+                assert (folder / "__init__.py").is_file(), f"tests/{level}/{rel} has no __init__.py"
+
+
 def test_every_class_name_is_unique_across_the_package() -> None:
     """A class is known by its name alone in logs, tracebacks and docs: no two share one."""
     where: dict[str, list[str]] = defaultdict(list)

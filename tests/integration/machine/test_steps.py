@@ -62,7 +62,7 @@ def schedule(settings: Settings, engine: sa.Engine, *days: dt.date, backfill: bo
             store.schedule(p, day, backfill=backfill)
 
 
-def tick(settings: Settings, engine: sa.Engine, fake: FakeProvider) -> sweep.TickReport:
+def tick(settings: Settings, engine: sa.Engine, fake: FakeProvider) -> sweep.SweepReport:
     """One in-process reconcile tick on the fake provider."""
     return sweep.run(settings, engine, provider=fake)
 
