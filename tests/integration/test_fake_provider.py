@@ -1,6 +1,6 @@
 """The in-memory provider answers what the OpenAI adapter answers over real HTTP (against the
 simulator) for the same calls: the same outcome types, statuses, metadata and refusals, so a
-step tested on the fake (tests/integration/test_steps.py) meets what it meets in production."""
+step tested on the fake (tests/integration/machine/test_steps.py) meets what it meets in production."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
     )
     heavy = {"openai", "iipub.provider.openai.simulator.server", "iipub.provider.openai.simulator.webhooks",
              "iipub.operate.executor",
-             "iipub.observe.invariants", "iipub.observe.report", "iipub.observe.queries", "iipub.publish.relay",
+             "iipub.observe.invariants", "iipub.observe.status_report", "iipub.observe.queries", "iipub.publish.relay",
              "iipub.webhooks.receiver"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
@@ -69,7 +69,7 @@ def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_l
             "        assert not exc.code, exc.code\n")
     loaded = _loaded_after(code, env=env, cwd=tmp_path)
     assert "iipub.machine.sweep" in loaded  # it did run the tick
-    heavy = {"openai", "httpx", "pydantic", "iipub.settings.edition_schema", "iipub.observe.report",
+    heavy = {"openai", "httpx", "pydantic", "iipub.settings.edition_schema", "iipub.observe.status_report",
              "iipub.observe.queries", "iipub.provider.openai.simulator.server", "iipub.machine.steps",
              "iipub.machine.decisions", "iipub.edition.validate", "iipub.store.outbox", "iipub.machine.settle"}
     assert not heavy & loaded, sorted(heavy & loaded)
