@@ -15,7 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
@@ -33,6 +32,7 @@ from iipub.provider.openai.adapter import OpenAIAdapter  # cheap: the SDK and ht
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -42,7 +42,7 @@ __all__ = ["STOP", "SweepReport", "run"]
 _PROBE_PASSES = 4
 
 
-def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
+def run(settings: Settings, engine: Engine, *, provider: Provider | None = None,
         worker: str | None = None, rng: random.Random | None = None) -> SweepReport:
     """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
     does nothing at all (the cron command still records its heartbeat). It first makes today's

@@ -1,8 +1,8 @@
 """The layer contract (pyproject's `[tool.importlinter]`) is executable and is the layout table of
 docs/architecture.md: packages import only the floors below them, no import cycle exists (at
 module level or inside a function), the pure modules reach no I/O library, the status report
-imports values only, no module of the package imports the tests' in-memory provider, and a
-planted violation of each rule breaks the contract."""
+imports values only, no module of the package imports the tests' in-memory provider, only the
+store speaks SQL or names the tables, and a planted violation of each rule breaks the contract."""
 
 from __future__ import annotations
 
@@ -76,6 +76,12 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
     ("observe/status_report.py", "from iipub.store import tables  # planted\n", "the status report"),
     # ... or a value type it shows back in its I/O module
     ("observe/status_report.py", "from iipub.observe.heartbeat import summary  # planted\n", "the status report"),
+    # SQL outside the store: a reader reaching the database library, or the table objects
+    ("observe/metrics.py", "import sqlalchemy  # planted\n", "only iipub.store speaks SQL"),
+    ("publish/relay.py", "from iipub.store import tables  # planted\n", "only iipub.store speaks SQL"),
+    # ... even a type named at type-checking time only
+    ("money/payments.py", "\n\nif False:\n    from sqlalchemy.engine import Engine  # noqa\n",
+     "only iipub.store speaks SQL"),
 ])
 def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module
@@ -90,7 +96,7 @@ def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, p
     finally:
         target.write_text(original)
     assert out.returncode != 0
-    broken = [line for line in out.stdout.splitlines() if line.endswith("BROKEN")]
+    broken = [line for line in out.stdout.splitlines() if " BROKEN" in line]
     assert any(contract in line for line in broken), out.stdout[-2000:]
 
 
