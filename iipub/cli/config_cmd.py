@@ -24,7 +24,8 @@ def show_command(app: App, as_json: bool) -> None:
     with engine.connect() as conn:
         rows = config_identity.history(conn)
     mine = config_identity.of(app.settings)
-    verdict = config_identity.compare(rows[0].identity if rows else None, mine)
+    recorded = config_identity.resolved(rows[0].identity) if rows else None
+    verdict = config_identity.compare(recorded, mine, config_identity.left_at(recorded))
     if as_json:
         emit_json({
             "in_force": vars(rows[0].identity) if rows else None,

@@ -1,12 +1,17 @@
 """A database knows the configuration that runs it (PRODUCT.md section 21).
 
 A configuration's identity is where it lives and where it sends money's and publication's
-evidence: the configuration file's path, the spend ledger's path and the static site's root. The
-file's SHA-256 is recorded beside them but is not part of the identity: editing the TOML in place
-is how operators change settings, so a changed fingerprint at the same path is accepted by the
-next writing command and journaled (`edited`). Another identity (another file, none at all, the
-same file pointing at another ledger or site) is refused for writing with one line; read-only
-commands warn. `iipub config accept` adopts the command's configuration on purpose (journaled).
+evidence: the configuration file's path, the spend ledger's path and the static site's root, each
+resolved to the file it names (symlinks followed, relative paths taken from the configuration
+file's folder), so a command run from any folder, or through a symlink to the file, is the same
+configuration. The file's SHA-256 is recorded beside them but is not part of the identity: editing
+the TOML in place is how operators change settings, so a changed fingerprint at the same path is
+accepted by the next writing command and journaled (`edited`). The same file moved to another
+path (the same content, ledger and static root; nothing left at its old path, or the same content)
+is accepted and journaled too (`moved`). Another identity (another file, none at all, the same file
+pointing at another ledger or site) is refused for writing with one line; read-only commands warn.
+`iipub config accept` adopts the command's configuration on purpose (journaled): the runbook's
+move of a whole installation folder ends with it.
 
 `compare` is the pure decision; `verify` reads and appends the `config_identity` rows.
 """
@@ -50,15 +55,53 @@ class IdentityVerdict(Enum):
     ADOPT = "adopt"  # nothing recorded yet: the first writer records its identity
     SAME = "same"
     EDITED = "edited"  # same identity, another fingerprint: accepted and journaled
+    MOVED = "moved"  # the same file (content, ledger, static root) at another path: accepted and journaled
+    COPY = "copy"  # the same content at another path while the recorded file is unchanged: nothing to record
     OTHER = "other"  # another identity: writes refused, reads warned
 
 
-def compare(recorded: Identity | None, current: Identity) -> IdentityVerdict:
+GONE = "gone"  # what `left_behind` is when nothing is left at the recorded configuration's path
+
+
+def compare(recorded: Identity | None, current: Identity, left_behind: str | None = GONE) -> IdentityVerdict:
+    """`left_behind`: the SHA-256 of the file at the recorded configuration's path now (GONE when
+    there is none; None when it cannot be read), which tells a moved file from a second one."""
     if recorded is None:
         return IdentityVerdict.ADOPT
     if recorded.key != current.key:
+        same_file_elsewhere = (
+            recorded.config_path is not None and current.config_path is not None
+            and current.config_sha256 is not None and recorded.config_sha256 == current.config_sha256
+            and (recorded.ledger_path, recorded.static_root) == (current.ledger_path, current.static_root))
+        if same_file_elsewhere and left_behind == GONE:
+            return IdentityVerdict.MOVED
+        if same_file_elsewhere and left_behind == current.config_sha256:
+            return IdentityVerdict.COPY
         return IdentityVerdict.OTHER
     return IdentityVerdict.SAME if recorded.config_sha256 == current.config_sha256 else IdentityVerdict.EDITED
+
+
+def left_at(recorded: Identity | None) -> str | None:
+    """What is at the recorded configuration's path now: its SHA-256, GONE, or None (unreadable)."""
+    if recorded is None or recorded.config_path is None:
+        return GONE
+    try:
+        return hashlib.sha256(Path(recorded.config_path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return GONE
+    except OSError:
+        return None
+
+
+def _real(path: str | None) -> str | None:
+    return os.path.realpath(path) if path is not None else None
+
+
+def resolved(identity: Identity) -> Identity:
+    """The identity with each path resolved to the file it names now (a row recorded before paths
+    were resolved, or through a symlink, compares equal to the same files named directly)."""
+    return Identity(_real(identity.config_path), identity.config_sha256, _real(identity.ledger_path),
+                    _real(identity.static_root))
 
 
 def differences(recorded: Identity, current: Identity) -> str:
@@ -81,10 +124,10 @@ def of(settings: Settings) -> Identity:
     ledger = settings.ledger_path()
     static = settings.static_sink
     return Identity(
-        config_path=os.path.abspath(path) if path is not None else None,
+        config_path=_real(str(path)) if path is not None else None,
         config_sha256=sha,
-        ledger_path=str(ledger) if ledger is not None else None,
-        static_root=os.path.abspath(static.root) if static is not None else None,
+        ledger_path=_real(str(ledger)) if ledger is not None else None,
+        static_root=_real(str(static.root)) if static is not None else None,
     )
 
 
@@ -116,8 +159,9 @@ def history(conn: Connection, limit: int = 20) -> list[RecordedIdentity]:
 
 
 def in_force(conn: Connection) -> Identity | None:
+    """The identity in force, its paths resolved as `of` resolves a command's."""
     found = history(conn, limit=1)
-    return found[0].identity if found else None
+    return resolved(found[0].identity) if found else None
 
 
 def record(conn: Connection, identity: Identity, kind: str, command: str, by: str, reason: str | None = None,
@@ -140,8 +184,9 @@ class Check:
         if self.verdict is not IdentityVerdict.OTHER or self.recorded is None:
             return None
         return (f"this database runs with another configuration: {differences(self.recorded, self.current)}; "
-                "set IIPUB_CONFIG (or IIPUB_ENV_FILE) as cron does, or adopt this one with "
-                "`iipub config accept --reason …`")
+                "run the command with cron's environment (IIPUB_ENV_FILE or IIPUB_CONFIG as the crontab sets "
+                "them); only after moving the installation on purpose (runbook: \"Moving an installation\") "
+                "adopt this one with `iipub config accept --reason …`")
 
 
 Frozen = Callable[[Connection], list[str]]  # the SLOs whose error budget is spent (a change freeze)
@@ -157,11 +202,11 @@ def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: 
     freeze: list[str] = []
     with engine.connect() as conn:  # the usual case writes nothing: no write lock taken
         recorded = in_force(conn)
-    verdict = compare(recorded, current)
-    if write and verdict in (IdentityVerdict.ADOPT, IdentityVerdict.EDITED):
+    verdict = compare(recorded, current, left_at(recorded))
+    if write and verdict in (IdentityVerdict.ADOPT, IdentityVerdict.EDITED, IdentityVerdict.MOVED):
         with engine.begin() as conn:
             recorded = in_force(conn)  # again, inside the writing transaction
-            verdict = compare(recorded, current)
+            verdict = compare(recorded, current, left_at(recorded))
             freeze = _record_change(conn, verdict, current, command, by, frozen)
     result = Check(verdict, recorded, current, tuple(freeze))
     problem = result.mismatch()
@@ -175,10 +220,10 @@ def _record_change(conn: Connection, verdict: IdentityVerdict, current: Identity
     freeze: list[str] = []
     if verdict is IdentityVerdict.ADOPT:
         record(conn, current, "adopted", command, by)
-    elif verdict is IdentityVerdict.EDITED:
+    elif verdict in (IdentityVerdict.EDITED, IdentityVerdict.MOVED):
         freeze = frozen(conn) if frozen is not None else []
         reason = f"changed during a change freeze: error budget spent for {', '.join(freeze)}" if freeze else None
-        record(conn, current, "edited", command, by, reason, during_freeze=bool(freeze))
+        record(conn, current, verdict.value, command, by, reason, during_freeze=bool(freeze))
     return freeze
 
 
@@ -187,7 +232,7 @@ def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: 
     current = of(settings)
     with engine.begin() as conn:
         recorded = in_force(conn)
-        verdict = compare(recorded, current)
+        verdict = compare(recorded, current, left_at(recorded))
         freeze = frozen(conn) if frozen is not None else []
         record(conn, current, "accepted", "config accept", by, reason, during_freeze=bool(freeze))
     return Check(verdict, recorded, current, tuple(freeze))
