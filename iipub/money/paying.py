@@ -21,7 +21,7 @@ from iipub.money import authority, restore
 from iipub.money.authority import Facts, Route, Ruling
 from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
-from iipub.store import tables
+from iipub.store import tables, track_store
 
 # The legacy decisions file is read at most this far (as `status` reads it).
 LEGACY_MAX_BYTES = 64 * 1024 * 1024
@@ -55,8 +55,10 @@ def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spen
         tracks = conn.execute(sa.select(t.lang, t.state, t.payload_sha256).where(t.job_id == job.id)).all()
         saved = set(conn.execute(sa.select(ed.lang).where(ed.product == job.product,
                                                           ed.edition_date == job.edition_date)).scalars())
+        # A part an operator's `regenerate` declared bad is not held output (it was not bought again).
+        bad = track_store.declared_bad(conn, job.id) if tracks else set()
     saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}
-    held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved}
+    held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved and lang not in bad}
     drift = None
     if route == Route.SWEEP and product is not None and job.config_fingerprint \
             and not product.fingerprint_matches(job.config_fingerprint):

@@ -117,9 +117,9 @@ def test_a_symlink_and_a_moved_file_are_the_same_configuration_another_one_is_re
     assert [r["kind"] for r in _identity_rows(db_url)] == ["adopted", "moved", "edited"]
 
 
-READERS: tuple[tuple[str, ...], ...] = (("status",), ("jobs", "list"), ("quarantine", "list"), ("quarantine", "show", "0"),
-           ("ledger", "show"), ("config", "show"), ("budget", "show"), ("outbox", "list"), ("orphans", "list"),
-           ("check",), ("db", "status"))
+READERS: tuple[tuple[str, ...], ...] = (
+    ("status",), ("jobs", "list"), ("quarantine", "list"), ("quarantine", "show", "0"), ("ledger", "show"),
+    ("config", "show"), ("budget", "show"), ("outbox", "list"), ("orphans", "list"), ("check",), ("db", "status"))
 
 
 def test_read_only_commands_read_under_another_configuration(db_url: str, cli_env: dict[str, str],
