@@ -45,12 +45,14 @@ TIER = sa.func.coalesce(_s.tier_reported, _s.tier_asked)
 # -- writes -------------------------------------------------------------------------------
 
 
-def record_dispatch(conn: Connection, job: Job, attempt: int, product: Product, tier: str) -> int:
-    """In the dispatch's transaction: the create is paid from now on (until proven refused)."""
+def record_dispatch(conn: Connection, job: Job, attempt: int, product: Product, tier: str,
+                    ledger_id: str | None = None) -> int:
+    """In the dispatch's transaction: the create is paid from now on (until proven refused);
+    `ledger_id`: the spend ledger its intent line goes to (`money.ledger_book`)."""
     res = conn.execute(spend_table.insert().values(
         job_id=job.id, attempt=attempt, product=job.product, edition_date=job.edition_date, model=product.model,
         tier_asked=tier, state=IN_FLIGHT, estimated_tokens=product.estimated_tokens, paid_at=clock.now(conn),
-        updated_at=clock.now(conn)))
+        updated_at=clock.now(conn), ledger_id=ledger_id))
     return int(res.inserted_primary_key[0])  # type: ignore[index]
 
 

@@ -159,9 +159,63 @@ def history(conn: Connection, limit: int = 20) -> list[RecordedIdentity]:
 
 
 def in_force(conn: Connection) -> Identity | None:
-    """The identity in force, its paths resolved as `of` resolves a command's."""
-    found = history(conn, limit=1)
-    return resolved(found[0].identity) if found else None
+    """The identity in force, its paths resolved as `of` resolves a command's (with several hosts:
+    the newest one's; `members` lists every one)."""
+    found = members(conn)
+    return found[-1] if found else None
+
+
+def members(conn: Connection) -> list[Identity]:
+    """Every identity in force, oldest first, paths resolved: one per host once hosts joined
+    (`config accept --join`), else one. Replayed from the journal: `adopted` and `accepted`
+    begin again with one; `joined` adds one; `edited` and `moved` replace the one they are of;
+    `left` removes one."""
+    c = tables.config_identity.c
+    try:
+        rows = conn.execute(sa.select(c.kind, c.config_path, c.config_sha256, c.ledger_path, c.static_root)
+                            .order_by(c.id)).all()
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        if db.is_missing_table(exc):
+            raise SchemaNotReady("the config_identity table is missing (migration 0013): run `iipub db migrate`") \
+                from None
+        raise
+    return replay([(str(r[0]), resolved(Identity(r[1], r[2], r[3], r[4]))) for r in rows])
+
+
+def replay(rows: list[tuple[str, Identity]]) -> list[Identity]:
+    """The identities in force after the journal's rows (kind, identity), oldest first (pure)."""
+    found: list[Identity] = []
+    for kind, identity in rows:
+        if kind in ("adopted", "accepted"):
+            found = [identity]
+        elif kind == "left":
+            found = [m for m in found if m.key != identity.key]
+        elif kind == "moved":
+            same = [i for i, m in enumerate(found) if (m.config_sha256, m.ledger_path, m.static_root)
+                    == (identity.config_sha256, identity.ledger_path, identity.static_root)]
+            found = [identity if i == (same[0] if same else -1) else m for i, m in enumerate(found)]
+            if not same:
+                found.append(identity)
+        else:  # edited, joined
+            kept = [m for m in found if m.key != identity.key]
+            found = [*kept, identity] if len(kept) == len(found) else \
+                [identity if m.key == identity.key else m for m in found]
+    return found
+
+
+_PREFERRED = (IdentityVerdict.SAME, IdentityVerdict.EDITED, IdentityVerdict.MOVED, IdentityVerdict.COPY)
+
+
+def judge(found: list[Identity], current: Identity) -> tuple[IdentityVerdict, Identity | None]:
+    """The command's verdict against every identity in force, and the one it is about."""
+    if not found:
+        return IdentityVerdict.ADOPT, None
+    verdicts = [(compare(m, current, left_at(m)), m) for m in found]
+    for wanted in _PREFERRED:
+        for verdict, member in verdicts:
+            if verdict is wanted:
+                return verdict, member
+    return IdentityVerdict.OTHER, found[-1]
 
 
 def record(conn: Connection, identity: Identity, kind: str, command: str, by: str, reason: str | None = None,
@@ -186,7 +240,8 @@ class Check:
         return (f"this database runs with another configuration: {differences(self.recorded, self.current)}; "
                 "run the command with cron's environment (IIPUB_ENV_FILE or IIPUB_CONFIG as the crontab sets "
                 "them); only after moving the installation on purpose (runbook: \"Moving an installation\") "
-                "adopt this one with `iipub config accept --reason …`")
+                "adopt this one with `iipub config accept --reason …`, or add another host's with `iipub config "
+                "accept --join --reason …` (docs/scale-out.md)")
 
 
 Frozen = Callable[[Connection], list[str]]  # the SLOs whose error budget is spent (a change freeze)
@@ -201,12 +256,10 @@ def verify(engine: Engine, settings: Settings, *, command: str, by: str, write: 
     current = of(settings)
     freeze: list[str] = []
     with engine.connect() as conn:  # the usual case writes nothing: no write lock taken
-        recorded = in_force(conn)
-    verdict = compare(recorded, current, left_at(recorded))
+        verdict, recorded = judge(members(conn), current)
     if write and verdict in (IdentityVerdict.ADOPT, IdentityVerdict.EDITED, IdentityVerdict.MOVED):
         with engine.begin() as conn:
-            recorded = in_force(conn)  # again, inside the writing transaction
-            verdict = compare(recorded, current, left_at(recorded))
+            verdict, recorded = judge(members(conn), current)  # again, inside the writing transaction
             freeze = _record_change(conn, verdict, current, command, by, frozen)
     result = Check(verdict, recorded, current, tuple(freeze))
     problem = result.mismatch()
@@ -227,12 +280,17 @@ def _record_change(conn: Connection, verdict: IdentityVerdict, current: Identity
     return freeze
 
 
-def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: Frozen | None = None) -> Check:
-    """`iipub config accept`: the command's configuration becomes the database's (journaled)."""
+def accept(engine: Engine, settings: Settings, *, by: str, reason: str, frozen: Frozen | None = None,
+           kind: str = "accepted") -> Check:
+    """`iipub config accept`: the command's configuration becomes the database's (journaled);
+    `kind` "joined" (`--join`): it is added beside the ones in force (another host's), "left"
+    (`--leave`): it is removed from them (a host taken out)."""
     current = of(settings)
     with engine.begin() as conn:
-        recorded = in_force(conn)
-        verdict = compare(recorded, current, left_at(recorded))
+        verdict, recorded = judge(members(conn), current)
+        if kind == "left" and verdict is IdentityVerdict.OTHER:
+            raise ConfigMismatch(f"refusing to remove: {current.describe()} is not in force")
         freeze = frozen(conn) if frozen is not None else []
-        record(conn, current, "accepted", "config accept", by, reason, during_freeze=bool(freeze))
+        record(conn, current, kind, f"config accept{' --join' if kind == 'joined' else ''}"
+               f"{' --leave' if kind == 'left' else ''}", by, reason, during_freeze=bool(freeze))
     return Check(verdict, recorded, current, tuple(freeze))
