@@ -69,6 +69,8 @@ class App:
             db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)
+        if not check_schema:
+            db.reach(engine)
         if check_schema:
             db.ping(engine)
             if self.identity is None:
