@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
 from iipub.store import tables, track_store
 
-# The legacy decisions file is read at most this far (as `status` reads it).
-LEGACY_MAX_BYTES = 64 * 1024 * 1024
+# The legacy decisions file is read whole, line by line (as `status` reads it): its newest
+# decisions are at its end.
 _legacy_cache: dict[tuple[str, int, int], dict[str, set[str]]] = {}
 # The operator entries that send a job back to CREATE_ELIGIBLE and may carry a pay-again.
 _GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value)
@@ -104,16 +105,16 @@ def legacy_actions(settings: Settings, product: str, day: str) -> set[str]:
         st = os.stat(path)
         key = (str(path), st.st_mtime_ns, st.st_size)
         if key not in _legacy_cache:
-            with open(path, "rb") as f:
-                raw = f.read(LEGACY_MAX_BYTES)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                found = _by_slot(f)
             _legacy_cache.clear()
-            _legacy_cache[key] = _by_slot(raw.decode("utf-8", errors="replace").splitlines())
+            _legacy_cache[key] = found
     except OSError:
         return set()  # `status` reports an unreadable file
     return set(_legacy_cache[key].get(slot_of(product, day), set()))
 
 
-def _by_slot(lines: list[str]) -> dict[str, set[str]]:
+def _by_slot(lines: Iterable[str]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for line in lines:
         try:
