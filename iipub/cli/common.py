@@ -73,9 +73,19 @@ class App:
             db.reach(engine)
         if check_schema:
             db.ping(engine)
+            self._require_current(engine)
             if self.identity is None:
                 self._guard(engine)
         return engine
+
+    def _require_current(self, engine: Engine) -> None:
+        """A release newer than the database's schema stops before it reads or writes (once per engine)."""
+        from iipub.core.errors import SchemaNotReady
+        from iipub.store import migrate
+
+        problem = migrate.behind(engine)
+        if problem is not None:
+            raise SchemaNotReady(problem)
 
     def _guard(self, engine: Engine) -> None:
         """The database knows its configuration: a writing command with another one is refused
