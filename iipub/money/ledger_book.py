@@ -30,12 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import Connection, Engine
-
 from iipub.core.errors import OperatorRefused
 from iipub.money.ledger import LedgerError, SpendLedger
 from iipub.money.spend import Fold
-from iipub.store import clock, db, ledger_rows, tables
+from iipub.store import db, gate_rows, ledger_rows, spend_rows
+from iipub.store.handles import Connection, Engine
 from iipub.store.ledger_rows import BookRow
 
 MISSING, REPLACED, BEHIND = "missing", "replaced", "behind"
@@ -108,7 +107,7 @@ def _position(conn: Connection) -> tuple[list[Book], dict[str, int], bool]:
     """What the database remembers: the ledgers it opened, the paid creates it recorded for each,
     and whether it recorded any at all."""
     rows = books(conn)
-    return rows, {r.name: ledger_rows.dispatches_of(conn, r) for r in rows}, ledger_rows.max_spend_id(conn) > 0
+    return rows, {r.name: ledger_rows.dispatches_of(conn, r) for r in rows}, spend_rows.max_id(conn) > 0
 
 
 def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -> Fold | None:
@@ -216,6 +215,5 @@ def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reaso
     detail = {"accepted": accept, "problem": found.text, "old_ledger_id": old.ledger_id if old else None,
               "new_ledger_id": book.ledger_id, "by": by, "why": reason, "path": str(ledger.path)}
     with db.transaction(engine) as conn:
-        conn.execute(tables.gate_events.insert().values(kind="ledger_acknowledged", worker=worker[:128],
-                                                        at=clock.now(conn), detail=json.dumps(detail, sort_keys=True)))
+        gate_rows.record_event(conn, "ledger_acknowledged", worker[:128], json.dumps(detail, sort_keys=True))
     return accepted

@@ -33,7 +33,7 @@ class Remedy:
 @dataclass(frozen=True)
 class ParkedHelp:
     output: str  # where the job's output is: in custody, watched at the provider, or none
-    remedies: tuple[Remedy, ...]  # each one runs from this state (tests/integration/test_day_two_remedies.py)
+    remedies: tuple[Remedy, ...]  # each one runs from this state (tests/integration/operate/test_parked_remedies.py)
     not_now: tuple[str, ...] = ()  # what would help but cannot run now, and what unblocks it
 
     def public(self) -> dict[str, object]:

@@ -13,13 +13,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from iipub.model.spend_states import ACCEPTED, REJECTED, SETTLED, UNKNOWN
-from iipub.store import clock, db, tables
+from iipub.store import clock, db, spend_rows, tables
 
 LEGACY = "this"  # the one row of a database from before 0016 (its host claims it)
-# Dispatches whose intent line was written: every state but a provable refusal (a create not sent
-# because its intent could not be written is one) and one still in flight (its line may be on its way).
-_WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
 
 
 @dataclass(frozen=True)
@@ -42,19 +38,10 @@ def read_all(conn: Connection) -> list[BookRow]:
     return [BookRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), r[4]) for r in rows]
 
 
-def max_spend_id(conn: Connection) -> int:
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.spend.c.id), 0))).scalar_one())
-
-
 def dispatches_of(conn: Connection, book: BookRow) -> int:
     """The paid creates whose intent line went to `book`'s ledger: those tagged with its id, and
     for the row from before 0016 the untagged ones after its position."""
-    s = tables.spend.c
-    mine = s.ledger_id == book.ledger_id
-    if book.name == LEGACY:
-        mine = sa.or_(mine, sa.and_(s.ledger_id.is_(None), s.id > book.base_spend_id))
-    return int(conn.execute(sa.select(sa.func.count()).select_from(tables.spend)
-                            .where(mine, s.state.in_(_WROTE_INTENT))).scalar_one())
+    return spend_rows.dispatches_to(conn, book.ledger_id, book.base_spend_id if book.name == LEGACY else None)
 
 
 def open_book(engine: Engine, name: str, ledger_id: str, path: str, host: str, *,
@@ -63,7 +50,7 @@ def open_book(engine: Engine, name: str, ledger_id: str, path: str, host: str, *
     first process to open it wins (unless `replace`); the row as it is afterwards."""
     t = tables.ledger_book
     with db.transaction(engine) as conn:
-        values = {"ledger_id": ledger_id, "path": path[:1024], "base_spend_id": max_spend_id(conn),
+        values = {"ledger_id": ledger_id, "path": path[:1024], "base_spend_id": spend_rows.max_id(conn),
                   "opened_at": clock.now(conn, drill_offset=False), "host": host[:255]}
         if _read(conn, name) is None:
             try:

@@ -317,25 +317,3 @@ def convert_all(engine: Engine, ids: Sequence[str]) -> int:
             log.info("tracks_converted_elsewhere", job_id=job.id)
     return converted
 
-
-def declared_bad(conn: Connection, job_id: str) -> set[str]:
-    """The languages whose kept part an operator's `regenerate` declared bad after it forked:
-    that part is no longer evidence the slot's output is held (a new generation's response lost
-    on its way is created again, not refused for it). A later fork (new custody) clears it."""
-    ev = tables.job_events.c
-    rows = conn.execute(sa.select(ev.reason, ev.lang, ev.detail).where(
-        ev.job_id == job_id, ev.reason.in_((Reason.FORKED.value, Reason.OPERATOR_REGENERATE.value)))
-        .order_by(ev.id)).all()
-    forked: set[str] = set()
-    bad: set[str] = set()
-    for reason, lang, detail in rows:
-        if reason == Reason.FORKED.value and lang:
-            forked.add(lang)
-            bad.discard(lang)
-        elif reason == Reason.OPERATOR_REGENERATE.value:
-            try:
-                named = json.loads(detail or "{}").get("languages")
-            except ValueError:
-                named = None
-            bad |= forked if named == "all" or not isinstance(named, list) else forked & {str(n) for n in named}
-    return bad
