@@ -125,6 +125,11 @@ def test_two_hosts_each_with_its_own_ledger_pay_once_and_hold_nothing_of_each_ot
     assert shown["problem"] is None and len(shown["ledgers"]) == 2
     assert sum(1 for book in shown["ledgers"] if book["this_one"]) == 1
 
+    # host b taken out: its configuration is refused again, host a goes on
+    run_cli("config", "accept", "--leave", "--reason", "host b retired", env=b.env, check=True)
+    one_line_error(run_cli("reconcile", env=b.env), 78, "another configuration")
+    a.tick(1)
+
 
 def test_a_ledger_from_before_hosts_were_known_is_claimed_by_its_host(
         cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> None:
