@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reconcile": ("run_cmd", "reconcile_command"),
     "relay": ("run_cmd", "relay_command"),
     "status": ("status_cmd", "status_command"),
+    "report": ("report_cmd", "report_command"),
     "quarantine": ("operator_cmd", "quarantine_group"),
     **{name: ("operator_cmd", f"{name}_command") for name in (
         "republish", "pause", "unpause", "suspend", "resume", "cancel", "kill", "revalidate", "regenerate",

@@ -37,19 +37,25 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
     """Create what the crontab (or the systemd timers) and the logs need, once.
 
     \b
-    Folders: /srv/iipub (configuration, env file, prompts, crontab), its public/ static root,
-    /var/lib/iipub (the spend ledger; db/ for a SQLite database), /var/log/iipub,
+    Folders: /srv/iipub (configuration, env file, prompts, crontab, monitoring/), its public/
+    static root, /var/lib/iipub (the spend ledger; db/ for a SQLite database; report/ for
+    `iipub report`'s page, outside the public site), /var/log/iipub,
     /var/lib/node_exporter/textfile_collector. Files: iipub.toml (two products with their
     prompts), env (mode 0600), crontab, /etc/systemd/system/iipub-*.{service,timer} (the
-    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub.
+    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub,
+    monitoring/iipub-alerts.yml (Prometheus alert rules) and monitoring/iipub-dashboard.json
+    (Grafana).
     Every path is under --root. An existing file is never overwritten: init then writes
     nothing and names what is in the way. Next: put the key in the env file, `iipub
     db migrate` with IIPUB_ENV_FILE=/srv/iipub/env, then `crontab -u iipub /srv/iipub/crontab`.
     """
+    from iipub.observe import alert_rules, dashboard, monitoring_files
     from iipub.operate import install
 
     root = Path(os.path.abspath(root))
-    layout, files = install.plan(root, executable or _default_executable(), database_url, provider_url)
+    monitoring = ((alert_rules.FILE_NAME, monitoring_files.alert_rules_text()),
+                  (dashboard.FILE_NAME, monitoring_files.dashboard_text()))
+    layout, files = install.plan(root, executable or _default_executable(), database_url, provider_url, monitoring)
     if owner is not None:
         import pwd
 

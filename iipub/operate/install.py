@@ -8,6 +8,7 @@ Pure: `plan` says where each thing goes under a root and what it holds; the comm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,14 @@ class Layout:
         return self.home / "crontab"
 
     @property
+    def monitoring(self) -> Path:  # the Prometheus alert rules and the Grafana dashboard, to load from here
+        return self.home / "monitoring"
+
+    @property
+    def reports(self) -> Path:  # `iipub report`'s page: outside the public site (it shows spend and quarantines)
+        return self.state / "report"
+
+    @property
     def systemd(self) -> Path:
         return self._at("/etc/systemd/system")
 
@@ -90,7 +99,8 @@ class Layout:
 
     def owned_folders(self) -> tuple[Path, ...]:
         """The folders the service user owns (it writes in each)."""
-        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs)
+        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs, self.monitoring,
+                self.reports)
 
     def folders(self) -> tuple[Path, ...]:
         """Every folder init makes sure of, the host's shared ones last."""
@@ -98,6 +108,10 @@ class Layout:
 
     def default_database_url(self) -> str:
         return f"sqlite:///{self.sqlite_dir / 'iipub.sqlite3'}"
+
+
+_MONITORING_WHAT = {".yml": "Prometheus alert rules: add to rule_files in prometheus.yml",
+                    ".json": "Grafana dashboard: import it (Dashboards, New, Import)"}
 
 
 @dataclass(frozen=True)
@@ -132,12 +146,14 @@ def cron_jobs(layout: Layout) -> tuple[CronJob, ...]:
                 "Prometheus: the same figures for node_exporter's textfile collector (written atomically)."),
         CronJob("prune", "17 3 * * *", "*-*-* 03:17:00", "relay --prune", "600",
                 "Housekeeping: prune published outbox rows older than relay.prune_after_days."),
+        CronJob("report", "7 * * * *", "*-*-* *:07:00", f"report --days 30 --html {layout.reports / 'index.html'}",
+                "300", "A page to look at: the last 30 days as charts (runbook.md, \"What to look at\")."),
     )
 
 
 def render_crontab(layout: Layout, executable: str) -> str:
     home, logs = layout.home, layout.logs
-    reconcile, relay, prom, prune = cron_jobs(layout)
+    reconcile, relay, prom, prune, report = cron_jobs(layout)
 
     def line(job: CronJob, log: str) -> str:
         return f"{job.schedule} cd {home} && timeout {job.timeout} $IIPUB {job.args} >>{logs / log} 2>&1"
@@ -181,6 +197,10 @@ IIPUB_ENV_FILE={layout.env_file}
 
 # {prune.comment}
 {line(prune, "relay.log")}
+
+# {report.comment}
+# Serve {layout.reports} to operators only (never under {layout.static_root}): it names spend and quarantines.
+{report.schedule} cd {home} && timeout {report.timeout} $IIPUB {report.args} >/dev/null 2>>{logs / "status.log"}
 
 # {layout.logrotate} rotates {logs}/*.log (copytruncate), daily, keeping 14.
 """
@@ -312,8 +332,10 @@ def render_logrotate(layout: Layout) -> str:
 
 
 def plan(root: Path, executable: str = DEFAULT_EXECUTABLE, database_url: str | None = None,
-         provider_url: str | None = None) -> tuple[Layout, list[InstallFile]]:
-    """The layout under `root` and every file `iipub init` writes there."""
+         provider_url: str | None = None,
+         monitoring: Sequence[tuple[str, str]] = ()) -> tuple[Layout, list[InstallFile]]:
+    """The layout under `root` and every file `iipub init` writes there; `monitoring` is the
+    package's alert rules and dashboard as (file name, text), written to the monitoring folder."""
     layout = Layout(root)
     files = [
         InstallFile(layout.config, render_config(layout), what="configuration (two products, prompts in files)"),
@@ -325,5 +347,7 @@ def plan(root: Path, executable: str = DEFAULT_EXECUTABLE, database_url: str | N
                     what=f"crontab: install with `crontab -u {SERVICE_USER} {layout.crontab}`"),
         *render_units(layout, executable),
         InstallFile(layout.logrotate, render_logrotate(layout), what="logrotate for the cron logs", owned=False),
+        *(InstallFile(layout.monitoring / name, text, what=_MONITORING_WHAT.get(Path(name).suffix, "monitoring"))
+          for name, text in monitoring),
     ]
     return layout, files
