@@ -15,7 +15,7 @@ from typing import Any
 
 from iipub.core.timefmt import seconds_between
 from iipub.model.states import DONE, EDITIONS_SAVED, State
-from iipub.observe.report import Sli, timed_dwell_samples
+from iipub.observe.status_report import Sli, timed_dwell_samples
 
 # States whose way out is a provider's answer: the journal entry leaving them says what it answered.
 PROVIDER_ANSWERED = frozenset({State.CREATE_IN_FLIGHT.value, State.ACCEPTED.value, State.QUEUED.value,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import parse_fault_spec
-from tests.integration.test_history_report import three_days  # noqa: F401  (a fixture)
+from iipub.provider.openai.simulator import parse_fault_spec
+from tests.integration.observe.test_history import three_days  # noqa: F401  (a fixture)
 from tests.support.browser import browser, chromium, load
 from tests.support.cli import run_cli
 
