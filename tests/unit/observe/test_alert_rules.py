@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from iipub.core.severity import Severity
+from iipub.model.track_views import Figures, TrackRef
 from iipub.money import breaker
 from iipub.money.breaker import GateState
 from iipub.money.budgets import GLOBAL, Ceiling
@@ -91,6 +92,10 @@ def ok_status(settings: StatusSettings | None = None) -> Status:
 
 def _with(**changes: object) -> Status:
     return dataclasses.replace(ok_status(), **changes)  # type: ignore[arg-type]
+
+
+def _track(age: float, state: str, reason: str | None = None) -> TrackRef:
+    return TrackRef("0123456789abcdef", "daily-brief", NOW.date(), "es", state, age, reason)
 
 
 def _disk(free_gib: float, filling_gib_per_hour: float | None = None, error: str | None = None) -> Disk:
@@ -163,6 +168,12 @@ SCENARIOS: dict[str, tuple[Status, set[tuple[str, str]]]] = {
     # clock offset
     "clock apart": (_with(clock_check=ClockCheck(-7.0, 0.05)), {("IipubClockOffset", W)}),
     "clock apart within the uncertainty": (_with(clock_check=ClockCheck(5.04, 0.05)), set()),
+    # language tracks
+    "a track stranded": (_with(tracks=Figures(counts={}, stranded=(_track(3 * 3600, "READY_TO_COMPOSE"),))),
+                         {("IipubStrandedTracks", C)}),
+    "a track parked": (_with(tracks=Figures(counts={}, parked=(_track(600, "VALIDATION_FAILED_RETAINED",
+                                                                      "missing field"),))),
+                       {("IipubTracksParked", W)}),
     # stranded slots, late editions
     "a slot stranded": (_with(stranded=(_ref(3 * 3600),)), {("IipubStrandedSlots", C)}),
     "an edition late": (_with(late=(_ref(90 * 60),)), {("IipubLateEditions", W)}),
@@ -293,3 +304,27 @@ def test_promtool_fires_each_rule_where_the_check_says_so(tmp_path: Path) -> Non
                             timeout=120)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+def test_promtool_says_when_the_textfile_stops_changing(tmp_path: Path) -> None:
+    """`IipubMetricsStale`: silent while the file is younger than its limit, firing after."""
+    assert PROMTOOL is not None
+    rules = tmp_path / alert_rules.FILE_NAME
+    rules.write_text(monitoring_files.alert_rules_text(), encoding="utf-8")
+    limit_minutes = alert_rules.STALE_AFTER_SECONDS // 60
+    firing = 'group by (alertname) (ALERTS{alertname="IipubMetricsStale", alertstate="firing"})'
+    spec = {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        # written at Unix time 0, then never again (the last sample stays while node_exporter serves the file)
+        "input_series": [{"series": 'iipub_status_generated_timestamp_seconds{instance="h", job="node"}',
+                          "values": f"0+0x{limit_minutes + 5}"}],
+        "promql_expr_test": [
+            {"expr": firing, "eval_time": f"{limit_minutes - 1}m", "exp_samples": []},
+            {"expr": firing, "eval_time": f"{limit_minutes + 1}m",
+             "exp_samples": [{"labels": '{alertname="IipubMetricsStale"}', "value": 1}]},
+        ]}]}
+    (tmp_path / "stale.test.yml").write_text(json.dumps(spec), encoding="utf-8")
+    result = subprocess.run([PROMTOOL, "test", "rules", "stale.test.yml"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
