@@ -15,7 +15,8 @@ MAX_DAYS = 366  # the range `--days` accepts: a year and a leap day
 
 
 def collect(engine: Engine, settings: Settings, days: int) -> hv.History:
-    """Read the range in one short read and fold it."""
+    """Read the range in one short read and fold it. Editions are read per configured product
+    (`uq_jobs_slot` leads with the product): a product removed from the configuration is left out."""
     with engine.connect() as conn:
         now = clock.read_now(conn)
         span = hv.day_range(now.date(), days)

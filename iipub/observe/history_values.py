@@ -112,7 +112,8 @@ def spend_chart(days: Sequence[dt.date], rows: Iterable[Mapping[str, Any]],
         by[r["product"]][day] += int(r["tokens"])
         estimated[day] += int(bool(r["estimated"]))
     note = ("Counted by payment time, as the daily ceilings count them: the usage the provider reported, or the "
-            "product's estimate while a create's usage is unknown.")
+            "product's estimate while a create's usage is unknown. The lines are the ceilings configured now "
+            "(an operator's `iipub budget override` raised a day's ceiling beyond them: `iipub budget show`).")
     if sum(estimated.values()):
         note += f" {sum(estimated.values())} create(s) counted at the estimate."
     return Chart("spend", "Spend per day against the ceilings", "tokens", "stacked", tuple(days),
