@@ -7,6 +7,7 @@ Each chart is followed by a table of the numbers it draws; an empty range says s
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from iipub.core.timefmt import duration, iso_z
@@ -53,7 +54,13 @@ caption { text-align: left; padding-bottom: 4px; }
 th, td { padding: 2px 8px; border-bottom: 1px solid var(--grid); text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 thead th { border-bottom: 1px solid var(--rule); }
+code { font: 0.92em ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
 """
+
+
+def _prose(text: str) -> str:
+    """A sentence escaped, its `command` spans set as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
 def _cell(value: float | None, unit: str) -> str:
@@ -92,7 +99,7 @@ def _key(chart: Chart) -> str:
 
 def _section(chart: Chart) -> str:
     head = f'<section id="{escape(chart.key)}"><h2>{escape(chart.title)}</h2>'
-    note = f'<p class="note">{escape(chart.note)}</p>' if chart.note else ""
+    note = f'<p class="note">{_prose(chart.note)}</p>' if chart.note else ""
     if not chart.has_data:
         return f'{head}{note}<p class="empty">{escape(chart.empty_note.capitalize())}.</p></section>'
     return (f"{head}{note}{_key(chart)}{charts.svg(chart, f'title-{chart.key}')}{_table(chart)}</section>")
@@ -100,8 +107,8 @@ def _section(chart: Chart) -> str:
 
 def _quarantine(history: History) -> str:
     head = ('<section id="quarantine-now"><h2>Quarantined now, by reason and age</h2>'
-            '<p class="note">Jobs waiting in QUARANTINED for an operator (`iipub quarantine list`), by how long '
-            "they have waited.</p>")
+            '<p class="note">Jobs waiting in QUARANTINED for an operator (<code>iipub quarantine list</code>), by '
+            "how long they have waited.</p>")
     if not history.quarantine:
         return f'{head}<p class="empty">Nothing is quarantined.</p></section>'
     heads = ["reason", "jobs", *(label for label, _ in AGE_BUCKETS), "oldest"]
@@ -122,8 +129,8 @@ def render(history: History, title: str = "iipub report") -> str:
     if history.empty:
         body = (f'<p class="empty" id="empty">No history in these days: the database holds no run, paid create, '
                 f"edition, journal entry or quarantined job between {escape(history.first.isoformat())} and "
-                f"{escape(history.last.isoformat())}. Once cron runs `iipub reconcile` and `iipub relay`, this "
-                "page fills in.</p>")
+                f"{escape(history.last.isoformat())}. Once cron runs <code>iipub reconcile</code> and "
+                "<code>iipub relay</code>, this page fills in.</p>")
     else:
         body = "".join(_section(c) for c in history.charts) + _quarantine(history)
     return ("<!DOCTYPE html>\n"

@@ -183,6 +183,11 @@ def test_the_page_holds_the_database_s_figures(engine: sa.Engine, three_days: tu
     # provider answers: the journal's reasons out of a create or poll
     table = by_day(doc.tables["provider"])
     assert sum(int(v) for row in table.values() for k, v in row.items() if k == "total") > 0
+    # a read-only command: run with another configuration than the database's, it warns and writes
+    other = tmp_path / "other.html"
+    warned = run_cli("report", "--html", str(other), env={k: v for k, v in env.items() if k != "IIPUB_CONFIG"},
+                     cwd=tmp_path)
+    assert warned.returncode == 0 and other.is_file() and "another configuration" in warned.stderr, warned.stderr
     # self-contained: nothing to fetch, no script
     assert not re.search(r"<script|<link|@import|url\(|src=|href=", page, re.IGNORECASE)
 
