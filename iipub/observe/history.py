@@ -3,13 +3,10 @@ through an index (`store.history_rows`), folded into `history_values.History`.""
 
 from __future__ import annotations
 
-import datetime as dt
-
-from sqlalchemy.engine import Engine
-
 from iipub.observe import history_values as hv
 from iipub.settings.config import Settings
-from iipub.store import clock, history_rows
+from iipub.store import history_rows
+from iipub.store.handles import Engine
 
 MAX_DAYS = 366  # the range `--days` accepts: a year and a leap day
 
@@ -17,13 +14,8 @@ MAX_DAYS = 366  # the range `--days` accepts: a year and a leap day
 def collect(engine: Engine, settings: Settings, days: int) -> hv.History:
     """Read the range in one short read and fold it. Editions are read per configured product
     (`uq_jobs_slot` leads with the product): a product removed from the configuration is left out."""
-    with engine.connect() as conn:
-        now = clock.read_now(conn)
-        span = hv.day_range(now.date(), days)
-        since = dt.datetime.combine(span[0], dt.time())
-        until = dt.datetime.combine(span[-1] + dt.timedelta(days=1), dt.time())
-        queries = history_rows.statements(since, until, sorted(settings.products))
-        rows = {name: history_rows.read(conn, q) for name, q in queries.items()}
+    now, rows = history_rows.read_days(engine, days, sorted(settings.products))
+    span = hv.day_range(now.date(), days)
     journal = rows["journal"]
     edition_rows = [r for name, found in rows.items() if name.startswith("editions ") for r in found]
     ceilings = []

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from iipub.model.spend_states import NOT_CHARGED
 from iipub.model.states import State
-from iipub.store import tables
+from iipub.store import clock, tables
 
 _j, _e, _ed, _r, _s = tables.jobs.c, tables.job_events.c, tables.editions.c, tables.runs.c, tables.spend.c
 _RETRIEVED = State.RETRIEVED_NOT_VALIDATED.value
@@ -79,3 +79,16 @@ def statements(since: dt.datetime, until: dt.datetime, products: Iterable[str]) 
 def read(conn: Connection, statement: sa.Select[Any]) -> list[dict[str, Any]]:
     """The rows of one of the queries above, as plain mappings."""
     return [dict(row) for row in conn.execute(statement).mappings()]
+
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+def read_days(engine: Engine, days: int, products: Iterable[str]) -> tuple[dt.datetime, Rows]:
+    """The database clock's now and the rows of every query over the last `days` UTC days, today
+    included, in one short read: {query name: rows} (the names of `statements`)."""
+    with engine.connect() as conn:
+        now = clock.read_now(conn)
+        since = dt.datetime.combine(now.date() - dt.timedelta(days=days - 1), dt.time())
+        until = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time())
+        return now, {name: read(conn, q) for name, q in statements(since, until, products).items()}
