@@ -31,7 +31,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Commands that only read: run with another configuration than the database's, they warn.
 READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "quarantine show", "outbox list",
                        "orphans list", "orphans show", "budget show", "check", "export", "config show", "db status",
-                       "ledger show", "webhook test-delivery"})
+                       "ledger show", "webhook test-delivery",
+                       "report"})
 # Commands that never compare configurations: the schema itself, the deliberate adoption.
 UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
 
