@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init_cmd", "init_command"),
     "config": ("config_cmd", "config_group"),
     "ledger": ("ledger_cmd", "ledger_group"),
+    "withdraw": ("edition_cmd", "withdraw_command"),
+    "correct": ("edition_cmd", "correct_command"),
 }
 
 

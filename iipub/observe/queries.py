@@ -29,6 +29,7 @@ from iipub.model.states import (
     POLL_REASONS,
     SHADOW_HELD,
     TRACKS_RUN_IN,
+    EditionStatus,
     Reason,
     State,
 )
@@ -38,7 +39,7 @@ from iipub.money.payments import report as paid_report
 from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
 from iipub.provider.outcomes import same_scope, scope_of
 from iipub.settings.config import Settings, StatusSettings
-from iipub.store import clock, db, deliveries, installation, outbox, tables
+from iipub.store import clock, db, deliveries, edition_changes, installation, outbox, tables
 
 jobs_table = tables.jobs
 events_table = tables.job_events
@@ -56,6 +57,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dwell = _dwell(conn, cutoff, now, live, s)
         overdue = _overdue_polls(conn, cutoff, now, live, s)
         duplicates = _duplicates(conn)
+        taken_back = edition_changes.status_counts(conn)
         unpublished, oldest = conn.execute(
             sa.select(sa.func.count(), sa.func.min(tables.outbox.c.created_at))
             .where(tables.outbox.c.published_at.is_(None))
@@ -111,6 +113,8 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dwell=dwell,
         overdue_polls=overdue,
         duplicate_publications=duplicates,
+        editions_withdrawn=taken_back[EditionStatus.WITHDRAWN.value],
+        editions_corrected=taken_back[EditionStatus.CORRECTED.value],
         # A slot waiting on a parked track is reported by that track (a WARNING), not stranded.
         stranded=report.stranded_jobs([j for j in attention if j["id"] not in track_figures.parked_job_ids], now,
                                       s.stranded_after_seconds),

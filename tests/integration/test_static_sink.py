@@ -194,7 +194,7 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
 
 def test_artifact_not_matching_its_hash_is_parked(tmp_path: Path) -> None:
     ev = events(DAY1)["en"]
-    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": ev.artifact | {"title": "forged"}})
+    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": (ev.artifact or {}) | {"title": "forged"}})
     result = StaticSink(tmp_path).deliver(tampered)
     assert isinstance(result, Parked) and "sha256" in result.why
     assert list(tmp_path.iterdir()) == []
