@@ -73,7 +73,7 @@ class EditionEvent:
             values[f.name] = value
         if values.get("type", EventType.PUBLISHED.value) not in {t.value for t in EventType}:
             raise ValueError(f"unknown event type {str(values['type'])[:40]!r}")
-        event = cls(**values)
+        event = cls(**{"artifact": None, **values})
         if event.type != EventType.WITHDRAWN and event.artifact is None:
             raise ValueError(f"an {event.type} event carries its artifact")
         return event
