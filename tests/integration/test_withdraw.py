@@ -174,6 +174,9 @@ def test_withdrawing_one_language_of_two_takes_only_it_off_the_site_and_tells_th
     assert shown["edition_changes"][0]["public_note"] == NOTE
     assert json.loads(cli(env, tmp_path, "status", "--json").stdout)["editions"] == {"withdrawn": 1, "corrected": 0}
 
+    checked = cli(env, tmp_path, "check")  # the invariants hold with a withdrawal in them
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
     # Twice: a no-op that says so.
     snapshot = counts(engine)
     again = cli(env, tmp_path, "withdraw", job_id, "--lang", "es", "--reason", "again")
@@ -251,6 +254,8 @@ def test_a_correction_after_a_withdrawal_brings_the_edition_back_with_a_notice(
     assert DAY.isoformat() in series(tmp_path, "en", "index.html")
     feed = series(tmp_path, "en", "feed.atom")
     assert "CORRECTED-TEXT" in feed and "notice corrected" in feed
+    checked = cli(env, tmp_path, "check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     [corrected] = [e for e in received(hook) if e.get("type") == "edition.corrected"]
     assert (corrected["revision"], corrected["supersedes"], corrected["sha256"]) == (
         3, original["sha256"], now["sha256"])
