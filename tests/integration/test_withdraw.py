@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
+from iipub.money import restore
 from iipub.provider.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
@@ -174,6 +175,14 @@ def test_withdrawing_one_language_of_two_takes_only_it_off_the_site_and_tells_th
     assert shown["edition_changes"][0]["public_note"] == NOTE
     assert json.loads(cli(env, tmp_path, "status", "--json").stdout)["editions"] == {"withdrawn": 1, "corrected": 0}
 
+    # What a restored slot is adopted from: the ledger's published editions, which the live site
+    # still proves, the withdrawn language by its withdrawal's record.
+    book = restore.ledger_of(s, engine)
+    assert book is not None
+    spend = book.read()[0][f"daily-brief/{DAY.isoformat()}"]
+    assert spend.revisions["es"][:2] == (2, "withdrawn")
+    assert restore.published_live(s, spend) == spend.published_editions
+    assert set(spend.published_editions) == {"en", "es"}
     checked = cli(env, tmp_path, "check")  # the invariants hold with a withdrawal in them
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -295,7 +304,6 @@ def test_a_restore_from_before_the_withdrawal_does_not_bring_the_edition_back(
     hook.mode = "ok"
     relay.run(s, engine)
     site = tree(tmp_path / "public")
-
     restore_rows(engine, backup)  # the database forgets the withdrawal; the ledger and the site do not
     assert editions(engine)["es"]["status"] == "live"
     for _ in range(2):
