@@ -15,7 +15,7 @@ from openai.types.responses import response_create_params
 from openai.types.shared import reasoning_effort
 
 from iipub.core.errors import ConfigError
-from iipub.provider.adapter import create_body
+from iipub.provider.openai.adapter import create_body
 from iipub.provider.outcomes import CreateRequest
 from iipub.settings import models
 from iipub.settings.loading import settings_from_dict
