@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.timefmt import as_date, iso_z, naive_utc
-from iipub.model.states import EditionStatus
+from iipub.model.states import DONE, EditionStatus, State
 from iipub.store import clock, tables
 
 _IN_CHUNK = 500
@@ -59,12 +59,19 @@ class EditionChange:
 
 
 def editions_of(engine: Engine, job_id: str) -> list[SavedEdition]:
-    """The job's editions, by language, each with whether any sink has delivered one of its events."""
-    ed, o, d = tables.editions.c, tables.outbox.c, tables.outbox_deliveries.c
+    """The job's editions, by language, each with whether it is public: a sink has delivered one
+    of its events, or (its events pruned since, `relay --prune`) its language's track or its slot
+    is published."""
+    ed, o, d, t, j = (tables.editions.c, tables.outbox.c, tables.outbox_deliveries.c, tables.tracks.c,
+                      tables.jobs.c)
     delivered = (sa.select(o.id).select_from(tables.outbox.join(tables.outbox_deliveries, d.event_id == o.event_id))
                  .where(o.edition_id == ed.id, d.delivered_at.is_not(None)).exists())
+    track_published = sa.select(t.id).where(t.job_id == ed.job_id, t.lang == ed.lang,
+                                            t.state == State.PUBLISHED.value).exists()
+    slot_published = sa.select(j.id).where(j.id == ed.job_id, j.state.in_([s.value for s in DONE])).exists()
+    public = sa.or_(delivered, track_published, slot_published)
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(tables.editions, delivered.label("public"))
+        rows = conn.execute(sa.select(tables.editions, public.label("public"))
                             .where(ed.job_id == job_id).order_by(ed.lang)).mappings().all()
     return [SavedEdition(r["id"], r["job_id"], r["product"], as_date(r["edition_date"]), r["lang"], r["title"],
                          r["content"], r["sha256"], int(r["revision"]), EditionStatus(r["status"]),

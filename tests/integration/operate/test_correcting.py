@@ -23,6 +23,7 @@ from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import tables
 from iipub.store.job_store import Store
+from iipub.store.outbox import Outbox
 from tests.support.cli import one_line_error, run_cli
 from tests.support.databases import restore_rows, snapshot_rows
 from tests.support.loopback import SECRET, Receiver
@@ -321,3 +322,14 @@ def test_a_restore_from_before_the_withdrawal_does_not_bring_the_edition_back(
     assert json.loads(res.stdout)["changed"][0]["revision"] == 3
     relay.run(s, engine)
     assert json.loads(page(tmp_path, "es", "json"))["revision"] == 3
+
+
+def test_an_edition_whose_events_were_pruned_is_still_public_and_can_be_withdrawn(
+        s: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path) -> None:
+    job_id = published(s, engine, sim)
+    assert Outbox(engine, "test", 60).prune(-60) == 2  # `relay --prune`: the delivery records go too
+    assert rows(engine, tables.outbox) == [] and rows(engine, tables.outbox_deliveries) == []
+    res = cli(env, tmp_path, "withdraw", job_id, "--lang", "en", "--reason", "old edition")
+    assert res.returncode == 0, res.stderr
+    relay.run(s, engine)
+    assert json.loads(page(tmp_path, "en", "json"))["withdrawn"] is True
