@@ -17,7 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.money import restore
+from iipub.money import authority, paying, restore
+from iipub.money.authority import Route
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
@@ -333,3 +334,18 @@ def test_an_edition_whose_events_were_pruned_is_still_public_and_can_be_withdraw
     assert res.returncode == 0, res.stderr
     relay.run(s, engine)
     assert json.loads(page(tmp_path, "en", "json"))["withdrawn"] is True
+
+
+def test_the_payment_authority_sees_a_withdrawn_edition_on_the_live_site(
+        s: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path) -> None:
+    empty = snapshot_rows(engine)
+    job_id = published(s, engine, sim)
+    assert cli(env, tmp_path, "withdraw", job_id, "--reason", "legal").returncode == 0
+    relay.run(s, engine)
+    restore_rows(engine, empty)  # a backup from before the slot existed: only the site remembers
+    store = Store(engine, "test")
+    store.schedule(s.products["daily-brief"], DAY)
+    job = store.list_jobs(limit=1)[0]
+    found = paying.facts(s, engine, job, Route.SWEEP)
+    assert found.live == ["en", "es"]  # the withdrawals are what the site serves: nothing is bought again
+    assert not authority.may_pay(found, Route.SWEEP).allowed
