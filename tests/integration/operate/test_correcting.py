@@ -176,6 +176,9 @@ def test_withdrawing_one_language_of_two_takes_only_it_off_the_site_and_tells_th
     assert shown["editions_changed"] == {"es": {"status": "withdrawn", "revision": 2}}
     assert shown["edition_changes"][0]["public_note"] == NOTE
     assert json.loads(cli(env, tmp_path, "status", "--json").stdout)["editions"] == {"withdrawn": 1, "corrected": 0}
+    text = cli(env, tmp_path, "jobs", "show", job_id).stdout
+    assert "WITHDRAWN" in text and "legal request #12" in text and live["es"]["sha256"][:12] in text
+    assert "withdrawn editions" in cli(env, tmp_path, "status").stdout
 
     # What a restored slot is adopted from: the ledger's published editions, which the live site
     # still proves, the withdrawn language by its withdrawal's record.
