@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
@@ -21,7 +20,7 @@ from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
-from iipub.money import budgets, holds, ledger, paying, payments
+from iipub.money import budgets, holds, ledger, paying
 from iipub.money.authority import Evidence, Route
 from iipub.provider.outcomes import (
     DEAD_STATUSES,
@@ -36,8 +35,9 @@ from iipub.provider.outcomes import (
     Transient,
 )
 from iipub.settings.config import Product, max_output_bytes
-from iipub.store import installation
+from iipub.store import installation, spend_rows
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -262,7 +262,7 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
         in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
-            payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
+            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
     finally:
         creates.admission.admitted()
     attempt = in_flight.generation_attempts
@@ -287,8 +287,8 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
                                      scope=ctx.scope)
 
-    def outcome_rows(conn: sa.Connection) -> None:
-        payments.record_outcome(conn, paid[0], outcome)
+    def outcome_rows(conn: Connection) -> None:
+        spend_rows.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
             holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
 

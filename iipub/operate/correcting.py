@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import OperatorRefused, UsageError
@@ -32,6 +31,7 @@ from iipub.operate.corrections import EditionRevision
 from iipub.settings.config import Settings, max_output_bytes
 from iipub.store import clock, edition_changes, outbox
 from iipub.store.edition_changes import SavedEdition
+from iipub.store.handles import Connection, Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.corrections")
@@ -52,7 +52,7 @@ class Taken:
     ledger_error: str | None = None
 
 
-def withdraw(settings: Settings, engine: sa.Engine, job_id: str, lang: str | None, reason: str, by: str,
+def withdraw(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
              public_note: str | None = None) -> Taken:
     """Take the slot's public editions (or `lang`'s) off the site: `edition.withdrawn` to every
     sink. An edition already withdrawn is left as it is (reported in `unchanged`)."""
@@ -76,7 +76,7 @@ def withdraw(settings: Settings, engine: sa.Engine, job_id: str, lang: str | Non
     return _write(settings, engine, store, job, todo, changes, unchanged, "withdraw", reason, by, note)
 
 
-def correct(settings: Settings, engine: sa.Engine, job_id: str, lang: str | None, path: Path, reason: str, by: str,
+def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, path: Path, reason: str, by: str,
             public_note: str | None = None) -> Taken:
     """Replace the slot's public editions (or `lang`'s), live or withdrawn, with the operator's
     corrected output read from `path` (checked and composed as a track's part is):
@@ -106,7 +106,7 @@ def correct(settings: Settings, engine: sa.Engine, job_id: str, lang: str | None
     return _write(settings, engine, store, job, todo, changes, unchanged, "correct", reason, by, note)
 
 
-def _write(settings: Settings, engine: sa.Engine, store: Store, job: Job, todo: list[SavedEdition],
+def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: list[SavedEdition],
            changes: list[EditionRevision], unchanged: tuple[str, ...], verb: str, reason: str, by: str,
            note: str | None) -> Taken:
     withdrawing = verb == "withdraw"
@@ -114,7 +114,7 @@ def _write(settings: Settings, engine: sa.Engine, store: Store, job: Job, todo: 
     event_type = EventType.WITHDRAWN if withdrawing else EventType.CORRECTED
     kind = status.value
 
-    def extra(conn: sa.Connection) -> None:
+    def extra(conn: Connection) -> None:
         for e, c in zip(todo, changes, strict=True):
             outbox.revise_edition(conn, e.id, e.revision, revision=c.revision, status=status.value,
                                   event_type=event_type.value, job_id=job.id, payload=c.payload, artifact=c.artifact)
@@ -134,7 +134,7 @@ def _write(settings: Settings, engine: sa.Engine, store: Store, job: Job, todo: 
     return Taken(written, verb, tuple(changes), unchanged, problem)
 
 
-def _ledger(settings: Settings, engine: sa.Engine, job: Job, todo: list[SavedEdition], changes: list[EditionRevision],
+def _ledger(settings: Settings, engine: Engine, job: Job, todo: list[SavedEdition], changes: list[EditionRevision],
             kind: str) -> str | None:
     """The `revised` line of each change, after the commit (the database never knows less)."""
     book = restore.ledger_of(settings, engine)
@@ -150,7 +150,7 @@ def _ledger(settings: Settings, engine: sa.Engine, job: Job, todo: list[SavedEdi
     return None
 
 
-def _spend(settings: Settings, engine: sa.Engine, job: Job) -> SlotSpend | None:
+def _spend(settings: Settings, engine: Engine, job: Job) -> SlotSpend | None:
     book = restore.ledger_of(settings, engine)
     if book is None:
         return None
@@ -166,7 +166,7 @@ def _languages(settings: Settings, job: Job) -> tuple[str, ...]:
     return product.languages if product is not None else ()
 
 
-def _now(engine: sa.Engine) -> dt.datetime:
+def _now(engine: Engine) -> dt.datetime:
     with engine.connect() as conn:
         return clock.read_now(conn)
 
