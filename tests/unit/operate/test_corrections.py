@@ -29,6 +29,9 @@ def test_ids_are_uuid7_and_sort_as_their_times() -> None:
     assert all(uuid.UUID(i).version == 7 and uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)
     assert uuid7_time(ids[0]) == t0 and uuid7_time(str(uuid.uuid4())) is None
     assert uuid7(t0.replace(tzinfo=None))[:13] == ids[0][:13]  # naive is UTC
+    same = [uuid7(t0) for _ in range(1000)]  # one millisecond: still in the order they were made
+    assert same == sorted(same) and len(set(same)) == 1000
+    assert all(uuid.UUID(i).version == 7 and uuid7_time(i) == t0 for i in same)
 
 
 def test_a_payload_from_before_corrections_is_a_first_publication() -> None:
