@@ -28,6 +28,7 @@ from iipub.money.ledger import LedgerError, slot_of
 from iipub.money.spend import SlotSpend
 from iipub.operate import corrections, remedies
 from iipub.operate.corrections import EditionRevision
+from iipub.provider import factory
 from iipub.settings.config import Settings, max_output_bytes
 from iipub.store import clock, edition_changes, outbox
 from iipub.store.edition_changes import SavedEdition
@@ -89,7 +90,7 @@ def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, p
     editions = edition_changes.editions_of(engine, job.id)
     chosen = corrections.targets(job, editions, lang, _languages(settings, job), "correct")
     product = settings.products.get(job.product)
-    text = _read(path, max_output_bytes(product))
+    text = _read(settings, path, max_output_bytes(product))
     artifacts = corrections.corrected_artifacts(job, product, text, [e.lang for e in chosen])
     unchanged = tuple(e.lang for e in chosen
                       if e.status != EditionStatus.WITHDRAWN and artifacts[e.lang].sha256 == e.sha256)
@@ -171,7 +172,7 @@ def _now(engine: Engine) -> dt.datetime:
         return clock.read_now(conn)
 
 
-def _read(path: Path, max_bytes: int) -> str:
+def _read(settings: Settings, path: Path, max_bytes: int) -> str:
     """The corrected output, read bounded like `jobs import-payload`'s file and taken apart the same way."""
     limit = remedies.import_file_limit(max_bytes)
     try:
@@ -181,7 +182,7 @@ def _read(path: Path, max_bytes: int) -> str:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > limit:
         raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing written")
-    return remedies.parse_import(raw, max_bytes).text
+    return remedies.parse_import(raw, max_bytes, factory.saved_response_reader(settings)).text
 
 
 def _worker(by: str) -> str:

@@ -33,7 +33,7 @@ from iipub.core.timefmt import iso_z
 from iipub.edition.compose import DATE_RE, Artifact, artifact_from_document, artifact_from_json
 from iipub.edition.paths import edition_path, feed_path, index_path, json_path, month_path
 from iipub.model.states import EventType
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater
 from iipub.publish.sinks.lru import Lru
 from iipub.publish.sinks.manifest import FileCache, Manifest, ManifestError
 from iipub.publish.sinks.site import (
@@ -78,7 +78,7 @@ class StaticSink:
         self._fingerprint: str | None = None
         self._cache = FileCache()  # the manifest's files as parsed, while they stay the same
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult:
+    def publish(self, event: EditionEvent) -> PublishResult:
         problem = _check_parts(event.product, event.edition_date, event.lang)
         if problem:
             return Parked(f"static: {problem}")
@@ -117,7 +117,7 @@ class StaticSink:
                 files.sync()
         except (OSError, ManifestError) as exc:
             return RetryLater(None, f"static: {exc}")
-        return Delivered()
+        return Published()
 
     def _apply(self, files: _Files, m: Manifest, event: EditionEvent, artifact: Artifact | None, published: str,
                changed: str) -> Parked | None:
