@@ -20,10 +20,10 @@ from iipub.machine import scheduling, sweep
 from iipub.model.jobs import new_worker_id
 from iipub.model.states import SETTLED, State
 from iipub.observe import heartbeat
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Product, Settings
-from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, job_queries, migrate
 from iipub.store.handles import Engine
 from iipub.store.job_store import Store
@@ -167,7 +167,7 @@ def _settled(engine: Engine, day: dt.date) -> bool:
     return bool(rows) and all(r.state in done for r in rows)
 
 
-def _progress(n: int, elapsed: float, engine: Engine, day: dt.date, rec: sweep.TickReport,
+def _progress(n: int, elapsed: float, engine: Engine, day: dt.date, rec: sweep.SweepReport,
               rel: relay.RelayReport) -> str:
     today = "  ".join(f"{r.product}={r.state}" for r in _jobs(engine, day) if r.edition_date == day)
     moves = sum(rec.transitions.values())

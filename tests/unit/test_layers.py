@@ -61,15 +61,15 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
     ("store/db.py", "from iipub.machine import steps  # planted\n", "floors below it"),
     # a pure value reaching the database library
     ("model/states.py", "import sqlalchemy  # planted\n", "pure modules"),
-    # a cycle hidden in a function body: config imports models; models would import config back
-    ("settings/models.py", "\n\ndef _planted() -> None:\n    from iipub.settings import config  # noqa\n",
+    # a cycle hidden in a function body: config imports fingerprint; fingerprint would import config back
+    ("settings/fingerprint.py", "\n\ndef _planted() -> None:\n    from iipub.settings import config  # noqa\n",
      "no import cycle"),
     # a cycle between two packages of one floor's neighbours: money reaching back into machine
     ("money/spend.py", "\n\ndef _planted() -> None:\n    from iipub.machine import decisions  # noqa\n",
      "floors below it"),
     # a production path reaching for the tests' in-memory provider
     ("machine/sweep.py", "\n\ndef _planted() -> None:\n    from iipub.provider import fake  # noqa\n",
-     "nothing in the package imports it"),
+     "only the provider factory imports it"),
     # the provider interface reaching an HTTP library
     ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
     # the status report reaching the rows it reports on
@@ -128,6 +128,33 @@ def test_a_new_top_level_module_must_be_placed() -> None:
     """At most a handful of modules sit beside the packages: the entry points."""
     top = sorted(p.stem for p in (ROOT / "iipub").glob("*.py") if p.stem != "__init__")
     assert top == ["__main__", "entry", "webhook"]
+
+
+def test_every_command_lives_in_a_module_named_after_it() -> None:
+    """`cli/<command>_cmd.py` holds `iipub <command>` (a group with its subcommands); an undo sits
+    beside its command. Every command module is a command's."""
+    from iipub.cli import COMMANDS
+
+    undo = {"unpause": "pause", "resume": "suspend"}
+    assert {name: module for name, (module, _) in COMMANDS.items()
+            if module != f"{undo.get(name, name)}_cmd"} == {}
+    modules = {p.stem for p in (ROOT / "iipub" / "cli").glob("*_cmd.py")}
+    assert modules == {module for module, _ in COMMANDS.values()}
+
+
+def test_the_tests_mirror_the_code() -> None:
+    """Tests of a module sit at `tests/{unit,integration}/<its package path>/test_<module>.py`:
+    at least 60 % of the modules have one, and every test folder mirrors a package."""
+    from tests.support import mirror
+
+    done, missing = mirror.mirrored()
+    assert len(done) / (len(done) + len(missing)) >= 0.6, f"{len(done)} of {len(done) + len(missing)}"
+    for level in mirror.LEVELS:
+        for folder in (ROOT / "tests" / level).rglob("*"):
+            if folder.is_dir() and folder.name != "__pycache__":
+                rel = folder.relative_to(ROOT / "tests" / level)
+                assert (ROOT / "iipub" / rel / "__init__.py").is_file(), f"tests/{level}/{rel} mirrors no package"
+                assert (folder / "__init__.py").is_file(), f"tests/{level}/{rel} has no __init__.py"
 
 
 def test_every_class_name_is_unique_across_the_package() -> None:
