@@ -97,3 +97,17 @@ def test_the_scan_sees_the_writers_it_should() -> None:
     assert w["create_gate"] == {"iipub/store/gate_rows.py"}
     assert w["runs"] == {"iipub/store/run_rows.py"}
     assert w["gate_events"] - MOVING.keys() == {"iipub/store/gate_rows.py"}
+
+
+def test_the_architecture_names_each_tables_writer() -> None:
+    """docs/architecture.md's paragraph of writers names every table beside its writer module."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    start = doc.index("Every table has exactly one writer module")
+    paragraph = " ".join(doc[start:doc.index("\n\n", start)].split())
+    missing = []
+    for table, modules in writers().items():
+        for module in modules:
+            stem = Path(module).stem
+            if f"`{table}`" not in paragraph or f"{stem}`" not in paragraph:
+                missing.append(f"{table}: {module}")
+    assert missing == []
