@@ -37,20 +37,26 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
     """Create what the crontab (or the systemd timers) and the logs need, once.
 
     \b
-    Folders: /srv/iipub (configuration, env file, prompts, crontab), its public/ static root,
-    /var/lib/iipub (the spend ledger; db/ for a SQLite database), /var/log/iipub,
+    Folders: /srv/iipub (configuration, env file, prompts, crontab, monitoring/), its public/
+    static root, /var/lib/iipub (the spend ledger; db/ for a SQLite database; report/ for
+    `iipub report`'s page, outside the public site), /var/log/iipub,
     /var/lib/node_exporter/textfile_collector. Files: iipub.toml (two products with their
     prompts), env (mode 0600), crontab, /etc/systemd/system/iipub-*.{service,timer} (the
-    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub.
+    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub,
+    monitoring/iipub-alerts.yml (Prometheus alert rules) and monitoring/iipub-dashboard.json
+    (Grafana).
     Every path is under --root. An existing file is never overwritten: init then writes
     nothing and names what is in the way. Next: put the key in the env file, `iipub
     db migrate` with IIPUB_ENV_FILE=/srv/iipub/env, then `crontab -u iipub /srv/iipub/crontab`.
     """
+    from iipub.observe import alert_rules, dashboard, monitoring_files
     from iipub.operate import install
 
     root = Path(os.path.abspath(root))
     account = install.Account()
     program = executable or _default_executable()
+    monitoring = ((alert_rules.FILE_NAME, monitoring_files.alert_rules_text()),
+                  (dashboard.FILE_NAME, monitoring_files.dashboard_text()))
     if owner is not None:
         import grp
         import pwd
@@ -69,7 +75,7 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
         if refused is not None:
             raise ConfigError(f"init writes nothing: the crontab would run {program} as {owner}, who cannot: {refused} "
                               "(install iipub where the service user can run it, or pass --iipub PATH)")
-    layout, files = install.plan(root, program, database_url, provider_url, account)
+    layout, files = install.plan(root, program, database_url, provider_url, account, monitoring)
     present = [f.path for f in files if f.path.exists() or f.path.is_symlink()]
     if present:
         raise AlreadyInstalled(f"init writes nothing: {len(present)} file(s) already there, e.g. {present[0]} "

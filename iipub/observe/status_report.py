@@ -266,7 +266,7 @@ class Status:
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
     # Jobs in flight created under another scope (organization, project, key) than reads use now,
-    # with one such scope and the current one (`outcomes.scope_of`).
+    # with one such scope and the current one (`Provider.scope`, opaque).
     other_scope_jobs: int = 0
     other_scope: str | None = None
     current_scope: str | None = None
@@ -279,6 +279,10 @@ class Status:
     budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
     disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
     clock_check: ClockCheck | None = None  # the host clock against the database's
+    # Editions an operator took back (`iipub withdraw`) or corrected (`iipub correct`): shown, never
+    # an alert (each was a deliberate, journaled act).
+    editions_withdrawn: int = 0
+    editions_corrected: int = 0
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -618,6 +622,7 @@ class Status:
                 "overdue_polls": self.overdue_polls.to_dict(),
             },
             "duplicate_publications": self.duplicate_publications,
+            "editions": {"withdrawn": self.editions_withdrawn, "corrected": self.editions_corrected},
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
             "immovable": [j.to_dict() for j in self.immovable],
             "parked": [j.to_dict() for j in self.parked],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,14 @@ class Layout:
         return self.home / "crontab"
 
     @property
+    def monitoring(self) -> Path:  # the Prometheus alert rules and the Grafana dashboard, to load from here
+        return self.home / "monitoring"
+
+    @property
+    def reports(self) -> Path:  # `iipub report`'s page: outside the public site (it shows spend and quarantines)
+        return self.state / "report"
+
+    @property
     def systemd(self) -> Path:
         return self._at("/etc/systemd/system")
 
@@ -121,7 +130,8 @@ class Layout:
 
     def owned_folders(self) -> tuple[Path, ...]:
         """The folders the service user owns (it writes in each)."""
-        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs)
+        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs, self.monitoring,
+                self.reports)
 
     def folders(self) -> tuple[Path, ...]:
         """Every folder init makes sure of, the host's shared ones last."""
@@ -129,6 +139,10 @@ class Layout:
 
     def default_database_url(self) -> str:
         return f"sqlite:///{self.sqlite_dir / 'iipub.sqlite3'}"
+
+
+_MONITORING_WHAT = {".yml": "Prometheus alert rules: add to rule_files in prometheus.yml",
+                    ".json": "Grafana dashboard: import it (Dashboards, New, Import)"}
 
 
 @dataclass(frozen=True)
@@ -163,16 +177,21 @@ def cron_jobs(layout: Layout) -> tuple[CronJob, ...]:
                 "Prometheus: the same figures for node_exporter's textfile collector (written atomically)."),
         CronJob("prune", "17 3 * * *", "*-*-* 03:17:00", "relay --prune", "600",
                 "Housekeeping: prune published outbox rows older than relay.prune_after_days."),
+        CronJob("report", "7 * * * *", "*-*-* *:07:00",
+                f"report --days 30 --html {shlex.quote(str(layout.reports / 'index.html'))}",
+                "300", "A page to look at: the last 30 days as charts (runbook.md, \"What to look at\")."),
     )
 
 
 def render_crontab(layout: Layout, executable: str, account: Account = Account()) -> str:
     home, logs = cron_word(layout.home), layout.logs
-    reconcile, relay, prom, prune = cron_jobs(layout)
+    reconcile, relay, prom, prune, report = cron_jobs(layout)
+
+    def words(job: CronJob) -> str:
+        return " ".join(cron_word(a) for a in shlex.split(job.args))
 
     def line(job: CronJob, log: str) -> str:
-        args = " ".join(cron_word(a) for a in shlex.split(job.args))
-        return f'{job.schedule} cd {home} && timeout {job.timeout} "$IIPUB" {args} >>{cron_word(logs / log)} 2>&1'
+        return f'{job.schedule} cd {home} && timeout {job.timeout} "$IIPUB" {words(job)} >>{cron_word(logs / log)} 2>&1'
 
     last = cron_word(logs / "status.last")
     textfile, status_log = cron_word(layout.textfile_dir / "iipub.prom"), cron_word(logs / "status.log")
@@ -216,6 +235,11 @@ IIPUB_ENV_FILE={layout.env_file}
 
 # {prune.comment}
 {line(prune, "relay.log")}
+
+# {report.comment}
+# Serve {cron_word(layout.reports)} to operators only (never under {cron_word(layout.static_root)}):
+# it names spend and quarantines.
+{report.schedule} cd {home} && timeout {report.timeout} "$IIPUB" {words(report)} >/dev/null 2>>{status_log}
 
 # {layout.logrotate} rotates {logs}/*.log (copytruncate), daily, keeping 14.
 """
@@ -354,8 +378,11 @@ def render_logrotate(layout: Layout, account: Account = Account()) -> str:
 
 
 def plan(root: Path, executable: str = DEFAULT_EXECUTABLE, database_url: str | None = None,
-         provider_url: str | None = None, account: Account = Account()) -> tuple[Layout, list[InstallFile]]:
-    """The layout under `root` and every file `iipub init` writes there, run as `account`."""
+         provider_url: str | None = None, account: Account = Account(),
+         monitoring: Sequence[tuple[str, str]] = ()) -> tuple[Layout, list[InstallFile]]:
+    """The layout under `root` and every file `iipub init` writes there, run as `account`;
+    `monitoring` is the package's alert rules and dashboard as (file name, text), written to the
+    monitoring folder."""
     layout = Layout(root)
     files = [
         InstallFile(layout.config, render_config(layout), what="configuration (two products, prompts in files)"),
@@ -368,5 +395,7 @@ def plan(root: Path, executable: str = DEFAULT_EXECUTABLE, database_url: str | N
         *render_units(layout, executable, account),
         InstallFile(layout.logrotate, render_logrotate(layout, account), what="logrotate for the cron logs",
                     owned=False),
+        *(InstallFile(layout.monitoring / name, text, what=_MONITORING_WHAT.get(Path(name).suffix, "monitoring"))
+          for name, text in monitoring),
     ]
     return layout, files
