@@ -19,8 +19,8 @@ from iipub.core.wording import printable
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import State
 from iipub.observe.idle_check import same_file
+from iipub.provider.factory import load_settings
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import db
 from iipub.store.handles import Engine
 from iipub.store.job_store import Store
@@ -29,8 +29,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # Commands that only read: run with another configuration than the database's, they warn.
-READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "outbox list", "orphans list",
-                       "orphans show", "budget show", "check", "export", "config show", "db status", "report"})
+READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "quarantine show", "outbox list",
+                       "orphans list", "orphans show", "budget show", "check", "export", "config show", "db status",
+                       "ledger show", "webhook test-delivery", "report"})
 # Commands that never compare configurations: the schema itself, the deliberate adoption.
 UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
 
@@ -69,11 +70,23 @@ class App:
             db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)
+        if not check_schema:
+            db.reach(engine)
         if check_schema:
             db.ping(engine)
+            self._require_current(engine)
             if self.identity is None:
                 self._guard(engine)
         return engine
+
+    def _require_current(self, engine: Engine) -> None:
+        """A release newer than the database's schema stops before it reads or writes (once per engine)."""
+        from iipub.core.errors import SchemaNotReady
+        from iipub.store import migrate
+
+        problem = migrate.behind(engine)
+        if problem is not None:
+            raise SchemaNotReady(problem)
 
     def _guard(self, engine: Engine) -> None:
         """The database knows its configuration: a writing command with another one is refused
@@ -225,9 +238,9 @@ def act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provi
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
     from iipub.operate.executor import Operator
-    from iipub.provider.openai.adapter import OpenAIAdapter
+    from iipub.provider import factory
 
-    provider = OpenAIAdapter(settings.provider, settings.require_api_key()) if needs_provider else None
+    provider = factory.build(settings) if needs_provider else None
     try:
         op = Operator(settings, app.engine(), provider)
         before = op.get(job_id)

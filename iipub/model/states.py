@@ -486,6 +486,9 @@ QUARANTINE_REASONS = frozenset({
 ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.RESTORED_PUBLISHED, R.AUTO_LINKED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
 PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING, R.PAYMENT_REFUSED})
+# Parked with output that is known bad (cut at the output cap, or a refusal): validating it again
+# parks it again; it still counts as held, and `regenerate` is the explicit way to pay again.
+KNOWN_BAD_OUTPUT = frozenset({R.OUTPUT_CAP_REACHED, R.PROVIDER_REFUSED})
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).

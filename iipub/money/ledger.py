@@ -29,6 +29,7 @@ but not paid by iipub.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -178,9 +179,32 @@ class SpendLedger:
         line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **named, **record}, sort_keys=True)
                 + "\n").encode("utf-8")
         # The mirror first (on another file system): a line is never only in the copy a restore
-        # of the host takes back with the database.
+        # of the host takes back with the database. A mirror not started yet (just configured)
+        # begins as a whole copy of the primary, so the two agree from its first line.
+        if self.mirror is not None and not self.mirror.exists() and self.path.is_file():
+            _start_mirror(self.path, self.mirror)
         for path in ([self.mirror] if self.mirror is not None else []) + [self.path]:
             _append_line(path, line)
+
+
+def _start_mirror(primary: Path, mirror: Path) -> None:
+    """Copy the primary to a mirror that does not exist yet: written and fsync'd under a temporary
+    name, then linked into place (a second process starting it at the same time finds it there
+    and appends to it instead: nothing it wrote is replaced)."""
+    tmp = mirror.with_name(f".{mirror.name}.{os.getpid()}.start")
+    try:
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        with primary.open("rb") as src, open(tmp, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, mirror)
+    except OSError as exc:
+        raise LedgerError(f"cannot start the spend ledger's mirror {mirror}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _append_line(path: Path, line: bytes) -> None:

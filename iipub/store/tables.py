@@ -315,6 +315,7 @@ ledger_book = sa.Table(
     sa.Column("path", sa.String(1024), nullable=False),
     sa.Column("base_spend_id", sa.BigInteger, nullable=False),
     sa.Column("opened_at", Time, nullable=False),
+    sa.Column("host", sa.String(255)),  # the host whose ledger it is (0016; NULL: not claimed yet)
 )
 
 # What an orphan's metadata claimed in full, and the operator's decision about it.
@@ -421,6 +422,7 @@ spend = sa.Table(
     sa.Column("total_tokens", sa.BigInteger),
     sa.Column("paid_at", Time, nullable=False),
     sa.Column("updated_at", Time, nullable=False),
+    sa.Column("ledger_id", sa.String(64)),  # the spend ledger its intent line went to (0016)
     sa.Index("ix_spend_paid", "paid_at"),
     sa.Index("ix_spend_job", "job_id", "attempt"),
     sa.Index("ix_spend_state", "state"),

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.operate import install
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
-from iipub.settings.loading import load_settings
 from iipub.store import db, tables
 from tests.acceptance.test_crontab import crontab_lines
 from tests.support.cli import clean_env, iipub_exe, run_cli
@@ -168,7 +168,7 @@ def test_the_systemd_units_run_what_the_crontab_runs(tmp_path: Path) -> None:
         assert f"ExecStart=/opt/iipub/bin/iipub {job.args}\n" in service.text
         assert f"Environment=IIPUB_ENV_FILE={layout.env_file}\n" in service.text
         assert f"OnCalendar={job.calendar}\n" in timer.text
-        assert f"{job.schedule} cd {layout.home} && timeout {job.timeout} $IIPUB {job.args} " in crontab
+        assert f"{job.schedule} cd {layout.home} && timeout {job.timeout} \"$IIPUB\" {job.args} " in crontab
         assert not service.owned and not timer.owned  # root's, never the service user's
     assert "StandardOutput=null" in written["iipub-reconcile.service"].text  # one line per run, like cron's
 

@@ -186,7 +186,8 @@ def test_unreachable_database_is_unknown(cli_env: dict[str, str], tmp_path: Path
     env = {**cli_env, "IIPUB_DATABASE_URL": "mysql+pymysql://root@127.0.0.1:9/none"}
     code, out, err = status(env, tmp_path, "--check")
     assert code == 3
-    assert out.startswith("IIPUB UNKNOWN - database unreachable: ") and len(out.strip().splitlines()) == 1
+    assert out.startswith("IIPUB UNKNOWN - database unreachable at 127.0.0.1:9: ")
+    assert len(out.strip().splitlines()) == 1
     code, raw, _ = status(env, tmp_path, "--json", "--check")
     assert code == 3 and json.loads(raw)["check"]["status"] == "UNKNOWN"
     # Not in monitoring mode: the ordinary one-line error.

@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
-from iipub.settings.loading import settings_from_dict
 
 
 def ledger_file_of(tmp_path: Path) -> Path:

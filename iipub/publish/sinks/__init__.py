@@ -1,6 +1,6 @@
 """The sink interface: what the relay hands a sink, and what a sink answers.
 
-A sink is idempotent (delivering the same event twice leaves the same public result) and
+A sink is idempotent (publishing the same event twice leaves the same public result) and
 never raises for an expected failure: a transient one is `RetryLater`, a permanent one
 (the receiver refuses the event as it is) is `Parked` for an operator.
 """
@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from iipub.edition.compose import canonical_json
 
-__all__ = ["Delivered", "DeliveryResult", "EditionEvent", "Parked", "RetryLater", "Sink"]
+__all__ = ["EditionEvent", "Parked", "PublishResult", "Published", "RetryLater", "Sink"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class EditionEvent:
 
 
 @dataclass(frozen=True)
-class Delivered:
+class Published:
     """The sink holds the event; the relay may mark it done."""
 
 
@@ -76,11 +76,11 @@ class Parked:
     why: str
 
 
-DeliveryResult = Delivered | RetryLater | Parked
+PublishResult = Published | RetryLater | Parked
 
 
 @runtime_checkable
 class Sink(Protocol):
     name: str
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult: ...
+    def publish(self, event: EditionEvent) -> PublishResult: ...

@@ -30,7 +30,7 @@ from iipub.core.files import fsync_dir, replace_atomically
 from iipub.core.timefmt import iso_z
 from iipub.edition.compose import DATE_RE, Artifact, artifact_from_document, artifact_from_json
 from iipub.edition.paths import edition_path, feed_path, index_path, json_path, month_path
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater
 from iipub.publish.sinks.lru import Lru
 from iipub.publish.sinks.manifest import FileCache, Manifest, ManifestError
 from iipub.publish.sinks.site import (
@@ -69,7 +69,7 @@ class StaticSink:
         self._fingerprint: str | None = None
         self._cache = FileCache()  # the manifest's files as parsed, while they stay the same
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult:
+    def publish(self, event: EditionEvent) -> PublishResult:
         problem = _check_parts(event.product, event.edition_date, event.lang)
         if problem:
             return Parked(f"static: {problem}")
@@ -105,7 +105,7 @@ class StaticSink:
                 files.sync()
         except (OSError, ManifestError) as exc:
             return RetryLater(None, f"static: {exc}")
-        return Delivered()
+        return Published()
 
     # -- state ------------------------------------------------------------------------
 

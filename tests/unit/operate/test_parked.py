@@ -6,19 +6,20 @@ from __future__ import annotations
 import pytest
 
 from iipub.machine import decisions
-from iipub.model.states import QUARANTINE_REASONS, Reason, State
+from iipub.model.states import KNOWN_BAD_OUTPUT, QUARANTINE_REASONS, Reason, State
 from iipub.operate import parked
+from iipub.provider.openai import codes
 from iipub.provider.outcomes import Missing, Observed, Rejected, Transient, Usage
 from tests.unit.machine.test_decisions import job
 
 ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
-    "completed": Observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
-    "incomplete": Observed("resp_1", "incomplete", '{"en": {}}', None),
-    "in_progress": Observed("resp_1", "in_progress", None, None),
-    "queued": Observed("resp_1", "queued", None, None),
-    "weird": Observed("resp_1", "paused_by_provider", None, None),
-    "failed": Observed("resp_1", "failed", None, None),
-    "cancelled": Observed("resp_1", "cancelled", None, None),
+    "completed": codes.observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
+    "incomplete": codes.observed("resp_1", "incomplete", '{"en": {}}', None),
+    "in_progress": codes.observed("resp_1", "in_progress", None, None),
+    "queued": codes.observed("resp_1", "queued", None, None),
+    "weird": codes.observed("resp_1", "paused_by_provider", None, None),
+    "failed": codes.observed("resp_1", "failed", None, None),
+    "cancelled": codes.observed("resp_1", "cancelled", None, None),
     "404": Missing("not found"),
     "503": Transient(None, "HTTP 503"),
     "400": Rejected(400, "bad"),
@@ -68,6 +69,8 @@ def test_every_quarantined_job_has_remedies_and_the_kill_is_last(reason: str, ho
     commands = " ".join(r.command for r in found.remedies)
     if holds == "payload":
         assert "safe" in found.output and "--resume-polling" not in commands and "--verified-lost" not in commands
+    elif holds == "response" and reason in KNOWN_BAD_OUTPUT:  # read again, a refusal is refused again
+        assert "watched" in found.output and "--resume-polling" not in commands and "--verified-lost" in commands
     elif holds == "response":
         assert "watched" in found.output and "--resume-polling" in commands
     else:
@@ -79,15 +82,16 @@ def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> No
     assert suspended is not None and suspended.remedies[0].command.startswith("iipub resume ")
     failed = parked.of(job(State.VALIDATION_FAILED_RETAINED, payload="{}", payload_sha256="ab" * 32,
                            generation_attempts=3), 3, 60)
-    assert failed is not None and "refused: all 3 paid creates are used" in failed.remedies[1].effect
+    assert failed is not None and not any("regenerate" in r.command for r in failed.remedies)
+    assert "all 3 paid creates are used" in failed.not_now[0]  # said, not printed as a command
     assert parked.of(job(State.ACCEPTED), 3, 60) is None
 
 
 def test_a_response_naming_another_slot_is_never_stored_for_a_parked_job() -> None:
     j = job(State.QUARANTINED, quarantine_reason="restored_behind_ledger", response_id="resp_1")
-    other = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
+    other = codes.observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
     assert decisions.custody_while_parked(j, other) is None
-    mine = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
+    mine = codes.observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
     d = decisions.custody_while_parked(j, mine)
     assert d is not None and d.changes["payload"] == "{}"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from iipub.edition.compose import Artifact, artifact_from_document
-from iipub.publish.sinks import Delivered, EditionEvent
+from iipub.publish.sinks import EditionEvent, Published
 from iipub.publish.sinks.site import Entry, Site
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
@@ -150,26 +150,26 @@ def world_events() -> Iterator[EditionEvent]:
                 "2026-11-15T12:00:00Z")
 
 
-def deliver(sink: StaticSink, evs: Iterator[EditionEvent] | list[EditionEvent]) -> None:
+def publish(sink: StaticSink, evs: Iterator[EditionEvent] | list[EditionEvent]) -> None:
     for ev in evs:
-        assert sink.deliver(ev) == Delivered(), ev
+        assert sink.publish(ev) == Published(), ev
 
 
 def build_plain(root: Path, state: Path) -> None:
     """Relative links, the default site title; ends with a replaced edition and a manifest
     rebuilt from the public tree (one page lost: its edition's time is then a guess)."""
     sink = StaticSink(root, products=products(), state_dir=state, may_replace=lambda job: job == "republish")
-    deliver(sink, brief_events())
-    deliver(sink, watch_events())
-    deliver(sink, world_events())
+    publish(sink, brief_events())
+    publish(sink, watch_events())
+    publish(sink, world_events())
     day = BRIEF_DAYS[2]
     replaced = artifact("daily-brief", day.isoformat(), "en", f"Corrected edition {HOSTILE}", "Corrected.",
                         items_for(7, "en", 3))
-    deliver(sink, [event(replaced, "2027-01-04T09:00:00Z", job="republish")])
+    publish(sink, [event(replaced, "2027-01-04T09:00:00Z", job="republish")])
     shutil.rmtree(state / "manifest")
     (root / "daily-brief" / "2026-12-10" / "es.html").unlink()
     late = artifact("revolution-watch", "2026-12-03", "en", "After the rebuild", "Late.", items_for(4, "en", 1))
-    deliver(StaticSink(root, products=products(), state_dir=state), [event(late, "2026-12-03T07:00:00Z")])
+    publish(StaticSink(root, products=products(), state_dir=state), [event(late, "2026-12-03T07:00:00Z")])
 
 
 def build_based(root: Path, state: Path) -> None:
@@ -178,9 +178,9 @@ def build_based(root: Path, state: Path) -> None:
                       base_url="https://ii.example/news/", products=products(), state_dir=state)
     for k, day in enumerate(BRIEF_DAYS[:3]):
         for lang in ("en", "es"):
-            deliver(sink, [event(artifact("daily-brief", day.isoformat(), lang, brief_title(k + 1, day, lang),
+            publish(sink, [event(artifact("daily-brief", day.isoformat(), lang, brief_title(k + 1, day, lang),
                                           f"Summary {HOSTILE}", items_for(k, lang, 3)), published_at(k, day))])
-    deliver(sink, list(world_events())[:1])
+    publish(sink, list(world_events())[:1])
 
 
 def edge_pages() -> dict[str, str]:
