@@ -53,10 +53,10 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
     from iipub.operate import install
 
     root = Path(os.path.abspath(root))
-    monitoring = ((alert_rules.FILE_NAME, monitoring_files.alert_rules_text()),
-                  (dashboard.FILE_NAME, monitoring_files.dashboard_text()))
     account = install.Account()
     program = executable or _default_executable()
+    monitoring = ((alert_rules.FILE_NAME, monitoring_files.alert_rules_text()),
+                  (dashboard.FILE_NAME, monitoring_files.dashboard_text()))
     if owner is not None:
         import grp
         import pwd

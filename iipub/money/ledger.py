@@ -10,6 +10,8 @@ One JSON line per link of the chain, all keyed by slot (`product/YYYY-MM-DD`):
     saved      editions were saved: their sha256 per language
     published  every event was delivered: the editions' sha256 per language
     killed     an operator killed the job: its response may go without custody
+    revised    an operator withdrew or corrected a published edition: language, revision, kind
+               and sha256 (so a restored database never reuses a revision the live site has)
 
 The chain lines after `intent` are written after the database committed the step, so in
 normal operation the ledger never knows more than the database; after a restore it does
@@ -129,6 +131,12 @@ class SpendLedger:
     def killed(self, job_id: str, slot: str, attempt: int, response_id: str) -> None:
         """An operator killed the job: its response may be deleted without custody."""
         self._append({"t": "killed", "job_id": job_id, "slot": slot, "attempt": attempt, "response_id": response_id})
+
+    def revised(self, job_id: str, slot: str, attempt: int, lang: str, revision: int, kind: str,
+                sha256: str, event_id: str) -> None:
+        """An edition withdrawn (`sha256`: the edition taken back) or corrected (the correction's)."""
+        self._append({"t": "revised", "job_id": job_id, "slot": slot, "attempt": attempt, "lang": lang,
+                      "revision": revision, "kind": kind, "sha256": sha256, "event_id": event_id})
 
     def exists(self) -> bool:
         return self.path.is_file()

@@ -66,8 +66,10 @@ def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: 
     live: list[str] = []
     if settings.static_sink is not None and product is not None:
         root = Path(settings.static_sink.root)
+        # A withdrawn edition counts: its withdrawal is what the site serves, and stays.
         live = [lang for lang in product.languages
-                if restore.live_sha256(root, job.product, day, lang) is not None]
+                if restore.live_sha256(root, job.product, day, lang) is not None
+                or restore.withdrawn_sha256(root, job.product, day, lang) is not None]
     return Facts(
         job_id=job.id, slot=slot_of(job.product, day), payload_sha256=job.payload_sha256, track_payloads=held,
         saved=sorted(saved), ledger=spend, ledger_ahead=ledger_ahead,

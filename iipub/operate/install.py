@@ -178,8 +178,8 @@ def cron_jobs(layout: Layout) -> tuple[CronJob, ...]:
         CronJob("prune", "17 3 * * *", "*-*-* 03:17:00", "relay --prune", "600",
                 "Housekeeping: prune published outbox rows older than relay.prune_after_days."),
         CronJob("report", "7 * * * *", "*-*-* *:07:00",
-                f"report --days 30 --html {shlex.quote(str(layout.reports / 'index.html'))}", "300",
-                "A page to look at: the last 30 days as charts (runbook.md: What to look at)."),
+                f"report --days 30 --html {shlex.quote(str(layout.reports / 'index.html'))}",
+                "300", "A page to look at: the last 30 days as charts (runbook.md, \"What to look at\")."),
     )
 
 
@@ -187,14 +187,15 @@ def render_crontab(layout: Layout, executable: str, account: Account = Account()
     home, logs = cron_word(layout.home), layout.logs
     reconcile, relay, prom, prune, report = cron_jobs(layout)
 
+    def words(job: CronJob) -> str:
+        return " ".join(cron_word(a) for a in shlex.split(job.args))
+
     def line(job: CronJob, log: str) -> str:
-        args = " ".join(cron_word(a) for a in shlex.split(job.args))
-        return f'{job.schedule} cd {home} && timeout {job.timeout} "$IIPUB" {args} >>{cron_word(logs / log)} 2>&1'
+        return f'{job.schedule} cd {home} && timeout {job.timeout} "$IIPUB" {words(job)} >>{cron_word(logs / log)} 2>&1'
 
     last = cron_word(logs / "status.last")
     textfile, status_log = cron_word(layout.textfile_dir / "iipub.prom"), cron_word(logs / "status.log")
     install = f"crontab -u {account.user} {cron_word(layout.crontab)}"
-    report_args = " ".join(cron_word(a) for a in shlex.split(report.args))
     return f"""\
 # iipub on a modest host, as `iipub init` writes it: install with `{install}`.
 # Every job runs under `timeout` so no tick outlives its minute; each command is bounded on its
@@ -236,8 +237,9 @@ IIPUB_ENV_FILE={layout.env_file}
 {line(prune, "relay.log")}
 
 # {report.comment}
-# Serve {layout.reports} to operators only (never under {layout.static_root}): it names spend and quarantines.
-{report.schedule} cd {home} && timeout {report.timeout} "$IIPUB" {report_args} >/dev/null 2>>{status_log}
+# Serve {cron_word(layout.reports)} to operators only (never under {cron_word(layout.static_root)}):
+# it names spend and quarantines.
+{report.schedule} cd {home} && timeout {report.timeout} "$IIPUB" {words(report)} >/dev/null 2>>{status_log}
 
 # {layout.logrotate} rotates {logs}/*.log (copytruncate), daily, keeping 14.
 """

@@ -90,7 +90,7 @@ def test_logrotate_accepts_the_generated_file(spaced: Path) -> None:
 def test_systemd_analyze_verifies_the_generated_units(spaced: Path) -> None:
     root, _, _ = _init(spaced)
     units = sorted(str(p) for p in (root / "etc" / "systemd" / "system").glob("iipub-*"))
-    assert len(units) == 8
+    assert len(units) == 10
     done = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=120)
     problems = [line for line in (done.stdout + done.stderr).splitlines()
                 if "Special user nobody configured" not in line]  # the stand-in user, not a fault

@@ -119,7 +119,7 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "immovable",
                         "parked", "stranded",
                         "outbox", "quarantine", "queues", "error_budgets", "change_freeze", "disks", "clock",
-                        "provider_expired",
+                        "editions", "provider_expired",
                         "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
                         "read_cooldown", "cutover", "paid", "other_scope", "product_holds"}

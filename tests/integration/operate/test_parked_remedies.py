@@ -111,7 +111,7 @@ class Installation:
             text = observed.output_text or ""
             values.update(payload=text, payload_sha256=hashlib.sha256(text.encode()).hexdigest())
             if reason == R.OUTPUT_CAP_REACHED:
-                values["output_end"] = decisions.MAX_OUTPUT_TOKENS
+                values["output_end"] = decisions.OUTPUT_CAP
             if reason == R.PROVIDER_REFUSED:
                 values["output_end"] = decisions.REFUSAL
         if reason == "VALIDATION_FAILED_RETAINED":

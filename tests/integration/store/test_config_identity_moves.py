@@ -17,10 +17,11 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.webhook_signature import sign
 from iipub.settings.loading import load_settings
 from iipub.store import db, tables
 from iipub.store.job_store import Store
-from iipub.webhooks.receiver import Receiver, sign
+from iipub.webhooks.receiver import Receiver
 from tests.support.cli import one_line_error, run_cli
 from tests.support.rows import job_rows
 
@@ -179,7 +180,7 @@ def _delivery(hook: Receiver, response_id: str) -> tuple[bytes, dict[str, str]]:
     now = int(time.time())
     body = json.dumps({"id": f"evt_{response_id}", "object": "event", "type": "response.completed",
                        "created_at": now, "data": {"id": response_id}}).encode()
-    return body, sign(hook.secret, f"wh_{response_id}", body, now)
+    return body, sign(hook.settings.require_provider_webhook_secret(), f"wh_{response_id}", body, now)
 
 
 @pytest.mark.usefixtures("sim")

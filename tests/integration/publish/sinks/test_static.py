@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -194,7 +195,7 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
 
 def test_artifact_not_matching_its_hash_is_parked(tmp_path: Path) -> None:
     ev = events(DAY1)["en"]
-    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": ev.artifact | {"title": "forged"}})
+    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": (ev.artifact or {}) | {"title": "forged"}})
     result = StaticSink(tmp_path).publish(tampered)
     assert isinstance(result, Parked) and "sha256" in result.why
     assert list(tmp_path.iterdir()) == []
@@ -226,3 +227,44 @@ def test_failure_mid_publication_leaves_no_temp_files(tmp_path: Path) -> None:
     (tmp_path / "daily-brief" / "en" / "index.html").rmdir()
     assert sink.publish(events(DAY2)["en"]) == Published()
     assert "2025-03-07" in (tmp_path / "daily-brief" / "en" / "index.html").read_text("utf-8")
+
+
+# -- revisions: corrections and withdrawals ---------------------------------------------------
+
+
+def revised(ev: EditionEvent, revision: int, kind: str, other: EditionEvent | None = None) -> EditionEvent:
+    """`ev`'s edition at `revision`: withdrawn, or corrected to `other`'s content."""
+    if kind == "edition.withdrawn":
+        return dataclasses.replace(ev, event_id=f"{ev.event_id}-r{revision}", artifact=None, type=kind,
+                                   revision=revision, changed_at=f"{ev.edition_date}T09:00:00Z")
+    assert other is not None
+    return dataclasses.replace(ev, event_id=f"{ev.event_id}-r{revision}", artifact=other.artifact, sha256=other.sha256,
+                               type=kind, revision=revision, supersedes=ev.sha256,
+                               changed_at=f"{ev.edition_date}T09:00:00Z")
+
+
+def test_a_late_revision_1_after_revision_2_leaves_every_file_at_revision_2(tmp_path: Path) -> None:
+    first, fixed = events(DAY1)["en"], events(DAY1, payload("Fixed "))["en"]
+    sink = StaticSink(tmp_path)
+    assert sink.publish(first) == Published()
+    assert sink.publish(revised(first, 2, "edition.corrected", fixed)) == Published()
+    at_2 = snapshot(tmp_path)
+    assert json.loads((tmp_path / "daily-brief" / str(DAY1) / "en.json").read_bytes())["title"] == "Fixed Brief en"
+    assert sink.publish(first) == Published()  # acknowledged (the consumer holds a newer one), nothing written
+    assert snapshot(tmp_path) == at_2
+    assert StaticSink(tmp_path, may_replace=lambda job: True).publish(first) == Published()  # a republish grant too
+    assert snapshot(tmp_path) == at_2
+
+
+def test_the_same_revision_with_other_content_is_parked_not_written(tmp_path: Path) -> None:
+    first, fixed = events(DAY1)["en"], events(DAY1, payload("Fixed "))["en"]
+    sink = StaticSink(tmp_path)
+    assert sink.publish(first) == Published()
+    assert sink.publish(revised(first, 2, "edition.corrected", fixed)) == Published()
+    before = snapshot(tmp_path)
+    other = events(DAY1, payload("Other "))["en"]
+    result = sink.publish(revised(first, 2, "edition.corrected", other))
+    assert isinstance(result, Parked) and "revision 2" in result.why
+    withdrawn_too = sink.publish(revised(first, 2, "edition.withdrawn"))
+    assert isinstance(withdrawn_too, Parked) and "not withdrawn" in withdrawn_too.why
+    assert snapshot(tmp_path) == before
