@@ -158,7 +158,8 @@ def play(exe: str, pristine: Path, work: Path, ids: dict[str, str]) -> dict[str,
         proc = _run(exe, filled, work)
         text = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
         if name.startswith("status --prometheus"):
-            text += "--- file\n" + (work / "metrics.prom").read_text()
+            prom = work / "metrics.prom"
+            text += "--- file\n" + (prom.read_text() if prom.exists() else "(not written)\n")
         seen[name] = normalise(text.replace(str(work), "<work>"))
     seen["tables afterwards"] = dump(work / "iipub-demo" / "iipub.sqlite3").replace(str(work), "<work>")
     return seen
