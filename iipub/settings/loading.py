@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+import structlog
+
 from iipub.core.errors import ConfigError
 from iipub.core.strict import InvalidValues
 from iipub.model.states import QUARANTINE_REASONS, TRACK_PARKED
@@ -46,7 +48,9 @@ from iipub.settings.config import (
     default_products,
     fit_output_cap,
 )
-from iipub.settings.models import REASONING_EFFORTS, ModelRule
+from iipub.settings.models import REASONING_EFFORTS, ModelRule, unknown_model_warning, unknown_models
+
+log = structlog.get_logger("iipub.settings")
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -157,6 +161,9 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     model_rules = _models(data.get("models"))
     for p in products.values():
         check_model_keys(p, f"product {p.name!r}", model_rules)
+    for model in unknown_models((p.model for p in products.values()), model_rules):
+        # Allowed: the API checks its parameters. Said once per model and load.
+        log.warning("model_unknown", model=model, message=unknown_model_warning(model))
     products = {name: fit_output_cap(p, model_rules) for name, p in products.items()}
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
