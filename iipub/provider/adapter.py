@@ -438,9 +438,12 @@ def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguou
         why = _status_why(exc)
         if status == 429:
             code = _error_code(exc) or "rate_limited"
+            # The hint that concerns this refusal: its own retry-after, else the reset of the
+            # limit its type names (requests or tokens), bounded (`backoff.rate_limit_delay`).
+            hint = backoff.rate_limit_delay(exc.response.headers, getattr(exc, "type", None))
             if flex and _capacity_refusal(exc, code):
-                return Refused(backoff.delay_from_headers(exc.response.headers), why, CAPACITY_CODE, capacity=True)
-            return Refused(backoff.delay_from_headers(exc.response.headers), why, code)
+                return Refused(hint, why, CAPACITY_CODE, capacity=True)
+            return Refused(hint, why, code)
         if status in (408, 409) or status >= 500:
             return Ambiguous(why)
         if status == 400:
@@ -526,10 +529,21 @@ def _read_status_outcome(answer: Answer) -> Missing | Transient | Rejected:
     if status == 404:
         return Missing(why)
     if status in (408, 409, 425, 429) or status >= 500:
-        return Transient(backoff.delay_from_headers(answer.headers), why)
+        return Transient(backoff.rate_limit_delay(answer.headers, _answer_type(answer)), why)
     if 400 <= status < 500:
         return Rejected(status, why)
     return Transient(None, why)  # 1xx/3xx: not an answer to act on; asking again is harmless
+
+
+def _answer_type(answer: Answer) -> str | None:
+    """The error `type` of a non-2xx answer's JSON body (`requests`, `tokens`, …), or None."""
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _answer_why(answer: Answer) -> str:
