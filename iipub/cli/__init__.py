@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulator": ("simulator_cmd", "simulator_command"),
     "demo": ("demo_cmd", "demo_command"),
     "check": ("check_cmd", "check_command"),
+    "doctor": ("doctor_cmd", "doctor_command"),
     "webhook": ("webhook_cmd", "webhook_group"),
     "orphans": ("webhook_cmd", "orphans_group"),
     "outbox": ("outbox_cmd", "outbox_group"),

@@ -40,10 +40,12 @@ from iipub.provider.outcomes import (
     Deleted,
     DeleteOutcome,
     Missing,
+    ModelLookup,
     Observed,
     ReadOutcome,
     Refused,
     Rejected,
+    Standing,
     Transient,
     Usage,
     scope_of,
@@ -137,6 +139,7 @@ class FakeProvider(Closing):
                  scope: str = FAKE_SCOPE) -> None:
         self._state = _State(on_call, ready_error)
         self.scope = scope  # `until` views share it: copies of this object
+        self.standings: dict[str, Standing] = {}  # what `look_up` says of a model (lower case): else available
         self._deadline: float | None = None
         self._root = self
 
@@ -185,6 +188,16 @@ class FakeProvider(Closing):
                 outcome = _not_found(response_id)
             s.calls.append(replace(call, outcome=outcome))
         return outcome
+
+    def look_up(self, model: str) -> ModelLookup:
+        """Every model is available unless a test said otherwise (`standings`); recorded as a call
+        of no response."""
+        standing = self.standings.get(model.lower(), Standing.AVAILABLE)
+        return ModelLookup(model, standing, "" if standing is Standing.AVAILABLE else f"{model}: {standing.value}")
+
+    def requested_tokens(self, req: CreateRequest) -> int:
+        """As the adapter counts it: the prompt at four characters a token, and the output cap."""
+        return len(req.product.prompt) // 4 + req.product.output_token_cap()
 
     def until(self, deadline: float) -> FakeProvider:
         view = copy.copy(self)  # the same `_State`: what a view is asked is recorded with the rest

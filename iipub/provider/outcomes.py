@@ -210,3 +210,25 @@ def answer_messages(items: list[Any]) -> list[dict[str, Any]]:
 def failure_text(outcome: Transient | Rejected) -> str:
     """One line for a failed read or cleanup call."""
     return outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
+
+
+class Standing(enum.StrEnum):
+    """What the provider says of a model for this account, asked free of charge (`look_up`)."""
+
+    AVAILABLE = "available"  # it exists and this project may use it
+    NO_ACCESS = "no_access"  # it exists, but this project may not use it
+    UNKNOWN = "unknown"  # no such model (retired, misspelled), or none this account can see
+    KEY_REFUSED = "key_refused"  # the key itself is refused (revoked, wrong, malformed)
+    SCOPE_REFUSED = "scope_refused"  # the organization or project does not go with the key
+    ACCOUNT_REFUSED = "account_refused"  # the account, its country or its standing is refused
+    UNANSWERED = "unanswered"  # no usable answer (transport, 5xx, a rate limit): ask again later
+
+
+@dataclass(frozen=True)
+class ModelLookup:
+    """One model as the provider described it to this account (`Provider.look_up`)."""
+
+    model: str
+    standing: Standing
+    why: str = ""  # the provider's words, one clipped line
+    status: int | None = None  # the HTTP status, when there was an answer

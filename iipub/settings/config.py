@@ -220,6 +220,10 @@ class ProviderSettings(Checked):
     # Creates run one at a time (a probe) unless one succeeded this recently.
     healthy_for_seconds: Seconds = 900.0
     max_creates_per_minute: Annotated[int, Bounds(ge=0, le=100_000)] = 0  # 0: no global rate limit
+    # The organization's tokens-per-minute limit for the products' models, as its rate tier says
+    # (None: not known). `iipub doctor` holds each product's create to it, and raising it lifts a
+    # product held for a request too large (the request fingerprint includes it).
+    tokens_per_minute: Annotated[int, Bounds(ge=1, le=10**10)] | None = None
 
 
 @dataclass(frozen=True)
@@ -470,6 +474,11 @@ class Settings:
         """The sinks this configuration delivers to, by name."""
         return [name for name, on in (("static", self.static_sink), ("webhook", self.webhook_sink)) if on]
 
+    @property
+    def api_key_is_placeholder(self) -> bool:
+        """The key is the placeholder `iipub init` writes: nothing can be created with it."""
+        return self.api_key == PLACEHOLDER_API_KEY
+
     def require_api_key(self) -> str:
         if not self.api_key:
             raise MissingApiKey()
@@ -509,6 +518,12 @@ class Settings:
         if not secret:
             raise ConfigError(f"webhook sink configured but ${self.webhook_sink.secret_env} is not set")
         return secret
+
+
+# What `iipub init` writes for OPENAI_API_KEY until the operator sets the project's key.
+PLACEHOLDER_API_KEY = "sk-CHANGE-ME"
+PLACEHOLDER_KEY_LINE = (f"OPENAI_API_KEY is the placeholder {PLACEHOLDER_API_KEY} that `iipub init` writes: creates "
+                        "are held until it is set to the project's key (the environment file, then `iipub doctor`)")
 
 
 def default_products() -> dict[str, Product]:

@@ -255,12 +255,12 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label}: a model name, or a prefix ending in * (got {_shown(pattern)})")
         if not isinstance(entry, dict):
             raise ConfigError(f"{label} must be a table (got {_shown(entry)})")
-        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity", "max_output_tokens"})
+        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity", "max_output_tokens", "flex"})
         ceiling = entry.get("max_output_tokens")
         if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int)
                                     or not 16 <= ceiling <= 10_000_000):
             raise ConfigError(f"{label} max_output_tokens must be a whole number from 16 (got {_shown(ceiling)})")
-        for key in ("sampling", "verbosity"):
+        for key in ("sampling", "verbosity", "flex"):
             if key in entry and not isinstance(entry[key], bool):
                 raise ConfigError(f"{label} {key} must be true or false (got {_shown(entry[key])})")
         efforts = entry.get("reasoning_efforts", [])
@@ -268,7 +268,8 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label} reasoning_efforts must be a list of {', '.join(REASONING_EFFORTS)} "
                               f"(got {_shown(efforts)})")
         rules[pattern] = ModelRule(sampling=entry.get("sampling", True), reasoning_efforts=tuple(efforts),
-                                   verbosity=entry.get("verbosity", False), max_output_tokens=ceiling)
+                                   verbosity=entry.get("verbosity", False), max_output_tokens=ceiling,
+                                   flex=entry.get("flex"))
     return rules
 
 

@@ -22,6 +22,7 @@ in the configuration:
     reasoning_efforts = ["low", "medium", "high"]   # [] : reasoning.effort not taken
     verbosity = true               # text.verbosity accepted
     max_output_tokens = 128000     # the most a create may ask for (a product's cap is held to it)
+    flex = true                    # the flex service tier is offered (`iipub doctor` checks it)
 
 A configured entry replaces the built-in one of the same pattern and, like it, is matched by
 length (`gpt-5-mini` beats `gpt-5*`).
@@ -46,6 +47,7 @@ class ModelRule:
     reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
     verbosity: bool = False  # `text.verbosity`
     max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
+    flex: bool | None = None  # the flex service tier is offered for it (None: not known)
     source: str = "configuration"  # where these values come from
     checked: str | None = None  # the date (ISO) they were last checked against the source
 
@@ -63,9 +65,10 @@ _CHECKED = "2026-12-06"
 
 
 def _rule(efforts: tuple[str, ...] = (), *, sampling: bool = False, verbosity: bool = True,
-          max_output_tokens: int | None = 128_000, source: str = _DOCS, checked: str = _CHECKED) -> ModelRule:
+          max_output_tokens: int | None = 128_000, flex: bool = True, source: str = _DOCS,
+          checked: str = _CHECKED) -> ModelRule:
     return ModelRule(sampling=sampling, reasoning_efforts=efforts, verbosity=verbosity,
-                     max_output_tokens=max_output_tokens, source=source, checked=checked)
+                     max_output_tokens=max_output_tokens, flex=flex, source=source, checked=checked)
 
 
 _NONE_TO_XHIGH = ("none", "low", "medium", "high", "xhigh")
@@ -73,27 +76,27 @@ _O_SERIES = _rule(("low", "medium", "high"), verbosity=False, max_output_tokens=
 
 BUILTIN: Mapping[str, ModelRule] = {
     "gpt-5*": _rule(("minimal", "low", "medium", "high")),
-    "gpt-5-pro*": _rule(("high",), max_output_tokens=272_000),
+    "gpt-5-pro*": _rule(("high",), max_output_tokens=272_000, flex=False),
     "gpt-5-codex*": _rule(("low", "medium", "high")),
     "gpt-5.1*": _rule(("none", "low", "medium", "high")),
     # The codex models refuse `none`; the max one also takes `xhigh`.
     "gpt-5.1-codex*": _rule(("low", "medium", "high"), source=_ANSWERS),
     "gpt-5.1-codex-max*": _rule(("low", "medium", "high", "xhigh")),
     # The chat-latest models take the default effort only.
-    "gpt-5.1-chat-latest": _rule(("medium",), max_output_tokens=16_384, source=_ANSWERS),
+    "gpt-5.1-chat-latest": _rule(("medium",), max_output_tokens=16_384, flex=False, source=_ANSWERS),
     "gpt-5.2*": _rule(_NONE_TO_XHIGH),
-    "gpt-5.2-chat-latest": _rule(("medium",), max_output_tokens=16_384, source=_ANSWERS),
-    "gpt-5.2-pro*": _rule(("medium", "high", "xhigh")),
+    "gpt-5.2-chat-latest": _rule(("medium",), max_output_tokens=16_384, flex=False, source=_ANSWERS),
+    "gpt-5.2-pro*": _rule(("medium", "high", "xhigh"), flex=False),
     # gpt-5.4 and later: `none` to `xhigh`, and `minimal` is refused.
     "gpt-5.4*": _rule(_NONE_TO_XHIGH),
     "gpt-5.5*": _rule(_NONE_TO_XHIGH),
     "gpt-5.6*": _rule(_NONE_TO_XHIGH),
-    "gpt-5-chat*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384),
-    "o1*": _O_SERIES,
+    "gpt-5-chat*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384, flex=False),
+    "o1*": _rule(("low", "medium", "high"), verbosity=False, max_output_tokens=100_000, flex=False),
     "o3*": _O_SERIES,
     "o4*": _O_SERIES,
-    "gpt-4.1*": _rule(sampling=True, verbosity=False, max_output_tokens=32_768),
-    "gpt-4o*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384),
+    "gpt-4.1*": _rule(sampling=True, verbosity=False, max_output_tokens=32_768, flex=False),
+    "gpt-4o*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384, flex=False),
 }
 
 
