@@ -38,7 +38,7 @@ from iipub.settings.config import Product, ProviderSettings
 
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, languages=("en", "es"))
 REQ = CreateRequest("job-1", PRODUCT, dt.date(2026, 12, 1), 1, "f" * 64, installation="inst-1")
-INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close"}
+INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close", "look_up", "requested_tokens"}
 
 # The structural check: mypy accepts these only if each class implements the whole interface.
 ADAPTER_IS_A_PROVIDER: type[Provider] = OpenAIAdapter
