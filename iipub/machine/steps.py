@@ -35,7 +35,7 @@ from iipub.provider.outcomes import (
     Rejected,
     Transient,
 )
-from iipub.settings.config import Product, max_output_bytes
+from iipub.settings.config import PLACEHOLDER_KEY_LINE, Product, max_output_bytes
 from iipub.store import installation
 from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store
@@ -238,6 +238,11 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
             request: str) -> Job | None:
     """The create of a CREATE_ELIGIBLE job that passed its checks: the product hold, the gate,
     the dispatch committed before the POST, the POST, its outcome."""
+    if ctx.settings.api_key_is_placeholder:  # nothing can be created with it: not even a refused create
+        ctx.counters.count("held_by_key")
+        _placeholder_said(ctx)
+        hold(ctx, job)
+        return None
     held = holds.holding(ctx.store.engine, product, ctx.store.worker)
     if held is not None:  # a parameter the provider refuses: no create of this product until it is fixed
         ctx.counters.count("held_by_product")
@@ -299,6 +304,12 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
         creates.first.proven(request)
     creates.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
+
+
+def _placeholder_said(ctx: RunContext) -> None:
+    """One warning per run that creates are held for the placeholder key."""
+    if ctx.counters.report.held_by_key == 1:
+        log.warning("creates_held", worker=ctx.store.worker, why=PLACEHOLDER_KEY_LINE)
 
 
 def _adopt_from_ledger(ctx: RunContext, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:

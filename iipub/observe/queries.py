@@ -37,7 +37,7 @@ from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
 from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
 from iipub.provider.outcomes import same_scope, scope_of
-from iipub.settings.config import Settings, StatusSettings
+from iipub.settings.config import PLACEHOLDER_KEY_LINE, Settings, StatusSettings
 from iipub.store import clock, db, deliveries, installation, outbox, tables
 
 jobs_table = tables.jobs
@@ -139,6 +139,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         cutover=cut,
         paid=paid,
         product_holds=product_holds,
+        placeholder_key=PLACEHOLDER_KEY_LINE if settings.api_key_is_placeholder else None,
         other_scope_jobs=len(elsewhere),
         other_scope=elsewhere[0]["create_scope"] if elsewhere else None,
         current_scope=current_scope,

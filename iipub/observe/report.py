@@ -279,6 +279,7 @@ class Status:
     budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
     disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
     clock_check: ClockCheck | None = None  # the host clock against the database's
+    placeholder_key: str | None = None  # OPENAI_API_KEY is the placeholder `iipub init` writes: why creates wait
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -424,6 +425,8 @@ class Status:
         if self.ledger_problem:
             found.append((Severity.CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
+        if self.placeholder_key:
+            found.append((Severity.WARNING, self.placeholder_key))
         found.extend((Severity.CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}")
                      for h in self.product_holds)
         if self.other_scope_jobs:
@@ -600,6 +603,7 @@ class Status:
         return {
             "generated_at": iso_z(self.generated_at),
             "installation_id": self.installation_id,
+            "api_key_placeholder": self.placeholder_key is not None,
             "other_scope": {"jobs": self.other_scope_jobs, "created_under": self.other_scope,
                             "reads_under": self.current_scope},
             "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,

@@ -1,0 +1,46 @@
+"""Real accounts, over real HTTP against `iipub simulator` answering as OpenAI does: the
+placeholder key, holds that fit the cause (no access to a model, a request too large for the
+tokens-per-minute limit, a refused parameter), the account-wide breaker kept for the key, the
+country and the account, and retry hints. Assertions are on the creates the simulator received,
+the hold rows and `status --check`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from iipub.provider.simulator import Simulator
+from tests.support.cli import run_cli
+from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
+
+# No relay runs here: their heartbeat is not what these checks are about.
+QUIET = "[monitoring]\nheartbeat_after_seconds = 0\n"
+
+
+@pytest.fixture
+def env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> dict[str, str]:
+    return sim_env(cli_env, sim, tmp_path, MIDNIGHT_PRODUCT_TOML + QUIET)
+
+
+def test_the_placeholder_key_holds_creates_and_status_warns(env: dict[str, str], tmp_path: Path,
+                                                           sim: Simulator) -> None:
+    """`iipub init` writes OPENAI_API_KEY=sk-CHANGE-ME: nothing is sent with it, and status says
+    why (a WARNING naming OPENAI_API_KEY), until the key is set."""
+    placeholder = {**env, "OPENAI_API_KEY": "sk-CHANGE-ME"}
+    for _ in range(2):
+        ran = run_cli("reconcile", env=placeholder, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+    assert sim.stats()["requests"]["create"] == 0
+    assert "OPENAI_API_KEY is the placeholder sk-CHANGE-ME" in ran.stderr
+    check = run_cli("status", "--check", env=placeholder, cwd=tmp_path)
+    assert check.returncode == 1, check.stdout
+    assert check.stdout.startswith("IIPUB WARNING - OPENAI_API_KEY is the placeholder sk-CHANGE-ME that `iipub init` "
+                                   "writes: creates are held until it is set to the project's key")
+    assert json.loads(run_cli("status", "--json", env=placeholder, cwd=tmp_path).stdout)["api_key_placeholder"]
+    # the real key: the create goes out, and the warning is gone
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    assert sim.stats()["creates_total"] == 1
+    assert "placeholder" not in run_cli("status", "--check", env=env, cwd=tmp_path).stdout
