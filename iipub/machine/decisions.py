@@ -363,6 +363,7 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
 
 MAX_OUTPUT_TOKENS = "max_output_tokens"  # `incomplete_details.reason` of a response stopped at its cap
 REFUSAL = "refusal"
+CONTENT_FILTER = "content_filter"  # the provider's content filter stopped the response
 
 
 def output_end(outcome: Observed) -> str | None:
@@ -371,6 +372,8 @@ def output_end(outcome: Observed) -> str | None:
         return REFUSAL
     if outcome.status == "incomplete" and outcome.incomplete_reason == MAX_OUTPUT_TOKENS:
         return MAX_OUTPUT_TOKENS
+    if outcome.status == "incomplete" and outcome.incomplete_reason == CONTENT_FILTER:
+        return CONTENT_FILTER
     return None
 
 
@@ -386,6 +389,14 @@ def before_validation(job: Job, product: Product | None) -> Decision | None:
             f"complete; its output is kept. Raise [[products]] max_output_tokens for {job.product!r}, then "
             f"`iipub quarantine release {job.id} --verified-lost --reason …` (one new paid create)",
             response_id=job.response_id, max_output_tokens=cap)
+    if job.output_end == CONTENT_FILTER:
+        return quarantine(
+            Reason.CONTENT_FILTERED,
+            f"the provider's content filter stopped the response {job.response_id} before its answer was complete "
+            f"(incomplete: content_filter); its output is kept. The same prompt is likely filtered again: change "
+            f"{job.product!r}'s prompt (or the day's subject), then `iipub quarantine release {job.id} --verified-lost "
+            f"--reason …` (one new paid create), or `iipub kill {job.id} --reason …`",
+            response_id=job.response_id, output_end=CONTENT_FILTER)
     if job.output_end == REFUSAL:
         return quarantine(
             Reason.PROVIDER_REFUSED,

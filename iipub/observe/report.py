@@ -23,7 +23,7 @@ from iipub.core.timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from iipub.core.wording import clip_words, plural, printable
 from iipub.model.deliveries import WebhookSummary
 from iipub.model.jobs import is_stranded, late_seconds
-from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, State
+from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, Reason, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason
 from iipub.money import breaker
@@ -459,6 +459,13 @@ class Status:
         if self.quarantined:
             found.append((Severity.WARNING,
                           f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+        filtered = [q for q in self.quarantined if q.reason == Reason.CONTENT_FILTERED.value]
+        if filtered:
+            o = filtered[0]
+            found.append((Severity.WARNING,
+                          (f"{plural(len(filtered), 'response')} stopped by the provider's content filter (oldest "
+                           f"{o.product} {o.edition_date}, job {o.id[:8]}): change the product's prompt, then "
+                           f"`iipub quarantine release {o.id[:8]} --verified-lost` (see `iipub quarantine show`)")))
         if self.parked:
             o = self.parked[0]
             kinds = ", ".join(f"{state} {n}" for state, n in sorted(Counter(j.state for j in self.parked).items()))

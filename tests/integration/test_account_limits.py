@@ -13,7 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.provider.simulator import Simulator
+from iipub.provider.simulator.faults import FaultRule
 from tests.support.cli import run_cli
+from tests.support.rows import job_rows
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
 
 # No relay runs here: their heartbeat is not what these checks are about.
@@ -44,3 +46,27 @@ def test_the_placeholder_key_holds_creates_and_status_warns(env: dict[str, str],
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)
     assert sim.stats()["creates_total"] == 1
     assert "placeholder" not in run_cli("status", "--check", env=env, cwd=tmp_path).stdout
+
+
+def test_a_content_filter_stop_is_named_with_its_remedy(env: dict[str, str], tmp_path: Path, sim: Simulator,
+                                                        engine: sa.Engine) -> None:
+    """An `incomplete` response whose reason is content_filter parks `content_filtered` (not
+    `not_json`), its output kept; `quarantine show` and `status` name the cause and the remedy,
+    and nothing is paid again."""
+    sim.add_faults([FaultRule("create", "content_filter", times=1)])
+    for _ in range(4):
+        run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+        sim.advance(5)
+    (job,) = job_rows(engine)
+    assert (job["state"], job["quarantine_reason"], job["output_end"]) == ("QUARANTINED", "content_filtered",
+                                                                           "content_filter")
+    assert job["payload"] is not None
+    shown = run_cli("quarantine", "show", job["id"], env=env, cwd=tmp_path, check=True).stdout
+    assert "content filter stopped the response" in shown and "change 'daily-brief''s prompt" in shown
+    assert f"iipub quarantine release {job['id']} --verified-lost" in shown
+    check = run_cli("status", "--check", env=env, cwd=tmp_path)
+    assert check.returncode == 1
+    assert "1 response stopped by the provider's content filter (oldest daily-brief" in check.stdout
+    assert "change the product's prompt, then `iipub quarantine release" in check.stdout
+    run_cli("reconcile", env=env, cwd=tmp_path, check=True)
+    assert sim.stats()["creates_total"] == 1

@@ -97,7 +97,8 @@ def test_create_and_retrieve_in_each_status_conform(api: tuple[Simulator, httpx.
     sim.advance(10)
     done = conforms(client.get(f"/responses/{rid}").json())
     assert done.status == "completed" and json.loads(done.output_text).keys() == {"en", "es"}
-    for fault, status in (("incomplete", "incomplete"), ("fail", "failed"), ("fail_unknown_code", "failed")):
+    for fault, status in (("incomplete", "incomplete"), ("content_filter", "incomplete"), ("fail", "failed"),
+                          ("fail_unknown_code", "failed")):
         sim.add_faults([FaultRule("create", fault, times=1)])
         rid = create(client).json()["id"]
         sim.advance(25)

@@ -448,7 +448,7 @@ def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
     (observed("incomplete", '{"en": {"title": "T', incomplete_reason="max_output_tokens"), "max_output_tokens",
      Reason.OUTPUT_CAP_REACHED),
     (observed("completed", refusal="I can't help with that."), "refusal", Reason.PROVIDER_REFUSED),
-    (observed("incomplete", '{"en"', incomplete_reason="content_filter"), None, None),
+    (observed("incomplete", '{"en"', incomplete_reason="content_filter"), "content_filter", Reason.CONTENT_FILTERED),
     (observed("completed", GOOD), None, None),
 ])
 def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: str | None,
@@ -465,7 +465,10 @@ def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: s
         return
     assert p is not None and p.to == State.QUARANTINED and p.changes["quarantine_reason"] == parked.value
     assert_allowed(stored, p)
-    if parked == Reason.OUTPUT_CAP_REACHED:
+    if parked == Reason.CONTENT_FILTERED:
+        assert "content filter stopped the response resp_1" in p.changes["last_error"]
+        assert "change 'daily-brief''s prompt" in p.changes["last_error"]
+    elif parked == Reason.OUTPUT_CAP_REACHED:
         assert f"max_output_tokens ({PRODUCT.output_token_cap()})" in p.changes["last_error"]
         assert "max_output_tokens for 'daily-brief'" in p.changes["last_error"]
     else:

@@ -86,7 +86,7 @@ class Stored:
     def natural_end(self) -> str:
         if not self.faults.isdisjoint(f.FAIL_CODES):
             return "failed"
-        if f.INCOMPLETE in self.faults:
+        if f.INCOMPLETE in self.faults or f.CONTENT_FILTER in self.faults:
             return "incomplete"
         return "completed"
 
@@ -578,7 +578,8 @@ class Backend:
             "error": {"code": error_code, "message": _FAIL_MESSAGES.get(error_code, _FAIL_MESSAGES["server_error"])}
             if status == "failed"
             else None,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "incomplete_details": ({"reason": "content_filter" if f.CONTENT_FILTER in s.faults else "max_output_tokens"}
+                                   if status == "incomplete" else None),
             "instructions": req.get("instructions"),
             "max_output_tokens": req.get("max_output_tokens"),
             "model": req.get("model"),

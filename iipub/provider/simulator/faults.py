@@ -82,6 +82,7 @@ UNKNOWN_STATUS_VALUE = "paused"
 # Faults bound to a response when it is created: they shape how it ends and what it says.
 FAIL = "fail"
 INCOMPLETE = "incomplete"
+CONTENT_FILTER = "content_filter"  # incomplete, `incomplete_details.reason` content_filter (the SDK's literal)
 MALFORMED_OUTPUT = "malformed_output"
 SCHEMA_BREAK = "schema_break"
 HALLUCINATED_URLS = "hallucinated_urls"
@@ -110,6 +111,7 @@ FAIL_CODES: dict[str, str] = {
 CONTENT_FAULTS = (
     FAIL,
     INCOMPLETE,
+    CONTENT_FILTER,
     MALFORMED_OUTPUT,
     SCHEMA_BREAK,
     HALLUCINATED_URLS,
@@ -195,6 +197,7 @@ DESCRIPTIONS: dict[str, str] = {
     UNKNOWN_STATUS: f"200 showing the undocumented status {UNKNOWN_STATUS_VALUE!r}; the response is unchanged",
     FAIL: "the response ends 'failed' with server_error",
     INCOMPLETE: "the response ends 'incomplete' (max_output_tokens) with truncated output",
+    CONTENT_FILTER: "the response ends 'incomplete' (content_filter): the provider's content filter cut its output",
     MALFORMED_OUTPUT: "the output text is not JSON",
     SCHEMA_BREAK: "the output JSON lacks a language",
     HALLUCINATED_URLS: "sources point at localhost, private IPs, example.com, javascript:",
