@@ -7,6 +7,7 @@ are `states.QUARANTINE_REASONS` (each has a runbook entry).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
@@ -157,8 +158,10 @@ def in_flight_on_ledger(job: Job, spend: SlotSpend | None) -> Decision | None:
     if (spend is None or spend.response_id is None or spend.response_attempt != job.generation_attempts
             or job.id not in spend.job_ids):
         return None
+    # Where that create was sent is not recorded: its first successful read records it.
     return Decision(State.ACCEPTED, Reason.RESTORED_ADOPTED,
-                    changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
+                    changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None,
+                             "create_scope": None},
                     detail={"response_id": spend.response_id, "attempt": job.generation_attempts, "attempts_added": 0,
                             "via": "ledger_outcome"},
                     delay=0)
@@ -235,35 +238,18 @@ def after_poll(
     create's (`jobs.create_scope`: the response is invisible there, not gone)."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
-        if outcome.status in _STATUS_STATE:
-            seen = _STATUS_STATE[outcome.status]
-            # A response reported queued again after in_progress does not move the job back.
-            to = seen if states.allowed(job.state, seen) else job.state
-            return Decision(
-                to, Reason.POLL,
-                changes={"poll_count": polls, "retry_count": 0},
-                detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
-                delay=s.poll_interval_seconds,
-            )
-        if outcome.finished:
-            return Decision(
-                State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
-                changes={"poll_count": polls, "retry_count": 0},
-                detail={"status": outcome.status, "incomplete_reason": outcome.incomplete_reason,
-                        "due_at": str(job.next_attempt_at)},
-                go_on=True,
-            )
-        if outcome.status not in DEAD_STATUSES:
-            why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
-            return Decision(
-                job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
-                changes={"poll_count": polls, "retry_count": 0, "last_error": why},
-                detail={"status": outcome.status[:64], "due_at": str(job.next_attempt_at)},
-                delay=s.poll_interval_seconds,
-            )
-        facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error, "error_code": outcome.error_code}
-        why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
-    elif isinstance(outcome, Missing):
+        d = _observed(job, outcome, s, polls)
+        if d is None:
+            facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error,
+                                     "error_code": outcome.error_code}
+            why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
+            d = _suspected_loss(job, polls, facts, why, loss, suspected_reads)
+        if job.create_scope is None and scope:
+            # A response taken over without a known scope (adopted, restored, older rows) lives
+            # where this read found it: recorded at its first successful read.
+            d = dataclasses.replace(d, changes={**d.changes, "create_scope": scope})
+        return d
+    if isinstance(outcome, Missing):
         if job.create_scope and scope and not same_scope(job.create_scope, scope):
             # The response lives in the scope its create was sent under; a read under another
             # (a rotated key, a changed project or organization) cannot see it. Not a loss: wait.
@@ -274,7 +260,8 @@ def after_poll(
                             detail={"created_under": job.create_scope, "read_under": scope, "answer": outcome.why,
                                     "due_at": str(job.next_attempt_at)},
                             delay=max(s.poll_interval_seconds, SCOPE_RECHECK_SECONDS))
-        facts, why = {"status": "not_found", "answer": outcome.why}, outcome.why
+        facts = {"status": "not_found", "answer": outcome.why, "read_under": scope}
+        why = outcome.why
     else:
         # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
         retry = job.retry_count + 1
@@ -291,6 +278,37 @@ def after_poll(
     return _suspected_loss(job, polls, facts, why, loss, suspected_reads)
 
 
+def _observed(job: Job, outcome: Observed, s: ReconcileSettings, polls: int) -> Decision | None:
+    """A readable response's decision, or None for a dead one (a suspected loss)."""
+    if outcome.status in _STATUS_STATE:
+        seen = _STATUS_STATE[outcome.status]
+        # A response reported queued again after in_progress does not move the job back.
+        to = seen if states.allowed(job.state, seen) else job.state
+        return Decision(
+            to, Reason.POLL,
+            changes={"poll_count": polls, "retry_count": 0},
+            detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
+            delay=s.poll_interval_seconds,
+        )
+    if outcome.finished:
+        return Decision(
+            State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
+            changes={"poll_count": polls, "retry_count": 0},
+            detail={"status": outcome.status, "incomplete_reason": outcome.incomplete_reason,
+                    "due_at": str(job.next_attempt_at)},
+            go_on=True,
+        )
+    if outcome.status not in DEAD_STATUSES:
+        why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
+        return Decision(
+            job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
+            changes={"poll_count": polls, "retry_count": 0, "last_error": why},
+            detail={"status": outcome.status[:64], "due_at": str(job.next_attempt_at)},
+            delay=s.poll_interval_seconds,
+        )
+    return None
+
+
 def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss: ProviderSettings,
                     suspected_reads: int) -> Decision:
     reads = suspected_reads + 1
@@ -300,6 +318,17 @@ def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss:
         return Decision(job.state, Reason.LOSS_SUSPECTED,
                         changes={"poll_count": polls, "retry_count": 0, "last_error": why[:_ERROR_MAX]},
                         detail={**detail, "due_at": str(job.next_attempt_at)}, delay=spacing)
+    if facts["status"] == "not_found" and job.create_scope is None:
+        # Taken over without a known scope and never read since: the 404 may only say it lives in
+        # another organization or project. Never a loss: it parks with the facts for a person.
+        d = quarantine(Reason.SCOPE_UNKNOWN,
+                       f"response {job.response_id} answers 404 under {facts.get('read_under') or 'this scope'}, "
+                       f"but where it was created is not known (taken over, never read successfully): not taken as "
+                       f"a loss. Find it in the dashboard of the project it was created in: put that project's "
+                       f"credentials back (it is then read and kept), or `iipub jobs import-payload {job.id} FILE`; "
+                       f"`iipub quarantine release {job.id} --verified-lost` only once it is known gone (one new "
+                       f"paid create)", **detail)
+        return Decision(d.to, d.reason, {**d.changes, "poll_count": polls}, d.detail)
     if facts["status"] == "failed" and failure_cause(facts.get("error_code")) == FailureCause.REFUSAL:
         # Paying again would get the same answer: a human decides (regenerate after a fix, or kill).
         d = quarantine(Reason.PROVIDER_REFUSED, f"{why} (error code {facts.get('error_code') or 'none'})",
@@ -535,7 +564,8 @@ def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Tra
     if to is None:
         return None
     changes: dict[str, Any] = {"response_id": spend.response_id, "generation_attempts": spend.charged,
-                               "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None}
+                               "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None,
+                               "create_scope": None}  # recorded at its first successful read
     if meta.get("iipub_fingerprint"):
         changes["config_fingerprint"] = meta["iipub_fingerprint"]
     return Decision(to, Reason.RESTORED_ADOPTED, changes,
@@ -632,7 +662,7 @@ def proves_unknown_create(job: Job, observed: Observed) -> bool:
             and meta.get("iipub_fingerprint") == job.config_fingerprint)
 
 
-def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
+def auto_link(job: Job, observed: Observed, via: str, scope: str | None = None) -> Decision | None:
     """QUARANTINED create_outcome_unknown / crashed_during_create, and a verified event proved
     which response the create made (`proves_unknown_create`): adopt it, nothing is paid again.
     A finished one goes straight to custody; any other (a failure, a status iipub does not
@@ -642,8 +672,9 @@ def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
         return None
     finished = observed.finished and observed.status not in DEAD_STATUSES
     to = _STATUS_STATE.get(observed.status) or (State.COMPLETED_NOT_RETRIEVED if finished else State.ACCEPTED)
+    # `scope`: where the proving read was made: the response lives there.
     changes: dict[str, Any] = {"response_id": observed.response_id, "poll_count": 0, "retry_count": 0,
-                               "quarantine_reason": None, "last_error": None}
+                               "quarantine_reason": None, "last_error": None, "create_scope": scope}
     if observed.usage is not None:
         changes.update(input_tokens=observed.usage.input_tokens, output_tokens=observed.usage.output_tokens,
                        total_tokens=observed.usage.total_tokens)

@@ -351,6 +351,7 @@ class Reason(enum.StrEnum):
     PROVIDER_REFUSED = "provider_refused"
     OUTPUT_CAP_REACHED = "output_cap_reached"
     CONTENT_FILTERED = "content_filtered"
+    SCOPE_UNKNOWN = "scope_unknown"
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
     RESTORED_ADOPTED = "restored_adopted"
@@ -456,6 +457,9 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CONTENT_FILTERED: (False, ("quarantine: the provider's content filter stopped the response before its answer "
                                  "was complete (incomplete: content_filter); its output is kept, nothing is paid "
                                  "again until an operator changes the prompt and releases it")),
+    R.SCOPE_UNKNOWN: (False, ("quarantine: a response taken over without a known scope answered 404 on every read: "
+                              "it may live in another organization or project, so it is not taken as a loss; kept "
+                              "and watched for a person")),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
     R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
     R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),
@@ -483,7 +487,7 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
     R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OUTPUT_CAP_REACHED,
-    R.CONTENT_FILTERED, R.PRODUCT_REMOVED,
+    R.CONTENT_FILTERED, R.SCOPE_UNKNOWN, R.PRODUCT_REMOVED,
     R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED, R.PAYMENT_REFUSED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.

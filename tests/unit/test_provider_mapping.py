@@ -197,7 +197,8 @@ def test_create_accepted_carries_id_and_status(provider: OpenAIAdapter, rec: Rec
     ("headers", "delay"),
     [
         ({"retry-after": "2", "x-ratelimit-reset-requests": "2s"}, 2.0),
-        ({"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-reset-requests": "1s"}, 360.0),
+        # no type, no exhausted limit named: the sooner reset (a far-off tokens reset holds nothing)
+        ({"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-reset-requests": "1s"}, 1.0),
         ({"retry-after-ms": "1500"}, 1.5),
         ({"retry-after": "later"}, None),
         ({}, None),
