@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from iipub.model.jobs import slot_row
 from iipub.model.states import State
-from iipub.provider.adapter import create_body as provider_create_body
+from iipub.provider.openai.adapter import create_body as provider_create_body
 from iipub.provider.outcomes import CreateRequest
 from iipub.settings.config import Product, Settings
 from iipub.settings.loading import settings_from_dict

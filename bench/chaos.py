@@ -52,7 +52,7 @@ from iipub.model.states import State
 from iipub.money import gate
 from iipub.money.ledger import SpendLedger
 from iipub.observe import invariants
-from iipub.provider.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
+from iipub.provider.openai.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
 from iipub.settings.loading import default_ledger_path, settings_from_dict
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
@@ -115,7 +115,7 @@ def _held_by_parked_tracks() -> sa.ColumnElement[bool]:
 def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
     covered = {name for name, *_ in FAULT_PLAN}
     # Webhook delivery faults are campaigned by bench/webhooks.py and tests/integration/
-    # test_webhook_delivery.py: this campaign runs without a receiver.
+    # test_settle.py: this campaign runs without a receiver.
     missing = set(FAULTS) - covered - set(WEBHOOK_FAULTS)
     if missing:
         raise SystemExit(f"FAULT_PLAN does not cover simulator faults: {sorted(missing)}")

@@ -35,9 +35,9 @@ from iipub.core.timefmt import naive_utc, seconds_between
 from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, Reason
 from iipub.observe import invariants
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.provider.outcomes import CreateOutcome, CreateRequest
-from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.settings.loading import settings_from_dict

@@ -21,30 +21,16 @@ from iipub.store.db import describe_error
 
 # Where each command lives: its module is imported only when that command runs (or `--help`
 # lists it), so a cron run of `iipub reconcile` loads the reconcile machinery and nothing else.
+# Every command (or group) has a module named after it, `<name>_cmd`; an undo sits beside its
+# command (`unpause` in `pause_cmd`, `resume` in `suspend_cmd`).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "db": ("db_cmd", "db_group"),
-    "schedule": ("jobs_cmd", "schedule_command"),
-    "jobs": ("jobs_cmd", "jobs_group"),
-    "reconcile": ("run_cmd", "reconcile_command"),
-    "relay": ("run_cmd", "relay_command"),
-    "status": ("status_cmd", "status_command"),
-    "quarantine": ("operator_cmd", "quarantine_group"),
-    **{name: ("operator_cmd", f"{name}_command") for name in (
-        "republish", "pause", "unpause", "suspend", "resume", "cancel", "kill", "revalidate", "regenerate",
-        "backfill")},
-    "simulator": ("simulator_cmd", "simulator_command"),
-    "demo": ("demo_cmd", "demo_command"),
-    "check": ("check_cmd", "check_command"),
-    "doctor": ("doctor_cmd", "doctor_command"),
-    "webhook": ("webhook_cmd", "webhook_group"),
-    "orphans": ("webhook_cmd", "orphans_group"),
-    "outbox": ("outbox_cmd", "outbox_group"),
-    "adopt": ("cutover_cmd", "adopt_command"),
-    "export": ("cutover_cmd", "export_command"),
-    "budget": ("budget_cmd", "budget_group"),
-    "init": ("init_cmd", "init_command"),
-    "config": ("config_cmd", "config_group"),
-    "ledger": ("ledger_cmd", "ledger_group"),
+    **{name: (f"{name}_cmd", f"{name}_group") for name in (
+        "db", "jobs", "quarantine", "webhook", "orphans", "outbox", "budget", "config", "ledger")},
+    **{name: (f"{name}_cmd", f"{name}_command") for name in (
+        "schedule", "reconcile", "relay", "status", "republish", "pause", "suspend", "cancel", "kill", "revalidate",
+        "regenerate", "backfill", "simulator", "demo", "check", "doctor", "adopt", "export", "init")},
+    "unpause": ("pause_cmd", "unpause_command"),
+    "resume": ("suspend_cmd", "resume_command"),
 }
 
 

@@ -19,6 +19,7 @@ from iipub.core.timefmt import parse_date
 from iipub.core.wording import printable
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import State
+from iipub.observe.idle_check import same_file
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import db
@@ -134,6 +135,7 @@ def reason_option(f: F) -> F:
 
 
 if TYPE_CHECKING:
+    from iipub.operate.executor import Operator
     _DateParam = click.ParamType[dt.date]
 else:  # click < 8.5: ParamType is not subscriptable at run time
     _DateParam = click.ParamType
@@ -207,3 +209,63 @@ def clip(text: str | None, width: int) -> str:
 def moved(before: State, job: Job) -> str:
     """What an operator command did to a job, in one line."""
     return f"job {job.id}: {before} -> {job.state} (version {job.version})"
+
+
+# -- what the operator commands share --------------------------------------------
+
+
+def job_operator(app: App) -> Operator:
+    from iipub.operate.executor import Operator  # the remedies and their provider calls load only for these commands
+
+    return Operator(app.settings, app.engine())
+
+
+def act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> Job:
+    """Run one job action and print the move it made."""
+    settings = app.settings
+    # A missing key is a configuration error raised before the job is even read.
+    from iipub.operate.executor import Operator
+    from iipub.provider.openai.adapter import OpenAIAdapter
+
+    provider = OpenAIAdapter(settings.provider, settings.require_api_key()) if needs_provider else None
+    try:
+        op = Operator(settings, app.engine(), provider)
+        before = op.get(job_id)
+        after = action(op)
+    finally:
+        if provider is not None:
+            provider.close()
+    click.echo(moved(before.state, after))
+    return after
+
+
+pay_again_option = click.option(
+    "--pay-again", is_flag=True,
+    help="Buy again although the payment authority found the slot paid for or its output held (custody, the "
+         "ledger, the legacy system, the live site): journaled with --reason and the evidence it overrides.")
+
+
+# -- what the cron commands share ------------------------------------------------
+
+
+def leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
+    """What the next cron run's wake-up check compares with (`iipub.observe.wakeup`). A run that did
+    anything, or pings a URL each run, leaves "due": the next run is a full one."""
+    from iipub.observe import wakeup_store
+
+    busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
+    if command == "reconcile":
+        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.reconcile_due(
+            engine, settings), future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
+    else:
+        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.relay_due(engine),
+                            future=wakeup_store.relay_future, idle_summary=wakeup_store.idle_report(report))
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary on stdout, unless stdout is the very file stderr is (cron's
+    `>>log 2>&1`): the stderr event (tick_done, relay_done) already holds it with time and level,
+    and a log must say each run once."""
+    if same_file(sys.stdout, sys.stderr):
+        return
+    click.echo(json.dumps(summary, sort_keys=True))

@@ -29,7 +29,7 @@ def doctor_command(app: App, as_json: bool) -> None:
     One line per check. Exit 0 only when every check passes, 1 otherwise.
     """
     from iipub.operate import doctor
-    from iipub.provider.adapter import OpenAIAdapter
+    from iipub.provider.openai.adapter import OpenAIAdapter
     from iipub.provider.outcomes import CreateRequest, ModelLookup
 
     settings = app.settings

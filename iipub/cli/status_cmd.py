@@ -20,7 +20,7 @@ from iipub.model.states import State
 from iipub.store.db import describe_error
 
 if TYPE_CHECKING:
-    from iipub.observe.report import Status
+    from iipub.observe.status_report import Status
     from iipub.settings.config import Product
 
 @click.command("status")

@@ -28,8 +28,8 @@ from iipub.machine.run.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import LOCAL_STEPS, PROVIDER_BOUND, TRACKS_RUN_IN, State
 from iipub.money import gate
-from iipub.provider.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
 from iipub.provider.interface import Provider
+from iipub.provider.openai.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries

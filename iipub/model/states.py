@@ -145,7 +145,7 @@ EDGES: tuple[Edge, ...] = tuple(
 
 # -- state groups ------------------------------------------------------------------------------
 # Every group of states iipub decides by is declared here, once, and named for what it means.
-# `PARTITIONS` names the families that split the states: tests/unit/test_states.py checks that
+# `PARTITIONS` names the families that split the states: tests/unit/model/test_states.py checks that
 # each places every state exactly once, so a new state must be placed in each.
 
 # Who moves a job (the first partition). `reconcile` works on ACTIVE ones (`steps.STEPS`).
@@ -270,7 +270,7 @@ _TRACK_BY_PAIR = {(e.src, e.dst): e for e in TRACK_EDGES}
 TRACK_STATES = frozenset({e.src for e in TRACK_EDGES} | {e.dst for e in TRACK_EDGES})
 
 # The families of groups that split the states, each state in exactly one group of each: a job's
-# over `State`, a track's over `TRACK_STATES` (tests/unit/test_states.py).
+# over `State`, a track's over `TRACK_STATES` (tests/unit/model/test_states.py).
 PARTITIONS: dict[str, tuple[frozenset[State], ...]] = {
     "who moves a job: the sweep, the relay, an operator, nobody": (ACTIVE, RELAYING, PARKED, TERMINAL),
     "where a job's output is: not in custody yet, parked from anywhere, in custody": (

@@ -3,7 +3,7 @@ metrics (`prometheus_client`'s text format), written atomically (a temp file in 
 directory, fsync, rename), so the collector never reads half a file.
 
 Every metric is a gauge named `iipub_…`, built on a fresh registry per report (nothing of the
-process's own default registry leaks in). Figures come from `iipub.observe.report.Status`, the same
+process's own default registry leaks in). Figures come from `iipub.observe.status_report.Status`, the same
 ones `status --json` shows; a figure with no sample (an SLI with no interval in the window, a
 command that never ran) is NaN.
 """
@@ -26,7 +26,7 @@ from iipub.model.states import QUARANTINE_REASONS, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason as _parked_reason
 from iipub.money.budgets import GLOBAL, TIERS
-from iipub.observe.report import Status
+from iipub.observe.status_report import Status
 from iipub.settings.config import Product
 
 NAN = math.nan

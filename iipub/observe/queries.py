@@ -35,7 +35,8 @@ from iipub.model.states import (
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
-from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
+from iipub.observe import cutover, disk_samples, error_budget, heartbeat
+from iipub.observe import status_report as report
 from iipub.provider.outcomes import same_scope, scope_of
 from iipub.settings.config import PLACEHOLDER_KEY_LINE, Settings, StatusSettings
 from iipub.store import clock, db, deliveries, installation, outbox, tables

@@ -32,7 +32,7 @@ COMMANDS = ("reconcile", "relay")
 # delete a writer makes (a fenced write adds 1 to `version`; rows without one have times or ids
 # that move). Left out: `runs` (heartbeats, written by idle runs too), `wakeups` itself and
 # `disk_samples` (observation; the relay's row wakes it for the next sample). Every other table
-# must be named here (tests/unit/test_wakeup.py checks it against the schema).
+# must be named here (tests/unit/observe/test_wakeup.py checks it against the schema).
 SIGNED: tuple[tuple[str, str], ...] = (
     ("jobs", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
     ("tracks", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
@@ -70,7 +70,7 @@ _SECRET_MARKS = ("KEY", "SECRET", "PASSWORD", "TOKEN", "DATABASE_URL")
 
 
 # `states.ACTIVE` and `states.TRACK_ACTIVE` as text (that module's enums would cost the idle path
-# its import; tests/unit/test_wakeup.py holds them equal).
+# its import; tests/unit/observe/test_wakeup.py holds them equal).
 ACTIVE_STATES = ("ACCEPTED", "CLEANUP_PENDING", "COMPLETED_NOT_RETRIEVED", "COMPOSED_NOT_SAVED", "CREATE_ELIGIBLE",
                  "CREATE_IN_FLIGHT", "IN_PROGRESS", "NO_JOB", "PROVIDER_EXPIRED_OR_MISSING", "PUBLISHED", "QUEUED",
                  "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")

@@ -37,8 +37,8 @@ from iipub.money.payment_values import Override
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.operate.remedies import ReleaseMode
-from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.interface import Provider
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     DEAD_STATUSES,
     FINISHED_STATUSES,

@@ -99,7 +99,7 @@ class Held:
 def edition_text(req: CreateRequest, faults: Iterable[str] = ()) -> str:
     """The output a finished response to `req` holds: the simulator's edition for the request's
     schema (valid for its product), bent by its content `faults` (`simulator.faults`)."""
-    from iipub.provider.simulator import content
+    from iipub.provider.openai.simulator import content
     from iipub.settings import edition_schema  # pydantic: only when a response finishes
 
     p = req.product

@@ -35,8 +35,8 @@ from iipub.model.states import State
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
 from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks.cms_webhook import WebhookSink
 from iipub.publish.sinks.static import StaticSink
-from iipub.publish.sinks.webhook import WebhookSink
 from iipub.settings import config
 from iipub.settings.config import Settings
 from iipub.store import outbox, tables, track_store

@@ -44,8 +44,8 @@ from iipub.machine.run import run_context
 from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
-from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.interface import Provider
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db

@@ -9,7 +9,7 @@ Covered elsewhere and not repeated here: a bad `schedule --date`, an unknown `jo
 TOML (same file); `status` against an unreachable database (test_status_cli.py);
 `quarantine release` usage errors and unknown id, reversed / future / invalid backfill ranges,
 an unknown backfill product, a missing OPENAI_API_KEY for reconcile / cancel / release --link
-(test_operator_cli.py); every config validation rule (tests/unit/test_config.py).
+(test_operator_cli.py); every config validation rule (tests/unit/settings/test_config.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store

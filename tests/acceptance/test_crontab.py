@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db, tables
 from tests.support.cli import iipub_exe, run_cli
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core import errors
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db
 from tests.support.cli import one_line_error, run_cli, stderr_at_a_terminal
 from tests.support.databases import MYSQL_URL

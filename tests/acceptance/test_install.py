@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.operate import install
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.loading import load_settings
 from iipub.store import db, tables
 from tests.acceptance.test_crontab import crontab_lines

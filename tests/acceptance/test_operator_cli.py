@@ -15,7 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store.job_store import Store
 from tests.support.cli import CliResult, one_line_error, run_cli

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.loading import settings_from_dict
 from iipub.store import clock
 from iipub.store.job_store import Store

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -141,7 +141,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Migration 0009 run on both nodes at once over a database holding a job in every state
-    (tests/integration/test_tracks_migration.py's): every slot past the fork gets its tracks
+    (tests/integration/store/test_tracks_migration.py's): every slot past the fork gets its tracks
     once, and the upgraded cluster finishes every slot with no create paid twice."""
 
     import sqlalchemy as sa
@@ -149,7 +149,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
     from iipub.machine import sweep
     from iipub.publish import relay
     from iipub.store import tables
-    from tests.integration import test_tracks_migration as tm
+    from tests.integration.store import test_tracks_migration as tm
     from tests.support.simulator import simulator
 
     galera = import_galera()

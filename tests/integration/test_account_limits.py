@@ -14,8 +14,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
-from iipub.provider.simulator.faults import FaultRule
+from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.faults import FaultRule
 from tests.support.cli import run_cli
 from tests.support.rows import job_events, job_rows
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env

@@ -18,10 +18,10 @@ from iipub.machine.decisions import on_output
 from iipub.machine.run import run_context
 from iipub.model.states import State
 from iipub.observe import queries
-from iipub.observe import report as status
+from iipub.observe import status_report as status
 from iipub.provider.fake import FakeProvider
+from iipub.provider.openai.simulator import Simulator
 from iipub.provider.outcomes import Observed
-from iipub.provider.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store

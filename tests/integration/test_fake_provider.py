@@ -1,6 +1,6 @@
 """The in-memory provider answers what the OpenAI adapter answers over real HTTP (against the
 simulator) for the same calls: the same outcome types, statuses, metadata and refusals, so a
-step tested on the fake (tests/integration/test_steps.py) meets what it meets in production."""
+step tested on the fake (tests/integration/machine/test_steps.py) meets what it meets in production."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 
 from iipub.core.errors import InvariantViolation
 from iipub.edition import validate
-from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.fake import FakeProvider, Outcome
 from iipub.provider.interface import Provider, create_metadata
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator
 from iipub.provider.outcomes import LIVE_STATUSES, Accepted, CreateRequest, Observed
-from iipub.provider.simulator import Simulator
 from iipub.settings.config import Product, ProviderSettings
 
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, languages=("en", "es"))

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store

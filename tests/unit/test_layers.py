@@ -73,9 +73,9 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
     # the provider interface reaching an HTTP library
     ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
     # the status report reaching the rows it reports on
-    ("observe/report.py", "from iipub.store import tables  # planted\n", "the status report"),
+    ("observe/status_report.py", "from iipub.store import tables  # planted\n", "the status report"),
     # ... or a value type it shows back in its I/O module
-    ("observe/report.py", "from iipub.observe.heartbeat import summary  # planted\n", "the status report"),
+    ("observe/status_report.py", "from iipub.observe.heartbeat import summary  # planted\n", "the status report"),
 ])
 def test_a_planted_violation_breaks_the_contract(tree_copy: Path, module: str, planted: str, contract: str) -> None:
     target = tree_copy / "iipub" / module

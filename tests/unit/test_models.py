@@ -15,7 +15,7 @@ from openai.types.responses import response_create_params
 from openai.types.shared import reasoning_effort
 
 from iipub.core.errors import ConfigError
-from iipub.provider.adapter import create_body
+from iipub.provider.openai.adapter import create_body
 from iipub.provider.outcomes import CreateRequest
 from iipub.settings import models
 from iipub.settings.loading import settings_from_dict
@@ -120,7 +120,7 @@ def test_the_table_is_current_for_the_new_families(model: str, takes: tuple[str,
                                                    refuses: tuple[str, ...]) -> None:
     """A valid configuration loads (gpt-5.5 with xhigh), an invalid one is refused at load in one
     line (gpt-5.5 with minimal), and the simulator's own idea of the API agrees."""
-    from iipub.provider.simulator import params
+    from iipub.provider.openai.simulator import params
 
     for effort in takes:
         s = settings_from_dict({"products": [{**PRODUCT, "model": model, "reasoning_effort": effort}]})

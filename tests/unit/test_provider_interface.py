@@ -19,9 +19,9 @@ import pytest
 import iipub
 from iipub.core.errors import ConfigError, InvariantViolation
 from iipub.edition import validate
-from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.fake import Call, FakeProvider, Held
 from iipub.provider.interface import Provider, create_metadata
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from iipub.core.errors import InvariantViolation, MissingApiKey
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
@@ -468,7 +468,7 @@ def test_an_answer_larger_than_the_bound_is_not_read(provider: OpenAIAdapter, re
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads stop reading past MAX_ANSWER_BYTES: a Transient, nothing kept; a create's answer
     that large is an unknown outcome (the request was sent), never a retry."""
-    import iipub.provider.adapter as provider_module
+    import iipub.provider.openai.adapter as provider_module
 
     monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)  # the 64 MiB bound, made small
     rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
