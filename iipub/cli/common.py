@@ -225,9 +225,9 @@ def act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provi
     settings = app.settings
     # A missing key is a configuration error raised before the job is even read.
     from iipub.operate.executor import Operator
-    from iipub.provider.openai.adapter import OpenAIAdapter
+    from iipub.provider import factory
 
-    provider = OpenAIAdapter(settings.provider, settings.require_api_key()) if needs_provider else None
+    provider = factory.build(settings) if needs_provider else None
     try:
         op = Operator(settings, app.engine(), provider)
         before = op.get(job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import click
@@ -29,7 +30,7 @@ def doctor_command(app: App, as_json: bool) -> None:
     One line per check. Exit 0 only when every check passes, 1 otherwise.
     """
     from iipub.operate import doctor
-    from iipub.provider.openai.adapter import OpenAIAdapter
+    from iipub.provider import factory
     from iipub.provider.outcomes import CreateRequest, ModelLookup
 
     settings = app.settings
@@ -37,8 +38,8 @@ def doctor_command(app: App, as_json: bool) -> None:
     lookups: dict[str, ModelLookup] | None = None
     requested: dict[str, int] = {}
     usable = doctor.key_problem(settings.api_key) is None
-    # Built with the key only to size the creates when the key cannot be sent: then nothing is.
-    provider = OpenAIAdapter(settings.provider, settings.api_key if usable and settings.api_key else "unusable")
+    # Built with a stand-in key when the key cannot be sent: then it only sizes the creates.
+    provider = factory.build(settings if usable else dataclasses.replace(settings, api_key="unusable"))
     try:
         if usable:
             lookups = {}
@@ -48,7 +49,7 @@ def doctor_command(app: App, as_json: bool) -> None:
                     lookups[model] = provider.look_up(product.model)
         for product in settings.products.values():
             req = CreateRequest("doctor", product, day, 1, product.fingerprint(),
-                                service_tier="flex" if product.service_tier == "flex" else "default")
+                                tier="flex" if product.service_tier == "flex" else "default")
             requested[product.name] = provider.requested_tokens(req)
     finally:
         provider.close()

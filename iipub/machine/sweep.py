@@ -28,8 +28,8 @@ from iipub.machine.run.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import LOCAL_STEPS, PROVIDER_BOUND, TRACKS_RUN_IN, State
 from iipub.money import gate
+from iipub.provider import factory  # cheap: a provider's SDK and HTTP client load at its first call
 from iipub.provider.interface import Provider
-from iipub.provider.openai.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
@@ -47,7 +47,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
     """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
     does nothing at all (the cron command still records its heartbeat). It first makes today's
     slots and the catch-up days' unless `[reconcile] auto_schedule` is off."""
-    api_key = settings.require_api_key()
+    settings.require_api_key()
     started = time.monotonic()
     store = Store(engine, worker or new_worker_id("reconcile"), settings.reconcile.lease_seconds)
     paused = gate.paused_everything(engine)
@@ -55,7 +55,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
         log.warning("paused_everything", worker=store.worker, by=paused.paused_by, why=paused.paused_reason)
         return TickReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
     own_provider = provider is None
-    provider = provider or OpenAIAdapter(settings.provider, api_key)
+    provider = provider or factory.build(settings)
     try:
         ctx = run_context.for_sweep(settings, store, provider, started + settings.reconcile.tick_seconds,
                                     rng or random.Random())

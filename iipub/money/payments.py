@@ -58,7 +58,7 @@ def record_outcome(conn: Connection, spend_id: int, outcome: CreateOutcome) -> N
     """In the transition that leaves CREATE_IN_FLIGHT: what the create's outcome says was paid."""
     values: dict[str, Any] = {"updated_at": clock.now(conn)}
     if isinstance(outcome, Accepted):
-        values.update(state=ACCEPTED, response_id=outcome.response_id, tier_reported=outcome.service_tier)
+        values.update(state=ACCEPTED, response_id=outcome.response_id, tier_reported=outcome.tier)
     elif isinstance(outcome, Refused):
         values["state"] = REFUSED
     elif isinstance(outcome, Ambiguous):

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,7 +37,7 @@ from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
 from iipub.observe import cutover, disk_samples, error_budget, heartbeat
 from iipub.observe import status_report as report
-from iipub.provider.outcomes import same_scope, scope_of
+from iipub.provider import factory
 from iipub.settings.config import PLACEHOLDER_KEY_LINE, Settings, StatusSettings
 from iipub.store import clock, db, deliveries, installation, outbox, tables
 
@@ -94,8 +94,8 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         # Holds still in force: a product since removed or reconfigured is lifted at its next create.
         product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
                               and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
-        current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
-        elsewhere = _waiting_on_scope(conn, live, current_scope)
+        current_scope = factory.scope(settings)
+        elsewhere = _waiting_on_scope(conn, live, lambda created_under: factory.reaches(settings, created_under))
         immovable = _immovable_slots(conn, now)
         budgets = error_budgets(conn, now, live, s)
         clock_check = host_clock(conn)
@@ -233,11 +233,12 @@ def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     return out
 
 
-def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]], current: str) -> list[Mapping[str, Any]]:
+def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]],
+                      reaches: Callable[[str], bool]) -> list[Mapping[str, Any]]:
     """Jobs in flight created under another scope than reads use now whose last read was a 404
     there (`scope_mismatch`): naming the project explicitly for a key's own project is no alarm."""
     candidates = [j for j in live if j["state"] in CUSTODY_PENDING and j["create_scope"]
-                  and not same_scope(j["create_scope"], current)]
+                  and not reaches(j["create_scope"])]
     waiting = []
     for j in candidates:  # a rotation with jobs in flight: a handful, each one indexed read
         last = conn.execute(sa.select(events_table.c.reason).where(events_table.c.job_id == j["id"])

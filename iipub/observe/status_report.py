@@ -266,7 +266,7 @@ class Status:
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
     product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
     # Jobs in flight created under another scope (organization, project, key) than reads use now,
-    # with one such scope and the current one (`outcomes.scope_of`).
+    # with one such scope and the current one (`Provider.scope`, opaque).
     other_scope_jobs: int = 0
     other_scope: str | None = None
     current_scope: str | None = None

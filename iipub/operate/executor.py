@@ -37,15 +37,14 @@ from iipub.money.payment_values import Override
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.operate.remedies import ReleaseMode
+from iipub.provider import factory
 from iipub.provider.interface import Provider
-from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
     Missing,
     Observed,
     ReadOutcome,
     Rejected,
+    Stage,
     Transient,
 )
 from iipub.settings.config import Settings, max_output_bytes
@@ -443,7 +442,7 @@ class Operator(Closing):
         ds.orphan_fate(orphan.response_id, "discarded", None, reason, by)
         installation.record_delete(self.engine, orphan.response_id, None, "discard", _worker(by))
         log.warning("orphan_discarded", response_id=orphan.response_id, by=by, reason=reason)
-        if orphan.status not in FINISHED_STATUSES:
+        if provider.stage_of(orphan.status) is not Stage.FINISHED:
             provider.cancel(orphan.response_id)  # best effort: stop its spend first
         outcome = provider.delete(orphan.response_id, has_custody=orphan.output is not None,
                                   kill_requested=orphan.output is None)
@@ -472,8 +471,7 @@ class Operator(Closing):
 
     def _need_provider(self) -> Provider:
         if self._provider is None:
-            key = self.settings.require_api_key()
-            provider = OpenAIAdapter(self.settings.provider, key)
+            provider = factory.build(self.settings)
             provider.ready()  # a broken HTTP set-up is one error line now, before any lease
             self._provider = provider
             self._own_provider = True
@@ -553,8 +551,7 @@ def _actual_status(provider: Provider, response_id: str) -> Observed | Missing:
         raise OperatorRefused(f"cancel of {response_id} failed, nothing changed; retry: {outcome.why}")
     if isinstance(outcome, Missing):
         return outcome
-    if isinstance(outcome, Observed) and (outcome.status in DEAD_STATUSES or
-                                          (outcome.status in FINISHED_STATUSES and outcome.output_text is not None)):
+    if isinstance(outcome, Observed) and (outcome.gone or (outcome.finished and outcome.output_text is not None)):
         return outcome
     rejected = outcome if isinstance(outcome, Rejected) else None
     again = provider.retrieve(response_id)

@@ -22,19 +22,18 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import PAYLOAD_QUARANTINES, Reason, State
 from iipub.money.spend import SlotSpend
+from iipub.provider.openai.codes import FINISHED_STATUSES, answer_messages
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
     Missing,
     Observed,
     ReadOutcome,
     Rejected,
+    Stage,
     Transient,
     Usage,
-    answer_messages,
 )
 
-POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+POLLING_STAGE = {Stage.WAITING: State.QUEUED, Stage.RUNNING: State.IN_PROGRESS}
 _RESET = {"poll_count": 0, "quarantine_reason": None, "retry_count": 0, "last_error": None}
 # Operator text is journaled and shown; bounded so it always fits (jobs.last_error, detail JSON).
 MAX_REASON_CHARS = 1000
@@ -152,10 +151,10 @@ def adoptable(job: Job, response_id: str, outcome: ReadOutcome, installation_id:
     if owner != job.id:
         named = f"names job {owner}" if owner else "carries no iipub_job_id metadata"
         raise OperatorRefused(f"response {response_id} {named}, not job {job.id}; refusing to link it")
-    if outcome.status in DEAD_STATUSES:
+    if outcome.gone:
         raise OperatorRefused(f"response {response_id} is {outcome.status}: there is no output to adopt; "
                               "use --verified-lost to generate again")
-    if outcome.status not in FINISHED_STATUSES and outcome.status not in POLLING_STATUS:
+    if not outcome.finished and not outcome.live:
         raise OperatorRefused(f"response {response_id} has unknown status {outcome.status!r}")
     return outcome
 
@@ -181,8 +180,8 @@ def link(job: Job, observed: Observed, by: str, reason: str, scope: str | None =
     detail = who(by, reason, quarantine_reason=job.quarantine_reason, previous_response_id=job.response_id,
                  response_id=observed.response_id, status=observed.status,
                  attempt=observed.metadata.get("iipub_attempt"))
-    if observed.status in POLLING_STATUS:
-        return Decision(POLLING_STATUS[observed.status], Reason.OPERATOR_LINK, changes, detail, delay=0)
+    if observed.live:
+        return Decision(POLLING_STAGE[observed.stage], Reason.OPERATOR_LINK, changes, detail, delay=0)
     return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_LINK, changes, detail, delay=0, go_on=True)
 
 
@@ -241,11 +240,11 @@ def after_cancel(job: Job, outcome: Observed | Missing, by: str, reason: str) ->
     if isinstance(outcome, Missing):
         note = f"response {job.response_id} not found at the provider"
         return _cancelled(job, by, reason, {**base, "why_gone": outcome.why}, note)
-    if outcome.status in FINISHED_STATUSES:
+    if outcome.finished:
         return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_CANCEL, changes={"retry_count": 0},
                         detail={**base, "status": outcome.status, "race": True}, delay=0, go_on=True)
     note = f"provider reports {outcome.status}"
-    if outcome.status not in DEAD_STATUSES:
+    if not outcome.gone:
         note += " after the cancel request; the response id is kept (release --resume-polling to watch it)"
     return _cancelled(job, by, reason, {**base, "status": outcome.status}, note)
 
@@ -472,7 +471,7 @@ def _from_json(data: Mapping[str, Any], file_bytes: int, digest: str) -> Importe
 
 def _response_text(output: Any) -> str:
     """The output text of a response object's `output` items, read as custody reads it: the
-    final answer's `output_text` parts in order (`outcomes.answer_messages`)."""
+    final answer's `output_text` parts in order (`codes.answer_messages`)."""
     parts: list[str] = []
     for item in answer_messages(output) if isinstance(output, list) else []:
         if not isinstance(item.get("content"), list):
@@ -512,7 +511,8 @@ def import_payload(job: Job, imported: Imported, max_output_bytes: int | None, b
     if owner and owner != job.id:
         raise OperatorRefused(f"the response in the file names job {owner}, not job {job.id}; nothing written")
     observed = Observed(response_id=imported.response_id or job.response_id or "", status=imported.status or
-                        "completed", output_text=imported.text, usage=imported.usage, metadata=imported.metadata)
+                        "completed", output_text=imported.text, usage=imported.usage, metadata=imported.metadata,
+                        stage=Stage.FINISHED)
     d = decisions.on_output(job, observed, max_output_bytes)
     return Decision(
         State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_IMPORT_PAYLOAD, {**d.changes, "quarantine_reason": None},
@@ -605,7 +605,8 @@ def adopt_orphan(job: Job, orphan: Orphan, *, installation_id: str, live_edition
     attempt = int(attempt_text) if attempt_text.isdigit() else 0
     usage = (Usage(0, orphan.output_tokens, orphan.total_tokens)
              if orphan.output_tokens is not None and orphan.total_tokens is not None else None)
-    d = decisions.on_output(job, Observed(rid, "completed", output_text=orphan.output, usage=usage), max_output_bytes)
+    d = decisions.on_output(job, Observed(rid, orphan.status, output_text=orphan.output, usage=usage,
+                                          stage=Stage.FINISHED), max_output_bytes)
     attempts = max(job.generation_attempts, attempt)
     changes: dict[str, Any] = {**d.changes, "response_id": rid, "generation_attempts": attempts,
                                "quarantine_reason": None, "poll_count": 0}

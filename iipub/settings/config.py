@@ -200,6 +200,8 @@ class ReconcileSettings(Checked):
 
 @dataclass(frozen=True)
 class ProviderSettings(Checked):
+    # Which provider `provider.factory` builds: "openai", or "fake" (the in-memory one, for tests).
+    kind: Annotated[str, Bounds(pattern=r"^(openai|fake)$")] = "openai"
     connect_timeout_seconds: Timeout = 5.0
     timeout_seconds: Timeout = 30.0
     flex_timeout_seconds: Timeout = 45.0  # a create asked at the flex tier is answered more slowly

@@ -44,8 +44,8 @@ from iipub.machine.run import run_context
 from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
+from iipub.provider import factory
 from iipub.provider.interface import Provider
-from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db
@@ -163,14 +163,14 @@ class Receiver:
         self.settings = settings
         w = settings.webhooks
         self.secret = settings.require_provider_webhook_secret()
-        api_key = settings.require_api_key()
+        settings.require_api_key()
         if engine is None:
             db.require_existing(settings.database_url)  # never creates an empty SQLite file
         # A lock is waited for well inside the budget (then 503, delivered again).
         self.engine = engine or db.make_engine(settings.database_url, pool_size=w.threads,
                                                lock_wait_seconds=max(1, int(w.request_seconds / 4)))
         self._own_engine = engine is None
-        self.provider: Provider = provider or OpenAIAdapter(settings.provider, api_key)
+        self.provider: Provider = provider or factory.build(settings)
         self._own_provider = provider is None
         # The SDK's verifier lives on a client; this one never sends a request.
         self._verifier = openai.OpenAI(api_key="verify-only", base_url="http://127.0.0.1:9/", max_retries=0).webhooks

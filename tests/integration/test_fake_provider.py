@@ -17,7 +17,7 @@ from iipub.provider.fake import FakeProvider, Outcome
 from iipub.provider.interface import Provider, create_metadata
 from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.openai.simulator import Simulator
-from iipub.provider.outcomes import LIVE_STATUSES, Accepted, CreateRequest, Observed
+from iipub.provider.outcomes import Accepted, CreateRequest, Observed, Stage
 from iipub.settings.config import Product, ProviderSettings
 
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, languages=("en", "es"))
@@ -28,12 +28,12 @@ def shape(outcome: Outcome) -> tuple[Any, ...]:
     """What a step decides from: the outcome's type and the fields decisions read (not the ids,
     texts and times, which differ between any two providers)."""
     if isinstance(outcome, Observed):
-        status = "live" if outcome.status in LIVE_STATUSES else outcome.status
+        stage = "live" if outcome.live else outcome.stage
         output = None if outcome.output_text is None else validate.validate(outcome.output_text, PRODUCT).ok
-        return ("Observed", status, output, outcome.usage is not None, outcome.metadata, outcome.service_tier,
-                outcome.incomplete_reason, outcome.error_code, outcome.refusal)
-    if isinstance(outcome, Accepted):
-        return ("Accepted", outcome.status, outcome.service_tier)
+        return ("Observed", stage, output, outcome.usage is not None, outcome.metadata, outcome.tier,
+                outcome.at_cap, outcome.failure, outcome.refusal)
+    if isinstance(outcome, Accepted):  # its status is the provider's own word
+        return ("Accepted", outcome.tier)
     return (type(outcome).__name__, getattr(outcome, "status", None), getattr(outcome, "retry_after", None))
 
 
@@ -72,8 +72,8 @@ def test_the_fake_answers_every_call_as_the_adapter_does_over_http(sim: Simulato
     in_memory = script(fake, fake.finish)
     assert in_memory == over_http
     meta = create_metadata(REQ)
-    assert over_http[1] == ("Observed", "live", None, False, meta, "default", None, None, None)
-    assert over_http[4] == ("Observed", "completed", True, True, meta, "default", None, None, None)
+    assert over_http[1] == ("Observed", "live", None, False, meta, "default", False, None, None)
+    assert over_http[4] == ("Observed", Stage.FINISHED, True, True, meta, "default", False, None, None)
     assert [a[0] for a in over_http[5:]] == ["Rejected", "Deleted", "Missing", "Missing", "Missing", "Missing",
                                              "Transient"]
     # Both received the two custody deletes and nothing of the refused one.

@@ -69,7 +69,7 @@ def test_the_contract_holds_on_the_tree(tree_copy: Path) -> None:
      "floors below it"),
     # a production path reaching for the tests' in-memory provider
     ("machine/sweep.py", "\n\ndef _planted() -> None:\n    from iipub.provider import fake  # noqa\n",
-     "nothing in the package imports it"),
+     "only the provider factory imports it"),
     # the provider interface reaching an HTTP library
     ("provider/interface.py", "import httpx  # planted\n", "pure modules"),
     # the status report reaching the rows it reports on

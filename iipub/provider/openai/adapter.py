@@ -26,16 +26,25 @@ if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that ca
     import httpx  # (an idle cron run) never pays for them
     import openai
 
-from iipub.core import backoff, tls
+from iipub.core import tls
 from iipub.core.closing import Closing
 from iipub.core.errors import ConfigError, MissingApiKey
 from iipub.provider.interface import check_delete_allowed, check_response_id, create_metadata
-from iipub.provider.outcomes import (
+from iipub.provider.openai import retry_hints
+from iipub.provider.openai.codes import (
     CAPACITY_CODE,
     CAPACITY_CODES,
+    MODEL_ACCESS_CODE,
     PARAM_CODES,
     QUOTA_CODES,
     RATE_LIMIT_CODES,
+    answer_messages,
+    observed,
+    same_scope,
+    scope_of,
+    stage_of,
+)
+from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
     CreateOutcome,
@@ -46,13 +55,13 @@ from iipub.provider.outcomes import (
     ModelLookup,
     Observed,
     ReadOutcome,
+    RefusalKind,
     Refused,
     Rejected,
+    Stage,
     Standing,
     Transient,
     Usage,
-    answer_messages,
-    scope_of,
 )
 from iipub.settings.config import Product, ProviderSettings
 
@@ -89,7 +98,7 @@ def create_body(req: CreateRequest) -> dict[str, Any]:
         "text": text,
         "max_output_tokens": p.output_token_cap(),
         "metadata": create_metadata(req),
-        "service_tier": req.service_tier,
+        "service_tier": req.tier,
     }
     if p.temperature is not None:
         body["temperature"] = p.temperature
@@ -124,6 +133,14 @@ class OpenAIAdapter(Closing):
         self._root = self  # a view made by `until` shares its root's pools
         self._deadline: float | None = None
         self._configured: httpx.Timeout | None = None
+
+    def reaches(self, created_under: str) -> bool:
+        """A read here sees a response created under `created_under`: the same organization and
+        project (and key, when no project was named)."""
+        return same_scope(created_under, self.scope)
+
+    def stage_of(self, status: str) -> Stage:
+        return stage_of(status)
 
     def until(self, deadline: float) -> OpenAIAdapter:
         """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`):
@@ -226,8 +243,9 @@ class OpenAIAdapter(Closing):
         try:
             client = self._sdk()
         except Exception as exc:  # the client could not even be built: not a byte was sent
-            return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {_described(exc)}"))
-        if req.service_tier == "flex":  # flex is answered more slowly: its own (longer) read timeout
+            return _trouble("create", req.job_id, exc, Refused(None, f"not sent: {_described(exc)}",
+                                                               kind=RefusalKind.UNSENT))
+        if req.tier == "flex":  # flex is answered more slowly: its own (longer) read timeout
             import httpx
 
             s = self._settings
@@ -236,7 +254,8 @@ class OpenAIAdapter(Closing):
         try:
             resp: Any = client.responses.create(**kwargs)
         except Exception as exc:
-            return _trouble("create", req.job_id, exc, _create_outcome(exc, flex=req.service_tier == "flex"))
+            return _trouble("create", req.job_id, exc, _create_outcome(exc, flex=req.tier == "flex",
+                                                                       model=req.product.model))
         return _accepted_or_ambiguous(resp)
 
     # -- what the account may use (free of charge) ---------------------------------------------
@@ -440,16 +459,19 @@ def _trouble(op: str, subject: str, exc: Exception, outcome: _T) -> _T:
     return outcome
 
 
-def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguous | Rejected:
+def _create_outcome(exc: Exception, *, flex: bool = False, model: str | None = None) -> Refused | Ambiguous | Rejected:
     """THE MONEY MAPPING for a create that did not return a 2xx body.
 
     | what happened                                          | outcome    | why                      |
     |--------------------------------------------------------|------------|--------------------------|
     | 2xx with an id starting `resp_`  (see _accepted_...)   | Accepted   | job exists, will charge  |
     | 2xx, no usable id / body unparsable (_accepted_...)    | Ambiguous  | may exist, id unknown    |
-    | 429                                                    | Refused    | rate-limited: not run    |
+    | 429 naming a quota or billing code                     | Refused    | quota: not run           |
     | 429 to a flex create, neither quota nor rate limit     | Refused    | no flex capacity: not run|
+    | 429 "Request too large … (TPM): Limit N, Requested M"  | Refused    | too large: not run       |
+    | 429 otherwise                                          | Refused    | rate-limited: not run    |
     | 400 invalid_request_error naming a parameter           | Refused    | refused before it ran    |
+    | 403 / 404 `model_not_found`                            | Refused    | no access to the model   |
     | connect error / connect timeout / pool timeout         | Refused    | no request byte was sent |
     | read / write timeout, reset, protocol error, other I/O | Ambiguous  | request may have arrived |
     | 408, 409                                               | Ambiguous  | may have been processed  |
@@ -465,23 +487,27 @@ def _create_outcome(exc: Exception, *, flex: bool = False) -> Refused | Ambiguou
         if status == 429:
             code = _error_code(exc) or "rate_limited"
             # The hint that concerns this refusal: its own retry-after, else the reset of the
-            # limit its type names (requests or tokens), bounded (`backoff.rate_limit_delay`).
-            hint = backoff.rate_limit_delay(exc.response.headers, getattr(exc, "type", None))
+            # limit its type names (requests or tokens), bounded (`retry_hints.rate_limit_delay`).
+            hinted = retry_hints.rate_limit_delay(exc.response.headers, getattr(exc, "type", None))
             if flex and _capacity_refusal(exc, code):
-                return Refused(hint, why, CAPACITY_CODE, capacity=True)
-            return Refused(hint, why, code)
+                return Refused(hinted, why, CAPACITY_CODE, kind=RefusalKind.CAPACITY, status=status)
+            return _refused_429(exc, why, code, hinted)
         if status in (408, 409) or status >= 500:
             return Ambiguous(why)
         if status == 400:
             param = _refused_param(exc)
             if param is not None:
-                return Refused(None, why, _error_code(exc), param=param)
+                return Refused(None, why, _error_code(exc), kind=RefusalKind.PARAMETER, param=param, status=status)
+        if status in (403, 404) and _error_code(exc) == MODEL_ACCESS_CODE:
+            return Refused(None, why, MODEL_ACCESS_CODE, kind=RefusalKind.ACCESS, model=_model_named(exc) or model,
+                           status=status)
         if 400 <= status < 500:
             return Rejected(status, why)
         return Ambiguous(why)
     if isinstance(exc, openai.APIConnectionError):
         if _never_sent(exc):
-            return Refused(None, f"connection not established: {_cause_name(exc)}", unreachable=True)
+            return Refused(None, f"connection not established: {_cause_name(exc)}", kind=RefusalKind.UNSENT,
+                           unreachable=True)
         return Ambiguous(f"transport failure after the request may have been sent: {_cause_name(exc)}")
     return Ambiguous(f"unexpected error during create: {_described(exc)}")
 
@@ -497,7 +523,7 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
     if not isinstance(response_id, str) or not response_id.startswith("resp_"):
         return Ambiguous(f"2xx without a usable response id: {_clip(repr(response_id))}")
     status = getattr(resp, "status", None)
-    tier = getattr(resp, "service_tier", None)
+    tier = getattr(resp, "service_tier", None)  # the tier it runs at
     return Accepted(response_id, status if isinstance(status, str) else "unknown",
                     _clip(tier, 16) if isinstance(tier, str) and tier else None)
 
@@ -513,6 +539,37 @@ def _capacity_refusal(exc: openai.APIStatusError, code: str) -> bool:
     if kinds & CAPACITY_CODES or "resource unavailable" in message or "resource_unavailable" in message:
         return True
     return not (kinds & RATE_LIMIT_CODES) and "rate limit" not in message and "quota" not in message
+
+
+# "Request too large for gpt-4o in organization org-… on tokens per min (TPM): Limit 30000,
+# Requested 36055. The input or output tokens must be reduced in order to run successfully."
+_TOO_LARGE = re.compile(r"request too large\b.*?\btokens per min", re.IGNORECASE | re.DOTALL)
+_LIMIT = re.compile(r"\bLimit (\d{1,12})\b")
+_REQUESTED = re.compile(r"\bRequested ~?(\d{1,12})\b")
+# "Project `proj_…` does not have access to model `gpt-4o`"; "The model `gpt-9` does not exist …"
+_MODEL_NAMED = re.compile(r"model [`'\"]([A-Za-z0-9][A-Za-z0-9._:\-]{0,127})[`'\"]")
+
+
+def _refused_429(exc: openai.APIStatusError, why: str, code: str, hinted: float | None) -> Refused:
+    """A 429 not for flex capacity: quota, a request too large for the tokens-per-minute limit, or
+    the account's rate limit."""
+    kinds = {str(getattr(exc, "code", None) or ""), str(getattr(exc, "type", None) or ""), code} - {""}
+    if kinds & QUOTA_CODES:
+        return Refused(hinted, why, code, kind=RefusalKind.QUOTA, status=429)
+    message = _status_why(exc)
+    if _TOO_LARGE.search(message):
+        limit, requested = _LIMIT.search(message), _REQUESTED.search(message)
+        return Refused(hinted, why, code, kind=RefusalKind.TOO_LARGE, status=429,
+                       limit=int(limit.group(1)) if limit else None,
+                       requested=int(requested.group(1)) if requested else None)
+    return Refused(hinted, why, code, kind=RefusalKind.RATE, status=429)
+
+
+def _model_named(exc: openai.APIStatusError) -> str | None:
+    found = _MODEL_NAMED.search(exc.message or "")
+    if found is None and isinstance(exc.body, dict):
+        found = _MODEL_NAMED.search(str(exc.body.get("message") or ""))
+    return found.group(1) if found else None
 
 
 _QUOTED_PARAM = re.compile(r"'([A-Za-z_][A-Za-z0-9_.\[\]]{0,127})'")
@@ -555,7 +612,7 @@ def _read_status_outcome(answer: Answer) -> Missing | Transient | Rejected:
     if status == 404:
         return Missing(why)
     if status in (408, 409, 425, 429) or status >= 500:
-        return Transient(backoff.rate_limit_delay(answer.headers, _answer_type(answer)), why)
+        return Transient(retry_hints.rate_limit_delay(answer.headers, _answer_type(answer)), why)
     if 400 <= status < 500:
         return Rejected(status, why)
     return Transient(None, why)  # 1xx/3xx: not an answer to act on; asking again is harmless
@@ -683,19 +740,18 @@ def _to_observed(doc: Any) -> Observed | Transient:
     refusal = _refusal_text(messages)
     usage = _usage(doc.get("usage"))
     incomplete = doc.get("incomplete_details")
+    cut_reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
     error = doc.get("error")
-    return Observed(
-        response_id=response_id,
-        status=status,
-        output_text=_output_text(messages) if messages else None,
-        usage=usage,
+    error_code = _clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None
+    return observed(
+        response_id, status, _output_text(messages) if messages else None, usage,
         metadata={str(k): str(v) for k, v in (doc.get("metadata") or {}).items()},
-        incomplete_reason=incomplete.get("reason") if isinstance(incomplete, dict) else None,
+        incomplete_reason=cut_reason,
         error=_clip(str(error.get("message") or "")) or None if isinstance(error, dict) else None,
-        error_code=_clip(str(error.get("code") or ""), 64) or None if isinstance(error, dict) else None,
+        error_code=error_code,
         completed_at=_epoch(doc.get("completed_at")),
         created_at=_epoch(doc.get("created_at")),
-        service_tier=_clip(doc["service_tier"], 16) if isinstance(doc.get("service_tier"), str) else None,
+        tier=_clip(doc["service_tier"], 16) if isinstance(doc.get("service_tier"), str) else None,
         refusal=refusal,
     )
 

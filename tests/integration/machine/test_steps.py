@@ -24,7 +24,7 @@ from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.money import breaker, gate
 from iipub.provider.fake import Call, FakeProvider
-from iipub.provider.outcomes import Ambiguous, Deleted, Missing, Refused, Rejected, Transient
+from iipub.provider.outcomes import Ambiguous, Deleted, Missing, RefusalKind, Refused, Rejected, Transient
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
@@ -194,7 +194,8 @@ def test_rejected_create_quarantines_with_status(s1: Settings, engine: sa.Engine
 def test_22_43_rate_limit_refunds_and_respects_reset_headers(s1: Settings, engine: sa.Engine,
                                                             fake: FakeProvider) -> None:
     schedule(s1, engine)
-    fake.script_create(Refused(2.0, RATE_LIMITED, "rate_limit_exceeded"))  # x-ratelimit-reset-requests: 2s
+    # x-ratelimit-reset-requests: 2s
+    fake.script_create(Refused(2.0, RATE_LIMITED, "rate_limit_exceeded", kind=RefusalKind.RATE))
     report = tick(s1, engine, fake)
     row = one(engine)
     assert row["state"] == "CREATE_ELIGIBLE" and row["generation_attempts"] == 0  # refunded
@@ -212,7 +213,7 @@ def test_22_43_rate_limit_refunds_and_respects_reset_headers(s1: Settings, engin
 def test_rate_limit_cools_the_provider_down_for_the_tick(settings: Settings, engine: sa.Engine,
                                                         fake: FakeProvider) -> None:
     schedule(settings, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
-    fake.script_create(Refused(2.0, RATE_LIMITED, "rate_limit_exceeded"))
+    fake.script_create(Refused(2.0, RATE_LIMITED, "rate_limit_exceeded", kind=RefusalKind.RATE))
     tick(replace(settings, reconcile=replace(settings.reconcile, concurrency=1)), engine, fake)
     # One 429, then no more provider calls in that tick (no stampede).
     assert fake.count("create") == 1 and fake.accepted == 0 and len(fake.calls) == 1
@@ -300,7 +301,7 @@ def test_25_generation_budget_halts_creates(s1: Settings, engine: sa.Engine, fak
 def test_a_failed_response_is_a_loss_once_confirmed(s1: Settings, engine: sa.Engine, fake: FakeProvider) -> None:
     schedule(s1, engine)
     tick(s1, engine, fake)
-    fake.finish(status="failed", error_code="server_error")  # a provider fault
+    fake.finish(ending="failed")  # a provider fault
     for _ in range(3):
         tick(s1, engine, fake)
     row = one(engine)
@@ -314,7 +315,7 @@ def test_a_response_cut_at_the_output_cap_is_retrieved_then_parked(s1: Settings,
     (it was: validation decides, VALIDATION_FAILED_RETAINED; PRODUCT.md section 18)."""
     schedule(s1, engine)
     tick(s1, engine, fake)
-    fake.finish(status="incomplete")
+    fake.finish(ending="cut_at_cap")
     row = drive_to(s1, engine, fake, "QUARANTINED")
     assert row["quarantine_reason"] == "output_cap_reached"
     assert row["payload"] is not None and fake.count("create") == fake.accepted == 1
@@ -619,7 +620,8 @@ def test_a_refused_create_is_refunded_and_its_retry_is_the_same_attempt(s1: Sett
     """Refused means provably not processed: the retry is sent as the same attempt (the metadata
     the provider keeps says attempt 1 both times), and only the accepted one is charged."""
     schedule(s1, engine)
-    fake.script_create(Refused(None, "connection not established: ConnectError: refused", unreachable=True))
+    fake.script_create(Refused(None, "connection not established: ConnectError: refused", kind=RefusalKind.UNSENT,
+                               unreachable=True))
     tick(s1, engine, fake)
     clock.advance_clock(engine, 600)
     tick(s1, engine, fake)

@@ -22,7 +22,7 @@ from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.observe import invariants
 from iipub.provider.openai.simulator import Simulator
-from iipub.provider.outcomes import Observed
+from iipub.provider.outcomes import Observed, Stage
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock
@@ -172,7 +172,7 @@ def test_imported_output_of_a_quarantined_job_is_validated_published_and_the_inv
     assert f"job {job_id}: QUARANTINED -> RETRIEVED_NOT_VALIDATED" in res.stdout
     row = the_job(engine)
     # Stored exactly as a poll's custody stores the same response.
-    same = decisions.on_output(Job.from_row(row), Observed(rid, "completed", text, None))
+    same = decisions.on_output(Job.from_row(row), Observed(rid, "completed", text, None, stage=Stage.FINISHED))
     assert row["payload"] == text == same.changes["payload"]
     assert row["payload_sha256"] == hashlib.sha256(text.encode()).hexdigest() == same.changes["payload_sha256"]
     assert row["state"] == State.RETRIEVED_NOT_VALIDATED and row["quarantine_reason"] is None

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from iipub.core import backoff
+from iipub.provider.openai import retry_hints
 
 NOW = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -60,7 +61,7 @@ NOW = dt.datetime(2025, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
     ],
 )
 def test_delay_from_headers(headers: dict[str, str], expected: float | None) -> None:
-    got = backoff.delay_from_headers(headers, now=NOW)
+    got = retry_hints.delay_from_headers(headers, now=NOW)
     if expected is None:
         assert got is None
     else:
@@ -69,23 +70,23 @@ def test_delay_from_headers(headers: dict[str, str], expected: float | None) -> 
 
 def test_httpx_headers_are_case_insensitive() -> None:
     headers = httpx.Headers({"Retry-After": "2", "X-Ratelimit-Reset-Requests": "2s"})
-    assert backoff.delay_from_headers(headers, now=NOW) == 2.0
+    assert retry_hints.delay_from_headers(headers, now=NOW) == 2.0
 
 
 def test_http_date_with_naive_now_is_treated_as_utc() -> None:
     naive = NOW.replace(tzinfo=None)
-    assert backoff.delay_from_headers({"retry-after": "Sat, 01 Mar 2025 12:01:00 GMT"}, now=naive) == 60.0
+    assert retry_hints.delay_from_headers({"retry-after": "Sat, 01 Mar 2025 12:01:00 GMT"}, now=naive) == 60.0
 
 
 def test_non_string_values_never_crash() -> None:
     # Deliberately not the Mapping[str, str] delay_from_headers is typed for.
     weird: dict[Any, Any] = {"retry-after": None, "retry-after-ms": 5, 3: "1s", "x-ratelimit-reset-tokens": "3s"}
-    assert backoff.delay_from_headers(weird, now=NOW) == 3.0
+    assert retry_hints.delay_from_headers(weird, now=NOW) == 3.0
 
 
 @pytest.mark.parametrize("text", ["1s", "6m0s", "20ms", "1m30.5s", "1h2m3s", ".5s", "5.s", "300ns", "2µs"])
 def test_go_durations_parse(text: str) -> None:
-    assert backoff.parse_go_duration(text) is not None
+    assert retry_hints.parse_go_duration(text) is not None
 
 
 def test_exponential_doubles_before_jitter() -> None:
@@ -143,4 +144,4 @@ def test_exponential_degenerate_inputs() -> None:
 ])
 def test_the_hint_that_concerns_the_refused_request(headers: dict[str, str], limit: str | None,
                                                     expected: float | None) -> None:
-    assert backoff.rate_limit_delay(headers, limit, now=NOW) == expected
+    assert retry_hints.rate_limit_delay(headers, limit, now=NOW) == expected

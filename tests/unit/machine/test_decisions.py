@@ -24,12 +24,14 @@ from iipub.model import states
 from iipub.model.jobs import Job, slot_row
 from iipub.model.states import Reason, State
 from iipub.operate import remedies
+from iipub.provider.openai import codes
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
     Deleted,
     Missing,
     Observed,
+    RefusalKind,
     Refused,
     Rejected,
     Transient,
@@ -54,7 +56,8 @@ def job(state: State = State.CREATE_ELIGIBLE, **kw: Any) -> Job:
 
 
 def observed(status: str, text: str | None = None, usage: Usage | None = None, **kw: Any) -> Observed:
-    return Observed("resp_1", status, text, usage, **kw)
+    """A response as the OpenAI adapter reports one the Responses API gave with `status`."""
+    return codes.observed("resp_1", status, text, usage, **kw)
 
 
 def assert_allowed(j: Job, d: Decision, *, operator: bool = False) -> None:
@@ -83,7 +86,8 @@ CASES: list[tuple[str, Job, Any, State, Reason, dict[str, Any]]] = [
      State.QUARANTINED, Reason.GENERATION_BUDGET_EXHAUSTED, {"quarantine_reason": "generation_budget_exhausted"}),
     ("accepted", IN_FLIGHT, lambda j: decisions.after_create(j, Accepted("resp_9", "queued"), S, RNG),
      State.ACCEPTED, Reason.ACCEPTED, {"response_id": "resp_9", "poll_count": 0, "retry_count": 0}),
-    ("refused create is refunded", IN_FLIGHT, lambda j: decisions.after_create(j, Refused(7.0, "HTTP 429"), S, RNG),
+    ("refused create is refunded", IN_FLIGHT,
+     lambda j: decisions.after_create(j, Refused(7.0, "HTTP 429", kind=RefusalKind.RATE), S, RNG),
      State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED, {"generation_attempts": 1, "retry_count": 2}),
     ("ambiguous create is quarantined", IN_FLIGHT, lambda j: decisions.after_create(j, Ambiguous("reset"), S, RNG),
      State.QUARANTINED, Reason.CREATE_OUTCOME_UNKNOWN, {"quarantine_reason": "create_outcome_unknown"}),
@@ -219,7 +223,8 @@ def test_backoff_hints_come_first_and_are_capped() -> None:
     unhinted = decisions.after_poll(POLLING, Transient(None, "HTTP 503"), S, random.Random(1))
     assert unhinted.delay is not None and 0.8 * 8 <= unhinted.delay <= 1.2 * 8  # retry 3: 2 * 2**2
     assert unhinted.cooldown is None
-    refused = decisions.after_create(IN_FLIGHT, Refused(None, "connection refused"), S, random.Random(1))
+    unsent = Refused(None, "connection refused", kind=RefusalKind.UNSENT)
+    refused = decisions.after_create(IN_FLIGHT, unsent, S, random.Random(1))
     assert refused.cooldown is None and refused.delay is not None and 0.8 * 4 <= refused.delay <= 1.2 * 4
 
 
@@ -412,7 +417,7 @@ SCOPE_B = "org=- project=proj_b key=fedcba9876543210"
 
 def test_a_refused_parameter_refunds_and_holds_without_cooling_anything_down() -> None:
     d = decisions.after_create(IN_FLIGHT, Refused(None, "HTTP 400: Unsupported value", "unsupported_value",
-                                                 param="temperature"), S, RNG)
+                                                 kind=RefusalKind.PARAMETER, param="temperature"), S, RNG)
     assert d.to == State.CREATE_ELIGIBLE and d.reason == Reason.CREATE_PARAM_REFUSED
     assert d.changes["generation_attempts"] == IN_FLIGHT.generation_attempts - 1
     assert d.cooldown is None and d.delay == decisions.HELD_RECHECK_SECONDS
@@ -428,18 +433,21 @@ def test_an_accepted_create_records_its_scope() -> None:
 def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
     polling = replace(POLLING, create_scope=SCOPE_A)
     d = decisions.after_poll(polling, Missing("HTTP 404: not found"), S, RNG, loss=LOSS, suspected_reads=5,
-                            scope=SCOPE_B)
+                            scope=SCOPE_B, in_scope=False)
     assert d.to == polling.state and d.reason == Reason.SCOPE_MISMATCH
     assert "poll_count" not in d.changes  # the poll budget is not spent waiting for credentials
     assert d.detail["created_under"] == SCOPE_A and d.detail["read_under"] == SCOPE_B
     # The same project under another key is the same scope: a 404 there is evidence, as before.
     same_project = "org=- project=proj_a key=ffffffffffffffff"
-    d = decisions.after_poll(polling, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=same_project)
+    d = decisions.after_poll(polling, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=same_project,
+                             in_scope=codes.same_scope(SCOPE_A, same_project))
     assert d.reason == Reason.LOSS_CONFIRMED
     # No project named: the key is the scope.
     keyed = replace(POLLING, create_scope="org=- project=- key=0123456789abcdef")
     d = decisions.after_poll(keyed, Missing("HTTP 404"), S, RNG, loss=LOSS,
-                             scope="org=- project=- key=ffffffffffffffff")
+                             scope="org=- project=- key=ffffffffffffffff",
+                             in_scope=codes.same_scope(keyed.create_scope or "",
+                                                       "org=- project=- key=ffffffffffffffff"))
     assert d.reason == Reason.SCOPE_MISMATCH
     # A response whose scope is not known (taken over, or from before scopes were recorded):
     # suspected as usual, but never a loss: it parks with the facts.

@@ -9,7 +9,7 @@ from typing import Any
 
 from iipub.money import breaker
 from iipub.money.breaker import GateState
-from iipub.provider.outcomes import Accepted, Ambiguous, Refused, Rejected
+from iipub.provider.outcomes import Accepted, Ambiguous, RefusalKind, Refused, Rejected
 from iipub.settings.config import ProviderSettings
 
 NOW = dt.datetime(2026, 12, 1, 5, 0)
@@ -67,7 +67,8 @@ def test_an_unknown_outcome_opens_the_breaker_with_a_growing_cool_down() -> None
 
 
 def test_quota_and_auth_open_the_breaker_for_an_operator() -> None:
-    quota = breaker.on_outcome(HEALTHY, NOW, "w/j", Refused(None, "HTTP 429", "insufficient_quota"), P, probe=False)
+    refusal = Refused(None, "HTTP 429", "insufficient_quota", kind=RefusalKind.QUOTA)
+    quota = breaker.on_outcome(HEALTHY, NOW, "w/j", refusal, P, probe=False)
     assert quota is not None and quota.changes["breaker_reason"] == "quota_exhausted"
     assert quota.changes["probe_after"] == later(900)
     auth = breaker.on_outcome(HEALTHY, NOW, "w/j", Rejected(401, "bad key"), P, probe=False)
@@ -77,7 +78,8 @@ def test_quota_and_auth_open_the_breaker_for_an_operator() -> None:
 
 
 def test_a_rate_limit_is_a_shared_cool_down_not_a_breaker() -> None:
-    change = breaker.on_outcome(HEALTHY, NOW, "w/j", Refused(7.0, "HTTP 429", "rate_limit_exceeded"), P, probe=False)
+    refusal = Refused(7.0, "HTTP 429", "rate_limit_exceeded", kind=RefusalKind.RATE)
+    change = breaker.on_outcome(HEALTHY, NOW, "w/j", refusal, P, probe=False)
     assert change is not None and change.changes == {"cooldown_until": later(7)} and change.event is None
     g = apply(HEALTHY, change.changes)
     assert not breaker.admit(g, later(6), "w/j2", P, 60).allowed

@@ -16,7 +16,7 @@ from iipub.machine import decisions
 from iipub.model.states import Reason, State
 from iipub.money import breaker, budgets
 from iipub.provider.openai.adapter import OpenAIAdapter
-from iipub.provider.outcomes import Accepted, CreateRequest, Refused
+from iipub.provider.outcomes import Accepted, CreateRequest, RefusalKind, Refused
 from iipub.settings.config import Budgets, ModelPrice, Product, ProviderSettings, ReconcileSettings
 from tests.unit.machine.test_decisions import job
 from tests.unit.money.test_breaker import HEALTHY, NOW, P
@@ -40,7 +40,7 @@ def test_flex_until_the_deadline_then_the_default_tier() -> None:
 def test_a_capacity_refusal_is_refunded_cools_nothing_and_retries_before_the_deadline() -> None:
     in_flight = job(State.CREATE_IN_FLIGHT, generation_attempts=1)
     s = ReconcileSettings(backoff_base_seconds=100, backoff_cap_seconds=600)
-    refusal = Refused(30.0, "HTTP 429: Resource Unavailable", "resource_unavailable", capacity=True)
+    refusal = Refused(30.0, "HTTP 429: Resource Unavailable", "resource_unavailable", kind=RefusalKind.CAPACITY)
     d = decisions.after_create(in_flight, refusal, s, tier="flex", flex_left=12.0)
     assert d.to == State.CREATE_ELIGIBLE and d.reason == Reason.CREATE_REFUSED
     assert d.changes["generation_attempts"] == 0  # refunded: nothing was charged
@@ -48,15 +48,17 @@ def test_a_capacity_refusal_is_refunded_cools_nothing_and_retries_before_the_dea
     assert d.delay == 12.0  # the retry is not put off past the flex deadline
     assert d.detail["capacity"] is True and d.detail["service_tier_asked"] == "flex"
     # The account's own rate limit still cools every create down.
-    limited = decisions.after_create(in_flight, Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded"), s)
+    rate = Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded", kind=RefusalKind.RATE)
+    limited = decisions.after_create(in_flight, rate, s)
     assert limited.cooldown == 2.0
 
 
 def test_a_capacity_refusal_neither_opens_the_breaker_nor_shares_a_cool_down() -> None:
-    refusal = Refused(30.0, "HTTP 429: Resource Unavailable", "resource_unavailable", capacity=True)
+    refusal = Refused(30.0, "HTTP 429: Resource Unavailable", "resource_unavailable", kind=RefusalKind.CAPACITY)
     change = breaker.on_outcome(HEALTHY, NOW, "w/j", refusal, P, probe=False)
     assert change is None or ("cooldown_until" not in change.changes and "breaker" not in change.changes)
-    rate = breaker.on_outcome(HEALTHY, NOW, "w/j", Refused(30.0, "HTTP 429", "rate_limit_exceeded"), P, probe=False)
+    limited = Refused(30.0, "HTTP 429", "rate_limit_exceeded", kind=RefusalKind.RATE)
+    rate = breaker.on_outcome(HEALTHY, NOW, "w/j", limited, P, probe=False)
     assert rate is not None and "cooldown_until" in rate.changes
 
 
@@ -128,7 +130,7 @@ def test_flex_429_resource_unavailable_is_a_capacity_refusal(tier: str, body: di
                                                              capacity: bool) -> None:
     rec = Recorder(429, body)
     for p in _provider(rec):
-        outcome = p.create(CreateRequest("job-1", FLEX, dt.date(2026, 12, 1), 1, "f" * 64, service_tier=tier))
+        outcome = p.create(CreateRequest("job-1", FLEX, dt.date(2026, 12, 1), 1, "f" * 64, tier=tier))
     assert isinstance(outcome, Refused) and outcome.capacity is capacity
     sent = json.loads(rec.requests[0].content)
     assert sent["service_tier"] == tier
@@ -140,7 +142,7 @@ def test_the_tier_the_response_reports_is_read() -> None:
     body = {"id": "resp_1", "object": "response", "created_at": 1, "status": "queued", "model": "m", "output": [],
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "service_tier": "flex"}
     for p in _provider(Recorder(200, body)):
-        outcome = p.create(CreateRequest("job-1", FLEX, dt.date(2026, 12, 1), 1, "f" * 64, service_tier="flex"))
+        outcome = p.create(CreateRequest("job-1", FLEX, dt.date(2026, 12, 1), 1, "f" * 64, tier="flex"))
     assert outcome == Accepted("resp_1", "queued", "flex")
 
 

@@ -11,7 +11,8 @@ from iipub.machine import decisions
 from iipub.model.states import Reason, State
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
-from iipub.provider.outcomes import Missing, Observed
+from iipub.provider.openai import codes
+from iipub.provider.outcomes import Missing
 from tests.unit.machine.test_decisions import job
 
 SLOT = "daily-brief/2026-11-29"
@@ -43,7 +44,7 @@ def test_a_restored_job_is_closed_only_on_the_live_sites_proof_and_a_gone_respon
     assert d is not None and (d.to, d.reason) == (State.DELETED, Reason.RESTORED_PUBLISHED)
     assert d.changes["generation_attempts"] == 1 and d.detail["attempts_added"] == 1 and d.detail["ledger_ack"]
     assert decisions.adopt_published(parked, s, None, Missing("404")) is None  # the page is not live
-    running = Observed("resp_1", "in_progress", None, None)
+    running = codes.observed("resp_1", "in_progress")
     assert decisions.adopt_published(parked, s, LIVE, running) is None  # still at the provider: adopt that
 
 

@@ -8,17 +8,18 @@ import pytest
 from iipub.machine import decisions
 from iipub.model.states import QUARANTINE_REASONS, Reason, State
 from iipub.operate import parked
+from iipub.provider.openai import codes
 from iipub.provider.outcomes import Missing, Observed, Rejected, Transient, Usage
 from tests.unit.machine.test_decisions import job
 
 ANSWERS: dict[str, Observed | Missing | Transient | Rejected] = {
-    "completed": Observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
-    "incomplete": Observed("resp_1", "incomplete", '{"en": {}}', None),
-    "in_progress": Observed("resp_1", "in_progress", None, None),
-    "queued": Observed("resp_1", "queued", None, None),
-    "weird": Observed("resp_1", "paused_by_provider", None, None),
-    "failed": Observed("resp_1", "failed", None, None),
-    "cancelled": Observed("resp_1", "cancelled", None, None),
+    "completed": codes.observed("resp_1", "completed", '{"en": {}}', Usage(1, 2, 3)),
+    "incomplete": codes.observed("resp_1", "incomplete", '{"en": {}}', None),
+    "in_progress": codes.observed("resp_1", "in_progress", None, None),
+    "queued": codes.observed("resp_1", "queued", None, None),
+    "weird": codes.observed("resp_1", "paused_by_provider", None, None),
+    "failed": codes.observed("resp_1", "failed", None, None),
+    "cancelled": codes.observed("resp_1", "cancelled", None, None),
     "404": Missing("not found"),
     "503": Transient(None, "HTTP 503"),
     "400": Rejected(400, "bad"),
@@ -85,9 +86,9 @@ def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> No
 
 def test_a_response_naming_another_slot_is_never_stored_for_a_parked_job() -> None:
     j = job(State.QUARANTINED, quarantine_reason="restored_behind_ledger", response_id="resp_1")
-    other = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
+    other = codes.observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-11-30"})
     assert decisions.custody_while_parked(j, other) is None
-    mine = Observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
+    mine = codes.observed("resp_1", "completed", "{}", None, metadata={"iipub_slot": "daily-brief/2026-12-01"})
     d = decisions.custody_while_parked(j, mine)
     assert d is not None and d.changes["payload"] == "{}"
 

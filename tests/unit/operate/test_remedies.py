@@ -15,7 +15,7 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.operate import remedies
-from iipub.provider.outcomes import Observed, Usage
+from iipub.provider.outcomes import Observed, Stage, Usage
 
 EDITION = json.dumps({"en": {"title": "T", "summary": "S", "items": []}}, ensure_ascii=False)
 
@@ -82,7 +82,7 @@ def test_custody_is_exactly_a_polls() -> None:
     imported = remedies.parse_import(json.dumps({"output_text": text}).encode(), 10_000)
     j = job()
     d = remedies.import_payload(j, imported, 10_000, "alice", "from the dashboard")
-    poll = decisions.on_output(j, Observed("", "completed", text, None), 10_000)
+    poll = decisions.on_output(j, Observed("", "completed", text, None, stage=Stage.FINISHED), 10_000)
     assert d.to == State.RETRIEVED_NOT_VALIDATED and d.reason == Reason.OPERATOR_IMPORT_PAYLOAD and d.delay == 0
     assert d.changes == {**poll.changes, "quarantine_reason": None}
     assert d.changes["payload"].endswith("\\ud800")

@@ -16,7 +16,7 @@ from iipub.machine import steps, sweep
 from iipub.machine.run import run_context
 from iipub.money.ledger import slot_of
 from iipub.provider.fake import Call, FakeProvider
-from iipub.provider.outcomes import Refused
+from iipub.provider.outcomes import RefusalKind, Refused
 from iipub.store import clock
 from iipub.store.job_store import Store
 from tests.support.offline import offline_cfg
@@ -45,7 +45,7 @@ def test_a_worker_that_read_the_ledger_before_anothers_refund_pays_once_and_park
     worker_b = run_context.for_sweep(cfg, Store(engine, "worker-b", cfg.reconcile.lease_seconds), provider,
                                      time.monotonic() + 60, random.Random(1))
     provider.script_create(Refused(2.0, "HTTP 429: Rate limit reached for requests. Please try again in 2s.",
-                                   "rate_limit_exceeded"))  # A's create: 429, refunded
+                                   "rate_limit_exceeded", kind=RefusalKind.RATE))  # A's create: 429, refunded
     sweep.run(cfg, engine, provider=provider, worker="worker-a")
     assert seen_by_b == [1]  # B saw A's intent: a copy that would go stale
     (row,) = job_rows(engine)

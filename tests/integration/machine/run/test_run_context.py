@@ -198,7 +198,7 @@ def test_a_webhook_whose_read_confirms_the_loss_leaves_the_recreate_to_the_sweep
     sweep.run(hooked, engine, provider=provider)
     (job,) = job_rows(engine)
     assert job["state"] == "ACCEPTED" and provider.count("create") == 1
-    provider.finish(job["response_id"], status="failed")
+    provider.finish(job["response_id"], ending="failed")
     body = json.dumps({"id": "evt_1", "object": "event", "created_at": 1764547200, "type": "response.failed",
                        "data": {"id": job["response_id"]}}).encode()
     now = dt.datetime.now(dt.UTC)
