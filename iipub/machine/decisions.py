@@ -125,6 +125,23 @@ def after_create(
                     "refunded_attempt": job.generation_attempts, "service_tier_asked": tier},
             delay=HELD_RECHECK_SECONDS,
         )
+    if isinstance(outcome, Refused) and outcome.kind in (RefusalKind.ACCESS, RefusalKind.TOO_LARGE):
+        # No access to the model (or no such model), or a request larger than the organization's
+        # tokens-per-minute limit: nothing was charged, and the same request would be refused
+        # again. The attempt is refunded and the model's (or the product's) creates are held
+        # (`holds`); nothing opens the breaker or cools other creates down.
+        access = outcome.kind is RefusalKind.ACCESS
+        held: dict[str, Any] = {"why": outcome.why, "code": outcome.code, "refunded_attempt": job.generation_attempts,
+                                "service_tier_asked": tier}
+        if access:
+            held["model_held"] = outcome.model
+        else:
+            held.update(product_held=job.product, limit=outcome.limit, requested=outcome.requested)
+        return Decision(
+            State.CREATE_ELIGIBLE, Reason.CREATE_ACCESS_REFUSED if access else Reason.CREATE_TOO_LARGE,
+            changes={"generation_attempts": job.generation_attempts - 1, "last_error": outcome.why[:_ERROR_MAX]},
+            detail=held, delay=HELD_RECHECK_SECONDS,
+        )
     if isinstance(outcome, Refused):
         # Nothing can have been charged: refund the attempt and try again later.
         retry = job.retry_count + 1
@@ -136,7 +153,7 @@ def after_create(
         if outcome.capacity:
             detail["capacity"] = True  # flex had no capacity: not the account's rate limit
         # A capacity refusal of flex cools nothing down: default-tier creates are not limited.
-        rate_limited = outcome.kind in ACCOUNT_LIMITS or (not outcome.capacity and outcome.retry_after is not None)
+        rate_limited = outcome.kind in ACCOUNT_LIMITS
         return Decision(
             State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED,
             changes={"generation_attempts": job.generation_attempts - 1, "retry_count": retry,

@@ -351,6 +351,8 @@ class Reason(enum.StrEnum):
     PROVIDER_REFUSED = "provider_refused"
     OUTPUT_CAP_REACHED = "output_cap_reached"
     CONTENT_FILTERED = "content_filtered"
+    CREATE_ACCESS_REFUSED = "create_access_refused"
+    CREATE_TOO_LARGE = "create_too_large"
     SCOPE_UNKNOWN = "scope_unknown"
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
@@ -403,6 +405,12 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CREATE_PARAM_REFUSED: (False, ("the provider refused a parameter of the create (400 invalid_request_error "
                                      "naming it; nothing billed); attempt refunded, the product's creates held "
                                      "until its configuration changes")),
+    R.CREATE_ACCESS_REFUSED: (False, ("the provider refused the create for its model: the project has no access to it "
+                                      "(403) or it does not exist (404 model_not_found); nothing billed, attempt "
+                                      "refunded, the model's creates held until the models endpoint answers for it")),
+    R.CREATE_TOO_LARGE: (False, ("the provider refused the create as larger than the organization's tokens-per-minute "
+                                 "limit (429 Request too large); nothing billed, attempt refunded, the product's "
+                                 "creates held until its request changes")),
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
@@ -483,6 +491,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.SHADOW_WOULD_CANCEL: (False, "shadow mode: the remote generation would be cancelled and deleted; left alone"),
 }
 
+# A create the provider provably refused: the attempt it was charged is refunded.
+REFUND_REASONS = frozenset({R.CREATE_REFUSED, R.CREATE_PARAM_REFUSED, R.CREATE_ACCESS_REFUSED, R.CREATE_TOO_LARGE})
 # The values of `jobs.quarantine_reason`.
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,

@@ -51,7 +51,8 @@ class RefusalKind(enum.StrEnum):
 
 
 # Refusals that say the account is limited: the creates of every process cool down.
-ACCOUNT_LIMITS = frozenset({RefusalKind.QUOTA, RefusalKind.RATE, RefusalKind.TOO_LARGE})
+# (A request too large is the request's own: it holds its product, it cools nothing down.)
+ACCOUNT_LIMITS = frozenset({RefusalKind.QUOTA, RefusalKind.RATE})
 
 
 @dataclass(frozen=True)
@@ -182,15 +183,6 @@ DeleteOutcome = Deleted | Missing | Transient | Rejected
 def failure_text(outcome: Transient | Rejected) -> str:
     """One line for a failed read or cleanup call."""
     return outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
-
-
-def as_answered_today(outcome: CreateOutcome) -> CreateOutcome:
-    """A create's outcome as the machine answers it until refusals are held by cause: no access
-    to a model is answered as the rejected request it was before (quarantined, a 401 or 403
-    opening the breaker); every other outcome as it is."""
-    if isinstance(outcome, Refused) and outcome.kind is RefusalKind.ACCESS:
-        return Rejected(outcome.status or 403, outcome.why)
-    return outcome
 
 
 class Standing(enum.StrEnum):
