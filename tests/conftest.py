@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings as hypothesis_settings
 
 # tests.support.databases reads IIPUB_TEST_MYSQL_URL at import, before the environment is
 # scrubbed below.
@@ -58,6 +59,11 @@ if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/
 from iipub.provider.openai.simulator import Simulator  # noqa: E402
 from iipub.settings.config import Settings  # noqa: E402
 from iipub.store import db, migrate  # noqa: E402
+
+# Property tests assert what holds, not how fast: a per-example deadline on a shared 2-core host only
+# adds flaky failures (speed lives in bench/, not in timed tests).
+hypothesis_settings.register_profile("iipub", deadline=None, database=None)
+hypothesis_settings.load_profile("iipub")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

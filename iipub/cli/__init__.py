@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import sqlalchemy as sa
 
 from iipub import __version__
 from iipub.cli.common import App, setup_logging
@@ -18,6 +17,7 @@ from iipub.core.errors import DatabaseRefused, DatabaseUnavailable, IipubError, 
 from iipub.core.logs import error_line
 from iipub.settings import envfile
 from iipub.store.db import describe_error
+from iipub.store.handles import DatabaseError, DataError, OperationalError
 
 # Where each command lives: its module is imported only when that command runs (or `--help`
 # lists it), so a cron run of `iipub reconcile` loads the reconcile machinery and nothing else.
@@ -140,11 +140,11 @@ def main(argv: list[str] | None = None) -> None:
         _fail(IipubError(" ".join(exc.format_message().split())), code=exc.exit_code)
     except IipubError as exc:
         _fail(exc)
-    except sa.exc.OperationalError as exc:
+    except OperationalError as exc:
         _fail(DatabaseUnavailable(f"database unavailable: {describe_error(exc)}"))
-    except sa.exc.DataError as exc:  # too long, out of range: refused whole, nothing written
+    except DataError as exc:  # too long, out of range: refused whole, nothing written
         _fail(DatabaseRefused(f"the database refused a value: {describe_error(exc)}"))
-    except sa.exc.DatabaseError as exc:  # e.g. a SQLite file that is not a database
+    except DatabaseError as exc:  # e.g. a SQLite file that is not a database
         _fail(DatabaseUnavailable(f"database unusable: {describe_error(exc)}"))
     except KeyboardInterrupt:
         _fail(Interrupted())

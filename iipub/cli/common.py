@@ -12,7 +12,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from sqlalchemy.engine import Engine
 
 from iipub.core import logs
 from iipub.core.timefmt import parse_date
@@ -23,6 +22,7 @@ from iipub.observe.idle_check import same_file
 from iipub.settings.config import Settings
 from iipub.settings.loading import load_settings
 from iipub.store import db
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import sqlalchemy as sa
 
 from iipub.cli.common import App, clip, emit_json, json_option, pass_app, table
 from iipub.core.errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
@@ -18,6 +17,7 @@ from iipub.core.timefmt import duration
 from iipub.core.wording import printable, terminal_safe
 from iipub.model.states import State
 from iipub.store.db import describe_error
+from iipub.store.handles import DatabaseError, OperationalError
 
 if TYPE_CHECKING:
     from iipub.observe.status_report import Status
@@ -189,9 +189,9 @@ def unknown(exc: Exception, as_json: bool) -> None:
         what = f"configuration error: {exc}"
     elif isinstance(exc, DatabaseUnavailable):
         what = str(exc) if str(exc).startswith("database") else f"database unreachable: {exc}"
-    elif isinstance(exc, sa.exc.OperationalError):
+    elif isinstance(exc, OperationalError):
         what = f"database unreachable: {describe_error(exc)}"
-    elif isinstance(exc, sa.exc.DatabaseError):
+    elif isinstance(exc, DatabaseError):
         what = f"database unusable: {describe_error(exc)}"
     else:
         what = f"{type(exc).__name__}: {exc}"

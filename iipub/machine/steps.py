@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
@@ -21,7 +20,7 @@ from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
-from iipub.money import budgets, holds, ledger, paying, payments
+from iipub.money import budgets, holds, ledger, paying
 from iipub.money.authority import Evidence, Route
 from iipub.provider.outcomes import (
     Accepted,
@@ -37,8 +36,9 @@ from iipub.provider.outcomes import (
     Transient,
 )
 from iipub.settings.config import PLACEHOLDER_KEY_LINE, Product, max_output_bytes
-from iipub.store import installation
+from iipub.store import installation, spend_rows
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -231,7 +231,8 @@ def step_create_eligible(ctx: RunContext, job: Job) -> Job | None:
     request = holds.request_fingerprint(product, ctx.settings.provider.tokens_per_minute)
     # Until one create of this request was accepted in this run, this process sends them one at a
     # time: a parameter the provider refuses then costs one refused create, not one per thread.
-    with creates.first.one_at_a_time(request):
+    # So are a model's, whatever the product: no access to the model then costs one refused create.
+    with creates.first.one_at_a_time(_model_key(product)), creates.first.one_at_a_time(request):
         return _create(ctx, creates, job, product, fingerprint, slot, request)
 
 
@@ -272,7 +273,7 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
         in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
-            payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
+            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
     finally:
         creates.admission.admitted()
     attempt = in_flight.generation_attempts
@@ -300,8 +301,8 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
 
     placed: list[bool] = []
 
-    def outcome_rows(conn: sa.Connection) -> None:
-        payments.record_outcome(conn, paid[0], outcome)
+    def outcome_rows(conn: Connection) -> None:
+        spend_rows.record_outcome(conn, paid[0], outcome)
         if not isinstance(outcome, Refused):
             return
         # What the refusal holds, with the refund, atomically: the model, or the product.
@@ -321,8 +322,14 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     if isinstance(outcome, Accepted):
         ctx.polls.runs_at(job.id, runs_at)
         creates.first.proven(request)
+        creates.first.proven(_model_key(product))
     creates.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
+
+
+def _model_key(product: Product) -> str:
+    """The first-create rule's key for the product's model (a request fingerprint is hex)."""
+    return f"model:{product.model.lower()}"
 
 
 def outcome_model(outcome: CreateOutcome, product: Product) -> str:

@@ -15,13 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
 from iipub.machine import scheduling
 from iipub.machine.run import run_context
-from iipub.machine.run.counters import TickReport
+from iipub.machine.run.counters import SweepReport
 from iipub.machine.run.deadline import STOP
 from iipub.machine.run.run_context import SweepContext
 from iipub.machine.run.write_batch import WriteBatch
@@ -33,17 +32,18 @@ from iipub.provider.interface import Provider
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STOP", "TickReport", "run"]
+__all__ = ["STOP", "SweepReport", "run"]
 
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
 
 
-def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
-        worker: str | None = None, rng: random.Random | None = None) -> TickReport:
+def run(settings: Settings, engine: Engine, *, provider: Provider | None = None,
+        worker: str | None = None, rng: random.Random | None = None) -> SweepReport:
     """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
     does nothing at all (the cron command still records its heartbeat). It first makes today's
     slots and the catch-up days' unless `[reconcile] auto_schedule` is off."""
@@ -53,7 +53,7 @@ def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = No
     paused = gate.paused_everything(engine)
     if paused is not None:
         log.warning("paused_everything", worker=store.worker, by=paused.paused_by, why=paused.paused_reason)
-        return TickReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
+        return SweepReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
     own_provider = provider is None
     provider = provider or factory.build(settings)
     try:

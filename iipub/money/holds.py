@@ -20,12 +20,12 @@ import hashlib
 import json
 
 import structlog
-from sqlalchemy.engine import Connection, Engine
 
 from iipub.model.holds import NO_ACCESS, NO_SUCH_MODEL, PARAMETER, TOO_LARGE, ModelHold, ProductHold
 from iipub.provider.outcomes import RefusalKind, Refused
 from iipub.settings.config import Product
 from iipub.store import model_holds, product_holds
+from iipub.store.handles import Connection, Engine
 
 log = structlog.get_logger("iipub.gate")
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,24 @@ from iipub.money.spend import (
 
 __all__ = ["CHAIN", "Fold", "LedgerError", "LedgerView", "SlotSpend", "SpendLedger", "behind", "composed_editions",
            "has_chain", "slot_of",
-           "summarize"]
+           "summarize", "writes_through"]
 
-# The one write of a line (a name of its own so a unit test can make it short).
-_write = os.write
+# The one write of a line; `writes_through` is its test seam.
+_write: Callable[[int, bytes], int] = os.write
+
+
+@contextmanager
+def writes_through(write: Callable[[int, bytes], int]) -> Iterator[None]:
+    """The test seam for the ledger's writes (fault injection): inside the block every line goes
+    through `write(fd, data)` instead of `os.write`, so a test can make it short or fail as a disk
+    that fills mid-line does, which no file a test can make does to one process alone. Production
+    never calls it."""
+    global _write
+    saved, _write = _write, write
+    try:
+        yield
+    finally:
+        _write = saved
 
 
 class LedgerError(IipubError):

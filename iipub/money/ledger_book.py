@@ -20,21 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-
 from iipub.core.errors import OperatorRefused
-from iipub.model.spend_states import ACCEPTED, REJECTED, SETTLED, UNKNOWN
 from iipub.money.ledger import LedgerError, SpendLedger
 from iipub.money.spend import Fold
-from iipub.store import clock, db, tables
+from iipub.store import db, gate_rows, ledger_rows, spend_rows
+from iipub.store.handles import Connection, Engine
 
-_ROW = "this"
 MISSING, REPLACED, BEHIND = "missing", "replaced", "behind"
 KINDS = (MISSING, REPLACED, BEHIND)
-# Dispatches whose intent line was written: every state but a provable refusal (a create not sent
-# because its intent could not be written is one) and one still in flight (its line may be on its way).
-_WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
 
 
 @dataclass(frozen=True)
@@ -55,19 +48,8 @@ class Book:
 
 
 def read_book(conn: Connection) -> Book | None:
-    t = tables.ledger_book.c
-    row = conn.execute(sa.select(t.ledger_id, t.path, t.base_spend_id).where(t.name == _ROW)).first()
-    return Book(str(row[0]), str(row[1]), int(row[2])) if row is not None else None
-
-
-def _dispatches_since(conn: Connection, base: int) -> int:
-    s = tables.spend.c
-    return int(conn.execute(sa.select(sa.func.count()).select_from(tables.spend)
-                            .where(s.id > base, s.state.in_(_WROTE_INTENT))).scalar_one())
-
-
-def _max_spend_id(conn: Connection) -> int:
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.spend.c.id), 0))).scalar_one())
+    row = ledger_rows.read(conn)
+    return Book(*row) if row is not None else None
 
 
 def problem(engine: Engine | Connection, ledger: SpendLedger,
@@ -89,8 +71,8 @@ def _position(conn: Connection) -> tuple[Book | None, int, bool]:
     and whether it recorded any at all."""
     book = read_book(conn)
     if book is None:
-        return None, 0, _max_spend_id(conn) > 0
-    return book, _dispatches_since(conn, book.base_spend_id), True
+        return None, 0, spend_rows.max_id(conn) > 0
+    return book, spend_rows.dispatches_since(conn, book.base_spend_id), True
 
 
 def _problem(book: Book | None, expected: int, paid: bool, ledger: SpendLedger,
@@ -148,22 +130,9 @@ def ensure_open(engine: Engine, ledger: SpendLedger) -> None:
 def _open(engine: Engine, ledger: SpendLedger, *, replace: bool) -> Book:
     ledger_id = "ledger_" + secrets.token_hex(12)
     ledger.open(ledger_id)  # in the file first: a database never names a ledger line that is not written
-    t = tables.ledger_book
-    with db.transaction(engine) as conn:
-        base = _max_spend_id(conn)
-        values = {"ledger_id": ledger_id, "path": str(ledger.path)[:1024], "base_spend_id": base,
-                  "opened_at": clock.now(conn, drill_offset=False)}
-        if read_book(conn) is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(t.insert().values(name=_ROW, **values))
-            except sa.exc.IntegrityError:
-                pass  # another process opened it first: its identity is the one (its line precedes its position)
-        elif replace:
-            conn.execute(t.update().where(t.c.name == _ROW).values(**values))
-        found = read_book(conn)
-    assert found is not None
-    return found
+    row = ledger_rows.open_book(engine, ledger_id, str(ledger.path), replace=replace)
+    assert row is not None
+    return Book(*row)
 
 
 def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reason: str, worker: str) -> str:
@@ -180,7 +149,7 @@ def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reaso
         raise OperatorRefused(f"the spend ledger is {found.kind}, not {accept}: {found.text}")
     with engine.connect() as conn:
         old = read_book(conn)
-        forgotten = _dispatches_since(conn, old.base_spend_id) if old is not None else 0
+        forgotten = spend_rows.dispatches_since(conn, old.base_spend_id) if old is not None else 0
     book = _open(engine, ledger, replace=True)
     accepted = (f"accepted: {found.text}. Ledger {book.ledger_id} opened at {ledger.path}; the paid creates this "
                 f"database recorded before now are no longer all in the ledger: a database restored from before now "
@@ -188,6 +157,5 @@ def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reaso
     detail = {"accepted": accept, "problem": found.text, "old_ledger_id": old.ledger_id if old else None,
               "new_ledger_id": book.ledger_id, "by": by, "why": reason, "path": str(ledger.path)}
     with db.transaction(engine) as conn:
-        conn.execute(tables.gate_events.insert().values(kind="ledger_acknowledged", worker=worker[:128],
-                                                        at=clock.now(conn), detail=json.dumps(detail, sort_keys=True)))
+        gate_rows.record_event(conn, "ledger_acknowledged", worker[:128], json.dumps(detail, sort_keys=True))
     return accepted

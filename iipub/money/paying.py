@@ -13,15 +13,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from iipub.model.jobs import Job
 from iipub.model.states import TRACK_SAVED, Reason
 from iipub.money import authority, restore
 from iipub.money.authority import Facts, Route, Ruling
 from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
-from iipub.store import tables
+from iipub.store import job_queries
+from iipub.store.handles import Engine
 
 # The legacy decisions file is read at most this far (as `status` reads it).
 LEGACY_MAX_BYTES = 64 * 1024 * 1024
@@ -30,7 +29,7 @@ _legacy_cache: dict[tuple[str, int, int], dict[str, set[str]]] = {}
 _GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value)
 
 
-def ruling(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+def ruling(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
            ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Ruling:
     """Ask the authority about `job` on `route`. On the sweep, the operator decision that sent
     the job back (journaled since its last accepted create) counts: a `regenerate` declared the
@@ -46,15 +45,11 @@ def ruling(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spe
     return found
 
 
-def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
           ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Facts:
     product = settings.products.get(job.product)
     day = job.edition_date.isoformat()
-    t, ed = tables.tracks.c, tables.editions.c
-    with engine.connect() as conn:
-        tracks = conn.execute(sa.select(t.lang, t.state, t.payload_sha256).where(t.job_id == job.id)).all()
-        saved = set(conn.execute(sa.select(ed.lang).where(ed.product == job.product,
-                                                          ed.edition_date == job.edition_date)).scalars())
+    tracks, saved = job_queries.parts_and_editions(engine, job)
     saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}
     held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved}
     drift = None
@@ -123,13 +118,10 @@ def _by_slot(lines: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def operator_entry(engine: sa.Engine, job_id: str) -> tuple[str | None, str | None]:
+def operator_entry(engine: Engine, job_id: str) -> tuple[str | None, str | None]:
     """The operator entry that sent the job back to CREATE_ELIGIBLE and its pay-again reason, if
     no create was accepted since (one decision buys one create): (reason, pay-again) or (None, None)."""
-    ev = tables.job_events.c
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(ev.reason, ev.detail).where(ev.job_id == job_id).order_by(ev.id.desc())
-                            .limit(200)).all()
+    rows = job_queries.newest_entries(engine, job_id, 200)
     for reason, detail in rows:
         if reason == Reason.ACCEPTED.value:
             return None, None

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.closing import Closing
@@ -48,8 +47,9 @@ from iipub.provider.outcomes import (
     Transient,
 )
 from iipub.settings.config import Settings, max_output_bytes
-from iipub.store import clock, installation, outbox, tables, track_store
+from iipub.store import clock, installation, job_queries, outbox, track_store
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection, Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.actions")
@@ -85,7 +85,7 @@ class Operator(Closing):
     `release(LINK)` and `cancel`; without one, it is built on first use (after the
     API key check, before any lease) and closed by `close()`."""
 
-    def __init__(self, settings: Settings, engine: sa.Engine, provider: Provider | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine, provider: Provider | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self._provider = provider
@@ -453,10 +453,7 @@ class Operator(Closing):
         return self.orphan(orphan.response_id)
 
     def _editions(self, job: Job) -> int:
-        e = tables.editions
-        with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(e).where(
-                e.c.product == job.product, e.c.edition_date == job.edition_date)).scalar_one())
+        return job_queries.editions_of_slot(self.engine, job.product, job.edition_date)
 
     # -- internals ------------------------------------------------------------------
 
@@ -482,7 +479,7 @@ class Operator(Closing):
         return self._finish(store, self._write(store, job, d))
 
     def _write(self, store: Store, job: Job, d: Decision,
-               extra: Callable[[sa.Connection], object] | None = None) -> Job:
+               extra: Callable[[Connection], object] | None = None) -> Job:
         try:
             return store.transition(job, d.to, reason=d.reason, operator=True, changes=d.changes, detail=d.detail,
                                     delay=d.delay, keep_lease=d.go_on, extra=extra)

@@ -24,14 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-import sqlalchemy as sa
 import structlog
 
 from iipub.core import backoff, tls
 from iipub.core.errors import ConfigError, Contention, LeaseLost
 from iipub.machine import decisions
 from iipub.model.jobs import Job, new_worker_id
-from iipub.model.states import State
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
 from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
@@ -39,7 +37,8 @@ from iipub.publish.sinks.cms_webhook import WebhookSink
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings import config
 from iipub.settings.config import Settings
-from iipub.store import outbox, tables, track_store
+from iipub.store import outbox, track_store
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 from iipub.store.outbox import Outbox, OutboxEvent
 
@@ -65,7 +64,7 @@ class RelayReport:
     held: str | None = None
 
 
-def _held(settings: Settings, engine: sa.Engine) -> str | None:
+def _held(settings: Settings, engine: Engine) -> str | None:
     """Why this run delivers nothing, or None."""
     from iipub.money import gate
 
@@ -74,7 +73,7 @@ def _held(settings: Settings, engine: sa.Engine) -> str | None:
     return "shadow" if settings.reconcile.shadow else None
 
 
-def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: sa.Engine | None = None) -> list[Sink]:
+def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: Engine | None = None) -> list[Sink]:
     sinks: list[Sink] = []
     if settings.static_sink is not None:
         s = settings.static_sink
@@ -91,7 +90,7 @@ def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: 
     return sinks
 
 
-def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = None, worker: str | None = None,
+def run(settings: Settings, engine: Engine, *, sinks: list[Sink] | None = None, worker: str | None = None,
         rng: random.Random | None = None) -> RelayReport:
     rs = settings.relay
     worker = worker or new_worker_id("relay")
@@ -288,7 +287,7 @@ def _finish(box: Outbox, d: _EventDelivery, settings: Settings, report: RelayRep
     report.parked += 1
 
 
-def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
+def publish_finished_jobs(engine: Engine, worker: str, lease_seconds: float,
                           spend_ledger: SpendLedger | Callable[[], SpendLedger | None] | None = None) -> int:
     """SAVED_NOT_PUBLIC language tracks whose every event is delivered move to PUBLISHED; then
     SAVED_NOT_PUBLIC slots with no unpublished track (a slot from before tracks: every event
@@ -296,19 +295,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
     each relay pass, so a crash between the writes heals on the next run."""
     store = Store(engine, worker, lease_seconds)
     _publish_finished_tracks(store)
-    jobs_table, outbox_table, t = tables.jobs, tables.outbox, tables.tracks.c
-    with engine.connect() as conn:
-        pending = sa.select(outbox_table.c.id).where(
-            outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
-        ).exists()
-        has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
-        has_tracks = sa.select(t.id).where(t.job_id == jobs_table.c.id).exists()
-        unpublished = sa.select(t.id).where(t.job_id == jobs_table.c.id, t.state != State.PUBLISHED.value).exists()
-        rows = conn.execute(
-            sa.select(jobs_table.c.id, jobs_table.c.version)
-            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value,
-                   sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
-        ).all()
+    rows = outbox.delivered_slots(engine)
     done = 0
     if callable(spend_ledger) and rows:
         spend_ledger = spend_ledger()
@@ -330,13 +317,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
 def _publish_finished_tracks(store: Store) -> int:
     """SAVED_NOT_PUBLIC tracks whose language's events are all delivered: PUBLISHED (fenced on
     the track; the slot's row is not touched)."""
-    t, o, e = tables.tracks.c, tables.outbox.c, tables.editions.c
-    of_track = sa.select(o.id).select_from(tables.outbox.join(tables.editions, e.id == o.edition_id)).where(
-        o.job_id == t.job_id, e.lang == t.lang)
-    with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(tables.tracks).where(
-            t.state == State.SAVED_NOT_PUBLIC.value, of_track.exists(),
-            ~of_track.where(o.published_at.is_(None)).exists())).mappings().all()
+    rows = outbox.delivered_tracks(store.engine)
     ts = track_store.TrackStore(store)
     done = 0
     for row in rows:
@@ -350,12 +331,10 @@ def _publish_finished_tracks(store: Store) -> int:
     return done
 
 
-def _record_published(engine: sa.Engine, spend_ledger: SpendLedger, job: Job) -> None:
+def _record_published(engine: Engine, spend_ledger: SpendLedger, job: Job) -> None:
     """The published link of the ledger's chain (best effort, after the commit: a line missing
     leaves the ledger behind the database, the safe direction)."""
-    ed = tables.editions
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job.id)).all()
+    rows = outbox.edition_hashes(engine, job.id)
     try:
         spend_ledger.published(job.id, slot_of(job.product, job.edition_date.isoformat()), job.generation_attempts,
                                job.response_id, {str(lang): str(sha) for lang, sha in rows})

@@ -232,7 +232,7 @@ MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 # 1047 "WSREP has not yet prepared node for application use" on any statement, 1180 "Error
 # while appending streaming replication fragment (... Not connected to Primary Component)" at
 # COMMIT. The transaction is rolled back and nothing is written: the database is unavailable
-# from this node, not a fault of the job (seen in bench/galera.py; docs/scale-out.md).
+# from this node, not a fault of the job (seen in bench/cluster/galera.py; docs/scale-out.md).
 WSREP_NOT_PRIMARY = {1047, 1180}
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.timefmt import naive_utc
 from iipub.model.holds import ModelHold
-from iipub.store import clock, db, tables
+from iipub.store import clock, db, gate_rows, tables
 
 _t = tables.model_holds
 
@@ -55,8 +55,7 @@ def lift(engine: Engine, hold: ModelHold, worker: str, why: str) -> bool:
         gone = conn.execute(_t.delete().where(_t.c.model == hold.model, _t.c.scope == hold.scope)).rowcount
         if gone:
             detail = {"model": hold.model, "cause": hold.cause, "held_since": str(hold.held_at), "why": why}
-            conn.execute(tables.gate_events.insert().values(kind="model_hold_lifted", worker=worker[:128],
-                                                            at=clock.now(conn), detail=json.dumps(detail)))
+            gate_rows.record_event(conn, "model_hold_lifted", worker[:128], json.dumps(detail))
     return bool(gone)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from iipub.core.errors import Contention, JobTaken, OperatorRefused, UnknownId, UsageError
 from iipub.core.timefmt import iso_z, iso_z_or_none, naive_utc
@@ -411,3 +411,44 @@ def republish_granted(engine: Engine, job_id: str) -> bool:
     with engine.connect() as conn:
         grants = tables.republish_grants
         return conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is not None
+
+
+# -- what the relay reads after a pass ------------------------------------------------------------
+
+
+def delivered_slots(engine: Engine) -> list[tuple[str, int]]:
+    """(id, version) of the SAVED_NOT_PUBLIC slots with no unpublished track, or (a slot from
+    before tracks) every event delivered."""
+    jobs_table, outbox_table, t = tables.jobs, tables.outbox, tables.tracks.c
+    with engine.connect() as conn:
+        pending = sa.select(outbox_table.c.id).where(
+            outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
+        ).exists()
+        has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
+        has_tracks = sa.select(t.id).where(t.job_id == jobs_table.c.id).exists()
+        unpublished = sa.select(t.id).where(t.job_id == jobs_table.c.id, t.state != State.PUBLISHED.value).exists()
+        rows = conn.execute(
+            sa.select(jobs_table.c.id, jobs_table.c.version)
+            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value,
+                   sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
+        ).all()
+    return [(job_id, version) for job_id, version in rows]
+
+
+def delivered_tracks(engine: Engine) -> list[RowMapping]:
+    """The SAVED_NOT_PUBLIC tracks whose language's events are all delivered, whole rows."""
+    t, o, e = tables.tracks.c, tables.outbox.c, tables.editions.c
+    of_track = sa.select(o.id).select_from(tables.outbox.join(tables.editions, e.id == o.edition_id)).where(
+        o.job_id == t.job_id, e.lang == t.lang)
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(tables.tracks).where(
+            t.state == State.SAVED_NOT_PUBLIC.value, of_track.exists(),
+            ~of_track.where(o.published_at.is_(None)).exists())).mappings().all())
+
+
+def edition_hashes(engine: Engine, job_id: str) -> list[tuple[str, str]]:
+    """(language, sha256) of each edition the job saved."""
+    ed = tables.editions
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job_id)).all()
+    return [(lang, sha) for lang, sha in rows]

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.timefmt import naive_utc
 from iipub.model.holds import ProductHold
-from iipub.store import clock, db, tables
+from iipub.store import clock, db, gate_rows, tables
 
 _t = tables.product_holds
 
@@ -47,8 +47,7 @@ def lift(engine: Engine, hold: ProductHold, worker: str, why: str) -> bool:
         if gone:
             detail = {"product": hold.product, "cause": hold.cause, "param": hold.param,
                       "held_since": str(hold.held_at), "why": why}
-            conn.execute(tables.gate_events.insert().values(kind="product_hold_lifted", worker=worker[:128],
-                                                            at=clock.now(conn), detail=json.dumps(detail)))
+            gate_rows.record_event(conn, "product_hold_lifted", worker[:128], json.dumps(detail))
     return bool(gone)
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
-import sqlalchemy as sa
 import structlog
 from openai.types.webhooks import UnwrapWebhookEvent
 
@@ -50,6 +49,7 @@ from iipub.settings.config import Settings, WebhookSettings
 from iipub.settings.loading import load_settings
 from iipub.store import clock, db
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine, OperationalError, SQLAlchemyError
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.webhook")
@@ -159,7 +159,7 @@ class Overdue(Exception):
 class Receiver:
     """One per process: settings, engine, provider client and verifier, shared by requests."""
 
-    def __init__(self, settings: Settings, engine: sa.Engine | None = None, provider: Provider | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine | None = None, provider: Provider | None = None) -> None:
         self.settings = settings
         w = settings.webhooks
         self.secret = settings.require_provider_webhook_secret()
@@ -225,7 +225,7 @@ class Receiver:
             return self._test_delivery(event, peer)
         try:
             held = gate.paused_everything(self.engine)
-        except (Contention, DatabaseUnavailable, sa.exc.OperationalError) as exc:
+        except (Contention, DatabaseUnavailable, OperationalError) as exc:
             log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
             return ReceiverAnswer(503, "not recorded; deliver again")
         if held is not None:  # the immediate abort: nothing recorded or settled, the provider delivers again
@@ -266,7 +266,7 @@ class Receiver:
         try:
             with self.engine.connect() as conn:
                 clock.read_now(conn)
-        except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
+        except (SQLAlchemyError, DatabaseUnavailable) as exc:
             log.warning("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
                         database=db.describe_error(exc))
             return ReceiverAnswer(503, "test delivery verified, but the database is unreachable")
@@ -472,6 +472,14 @@ def application(environ: Mapping[str, Any], start_response: Callable[..., Any]) 
                 return [b"webhook receiver not configured\n"]
         receiver = _receiver
     return receiver(environ, start_response)
+
+
+def forget() -> None:
+    """Drop this process's receiver; the next request builds one again. The test seam for the
+    entry point as a process without a receiver meets it."""
+    global _receiver
+    with _lock:
+        _receiver = None
 
 
 def _after_fork_in_child() -> None:

@@ -2,7 +2,7 @@
 
     IIPUB_TEST_GALERA=1 .venv/bin/python -m pytest -q -n 0 tests/cluster/test_galera.py
 
-Runs bench/galera.py's campaign (a reconcile and a relay per node, the chaos campaign's
+Runs bench/cluster/galera.py's campaign (a reconcile and a relay per node, the chaos campaign's
 faults, one node SIGKILLed and restarted, one SIGSTOPped past the lease and resumed) on
 nodes it starts itself on loopback ports 33061-33063 (gcomm 45671-45673), as root (the
 servers run as the `mysql` user for rsync SST). Not part of the default CI run.
@@ -46,7 +46,7 @@ pytestmark = [
 
 
 def import_galera() -> Any:
-    """bench/galera.py."""
+    """bench/cluster/galera.py."""
     return bench_module("galera")
 
 

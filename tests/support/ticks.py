@@ -32,6 +32,6 @@ def drive_to_saved(settings: Settings, engine: sa.Engine, sim: Simulator, last_d
     raise AssertionError(f"jobs did not reach SAVED_NOT_PUBLIC: {states}")
 
 
-def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> sweep.TickReport:
+def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> sweep.SweepReport:
     """One in-process reconcile tick (`reconcile.run`)."""
     return sweep.run(settings, engine, **kw)

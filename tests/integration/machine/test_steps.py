@@ -22,12 +22,12 @@ from iipub.core.errors import MissingApiKey
 from iipub.machine import sweep
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
-from iipub.money import breaker, gate
+from iipub.money import breaker
 from iipub.provider.fake import Call, FakeProvider
 from iipub.provider.outcomes import Ambiguous, Deleted, Missing, RefusalKind, Refused, Rejected, Transient
 from iipub.publish import relay
 from iipub.settings.config import Settings
-from iipub.store import clock, tables
+from iipub.store import clock, gate_rows, tables
 from iipub.store.job_store import Store
 from tests.support.offline import offline_settings
 from tests.support.rows import job_events, job_rows, row_count
@@ -62,7 +62,7 @@ def schedule(settings: Settings, engine: sa.Engine, *days: dt.date, backfill: bo
             store.schedule(p, day, backfill=backfill)
 
 
-def tick(settings: Settings, engine: sa.Engine, fake: FakeProvider) -> sweep.TickReport:
+def tick(settings: Settings, engine: sa.Engine, fake: FakeProvider) -> sweep.SweepReport:
     """One in-process reconcile tick on the fake provider."""
     return sweep.run(settings, engine, provider=fake)
 
@@ -546,7 +546,7 @@ def test_a_cooled_down_sweep_leaves_provider_work_for_the_next_tick_without_re_q
     assert not report.stopped_at_deadline and report.seconds < 10
     assert len(candidate_queries) <= len(job_rows(engine)) + 1
     with engine.connect() as conn:  # the cool-down is shared with every other process
-        cooled_until, now = gate.read_cool_down(conn), clock.read_now(conn)
+        cooled_until, now = gate_rows.read_cool_down(conn), clock.read_now(conn)
     assert cooled_until is not None and cooled_until > now
     left = job_rows(engine)  # left as they were: unleased, still polling, still due
     assert all(r["lease_owner"] is None and r["state"] in {"ACCEPTED", "QUEUED", "IN_PROGRESS"} for r in left)

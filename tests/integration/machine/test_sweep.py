@@ -187,7 +187,7 @@ def test_29_overlapping_ticks_never_repeat_a_get_or_a_create(settings: Settings,
     days = [DAY - dt.timedelta(days=i) for i in range(50)]
     schedule(s, engine, *days)  # 100 slots
     engines = [db.make_engine(db_url, pool_size=8) for _ in range(2)]
-    reports: list[sweep.TickReport] = []
+    reports: list[sweep.SweepReport] = []
 
     def run(e: sa.Engine) -> None:
         reports.append(sweep.run(s, e))

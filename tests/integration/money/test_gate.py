@@ -50,7 +50,7 @@ def backfill(settings: Settings, engine: sa.Engine, *days: dt.date) -> None:
             store.schedule(p, day, backfill=True)
 
 
-def tick(settings: Settings, engine: sa.Engine, sim: Simulator, *, db_seconds: float = 0) -> sweep.TickReport:
+def tick(settings: Settings, engine: sa.Engine, sim: Simulator, *, db_seconds: float = 0) -> sweep.SweepReport:
     """One tick after moving the simulated and database clocks on (past any backoff)."""
     if db_seconds:
         clock.advance_clock(engine, db_seconds)

@@ -6,6 +6,7 @@ and never next to the SQLite file, and never inside the public tree."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import resource
 import subprocess
 import sys
@@ -33,20 +34,19 @@ pytestmark = pytest.mark.no_auto_schedule
 
 
 def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
-    cfg: Settings, engine: sa.Engine, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+    cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:
     Store(engine, "test").schedule(cfg.products["daily-brief"], DAY)
     # The disk fills in the middle of a line while the sweep runs in this process: the ledger's one
     # write is made short (a real full disk would fail every other file of the test run too).
-    real_write = ledger._write
-    monkeypatch.setattr(ledger, "_write", lambda fd, data: real_write(fd, data[:7]))  # the disk fills mid-line
-    sweep.run(cfg, engine)
+    with ledger.writes_through(lambda fd, data: os.write(fd, data[:7])):  # the disk fills mid-line
+        sweep.run(cfg, engine)
     (row,) = job_rows(engine)
     assert sim.stats()["creates_total"] == 0  # nothing was sent, so nothing was paid
     assert (row["state"], row["generation_attempts"]) == ("CREATE_ELIGIBLE", 0)
     refused = [e for e in job_events(engine, row["id"]) if e["reason"] == "create_refused"]
     assert refused and "short write" in refused[-1]["detail"]
-    monkeypatch.setattr(ledger, "_write", real_write)  # room again: the next tick pays once
+    # room again: the next tick pays once
     clock.advance_clock(engine, 120)  # past the refund's backoff
     engine_ledger = cfg.ledger_path()
     assert engine_ledger is not None

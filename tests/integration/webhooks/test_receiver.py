@@ -175,7 +175,7 @@ def test_http_shape_errors_have_their_own_answers(url: str, hooked: Settings, en
 def test_the_wsgi_entry_point_answers_503_while_unconfigured(monkeypatch: pytest.MonkeyPatch) -> None:
     # The subject is the module's one receiver per process: the test starts from a process that
     # has none built, and checks that a failed build leaves none (so the next request tries again).
-    monkeypatch.setattr(webhook, "_receiver", None)
+    webhook.forget()
     monkeypatch.delenv("OPENAI_WEBHOOK_SECRET", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     seen: list[str] = []

@@ -15,24 +15,18 @@ from iipub.money.ledger import Fold, LedgerError, LedgerView, SpendLedger
 SLOT = "daily-brief/2026-11-29"
 
 
-def test_a_short_write_is_an_error_and_the_next_line_starts_on_a_line_of_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_short_write_is_an_error_and_the_next_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
     book = SpendLedger(tmp_path / "spend-ledger.jsonl")
     book.intent("job-1", SLOT, 1, "fp", "w")
     # A disk that fills in the middle of a line: no file a test can make does that to one process's
     # write(2) without doing it to every file of the process (the RLIMIT_FSIZE drill in
-    # tests/integration/test_ledger_io.py runs in a process of its own), so the ledger's one write
-    # is replaced, as its module provides for.
-    real_write = ledger._write
-
+    # tests/integration/money/test_ledger.py runs in a process of its own), so the ledger's one write
+    # is replaced through the module's test seam.
     def disk_full(fd: int, data: bytes) -> int:  # what write(2) does when the disk fills mid-line
-        return real_write(fd, data[: len(data) // 2])
+        return os.write(fd, data[: len(data) // 2])
 
-    monkeypatch.setattr(ledger, "_write", disk_full)
-    with pytest.raises(LedgerError, match="short write"):
+    with ledger.writes_through(disk_full), pytest.raises(LedgerError, match="short write"):
         book.outcome("job-1", SLOT, 1, "accepted", "resp_1")
-    monkeypatch.setattr(ledger, "_write", real_write)
     assert not book.path.read_bytes().endswith(b"\n")  # the torn half-line is on disk
     book.intent("job-2", "daily-brief/2026-11-30", 1, "fp", "w")  # the disk has room again
     lines = book.path.read_bytes().split(b"\n")
@@ -51,10 +45,8 @@ def test_an_error_from_write_or_fsync_is_a_ledger_error(tmp_path: Path, monkeypa
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ledger, "_write", no_space)
-    with pytest.raises(LedgerError, match="No space left on device"):
+    with ledger.writes_through(no_space), pytest.raises(LedgerError, match="No space left on device"):
         book.intent("job-1", SLOT, 1, "fp", "w")
-    monkeypatch.undo()
 
     def fsync_fails(fd: int) -> None:
         raise OSError(5, "Input/output error")

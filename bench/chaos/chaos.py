@@ -6,10 +6,10 @@ together) and, optionally, MariaDB itself restarts. Then the chaos stops, a clea
 convergence phase runs (no faults, a few reconcile/relay rounds with time advancing) and
 `iipub.observe.invariants.check` judges the result.
 
-    .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
+    .venv/bin/python bench/chaos/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
         --slots 300 --seconds 180 --seed 7
     # the long variant (manual): >= 1,000 slots and a MariaDB restart mid-run
-    .venv/bin/python bench/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
+    .venv/bin/python bench/chaos/chaos.py --mysql mysql+pymysql://root@127.0.0.1:3306/test \\
         --slots 1200 --seconds 480 --seed 11 --restart-db
 
 Reproducibility, bounds, exit status and the report: bench/notes/chaos.md (also in `--help`).
@@ -43,7 +43,10 @@ from typing import Any, TypeVar
 import httpx
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared modules
 import benchdb  # puts this checkout on sys.path before iipub
+
+# isort: split
 import chaos_restore
 import harness
 import simproc
@@ -61,7 +64,7 @@ WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"iipub-chaos-webhook-secret-32byt"
 API_KEY = "sk-chaos"
 
 # The simulator faults (name, op, low, high) and the chaos actions with their weights:
-# bench/chaos_plan.toml.
+# bench/chaos/chaos_plan.toml.
 BENCH = Path(__file__).resolve().parent
 PLAN = tomllib.loads((BENCH / "chaos_plan.toml").read_text(encoding="utf-8"))
 FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = tuple(tuple(f) for f in PLAN["faults"])
@@ -94,7 +97,7 @@ def signal_group(pid: int, *sigs: int) -> bool:
 
 
 def config_toml(public: Path, webhook_url: str, prompt_suffix: str = "") -> str:
-    """The workers' iipub.toml: bench/chaos_config.toml with its fields filled in."""
+    """The workers' iipub.toml: bench/chaos/chaos_config.toml with its fields filled in."""
     template = (BENCH / "chaos_config.toml").read_text(encoding="utf-8")
     return template.format(lease=LEASE_SECONDS, tick=TICK_SECONDS, public=public, webhook_url=webhook_url,
                            suffix=prompt_suffix)
@@ -949,7 +952,7 @@ def _signals_raise() -> Iterator[None]:
 
 
 def campaign_args(p: argparse.ArgumentParser, seed: int) -> None:
-    """The options of a campaign, here and in bench/galera.py."""
+    """The options of a campaign, here and in bench/cluster/galera.py."""
     p.add_argument("--database", help="database to create (default iipub_chaos_<seed>_<random>)")
     p.add_argument("--slots", type=int, default=300, help="publication slots to schedule (past dates)")
     p.add_argument("--seconds", type=float, default=180.0, help="length of the chaos phase")

@@ -3,10 +3,10 @@
 
 How the cluster is built, the node faults and the verdict: bench/notes/galera.md (also in `--help`).
 
-    .venv/bin/python bench/galera.py campaign --slots 1000 --seconds 420 --seed 21 \\
+    .venv/bin/python bench/cluster/galera.py campaign --slots 1000 --seconds 420 --seed 21 \\
         --node-kills 2 --node-pauses 2
-    .venv/bin/python bench/galera.py start --nodes 3   # just a cluster, until Ctrl-C
-    .venv/bin/python bench/galera.py throughput        # a 10,000-job poll tick, 1 vs 3 nodes
+    .venv/bin/python bench/cluster/galera.py start --nodes 3   # just a cluster, until Ctrl-C
+    .venv/bin/python bench/cluster/galera.py throughput        # a 10,000-job poll tick, 1 vs 3 nodes
 
 Every mariadbd it starts is stopped by pid at exit (and SIGKILLed if it does not stop);
 the MariaDB on 127.0.0.1:3306 is never touched.
@@ -35,12 +35,12 @@ from typing import Any
 import sqlalchemy as sa
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-for p in (str(ROOT), str(BENCH)):
+ROOT = BENCH.parents[1]
+for p in (str(ROOT), str(BENCH.parent), str(BENCH.parent / "chaos")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import chaos  # noqa: E402  (bench/chaos.py: the single-node campaign this one extends)
+import chaos  # noqa: E402  (bench/chaos/chaos.py: the single-node campaign this one extends)
 import harness  # noqa: E402
 import simproc  # noqa: E402
 from iipub.observe import invariants  # noqa: E402
@@ -115,7 +115,7 @@ class Cluster:
     # -- configuration ---------------------------------------------------------------
 
     def _write_cnf(self, node: Node) -> None:
-        """The node's my.cnf, from bench/galera.cnf."""
+        """The node's my.cnf, from bench/cluster/galera.cnf."""
         text = CNF_TEMPLATE.read_text(encoding="utf-8").format(
             node=node, peers=",".join(f"127.0.0.1:{n.gcomm_port}" for n in self.nodes), provider=PROVIDER,
             buffer_pool=self.buffer_pool)
@@ -275,7 +275,7 @@ def cluster_of(args: argparse.Namespace) -> Iterator[Cluster]:
 
 
 class GaleraRun(chaos.Run):
-    """bench/chaos.py's campaign with a reconcile and a relay per node and node faults."""
+    """bench/chaos/chaos.py's campaign with a reconcile and a relay per node and node faults."""
 
     def __init__(self, args: argparse.Namespace, cluster: Cluster) -> None:
         args.mysql = cluster.nodes[0].url()

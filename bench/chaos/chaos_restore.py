@@ -1,4 +1,4 @@
-"""The chaos campaign's restore step (`bench/chaos.py --restore`): a backup taken while the
+"""The chaos campaign's restore step (`bench/chaos/chaos.py --restore`): a backup taken while the
 workers run (one consistent read of every table), restored once they are stopped, and what
 the restore must not have cost, read from outside the database: the public site's bytes and
 the spend ledger's order of lines (no paid create for a slot after its publication)."""
