@@ -30,8 +30,8 @@ import harness
 import metering
 import reporting
 import simproc
+from iipub.provider.openai import webhook_signature as webhook
 from iipub.settings.config import WebhookSettings
-from iipub.webhooks import receiver as webhook
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-bench-webhook-secret-0123456789").decode()
 CLIENT_TIMEOUT = 60.0

@@ -55,8 +55,9 @@ from iipub.model.states import State
 from iipub.money import gate
 from iipub.money.ledger import SpendLedger
 from iipub.observe import invariants
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator.faults import ALLOWED_OPS, FAULTS, WEBHOOK_FAULTS
-from iipub.settings.loading import default_ledger_path, settings_from_dict
+from iipub.settings.loading import default_ledger_path
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
 

@@ -19,8 +19,8 @@ from iipub.core.wording import printable
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import State
 from iipub.observe.idle_check import same_file
+from iipub.provider.factory import load_settings
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import db
 from iipub.store.handles import Engine
 from iipub.store.job_store import Store

@@ -53,7 +53,7 @@ def doctor_command(app: App, as_json: bool) -> None:
             requested[product.name] = provider.requested_tokens(req)
     finally:
         provider.close()
-    found = doctor.findings(settings, lookups, requested)
+    found = doctor.findings(settings, lookups, requested, factory.model_table(settings.provider.kind))
     passed = all(f.passed for f in found)
     if as_json:
         emit_json({"ok": passed, "checks": [f.to_dict() for f in found], "summary": doctor.summary(found)})

@@ -88,11 +88,12 @@ def test_delivery_command(app: App, url: str, timeout_seconds: float) -> None:
     changes nothing. Exit 0 when verified, 1 otherwise (with the answer)."""
     import httpx
 
-    from iipub.webhooks.receiver import TEST_ANSWER, signed_test_delivery
+    from iipub.provider import factory
+    from iipub.webhooks.receiver import TEST_ANSWER
 
     if not url.startswith(("http://", "https://")):
         raise click.BadParameter(f"must be an http(s) URL (got {url[:80]!r})", param_hint="URL")
-    body, headers = signed_test_delivery(app.settings.require_provider_webhook_secret())
+    body, headers = factory.webhook_verifier(app.settings).test_delivery()
     try:
         answer = httpx.post(url, content=body, headers=headers, timeout=timeout_seconds)
     except httpx.HTTPError as exc:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from iipub.observe import wakeup
+from iipub.settings import environment
 
 _GLOBAL_OPTIONS = ("--env-file", "--log-level", "--log-format")
 _COMMAND_OPTIONS = ("--log-level", "--log-format")
@@ -53,7 +54,7 @@ def _run(argv: list[str], started: float) -> int | None:
         envfile.load(options.get("--env-file") or os.environ["IIPUB_ENV_FILE"])
     if os.environ.get(OFF_SWITCH, "").lower() in ("off", "0", "false", "no"):
         return None
-    if command == "reconcile" and not os.environ.get("OPENAI_API_KEY"):
+    if command == "reconcile" and not os.environ.get(environment.API_KEY):
         return None  # the full run refuses it in one line
     level = (options.get("--log-level") or os.environ.get("IIPUB_LOG_LEVEL") or "info").lower()
     fmt = (options.get("--log-format") or os.environ.get("IIPUB_LOG_FORMAT") or "").lower() or None

@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from iipub import __version__
+from iipub.settings import environment
 
 COMMANDS = ("reconcile", "relay")
 
@@ -127,14 +128,15 @@ def digest(values: Sequence[object]) -> str:
 
 def identity(environ: Mapping[str, str], cwd: str) -> str:
     """What the run's settings come from besides files: iipub's version, the working directory
-    (relative paths) and every IIPUB_* / OPENAI_* variable. Secrets count only as set, or set but
-    unusable in a header: no hash of one is stored. The database URL is left out: another database has its own row."""
+    (relative paths) and every variable the settings may come from (`environment.PREFIXES`).
+    Secrets count only as set, or set but unusable in a header: no hash of one is stored. The
+    database URL is left out: another database has its own row."""
     seen: list[tuple[str, str]] = []
     for name in sorted(environ):
         if name in _PATH_VARIABLES:
             seen.append((name, environ[name]))
             continue
-        if not name.startswith(("IIPUB_", "OPENAI_")) or name.startswith(_NOT_SETTINGS):
+        if not name.startswith(environment.PREFIXES) or name.startswith(_NOT_SETTINGS):
             continue
         secret = any(mark in name for mark in _SECRET_MARKS)
         seen.append((name, _secret_mark(environ[name]) if secret and environ[name] else environ[name]))

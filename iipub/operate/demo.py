@@ -20,10 +20,10 @@ from iipub.machine import scheduling, sweep
 from iipub.model.jobs import new_worker_id
 from iipub.model.states import SETTLED, State
 from iipub.observe import heartbeat
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Product, Settings
-from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, job_queries, migrate
 from iipub.store.handles import Engine
 from iipub.store.job_store import Store

@@ -9,14 +9,14 @@ The command (`cli/doctor_cmd`) asks the provider what it says of each product's 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iipub.core.errors import ConfigError
 from iipub.core.wording import plural
 from iipub.provider.outcomes import ModelLookup, Standing
-from iipub.settings import models
-from iipub.settings.config import HEADER_SAFE, PLACEHOLDER_API_KEY, Product, Settings
+from iipub.settings.config import HEADER_SAFE, PLACEHOLDER_API_KEY, ModelTable, Product, Settings
 
 # The checks, in the order they are printed.
 KEY, SCOPE, MODEL, PARAMETERS, FLEX, REQUEST_SIZE, WEBHOOK_SECRET = (
@@ -124,14 +124,15 @@ def model_finding(product: Product, lookup: ModelLookup | None, settings: Settin
     return Finding(MODEL, where, False, f"{model} not checked: the API refused the request ({lookup.why})")
 
 
-def parameter_finding(product: Product, settings: Settings) -> Finding:
+def parameter_finding(product: Product, settings: Settings, table: ModelTable | None) -> Finding:
     where = f"product {product.name}"
-    problems = models.refused_keys(product.model, temperature=product.temperature, top_p=product.top_p,
-                                   reasoning_effort=product.reasoning_effort, verbosity=product.verbosity,
-                                   configured=settings.models, max_output_tokens=product.output_token_cap())
+    if table is None:
+        return Finding(PARAMETERS, where, True, "this provider keeps no capability table: it checks the keys itself")
+    sent = dataclasses.replace(product, max_output_tokens=product.output_token_cap())
+    problems = table.refused_keys(sent, settings.models)
     if problems:
         return Finding(PARAMETERS, where, False, "; ".join(problems))
-    governing = models.rule_for(product.model, settings.models)
+    governing = table.rule(product.model, settings.models)
     if governing is None:
         return Finding(PARAMETERS, where, True,
                        f"{product.model} is not in the capability table: its parameters are not checked here (the "
@@ -142,12 +143,12 @@ def parameter_finding(product: Product, settings: Settings) -> Finding:
                    f"{product.model} takes what the product sends ([models.\"{pattern}\"]: {rule.source}{as_of})")
 
 
-def flex_finding(product: Product, settings: Settings) -> Finding | None:
+def flex_finding(product: Product, settings: Settings, table: ModelTable | None) -> Finding | None:
     """Only for a product that asks for flex."""
     if product.service_tier != "flex":
         return None
     where = f"product {product.name}"
-    governing = models.rule_for(product.model, settings.models)
+    governing = table.rule(product.model, settings.models) if table is not None else None
     offered = governing[1].flex if governing is not None else None
     if offered is False:
         return Finding(FLEX, where, False,
@@ -192,17 +193,18 @@ def webhook_secret_finding(settings: Settings) -> Finding:
     return Finding(WEBHOOK_SECRET, subject, True, "well formed")
 
 
-def findings(settings: Settings, lookups: Mapping[str, ModelLookup] | None,
-             requested: Mapping[str, int]) -> list[Finding]:
+def findings(settings: Settings, lookups: Mapping[str, ModelLookup] | None, requested: Mapping[str, int],
+             table: ModelTable | None = None) -> list[Finding]:
     """Every check, in order. `lookups` is what the provider said of each model (lower case)
-    (None: the key could not be used, nothing was asked); `requested`, each product's create size."""
+    (None: the key could not be used, nothing was asked); `requested`, each product's create size;
+    `table`, the provider's capability table (None: it keeps none)."""
     asked = lookups or {}
     found = [key_finding(settings.api_key, asked), scope_finding(settings, asked)]
     for product in settings.products.values():
         lookup = asked.get(product.model.lower()) if lookups is not None else None
         found.append(model_finding(product, lookup, settings))
-        found.append(parameter_finding(product, settings))
-        flex = flex_finding(product, settings)
+        found.append(parameter_finding(product, settings, table))
+        flex = flex_finding(product, settings, table)
         if flex is not None:
             found.append(flex)
         found.append(request_size_finding(product, requested[product.name], settings))

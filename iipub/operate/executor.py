@@ -394,7 +394,7 @@ class Operator(Closing):
         if len(raw) > limit:
             raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing "
                                   "written")
-        imported = remedies.parse_import(raw, max_bytes)
+        imported = remedies.parse_import(raw, max_bytes, factory.saved_response_reader(self.settings))
         return self._act(seen.id, by, lambda job: remedies.import_payload(job, imported, max_bytes, by, reason))
 
     # -- orphans --------------------------------------------------------------------

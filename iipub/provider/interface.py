@@ -32,10 +32,20 @@ implements every method below and honours the rules that go with them, written h
 from __future__ import annotations
 
 import re
-from typing import NoReturn, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from iipub.core.errors import InvariantViolation
-from iipub.provider.outcomes import CreateOutcome, CreateRequest, DeleteOutcome, ModelLookup, ReadOutcome, Stage
+from iipub.provider.outcomes import (
+    CreateOutcome,
+    CreateRequest,
+    DeleteOutcome,
+    ModelLookup,
+    ReadOutcome,
+    SavedResponse,
+    Stage,
+    VerifiedEvent,
+)
 
 # Responses API metadata limits.
 METADATA_MAX_KEYS = 16
@@ -86,6 +96,22 @@ class Provider(Protocol):
 
     def close(self) -> None:
         """Release what `ready` or the calls set up."""
+
+
+# A response saved from the provider, read from a file's JSON object: None when it is not one
+# (`factory.saved_response_reader`; `OperatorRefused` for one that holds no output to import).
+SavedResponseReader = Callable[[Mapping[str, Any]], SavedResponse | None]
+
+
+@runtime_checkable
+class WebhookVerifier(Protocol):
+    """The provider's webhook deliveries, verified before anything in them is believed."""
+
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> VerifiedEvent:
+        """The event `body` announces, once its signature is verified; `DeliveryRejected` otherwise."""
+
+    def test_delivery(self) -> tuple[bytes, dict[str, str]]:
+        """A delivery of `EventKind.TEST` and its headers, signed as the provider signs."""
 
 
 def create_metadata(req: CreateRequest) -> dict[str, str]:

@@ -175,6 +175,45 @@ class Transient:
     unreachable: bool = False  # no connection could be made: the provider was not reached
 
 
+@dataclass(frozen=True)
+class SavedResponse:
+    """A response saved from the provider (a file an operator recovered): its output text and what
+    it says of itself. `source` names what held the text; `status` is the provider's own word."""
+
+    text: str
+    source: str
+    response_id: str | None = None
+    status: str | None = None
+    usage: Usage | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class EventKind(enum.StrEnum):
+    """What a verified webhook delivery announces, in iipub's words."""
+
+    RESPONSE_ENDED = "response_ended"  # a response finished or is gone: read it (`response_id`)
+    OTHER = "other"  # an event the provider sends that is about something else: recorded, ignored
+    UNKNOWN = "unknown"  # an event iipub does not know: counted, nothing done
+    TEST = "test"  # `iipub webhook test-delivery`: verified, nothing recorded
+
+
+@dataclass(frozen=True)
+class VerifiedEvent:
+    """A webhook delivery whose signature was verified. `type` is the provider's own name for
+    the event (opaque: recorded and logged, never compared); `kind` says what it means."""
+
+    webhook_id: str
+    event_id: str | None
+    type: str
+    response_id: str | None
+    created_at: int | None
+    kind: EventKind
+
+
+class DeliveryRejected(Exception):
+    """A webhook delivery answered 400: not verified, or not understood."""
+
+
 CreateOutcome = Accepted | Refused | Ambiguous | Rejected
 ReadOutcome = Observed | Missing | Transient | Rejected
 DeleteOutcome = Deleted | Missing | Transient | Rejected

@@ -17,11 +17,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from iipub.core.errors import ConfigError, MissingApiKey
 from iipub.core.strict import Bounds, Checked
-from iipub.settings import fingerprint, models
+from iipub.settings import fingerprint
 from iipub.settings.edition_limits import MAX_ITEMS
 
 # Every section is validated when it is built (and again by `dataclasses.replace`, see
@@ -64,8 +64,46 @@ DEFAULT_TITLES: Mapping[str, Mapping[str, str]] = {
     "revolution-watch": {"en": "Revolution Watch", "es": "Observatorio de revoluciones"},
 }
 TITLE_MAX = 200
-_EFFORT_PATTERN = "^(" + "|".join(models.REASONING_EFFORTS) + ")$"
-_VERBOSITY_PATTERN = "^(" + "|".join(models.VERBOSITIES) + ")$"
+# The values the installed SDK's types allow (openai/types/shared/reasoning_effort.py and
+# responses/response_text_config_param.py): a configured value outside them is refused at load.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+VERBOSITIES = ("low", "medium", "high")
+_EFFORT_PATTERN = "^(" + "|".join(REASONING_EFFORTS) + ")$"
+_VERBOSITY_PATTERN = "^(" + "|".join(VERBOSITIES) + ")$"
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    """What one model (family) accepts: an entry of the model-capability table, built in
+    (the provider's) or configured (`[models."<name or prefix*>"]`)."""
+
+    sampling: bool = True  # `temperature` and `top_p`
+    reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
+    verbosity: bool = False  # `text.verbosity`
+    max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
+    flex: bool | None = None  # the flex service tier is offered for it (None: not known)
+    source: str = "configuration"  # where these values come from
+    checked: str | None = None  # the date (ISO) they were last checked against the source
+
+    @property
+    def reasons(self) -> bool:
+        return bool(self.reasoning_efforts)
+
+
+class ModelTable(Protocol):
+    """Which request keys a provider's models take (the provider's capability table, the
+    configured `[models]` entries laid over it): what the configuration is checked against at
+    load, so a create the provider would refuse for a parameter never goes out."""
+
+    def refused_keys(self, p: Product, configured: Mapping[str, ModelRule]) -> list[str]:
+        """Why the provider would refuse the keys `p` sends, one phrase per key (empty: none)."""
+
+    def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
+        """The most output tokens `model` takes, when the table knows it."""
+
+    def rule(self, model: str, configured: Mapping[str, ModelRule]) -> tuple[str, ModelRule] | None:
+        """The (pattern, entry) that governs `model`, or None for a model the table does not know
+        (allowed: the provider checks its keys)."""
 # Default output-token cap: about 250 tokens per item and 200 per language's title and summary
 # visible, four times that for a reasoning model's hidden tokens plus 8,000, within 16,000..128,000
 # (the GPT-5 family's largest output).
@@ -435,7 +473,7 @@ class Settings:
     monitoring: MonitoringSettings = MonitoringSettings()
     pricing: Pricing = Pricing()
     # `[models."<name or prefix*>"]`: the operator's entries over the built-in capability table.
-    models: Mapping[str, models.ModelRule] = field(default_factory=dict)
+    models: Mapping[str, ModelRule] = field(default_factory=dict)
     api_key: str | None = field(default=None, repr=False)
     provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
@@ -528,6 +566,12 @@ PLACEHOLDER_KEY_LINE = (f"OPENAI_API_KEY is the placeholder {PLACEHOLDER_API_KEY
                         "are held until it is set to the project's key (the environment file, then `iipub doctor`)")
 
 
+def unknown_model_warning(model: str) -> str:
+    return (f"model {model!r} is not in the capability table: its parameters are not checked before a create (the "
+            f"API checks them; a refused parameter holds that product's creates). Add [models.\"{model}\"] to the "
+            f"configuration to check them here")
+
+
 def default_products() -> dict[str, Product]:
     return {
         "daily-brief": Product(
@@ -547,19 +591,18 @@ def default_products() -> dict[str, Product]:
     }
 
 
-def check_model_keys(p: Product, where: str, configured: Mapping[str, models.ModelRule] | None = None) -> None:
-    """The keys the product sends must be ones its model takes (`models`): one line, at load."""
-    problems = models.refused_keys(p.model, temperature=p.temperature, top_p=p.top_p,
-                                   reasoning_effort=p.reasoning_effort, verbosity=p.verbosity, configured=configured,
-                                   max_output_tokens=p.max_output_tokens)
+def check_model_keys(p: Product, where: str, table: ModelTable,
+                     configured: Mapping[str, ModelRule] | None = None) -> None:
+    """The keys the product sends must be ones its model takes (`table`): one line, at load."""
+    problems = table.refused_keys(p, configured or {})
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
 
 
-def fit_output_cap(p: Product, configured: Mapping[str, models.ModelRule] | None = None) -> Product:
+def fit_output_cap(p: Product, table: ModelTable, configured: Mapping[str, ModelRule] | None = None) -> Product:
     """The product with its default output cap held to what its model takes (a gpt-4o product's
     default would otherwise ask for more than the model's 16,384 and be refused)."""
-    ceiling = models.output_ceiling(p.model, configured)
+    ceiling = table.output_ceiling(p.model, configured or {})
     if p.max_output_tokens is not None or ceiling is None or p.output_token_cap() <= ceiling:
         return p
     return dataclasses.replace(p, max_output_tokens=ceiling)

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,15 +22,19 @@ import structlog
 from iipub.core.errors import ConfigError
 from iipub.core.strict import InvalidValues
 from iipub.model.states import QUARANTINE_REASONS, TRACK_PARKED
+from iipub.settings import environment
 from iipub.settings.config import (
     DEFAULT_CRITICAL_AFTER,
     DEFAULT_DATABASE_URL,
     HEADER_SAFE,
     NAME_RE,
+    REASONING_EFFORTS,
     TITLE_MAX,
     Budgets,
     LedgerSettings,
     ModelPrice,
+    ModelRule,
+    ModelTable,
     MonitoringSettings,
     Pricing,
     Product,
@@ -47,8 +51,8 @@ from iipub.settings.config import (
     check_settings,
     default_products,
     fit_output_cap,
+    unknown_model_warning,
 )
-from iipub.settings.models import REASONING_EFFORTS, ModelRule, unknown_model_warning, unknown_models
 
 log = structlog.get_logger("iipub.settings")
 
@@ -96,8 +100,13 @@ def _ledger_outside_public(settings: Settings) -> None:
         raise ConfigError("[ledger] mirror_path must be another file than [ledger] path (a second copy)")
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Build the settings from `env` (default: os.environ) and `$IIPUB_CONFIG` if set."""
+# A provider kind's capability table (`provider.factory.model_table`), or None: keys not checked.
+ModelTables = Callable[[str], "ModelTable | None"]
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, models: ModelTables | None = None) -> Settings:
+    """Build the settings from `env` (default: os.environ) and `$IIPUB_CONFIG` if set; each
+    product's keys are checked against `models` of the configured provider kind."""
     env = os.environ if env is None else env
     data: dict[str, Any] = {}
     path: Path | None = None
@@ -111,21 +120,22 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    settings = settings_from_dict(data, base_dir=path.parent if path else Path.cwd(), config_path=path, env=env)
+    settings = settings_from_dict(data, base_dir=path.parent if path else Path.cwd(), config_path=path, env=env,
+                                  models=models)
     return replace(
         settings,
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
-        api_key=env.get("OPENAI_API_KEY") or None,
-        provider_webhook_secret=env.get("OPENAI_WEBHOOK_SECRET") or None,
-        provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url,
-                         organization=env.get("OPENAI_ORG_ID") or settings.provider.organization,
-                         project=env.get("OPENAI_PROJECT_ID") or settings.provider.project),
+        api_key=env.get(environment.API_KEY) or None,
+        provider_webhook_secret=env.get(environment.WEBHOOK_SECRET) or None,
+        provider=replace(settings.provider, base_url=env.get(environment.BASE_URL) or settings.provider.base_url,
+                         organization=env.get(environment.ORGANIZATION) or settings.provider.organization,
+                         project=env.get(environment.PROJECT) or settings.provider.project),
         config_path=path,
     )
 
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, config_path: Path | None = None,
-                       env: Mapping[str, str] | None = None) -> Settings:
+                       env: Mapping[str, str] | None = None, models: ModelTables | None = None) -> Settings:
     """The settings a TOML document describes, relative paths under `base_dir`. The default spend
     ledger is placed once, here, from `config_path` and `env` (default: os.environ)."""
     known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
@@ -159,12 +169,15 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
                 raise ConfigError(f"product {p.name!r} is declared twice")
             products[p.name] = p
     model_rules = _models(data.get("models"))
-    for p in products.values():
-        check_model_keys(p, f"product {p.name!r}", model_rules)
-    for model in unknown_models((p.model for p in products.values()), model_rules):
-        # Allowed: the API checks its parameters. Said once per model and load.
-        log.warning("model_unknown", model=model, message=unknown_model_warning(model))
-    products = {name: fit_output_cap(p, model_rules) for name, p in products.items()}
+    table = models(provider.kind) if models is not None else None
+    if table is not None:
+        for p in products.values():
+            check_model_keys(p, f"product {p.name!r}", table, model_rules)
+        for model in dict.fromkeys(p.model for p in products.values()):
+            if table.rule(model, model_rules) is None:
+                # Allowed: the API checks its parameters. Said once per model and load.
+                log.warning("model_unknown", model=model, message=unknown_model_warning(model))
+        products = {name: fit_output_cap(p, table, model_rules) for name, p in products.items()}
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
@@ -243,7 +256,7 @@ def _webhooks(raw: Any) -> WebhookSettings:
 
 def _models(raw: Any) -> dict[str, ModelRule]:
     """`[models."gpt-5-mini"] sampling = false, reasoning_efforts = [...], verbosity = true`: the
-    operator's entries of the model-capability table (`iipub.settings.models`)."""
+    operator's entries of the provider's model-capability table (`ModelTable`)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -125,7 +125,7 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
     (`crashed_during_create`, possibly billed). Now it waits for the next minute: nothing is
     sent that cannot finish, and the next run creates it at once."""
     from iipub.machine import sweep
-    from iipub.settings.loading import load_settings
+    from iipub.provider.factory import load_settings
     from iipub.store.job_store import Store
     from tests.support.rows import utc_today
     from tests.support.settings import without_auto_schedule

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.operate import install
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
-from iipub.settings.loading import load_settings
 from iipub.store import db, tables
 from tests.acceptance.test_crontab import crontab_lines
 from tests.support.cli import clean_env, iipub_exe, run_cli

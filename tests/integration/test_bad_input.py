@@ -225,7 +225,7 @@ def fake() -> Iterator[FakeResponses]:
 def one_product(settings: Settings, base_url: str) -> Settings:
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
     return replace(settings, products={PRODUCT: p}, budgets=replace(settings.budgets, max_poll_attempts=POLL_BUDGET),
-                   provider=replace(settings.provider, base_url=base_url))
+                   provider=replace(settings.provider, kind="openai", base_url=base_url))
 
 
 # -- what was stored before must be exactly what is stored after --------------------------------------------

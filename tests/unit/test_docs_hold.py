@@ -17,7 +17,7 @@ import pytest
 
 from iipub.cli import cli
 from iipub.core.severity import Severity
-from iipub.settings import config, models
+from iipub.settings import config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "runbook.md", "crontab.example", "env.example")
@@ -149,7 +149,7 @@ def test_the_readme_configuration_file_is_a_valid_configuration() -> None:
         elif section == "models":  # one table of capabilities per model or prefix
             assert isinstance(values, dict)
             # where a row's values come from and when: the built-in table's, not a configuration key
-            rule = {f.name for f in dataclasses.fields(models.ModelRule)} - {"source", "checked"}
+            rule = {f.name for f in dataclasses.fields(config.ModelRule)} - {"source", "checked"}
             for model, keys in values.items():
                 assert set(keys) == rule, (model, rule ^ set(keys))
         else:

@@ -16,9 +16,9 @@ from iipub.core.wording import clip_words, plural
 from iipub.machine import sweep
 from iipub.money.gate import CreateGate
 from iipub.observe import queries
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
-from iipub.settings.loading import settings_from_dict
 from iipub.store.job_store import Store
 from tests.support.cli import run_cli
 from tests.support.rows import record_heartbeats, utc_today

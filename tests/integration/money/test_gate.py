@@ -19,11 +19,11 @@ from iipub.core.timefmt import naive_utc
 from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
 from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.publish import relay
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli

@@ -20,9 +20,9 @@ from structlog.testing import capture_logs
 from iipub.machine import sweep
 from iipub.money import ledger, restore
 from iipub.money.ledger import SpendLedger
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import clock
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli

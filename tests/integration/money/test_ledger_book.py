@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
-from iipub.settings.loading import load_settings
 from iipub.store import tables
 from iipub.store.job_store import Store
 from tests.support.cli import run_cli

@@ -224,7 +224,7 @@ def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
     from iipub.edition.paths import json_path
-    from iipub.settings.loading import load_settings
+    from iipub.provider.factory import load_settings
     from iipub.store.job_store import Store
     from tests.integration.money.test_restore import backup, restore
 

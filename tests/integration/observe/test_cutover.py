@@ -17,10 +17,10 @@ import openai
 import pytest
 import sqlalchemy as sa
 
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.adapter import create_input
 from iipub.provider.openai.simulator import Simulator
 from iipub.settings.edition_schema import text_format
-from iipub.settings.loading import load_settings
 from iipub.store import clock, db, migrate, tables
 from tests.support.cli import run_cli
 from tests.support.databases import fresh_database

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from iipub.observe import queries
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
-from iipub.settings.loading import load_settings
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.no_auto_schedule

@@ -149,7 +149,7 @@ def test_the_freeze_alone_is_said_on_an_ok_line(engine: sa.Engine) -> None:
     import dataclasses
 
     from iipub.observe import queries
-    from iipub.settings.loading import settings_from_dict
+    from iipub.provider.factory import settings_from_dict
     from tests.support.rows import record_heartbeats
 
     record_heartbeats(engine, "reconcile", "relay")

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from iipub.core.severity import Severity
 from iipub.model.track_views import Figures, TrackRef
 from iipub.observe import queries
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
 from iipub.store import clock, db, tables
 from tests.support.cli import run_cli
 from tests.support.rows import record_heartbeats

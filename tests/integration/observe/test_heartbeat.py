@@ -255,7 +255,7 @@ def test_a_new_install_warns_until_something_runs_and_jobs_without_runs_are_crit
     assert check.stdout.startswith("IIPUB WARNING - no reconcile or relay run recorded yet: is cron installed")
 
     # Slots exist but nothing ever reconciled them: cron is missing.
-    from iipub.settings.loading import load_settings
+    from iipub.provider.factory import load_settings
 
     product = load_settings({"IIPUB_CONFIG": env["IIPUB_CONFIG"]}).products["daily-brief"]
     with engine.connect() as conn:

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from tests.support.cli import clean_env, one_line_error, run_cli

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from iipub.model.states import Reason, State
 from iipub.operate import adoption, handover
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import tables
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli

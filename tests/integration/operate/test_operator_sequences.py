@@ -28,10 +28,10 @@ from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.observe import invariants, queries
 from iipub.operate import parked
+from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import clock, db, tables
 from tests.support.cli import run_cli
 from tests.support.databases import fresh_database

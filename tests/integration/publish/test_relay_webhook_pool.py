@@ -16,10 +16,10 @@ import sqlalchemy as sa
 
 from iipub.core.errors import ConfigError
 from iipub.core.timefmt import naive_utc
+from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
-from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, tables
 from tests.support.loopback import Receiver
 from tests.support.ticks import drive_to_saved

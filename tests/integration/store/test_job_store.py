@@ -18,7 +18,7 @@ from sqlalchemy import event
 
 from iipub.core.errors import DatabaseUnavailable, IllegalTransition, LeaseLost, UnknownId
 from iipub.model.states import Reason, State
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
 from iipub.store import clock, db, mysql_driver, tables
 from iipub.store.job_store import Store
 from tests.support.databases import private_mariadbd

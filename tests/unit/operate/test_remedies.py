@@ -15,9 +15,15 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
 from iipub.operate import remedies
+from iipub.provider.openai import documents
 from iipub.provider.outcomes import Observed, Stage, Usage
 
 EDITION = json.dumps({"en": {"title": "T", "summary": "S", "items": []}}, ensure_ascii=False)
+
+
+def parse(raw: bytes, max_output_bytes: int) -> remedies.Imported:
+    """`remedies.parse_import` with OpenAI's reader of saved responses, as the executor passes it."""
+    return remedies.parse_import(raw, max_output_bytes, documents.read_saved)
 
 
 def response(text: str, **extra: object) -> dict[str, object]:
@@ -43,23 +49,23 @@ def job(state: State = State.QUARANTINED, **values: object) -> Job:
 
 
 def test_the_three_forms() -> None:
-    as_text = remedies.parse_import(EDITION.encode(), 10_000)
+    as_text = parse(EDITION.encode(), 10_000)
     assert (as_text.text, as_text.source, as_text.response_id) == (EDITION, "text", None)
-    wrapped = remedies.parse_import(json.dumps({"output_text": EDITION}).encode(), 10_000)
+    wrapped = parse(json.dumps({"output_text": EDITION}).encode(), 10_000)
     assert (wrapped.text, wrapped.source) == (EDITION, "output_text")
-    resp = remedies.parse_import(json.dumps(response(EDITION), indent=2).encode(), 10_000)
+    resp = parse(json.dumps(response(EDITION), indent=2).encode(), 10_000)
     assert (resp.text, resp.source, resp.response_id, resp.status) == (EDITION, "response", "resp_1", "completed")
     assert resp.usage == Usage(3, 5, 8) and resp.metadata == {"iipub_job_id": "job-1"}
     # A response object that also carries the SDK's `output_text` is read from that string.
-    both = remedies.parse_import(json.dumps(response("ignored!!", output_text=EDITION)).encode(), 10_000)
+    both = parse(json.dumps(response("ignored!!", output_text=EDITION)).encode(), 10_000)
     assert (both.text, both.source, both.response_id) == (EDITION, "output_text", "resp_1")
 
 
 def test_a_byte_order_mark_and_malformed_json_are_text() -> None:
-    assert remedies.parse_import(b"\xef\xbb\xbf" + EDITION.encode(), 10_000).text == EDITION
+    assert parse(b"\xef\xbb\xbf" + EDITION.encode(), 10_000).text == EDITION
     broken = '{"en": {"title": '
-    assert remedies.parse_import(broken.encode(), 10_000).text == broken  # validation will judge it
-    assert remedies.parse_import(b'{"output_text": "x", "usage": {"total_tokens": true}}', 10).usage is None
+    assert parse(broken.encode(), 10_000).text == broken  # validation will judge it
+    assert parse(b'{"output_text": "x", "usage": {"total_tokens": true}}', 10).usage is None
 
 
 @pytest.mark.parametrize(("raw", "needle"), [
@@ -73,13 +79,13 @@ def test_a_byte_order_mark_and_malformed_json_are_text() -> None:
 ])
 def test_refusals(raw: bytes, needle: str) -> None:
     with pytest.raises(OperatorRefused, match=needle.replace("(", r"\(").replace(")", r"\)")):
-        remedies.parse_import(raw, 100)
+        parse(raw, 100)
 
 
 def test_custody_is_exactly_a_polls() -> None:
     # A lone surrogate (possible only through a JSON escape) is stored escaped, as on_output does.
     text = EDITION + "\ud800"
-    imported = remedies.parse_import(json.dumps({"output_text": text}).encode(), 10_000)
+    imported = parse(json.dumps({"output_text": text}).encode(), 10_000)
     j = job()
     d = remedies.import_payload(j, imported, 10_000, "alice", "from the dashboard")
     poll = decisions.on_output(j, Observed("", "completed", text, None, stage=Stage.FINISHED), 10_000)
@@ -92,7 +98,7 @@ def test_custody_is_exactly_a_polls() -> None:
 
 
 def test_tokens_are_counted_and_another_jobs_response_is_refused() -> None:
-    imported = remedies.parse_import(json.dumps(response(EDITION)).encode(), 10_000)
+    imported = parse(json.dumps(response(EDITION)).encode(), 10_000)
     d = remedies.import_payload(job(total_tokens=100), imported, 10_000, "a", "b")
     assert d.changes["total_tokens"] == 108 and d.detail["file_response_id"] == "resp_1"
     with pytest.raises(OperatorRefused, match="names job job-1, not job job-2"):
@@ -128,5 +134,5 @@ def test_a_dashboard_response_with_phases_imports_its_final_answer_only() -> Non
         {"type": "message", "role": "assistant", "phase": "final_answer",
          "content": [{"type": "output_text", "text": '{"en"'}, {"type": "output_text", "text": ": 1}"}]},
     ]}
-    imported = remedies.parse_import(json.dumps(doc).encode(), 10_000)
+    imported = parse(json.dumps(doc).encode(), 10_000)
     assert imported.text == '{"en": 1}' and imported.source == "response"

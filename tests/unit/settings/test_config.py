@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from iipub.core.errors import ConfigError, MissingApiKey
-from iipub.settings.loading import load_settings, settings_from_dict
+from iipub.provider.factory import load_settings, settings_from_dict
 
 
 def test_defaults_have_both_products_and_safe_budgets() -> None:

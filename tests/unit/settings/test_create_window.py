@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from iipub.core.errors import ConfigError
+from iipub.provider.factory import settings_from_dict
 from iipub.settings.config import CREATE_RECORD_SECONDS, CREATE_STARTUP_SECONDS, ReconcileSettings
-from iipub.settings.loading import settings_from_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iipub.core.errors import ConfigError
-from iipub.settings.loading import load_settings
+from iipub.provider.factory import load_settings
 from tests.support.cli import clean_env, error_messages, run_cli
 
 PRODUCT = '[[products]]\nname = "daily-brief"\nprompt = "Write it."\n'
@@ -65,7 +65,7 @@ CATALOGUE = [
     ('[pricing.models."gpt-5-mini"]\ninput_per_million = -1\noutput_per_million = 2\n', "input_per_million"),
     ('[pricing]\ncurrency = "US dollars"\n', "[pricing] currency"),
     (PRODUCT + 'service_tier = "flex"\n[provider]\nflex_timeout_seconds = 120\n', "flex_timeout_seconds"),
-    # What the model takes (`iipub.settings.models`): the real API would refuse each of these creates.
+    # What the model takes (`iipub.provider.openai.capabilities`): the real API would refuse each of these creates.
     (PRODUCT + 'model = "gpt-5-mini"\ntemperature = 0.2\n', "temperature is refused by gpt-5-mini"),
     (PRODUCT + 'model = "o3"\ntop_p = 0.5\n', "top_p is refused by o3"),
     (PRODUCT + 'model = "gpt-4.1"\nreasoning_effort = "low"\n', "reasoning_effort 'low' is refused by gpt-4.1"),

@@ -11,8 +11,8 @@ import pytest
 
 from iipub.core.errors import ConfigError
 from iipub.observe import heartbeat
+from iipub.provider.factory import settings_from_dict
 from iipub.settings.config import MonitoringSettings
-from iipub.settings.loading import settings_from_dict
 from tests.support.cli import clean_env, one_line_error, run_cli
 
 BAD = [

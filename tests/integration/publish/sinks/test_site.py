@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from iipub.edition.compose import compose
+from iipub.provider.factory import settings_from_dict
 from iipub.publish.sinks import Delivered, EditionEvent, Parked
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
 from iipub.settings.edition_schema import output_model
-from iipub.settings.loading import settings_from_dict
 
 PRODUCTS = default_products()
 BRIEF = replace(PRODUCTS["daily-brief"], items=2)

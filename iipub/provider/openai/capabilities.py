@@ -31,30 +31,11 @@ length (`gpt-5-mini` beats `gpt-5*`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-# The values the installed SDK's types allow (openai/types/shared/reasoning_effort.py and
-# responses/response_text_config_param.py): a configured value outside them is refused at load.
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-VERBOSITIES = ("low", "medium", "high")
+from iipub.settings.config import REASONING_EFFORTS, VERBOSITIES, ModelRule, Product
 
-
-@dataclass(frozen=True)
-class ModelRule:
-    """What one model (family) accepts."""
-
-    sampling: bool = True  # `temperature` and `top_p`
-    reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
-    verbosity: bool = False  # `text.verbosity`
-    max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
-    flex: bool | None = None  # the flex service tier is offered for it (None: not known)
-    source: str = "configuration"  # where these values come from
-    checked: str | None = None  # the date (ISO) they were last checked against the source
-
-    @property
-    def reasons(self) -> bool:
-        return bool(self.reasoning_efforts)
-
+__all__ = ["BUILTIN", "REASONING_EFFORTS", "TABLE", "VERBOSITIES", "ModelRule", "output_ceiling", "refused_keys",
+           "rule_for", "unknown_models"]
 
 # Where the built-in rows come from: OpenAI's model pages ("Reasoning effort" per model) and the
 # Responses API reference, and the refusals the API gives (400 unsupported_value naming
@@ -126,12 +107,6 @@ def unknown_models(products_models: Iterable[str], configured: Mapping[str, Mode
     return seen
 
 
-def unknown_model_warning(model: str) -> str:
-    return (f"model {model!r} is not in iipub's capability table: its parameters are not checked before a "
-            f"create (the API checks them; a refused parameter holds that product's creates). Add "
-            f'[models."{model}"] to the configuration to check them here')
-
-
 def output_ceiling(model: str, configured: Mapping[str, ModelRule] | None = None) -> int | None:
     """The most `max_output_tokens` the model takes, when the table knows it."""
     governing = rule_for(model, configured)
@@ -163,3 +138,20 @@ def refused_keys(model: str, *, temperature: float | None, top_p: float | None, 
         problems.append(f"max_output_tokens {max_output_tokens} is more than {model} takes ({rule.max_output_tokens}; "
                         f"see {where} max_output_tokens)")
     return problems
+
+
+class _Table:
+    """The table as the configuration is checked against it at load (`settings.config.ModelTable`)."""
+
+    def refused_keys(self, p: Product, configured: Mapping[str, ModelRule]) -> list[str]:
+        return refused_keys(p.model, temperature=p.temperature, top_p=p.top_p, reasoning_effort=p.reasoning_effort,
+                            verbosity=p.verbosity, configured=configured, max_output_tokens=p.max_output_tokens)
+
+    def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
+        return output_ceiling(model, configured)
+
+    def rule(self, model: str, configured: Mapping[str, ModelRule]) -> tuple[str, ModelRule] | None:
+        return rule_for(model, configured)
+
+
+TABLE = _Table()
