@@ -28,7 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "db", "jobs", "quarantine", "webhook", "orphans", "outbox", "budget", "config", "ledger")},
     **{name: (f"{name}_cmd", f"{name}_command") for name in (
         "schedule", "reconcile", "relay", "status", "republish", "pause", "suspend", "cancel", "kill", "revalidate",
-        "regenerate", "backfill", "simulator", "demo", "check", "doctor", "adopt", "export", "init")},
+        "regenerate", "backfill", "simulator", "demo", "check", "doctor", "adopt", "export", "init", "report",
+        "withdraw", "correct")},
     "unpause": ("pause_cmd", "unpause_command"),
     "resume": ("suspend_cmd", "resume_command"),
 }
@@ -107,7 +108,9 @@ def cli(ctx: click.Context, env_file: Path | None, log_level: str | None, log_fo
     (a file of KEY=value lines holding them), IIPUB_LOG_LEVEL, IIPUB_LOG_FORMAT.
     """
     if env_file is not None:
-        envfile.load(env_file)
+        source = ctx.get_parameter_source("env_file")
+        envfile.load(env_file, named_by="IIPUB_ENV_FILE" if source == click.core.ParameterSource.ENVIRONMENT
+                     else "--env-file")
     ctx.meta["iipub.logging"] = {"log_level": log_level, "log_format": log_format}
     setup_logging(log_level, log_format)
     app = ctx.ensure_object(App)

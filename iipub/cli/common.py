@@ -29,8 +29,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 # Commands that only read: run with another configuration than the database's, they warn.
-READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "outbox list", "orphans list",
-                       "orphans show", "budget show", "check", "export", "config show", "db status"})
+READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "quarantine show", "outbox list",
+                       "orphans list", "orphans show", "budget show", "check", "export", "config show", "db status",
+                       "ledger show", "webhook test-delivery",
+                       "report"})
 # Commands that never compare configurations: the schema itself, the deliberate adoption.
 UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
 
@@ -69,11 +71,23 @@ class App:
             db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)
+        if not check_schema:
+            db.reach(engine)
         if check_schema:
             db.ping(engine)
+            self._require_current(engine)
             if self.identity is None:
                 self._guard(engine)
         return engine
+
+    def _require_current(self, engine: Engine) -> None:
+        """A release newer than the database's schema stops before it reads or writes (once per engine)."""
+        from iipub.core.errors import SchemaNotReady
+        from iipub.store import migrate
+
+        problem = migrate.behind(engine)
+        if problem is not None:
+            raise SchemaNotReady(problem)
 
     def _guard(self, engine: Engine) -> None:
         """The database knows its configuration: a writing command with another one is refused
@@ -134,7 +148,38 @@ def reason_option(f: F) -> F:
     return click.option("--reason", required=True, help="Why (journaled with the action).")(f)
 
 
+def lang_option(f: F) -> F:
+    return click.option("--lang", default=None, metavar="L",
+                        help="Only this language's edition (default: every language of the slot).")(f)
+
+
+def public_note_option(f: F) -> F:
+    return click.option("--public-note", default=None, metavar="TEXT",
+                        help="Shown on the site and sent to the CMS (the --reason stays internal).")(f)
+
+
+def print_taken(taken: Taken, as_json: bool) -> None:
+    """What `withdraw` or `correct` did, one line per language (or one JSON document)."""
+    job = taken.job
+    done = "withdrawn" if taken.verb == "withdraw" else "corrected"
+    if as_json:
+        emit_json({"id": job.id, "product": job.product, "edition_date": job.edition_date.isoformat(),
+                   "action": taken.verb, "changed": [{"lang": c.lang, "revision": c.revision, "event_id": c.event_id,
+                                                      "sha256": c.payload.get("sha256")} for c in taken.changes],
+                   "unchanged": list(taken.unchanged), "ledger_error": taken.ledger_error})
+    else:
+        for c in taken.changes:
+            click.echo(f"job {job.id}: {job.product} {job.edition_date} {c.lang} {done} (revision {c.revision}, event "
+                       f"{c.event_id}); the next `iipub relay` tells every sink")
+        for lang in taken.unchanged:
+            already = "already withdrawn" if taken.verb == "withdraw" else "already as corrected"
+            click.echo(f"job {job.id}: {job.product} {job.edition_date} {lang} {already}; nothing to do")
+    if taken.ledger_error:
+        stderr(f"warning: the spend ledger did not record it: {taken.ledger_error}")
+
+
 if TYPE_CHECKING:
+    from iipub.operate.correcting import Taken
     from iipub.operate.executor import Operator
     _DateParam = click.ParamType[dt.date]
 else:  # click < 8.5: ParamType is not subscriptable at run time

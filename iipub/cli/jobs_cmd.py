@@ -28,6 +28,7 @@ from iipub.model import track_views
 from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.model.track_views import TrackView
+from iipub.store import edition_changes
 
 
 @click.group("jobs")
@@ -82,8 +83,13 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
     job = store.lookup(job_id)
     events = store.events(job.id)
     tracks = store.tracks_of([job.id]).get(job.id, [])
+    changes = edition_changes.changes_of(app.engine(), [job.id]).get(job.id, [])
+    taken_back = edition_changes.statuses_of(app.engine(), [job.id]).get(job.id, {})
     if as_json:
         emit_json({**job.public(), **(more(job) if more else {}), "tracks": [t.public() for t in tracks],
+                   "editions_changed": {lang: {"status": st, "revision": rev} for lang, (st, rev) in
+                                        sorted(taken_back.items())},
+                   "edition_changes": [c.public() for c in changes],
                    "events": [e.public() for e in events]})
         return job
     for key, value in job.public().items():  # operator and provider text: one line, no control characters
@@ -93,6 +99,13 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
     if tracks:
         click.echo("")
         click.echo(_tracks_table(tracks))
+    if changes:  # withdrawn or corrected editions: each change, newest revision last
+        click.echo("")
+        click.echo(table(
+            [(c.at, c.lang, c.revision, c.kind.upper(), clip(c.changed_by, 40), clip(c.reason, 60),
+              clip(c.public_note or "", 60), c.superseded_sha256[:12], (c.sha256 or "-")[:12]) for c in changes],
+            ["AT", "LANG", "REV", "CHANGE", "BY", "WHY", "PUBLIC NOTE", "SUPERSEDES", "SHA256"],
+        ))
     click.echo("")
     click.echo(table(
         [(e.at, e.lang or "-", e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail))

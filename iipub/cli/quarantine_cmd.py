@@ -91,14 +91,16 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
     def more(job: Job) -> dict[str, object]:
         found = facts(job)
         return {"output": found.output if found else None,
-                "remedies": [r.public() for r in found.remedies] if found else None}
+                "remedies": [r.public() for r in found.remedies] if found else None,
+                "not_now": list(found.not_now) if found else None}
 
     def lines(job: Job) -> list[str]:
         found = facts(job)
         if found is None:
             return ["", f"not parked: {job.state.value} (no remedy needed)"]
         return ["", f"{'output':<20} {found.output}", "", "remedies:",
-                *(f"  {r.command:<60} {r.effect}" for r in found.remedies)]
+                *(f"  {r.command:<60} {r.effect}" for r in found.remedies),
+                *(["", "not now:", *(f"  {line}" for line in found.not_now)] if found.not_now else [])]
 
     show_job(app, job_id, as_json, more, lines)
 

@@ -66,6 +66,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              parked track is not stranded: the track is reported)
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
+      editions              {withdrawn, corrected}: editions an operator took back or
+                             corrected (never an alert)
       quarantine            {count, by_reason, oldest, jobs}
       error_budgets         {slo: {target, window_days, events, bad, allowed_bad,
                              budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
@@ -313,6 +315,9 @@ def render(r: Status) -> str:
          f"warn > {s.outbox_lag_warn_seconds:g}s, crit > {s.outbox_lag_crit_seconds:g}s"],
         ["parked deliveries", r.outbox_parked, ""],
         ["failing events", r.outbox_failing, ""],
+        *([["withdrawn editions", r.editions_withdrawn, "deliberate: `iipub jobs show ID` says who and why"]]
+          if r.editions_withdrawn else []),
+        *([["corrected editions", r.editions_corrected, ""]] if r.editions_corrected else []),
     ])]
     for p in r.outbox_problems:
         where = p.get("sink") or f"job {p.get('job_id')}"

@@ -433,7 +433,7 @@ def before_validation(job: Job, product: Product | None) -> Decision | None:
             Reason.OUTPUT_CAP_REACHED,
             f"the response {job.response_id} stopped at max_output_tokens ({cap or 'the cap'}) before its answer was "
             f"complete; its output is kept. Raise [[products]] max_output_tokens for {job.product!r}, then "
-            f"`iipub quarantine release {job.id} --verified-lost --reason …` (one new paid create)",
+            f"`iipub regenerate {job.id} --reason …` (one new paid create)",
             response_id=job.response_id, max_output_tokens=cap)
     if job.output_end == CONTENT_FILTER:
         return quarantine(

@@ -273,7 +273,8 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
         in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
-            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
+            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier,
+                                       creates.records.ledger_id)))  # before any byte
     finally:
         creates.admission.admitted()
     attempt = in_flight.generation_attempts

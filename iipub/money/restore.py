@@ -113,10 +113,28 @@ def published_live(settings: Settings, spend: SlotSpend) -> dict[str, str] | Non
     if settings.static_sink is None or not spend.published_editions:
         return None
     product, date = spend.slot.split("/", 1)
+    root = Path(settings.static_sink.root)
     for lang, sha in spend.published_editions.items():
-        if live_sha256(Path(settings.static_sink.root), product, date, lang) != sha:
+        revised = spend.revisions.get(lang)
+        if revised is not None and revised[1] == "withdrawn":
+            # Withdrawn since (`iipub withdraw`): the site serves the withdrawal's record instead.
+            if withdrawn_sha256(root, product, date, lang) is None:
+                return None
+            continue
+        if live_sha256(root, product, date, lang) != (revised[2] if revised is not None else sha):
             return None
     return dict(spend.published_editions)
+
+
+def withdrawn_sha256(root: Path, product: str, date: str, lang: str) -> str | None:
+    """The sha256 of the edition the static site records as withdrawn for this product, date and
+    language (its `<lang>.json` is the withdrawal's record), or None."""
+    try:
+        doc = json.loads((root / json_path(product, date, lang)).read_bytes())
+    except (OSError, ValueError):
+        return None
+    sha = doc.get("sha256") if isinstance(doc, dict) and doc.get("withdrawn") is True else None
+    return sha if isinstance(sha, str) else None
 
 
 def live_sha256(root: Path, product: str, date: str, lang: str) -> str | None:

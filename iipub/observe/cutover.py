@@ -28,7 +28,6 @@ from iipub.store.handles import Connection
 
 # How long the provider keeps a finished background response (about ten minutes).
 RETENTION_SECONDS = 600.0
-LEGACY_MAX_BYTES = 64 * 1024 * 1024
 
 
 # -- collection ------------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState
 def _legacy(path: Path, days: Sequence[dt.date]) -> tuple[set[Decision], int, str | None]:
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            legacy, read, bad = parse_legacy(f.read(LEGACY_MAX_BYTES).splitlines(), days)
+            legacy, read, bad = parse_legacy(f, days)  # whole, line by line: the newest decisions are last
     except FileNotFoundError:
         return set(), 0, f"legacy decisions file {path} not found"
     except OSError as exc:

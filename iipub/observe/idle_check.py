@@ -51,7 +51,8 @@ def _run(argv: list[str], started: float) -> int | None:
     if "--env-file" in options or os.environ.get("IIPUB_ENV_FILE"):
         from iipub.settings import envfile
 
-        envfile.load(options.get("--env-file") or os.environ["IIPUB_ENV_FILE"])
+        given = options.get("--env-file")
+        envfile.load(given or os.environ["IIPUB_ENV_FILE"], named_by="--env-file" if given else "IIPUB_ENV_FILE")
     if os.environ.get(OFF_SWITCH, "").lower() in ("off", "0", "false", "no"):
         return None
     if command == "reconcile" and not os.environ.get(environment.API_KEY):

@@ -94,7 +94,16 @@ from iipub.core.timefmt import naive_utc
 from iipub.edition.compose import artifact_from_json
 from iipub.model import states
 from iipub.model.jobs import STRANDED_AFTER_SECONDS, is_stranded
-from iipub.model.states import ADOPTION_REASONS, AMBIGUOUS_CREATE, REFUND_REASONS, Reason, State, is_operator_reason
+from iipub.model.states import (
+    ADOPTION_REASONS,
+    AMBIGUOUS_CREATE,
+    REFUND_REASONS,
+    EditionStatus,
+    EventType,
+    Reason,
+    State,
+    is_operator_reason,
+)
 from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
 from iipub.store import clock, installation, invariant_queries
@@ -265,6 +274,8 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
         if ev.from_state is None:
             continue
         edge = states.edge(ev.from_state, ev.to_state) if _is_state(ev.from_state) and _is_state(ev.to_state) else None
+        if ev.reason in states.EDITION_ACTIONS and ev.from_state == ev.to_state:
+            continue  # a withdrawal or correction of its editions: journaled on the slot, which stays put
         if edge is None:
             found.add("journal_edge", jid, f"event {ev.id}: {ev.from_state} -> {ev.to_state} is not in the state table")
         elif edge.operator and not is_operator_reason(ev.reason):
@@ -408,9 +419,10 @@ def _publication(
             found.add("stale_lease", o["job_id"], f"outbox event {o['event_id']} leased by {o['lease_owner']} "
                                                   "past its expiry")
     for e in editions:
-        n = len(ob_by_edition.get(e["id"], ()))
+        # One publication each; corrections and withdrawals add their own events (`edition_changes`).
+        n = sum(o.get("event_type", EventType.PUBLISHED) == EventType.PUBLISHED for o in ob_by_edition.get(e["id"], ()))
         if n != 1:
-            found.add("outbox_orphan", e["job_id"], f"edition {e['lang']} has {n} outbox events, not 1")
+            found.add("outbox_orphan", e["job_id"], f"edition {e['lang']} has {n} publication events, not 1")
     by_event: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     known_events = {o["event_id"] for o in outbox}
     for d in deliveries:
@@ -451,8 +463,8 @@ def _publication(
             found.add("edition_orphan", jid, f"edition {lang} not listed by the job's save")
 
     for o in outbox:
-        if o["published_at"] is None:
-            continue
+        if o["published_at"] is None or o.get("superseded_by"):
+            continue  # a superseded event was replaced by a later revision before every sink had it
         ed = ed_by_id.get(o["edition_id"])
         got = by_event.get(o["event_id"], {})
         for sink in sinks:
@@ -546,6 +558,13 @@ def _static_problem(root: Path, ed: Mapping[str, Any]) -> str | None:
     for suffix in ("json", "html"):
         if not (base / f"{ed['lang']}.{suffix}").is_file():
             return f"missing {base / (ed['lang'] + '.' + suffix)}"
+    if ed.get("status") == EditionStatus.WITHDRAWN:
+        try:
+            doc = json.loads((base / f"{ed['lang']}.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"unreadable {base / (ed['lang'] + '.json')}: {exc}"
+        if isinstance(doc, dict) and doc.get("withdrawn") is True and doc.get("sha256") == ed["sha256"]:
+            return None  # withdrawn on the site (or, below, not yet: its withdrawal is on its way)
     try:
         art = artifact_from_json((base / f"{ed['lang']}.json").read_bytes())
     except (OSError, ValueError) as exc:

@@ -23,6 +23,7 @@ from iipub.model.states import (
     CUSTODY_PENDING,
     PARKED_OUTSIDE_QUARANTINE,
     SHADOW_HELD,
+    EditionStatus,
     Reason,
     State,
 )
@@ -33,7 +34,7 @@ from iipub.observe import cutover, error_budget, heartbeat
 from iipub.observe import status_report as report
 from iipub.provider import factory
 from iipub.settings.config import PLACEHOLDER_KEY_LINE, Settings, StatusSettings
-from iipub.store import clock, db, deliveries, gate_rows, installation, outbox, status_queries
+from iipub.store import clock, db, deliveries, edition_changes, gate_rows, installation, outbox, status_queries
 from iipub.store import disk_samples as disk_rows
 from iipub.store.handles import Connection, Engine, OperationalError, ProgrammingError
 
@@ -50,6 +51,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dwell = _dwell(conn, cutoff, now, live, s)
         overdue = _overdue_polls(conn, cutoff, now, live, s)
         duplicates = status_queries.duplicate_editions(conn)
+        taken_back = edition_changes.status_counts(conn)
         unpublished, oldest = status_queries.unpublished_outbox(conn)
         expired_in_window = status_queries.entered_since(conn, State.PROVIDER_EXPIRED_OR_MISSING, cutoff)
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
@@ -104,6 +106,8 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dwell=dwell,
         overdue_polls=overdue,
         duplicate_publications=duplicates,
+        editions_withdrawn=taken_back[EditionStatus.WITHDRAWN.value],
+        editions_corrected=taken_back[EditionStatus.CORRECTED.value],
         # A slot waiting on a parked track is reported by that track (a WARNING), not stranded.
         stranded=report.stranded_jobs([j for j in attention if j["id"] not in track_figures.parked_job_ids], now,
                                       s.stranded_after_seconds),

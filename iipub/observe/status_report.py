@@ -284,6 +284,10 @@ class Status:
     disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
     clock_check: ClockCheck | None = None  # the host clock against the database's
     placeholder_key: str | None = None  # OPENAI_API_KEY is the placeholder `iipub init` writes: why creates wait
+    # Editions an operator took back (`iipub withdraw`) or corrected (`iipub correct`): shown, never
+    # an alert (each was a deliberate, journaled act).
+    editions_withdrawn: int = 0
+    editions_corrected: int = 0
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -640,6 +644,7 @@ class Status:
                 "overdue_polls": self.overdue_polls.to_dict(),
             },
             "duplicate_publications": self.duplicate_publications,
+            "editions": {"withdrawn": self.editions_withdrawn, "corrected": self.editions_corrected},
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
             "immovable": [j.to_dict() for j in self.immovable],
             "parked": [j.to_dict() for j in self.parked],

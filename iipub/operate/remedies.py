@@ -360,7 +360,8 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
         if not parked:
             raise OperatorRefused(f"job {job.id} is {job.state} and none of its language tracks is parked; "
                                   "regenerate applies to a failed validation")
-    elif not (job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES):
+    elif not (job.state == State.QUARANTINED and (job.quarantine_reason in PAYLOAD_QUARANTINES or (
+            job.quarantine_reason in states.KNOWN_BAD_OUTPUT and job.payload is not None))):
         _require_parked_payload(job, "regenerate")
     languages = sorted(lang for lang, s in tracks.items() if s not in states.TRACK_SAVED) if tracks else []
     kept = sorted(lang for lang, s in tracks.items() if s in states.TRACK_SAVED)
@@ -373,7 +374,8 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
     return Decision(
         State.CREATE_ELIGIBLE, Reason.OPERATOR_REGENERATE, delay=0,
         changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
-                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None},
+                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None,
+                 "output_end": None},
         detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
                    attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason,
                    languages=languages or "all", kept=kept),

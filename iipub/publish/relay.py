@@ -32,7 +32,7 @@ from iipub.machine import decisions
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater, Sink
 from iipub.publish.sinks.cms_webhook import WebhookSink
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings import config
@@ -124,7 +124,7 @@ def run(settings: Settings, engine: Engine, *, sinks: list[Sink] | None = None, 
                 if ev is None:
                     continue
                 report.claimed += 1
-                _deliver(box, ev, sinks, settings, rng, report, hooks)
+                _publish_event(box, ev, sinks, settings, rng, report, hooks)
                 if hooks is not None:
                     hooks.settle(box, settings, rng, report)
         if hooks is not None:
@@ -146,7 +146,7 @@ def run(settings: Settings, engine: Engine, *, sinks: list[Sink] | None = None, 
 
 
 @dataclass
-class _EventDelivery:
+class _EventPublication:
     """One claimed event on its way through the sinks: what each answered so far."""
 
     ev: OutboxEvent
@@ -171,14 +171,14 @@ class _Background:
         deadline = conf.deadline_seconds if conf is not None else config.WebhookSinkSettings.deadline_seconds
         self.until = started + deadline
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="relay-webhook")
-        self._answers: queue.SimpleQueue[tuple[_EventDelivery, str, Future[DeliveryResult | None]]] = (
+        self._answers: queue.SimpleQueue[tuple[_EventPublication, str, Future[PublishResult | None]]] = (
             queue.SimpleQueue())
         self._pending = 0
 
-    def submit(self, d: _EventDelivery, sink: Sink) -> None:
+    def submit(self, d: _EventPublication, sink: Sink) -> None:
         d.outstanding += 1
         self._pending += 1
-        future = self._pool.submit(_deliver_before, sink, d.event, self.until)
+        future = self._pool.submit(_publish_before, sink, d.event, self.until)
         future.add_done_callback(lambda f: self._answers.put((d, sink.name, f)))
 
     def settle(self, box: Outbox, settings: Settings, rng: random.Random, report: RelayReport, *,
@@ -192,7 +192,7 @@ class _Background:
                 return
             self._pending -= 1
             d.outstanding -= 1
-            result = future.result()  # `_deliver_before` never raises
+            result = future.result()  # `_publish_before` never raises
             if result is None:
                 d.deferred = True
             else:
@@ -206,22 +206,22 @@ class _Background:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _deliver_before(sink: Sink, event: EditionEvent, until: float) -> DeliveryResult | None:
+def _publish_before(sink: Sink, event: EditionEvent, until: float) -> PublishResult | None:
     """A background delivery, or None if its deadline passed before a thread was free."""
     if time.monotonic() >= until:
         return None
     return _attempt(sink, event)
 
 
-def _attempt(sink: Sink, event: EditionEvent) -> DeliveryResult:
+def _attempt(sink: Sink, event: EditionEvent) -> PublishResult:
     try:
-        return sink.deliver(event)
+        return sink.publish(event)
     except Exception as exc:  # a sink bug must not stop the other sinks or events
         log.exception("sink_failed", sink=sink.name, event_id=event.event_id)
         return RetryLater(None, f"{type(exc).__name__}: {exc}")
 
 
-def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings, rng: random.Random,
+def _publish_event(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings, rng: random.Random,
              report: RelayReport, hooks: _Background | None = None) -> None:
     rs = settings.relay
     try:
@@ -231,7 +231,7 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         report.parked += 1
         return
     settled = box.settled_sinks(ev.event_id)
-    d = _EventDelivery(ev, event)
+    d = _EventPublication(ev, event)
     for sink in sinks:
         if sink.name in settled:
             d.parked = d.parked or settled[sink.name] == "parked"
@@ -244,11 +244,11 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         _finish(box, d, settings, report)
 
 
-def _record(box: Outbox, d: _EventDelivery, sink: str, result: DeliveryResult, settings: Settings, rng: random.Random,
+def _record(box: Outbox, d: _EventPublication, sink: str, result: PublishResult, settings: Settings, rng: random.Random,
             report: RelayReport) -> None:
     """One sink's answer: its per-sink delivery record, and what it means for the event."""
     rs = settings.relay
-    if isinstance(result, Delivered):
+    if isinstance(result, Published):
         box.record(d.ev.event_id, sink, delivered=True)
         report.deliveries[sink] = report.deliveries.get(sink, 0) + 1
     elif isinstance(result, Parked):
@@ -265,7 +265,7 @@ def _record(box: Outbox, d: _EventDelivery, sink: str, result: DeliveryResult, s
         d.errors.append(f"{sink}: {result.why}")
 
 
-def _finish(box: Outbox, d: _EventDelivery, settings: Settings, report: RelayReport) -> None:
+def _finish(box: Outbox, d: _EventPublication, settings: Settings, report: RelayReport) -> None:
     """Every sink answered (or was not reached): mark the event published, or give it back."""
     rs = settings.relay
     ev = d.ev

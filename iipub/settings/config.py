@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
-from iipub.core.errors import ConfigError, MissingApiKey
+from iipub.core.errors import ConfigError, MissingApiKey, UsageError
 from iipub.core.strict import Bounds, Checked
 from iipub.settings import fingerprint
 from iipub.settings.edition_limits import MAX_ITEMS
@@ -479,11 +479,12 @@ class Settings:
     config_path: Path | None = None
 
     def product(self, name: str) -> Product:
+        """The product a command line names (`--product`): an unknown name is a usage error."""
         try:
             return self.products[name]
         except KeyError:
             known = ", ".join(sorted(self.products)) or "none"
-            raise ConfigError(f"unknown product {name!r} (configured: {known})") from None
+            raise UsageError(f"unknown product {name!r} (configured: {known})") from None
 
     def ledger_path(self) -> Path | None:
         """Where the spend ledger lives, or None when it is off."""

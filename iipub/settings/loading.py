@@ -120,7 +120,10 @@ def load_settings(env: Mapping[str, str] | None = None, *, models: ModelTables |
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    settings = settings_from_dict(data, base_dir=path.parent if path else Path.cwd(), config_path=path, env=env,
+    # Relative paths (defaults included) are the configuration file's folder's, whatever the
+    # working directory: cron, an operator's shell and the WSGI server see the same files.
+    base_dir = Path(os.path.abspath(path)).parent if path else Path.cwd()
+    settings = settings_from_dict(data, base_dir=base_dir, config_path=path, env=env,
                                   models=models)
     return replace(
         settings,
@@ -202,9 +205,11 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
                 raise ConfigError(f"[sinks.static] base_url must be an http(s) URL without query or fragment "
                                   f"(got {_shown(raw['base_url'])})")
             static = _section(StaticSinkSettings, raw, "sinks.static")
-            if static.state_dir is not None and _inside(static.state_dir, static.root):
-                raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
-                                  f"({static.root}): the public tree holds pages, feeds and editions only")
+    if static is not None and not static.root.is_absolute():  # the default `public` too
+        static = replace(static, root=base_dir / static.root)
+    if static is not None and static.state_dir is not None and _inside(static.state_dir, static.root):
+        raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
+                          f"({static.root}): the public tree holds pages, feeds and editions only")
     webhook = None
     if "webhook" in sinks:
         raw = dict(sinks["webhook"])

@@ -38,13 +38,14 @@ def tracks(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
 def editions(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(sa.select(
         editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date,
-        editions_table.c.lang, editions_table.c.sha256)).mappings()]
+        editions_table.c.lang, editions_table.c.sha256, editions_table.c.status)).mappings()]
 
 
 def outbox(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(sa.select(
         outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id,
-        outbox_table.c.published_at, outbox_table.c.lease_owner, outbox_table.c.lease_expiry)).mappings()]
+        outbox_table.c.published_at, outbox_table.c.lease_owner, outbox_table.c.lease_expiry,
+        outbox_table.c.event_type, outbox_table.c.superseded_by)).mappings()]
 
 
 def deliveries(conn: Connection) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from iipub.core.timefmt import naive_utc
 from iipub.model.jobs import Job
-from iipub.model.states import CUSTODY_PENDING, IN_FLIGHT, State
+from iipub.model.states import CUSTODY_PENDING, IN_FLIGHT, Reason, State
 from iipub.store import tables
 
 
@@ -46,6 +46,16 @@ def newest_entries(engine: Engine, job_id: str, limit: int) -> list[tuple[str, s
         rows = conn.execute(sa.select(ev.reason, ev.detail).where(ev.job_id == job_id).order_by(ev.id.desc())
                             .limit(limit)).all()
     return [(reason, detail) for reason, detail in rows]
+
+
+def forks_and_regenerations(engine: Engine, job_id: str) -> list[tuple[str, str | None, str | None]]:
+    """(reason, lang, detail) of the job's `forked` and `operator_regenerate` entries, in order."""
+    ev = tables.job_events.c
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ev.reason, ev.lang, ev.detail).where(
+            ev.job_id == job_id, ev.reason.in_((Reason.FORKED.value, Reason.OPERATOR_REGENERATE.value)))
+            .order_by(ev.id)).all()
+    return [(str(r), lang, detail) for r, lang, detail in rows]
 
 
 def parts_and_editions(engine: Engine, job: Job) -> tuple[list[tuple[str, str, str | None]], set[str]]:

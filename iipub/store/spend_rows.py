@@ -55,12 +55,14 @@ def record_usage(conn: Connection, job: Job, changes: Mapping[str, Any], detail:
     conn.execute(spend_table.update().where(_s.id == row).values(**values))
 
 
-def record_dispatch(conn: Connection, job: Job, attempt: int, product: Product, tier: str) -> int:
-    """In the dispatch's transaction: the create is paid from now on (until proven refused)."""
+def record_dispatch(conn: Connection, job: Job, attempt: int, product: Product, tier: str,
+                    ledger_id: str | None = None) -> int:
+    """In the dispatch's transaction: the create is paid from now on (until proven refused);
+    `ledger_id`: the spend ledger its intent line goes to (`money.ledger_book`)."""
     res = conn.execute(spend_table.insert().values(
         job_id=job.id, attempt=attempt, product=job.product, edition_date=job.edition_date, model=product.model,
         tier_asked=tier, state=IN_FLIGHT, estimated_tokens=product.estimated_tokens, paid_at=clock.now(conn),
-        updated_at=clock.now(conn)))
+        updated_at=clock.now(conn), ledger_id=ledger_id))
     return int(res.inserted_primary_key[0])  # type: ignore[index]
 
 
@@ -124,11 +126,15 @@ def paid_since(conn: Connection, oldest: dt.datetime) -> list[RowMapping]:
 _WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
 
 
-def dispatches_since(conn: Connection, base: int) -> int:
-    """Paid creates after row `base` whose ledger intent line was written."""
-    s = tables.spend.c
-    return int(conn.execute(sa.select(sa.func.count()).select_from(tables.spend)
-                            .where(s.id > base, s.state.in_(_WROTE_INTENT))).scalar_one())
+def dispatches_to(conn: Connection, ledger_id: str, untagged_after: int | None = None) -> int:
+    """The paid creates whose intent line was written to ledger `ledger_id` (tagged with it), and
+    with `untagged_after` the untagged ones (from before migration 0016) after that spend id."""
+    s = spend_table.c
+    mine = s.ledger_id == ledger_id
+    if untagged_after is not None:
+        mine = sa.or_(mine, sa.and_(s.ledger_id.is_(None), s.id > untagged_after))
+    return int(conn.execute(sa.select(sa.func.count()).select_from(spend_table)
+                            .where(mine, s.state.in_(_WROTE_INTENT))).scalar_one())
 
 
 def max_id(conn: Connection) -> int:

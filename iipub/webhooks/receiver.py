@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from iipub.core import logs
-from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
+from iipub.core.errors import ConfigMismatch, Contention, DatabaseUnavailable, IipubError, SchemaNotReady
 from iipub.core.timefmt import naive_utc
 from iipub.machine import settle
 from iipub.machine.run import run_context
@@ -42,7 +42,7 @@ from iipub.provider.factory import load_settings
 from iipub.provider.interface import Provider
 from iipub.provider.outcomes import DeliveryRejected, EventKind, VerifiedEvent
 from iipub.settings.config import Settings, WebhookSettings
-from iipub.store import clock, db
+from iipub.store import clock, config_identity, db
 from iipub.store.deliveries import Deliveries
 from iipub.store.handles import Engine, OperationalError, SQLAlchemyError
 from iipub.store.job_store import Store
@@ -176,6 +176,14 @@ class Receiver:
             log.warning("webhook_overdue", webhook_id=event.webhook_id, client=peer.address,
                         forwarded_for=peer.forwarded_for, waited=round(time.monotonic() - started, 3))
             return ReceiverAnswer(503, "not settled within the request budget; deliver again")
+        try:
+            mismatch = self.configuration_mismatch()
+        except (Contention, DatabaseUnavailable, OperationalError) as exc:
+            log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
+            return ReceiverAnswer(503, "not recorded; deliver again")
+        if mismatch is not None:  # nothing recorded or settled: the provider delivers again
+            log.error("webhook_config_mismatch", webhook_id=event.webhook_id, error=mismatch)
+            return ReceiverAnswer(503, "this receiver's configuration is not the database's; deliver again")
         if event.kind is EventKind.TEST:
             return self._test_delivery(event, peer)
         try:
@@ -209,6 +217,17 @@ class Receiver:
             if isinstance(exc, Overdue):
                 return ReceiverAnswer(503, "not settled within the request budget; deliver again")
             return ReceiverAnswer(503, "not settled now; deliver again")
+
+    def configuration_mismatch(self) -> str | None:
+        """The database's configuration identity checked as every writing command checks it, at
+        each delivery (a file moved, edited or replaced while the receiver runs is seen at the
+        next one): one line when this receiver's configuration is not the database's, else None."""
+        try:
+            config_identity.verify(self.engine, self.settings, command="webhook receiver", by=self.worker,
+                                   write=True)
+        except (ConfigMismatch, SchemaNotReady) as exc:
+            return str(exc)
+        return None
 
     def rejected(self, answer: ReceiverAnswer, headers: Mapping[str, str], peer: Peer) -> ReceiverAnswer:
         """Log a refused request so it can be matched with the provider's delivery log."""

@@ -45,7 +45,7 @@ def crontab_lines(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
 def _relocated(text: str, home: Path) -> str:
     """The example's paths moved under `home` (a scratch host); nothing else changes."""
     for path, into in (("/srv/iipub", "srv"), ("/var/log/iipub", "log"),
-                       ("/var/lib/node_exporter/textfile_collector", "prom")):
+                       ("/var/lib/node_exporter/textfile_collector", "prom"), ("/var/lib/iipub/report", "report")):
         (home / into).mkdir(parents=True, exist_ok=True)
         text = text.replace(path, str(home / into))
     return text
@@ -104,6 +104,7 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
         (log / "status.last").read_text(encoding="utf-8")
     prom = (home / "prom" / "iipub.prom").read_text(encoding="utf-8")
     assert "iipub_check_status 0.0" in prom or "iipub_check_status 0" in prom, prom
+    assert (home / "report" / "index.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     engine = db.make_engine(db_url)
     try:
         with engine.connect() as conn:

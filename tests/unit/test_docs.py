@@ -61,7 +61,7 @@ def test_readme_keeps_the_two_fresh_machine_commands() -> None:
 
 def test_crontab_runs_both_cron_commands_under_timeout() -> None:
     text = (ROOT / "crontab.example").read_text()
-    for needle in ("timeout", "$IIPUB reconcile", "$IIPUB relay", "status --check"):
+    for needle in ("timeout", "\"$IIPUB\" reconcile", "\"$IIPUB\" relay", "status --check"):
         assert needle in text
 
 

@@ -18,7 +18,7 @@ import httpx
 from iipub.core import tls
 from iipub.core.backoff import parse_retry_after
 from iipub.core.closing import Closing
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater
 
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 _SNIPPET = 200
@@ -92,7 +92,7 @@ class WebhookSink(Closing):
             "webhook-signature": sign(self._secret, event.event_id, timestamp, body),
         }
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult:
+    def publish(self, event: EditionEvent) -> PublishResult:
         body = event.body()
         try:
             with self._client.stream(
@@ -109,7 +109,7 @@ class WebhookSink(Closing):
             return Parked(f"webhook: invalid URL: {_short(str(exc))}")
 
         if 200 <= status < 300:
-            return Delivered()
+            return Published()
         why = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"
         if status in _RETRY_STATUSES or status >= 500:
             return RetryLater(parse_retry_after(retry_after, self._clock()), f"webhook: {why}")

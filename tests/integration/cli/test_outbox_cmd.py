@@ -92,7 +92,8 @@ def test_parked_webhook_events_are_listed_requeued_and_delivered_once(
     assert len(hook.requests) == 2
 
     hook.mode = "ok"
-    res = run_cli("outbox", "requeue", first["event_id"][:8], env=env, cwd=tmp_path)
+    # A prefix is enough (UUIDv7: the first 12 digits are the time, so a prefix reaches into the random part).
+    res = run_cli("outbox", "requeue", first["event_id"][:23], env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "parked delivery cleared for webhook" in res.stdout and "tries webhook" in res.stdout
     report = json.loads(run_cli("relay", env=env, cwd=tmp_path, check=True).stdout.strip().splitlines()[-1])

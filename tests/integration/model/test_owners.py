@@ -248,21 +248,23 @@ def announced_orphan(receiver_url: tuple[Settings, str], engine: sa.Engine,
 def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_new_create(
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
+    here = settings.static_sink.root.parent  # type: ignore[union-attr]  # the receiver's configuration: its folder
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["response_id"] == response_id and orphan["output_kept"] and orphan["fate"] is None
     assert orphan["installation_id"] == installation.read(engine)
     assert sim.stats()["deleted_ids"] == []
-    shown = run_cli("orphans", "show", response_id, "--json", env=cli_env)
+    shown = run_cli("orphans", "show", response_id, "--json", env=cli_env, cwd=here)
     doc = json.loads(shown.stdout)
     assert doc["named_job"]["id"] == job_id and doc["named_job"]["state"] == State.NO_JOB.value
     assert doc["output_bytes"] > 0 and doc["metadata"]["iipub_job_id"] == job_id
 
-    adopted = run_cli("orphans", "adopt", response_id, job_id[:8], "--reason", "restored from backup", env=cli_env)
+    adopted = run_cli("orphans", "adopt", response_id, job_id[:8], "--reason", "restored from backup", env=cli_env,
+                      cwd=here)
     assert adopted.returncode == 0, adopted.stderr
     (row,) = job_rows(engine)
     assert row["state"] == State.RETRIEVED_NOT_VALIDATED.value and row["payload_sha256"] == orphan["output_sha256"]
     assert row["response_id"] == response_id and row["generation_attempts"] == 1
-    again = run_cli("orphans", "adopt", response_id, job_id, "--reason", "twice", env=cli_env)
+    again = run_cli("orphans", "adopt", response_id, job_id, "--reason", "twice", env=cli_env, cwd=here)
     assert again.returncode == 3 and "already adopted" in again.stderr
 
     for _ in range(4):
@@ -278,7 +280,7 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
     assert stats["creates_total"] == 1 and stats["deleted_ids"] == [response_id]
     assert [(d["response_id"], d["basis"]) for d in deletes] == [(response_id, "custody")]
     assert settings.static_sink is not None
-    checked = run_cli("check", "--json", "--static-root", str(settings.static_sink.root), env=cli_env)
+    checked = run_cli("check", "--json", "--static-root", str(settings.static_sink.root), env=cli_env, cwd=here)
     assert checked.returncode == 0, checked.stdout
 
 
@@ -286,27 +288,28 @@ def test_an_orphan_of_this_installation_is_kept_not_deleted_and_adopted_with_no_
 def test_adopt_refuses_a_job_with_custody_or_another_slot_and_discard_deletes_only_then(
         receiver_url: tuple[Settings, str], engine: sa.Engine, sim: Simulator, cli_env: dict[str, str]) -> None:
     settings, job_id, response_id = announced_orphan(receiver_url, engine, sim)
+    here = settings.static_sink.root.parent  # type: ignore[union-attr]  # the receiver's configuration: its folder
     other_day = Store(engine, "test")
     other_day.schedule(settings.products["daily-brief"], utc_today() - dt.timedelta(days=1))
     (other,) = [j for j in job_rows(engine) if j["id"] != job_id]
-    refused = run_cli("orphans", "adopt", response_id, other["id"], "--reason", "wrong day", env=cli_env)
+    refused = run_cli("orphans", "adopt", response_id, other["id"], "--reason", "wrong day", env=cli_env, cwd=here)
     assert refused.returncode == 3 and "--other-slot" in refused.stderr
     assert {j["state"] for j in job_rows(engine)} == {State.NO_JOB.value}
-    unknown = run_cli("orphans", "show", "resp_nope", env=cli_env)
+    unknown = run_cli("orphans", "show", "resp_nope", env=cli_env, cwd=here)
     assert unknown.returncode == 4 and "no orphan" in unknown.stderr
     assert sim.stats()["deleted_ids"] == []
 
     env = {**cli_env, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": sim.url}
-    dropped = run_cli("orphans", "discard", response_id, "--reason", "not wanted", env=env)
+    dropped = run_cli("orphans", "discard", response_id, "--reason", "not wanted", env=env, cwd=here)
     assert dropped.returncode == 0, dropped.stderr
     assert sim.stats()["deleted_ids"] == [response_id]
     (orphan,) = Deliveries(engine).orphans()
     assert orphan["fate"] == "discarded" and orphan["remote_deleted_at"] is not None
     with engine.connect() as conn:
         assert [(d["basis"], d["job_id"]) for d in installation.deletes(conn)] == [("discard", None)]
-    late = run_cli("orphans", "adopt", response_id, job_id, "--reason", "after all", env=cli_env)
+    late = run_cli("orphans", "adopt", response_id, job_id, "--reason", "after all", env=cli_env, cwd=here)
     assert late.returncode == 3 and "already discarded" in late.stderr
-    assert run_cli("check", "--json", env=cli_env).returncode == 0
+    assert run_cli("check", "--json", env=cli_env, cwd=here).returncode == 0
 
 
 # -- on the webhook path a 404 is evidence, not proof ----------------------------------------------------

@@ -310,7 +310,7 @@ def test_ticks_that_cannot_connect_report_refusals_and_check_warns_after_n(
 
 @pytest.mark.parametrize(("args", "code", "needle"), [
     (("--tokens", "0", "--reason", "x"), 2, "--tokens must be a positive number"),
-    (("--tokens", "10", "--reason", "x", "--product", "nope"), 78, "unknown product 'nope'"),
+    (("--tokens", "10", "--reason", "x", "--product", "nope"), 2, "unknown product 'nope'"),
     (("--tokens", "10", "--reason", "x", "--until", "tomorrow"), 2, "YYYY-MM-DDTHH:MM"),
     (("--tokens", "10", "--reason", "x", "--until", "2001-01-01T00:00Z"), 3, "already past"),
     (("--tokens", "10", "--reason", "  "), 2, "--reason must say why"),

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.core.errors import ConfigError, JobTaken, OperatorRefused, UsageError
+from iipub.core.errors import JobTaken, OperatorRefused, UsageError
 from iipub.machine import scheduling, sweep
 from iipub.model.states import Reason, State
 from iipub.operate.executor import Operator, ReleaseMode
@@ -461,7 +461,7 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
         backfill(cfg, engine, PRODUCT, day, day + dt.timedelta(days=1), today=day)
     with pytest.raises(UsageError, match="at most 366 days"):
         backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day, today=day)
-    with pytest.raises(ConfigError, match="unknown product 'nope'"):
+    with pytest.raises(UsageError, match="unknown product 'nope'"):
         backfill(cfg, engine, "nope", day, day, today=day)
     assert row_count(engine, tables.jobs) == 0
 

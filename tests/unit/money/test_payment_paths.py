@@ -41,10 +41,12 @@ NEVER_PAYS = {
     "jobs show", "kill", "ledger show", "orphans adopt", "orphans discard", "orphans list", "orphans show",
     "outbox list", "outbox requeue", "pause", "quarantine list", "relay", "republish", "revalidate", "simulator",
     "status", "suspend", "webhook prune",
+    "report",  # reads only: a page of the last days
     "webhook serve",  # a delivery never creates (`run_context.for_delivery`: no create pieces)
     "webhook test-delivery",
     "quarantine show", "config show", "config accept", "init",
     "doctor",  # the free models endpoint only (`Provider.look_up`); sizes creates without sending one
+    "withdraw", "correct",  # compensating events through the outbox; `correct` takes the operator's file only
 }
 
 

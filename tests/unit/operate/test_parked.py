@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from iipub.machine import decisions
-from iipub.model.states import QUARANTINE_REASONS, Reason, State
+from iipub.model.states import KNOWN_BAD_OUTPUT, QUARANTINE_REASONS, Reason, State
 from iipub.operate import parked
 from iipub.provider.openai import codes
 from iipub.provider.outcomes import Missing, Observed, Rejected, Transient, Usage
@@ -69,6 +69,8 @@ def test_every_quarantined_job_has_remedies_and_the_kill_is_last(reason: str, ho
     commands = " ".join(r.command for r in found.remedies)
     if holds == "payload":
         assert "safe" in found.output and "--resume-polling" not in commands and "--verified-lost" not in commands
+    elif holds == "response" and reason in KNOWN_BAD_OUTPUT:  # read again, a refusal is refused again
+        assert "watched" in found.output and "--resume-polling" not in commands and "--verified-lost" in commands
     elif holds == "response":
         assert "watched" in found.output and "--resume-polling" in commands
     else:
@@ -80,7 +82,8 @@ def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> No
     assert suspended is not None and suspended.remedies[0].command.startswith("iipub resume ")
     failed = parked.of(job(State.VALIDATION_FAILED_RETAINED, payload="{}", payload_sha256="ab" * 32,
                            generation_attempts=3), 3, 60)
-    assert failed is not None and "refused: all 3 paid creates are used" in failed.remedies[1].effect
+    assert failed is not None and not any("regenerate" in r.command for r in failed.remedies)
+    assert "all 3 paid creates are used" in failed.not_now[0]  # said, not printed as a command
     assert parked.of(job(State.ACCEPTED), 3, 60) is None
 
 

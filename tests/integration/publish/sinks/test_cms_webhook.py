@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from iipub.core.backoff import parse_retry_after
-from iipub.publish.sinks import Delivered, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks import EditionEvent, Parked, Published, RetryLater, Sink
 from iipub.publish.sinks.cms_webhook import WebhookSink, sign
 from tests.support.loopback import recording_server, send_reply
 
@@ -93,7 +93,7 @@ def test_webhook_sink_satisfies_the_protocol(sink: WebhookSink) -> None:
 
 def test_delivery_posts_signed_event(receiver: Receiver, sink: WebhookSink) -> None:
     ev = event()
-    assert sink.deliver(ev) == Delivered()
+    assert sink.publish(ev) == Published()
     assert len(receiver.requests) == 1
     req = receiver.requests[0]
     headers = {k.lower(): v for k, v in req["headers"].items()}
@@ -116,8 +116,8 @@ def test_delivery_posts_signed_event(receiver: Receiver, sink: WebhookSink) -> N
 
 
 def test_redelivery_keeps_the_idempotency_key(receiver: Receiver, sink: WebhookSink) -> None:
-    assert sink.deliver(event()) == Delivered()
-    assert sink.deliver(event()) == Delivered()
+    assert sink.publish(event()) == Published()
+    assert sink.publish(event()) == Published()
     keys = [r["headers"]["Idempotency-Key"] for r in receiver.requests]
     assert keys == ["evt_01HZY", "evt_01HZY"]
     assert receiver.requests[0]["body"] == receiver.requests[1]["body"]
@@ -125,7 +125,7 @@ def test_redelivery_keeps_the_idempotency_key(receiver: Receiver, sink: WebhookS
 
 def test_signature_timestamp_comes_from_the_clock(receiver: Receiver) -> None:
     with WebhookSink(receiver.url, SECRET, clock=lambda: time.time() - 3600) as stale:
-        assert stale.deliver(event()) == Delivered()
+        assert stale.publish(event()) == Published()
     headers = {k.lower(): v for k, v in receiver.requests[0]["headers"].items()}
     with pytest.raises(openai.InvalidWebhookSignatureError, match="too old"):
         verify(receiver.requests[0]["body"], headers)
@@ -133,7 +133,7 @@ def test_signature_timestamp_comes_from_the_clock(receiver: Receiver) -> None:
 
 def test_503_is_retried_after_the_servers_delay(receiver: Receiver, sink: WebhookSink) -> None:
     receiver.mode = "503"
-    result = sink.deliver(event())
+    result = sink.publish(event())
     assert isinstance(result, RetryLater)
     assert result.delay == 7.0
     assert "503" in result.why
@@ -141,14 +141,14 @@ def test_503_is_retried_after_the_servers_delay(receiver: Receiver, sink: Webhoo
 
 def test_429_with_http_date_retry_after(receiver: Receiver, sink: WebhookSink) -> None:
     receiver.mode = "429-date"
-    result = sink.deliver(event())
+    result = sink.publish(event())
     assert isinstance(result, RetryLater)
     assert result.delay is None  # a date in the past is stale advice: the relay's own backoff decides
 
 
 def test_400_is_parked_with_a_short_reason(receiver: Receiver, sink: WebhookSink) -> None:
     receiver.mode = "400"
-    result = sink.deliver(event())
+    result = sink.publish(event())
     assert isinstance(result, Parked)
     assert result.why.startswith('HTTP 400: {"error":"unknown product"}')
     assert len(result.why) < 300
@@ -156,14 +156,14 @@ def test_400_is_parked_with_a_short_reason(receiver: Receiver, sink: WebhookSink
 
 def test_redirect_is_not_followed(receiver: Receiver, sink: WebhookSink) -> None:
     receiver.mode = "redirect"
-    result = sink.deliver(event())
+    result = sink.publish(event())
     assert isinstance(result, Parked) and result.why.startswith("HTTP 302")
     assert len(receiver.requests) == 1
 
 
 def test_dropped_connection_is_retried(receiver: Receiver, sink: WebhookSink) -> None:
     receiver.mode = "close"
-    result = sink.deliver(event())
+    result = sink.publish(event())
     assert isinstance(result, RetryLater)
     assert result.delay is None
     assert len(receiver.requests) == 1
@@ -174,7 +174,7 @@ def test_connection_refused_is_retried() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with WebhookSink(f"http://127.0.0.1:{port}/", SECRET, timeout=2.0) as dead:
-        result = dead.deliver(event())
+        result = dead.publish(event())
     assert isinstance(result, RetryLater)
     assert "ConnectError" in result.why
     assert SECRET not in result.why
@@ -183,7 +183,7 @@ def test_connection_refused_is_retried() -> None:
 def test_injected_client_is_used_and_not_closed(receiver: Receiver) -> None:
     with httpx.Client() as client:
         sink = WebhookSink(receiver.url, SECRET, client=client)
-        assert sink.deliver(event()) == Delivered()
+        assert sink.publish(event()) == Published()
         sink.close()
         assert not client.is_closed
 
@@ -214,7 +214,7 @@ def test_deliveries_verify_with_the_standard_webhooks_reference_library(receiver
     from standardwebhooks.webhooks import Webhook
 
     with WebhookSink(receiver.url, secret) as sink:
-        assert sink.deliver(event()) == Delivered()
+        assert sink.publish(event()) == Published()
     (req,) = receiver.requests
     headers = {k.lower(): v for k, v in req["headers"].items()}
     payload = Webhook(secret).verify(req["body"], headers)  # raises on a bad signature

@@ -21,7 +21,7 @@ import pytest
 
 from iipub.edition.compose import compose
 from iipub.provider.factory import settings_from_dict
-from iipub.publish.sinks import Delivered, EditionEvent, Parked
+from iipub.publish.sinks import EditionEvent, Parked, Published
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
 from iipub.settings.edition_schema import output_model
@@ -62,9 +62,9 @@ def events(product: Product, day: dt.date, *, tag: str = "", published: str | No
     }
 
 
-def deliver(sink: StaticSink, *evs: EditionEvent) -> None:
+def publish(sink: StaticSink, *evs: EditionEvent) -> None:
     for ev in evs:
-        assert sink.deliver(ev) == Delivered(), ev
+        assert sink.publish(ev) == Published(), ev
 
 
 def sink_at(root: Path, **kw: Any) -> StaticSink:
@@ -95,7 +95,7 @@ def days(n: int, last: dt.date = DEC1) -> list[dt.date]:
 
 def test_product_titles_and_dates_are_given_in_each_language(tmp_path: Path) -> None:
     sink = sink_at(tmp_path)
-    deliver(sink, *events(BRIEF, DEC1).values())
+    publish(sink, *events(BRIEF, DEC1).values())
     en, es = text(tmp_path, "daily-brief/2026-12-01/en.html"), text(tmp_path, "daily-brief/2026-12-01/es.html")
     assert '<h1>Daily Brief — <time datetime="2026-12-01">1 December 2026</time></h1>' in en
     assert '<h1>Resumen diario — <time datetime="2026-12-01">1 de diciembre de 2026</time></h1>' in es
@@ -125,12 +125,12 @@ def test_titles_are_configured_per_product_and_language_with_defaults_and_a_fall
     assert s.products["daily-brief"].fingerprint() == plain.fingerprint()
     report = replace(s.products["world-report"], items=2)
     sink = StaticSink(tmp_path, products=s.products)
-    deliver(sink, *events(report, DEC1).values())
+    publish(sink, *events(report, DEC1).values())
     assert "<h1>World Report — " in text(tmp_path, "world-report/2026-12-01/en.html")
     assert "<h1>Informe mundial — " in text(tmp_path, "world-report/2026-12-01/es.html")
     # Without configuration, the built-in defaults still apply by name.
     bare = tmp_path / "bare"
-    deliver(StaticSink(bare), *events(BRIEF, DEC1).values())
+    publish(StaticSink(bare), *events(BRIEF, DEC1).values())
     assert "<h1>Resumen diario — " in text(bare, "daily-brief/2026-12-01/es.html")
 
 
@@ -154,10 +154,10 @@ def test_bad_titles_are_configuration_errors(titles: Any, message: str) -> None:
 def test_editions_of_one_date_link_to_each_other_in_every_language(tmp_path: Path) -> None:
     sink = sink_at(tmp_path)
     evs = events(BRIEF, DEC1)
-    deliver(sink, evs["es"])  # Spanish first: alone, no alternates and no switcher yet
+    publish(sink, evs["es"])  # Spanish first: alone, no alternates and no switcher yet
     es = text(tmp_path, "daily-brief/2026-12-01/es.html")
     assert '<link rel="alternate" hreflang' not in es and 'class="langs"' not in es
-    deliver(sink, evs["en"])  # English arrives: both pages now name each other
+    publish(sink, evs["en"])  # English arrives: both pages now name each other
     for lang in ("en", "es"):
         page = text(tmp_path, f"daily-brief/2026-12-01/{lang}.html")
         head = page.split("<style>")[0]
@@ -177,7 +177,7 @@ def test_editions_of_one_date_link_to_each_other_in_every_language(tmp_path: Pat
 
 def test_with_a_base_url_alternates_and_feeds_are_absolute(tmp_path: Path) -> None:
     sink = sink_at(tmp_path, base_url="https://ii.example/news/")
-    deliver(sink, *events(BRIEF, DEC1).values())
+    publish(sink, *events(BRIEF, DEC1).values())
     head = text(tmp_path, "daily-brief/2026-12-01/es.html").split("<style>")[0]
     assert '<link rel="canonical" href="https://ii.example/news/daily-brief/2026-12-01/es.html">' in head
     assert '<link rel="alternate" hreflang="en" href="https://ii.example/news/daily-brief/2026-12-01/en.html">' in head
@@ -206,7 +206,7 @@ def test_editions_link_to_their_neighbours_and_months_to_theirs_whatever_the_del
     dates = [dt.date(2026, 10, 30), dt.date(2026, 11, 2), dt.date(2026, 11, 20), dt.date(2026, 12, 1)]
     sink = sink_at(tmp_path)
     for day in (dates[3], dates[0], dates[2], dates[1]):  # out of order, like a backfill
-        deliver(sink, events(BRIEF, day)["en"])
+        publish(sink, events(BRIEF, day)["en"])
     first, second, third, last = (text(tmp_path, f"daily-brief/{d}/en.html") for d in dates)
     assert 'rel="prev"' not in first and '<a class="next" rel="next" href="../2026-11-02/en.html">' in first
     assert '<a class="prev" rel="prev" href="../2026-10-30/en.html">' in second
@@ -230,18 +230,18 @@ def test_editions_link_to_their_neighbours_and_months_to_theirs_whatever_the_del
     assert index.index('href="2026-12.html"') < index.index('href="2026-11.html"') < index.index('href="2026-10.html"')
     assert '<a href="2026-11.html">November</a> <span class="count">(2)</span>' in index
     assert index.index("2026-12-01/en.html") < index.index("2026-11-20/en.html") < index.index("2026-10-30/en.html")
-    # Delivered in date order into a fresh root, the site is byte for byte the same.
+    # Published in date order into a fresh root, the site is byte for byte the same.
     again = tmp_path.parent / f"{tmp_path.name}-ordered"
     ordered = sink_at(again)
     for day in dates:
-        deliver(ordered, events(BRIEF, day)["en"])
+        publish(ordered, events(BRIEF, day)["en"])
     assert tree(again) == tree(tmp_path)
 
 
 def test_the_site_index_shows_every_product_and_language(tmp_path: Path) -> None:
     sink = sink_at(tmp_path)
     for day in days(3):
-        deliver(sink, *events(BRIEF, day).values(), events(WATCH, day)["en"])
+        publish(sink, *events(BRIEF, day).values(), events(WATCH, day)["en"])
     index = text(tmp_path, "index.html")
     cards = re.findall(r'<li lang="(\w+)"><p class="lang">[^<]*</p><h2><a href="([^"]+)">([^<]+)</a>', index)
     assert cards == [("en", "daily-brief/en/index.html", "Daily Brief"),
@@ -260,8 +260,8 @@ def test_atom_updated_is_the_publication_time_and_stays_when_the_same_content_co
     import feedparser
 
     sink = sink_at(tmp_path)
-    deliver(sink, events(BRIEF, DEC1 - dt.timedelta(days=1), published="2026-11-30T06:10:00Z")["en"])
-    deliver(sink, events(BRIEF, DEC1, published="2026-12-01T07:45:09+01:00")["en"])  # normalised to UTC
+    publish(sink, events(BRIEF, DEC1 - dt.timedelta(days=1), published="2026-11-30T06:10:00Z")["en"])
+    publish(sink, events(BRIEF, DEC1, published="2026-12-01T07:45:09+01:00")["en"])  # normalised to UTC
     feed = feedparser.parse((tmp_path / "daily-brief/en/feed.atom").read_bytes())
     assert feed.bozo == 0
     # the publication time, its fractional second taken from the edition date (ties apart, see below)
@@ -272,11 +272,11 @@ def test_atom_updated_is_the_publication_time_and_stays_when_the_same_content_co
     assert feed.feed.updated == "2026-12-01T06:45:09Z"
     before = tree(tmp_path)
     # The same edition again, later (a restored database saves it anew): first publication stands.
-    deliver(sink_at(tmp_path), events(BRIEF, DEC1, published="2026-12-02T09:00:00Z", job="job-2")["en"])
+    publish(sink_at(tmp_path), events(BRIEF, DEC1, published="2026-12-02T09:00:00Z", job="job-2")["en"])
     assert tree(tmp_path) == before
     # A different edition the operator let replace it (`iipub republish`): the new time.
     granted = sink_at(tmp_path, may_replace=lambda job_id: job_id == "job-3")
-    deliver(granted, events(BRIEF, DEC1, tag="Fixed ", published="2026-12-02T10:00:00Z", job="job-3")["en"])
+    publish(granted, events(BRIEF, DEC1, tag="Fixed ", published="2026-12-02T10:00:00Z", job="job-3")["en"])
     feed = feedparser.parse((tmp_path / "daily-brief/en/feed.atom").read_bytes())
     assert feed.entries[0].updated == "2026-12-02T10:00:00" + dec1 and feed.entries[0].title.startswith("Fixed ")
     assert "Fixed daily-brief" in text(tmp_path, "daily-brief/en/index.html")
@@ -288,7 +288,7 @@ def test_a_feed_holds_the_latest_fifty_editions(tmp_path: Path) -> None:
 
     sink = sink_at(tmp_path)
     for day in reversed(days(53)):
-        deliver(sink, events(BRIEF, day)["es"])
+        publish(sink, events(BRIEF, day)["es"])
     feed = feedparser.parse((tmp_path / "daily-brief/es/feed.atom").read_bytes())
     assert feed.bozo == 0 and len(feed.entries) == 50
     assert feed.entries[0].id == "urn:iipub:daily-brief:es:2026-12-01"
@@ -299,14 +299,14 @@ def test_a_feed_holds_the_latest_fifty_editions(tmp_path: Path) -> None:
     # An old edition arriving late (a backfill) is not among the latest 50: the feed is not rewritten.
     feed_file = tmp_path / "daily-brief/es/feed.atom"
     before = (feed_file.read_bytes(), feed_file.stat().st_mtime_ns)
-    deliver(sink, events(BRIEF, dt.date(2026, 9, 1))["es"])
+    publish(sink, events(BRIEF, dt.date(2026, 9, 1))["es"])
     assert (feed_file.read_bytes(), feed_file.stat().st_mtime_ns) == before
     assert "2026-09.html" in text(tmp_path, "daily-brief/es/index.html")
 
 
 def test_an_unreadable_publication_time_is_parked(tmp_path: Path) -> None:
     ev = replace(events(BRIEF, DEC1)["en"], published_at="yesterday")
-    result = sink_at(tmp_path / "site").deliver(ev)
+    result = sink_at(tmp_path / "site").publish(ev)
     assert isinstance(result, Parked) and "published_at" in result.why
     assert not (tmp_path / "site").exists()
 
@@ -318,11 +318,11 @@ def test_redelivery_writes_nothing_at_all(tmp_path: Path) -> None:
     root = tmp_path / "public"
     sink = sink_at(root)
     evs = [ev for day in days(4) for ev in (*events(BRIEF, day).values(), events(WATCH, day)["es"])]
-    deliver(sink, *evs)
+    publish(sink, *evs)
     state = sink.state_dir
     before, times, state_times = tree(root), stamps(root), stamps(state)
     for ev in reversed(evs):  # again, in another order, through a fresh sink
-        deliver(sink_at(root), ev)
+        publish(sink_at(root), ev)
     assert tree(root) == before and stamps(root) == times and stamps(state) == state_times
 
 
@@ -332,9 +332,9 @@ def test_a_delivery_rewrites_only_the_pages_it_changes(tmp_path: Path) -> None:
     archive = days(36, DEC1 - dt.timedelta(days=1))  # 26 October to 30 November (Spanish from November)
     for day in reversed(archive):
         evs = events(BRIEF, day)
-        deliver(sink, evs["en"], *([evs["es"]] if day.month == 11 else []))
+        publish(sink, evs["en"], *([evs["es"]] if day.month == 11 else []))
     before = tree(root)
-    deliver(sink, events(BRIEF, DEC1)["en"])  # the newest edition, English first
+    publish(sink, events(BRIEF, DEC1)["en"])  # the newest edition, English first
     changed = {k for k, v in tree(root).items() if before.get(k) != v}
     assert changed == {
         "daily-brief/2026-12-01/en.json", "daily-brief/2026-12-01/en.html",  # the edition
@@ -344,7 +344,7 @@ def test_a_delivery_rewrites_only_the_pages_it_changes(tmp_path: Path) -> None:
         "daily-brief/en/index.html", "daily-brief/en/feed.atom", "index.html",
     }
     before = tree(root)
-    deliver(sink, events(BRIEF, DEC1)["es"])
+    publish(sink, events(BRIEF, DEC1)["es"])
     changed = {k for k, v in tree(root).items() if before.get(k) != v}
     assert changed == {
         "daily-brief/2026-12-01/es.json", "daily-brief/2026-12-01/es.html",
@@ -355,7 +355,7 @@ def test_a_delivery_rewrites_only_the_pages_it_changes(tmp_path: Path) -> None:
     }
     # An old edition arriving late (a backfill).
     before = tree(root)
-    deliver(sink, events(BRIEF, dt.date(2026, 9, 1))["en"])
+    publish(sink, events(BRIEF, dt.date(2026, 9, 1))["en"])
     changed = {k for k, v in tree(root).items() if before.get(k) != v}
     assert changed == {
         "daily-brief/2026-09-01/en.json", "daily-brief/2026-09-01/en.html",
@@ -369,7 +369,7 @@ def test_no_lock_temporary_or_state_file_is_under_the_public_root(tmp_path: Path
     root = tmp_path / "public"
     sink = sink_at(root)
     for day in days(3):
-        deliver(sink, *events(BRIEF, day).values())
+        publish(sink, *events(BRIEF, day).values())
     names = {p.relative_to(root).as_posix() for p in root.rglob("*")}
     assert not [n for n in names if n.split("/")[-1].startswith(".")], names
     assert {n.rsplit(".", 1)[-1] for n in names if "." in n.split("/")[-1]} == {"html", "json", "atom"}
@@ -381,13 +381,13 @@ def test_no_lock_temporary_or_state_file_is_under_the_public_root(tmp_path: Path
     assert not list((sink.state_dir / "tmp").iterdir())
     # A temporary file a killed relay left in the state is cleared by the next delivery.
     (sink.state_dir / "tmp" / ".feed.atom.a1b2c3d4.tmp").write_bytes(b"half")
-    deliver(sink, events(BRIEF, DEC1 + dt.timedelta(days=1))["en"])
+    publish(sink, events(BRIEF, DEC1 + dt.timedelta(days=1))["en"])
     assert not list((sink.state_dir / "tmp").iterdir())
     # ... or where the configuration puts it.
     s = settings_from_dict({"sinks": {"static": {"root": "site", "state_dir": "state/site"}}}, base_dir=tmp_path)
     assert s.static_sink is not None and s.static_sink.state_dir == tmp_path / "state" / "site"
     elsewhere = StaticSink(tmp_path / "site", products=PRODUCTS, state_dir=s.static_sink.state_dir)
-    deliver(elsewhere, events(BRIEF, DEC1)["en"])
+    publish(elsewhere, events(BRIEF, DEC1)["en"])
     assert (tmp_path / "state" / "site" / "manifest" / "catalog.json").is_file()
     assert not (tmp_path / ".iipub-state" / "site").exists()
     from iipub.core.errors import ConfigError
@@ -401,7 +401,7 @@ def test_the_manifest_is_rebuilt_from_the_public_tree_when_lost_or_damaged(tmp_p
     sink = sink_at(root)
     evs = [ev for day in days(5) for ev in events(BRIEF, day).values()]
     late = events(BRIEF, DEC1 + dt.timedelta(days=1))
-    deliver(sink, *evs, *late.values())
+    publish(sink, *evs, *late.values())
     expected = tree(root)
     shard = sink.state_dir / "manifest" / "daily-brief" / "en" / "2026-11.json"
     catalog = sink.state_dir / "manifest" / "catalog.json"
@@ -420,7 +420,7 @@ def test_the_manifest_is_rebuilt_from_the_public_tree_when_lost_or_damaged(tmp_p
             shard.write_bytes(b'{"format": 1, "entries": {"2026-11-29": {"title": 1}}}')
         else:
             catalog.write_text(catalog.read_text().replace(str(root), str(tmp_path / "elsewhere")))
-        deliver(sink_at(root), *late.values())
+        publish(sink_at(root), *late.values())
         assert tree(root) == expected, damage  # publication times recovered from the pages themselves
         rebuilt = {p.relative_to(sink.state_dir).as_posix(): p.read_bytes()
                    for p in sorted((sink.state_dir / "manifest").rglob("*.json"))}
@@ -430,27 +430,27 @@ def test_the_manifest_is_rebuilt_from_the_public_tree_when_lost_or_damaged(tmp_p
 def test_a_site_from_before_the_manifest_is_taken_over(tmp_path: Path) -> None:
     root = tmp_path / "public"
     sink = sink_at(root)
-    deliver(sink, *events(BRIEF, DEC1 - dt.timedelta(days=1)).values())
+    publish(sink, *events(BRIEF, DEC1 - dt.timedelta(days=1)).values())
     shutil.rmtree(sink.state_dir)
     # What the earlier sink left: a lock file inside the public tree, pages without a publication time.
     (root / "daily-brief" / "en" / ".lock").write_bytes(b"")
     (root / "daily-brief" / "en" / ".index.html.k2_x9aqz.tmp").write_bytes(b"half")  # a crash mid-write
     page = root / "daily-brief" / "2026-11-30" / "en.html"
     page.write_text(re.sub(r'<time class="published"[^>]*>', "<time>", page.read_text("utf-8")), "utf-8")
-    deliver(sink_at(root), *events(BRIEF, DEC1).values())
+    publish(sink_at(root), *events(BRIEF, DEC1).values())
     assert not (root / "daily-brief" / "en" / ".lock").exists()
     assert not [p for p in root.rglob("*") if p.name.startswith(".")]
     # The old edition's time is not known: midnight of its date, until its event comes again.
     assert 'datetime="2026-11-30T00:00:00Z"' in text(root, "daily-brief/2026-11-30/en.html")
-    deliver(sink_at(root), events(BRIEF, DEC1 - dt.timedelta(days=1))["en"])
+    publish(sink_at(root), events(BRIEF, DEC1 - dt.timedelta(days=1))["en"])
     assert 'datetime="2026-11-30T06:00:03Z"' in text(root, "daily-brief/2026-11-30/en.html")
 
 
 def test_a_new_title_or_base_url_renders_the_whole_site_again(tmp_path: Path) -> None:
     root = tmp_path / "public"
-    deliver(sink_at(root), *(ev for day in days(3) for ev in events(BRIEF, day).values()))
+    publish(sink_at(root), *(ev for day in days(3) for ev in events(BRIEF, day).values()))
     renamed = {**PRODUCTS, "daily-brief": replace(PRODUCTS["daily-brief"], titles=(("en", "The Brief"),))}
-    deliver(StaticSink(root, products=renamed), events(BRIEF, DEC1 + dt.timedelta(days=1))["es"])
+    publish(StaticSink(root, products=renamed), events(BRIEF, DEC1 + dt.timedelta(days=1))["es"])
     for day in days(3):
         assert "<h1>The Brief — " in text(root, f"daily-brief/{day}/en.html")
     assert "<h1>The Brief</h1>" in text(root, "daily-brief/en/index.html")
@@ -463,11 +463,11 @@ def build_site(root: Path) -> StaticSink:
     """Two products, two languages (one with a gap), two months, hostile text everywhere."""
     sink = sink_at(root, base_url="https://ii.example")
     for i, day in enumerate(days(20)):
-        deliver(sink, *events(BRIEF, day).values())
+        publish(sink, *events(BRIEF, day).values())
         if i % 3:
-            deliver(sink, events(WATCH, day)["en"])
+            publish(sink, events(WATCH, day)["en"])
         if i % 4 == 0:
-            deliver(sink, events(WATCH, day)["es"])
+            publish(sink, events(WATCH, day)["es"])
     return sink
 
 

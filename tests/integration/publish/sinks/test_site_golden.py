@@ -19,12 +19,13 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from iipub.edition.compose import Artifact, artifact_from_document
-from iipub.publish.sinks import Delivered, EditionEvent
-from iipub.publish.sinks.site import Entry, Site
+from iipub.publish.sinks import EditionEvent, Published
+from iipub.publish.sinks.site import Entry, Site, Withdrawal
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product, default_products
 
@@ -150,26 +151,26 @@ def world_events() -> Iterator[EditionEvent]:
                 "2026-11-15T12:00:00Z")
 
 
-def deliver(sink: StaticSink, evs: Iterator[EditionEvent] | list[EditionEvent]) -> None:
+def publish(sink: StaticSink, evs: Iterator[EditionEvent] | list[EditionEvent]) -> None:
     for ev in evs:
-        assert sink.deliver(ev) == Delivered(), ev
+        assert sink.publish(ev) == Published(), ev
 
 
 def build_plain(root: Path, state: Path) -> None:
     """Relative links, the default site title; ends with a replaced edition and a manifest
     rebuilt from the public tree (one page lost: its edition's time is then a guess)."""
     sink = StaticSink(root, products=products(), state_dir=state, may_replace=lambda job: job == "republish")
-    deliver(sink, brief_events())
-    deliver(sink, watch_events())
-    deliver(sink, world_events())
+    publish(sink, brief_events())
+    publish(sink, watch_events())
+    publish(sink, world_events())
     day = BRIEF_DAYS[2]
     replaced = artifact("daily-brief", day.isoformat(), "en", f"Corrected edition {HOSTILE}", "Corrected.",
                         items_for(7, "en", 3))
-    deliver(sink, [event(replaced, "2027-01-04T09:00:00Z", job="republish")])
+    publish(sink, [event(replaced, "2027-01-04T09:00:00Z", job="republish")])
     shutil.rmtree(state / "manifest")
     (root / "daily-brief" / "2026-12-10" / "es.html").unlink()
     late = artifact("revolution-watch", "2026-12-03", "en", "After the rebuild", "Late.", items_for(4, "en", 1))
-    deliver(StaticSink(root, products=products(), state_dir=state), [event(late, "2026-12-03T07:00:00Z")])
+    publish(StaticSink(root, products=products(), state_dir=state), [event(late, "2026-12-03T07:00:00Z")])
 
 
 def build_based(root: Path, state: Path) -> None:
@@ -178,9 +179,67 @@ def build_based(root: Path, state: Path) -> None:
                       base_url="https://ii.example/news/", products=products(), state_dir=state)
     for k, day in enumerate(BRIEF_DAYS[:3]):
         for lang in ("en", "es"):
-            deliver(sink, [event(artifact("daily-brief", day.isoformat(), lang, brief_title(k + 1, day, lang),
+            publish(sink, [event(artifact("daily-brief", day.isoformat(), lang, brief_title(k + 1, day, lang),
                                           f"Summary {HOSTILE}", items_for(k, lang, 3)), published_at(k, day))])
-    deliver(sink, list(world_events())[:1])
+    publish(sink, list(world_events())[:1])
+
+
+def withdrawn(ev: EditionEvent, revision: int, at: str, note: str | None) -> EditionEvent:
+    return EditionEvent(event_id=f"wd-{ev.event_id}-{revision}", job_id=ev.job_id, product=ev.product,
+                        edition_date=ev.edition_date, lang=ev.lang, sha256=ev.sha256, artifact=None,
+                        published_at=ev.published_at, type="edition.withdrawn", revision=revision, changed_at=at,
+                        public_note=note)
+
+
+def corrected(ev: EditionEvent, art: Artifact, revision: int, at: str, note: str | None) -> EditionEvent:
+    return EditionEvent(event_id=f"co-{ev.event_id}-{revision}", job_id=ev.job_id, product=ev.product,
+                        edition_date=ev.edition_date, lang=ev.lang, sha256=art.sha256, artifact=json.loads(art.body),
+                        published_at=ev.published_at, type="edition.corrected", revision=revision, supersedes=ev.sha256,
+                        changed_at=at, public_note=note)
+
+
+def taken_back_events() -> dict[tuple[str, str], EditionEvent]:
+    """daily-brief in en and es over the six latest days, by (date, lang)."""
+    out = {}
+    for k, day in enumerate(BRIEF_DAYS[:6]):
+        for lang in ("en", "es"):
+            art = artifact("daily-brief", day.isoformat(), lang, brief_title(k + 1, day, lang), f"Summary {k} {lang}",
+                           items_for(k, lang, 2))
+            out[(day.isoformat(), lang)] = event(art, published_at(k + 1, day))
+    return out
+
+
+def build_taken_back(root: Path, state: Path) -> None:
+    """Corrections and withdrawals: a language withdrawn (the other stays), a correction with a
+    hostile public note, the latest edition withdrawn then corrected back (revision 3), a date
+    withdrawn in both languages; then the first revisions delivered again (stale: nothing
+    changes) and a manifest rebuilt from the public tree (withdrawals and corrections read back)."""
+    sink = StaticSink(root, products=products(), state_dir=state)
+    evs = taken_back_events()
+    publish(sink, [evs[key] for key in sorted(evs)])
+    d = [day.isoformat() for day in BRIEF_DAYS[:6]]  # newest first
+    fixed = artifact("daily-brief", d[3], "en", f"Fixed {HOSTILE}", f"Corrected summary {HOSTILE}",
+                     items_for(9, "en", 2))
+    back = artifact("daily-brief", d[0], "en", "Back, corrected", "Corrected after its withdrawal.",
+                    items_for(8, "en", 1))
+    publish(sink, [
+        withdrawn(evs[(d[2], "es")], 2, "2027-01-04T10:00:00Z", f"Retirada: {HOSTILE}"),
+        corrected(evs[(d[3], "en")], fixed, 2, "2027-01-04T11:00:00Z", f"Figures fixed {HOSTILE}"),
+        withdrawn(evs[(d[0], "en")], 2, "2027-01-04T12:00:00Z", None),
+        corrected(evs[(d[0], "en")], back, 3, "2027-01-04T13:00:00Z", None),
+        withdrawn(evs[(d[4], "en")], 2, "2027-01-04T14:00:00Z", "Both languages."),
+        withdrawn(evs[(d[4], "es")], 2, "2027-01-04T14:00:00Z", None),
+    ])
+    before = tree(root)
+    publish(sink, [evs[(d[2], "es")], evs[(d[3], "en")], evs[(d[0], "en")], evs[(d[4], "es")]])
+    assert tree(root) == before, "a late redelivery of revision 1 changed the site"
+    shutil.rmtree(state / "manifest")
+    late = artifact("daily-brief", "2027-01-04", "en", "After the rebuild", "Late.", items_for(4, "en", 1))
+    publish(StaticSink(root, products=products(), state_dir=state), [event(late, "2027-01-04T15:00:00Z")])
+    sink = StaticSink(root, products=products(), state_dir=state)
+    after = tree(root)
+    publish(sink, [evs[(d[2], "es")], evs[(d[3], "en")]])
+    assert tree(root) == after, "after a rebuild, a late redelivery of revision 1 changed the site"
 
 
 def edge_pages() -> dict[str, str]:
@@ -192,7 +251,14 @@ def edge_pages() -> dict[str, str]:
     guessed = Entry("2026-12-15", lone.title, lone.sha256, "2026-12-15T00:00:00Z", guessed=True)
     bare = artifact("daily-brief", "2026-12-01", "es", "", "", [])
     bare_entry = Entry("2026-12-01", "", bare.sha256, "2026-12-01T06:00:00Z")
+    gone = Withdrawal("2026-12-15", lone.sha256, 4, "2026-12-15T12:00:00Z", "2026-12-16T08:00:00Z", HOSTILE)
+    fixed = Entry("2026-12-15", lone.title, lone.sha256, "2026-12-15T12:00:00Z", revision=5,
+                  corrected="2026-12-17T08:00:00Z", note=LONG)
     return {
+        "withdrawn-rtl.html": quoted.withdrawn_page("world-report", "ar", gone, ["ar", "zh"]),
+        "withdrawn-no-note.html": site.withdrawn_page("daily-brief", "es", replace(gone, note=None), []),
+        "corrected-edition.html": quoted.edition_page(lone, fixed, entry, None, ["en", "ar"]),
+        "corrected-feed.atom": quoted.feed("world-report", "en", [(fixed, lone), (guessed, lone)]),
         "empty-feed.atom": site.feed("daily-brief", "en", []),
         "empty-index.html": site.index_page("daily-brief", "en", [], [], 0, []),
         "empty-month.html": site.month_page("daily-brief", "es", "2026-12", [], None, None, []),
@@ -216,7 +282,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def rendered(tmp_path: Path) -> dict[str, dict[str, bytes]]:
     cases: dict[str, dict[str, bytes]] = {}
-    for name, build in (("plain", build_plain), ("based", build_based)):
+    for name, build in (("plain", build_plain), ("based", build_based), ("taken-back", build_taken_back)):
         root = tmp_path / name / "public"
         root.mkdir(parents=True)
         build(root, tmp_path / name / "state")
@@ -250,4 +316,13 @@ def test_every_page_feed_and_json_file_is_byte_identical_to_the_golden_files(tmp
     assert b"\xef\xbf\xbd" in plain["daily-brief/2027-01-03/en.html"]  # control characters replaced
     assert "&lt;script&gt;" in feed and "<script>" not in feed
     assert 'href="https://ii.example/news/daily-brief/en/feed.atom"' in cases["based"]["index.html"].decode()
+    back = cases["taken-back"]
+    assert json.loads(back["daily-brief/2027-01-01/es.json"])["withdrawn"] is True
+    assert 'class="notice withdrawn"' in back["daily-brief/2027-01-01/es.html"].decode()
+    assert "2027-01-01" not in back["daily-brief/es/index.html"].decode()
+    assert 'hreflang="es"' not in back["daily-brief/2027-01-01/en.html"].decode()
+    assert 'data-revision="2"' in back["daily-brief/2026-12-31/en.html"].decode()
+    assert 'data-revision="3"' in back["daily-brief/2027-01-03/en.html"].decode()
+    assert "2026-12-30" not in back["daily-brief/en/feed.atom"].decode()
+    assert "notice corrected" in back["daily-brief/en/feed.atom"].decode()
 

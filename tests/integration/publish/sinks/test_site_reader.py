@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iipub.edition.compose import compose
-from iipub.publish.sinks import Delivered, EditionEvent, l10n
+from iipub.publish.sinks import EditionEvent, Published, l10n
 from iipub.publish.sinks import site as site_mod
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import KNOWN_LANGUAGES, Product, default_products
@@ -36,9 +36,9 @@ def _events(product: Product, day: dt.date, title: str, published: str) -> dict[
             for lang, art in compose(edition, product, day).items()}
 
 
-def _deliver(sink: StaticSink, *evs: EditionEvent) -> None:
+def _publish_event(sink: StaticSink, *evs: EditionEvent) -> None:
     for ev in evs:
-        assert sink.deliver(ev) == Delivered(), ev
+        assert sink.publish(ev) == Published(), ev
 
 
 def _text(root: Path, rel: str) -> str:
@@ -50,7 +50,7 @@ BRIEF = replace(PRODUCTS["daily-brief"], items=2)
 
 def test_a_title_that_repeats_the_heading_is_not_shown_again(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path, products={"daily-brief": BRIEF})
-    _deliver(sink, *_events(BRIEF, DAY, "{product} for {date}", "2026-12-01T06:10:00Z").values())
+    _publish_event(sink, *_events(BRIEF, DAY, "{product} for {date}", "2026-12-01T06:10:00Z").values())
     page = _text(tmp_path, "daily-brief/2026-12-01/en.html")
     assert "<h1>Daily Brief — <time" in page
     assert "daily-brief for 2026-12-01" not in page and 'class="title"' not in page
@@ -59,7 +59,7 @@ def test_a_title_that_repeats_the_heading_is_not_shown_again(tmp_path: Path) -> 
         assert "daily-brief for" not in _text(tmp_path, rel), rel
     assert "<title>Daily Brief — 1 December 2026</title>" in _text(tmp_path, "daily-brief/en/feed.atom")
     # a title with something of its own is shown everywhere
-    _deliver(sink, *_events(BRIEF, DAY + dt.timedelta(days=1), "Ceasefire holds in {lang}",
+    _publish_event(sink, *_events(BRIEF, DAY + dt.timedelta(days=1), "Ceasefire holds in {lang}",
                             "2026-12-02T06:10:00Z").values())
     assert '<h2 class="title">Ceasefire holds in en</h2>' in _text(tmp_path, "daily-brief/2026-12-02/en.html")
     for rel in ("index.html", "daily-brief/en/index.html", "daily-brief/en/2026-12.html", "daily-brief/en/feed.atom"):
@@ -82,7 +82,7 @@ def test_month_pages_run_newest_first_like_the_index(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path, products={"daily-brief": BRIEF})
     for day in (3, 1, 2):
         date = DAY.replace(day=day)
-        _deliver(sink, *_events(BRIEF, date, "Story {date}", f"{date}T06:10:00Z").values())
+        _publish_event(sink, *_events(BRIEF, date, "Story {date}", f"{date}T06:10:00Z").values())
     month = _text(tmp_path, "daily-brief/en/2026-12.html")
     index = _text(tmp_path, "daily-brief/en/index.html")
     order = ["2026-12-03/en.html", "2026-12-02/en.html", "2026-12-01/en.html"]
@@ -97,21 +97,21 @@ def test_a_backfills_feed_entries_have_distinct_ordered_times(tmp_path: Path) ->
     sink = StaticSink(tmp_path, products={"daily-brief": BRIEF})
     dates = [DAY - dt.timedelta(days=n) for n in range(35)]
     for date in dates:  # a backfill: 35 editions published within one second
-        _deliver(sink, *_events(BRIEF, date, "{product} for {date}", "2026-12-01T09:00:00Z").values())
+        _publish_event(sink, *_events(BRIEF, date, "{product} for {date}", "2026-12-01T09:00:00Z").values())
     feed = feedparser.parse((tmp_path / "daily-brief/en/feed.atom").read_bytes())
     assert feed.bozo == 0 and len(feed.entries) == 35
     times = [e.updated for e in feed.entries]
     assert len(set(times)) == 35 and times == sorted(times, reverse=True)  # newest edition first, distinct
     assert all(t.startswith("2026-12-01T09:00:00.") for t in times)
     before = (tmp_path / "daily-brief/en/feed.atom").read_bytes()
-    _deliver(StaticSink(tmp_path, products={"daily-brief": BRIEF}), _events(BRIEF, DAY, "{product} for {date}",
+    _publish_event(StaticSink(tmp_path, products={"daily-brief": BRIEF}), _events(BRIEF, DAY, "{product} for {date}",
                                                                             "2026-12-01T09:00:00Z")["en"])
     assert (tmp_path / "daily-brief/en/feed.atom").read_bytes() == before  # the same bytes again
 
 
 def test_the_site_name_breaks_between_its_words(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path, products={"daily-brief": BRIEF})
-    _deliver(sink, *_events(BRIEF, DAY, "Story", "2026-12-01T06:10:00Z").values())
+    _publish_event(sink, *_events(BRIEF, DAY, "Story", "2026-12-01T06:10:00Z").values())
     index = _text(tmp_path, "index.html")
     assert "<h1>International<wbr>Intelligence.org</h1>" in index
     assert '>International<wbr>Intelligence.org</a>' in _text(tmp_path, "daily-brief/2026-12-01/en.html")
@@ -131,7 +131,7 @@ def test_every_accepted_language_has_its_own_interface_words(tmp_path: Path) -> 
             assert str(_count(n, lang)), (lang, n)
     product = replace(BRIEF, name="world-report", languages=("fr", "de"))
     sink = StaticSink(tmp_path, products={"world-report": product})
-    _deliver(sink, *_events(product, DAY, "Story {lang}", "2026-12-01T06:10:00Z").values())
+    _publish_event(sink, *_events(product, DAY, "Story {lang}", "2026-12-01T06:10:00Z").values())
     fr = _text(tmp_path, "world-report/2026-12-01/fr.html")
     de = _text(tmp_path, "world-report/2026-12-01/de.html")
     assert "Publié le" in fr and "1 décembre 2026" in fr and "Published" not in fr and "Sources" in fr

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from iipub.edition.compose import canonical_json, compose
-from iipub.publish.sinks import Delivered, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks import EditionEvent, Parked, Published, RetryLater, Sink
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product
 from iipub.settings.edition_schema import output_model
@@ -75,7 +76,7 @@ def test_static_sink_satisfies_the_protocol(tmp_path: Path) -> None:
 def test_delivery_writes_edition_index_and_feed(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path)
     evs = events(DAY1)
-    assert sink.deliver(evs["en"]) == Delivered()
+    assert sink.publish(evs["en"]) == Published()
     base = tmp_path / "daily-brief"
     page = (base / "2025-03-06" / "en.html").read_text("utf-8")
     assert '<html lang="en">' in page
@@ -93,7 +94,7 @@ def test_delivery_writes_edition_index_and_feed(tmp_path: Path) -> None:
     assert [e.findtext(f"{ATOM}title") for e in feed.iter(f"{ATOM}entry")] == ["Brief en"]
     # Spanish is not published until its own event arrives.
     assert not (base / "2025-03-06" / "es.html").exists()
-    assert sink.deliver(evs["es"]) == Delivered()
+    assert sink.publish(evs["es"]) == Published()
     assert '<html lang="es">' in (base / "2025-03-06" / "es.html").read_text("utf-8")
     assert "Brief es" in (base / "es" / "index.html").read_text("utf-8")
     assert "Brief es" not in (base / "en" / "index.html").read_text("utf-8")
@@ -102,21 +103,21 @@ def test_delivery_writes_edition_index_and_feed(tmp_path: Path) -> None:
 def test_redelivery_is_byte_identical(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path, base_url="https://ii.org/")
     for ev in [*events(DAY1).values(), *events(DAY2).values()]:
-        assert sink.deliver(ev) == Delivered()
+        assert sink.publish(ev) == Published()
     before = snapshot(tmp_path)
     assert len(before) >= 12
     # Again, in a different order and through a fresh sink instance: nothing changes.
     again = StaticSink(tmp_path, base_url="https://ii.org/")
     for ev in [*events(DAY2).values(), *events(DAY1).values()]:
-        assert again.deliver(ev) == Delivered()
+        assert again.publish(ev) == Published()
     assert snapshot(tmp_path) == before
 
 
 def test_second_edition_is_listed_newest_first(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path, base_url="https://ii.org")
     # Deliver the newer edition first: the order of delivery must not matter.
-    assert sink.deliver(events(DAY2, payload("New "))["en"]) == Delivered()
-    assert sink.deliver(events(DAY1, payload("Old "))["en"]) == Delivered()
+    assert sink.publish(events(DAY2, payload("New "))["en"]) == Published()
+    assert sink.publish(events(DAY1, payload("Old "))["en"]) == Published()
     index = (tmp_path / "daily-brief" / "en" / "index.html").read_text("utf-8")
     assert index.index("2025-03-07") < index.index("2025-03-06")
     assert index.index("New Brief en") < index.index("Old Brief en")
@@ -142,7 +143,7 @@ def test_provider_text_is_escaped_and_unsafe_links_dropped(tmp_path: Path) -> No
     doc["en"]["items"][0]["sources"][0] = {"title": "click <b>me</b>", "url": "javascript:alert(1)"}
     doc["en"]["items"][1]["sources"][0] = {"title": "local", "url": "http://127.0.0.1/admin"}
     # The sink does not trust that validation ran: it escapes and filters on its own.
-    assert StaticSink(tmp_path).deliver(events(DAY1, doc)["en"]) == Delivered()
+    assert StaticSink(tmp_path).publish(events(DAY1, doc)["en"]) == Published()
     page = (tmp_path / "daily-brief" / "2025-03-06" / "en.html").read_text("utf-8")
     assert "<script>" not in page and "&lt;script&gt;alert(&#x27;t&#x27;)&lt;/script&gt;" in page
     assert "<img" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; co" in page
@@ -162,7 +163,7 @@ def test_provider_text_is_escaped_and_unsafe_links_dropped(tmp_path: Path) -> No
 def test_control_characters_cannot_break_the_feed(tmp_path: Path) -> None:
     doc = payload()
     doc["en"]["summary"] = "nul\x00 bell\x07 rlo\u202e end"
-    assert StaticSink(tmp_path).deliver(events(DAY1, doc)["en"]) == Delivered()
+    assert StaticSink(tmp_path).publish(events(DAY1, doc)["en"]) == Published()
     feed = ET.fromstring((tmp_path / "daily-brief" / "en" / "feed.atom").read_bytes())
     summary = feed.find(f"{ATOM}entry/{ATOM}summary")
     assert summary is not None and summary.text == "nul\ufffd bell\ufffd rlo\ufffd end"
@@ -186,7 +187,7 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
     payload_["artifact"] = dict(payload_["artifact"]) | {field: value}
     # A consistent hash, so only the path check can stop it.
     payload_["sha256"] = hashlib.sha256(canonical_json(payload_["artifact"])).hexdigest()
-    result = StaticSink(root).deliver(EditionEvent.from_payload(payload_))
+    result = StaticSink(root).publish(EditionEvent.from_payload(payload_))
     assert isinstance(result, Parked)
     assert not tmp_path.joinpath("escape").exists()
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -194,8 +195,8 @@ def test_path_traversal_is_refused(tmp_path: Path, field: str, value: str) -> No
 
 def test_artifact_not_matching_its_hash_is_parked(tmp_path: Path) -> None:
     ev = events(DAY1)["en"]
-    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": ev.artifact | {"title": "forged"}})
-    result = StaticSink(tmp_path).deliver(tampered)
+    tampered = EditionEvent.from_payload(ev.to_payload() | {"artifact": (ev.artifact or {}) | {"title": "forged"}})
+    result = StaticSink(tmp_path).publish(tampered)
     assert isinstance(result, Parked) and "sha256" in result.why
     assert list(tmp_path.iterdir()) == []
 
@@ -203,7 +204,7 @@ def test_artifact_not_matching_its_hash_is_parked(tmp_path: Path) -> None:
 def test_unwritable_root_is_retried_and_leaves_nothing_behind(tmp_path: Path) -> None:
     root = tmp_path / "site"
     root.write_bytes(b"not a directory")  # tests run as root, so chmod cannot stop writes
-    result = StaticSink(root).deliver(events(DAY1)["en"])
+    result = StaticSink(root).publish(events(DAY1)["en"])
     assert isinstance(result, RetryLater)
     assert result.delay is None and "static:" in result.why
     assert root.read_bytes() == b"not a directory"
@@ -212,17 +213,58 @@ def test_unwritable_root_is_retried_and_leaves_nothing_behind(tmp_path: Path) ->
 
 def test_failure_mid_publication_leaves_no_temp_files(tmp_path: Path) -> None:
     sink = StaticSink(tmp_path)
-    assert sink.deliver(events(DAY1)["en"]) == Delivered()
+    assert sink.publish(events(DAY1)["en"]) == Published()
     before = snapshot(tmp_path)
     # The index path is occupied by a directory: replacing it fails after the edition files.
     (tmp_path / "daily-brief" / "en" / "index.html").unlink()
     (tmp_path / "daily-brief" / "en" / "index.html").mkdir()
-    result = sink.deliver(events(DAY2)["en"])
+    result = sink.publish(events(DAY2)["en"])
     assert isinstance(result, RetryLater)
     assert not list(tmp_path.rglob("*.tmp"))
     # The feed of the earlier edition is untouched: no half-written state.
     assert (tmp_path / "daily-brief" / "en" / "feed.atom").read_bytes() == before["daily-brief/en/feed.atom"][0]
     # Once the obstacle is gone, the retry completes the publication.
     (tmp_path / "daily-brief" / "en" / "index.html").rmdir()
-    assert sink.deliver(events(DAY2)["en"]) == Delivered()
+    assert sink.publish(events(DAY2)["en"]) == Published()
     assert "2025-03-07" in (tmp_path / "daily-brief" / "en" / "index.html").read_text("utf-8")
+
+
+# -- revisions: corrections and withdrawals ---------------------------------------------------
+
+
+def revised(ev: EditionEvent, revision: int, kind: str, other: EditionEvent | None = None) -> EditionEvent:
+    """`ev`'s edition at `revision`: withdrawn, or corrected to `other`'s content."""
+    if kind == "edition.withdrawn":
+        return dataclasses.replace(ev, event_id=f"{ev.event_id}-r{revision}", artifact=None, type=kind,
+                                   revision=revision, changed_at=f"{ev.edition_date}T09:00:00Z")
+    assert other is not None
+    return dataclasses.replace(ev, event_id=f"{ev.event_id}-r{revision}", artifact=other.artifact, sha256=other.sha256,
+                               type=kind, revision=revision, supersedes=ev.sha256,
+                               changed_at=f"{ev.edition_date}T09:00:00Z")
+
+
+def test_a_late_revision_1_after_revision_2_leaves_every_file_at_revision_2(tmp_path: Path) -> None:
+    first, fixed = events(DAY1)["en"], events(DAY1, payload("Fixed "))["en"]
+    sink = StaticSink(tmp_path)
+    assert sink.publish(first) == Published()
+    assert sink.publish(revised(first, 2, "edition.corrected", fixed)) == Published()
+    at_2 = snapshot(tmp_path)
+    assert json.loads((tmp_path / "daily-brief" / str(DAY1) / "en.json").read_bytes())["title"] == "Fixed Brief en"
+    assert sink.publish(first) == Published()  # acknowledged (the consumer holds a newer one), nothing written
+    assert snapshot(tmp_path) == at_2
+    assert StaticSink(tmp_path, may_replace=lambda job: True).publish(first) == Published()  # a republish grant too
+    assert snapshot(tmp_path) == at_2
+
+
+def test_the_same_revision_with_other_content_is_parked_not_written(tmp_path: Path) -> None:
+    first, fixed = events(DAY1)["en"], events(DAY1, payload("Fixed "))["en"]
+    sink = StaticSink(tmp_path)
+    assert sink.publish(first) == Published()
+    assert sink.publish(revised(first, 2, "edition.corrected", fixed)) == Published()
+    before = snapshot(tmp_path)
+    other = events(DAY1, payload("Other "))["en"]
+    result = sink.publish(revised(first, 2, "edition.corrected", other))
+    assert isinstance(result, Parked) and "revision 2" in result.why
+    withdrawn_too = sink.publish(revised(first, 2, "edition.withdrawn"))
+    assert isinstance(withdrawn_too, Parked) and "not withdrawn" in withdrawn_too.why
+    assert snapshot(tmp_path) == before

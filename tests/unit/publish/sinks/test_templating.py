@@ -58,7 +58,7 @@ def test_every_template_compiles() -> None:
     folder = Path(site.__file__).parent / "templates"
     names = sorted(p.name for p in folder.iterdir() if p.suffix in (".html", ".atom"))
     assert {"page.html", "series.html", "parts.html", "edition.html", "month.html", "product_index.html",
-            "site_index.html", "feed.atom", "entry.atom"} == set(names)
+            "site_index.html", "feed.atom", "entry.atom", "withdrawn.html"} == set(names)
     for name in names:
         env = templating.xml_templates() if name.endswith(".atom") else templating.html_templates()
         env.get_template(name)
