@@ -4,6 +4,7 @@ the chosen root."""
 
 from __future__ import annotations
 
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_cron_and_systemd_run_the_same_commands_with_the_same_executable(tmp_pat
     units = "\n".join(f.text for f in files if f.path.parent == layout.systemd)
     assert "IIPUB=/opt/iipub/bin/iipub" in crontab
     for job in install.cron_jobs(layout):
-        assert f"timeout {job.timeout} $IIPUB {job.args} >" in crontab
+        words = " ".join(install.cron_word(a) for a in shlex.split(job.args))
+        assert f'timeout {job.timeout} "$IIPUB" {words} >' in crontab
         assert job.args in units and job.calendar in units
-    assert [j.name for j in install.cron_jobs(layout)] == ["reconcile", "relay", "prometheus", "prune"]
+    assert [j.name for j in install.cron_jobs(layout)] == ["reconcile", "relay", "prometheus", "prune", "report"]
