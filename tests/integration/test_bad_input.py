@@ -8,7 +8,7 @@ What is already covered elsewhere (and not repeated here):
   - every validation rule on a payload text (control characters, lone surrogates, URLs,
     sizes): tests/unit/edition/test_validate.py; HTML escaping and link dropping:
     tests/integration/publish/sinks/test_static.py and tests/acceptance/test_static_xss_chromium.py;
-  - the adapter's mapping of unparsable / 5xx / HTML create answers: tests/unit/test_provider_mapping.py.
+  - the adapter's mapping of unparsable / 5xx / HTML create answers: tests/unit/provider/openai/test_adapter.py.
 
 Here: payloads no simulator fault produces (invalid UTF-8 bytes, a JSON-escaped lone surrogate,
 a body cut short, JSON cut short, HTML instead of JSON, control characters, a body larger than
