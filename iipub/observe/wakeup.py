@@ -56,6 +56,7 @@ SIGNED: tuple[tuple[str, str], ...] = (
     ("spend_overrides", "COUNT(*), MAX(id)"),
     ("spend_notes", "COUNT(*), MAX(noted_at)"),
     ("product_holds", "COUNT(*), MAX(held_at), MAX(request_fingerprint)"),
+    ("model_holds", "COUNT(*), MAX(held_at), MAX(checked_at)"),
     ("config_identity", "COUNT(*), MAX(id)"),
     ("ledger_book", "COUNT(*), MAX(ledger_id), MAX(opened_at), MAX(base_spend_id)"),
     ("schema_migrations", "COUNT(*), MAX(version)"),
