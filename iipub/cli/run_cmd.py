@@ -37,8 +37,9 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     """
     from iipub.machine import sweep  # each cron command imports only its own machinery
     from iipub.model.jobs import new_worker_id
-    from iipub.observe import heartbeat
+    from iipub.observe import heartbeat, wakeup_store
 
+    started = wakeup_store.run_started()  # before the settings and the files they name are read
     settings = app.settings
     settings.require_api_key()
     if tick_seconds is not None or shadow:
@@ -59,21 +60,23 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
         report = sweep.run(settings, engine, worker=worker)
         run.summary = report.summary()
     if tick_seconds is None and not shadow:
-        _leave_wakeup(engine, settings, "reconcile", report)
+        _leave_wakeup(engine, settings, "reconcile", report, started)
     print_summary(run.summary)
 
 
-def _leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
+def _leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any, started: int) -> None:
     """What the next cron run's wake-up check compares with (`iipub.observe.wakeup`). A run that did
     anything, or pings a URL each run, leaves "due": the next run is a full one."""
     from iipub.observe import wakeup_store
 
     busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
     if command == "reconcile":
-        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.reconcile_due(
-            engine, settings), future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.reconcile_due(engine, settings),
+                            future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
     else:
-        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.relay_due(engine),
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.relay_due(engine),
                             future=wakeup_store.relay_future, idle_summary=wakeup_store.idle_report(report))
 
 
@@ -99,9 +102,10 @@ def relay_command(app: App, prune: bool) -> None:
     mode ([reconcile] mode = "shadow") and under `pause --everything` it delivers nothing.
     """
     from iipub.model.jobs import new_worker_id
-    from iipub.observe import heartbeat
+    from iipub.observe import heartbeat, wakeup_store
     from iipub.publish import relay
 
+    started = wakeup_store.run_started()  # before the settings and the files they name are read
     settings = app.settings
     engine = app.engine()
     if prune:
@@ -120,7 +124,7 @@ def relay_command(app: App, prune: bool) -> None:
         report = relay.run(settings, engine, worker=worker)
         run.summary = dict(report.__dict__)
     _sample_disks(engine, settings)
-    _leave_wakeup(engine, settings, "relay", report)
+    _leave_wakeup(engine, settings, "relay", report, started)
     print_summary(run.summary)
 
 

@@ -197,6 +197,7 @@ outbox_deliveries = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("updated_at", Time, nullable=False),
     sa.UniqueConstraint("event_id", "sink", name="uq_deliveries_event_sink"),
+    sa.Index("ix_outbox_deliveries_updated", "updated_at"),
 )
 
 clock = sa.Table(
@@ -268,6 +269,7 @@ webhook_deliveries = sa.Table(
     sa.Index("ix_webhook_deliveries_received", "received_at"),
     sa.Index("ix_webhook_deliveries_response", "response_id"),
     sa.Index("ix_webhook_deliveries_outcome", "outcome"),
+    sa.Index("ix_webhook_deliveries_settled", "settled_at"),
 )
 
 webhook_misses = sa.Table(
@@ -393,9 +395,14 @@ wakeups = sa.Table(
     "wakeups",
     metadata,
     sa.Column("command", sa.String(16), primary_key=True),
+    # Per place (host, working directory, configuration): several hosts on one database each
+    # keep their own idle minutes.
+    sa.Column("place", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
     sa.Column("next_at", Time),
     sa.Column("signature", sa.String(64), nullable=False),
     sa.Column("identity", sa.String(64), nullable=False),
+    sa.Column("env_names", sa.Text, nullable=False),
     sa.Column("files", sa.Text, nullable=False),
     sa.Column("idle_summary", sa.Text, nullable=False),
     sa.Column("recorded_at", Time, nullable=False),
@@ -424,6 +431,7 @@ spend = sa.Table(
     sa.Index("ix_spend_paid", "paid_at"),
     sa.Index("ix_spend_job", "job_id", "attempt"),
     sa.Index("ix_spend_state", "state"),
+    sa.Index("ix_spend_updated", "updated_at"),
 )
 
 spend_overrides = sa.Table(
