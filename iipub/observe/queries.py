@@ -261,16 +261,13 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     Backfills are left out: admission control holds them back by design."""
     cif = State.CREATE_IN_FLIGHT.value
     recent = sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.at >= cutoff)
-    first = (
-        sa.select(events_table.c.job_id, sa.func.min(events_table.c.at).label("first_at"))
-        .where(events_table.c.to_state == cif, events_table.c.job_id.in_(recent))
-        .group_by(events_table.c.job_id)
-        .subquery()
-    )
+    # Each recent job's first dispatch by its own journal (the job index), not a scan of every dispatch.
+    earlier = events_table.alias("earlier")
+    first_at = (sa.select(sa.func.min(earlier.c.at))
+                .where(earlier.c.job_id == jobs_table.c.id, earlier.c.to_state == cif).scalar_subquery())
     rows = conn.execute(
-        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first.c.first_at)
-        .join(first, first.c.job_id == jobs_table.c.id)
-        .where(jobs_table.c.is_backfill == sa.false())
+        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first_at.label("first_at"))
+        .where(jobs_table.c.id.in_(recent), jobs_table.c.is_backfill == sa.false())
     ).all()
     # A min() that predates the window means this was a re-dispatch; only firsts count.
     cut = now - dt.timedelta(hours=s.window_hours)
@@ -392,10 +389,11 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
     cif = State.CREATE_IN_FLIGHT.value
     e, j = events_table.c, jobs_table.c
     recent = sa.select(e.job_id).where(e.to_state == cif, e.at >= since)  # by the `at` index, not all time
-    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif, e.job_id.in_(recent))
-             .group_by(e.job_id).having(sa.func.min(e.at) >= since).subquery())
-    rows = conn.execute(sa.select(j.opens_at, j.created_at, first.c.first_at)
-                        .join(first, first.c.job_id == j.id).where(j.is_backfill == sa.false())).all()
+    earlier = events_table.alias("earlier")  # each recent job's first dispatch, by the job index
+    first = (sa.select(sa.func.min(earlier.c.at)).where(earlier.c.job_id == j.id, earlier.c.to_state == cif)
+             .scalar_subquery())
+    rows = conn.execute(sa.select(j.opens_at, j.created_at, first.label("first_at"))
+                        .where(j.id.in_(recent), j.is_backfill == sa.false(), first >= since)).all()
     samples = [(naive_utc(r.first_at),
                 seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
                for r in rows]

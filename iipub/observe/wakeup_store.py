@@ -1,15 +1,15 @@
 """What a full `reconcile` or `relay` run leaves for the next run's wake-up check (`idle_check`;
 the rule is `wakeup`, the SQL `store.wakeup_sql` and `store.wakeups`).
 
-Recorded after every full run, in this order, so that nothing written meanwhile can be missed:
-the marks of the tables first, then whether anything is due now (the marks' own due counts, then
-the sweep's and the relay's own queries, not a copy of them), then the earliest future time
-anything falls due. A run that did any work, finds anything due, or saw a watched file change
-after it started (it may have loaded the file before the change) records "due", and computes
-nothing else: the next run is a full one. Under `IIPUB_WAKEUP_CHECK=off` nothing is recorded or
-computed. The row is the place's (`wakeup.place`: host, working directory, configuration), so
-several hosts on one database keep their own. Recording never makes a run fail: a failure is a
-warning, and the row left behind no longer matches the tables.
+Recorded after every full run, in this order, so that nothing written meanwhile can be missed: the
+marks of the tables first, then whether anything is due now (the sweep's and the relay's own
+queries, not a copy of them), then the earliest future time anything falls due. A run that did any
+work, finds anything due, or saw a watched file change after it started (it may have loaded the file
+before the change) records "due", and computes nothing else: the next run is a full one. Under
+`IIPUB_WAKEUP_CHECK=off` nothing is recorded or computed. The row is the place's (`wakeup.place`:
+host, working directory, configuration), so several hosts on one database keep their own. Recording
+never makes a run fail: a failure is a warning, and the row left behind no longer matches the
+tables.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _record(engine: Engine, command: str, settings: Settings, busy: bool, starte
         return
     marks = wakeups.marks(engine)
     # One connection at a time: on SQLite each holds the write lock from its first statement.
-    if not wakeups.due_in_marks(marks) and not due_now():
+    if not due_now():
         now = wakeups.now(engine)
         ran = dt.timedelta(microseconds=max(0, time.time_ns() - started_ns) // 1000)
         bounds = [cap_bound(now - ran, cap), _next_midnight(now)]

@@ -94,6 +94,8 @@ jobs = sa.Table(
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),
+    sa.Index("ix_jobs_edition_date", "edition_date"),
+    sa.Index("ix_jobs_product_state", "product", "state"),
 )
 
 job_events = sa.Table(
@@ -144,6 +146,7 @@ tracks = sa.Table(
     sa.UniqueConstraint("product", "edition_date", "lang", name="uq_tracks_slot_lang"),
     sa.UniqueConstraint("job_id", "lang", name="uq_tracks_job_lang"),
     sa.Index("ix_tracks_due", "state", "next_attempt_at"),
+    sa.Index("ix_tracks_product_lang_state", "product", "lang", "state"),
 )
 
 editions = sa.Table(
@@ -198,6 +201,7 @@ outbox_deliveries = sa.Table(
     sa.Column("updated_at", Time, nullable=False),
     sa.UniqueConstraint("event_id", "sink", name="uq_deliveries_event_sink"),
     sa.Index("ix_outbox_deliveries_updated", "updated_at"),
+    sa.Index("ix_outbox_deliveries_parked", "parked_at"),
 )
 
 clock = sa.Table(
@@ -270,6 +274,7 @@ webhook_deliveries = sa.Table(
     sa.Index("ix_webhook_deliveries_response", "response_id"),
     sa.Index("ix_webhook_deliveries_outcome", "outcome"),
     sa.Index("ix_webhook_deliveries_settled", "settled_at"),
+    sa.Index("ix_webhook_deliveries_type", "event_type", "received_at"),
 )
 
 webhook_misses = sa.Table(

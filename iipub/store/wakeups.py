@@ -25,12 +25,6 @@ def marks(engine: Engine) -> tuple[Any, ...]:
         return tuple(conn.exec_driver_sql(wakeup_sql.signature_sql(db.dialect_family(conn))).one())
 
 
-def due_in_marks(values: tuple[Any, ...]) -> bool:
-    """Whether the marks themselves count a job, track, event or custody watch due now (their
-    last four values)."""
-    return any(int(v or 0) for v in values[-4:])
-
-
 def write(engine: Engine, command: str, place: str, values: Mapping[str, Any]) -> None:
     """Leave `command`'s row at `place` (by primary key)."""
     with db.transaction(engine) as conn:

@@ -8,6 +8,15 @@ ALTER TABLE outbox_deliveries ADD INDEX ix_outbox_deliveries_updated (updated_at
 ALTER TABLE spend ADD INDEX ix_spend_updated (updated_at);
 ALTER TABLE webhook_deliveries ADD INDEX ix_webhook_deliveries_settled (settled_at);
 
+-- What `status` and the metrics textfile read each minute, by index: parked deliveries, the
+-- spend of the last days by edition date, the newest webhook of a kind.
+ALTER TABLE outbox_deliveries ADD INDEX ix_outbox_deliveries_parked (parked_at);
+ALTER TABLE jobs ADD INDEX ix_jobs_edition_date (edition_date);
+ALTER TABLE webhook_deliveries ADD INDEX ix_webhook_deliveries_type (event_type, received_at);
+-- The counts by state `status` shows read these narrow indexes, not the rows with their payloads.
+ALTER TABLE jobs ADD INDEX ix_jobs_product_state (product, state);
+ALTER TABLE tracks ADD INDEX ix_tracks_product_lang_state (product, lang, state);
+
 -- The wake-up rows are a cache a full run rebuilds: the old rows (one per command) go, and the
 -- table is keyed by place as well.
 DELETE FROM wakeups;
