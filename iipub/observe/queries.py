@@ -260,15 +260,7 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window.
     Backfills are left out: admission control holds them back by design."""
     cif = State.CREATE_IN_FLIGHT.value
-    recent = sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.at >= cutoff)
-    # Each recent job's first dispatch by its own journal (the job index), not a scan of every dispatch.
-    earlier = events_table.alias("earlier")
-    first_at = (sa.select(sa.func.min(earlier.c.at))
-                .where(earlier.c.job_id == jobs_table.c.id, earlier.c.to_state == cif).scalar_subquery())
-    rows = conn.execute(
-        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first_at.label("first_at"))
-        .where(jobs_table.c.id.in_(recent), jobs_table.c.is_backfill == sa.false())
-    ).all()
+    rows = _first_dispatches(conn, cutoff)
     # A min() that predates the window means this was a re-dispatch; only firsts count.
     cut = now - dt.timedelta(hours=s.window_hours)
     durations = [max(0.0, seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)))
@@ -287,6 +279,29 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
         waiting = {k: v for k, v in waiting.items() if k not in dispatched}
     return report.Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
                tuple(durations) + tuple(waiting.values()), open=len(waiting))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FirstDispatch:
+    opens_at: Any
+    created_at: Any
+    first_at: Any
+
+
+def _first_dispatches(conn: Connection, since: Any) -> list[_FirstDispatch]:
+    """Each job (backfills aside) dispatched since `since`, with its first dispatch ever (an
+    earlier one makes this a re-dispatch): the window's journal by the `at` index, then those
+    jobs' own entries by the job index, never every dispatch of the history."""
+    cif = State.CREATE_IN_FLIGHT.value
+    e, j = events_table.c, jobs_table.c
+    recent = list(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.at >= since).distinct()).scalars())
+    if not recent:
+        return []
+    first = dict(conn.execute(sa.select(e.job_id, sa.func.min(e.at))
+                              .where(e.job_id.in_(recent), e.to_state == cif).group_by(e.job_id)).all())
+    jobs = conn.execute(sa.select(j.id, j.opens_at, j.created_at)
+                        .where(j.id.in_(recent), j.is_backfill == sa.false())).all()
+    return [_FirstDispatch(r.opens_at, r.created_at, first[r.id]) for r in jobs if r.id in first]
 
 
 def _dwell_events(conn: Connection, since: Any) -> list[tuple[str, str | None, str, dt.datetime, str | None]]:
@@ -387,13 +402,9 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
     """(first CREATE_IN_FLIGHT, within the SLO) per first dispatch since `since`; a slot still
     waiting past the SLO is a bad sample now (backfills left out, as in the SLI)."""
     cif = State.CREATE_IN_FLIGHT.value
-    e, j = events_table.c, jobs_table.c
-    recent = sa.select(e.job_id).where(e.to_state == cif, e.at >= since)  # by the `at` index, not all time
-    earlier = events_table.alias("earlier")  # each recent job's first dispatch, by the job index
-    first = (sa.select(sa.func.min(earlier.c.at)).where(earlier.c.job_id == j.id, earlier.c.to_state == cif)
-             .scalar_subquery())
-    rows = conn.execute(sa.select(j.opens_at, j.created_at, first.label("first_at"))
-                        .where(j.id.in_(recent), j.is_backfill == sa.false(), first >= since)).all()
+    e = events_table.c
+    start = naive_utc(conn.execute(sa.select(since)).scalar_one())
+    rows = [r for r in _first_dispatches(conn, since) if naive_utc(r.first_at) >= start]
     samples = [(naive_utc(r.first_at),
                 seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
                for r in rows]

@@ -121,10 +121,21 @@ def copy_slot(template: Template, product: str, day: dt.date,
     return out
 
 
+# The long texts a slot keeps (its response, its compositions, its editions), which `trimmed`
+# copies cut short: no per-minute statement reads them, and years of them are gigabytes to write.
+LONG_TEXTS = {"jobs": ("payload", "composed"), "tracks": ("payload", "composed"), "editions": ("content",)}
+# Published outbox rows and their deliveries older than this are gone (`relay --prune`'s default
+# `prune_after_days`): a slot published longer ago left none.
+PRUNED_AFTER_DAYS = 30
+
+
 def fill(engine: sa.Engine, template: Template, products: Sequence[str], days: Sequence[dt.date], *,
-         batch_slots: int = 200, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+         batch_slots: int = 200, progress: Callable[[int], None] | None = None, trimmed: bool = False,
+         today: dt.date | None = None) -> dict[str, int]:
     """Insert a copy of `template` for every product and day, `batch_slots` slots per transaction
-    (multi-row inserts); returns the rows written by table."""
+    (multi-row inserts); returns the rows written by table. With `today`, the outbox rows of days
+    more than `PRUNED_AFTER_DAYS` before it are left out, as the daily prune leaves them; with
+    `trimmed`, the long texts are cut to 200 characters."""
     with engine.connect() as conn:
         next_id = {name: int(conn.execute(sa.select(sa.func.max(tables.metadata.tables[name].c.id))).scalar() or 0) + 1
                    for name in _NUMBERED}
@@ -139,7 +150,15 @@ def fill(engine: sa.Engine, template: Template, products: Sequence[str], days: S
     for chunk in _chunks([(p, d) for d in days for p in products], batch_slots):
         rows: dict[str, list[dict[str, Any]]] = {name: [] for name in SLOT_TABLES}
         for product, day in chunk:
+            pruned = today is not None and (today - day).days > PRUNED_AFTER_DAYS
             for name, copied in copy_slot(template, product, day, ids).items():
+                if pruned and name in ("outbox", "outbox_deliveries"):
+                    continue
+                if trimmed:
+                    for row in copied:
+                        for column in LONG_TEXTS.get(name, ()):
+                            if isinstance(row.get(column), str):
+                                row[column] = row[column][:200]
                 rows[name].extend(copied)
         with engine.begin() as conn:
             for name in SLOT_TABLES:
