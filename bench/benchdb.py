@@ -27,10 +27,10 @@ import sqlalchemy as sa
 
 from iipub.model.jobs import slot_row
 from iipub.model.states import State
-from iipub.provider.adapter import create_body as provider_create_body
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.adapter import create_body as provider_create_body
 from iipub.provider.outcomes import CreateRequest
 from iipub.settings.config import Product, Settings
-from iipub.settings.loading import settings_from_dict
 from iipub.store import clock, db, migrate, tables
 from iipub.store.job_store import Store
 

@@ -25,7 +25,7 @@ from iipub.machine import sweep
 from iipub.model.jobs import slot_opened
 from iipub.model.states import State
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import ModelPrice, Pricing, Settings
 from iipub.store import clock, tables

@@ -25,7 +25,7 @@ import benchdb  # puts this checkout on sys.path before iipub
 import metering
 import reporting
 import simproc
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 
 BENCH = Path(__file__).resolve().parent
 ROOT = benchdb.ROOT

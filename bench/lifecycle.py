@@ -19,7 +19,7 @@ import harness
 import reporting
 import simproc
 from iipub.model.states import State
-from iipub.observe.report import dwell_samples
+from iipub.observe.status_report import dwell_samples
 from iipub.store import tables
 
 
@@ -61,7 +61,7 @@ def measure(base_url: str, k: int) -> dict[str, Any]:
 
 def dwell_seconds(engine: Any, first_event: int) -> list[float]:
     """The unretrieved-dwell SLI samples (COMPLETED_NOT_RETRIEVED -> RETRIEVED_NOT_VALIDATED),
-    computed from the journal with `iipub.observe.report.dwell_samples`."""
+    computed from the journal with `iipub.observe.status_report.dwell_samples`."""
     E = tables.job_events
     with engine.connect() as conn:
         rows = conn.execute(sa.select(E.c.job_id, E.c.from_state, E.c.to_state, E.c.at)

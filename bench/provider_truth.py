@@ -26,7 +26,7 @@ import reporting
 from iipub.core.timefmt import seconds_between
 from iipub.machine import sweep
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -26,7 +26,7 @@ from iipub.edition.paths import json_path
 from iipub.model.states import State
 from iipub.publish import relay
 from iipub.publish.relay import build_sinks
-from iipub.publish.sinks import DeliveryResult, EditionEvent, Sink
+from iipub.publish.sinks import EditionEvent, PublishResult, Sink
 from iipub.publish.sinks.manifest import Manifest
 from iipub.publish.sinks.site import Entry
 from iipub.publish.sinks.static import StaticSink
@@ -43,10 +43,10 @@ class TimedSink:
         self.seconds = 0.0
         self.calls = 0
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult:
+    def publish(self, event: EditionEvent) -> PublishResult:
         t0 = time.perf_counter()
         try:
-            return self.inner.deliver(event)
+            return self.inner.publish(event)
         finally:
             self.seconds += time.perf_counter() - t0
             self.calls += 1

@@ -1,4 +1,4 @@
-"""The provider simulator (`iipub.provider.simulator.Simulator`) in its own process, so its HTTP
+"""The provider simulator (`iipub.provider.openai.simulator.Simulator`) in its own process, so its HTTP
 handling and JSON rendering do not share the benchmarked process's GIL, with real responses
 created on it before a measurement (`SimProc.precreate`).
 
@@ -20,7 +20,7 @@ from typing import Any
 
 
 class SimProc:
-    """`iipub.provider.simulator.Simulator` served from a child process (`bench/simproc.py sim-child`),
+    """`iipub.provider.openai.simulator.Simulator` served from a child process (`bench/simproc.py sim-child`),
     driven over a line protocol on its stdin/stdout."""
 
     def __init__(self, **options: Any) -> None:
@@ -101,7 +101,7 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float, *, signals: Sequen
 
 
 def _sim_child(options_json: str) -> None:
-    from iipub.provider.simulator import Simulator, SimulatorOptions
+    from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 
     sim = Simulator(SimulatorOptions(**json.loads(options_json))).start()
     print(json.dumps({"url": sim.url, "origin": sim.origin}), flush=True)

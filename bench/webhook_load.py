@@ -30,8 +30,8 @@ import harness
 import metering
 import reporting
 import simproc
+from iipub.provider.openai import webhook_signature as webhook
 from iipub.settings.config import WebhookSettings
-from iipub.webhooks import receiver as webhook
 
 SECRET = "whsec_" + base64.b64encode(b"iipub-bench-webhook-secret-0123456789").decode()
 CLIENT_TIMEOUT = 60.0
@@ -135,7 +135,7 @@ def trickling_clients(port: int, count: int, path: str = "/hooks/openai",
                       timeout: float = CLIENT_TIMEOUT) -> Iterator[list[socket.socket]]:
     """`count` connections that each send a request head announcing a 5,000-byte body, then one
     byte every 0.5 s until the block ends. The connections stay open for the caller to read
-    their answers and close (tests/integration/test_webhook_server.py uses this too)."""
+    their answers and close (tests/integration/webhooks/test_server.py uses this too)."""
     socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(count)]
     for s in socks:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n".encode())

@@ -35,12 +35,12 @@ from iipub.core.timefmt import naive_utc, seconds_between
 from iipub.machine import sweep
 from iipub.model.states import POLL_REASONS, Reason
 from iipub.observe import invariants
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.provider.outcomes import CreateOutcome, CreateRequest
-from iipub.provider.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
-from iipub.settings.loading import settings_from_dict
 from iipub.store import tables
 from iipub.store.deliveries import Deliveries
 from iipub.store.job_store import Store

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings as hypothesis_settings
 
 # tests.support.databases reads IIPUB_TEST_MYSQL_URL at import, before the environment is
 # scrubbed below.
@@ -55,9 +56,14 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     tempfile.tempdir = "/dev/shm"
 
-from iipub.provider.simulator import Simulator  # noqa: E402
+from iipub.provider.openai.simulator import Simulator  # noqa: E402
 from iipub.settings.config import Settings  # noqa: E402
 from iipub.store import db, migrate  # noqa: E402
+
+# Property tests assert what holds, not how fast: a per-example deadline on a shared 2-core host only
+# adds flaky failures (speed lives in bench/, not in timed tests).
+hypothesis_settings.register_profile("iipub", deadline=None, database=None)
+hypothesis_settings.load_profile("iipub")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -152,7 +158,7 @@ def db_url(tmp_path: Path) -> Iterator[str]:
 def _migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated once per run: `engine` starts from a copy of it (a copy takes a
     millisecond, the migrations about twenty). Migrating a fresh file is itself tested with
-    `db_url` (tests/integration/test_migrations.py, `iipub db migrate`)."""
+    `db_url` (tests/integration/store/test_migrate.py, `iipub db migrate`)."""
     path = tmp_path_factory.mktemp("migrated") / "iipub.sqlite3"
     eng = db.make_engine(f"sqlite:///{path}")
     try:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import sqlalchemy as sa
 
 from iipub import __version__
 from iipub.cli.common import App, setup_logging
@@ -18,32 +17,21 @@ from iipub.core.errors import DatabaseRefused, DatabaseUnavailable, IipubError, 
 from iipub.core.logs import error_line
 from iipub.settings import envfile
 from iipub.store.db import describe_error
+from iipub.store.handles import DatabaseError, DataError, OperationalError
 
 # Where each command lives: its module is imported only when that command runs (or `--help`
 # lists it), so a cron run of `iipub reconcile` loads the reconcile machinery and nothing else.
+# Every command (or group) has a module named after it, `<name>_cmd`; an undo sits beside its
+# command (`unpause` in `pause_cmd`, `resume` in `suspend_cmd`).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "db": ("db_cmd", "db_group"),
-    "schedule": ("jobs_cmd", "schedule_command"),
-    "jobs": ("jobs_cmd", "jobs_group"),
-    "reconcile": ("run_cmd", "reconcile_command"),
-    "relay": ("run_cmd", "relay_command"),
-    "status": ("status_cmd", "status_command"),
-    "quarantine": ("operator_cmd", "quarantine_group"),
-    **{name: ("operator_cmd", f"{name}_command") for name in (
-        "republish", "pause", "unpause", "suspend", "resume", "cancel", "kill", "revalidate", "regenerate",
-        "backfill")},
-    "simulator": ("simulator_cmd", "simulator_command"),
-    "demo": ("demo_cmd", "demo_command"),
-    "check": ("check_cmd", "check_command"),
-    "webhook": ("webhook_cmd", "webhook_group"),
-    "orphans": ("webhook_cmd", "orphans_group"),
-    "outbox": ("outbox_cmd", "outbox_group"),
-    "adopt": ("cutover_cmd", "adopt_command"),
-    "export": ("cutover_cmd", "export_command"),
-    "budget": ("budget_cmd", "budget_group"),
-    "init": ("init_cmd", "init_command"),
-    "config": ("config_cmd", "config_group"),
-    "ledger": ("ledger_cmd", "ledger_group"),
+    **{name: (f"{name}_cmd", f"{name}_group") for name in (
+        "db", "jobs", "quarantine", "webhook", "orphans", "outbox", "budget", "config", "ledger")},
+    **{name: (f"{name}_cmd", f"{name}_command") for name in (
+        "schedule", "reconcile", "relay", "status", "republish", "pause", "suspend", "cancel", "kill", "revalidate",
+        "regenerate", "backfill", "simulator", "demo", "check", "adopt", "export", "init", "report", "withdraw",
+        "correct")},
+    "unpause": ("pause_cmd", "unpause_command"),
+    "resume": ("suspend_cmd", "resume_command"),
 }
 
 
@@ -120,7 +108,9 @@ def cli(ctx: click.Context, env_file: Path | None, log_level: str | None, log_fo
     (a file of KEY=value lines holding them), IIPUB_LOG_LEVEL, IIPUB_LOG_FORMAT.
     """
     if env_file is not None:
-        envfile.load(env_file)
+        source = ctx.get_parameter_source("env_file")
+        envfile.load(env_file, named_by="IIPUB_ENV_FILE" if source == click.core.ParameterSource.ENVIRONMENT
+                     else "--env-file")
     ctx.meta["iipub.logging"] = {"log_level": log_level, "log_format": log_format}
     setup_logging(log_level, log_format)
     app = ctx.ensure_object(App)
@@ -153,11 +143,11 @@ def main(argv: list[str] | None = None) -> None:
         _fail(IipubError(" ".join(exc.format_message().split())), code=exc.exit_code)
     except IipubError as exc:
         _fail(exc)
-    except sa.exc.OperationalError as exc:
+    except OperationalError as exc:
         _fail(DatabaseUnavailable(f"database unavailable: {describe_error(exc)}"))
-    except sa.exc.DataError as exc:  # too long, out of range: refused whole, nothing written
+    except DataError as exc:  # too long, out of range: refused whole, nothing written
         _fail(DatabaseRefused(f"the database refused a value: {describe_error(exc)}"))
-    except sa.exc.DatabaseError as exc:  # e.g. a SQLite file that is not a database
+    except DatabaseError as exc:  # e.g. a SQLite file that is not a database
         _fail(DatabaseUnavailable(f"database unusable: {describe_error(exc)}"))
     except KeyboardInterrupt:
         _fail(Interrupted())

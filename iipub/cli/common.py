@@ -12,24 +12,27 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from sqlalchemy.engine import Engine
 
 from iipub.core import logs
 from iipub.core.timefmt import parse_date
 from iipub.core.wording import printable
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import State
+from iipub.observe.idle_check import same_file
+from iipub.provider.factory import load_settings
 from iipub.settings.config import Settings
-from iipub.settings.loading import load_settings
 from iipub.store import db
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 # Commands that only read: run with another configuration than the database's, they warn.
-READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "outbox list", "orphans list",
-                       "orphans show", "budget show", "check", "export", "config show", "db status"})
+READ_ONLY = frozenset({"status", "jobs list", "jobs show", "quarantine list", "quarantine show", "outbox list",
+                       "orphans list", "orphans show", "budget show", "check", "export", "config show", "db status",
+                       "ledger show", "webhook test-delivery",
+                       "report"})
 # Commands that never compare configurations: the schema itself, the deliberate adoption.
 UNGUARDED = frozenset({"db migrate", "config accept", "init", "simulator", "demo"})
 
@@ -68,11 +71,23 @@ class App:
             db.require_existing(self.settings.database_url)
         engine = db.make_engine(self.settings.database_url, pool_size=pool)
         self._engines.append(engine)
+        if not check_schema:
+            db.reach(engine)
         if check_schema:
             db.ping(engine)
+            self._require_current(engine)
             if self.identity is None:
                 self._guard(engine)
         return engine
+
+    def _require_current(self, engine: Engine) -> None:
+        """A release newer than the database's schema stops before it reads or writes (once per engine)."""
+        from iipub.core.errors import SchemaNotReady
+        from iipub.store import migrate
+
+        problem = migrate.behind(engine)
+        if problem is not None:
+            raise SchemaNotReady(problem)
 
     def _guard(self, engine: Engine) -> None:
         """The database knows its configuration: a writing command with another one is refused
@@ -133,7 +148,39 @@ def reason_option(f: F) -> F:
     return click.option("--reason", required=True, help="Why (journaled with the action).")(f)
 
 
+def lang_option(f: F) -> F:
+    return click.option("--lang", default=None, metavar="L",
+                        help="Only this language's edition (default: every language of the slot).")(f)
+
+
+def public_note_option(f: F) -> F:
+    return click.option("--public-note", default=None, metavar="TEXT",
+                        help="Shown on the site and sent to the CMS (the --reason stays internal).")(f)
+
+
+def print_taken(taken: Taken, as_json: bool) -> None:
+    """What `withdraw` or `correct` did, one line per language (or one JSON document)."""
+    job = taken.job
+    done = "withdrawn" if taken.verb == "withdraw" else "corrected"
+    if as_json:
+        emit_json({"id": job.id, "product": job.product, "edition_date": job.edition_date.isoformat(),
+                   "action": taken.verb, "changed": [{"lang": c.lang, "revision": c.revision, "event_id": c.event_id,
+                                                      "sha256": c.payload.get("sha256")} for c in taken.changes],
+                   "unchanged": list(taken.unchanged), "ledger_error": taken.ledger_error})
+    else:
+        for c in taken.changes:
+            click.echo(f"job {job.id}: {job.product} {job.edition_date} {c.lang} {done} (revision {c.revision}, event "
+                       f"{c.event_id}); the next `iipub relay` tells every sink")
+        for lang in taken.unchanged:
+            already = "already withdrawn" if taken.verb == "withdraw" else "already as corrected"
+            click.echo(f"job {job.id}: {job.product} {job.edition_date} {lang} {already}; nothing to do")
+    if taken.ledger_error:
+        stderr(f"warning: the spend ledger did not record it: {taken.ledger_error}")
+
+
 if TYPE_CHECKING:
+    from iipub.operate.correcting import Taken
+    from iipub.operate.executor import Operator
     _DateParam = click.ParamType[dt.date]
 else:  # click < 8.5: ParamType is not subscriptable at run time
     _DateParam = click.ParamType
@@ -207,3 +254,66 @@ def clip(text: str | None, width: int) -> str:
 def moved(before: State, job: Job) -> str:
     """What an operator command did to a job, in one line."""
     return f"job {job.id}: {before} -> {job.state} (version {job.version})"
+
+
+# -- what the operator commands share --------------------------------------------
+
+
+def job_operator(app: App) -> Operator:
+    from iipub.operate.executor import Operator  # the remedies and their provider calls load only for these commands
+
+    return Operator(app.settings, app.engine())
+
+
+def act(app: App, job_id: str, action: Callable[[Operator], Job], *, needs_provider: bool = False) -> Job:
+    """Run one job action and print the move it made."""
+    settings = app.settings
+    # A missing key is a configuration error raised before the job is even read.
+    from iipub.operate.executor import Operator
+    from iipub.provider import factory
+
+    provider = factory.build(settings) if needs_provider else None
+    try:
+        op = Operator(settings, app.engine(), provider)
+        before = op.get(job_id)
+        after = action(op)
+    finally:
+        if provider is not None:
+            provider.close()
+    click.echo(moved(before.state, after))
+    return after
+
+
+pay_again_option = click.option(
+    "--pay-again", is_flag=True,
+    help="Buy again although the payment authority found the slot paid for or its output held (custody, the "
+         "ledger, the legacy system, the live site): journaled with --reason and the evidence it overrides.")
+
+
+# -- what the cron commands share ------------------------------------------------
+
+
+def leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any, started: int) -> None:
+    """What the next cron run's wake-up check compares with (`iipub.observe.wakeup`). A run that did
+    anything, or pings a URL each run, leaves "due": the next run is a full one. `started`: the
+    run's start (`wakeup_store.run_started`), taken before the settings were read."""
+    from iipub.observe import wakeup_store
+
+    busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
+    if command == "reconcile":
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.reconcile_due(engine, settings),
+                            future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
+    else:
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.relay_due(engine),
+                            future=wakeup_store.relay_future, idle_summary=wakeup_store.idle_report(report))
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The run's one-line JSON summary on stdout, unless stdout is the very file stderr is (cron's
+    `>>log 2>&1`): the stderr event (tick_done, relay_done) already holds it with time and level,
+    and a log must say each run once."""
+    if same_file(sys.stdout, sys.stderr):
+        return
+    click.echo(json.dumps(summary, sort_keys=True))

@@ -23,18 +23,22 @@ def show_command(app: App, as_json: bool) -> None:
     engine = app.engine()
     with engine.connect() as conn:
         rows = config_identity.history(conn)
+        members = config_identity.members(conn)
     mine = config_identity.of(app.settings)
-    verdict = config_identity.compare(rows[0].identity if rows else None, mine)
+    verdict, _ = config_identity.judge(members, mine)
     if as_json:
         emit_json({
-            "in_force": vars(rows[0].identity) if rows else None,
+            "in_force": vars(members[-1]) if members else None,
+            "members": [vars(m) for m in members],
             "this_command": vars(mine),
             "verdict": verdict.value,
             "history": [{**vars(r.identity), "kind": r.kind, "at": iso_z(r.at), "command": r.command, "by": r.by,
                          "host": r.host, "reason": r.reason, "during_freeze": r.during_freeze} for r in rows],
         })
         return
-    click.echo(f"in force:     {rows[0].identity.describe() if rows else 'none recorded yet'}")
+    click.echo(f"in force:     {members[-1].describe() if members else 'none recorded yet'}")
+    for other in members[:-1]:
+        click.echo(f"              {other.describe()}")
     click.echo(f"this command: {mine.describe()} ({verdict.value})")
     click.echo(table([(iso_z(r.at, 'seconds'), r.kind, r.identity.config_path or "(defaults)",
                        (r.identity.config_sha256 or "-")[:12], r.command, r.by, "FREEZE" if r.during_freeze else "",
@@ -43,18 +47,28 @@ def show_command(app: App, as_json: bool) -> None:
 
 
 @config_group.command("accept")
+@click.option("--join", is_flag=True, help="Add this configuration beside the ones in force (another host of the "
+                                           "installation, docs/scale-out.md) instead of replacing them.")
+@click.option("--leave", is_flag=True, help="Remove this configuration from the ones in force (a host taken out).")
 @reason_option
 @by_option
 @pass_app
-def accept_command(app: App, reason: str, by: str) -> None:
+def accept_command(app: App, join: bool, leave: bool, reason: str, by: str) -> None:
     """Adopt this command's configuration (IIPUB_CONFIG with its ledger and static root) as the
     database's, on purpose: journaled with who and why. Writing commands with the previous
-    identity are refused from then on."""
+    identity are refused from then on; with --join the previous ones stay in force beside it
+    (another host), with --leave it is removed from them."""
+    from iipub.core.errors import UsageError
     from iipub.store import config_identity
 
-    check = config_identity.accept(app.engine(), app.settings, by=by, reason=reason, frozen=app.spent_budgets)
+    if join and leave:
+        raise UsageError("config accept: give --join or --leave, not both")
+    kind = "joined" if join else "left" if leave else "accepted"
+    check = config_identity.accept(app.engine(), app.settings, by=by, reason=reason, frozen=app.spent_budgets,
+                                   kind=kind)
     before = check.recorded.describe() if check.recorded else "none recorded"
-    click.echo(f"accepted: {check.current.describe()} (was: {before})")
+    verb = {"joined": "joined", "left": "removed", "accepted": "accepted"}[kind]
+    click.echo(f"{verb}: {check.current.describe()} (" + ("beside" if join else "was") + f": {before})")
     if check.freeze:
         click.echo(f"note: accepted during a change freeze (error budget spent for {', '.join(check.freeze)}); "
                    "journaled as such")

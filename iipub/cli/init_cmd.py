@@ -37,27 +37,45 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
     """Create what the crontab (or the systemd timers) and the logs need, once.
 
     \b
-    Folders: /srv/iipub (configuration, env file, prompts, crontab), its public/ static root,
-    /var/lib/iipub (the spend ledger; db/ for a SQLite database), /var/log/iipub,
+    Folders: /srv/iipub (configuration, env file, prompts, crontab, monitoring/), its public/
+    static root, /var/lib/iipub (the spend ledger; db/ for a SQLite database; report/ for
+    `iipub report`'s page, outside the public site), /var/log/iipub,
     /var/lib/node_exporter/textfile_collector. Files: iipub.toml (two products with their
     prompts), env (mode 0600), crontab, /etc/systemd/system/iipub-*.{service,timer} (the
-    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub.
+    alternative to the crontab: enable one or the other), /etc/logrotate.d/iipub,
+    monitoring/iipub-alerts.yml (Prometheus alert rules) and monitoring/iipub-dashboard.json
+    (Grafana).
     Every path is under --root. An existing file is never overwritten: init then writes
     nothing and names what is in the way. Next: put the key in the env file, `iipub
     db migrate` with IIPUB_ENV_FILE=/srv/iipub/env, then `crontab -u iipub /srv/iipub/crontab`.
     """
+    from iipub.observe import alert_rules, dashboard, monitoring_files
     from iipub.operate import install
 
     root = Path(os.path.abspath(root))
-    layout, files = install.plan(root, executable or _default_executable(), database_url, provider_url)
+    account = install.Account()
+    program = executable or _default_executable()
+    monitoring = ((alert_rules.FILE_NAME, monitoring_files.alert_rules_text()),
+                  (dashboard.FILE_NAME, monitoring_files.dashboard_text()))
     if owner is not None:
+        import grp
         import pwd
 
         try:
-            pwd.getpwnam(owner)
+            entry = pwd.getpwnam(owner)
         except KeyError:
             raise ConfigError(f"init writes nothing: no user {owner!r} on this host (useradd --system {owner})") \
                 from None
+        try:
+            group = grp.getgrgid(entry.pw_gid).gr_name
+        except KeyError:
+            group = str(entry.pw_gid)
+        account = install.Account(owner, group)
+        refused = runnable_by(program, entry.pw_uid, {entry.pw_gid, *os.getgrouplist(owner, entry.pw_gid)})
+        if refused is not None:
+            raise ConfigError(f"init writes nothing: the crontab would run {program} as {owner}, who cannot: {refused} "
+                              "(install iipub where the service user can run it, or pass --iipub PATH)")
+    layout, files = install.plan(root, program, database_url, provider_url, account, monitoring)
     present = [f.path for f in files if f.path.exists() or f.path.is_symlink()]
     if present:
         raise AlreadyInstalled(f"init writes nothing: {len(present)} file(s) already there, e.g. {present[0]} "
@@ -72,7 +90,7 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
         if not folder.is_dir():
             raise ConfigError(f"cannot create folder {folder}: something else is there")
         if folder in layout.owned_folders() or not (existed or folder in shared):
-            _give(folder, owner)  # never the host's shared ones (/etc/systemd/system)
+            _give(folder, owner, account.group)  # never the host's shared ones (/etc/systemd/system)
         click.echo(f"folder  {folder}")
     for f in files:
         try:
@@ -86,16 +104,66 @@ def init_command(root: Path, executable: str | None, database_url: str | None, p
             out.write(f.text)
         os.chmod(f.path, f.mode)  # whatever the umask
         if f.owned:
-            _give(f.path, owner)
+            _give(f.path, owner, account.group)
         click.echo(f"wrote   {f.path}  {f.what}")
     click.echo(f"next: set OPENAI_API_KEY in {layout.env_file}; `IIPUB_ENV_FILE={layout.env_file} iipub db migrate`; "
-               f"then `crontab -u {install.SERVICE_USER} {layout.crontab}` (or enable the iipub-*.timer units)")
+               f"then `crontab -u {account.user} {install.cron_word(layout.crontab)}` (or enable the iipub-*.timer "
+               "units)")
 
 
-def _give(path: Path, owner: str | None) -> None:
+def runnable_by(program: str, uid: int, gids: set[int]) -> str | None:
+    """Why the user (`uid`, `gids`) cannot run `program` (every folder on its way searchable, the
+    file executable, and so its `#!` interpreter), or None. Root runs anything executable."""
+    seen: set[str] = set()
+    todo = [program]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        if not os.path.isabs(path):
+            return f"{path} is not an absolute path"
+        parts = Path(path).parts
+        for i in range(1, len(parts)):
+            folder = os.path.join(*parts[:i])
+            if not _may(folder, uid, gids, 0o1):
+                return f"{folder} is not searchable by that user"
+        real = os.path.realpath(path)
+        if real != path:
+            todo.append(real)
+            continue
+        if not os.path.isfile(real):
+            return f"{real} does not exist"
+        if not _may(real, uid, gids, 0o1) or (uid != 0 and not _may(real, uid, gids, 0o4)):
+            return f"{real} is not executable (and readable) by that user"
+        with open(real, "rb") as f:
+            head = f.read(256)
+        if head.startswith(b"#!"):
+            interpreter = head[2:].split(b"\n", 1)[0].strip().split()
+            if interpreter:
+                todo.append(interpreter[0].decode("utf-8", "replace"))
+    return None
+
+
+def _may(path: str, uid: int, gids: set[int], bit: int) -> bool:
+    """Whether the user may do `bit` (1 execute/search, 4 read) on `path`, by its mode bits."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if uid == 0:
+        return bit != 0o1 or bool(st.st_mode & 0o111) or os.path.isdir(path)
+    if st.st_uid == uid:
+        return bool(st.st_mode & (bit << 6))
+    if st.st_gid in gids:
+        return bool(st.st_mode & (bit << 3))
+    return bool(st.st_mode & bit)
+
+
+def _give(path: Path, owner: str | None, group: str) -> None:
     if owner is None:
         return
     try:
-        shutil.chown(path, owner, owner)
+        shutil.chown(path, owner, group)
     except (LookupError, OSError) as exc:
         raise ConfigError(f"cannot give {path} to {owner}: {exc}") from None

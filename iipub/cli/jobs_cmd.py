@@ -1,4 +1,4 @@
-"""`iipub schedule` and `iipub jobs list|show|import-payload`."""
+"""`iipub jobs list|show|import-payload`."""
 
 from __future__ import annotations
 
@@ -24,33 +24,11 @@ from iipub.cli.common import (
     table,
 )
 from iipub.core.timefmt import iso_z
-from iipub.machine import scheduling
 from iipub.model import track_views
 from iipub.model.jobs import Job
 from iipub.model.states import State
 from iipub.model.track_views import TrackView
-from iipub.store import clock
-
-
-@click.command("schedule")
-@click.option("--date", "day", type=DATE, help="Edition date (default: today, UTC by the database clock).")
-@click.option("--product", help="Only this product (default: every configured product).")
-@pass_app
-def schedule_command(app: App, day: dt.date | None, product: str | None) -> None:
-    """Create the publication slots (state NO_JOB) for a date. Idempotent. The date must be at
-    most 366 days in the past (what a backfill reaches) and at most 366 days ahead, by the
-    database clock; otherwise nothing is written (exit 2)."""
-    store = app.store("schedule")
-    with store.engine.connect() as conn:
-        today = clock.read_now(conn).date()
-    if day is None:
-        day = today
-    scheduling.check_schedule_date(day, today)
-    products = [app.settings.product(product)] if product else list(app.settings.products.values())
-    report = scheduling.schedule_day(store, products, day)
-    for name, created in report.items():
-        click.echo(f"{name} {day}: {'created' if created else 'already present'}")
-    click.echo(f"created {sum(report.values())}, already present {len(report) - sum(report.values())}")
+from iipub.store import edition_changes
 
 
 @click.group("jobs")
@@ -105,8 +83,13 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
     job = store.lookup(job_id)
     events = store.events(job.id)
     tracks = store.tracks_of([job.id]).get(job.id, [])
+    changes = edition_changes.changes_of(app.engine(), [job.id]).get(job.id, [])
+    taken_back = edition_changes.statuses_of(app.engine(), [job.id]).get(job.id, {})
     if as_json:
         emit_json({**job.public(), **(more(job) if more else {}), "tracks": [t.public() for t in tracks],
+                   "editions_changed": {lang: {"status": st, "revision": rev} for lang, (st, rev) in
+                                        sorted(taken_back.items())},
+                   "edition_changes": [c.public() for c in changes],
                    "events": [e.public() for e in events]})
         return job
     for key, value in job.public().items():  # operator and provider text: one line, no control characters
@@ -116,6 +99,13 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
     if tracks:
         click.echo("")
         click.echo(_tracks_table(tracks))
+    if changes:  # withdrawn or corrected editions: each change, newest revision last
+        click.echo("")
+        click.echo(table(
+            [(c.at, c.lang, c.revision, c.kind.upper(), clip(c.changed_by, 40), clip(c.reason, 60),
+              clip(c.public_note or "", 60), c.superseded_sha256[:12], (c.sha256 or "-")[:12]) for c in changes],
+            ["AT", "LANG", "REV", "CHANGE", "BY", "WHY", "PUBLIC NOTE", "SUPERSEDES", "SHA256"],
+        ))
     click.echo("")
     click.echo(table(
         [(e.at, e.lang or "-", e.version, e.from_state or "-", e.to_state, e.reason, e.worker, _brief(e.detail))

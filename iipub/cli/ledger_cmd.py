@@ -38,17 +38,25 @@ def show_command(app: App, as_json: bool) -> None:
 
     book = _book(app)
     with app.engine().connect() as conn:
-        opened = ledger_book.read_book(conn)
+        known = ledger_book.books(conn)
+    fold, _ = book.load_fold()
+    opened = ledger_book.mine(known, book, fold if book.exists() else None)
     found = ledger_book.problem(app.engine(), book)
     doc = {"path": str(book.path), "mirror_path": str(book.mirror) if book.mirror else None,
            "installation": book.installation, "ledger_id": opened.ledger_id if opened else None,
            "opened_at_path": opened.path if opened else None, "problem": found.kind if found else None,
-           "detail": found.line() if found else None}
+           "detail": found.line() if found else None,
+           "ledgers": [{"ledger_id": b.ledger_id, "host": b.host, "path": b.path, "this_one": b == opened}
+                       for b in known]}
     if as_json:
         emit_json(doc)
         return
     for key, value in doc.items():
-        click.echo(f"{key:<15} {value if value is not None else '-'}")
+        if key != "ledgers":
+            click.echo(f"{key:<15} {value if value is not None else '-'}")
+    click.echo(f"{'ledgers known':<15} {len(known)} (one per host, or one shared file)")
+    for b in known:
+        click.echo(f"  {'*' if b == opened else ' '} {b.ledger_id}  {b.host or '(host not recorded)'}  {b.path}")
 
 
 @ledger_group.command("acknowledge")

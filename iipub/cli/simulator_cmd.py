@@ -13,7 +13,7 @@ import click
 
 from iipub.cli.common import setup_logging, stderr
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator.faults import (
+from iipub.provider.openai.simulator.faults import (
     ALLOWED_OPS,
     DESCRIPTIONS,
     FAULTS,
@@ -169,8 +169,8 @@ def simulator_command(
     (GET /_sim/stats) and start over (POST /_sim/reset). With --webhook-url it POSTs one signed
     event per finished background response, as OpenAI does (retried on failure).
     """
-    from iipub.provider.simulator import Simulator, SimulatorOptions  # the server loads only for this command
-    from iipub.provider.simulator.server import REALISTIC_OUTPUT
+    from iipub.provider.openai.simulator import Simulator, SimulatorOptions  # the server loads only for this command
+    from iipub.provider.openai.simulator.server import REALISTIC_OUTPUT
 
     if corrupt_domain and not corrupt_lang:
         raise click.UsageError("--corrupt-domain needs --corrupt-lang (the language whose sources it replaces)")

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import sqlalchemy as sa
 
 from iipub.cli.common import App, clip, emit_json, json_option, pass_app, table
 from iipub.core.errors import CannotWrite, ConfigError, DatabaseUnavailable, SchemaNotReady, UsageError
@@ -18,9 +17,10 @@ from iipub.core.timefmt import duration
 from iipub.core.wording import printable, terminal_safe
 from iipub.model.states import State
 from iipub.store.db import describe_error
+from iipub.store.handles import DatabaseError, OperationalError
 
 if TYPE_CHECKING:
-    from iipub.observe.report import Status
+    from iipub.observe.status_report import Status
     from iipub.settings.config import Product
 
 @click.command("status")
@@ -66,6 +66,8 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              parked track is not stranded: the track is reported)
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
+      editions              {withdrawn, corrected}: editions an operator took back or
+                             corrected (never an alert)
       quarantine            {count, by_reason, oldest, jobs}
       error_budgets         {slo: {target, window_days, events, bad, allowed_bad,
                              budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
@@ -189,9 +191,9 @@ def unknown(exc: Exception, as_json: bool) -> None:
         what = f"configuration error: {exc}"
     elif isinstance(exc, DatabaseUnavailable):
         what = str(exc) if str(exc).startswith("database") else f"database unreachable: {exc}"
-    elif isinstance(exc, sa.exc.OperationalError):
+    elif isinstance(exc, OperationalError):
         what = f"database unreachable: {describe_error(exc)}"
-    elif isinstance(exc, sa.exc.DatabaseError):
+    elif isinstance(exc, DatabaseError):
         what = f"database unusable: {describe_error(exc)}"
     else:
         what = f"{type(exc).__name__}: {exc}"
@@ -313,6 +315,9 @@ def render(r: Status) -> str:
          f"warn > {s.outbox_lag_warn_seconds:g}s, crit > {s.outbox_lag_crit_seconds:g}s"],
         ["parked deliveries", r.outbox_parked, ""],
         ["failing events", r.outbox_failing, ""],
+        *([["withdrawn editions", r.editions_withdrawn, "deliberate: `iipub jobs show ID` says who and why"]]
+          if r.editions_withdrawn else []),
+        *([["corrected editions", r.editions_corrected, ""]] if r.editions_corrected else []),
     ])]
     for p in r.outbox_problems:
         where = p.get("sink") or f"job {p.get('job_id')}"

@@ -1,9 +1,7 @@
-"""How long to wait before asking the provider again.
-
-The provider's own hints come first (`retry-after-ms`, `retry-after`, `x-ratelimit-reset-*`);
-when it gives none, exponential backoff with jitter. Pure functions: no clock reads unless the
-caller omits `now`, no sleeping. Header values are untrusted input: anything malformed is
-ignored, never raised.
+"""How long to wait before asking again: exponential backoff with jitter, and the standard HTTP
+`Retry-After` header read (a provider's own hints are its adapter's: `provider/openai/retry_hints`).
+Pure functions: no clock reads unless the caller omits `now`, no sleeping. Header values are
+untrusted input: anything malformed is ignored, never raised.
 """
 
 from __future__ import annotations
@@ -13,67 +11,11 @@ import email.utils
 import math
 import random
 import re
-from collections.abc import Mapping
 
 # A hint beyond this is a bug or an attack on our scheduling, not advice.
 MAX_DELAY_SECONDS = 86_400.0
 JITTER = 0.2
-
-_HINT_HEADERS = (
-    "retry-after-ms",
-    "retry-after",
-    "x-ratelimit-reset-requests",
-    "x-ratelimit-reset-tokens",
-)
-
-# Go's time.Duration text form as OpenAI sends it: "1s", "6m0s", "20ms", "1m30.5s", "1h2m3s".
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
-
-
-def delay_from_headers(headers: Mapping[str, str], now: dt.datetime | None = None) -> float | None:
-    """The longest valid delay (seconds) the response headers ask for, or None if none is usable.
-
-    `now` anchors an HTTP-date `retry-after`; it defaults to the current UTC time.
-    Lookup is case-insensitive for `httpx.Headers` and plain dicts alike.
-    """
-    lowered = _lowercase(headers)
-    found: list[float] = []
-    for name in _HINT_HEADERS:
-        raw = lowered.get(name)
-        if raw is None:
-            continue
-        if name == "retry-after-ms":
-            value = _decimal(raw)
-            value = None if value is None else value / 1000.0
-        elif name == "retry-after":
-            value = parse_retry_after(raw, now)
-        else:
-            value = parse_go_duration(raw)
-        if value is not None:
-            found.append(min(value, MAX_DELAY_SECONDS))
-    return max(found) if found else None
-
-
-def parse_go_duration(text: str) -> float | None:
-    """Seconds in a Go duration string (`1m30.5s`), or None if it is not one (or is negative)."""
-    s = text.strip()
-    s = s.removeprefix("+")
-    if s == "0":
-        return 0.0
-    if not s or s.startswith("-"):
-        return None
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _GO_PART.match(s, pos)
-        if m is None:
-            return None
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    return total if math.isfinite(total) else None
-
 
 def exponential(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """`base * 2**(attempt-1)` seconds, capped at `cap`, then ±20 % jitter.
@@ -92,18 +34,7 @@ def exponential(attempt: int, base: float, cap: float, rng: random.Random | None
     return max(0.0, min(value, cap * (1.0 + JITTER)))
 
 
-def _lowercase(headers: Mapping[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    try:
-        for key, value in headers.items():
-            if isinstance(key, str) and isinstance(value, str):
-                out.setdefault(key.lower(), value)
-    except Exception:  # a broken mapping is just "no hints"
-        return {}
-    return out
-
-
-def _decimal(text: str) -> float | None:
+def decimal(text: str) -> float | None:
     s = text.strip()
     if not _DECIMAL.fullmatch(s):
         return None
@@ -119,7 +50,7 @@ def parse_retry_after(text: str | None, now: dt.datetime | float | None = None) 
     defaults to the current UTC time. A date without a zone is GMT, as RFC 9110 requires."""
     if text is None or not text.strip():
         return None
-    seconds = _decimal(text)
+    seconds = decimal(text)
     if seconds is not None:
         return min(seconds, MAX_DELAY_SECONDS)
     try:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import sqlalchemy as sa
-
 from iipub.machine.decisions import Decision
 from iipub.machine.run.run_context import RunContext
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job
 from iipub.model.states import State
+from iipub.store.handles import Connection
 
 
-def apply(ctx: RunContext, job: Job, d: Decision, *, extra: Callable[[sa.Connection], object] | None = None,
+def apply(ctx: RunContext, job: Job, d: Decision, *, extra: Callable[[Connection], object] | None = None,
           cools: SharedCoolDown | None = None) -> Job:
     """`cools`: the cool-down a 429 in `d` starts: the reads' unless the caller names another (the
     create step names the creates': a create's 429 holds creates, a read's holds reads)."""

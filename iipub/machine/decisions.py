@@ -21,19 +21,19 @@ from iipub.model.states import POLLING, Reason, State
 from iipub.money.authority import Ruling
 from iipub.money.spend import SlotSpend
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
+    ACCOUNT_LIMITS,
     Accepted,
     Ambiguous,
     Deleted,
     FailureCause,
     Missing,
     Observed,
+    RefusalKind,
     Refused,
     Rejected,
+    Stage,
     Transient,
-    failure_cause,
     failure_text,
-    same_scope,
 )
 from iipub.settings.config import Budgets, Product, ProviderSettings, ReconcileSettings
 
@@ -101,19 +101,19 @@ def after_create(
     scope: str | None = None,
 ) -> Decision:
     """Leaving CREATE_IN_FLIGHT. `job` is the in-flight job (attempt already charged), `tier`
-    the service tier it asked for; `flex_left` is how long the slot may still ask for flex
+    the tier it asked for; `flex_left` is how long the slot may still ask for flex
     (a flex refusal's retry is not put off past it: after it the create asks the default tier);
-    `scope` what the create was sent under (`outcomes.scope_of`), recorded with its response."""
+    `scope` what the create was sent under (`Provider.scope`, opaque), recorded with its response."""
     if isinstance(outcome, Accepted):
         return Decision(
             State.ACCEPTED, Reason.ACCEPTED,
             changes={"response_id": outcome.response_id, "poll_count": 0, "retry_count": 0, "last_error": None,
                      "create_scope": scope},
             detail={"response_id": outcome.response_id, "status": outcome.status, "service_tier_asked": tier,
-                    "service_tier": outcome.service_tier},
+                    "service_tier": outcome.tier},
             delay=s.poll_interval_seconds,
         )
-    if isinstance(outcome, Refused) and outcome.param is not None:
+    if isinstance(outcome, Refused) and outcome.kind is RefusalKind.PARAMETER:
         # A parameter the model refuses: nothing was charged, and the same request would be
         # refused again. The attempt is refunded and the product's creates are held (`holds`)
         # until its configuration changes; this slot waits unpaid, looked at again now and then.
@@ -135,7 +135,7 @@ def after_create(
         if outcome.capacity:
             detail["capacity"] = True  # flex had no capacity: not the account's rate limit
         # A capacity refusal of flex cools nothing down: default-tier creates are not limited.
-        rate_limited = not outcome.capacity and (outcome.retry_after is not None or "429" in outcome.why)
+        rate_limited = outcome.kind in ACCOUNT_LIMITS or (not outcome.capacity and outcome.retry_after is not None)
         return Decision(
             State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED,
             changes={"generation_attempts": job.generation_attempts - 1, "retry_count": retry,
@@ -216,14 +216,14 @@ def step_failed(job: Job, error: str, max_failures: int) -> tuple[Decision | Non
     return None, failures
 
 
-_STATUS_STATE = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+_STAGE_STATE = {Stage.WAITING: State.QUEUED, Stage.RUNNING: State.IN_PROGRESS}
 _DEFAULT_PROVIDER = ProviderSettings()
 
 
 def after_poll(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None, *, loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
-    scope: str | None = None,
+    scope: str | None = None, in_scope: bool = True,
 ) -> Decision:
     """An observation of the job's response. Counts `poll_count` only, never the generation budget.
 
@@ -231,12 +231,12 @@ def after_poll(
     or a `failed` is a suspected loss (the job stays put, `loss_suspected`) until it held over
     `loss.loss_confirm_reads` reads spread over `loss.loss_confirm_seconds`; `suspected_reads`
     is how many such reads of this response came before this one. A status iipub does not know
-    is observed again, never taken as a loss; nor is a 404 read under another `scope` than the
-    create's (`jobs.create_scope`: the response is invisible there, not gone)."""
+    is observed again, never taken as a loss; nor is a 404 read under a `scope` that does not reach
+    the create's (`in_scope` false: `jobs.create_scope`, the response is invisible there, not gone)."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
-        if outcome.status in _STATUS_STATE:
-            seen = _STATUS_STATE[outcome.status]
+        if outcome.live:
+            seen = _STAGE_STATE[outcome.stage]
             # A response reported queued again after in_progress does not move the job back.
             to = seen if states.allowed(job.state, seen) else job.state
             return Decision(
@@ -249,11 +249,11 @@ def after_poll(
             return Decision(
                 State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
                 changes={"poll_count": polls, "retry_count": 0},
-                detail={"status": outcome.status, "incomplete_reason": outcome.incomplete_reason,
+                detail={"status": outcome.status, "incomplete_reason": outcome.cut_reason,
                         "due_at": str(job.next_attempt_at)},
                 go_on=True,
             )
-        if outcome.status not in DEAD_STATUSES:
+        if not outcome.gone:
             why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
             return Decision(
                 job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
@@ -263,8 +263,9 @@ def after_poll(
             )
         facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error, "error_code": outcome.error_code}
         why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
+        refused = outcome.failure is FailureCause.REFUSAL
     elif isinstance(outcome, Missing):
-        if job.create_scope and scope and not same_scope(job.create_scope, scope):
+        if job.create_scope and scope and not in_scope:
             # The response lives in the scope its create was sent under; a read under another
             # (a rotated key, a changed project or organization) cannot see it. Not a loss: wait.
             why = (f"{outcome.why}: read under {scope}, but the response was created under {job.create_scope}; "
@@ -274,7 +275,7 @@ def after_poll(
                             detail={"created_under": job.create_scope, "read_under": scope, "answer": outcome.why,
                                     "due_at": str(job.next_attempt_at)},
                             delay=max(s.poll_interval_seconds, SCOPE_RECHECK_SECONDS))
-        facts, why = {"status": "not_found", "answer": outcome.why}, outcome.why
+        facts, why, refused = {"status": "not_found", "answer": outcome.why}, outcome.why, False
     else:
         # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
         retry = job.retry_count + 1
@@ -288,11 +289,11 @@ def after_poll(
             delay=delay,
             cooldown=delay if hinted is not None else None,
         )
-    return _suspected_loss(job, polls, facts, why, loss, suspected_reads)
+    return _suspected_loss(job, polls, facts, why, loss, suspected_reads, refused)
 
 
 def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss: ProviderSettings,
-                    suspected_reads: int) -> Decision:
+                    suspected_reads: int, refused: bool) -> Decision:
     reads = suspected_reads + 1
     detail = {**facts, "response_id": job.response_id, "read": reads, "of": loss.loss_confirm_reads}
     if reads < loss.loss_confirm_reads:
@@ -300,7 +301,7 @@ def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss:
         return Decision(job.state, Reason.LOSS_SUSPECTED,
                         changes={"poll_count": polls, "retry_count": 0, "last_error": why[:_ERROR_MAX]},
                         detail={**detail, "due_at": str(job.next_attempt_at)}, delay=spacing)
-    if facts["status"] == "failed" and failure_cause(facts.get("error_code")) == FailureCause.REFUSAL:
+    if refused:
         # Paying again would get the same answer: a human decides (regenerate after a fix, or kill).
         d = quarantine(Reason.PROVIDER_REFUSED, f"{why} (error code {facts.get('error_code') or 'none'})",
                        **detail)
@@ -351,8 +352,8 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
                        output_tokens=job.output_tokens + usage.output_tokens,
                        total_tokens=job.total_tokens + usage.total_tokens)
     detail["total_tokens"] = usage.total_tokens if usage else None
-    if outcome.service_tier is not None:
-        detail["service_tier"] = outcome.service_tier
+    if outcome.tier is not None:
+        detail["service_tier"] = outcome.tier
     if outcome.completed_at is not None and outcome.created_at is not None:
         # The provider's clock: the dwell SLI maps its completion onto the database clock through
         # the create's acceptance (`status.dwell_samples`), so time it waited unseen counts.
@@ -361,7 +362,8 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
     return Decision(State.RETRIEVED_NOT_VALIDATED, Reason.RETRIEVED, changes=changes, detail=detail, go_on=True)
 
 
-MAX_OUTPUT_TOKENS = "max_output_tokens"  # `incomplete_details.reason` of a response stopped at its cap
+# `jobs.output_end` of a response cut at the request's output cap (named after the product's key).
+OUTPUT_CAP = "max_output_tokens"
 REFUSAL = "refusal"
 
 
@@ -369,8 +371,8 @@ def output_end(outcome: Observed) -> str | None:
     """How a finished response ended when that decides more than validation can (`jobs.output_end`)."""
     if outcome.refusal is not None:
         return REFUSAL
-    if outcome.status == "incomplete" and outcome.incomplete_reason == MAX_OUTPUT_TOKENS:
-        return MAX_OUTPUT_TOKENS
+    if outcome.at_cap:
+        return OUTPUT_CAP
     return None
 
 
@@ -378,13 +380,13 @@ def before_validation(job: Job, product: Product | None) -> Decision | None:
     """RETRIEVED_NOT_VALIDATED, output in custody: a response cut at the product's output cap,
     or one in which the model refused, parks with its output kept (paying again would give the
     same answer until the cap or the prompt changes); None: validate as usual."""
-    if job.output_end == MAX_OUTPUT_TOKENS:
+    if job.output_end == OUTPUT_CAP:
         cap = product.output_token_cap() if product is not None else None
         return quarantine(
             Reason.OUTPUT_CAP_REACHED,
             f"the response {job.response_id} stopped at max_output_tokens ({cap or 'the cap'}) before its answer was "
             f"complete; its output is kept. Raise [[products]] max_output_tokens for {job.product!r}, then "
-            f"`iipub quarantine release {job.id} --verified-lost --reason …` (one new paid create)",
+            f"`iipub regenerate {job.id} --reason …` (one new paid create)",
             response_id=job.response_id, max_output_tokens=cap)
     if job.output_end == REFUSAL:
         return quarantine(
@@ -432,11 +434,12 @@ def after_refetch(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     max_bytes: int | None = None, rng: random.Random | None = None, *,
     loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0, scope: str | None = None,
+    in_scope: bool = True,
 ) -> Decision:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): the output was fetched again."""
     if isinstance(outcome, Observed) and outcome.finished:
         return on_output(job, outcome, max_bytes)
-    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads, scope=scope)
+    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads, scope=scope, in_scope=in_scope)
     if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
         d = Decision(State.COMPLETED_NOT_RETRIEVED, d.reason, d.changes, d.detail, d.delay, d.go_on, d.cooldown)
     return d
@@ -454,7 +457,7 @@ def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rej
     named = outcome.metadata.get("iipub_slot") if isinstance(outcome, Observed) else None
     if named is not None and named != f"{job.product}/{job.edition_date.isoformat()}":
         return None  # another slot's response (a restore's ledger pointed elsewhere): never stored here
-    if isinstance(outcome, Observed) and outcome.finished and outcome.status not in DEAD_STATUSES:
+    if isinstance(outcome, Observed) and outcome.finished:
         d = on_output(job, outcome, max_bytes)
         changes = {k: v for k, v in d.changes.items() if k not in ("retry_count", "last_error")}
         detail: dict[str, Any] = {**d.detail, "while_parked": job.state.value, "response_id": job.response_id}
@@ -469,7 +472,7 @@ def custody_while_parked(job: Job, outcome: Observed | Missing | Transient | Rej
     if isinstance(outcome, Missing):
         return Decision(job.state, Reason.PARKED_RESPONSE_GONE, detail={**facts, "status": "not_found",
                                                                          "why": outcome.why})
-    if isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES:
+    if isinstance(outcome, Observed) and outcome.gone:
         return Decision(job.state, Reason.PARKED_RESPONSE_GONE, detail={**facts, "status": outcome.status,
                                                                          "why": f"provider reports {outcome.status}"})
     return None
@@ -516,11 +519,11 @@ def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Tra
     if not isinstance(outcome, Observed) or spend.response_id is None:
         return None
     meta = outcome.metadata
-    if meta.get("iipub_slot") != spend.slot or outcome.status in DEAD_STATUSES:
+    if meta.get("iipub_slot") != spend.slot or outcome.gone:
         return None
     if spend.fingerprint and meta.get("iipub_fingerprint") not in (None, spend.fingerprint):
         return None
-    to = _STATUS_STATE.get(outcome.status, State.COMPLETED_NOT_RETRIEVED if outcome.finished else None)
+    to = _STAGE_STATE.get(outcome.stage, State.COMPLETED_NOT_RETRIEVED if outcome.finished else None)
     if to is None:
         return None
     changes: dict[str, Any] = {"response_id": spend.response_id, "generation_attempts": spend.charged,
@@ -539,7 +542,7 @@ def adopt_published(job: Job, spend: SlotSpend, live: Mapping[str, str] | None,
     is a 404, a dead response, or there is none to read), and the live site still serving every
     edition the ledger recorded published (`live`, by language): the slot is done. The job is
     closed as published, nothing paid or published again; None leaves it for an operator."""
-    if not live or (isinstance(remote, Observed) and remote.status not in DEAD_STATUSES):
+    if not live or (isinstance(remote, Observed) and not remote.gone):
         return None
     return Decision(State.DELETED, Reason.RESTORED_PUBLISHED,
                     {"generation_attempts": max(job.generation_attempts, spend.charged), "quarantine_reason": None,
@@ -629,8 +632,7 @@ def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
     confirmation, the generation budget) apply to it exactly as to any other response."""
     if not proves_unknown_create(job, observed):
         return None
-    finished = observed.finished and observed.status not in DEAD_STATUSES
-    to = _STATUS_STATE.get(observed.status) or (State.COMPLETED_NOT_RETRIEVED if finished else State.ACCEPTED)
+    to = _STAGE_STATE.get(observed.stage) or (State.COMPLETED_NOT_RETRIEVED if observed.finished else State.ACCEPTED)
     changes: dict[str, Any] = {"response_id": observed.response_id, "poll_count": 0, "retry_count": 0,
                                "quarantine_reason": None, "last_error": None}
     if observed.usage is not None:

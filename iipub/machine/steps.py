@@ -9,7 +9,6 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
@@ -21,23 +20,25 @@ from iipub.machine.run.run_context import RunContext, SweepContext
 from iipub.machine.run.shared_cool_down import SharedCoolDown
 from iipub.model.jobs import Job, slot_opened
 from iipub.model.states import Reason, State
-from iipub.money import budgets, holds, ledger, paying, payments
+from iipub.money import budgets, holds, ledger, paying
 from iipub.money.authority import Evidence, Route
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
     Accepted,
     CreateOutcome,
     CreateRequest,
     Missing,
     Observed,
     ReadOutcome,
+    RefusalKind,
     Refused,
     Rejected,
     Transient,
+    as_answered_today,
 )
 from iipub.settings.config import Product, max_output_bytes
-from iipub.store import installation
+from iipub.store import installation, spend_rows
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -262,7 +263,8 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
     paid: list[int] = []  # the spend row, written with the dispatch: counted from this moment
     try:
         in_flight = apply(ctx, job, d, extra=lambda conn: paid.append(
-            payments.record_dispatch(conn, job, job.generation_attempts + 1, product, tier)))  # before any byte
+            spend_rows.record_dispatch(conn, job, job.generation_attempts + 1, product, tier,
+                                       creates.records.ledger_id)))  # before any byte
     finally:
         creates.admission.admitted()
     attempt = in_flight.generation_attempts
@@ -271,24 +273,25 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
         creates.records.intent(job.id, slot, attempt, fingerprint)  # fsync'd before the POST
     except ledger.LedgerError as exc:
         log.error("ledger_unwritable", job_id=job.id, worker=ctx.store.worker, error=str(exc))
-        outcome = Refused(None, f"not sent: {exc}")  # nothing went out: the attempt is refunded
+        # Nothing went out: the attempt is refunded.
+        outcome = Refused(None, f"not sent: {exc}", kind=RefusalKind.UNSENT)
     else:
-        outcome = ctx.provider.create(CreateRequest(
+        outcome = as_answered_today(ctx.provider.create(CreateRequest(
             job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
             installation=ctx.installation,
-            service_tier=tier,
-        ))
+            tier=tier,
+        )))
         ctx.counters.called(outcome)
         creates.records.outcome(job.id, slot, attempt, outcome)
     if isinstance(outcome, Refused):
         ctx.counters.create_refused()
-    runs_at = (outcome.service_tier or tier) if isinstance(outcome, Accepted) else tier
+    runs_at = (outcome.tier or tier) if isinstance(outcome, Accepted) else tier
     decision = decisions.after_create(in_flight, outcome, ctx.polls.for_tier(runs_at), ctx.rng, tier=tier,
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
                                      scope=ctx.scope)
 
-    def outcome_rows(conn: sa.Connection) -> None:
-        payments.record_outcome(conn, paid[0], outcome)
+    def outcome_rows(conn: Connection) -> None:
+        spend_rows.record_outcome(conn, paid[0], outcome)
         if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
             holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
 
@@ -339,7 +342,8 @@ def step_poll(ctx: RunContext, job: Job) -> Job | None:
     outcome = ctx.provider.retrieve(job.response_id)
     ctx.counters.called(outcome)
     d = decisions.after_poll(job, outcome, ctx.polls.of(job), ctx.rng, loss=ctx.settings.provider,
-                            suspected_reads=_suspected_reads(ctx, job, outcome), scope=ctx.scope)
+                            suspected_reads=_suspected_reads(ctx, job, outcome), scope=ctx.scope,
+                            in_scope=_in_scope(ctx, job))
     batch = ctx.batches.of(job.id) if isinstance(ctx, SweepContext) else None  # a delivery writes at once
     if batch is not None and not d.go_on:
         # Nothing more to do for this job this tick: its write joins the chunk's one commit.
@@ -378,13 +382,18 @@ def step_completed(ctx: RunContext, job: Job) -> Job | None:
     return apply(ctx, job, decisions.after_refetch(
         job, outcome, ctx.settings.reconcile, max_output_bytes(_product(ctx, job)), ctx.rng,
         loss=ctx.settings.provider, suspected_reads=_suspected_reads(ctx, job, outcome),
-        scope=ctx.scope))
+        scope=ctx.scope, in_scope=_in_scope(ctx, job)))
+
+
+def _in_scope(ctx: RunContext, job: Job) -> bool:
+    """Whether this run's reads reach the scope the job's response was created under."""
+    return not job.create_scope or ctx.provider.reaches(job.create_scope)
 
 
 def _suspected_reads(ctx: RunContext, job: Job, outcome: ReadOutcome) -> int:
     """Earlier reads that suspected this response lost (read from the journal only when this
     read is suspicious too)."""
-    suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.status in DEAD_STATUSES)
+    suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.gone)
     if not suspicious:
         return 0
     return ctx.store.suspected_loss_reads(job.id, ctx.settings.provider.loss_confirm_reads)

@@ -15,47 +15,47 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable
 from iipub.machine import scheduling
 from iipub.machine.run import run_context
-from iipub.machine.run.counters import TickReport
+from iipub.machine.run.counters import SweepReport
 from iipub.machine.run.deadline import STOP
 from iipub.machine.run.run_context import SweepContext
 from iipub.machine.run.write_batch import WriteBatch
 from iipub.model.jobs import Job, new_worker_id
 from iipub.model.states import LOCAL_STEPS, PROVIDER_BOUND, TRACKS_RUN_IN, State
 from iipub.money import gate
-from iipub.provider.adapter import OpenAIAdapter  # cheap: the SDK and httpx load at its first call
+from iipub.provider import factory  # cheap: a provider's SDK and HTTP client load at its first call
 from iipub.provider.interface import Provider
 from iipub.settings.config import Settings
 from iipub.store import clock
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
-__all__ = ["STOP", "TickReport", "run"]
+__all__ = ["STOP", "SweepReport", "run"]
 
 # How many times one tick goes back to creates that waited for a health probe.
 _PROBE_PASSES = 4
 
 
-def run(settings: Settings, engine: sa.Engine, *, provider: Provider | None = None,
-        worker: str | None = None, rng: random.Random | None = None) -> TickReport:
+def run(settings: Settings, engine: Engine, *, provider: Provider | None = None,
+        worker: str | None = None, rng: random.Random | None = None) -> SweepReport:
     """One sweep. Refuses to touch any job without an API key. Under `pause --everything` it
     does nothing at all (the cron command still records its heartbeat). It first makes today's
     slots and the catch-up days' unless `[reconcile] auto_schedule` is off."""
-    api_key = settings.require_api_key()
+    settings.require_api_key()
     started = time.monotonic()
     store = Store(engine, worker or new_worker_id("reconcile"), settings.reconcile.lease_seconds)
     paused = gate.paused_everything(engine)
     if paused is not None:
         log.warning("paused_everything", worker=store.worker, by=paused.paused_by, why=paused.paused_reason)
-        return TickReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
+        return SweepReport(worker=store.worker, shadow=settings.reconcile.shadow, paused_everything=True)
     own_provider = provider is None
-    provider = provider or OpenAIAdapter(settings.provider, api_key)
+    provider = provider or factory.build(settings)
     try:
         ctx = run_context.for_sweep(settings, store, provider, started + settings.reconcile.tick_seconds,
                                     rng or random.Random())

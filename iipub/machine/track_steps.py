@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
@@ -19,6 +18,7 @@ from iipub.model.jobs import Job
 from iipub.model.states import TRACKS_RUN_IN, Reason
 from iipub.model.track_views import Hop
 from iipub.store import db, outbox, track_store
+from iipub.store.handles import IntegrityError
 from iipub.store.track_store import Track, TrackStore
 
 log = structlog.get_logger("iipub.reconcile")
@@ -144,7 +144,7 @@ def _run(ctx: RunContext, ts: TrackStore, track: Track) -> None:
         written = ts.advance(track, hops, changes=plan.changes, delay=plan.delay,
                              extra=(lambda conn: outbox.save_editions(conn, job, {track.lang: artifact}))
                              if artifact is not None else None)
-    except sa.exc.IntegrityError as exc:
+    except IntegrityError as exc:
         # Rolled back whole: an edition of this language exists already. Report, never half-write.
         conflict = track_decisions.on_save_conflict(db.describe_error(exc))
         written = ts.advance(track, conflict.hops, changes=conflict.changes)

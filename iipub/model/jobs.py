@@ -67,7 +67,7 @@ class Job:
     origin: str | None = None  # "adopted": taken over from a legacy system by `iipub adopt`
     adopted_at: dt.datetime | None = None
     output_end: str | None = None  # `max_output_tokens` or `refusal`: how the custody's response ended
-    create_scope: str | None = None  # the scope the create was sent under (`provider.scope_of`)
+    create_scope: str | None = None  # the scope the create was sent under (`Provider.scope`, opaque)
     custody_watch_at: dt.datetime | None = None  # the custody watch's next read of a parked job
 
     @classmethod

@@ -1,6 +1,6 @@
 """The ownership rule, pure: whose is a response the provider announced or returned?
 
-A provider project is shared (other applications, a staging copy, a second iipub), and its
+A provider's scope is shared (other applications, a staging copy, a second iipub), and its
 webhooks announce every response in it. iipub reads, cancels or deletes at the provider only
 what it owns:
 

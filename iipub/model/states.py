@@ -145,7 +145,7 @@ EDGES: tuple[Edge, ...] = tuple(
 
 # -- state groups ------------------------------------------------------------------------------
 # Every group of states iipub decides by is declared here, once, and named for what it means.
-# `PARTITIONS` names the families that split the states: tests/unit/test_states.py checks that
+# `PARTITIONS` names the families that split the states: tests/unit/model/test_states.py checks that
 # each places every state exactly once, so a new state must be placed in each.
 
 # Who moves a job (the first partition). `reconcile` works on ACTIVE ones (`steps.STEPS`).
@@ -270,7 +270,7 @@ _TRACK_BY_PAIR = {(e.src, e.dst): e for e in TRACK_EDGES}
 TRACK_STATES = frozenset({e.src for e in TRACK_EDGES} | {e.dst for e in TRACK_EDGES})
 
 # The families of groups that split the states, each state in exactly one group of each: a job's
-# over `State`, a track's over `TRACK_STATES` (tests/unit/test_states.py).
+# over `State`, a track's over `TRACK_STATES` (tests/unit/model/test_states.py).
 PARTITIONS: dict[str, tuple[frozenset[State], ...]] = {
     "who moves a job: the sweep, the relay, an operator, nobody": (ACTIVE, RELAYING, PARKED, TERMINAL),
     "where a job's output is: not in custody yet, parked from anywhere, in custody": (
@@ -373,6 +373,9 @@ class Reason(enum.StrEnum):
     OPERATOR_IMPORT_PAYLOAD = "operator_import_payload"
     OPERATOR_ADOPT_ORPHAN = "operator_adopt_orphan"
     OPERATOR_ADOPT = "operator_adopt"
+    # Taking a published edition back (the job stays where it is; `EDITION_ACTIONS`).
+    OPERATOR_WITHDRAW = "operator_withdraw"
+    OPERATOR_CORRECT = "operator_correct"
     # Shadow mode: what a normal tick would have done, journaled instead of done.
     SHADOW_WOULD_CREATE = "shadow_would_create"
     SHADOW_WOULD_PUBLISH = "shadow_would_publish"
@@ -469,6 +472,10 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
                                      "stored for the job (custody, nothing paid); validated as usual")),
     R.OPERATOR_ADOPT: (True, ("operator: a response a legacy system started was adopted from a hand-over file "
                               "(`iipub adopt`), charged with the creates it already cost; nothing paid")),
+    R.OPERATOR_WITHDRAW: (True, ("operator: a public edition was withdrawn (`iipub withdraw`): its page is replaced "
+                                 "by a notice through the outbox (`edition.withdrawn`); the edition is kept")),
+    R.OPERATOR_CORRECT: (True, ("operator: a public edition was corrected (`iipub correct`): a new revision with a "
+                                "visible notice goes out through the outbox (`edition.corrected`)")),
     R.SHADOW_WOULD_CREATE: (False, "shadow mode: a paid create is due; not sent"),
     R.SHADOW_WOULD_PUBLISH: (False, "shadow mode: the edition would be saved and published; not saved"),
     R.SHADOW_WOULD_DELETE: (False, "shadow mode: the remote response would be deleted; kept"),
@@ -486,6 +493,9 @@ QUARANTINE_REASONS = frozenset({
 ADOPTION_REASONS = frozenset({R.RESTORED_ADOPTED, R.RESTORED_PUBLISHED, R.AUTO_LINKED})
 # Parked with the output in custody: a remedy may validate it again under the current rules.
 PAYLOAD_QUARANTINES = frozenset({R.CONFIG_DRIFT, R.PRODUCT_REMOVED, R.STEP_FAILING, R.PAYMENT_REFUSED})
+# Parked with output that is known bad (cut at the output cap, or a refusal): validating it again
+# parks it again; it still counts as held, and `regenerate` is the explicit way to pay again.
+KNOWN_BAD_OUTPUT = frozenset({R.OUTPUT_CAP_REACHED, R.PROVIDER_REFUSED})
 # A dispatch that ended in one of these may or may not have reached the provider.
 AMBIGUOUS_CREATE = frozenset({R.CREATE_OUTCOME_UNKNOWN, R.CRASHED_DURING_CREATE})
 # Provider observations; their detail carries `due_at` (the overdue-poll SLI).
@@ -497,8 +507,32 @@ SHADOW_REASONS: dict[Reason, str] = {
 # Where shadow mode holds a job (its create, save or delete journaled, not done): the legacy
 # system's business while `[reconcile] mode = "shadow"`, so not late or stranded for `status`.
 SHADOW_HELD = frozenset({S.NO_JOB, S.CREATE_ELIGIBLE, S.COMPOSED_NOT_SAVED, S.CLEANUP_PENDING})
+# Operator actions on a slot's public editions: journaled on the slot without moving it (the
+# entry's from and to state are the job's own), and only where its editions are saved.
+EDITION_ACTIONS = frozenset({R.OPERATOR_WITHDRAW, R.OPERATOR_CORRECT})
 POLL_REASONS = frozenset({R.POLL, R.PROVIDER_FINISHED, R.POLL_FAILED, R.LOSS_SUSPECTED,
                           R.PROVIDER_UNEXPECTED_STATUS, R.SCOPE_MISMATCH})
+
+
+class EditionStatus(enum.StrEnum):
+    """What an `editions` row is on the public site (`editions.status`)."""
+
+    LIVE = "live"  # as published (revision 1)
+    CORRECTED = "corrected"  # replaced by an operator's correction, shown with a notice
+    WITHDRAWN = "withdrawn"  # taken back: its page is a notice; kept in the database as evidence
+
+
+class EventType(enum.StrEnum):
+    """The type every outbox event names (`outbox.event_type` and the payload's `type`)."""
+
+    PUBLISHED = "edition.published"
+    CORRECTED = "edition.corrected"
+    WITHDRAWN = "edition.withdrawn"
+
+
+# The event each status is announced by.
+EVENT_OF_STATUS = {EditionStatus.LIVE: EventType.PUBLISHED, EditionStatus.CORRECTED: EventType.CORRECTED,
+                   EditionStatus.WITHDRAWN: EventType.WITHDRAWN}
 
 
 def reason_of(text: str | None) -> Reason | None:

@@ -3,9 +3,9 @@ change? No database; `gate` reads the one shared row, asks these functions, and 
 changes fenced on the row's version, so every reconcile process sees the same answer.
 
 - Paused by an operator: no create, anywhere.
-- A shared rate-limit cool-down (`retry-after` from any process): no create until it passes.
+- A shared rate-limit cool-down (the provider's retry hint, from any process): no create until it passes.
 - The breaker opens on the first unknown create outcome (5xx, timeout after sending, reset),
-  on an exhausted quota or billing problem, and on a refused API key; while open no create is
+  on a quota refusal (the account cannot pay), and on a refused API key; while open no create is
   sent except one probe after a cool-down that doubles with every failed probe. The probe's
   acceptance closes it.
 - A create with no recent success is itself a probe: one at a time, so an outage that begins
@@ -25,7 +25,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from iipub.provider.outcomes import QUOTA_CODES, Accepted, Ambiguous, CreateOutcome, Refused, Rejected
+from iipub.provider.outcomes import Accepted, Ambiguous, CreateOutcome, RefusalKind, Refused, Rejected
 from iipub.settings.config import ProviderSettings
 
 
@@ -164,7 +164,7 @@ def on_outcome(g: GateState, now: dt.datetime, worker: str, outcome: CreateOutco
     if isinstance(outcome, Ambiguous):
         return _open(g, now, BreakerReason.CREATE_OUTCOME_UNKNOWN, outcome.why, p.breaker_cooldown_seconds, p)
     if isinstance(outcome, Refused):
-        if outcome.code in QUOTA_CODES:
+        if outcome.kind is RefusalKind.QUOTA:
             return _open(g, now, BreakerReason.QUOTA_EXHAUSTED, outcome.why, p.breaker_quota_cooldown_seconds, p)
         changes: dict[str, Any] = dict(release)
         # A flex capacity refusal is flex's, not the account's: it cools no other create down.

@@ -1,11 +1,11 @@
-"""Money rules, pure: which service tier a create asks for, whether a daily token ceiling holds
+"""Money rules, pure: which tier a create asks for, whether a daily token ceiling holds
 new creates back, and what tokens cost. No database; `spend` reads and writes the rows these
 rules are asked about, `gate` applies the ceilings before a paid create.
 
-- Flex tier with a deadline: a product with `service_tier = "flex"` asks for flex until
+- Flex tier with a deadline: a product configured for flex asks for flex until
   `flex_until_minutes` after its slot opened, then for the default tier, so a flex create that
-  keeps being refused for capacity (429 resource unavailable, not charged) still leaves time
-  for the edition to be on time.
+  keeps being refused for capacity (`RefusalKind.CAPACITY`, not charged) still leaves time for the
+  edition to be on time.
 - Ceilings: `[budgets] max_tokens_per_day` (every product) and `[[products]] max_tokens_per_day`
   count the tokens paid since the start of the UTC day (by payment time), each create at the
   usage the provider reported or, while that is unknown, at its product's `estimated_tokens`.

@@ -1,21 +1,18 @@
-"""The create gate's table: the one `create_gate` row every reconcile process reads before a
-paid create, and `gate_events`, the journal of its changes. The rules are in `breaker`;
-this module reads, asks them, and writes fenced on the row's version (a lost race re-reads
-and decides again), so two processes never both take the one probe.
+"""The create gate: the one `create_gate` row every reconcile process reads before a paid
+create, and `gate_events`, the journal of its changes (both written by `store.gate_rows`). The
+rules are in `breaker`; this module reads, asks them, and writes fenced on the row's version (a
+lost race re-reads and decides again), so two processes never both take the one probe.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.errors import Contention, OperatorRefused
 from iipub.core.timefmt import naive_utc
@@ -25,10 +22,10 @@ from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState, GateVerdic
 from iipub.money.payment_values import Override
 from iipub.provider.outcomes import CreateOutcome
 from iipub.settings.config import Budgets, Product, ProviderSettings
-from iipub.store import clock, db, tables
+from iipub.store import clock, db, gate_rows, spend_rows
+from iipub.store.handles import Connection, Engine
 
 log = structlog.get_logger("iipub.gate")
-gate_table, gate_events_table = tables.create_gate, tables.gate_events
 _TRIES = 5
 _R = TypeVar("_R")
 _FIELDS = [f.name for f in dataclasses.fields(GateState)]
@@ -36,36 +33,16 @@ _TIMES = {"opened_at", "probe_after", "probe_expiry", "last_ok_at", "cooldown_un
 
 
 def read(conn: Connection) -> GateState:
-    row = conn.execute(
-        sa.select(*[gate_table.c[name] for name in _FIELDS]).where(gate_table.c.id == 1)
-    ).mappings().one()
+    row = gate_rows.read(conn, _FIELDS)
     values: dict[str, Any] = {k: (naive_utc(v) if k in _TIMES and v is not None else v) for k, v in row.items()}
     values["paused"] = bool(values["paused"])
     values["paused_everything"] = bool(values["paused_everything"])
     return GateState(**values)
 
 
-def read_cool_down(conn: Connection) -> dt.datetime | None:
-    """Until when provider reads wait (a 429 on a read, shared by every process), if it is ahead."""
-    t = tables.read_cooldown
-    until = conn.execute(sa.select(t.c.until_at).where(t.c.name == "reads",
-                                                        t.c.until_at > clock.now(conn))).scalar()
-    return naive_utc(until) if until is not None else None
-
-
 def share_read_cool_down(engine: Engine, seconds: float, worker: str) -> None:
     """Every process's reads wait `seconds` (capped at READ_COOLDOWN_CAP_SECONDS); creates do not."""
-    t = tables.read_cooldown
-    wait = min(max(0.0, seconds), READ_COOLDOWN_CAP_SECONDS)
-    with db.transaction(engine) as conn:
-        until = clock.now(conn, wait)
-        if conn.execute(t.update().where(t.c.name == "reads", t.c.until_at < until)
-                        .values(until_at=until, worker=worker[:128], set_at=clock.now(conn))).rowcount:
-            return
-        if conn.execute(sa.select(t.c.name).where(t.c.name == "reads")).first() is None:
-            with contextlib.suppress(sa.exc.IntegrityError), conn.begin_nested():
-                conn.execute(t.insert().values(name="reads", until_at=until, worker=worker[:128],
-                                               set_at=clock.now(conn)))
+    gate_rows.share_read_cool_down(engine, min(max(0.0, seconds), READ_COOLDOWN_CAP_SECONDS), worker)
 
 
 class CreateGate:
@@ -111,12 +88,10 @@ class CreateGate:
             now = clock.read_now(conn)
             found, _ = payments.ceilings_now(conn, self.budgets, self.products, now)
             held = money.holding(found, product)
-            if held is not None and payments.note_reached(conn, held, now):
+            if held is not None and spend_rows.note_reached(conn, held.scope, now):
                 detail = {"ceiling": held.name, "limit": held.limit, "override_tokens": held.extra,
                           "counted_today": held.spent, "day": now.date().isoformat()}
-                conn.execute(gate_events_table.insert().values(
-                    kind="ceiling_reached", worker=self.worker, at=clock.now(conn),
-                    detail=json.dumps(detail, sort_keys=True)))
+                gate_rows.record_event(conn, "ceiling_reached", self.worker, json.dumps(detail, sort_keys=True))
                 log.warning("spend_ceiling_reached", worker=self.worker, **detail)
             return held
 
@@ -135,9 +110,8 @@ class CreateGate:
                                       f"{now.isoformat(timespec='seconds')}Z)")
             granted = payments.grant(conn, scope, tokens, end, reason, by)
             detail = {"by": by, "why": reason, **granted.to_dict()}
-            conn.execute(gate_events_table.insert().values(
-                kind="budget_override", worker=self.worker, at=clock.now(conn),
-                detail=json.dumps(detail, sort_keys=True, default=str)))
+            gate_rows.record_event(conn, "budget_override", self.worker,
+                                   json.dumps(detail, sort_keys=True, default=str))
         log.warning("create_gate", change="budget_override", worker=self.worker, **detail)
         return granted
 
@@ -178,16 +152,11 @@ class CreateGate:
                 result, change = decide(g, now)
                 if change is None or (not change.changes and change.event is None):
                     return result
-                values: dict[str, Any] = {**change.changes, "version": gate_table.c.version + 1,
-                                          "updated_at": clock.now(conn)}
-                res = conn.execute(gate_table.update()
-                                   .where(gate_table.c.id == 1, gate_table.c.version == g.version).values(**values))
-                if res.rowcount != 1:
+                if not gate_rows.write(conn, g.version, change.changes):
                     continue  # another process changed the gate first: decide again on what it wrote
                 if change.event is not None:
-                    conn.execute(gate_events_table.insert().values(
-                        kind=change.event, worker=self.worker, at=clock.now(conn),
-                        detail=json.dumps(change.detail or {}, sort_keys=True, default=str)))
+                    gate_rows.record_event(conn, change.event, self.worker,
+                                           json.dumps(change.detail or {}, sort_keys=True, default=str))
                     log.warning("create_gate", change=change.event, worker=self.worker, **(change.detail or {}))
                 return result
         raise Contention("the create gate kept changing under us")
@@ -211,10 +180,3 @@ def _verdict_changes(v: GateVerdict) -> tuple[GateVerdict, breaker.Change | None
 
 def _change(changes: Mapping[str, Any] | None) -> breaker.Change | None:
     return breaker.Change(dict(changes)) if changes else None
-
-
-def recent_events(engine: Engine, limit: int = 20) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(gate_events_table).order_by(gate_events_table.c.id.desc()).limit(limit))
-        return [{"kind": r.kind, "worker": r.worker, "at": r.at, "detail": json.loads(r.detail or "{}")}
-                for r in rows]

@@ -10,6 +10,8 @@ One JSON line per link of the chain, all keyed by slot (`product/YYYY-MM-DD`):
     saved      editions were saved: their sha256 per language
     published  every event was delivered: the editions' sha256 per language
     killed     an operator killed the job: its response may go without custody
+    revised    an operator withdrew or corrected a published edition: language, revision, kind
+               and sha256 (so a restored database never reuses a revision the live site has)
 
 The chain lines after `intent` are written after the database committed the step, so in
 normal operation the ledger never knows more than the database; after a restore it does
@@ -29,10 +31,12 @@ but not paid by iipub.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +56,24 @@ from iipub.money.spend import (
 
 __all__ = ["CHAIN", "Fold", "LedgerError", "LedgerView", "SlotSpend", "SpendLedger", "behind", "composed_editions",
            "has_chain", "slot_of",
-           "summarize"]
+           "summarize", "writes_through"]
 
-# The one write of a line (a name of its own so a unit test can make it short).
-_write = os.write
+# The one write of a line; `writes_through` is its test seam.
+_write: Callable[[int, bytes], int] = os.write
+
+
+@contextmanager
+def writes_through(write: Callable[[int, bytes], int]) -> Iterator[None]:
+    """The test seam for the ledger's writes (fault injection): inside the block every line goes
+    through `write(fd, data)` instead of `os.write`, so a test can make it short or fail as a disk
+    that fills mid-line does, which no file a test can make does to one process alone. Production
+    never calls it."""
+    global _write
+    saved, _write = _write, write
+    try:
+        yield
+    finally:
+        _write = saved
 
 
 class LedgerError(IipubError):
@@ -114,6 +132,12 @@ class SpendLedger:
         """An operator killed the job: its response may be deleted without custody."""
         self._append({"t": "killed", "job_id": job_id, "slot": slot, "attempt": attempt, "response_id": response_id})
 
+    def revised(self, job_id: str, slot: str, attempt: int, lang: str, revision: int, kind: str,
+                sha256: str, event_id: str) -> None:
+        """An edition withdrawn (`sha256`: the edition taken back) or corrected (the correction's)."""
+        self._append({"t": "revised", "job_id": job_id, "slot": slot, "attempt": attempt, "lang": lang,
+                      "revision": revision, "kind": kind, "sha256": sha256, "event_id": event_id})
+
     def exists(self) -> bool:
         return self.path.is_file()
 
@@ -163,9 +187,32 @@ class SpendLedger:
         line = (json.dumps({"at": iso_z(dt.datetime.now(dt.UTC)), **named, **record}, sort_keys=True)
                 + "\n").encode("utf-8")
         # The mirror first (on another file system): a line is never only in the copy a restore
-        # of the host takes back with the database.
+        # of the host takes back with the database. A mirror not started yet (just configured)
+        # begins as a whole copy of the primary, so the two agree from its first line.
+        if self.mirror is not None and not self.mirror.exists() and self.path.is_file():
+            _start_mirror(self.path, self.mirror)
         for path in ([self.mirror] if self.mirror is not None else []) + [self.path]:
             _append_line(path, line)
+
+
+def _start_mirror(primary: Path, mirror: Path) -> None:
+    """Copy the primary to a mirror that does not exist yet: written and fsync'd under a temporary
+    name, then linked into place (a second process starting it at the same time finds it there
+    and appends to it instead: nothing it wrote is replaced)."""
+    tmp = mirror.with_name(f".{mirror.name}.{os.getpid()}.start")
+    try:
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        with primary.open("rb") as src, open(tmp, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, mirror)
+    except OSError as exc:
+        raise LedgerError(f"cannot start the spend ledger's mirror {mirror}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _append_line(path: Path, line: bytes) -> None:

@@ -1,40 +1,44 @@
-"""What the database remembers of the spend ledger it writes to (the `ledger_book` row, migration
-0011): the ledger's identity (`ledger_id`, written into the file as this installation's `open`
-line) and its position (`base_spend_id`: every `spend` row after it is a dispatch whose intent
-line followed that open line, unless the create was provably refused before it was sent).
+"""What the database remembers of the spend ledgers it writes to (the `ledger_book` rows,
+migrations 0011 and 0016): each ledger's identity (`ledger_id`, written into the file as this
+installation's `open` line) and position (the paid creates whose intent line went to it: the
+`spend` rows tagged with its id, and for the row from before 0016 every one after `base_spend_id`).
 
-So a ledger that is missing, replaced (no open line of this identity: another file, a copy from
-elsewhere, a truncation before it), truncated or restored behind the database (fewer intent
-lines since the open line than the dispatches the database recorded since) is noticed, not
-guessed: new creates are held and `status --check` is CRITICAL until an operator accepts it
-(`iipub ledger acknowledge --accept KIND`), which opens a new identity. With `[ledger]
-mirror_path` both copies are checked, and a copy behind the other is the same problem. A database
-behind its ledger (a restore) is the restore fence's (`restore`), as before.
+Several hosts may each write their own ledger (docs/scale-out.md): the database knows each as such,
+one row per ledger, found by the host and the ledger's path, or by the open line its file holds (a
+file moved with its installation; one file shared by every host is one ledger). A host's ledger is
+compared with that host's paid creates only, so a second host's ledger is neither "replaced" nor
+"behind", and acknowledging one host's ledger changes nothing for another.
+
+So a ledger that is missing, replaced (no open line of its identity: another file, a copy from
+elsewhere, a truncation before it), truncated or restored behind the database (fewer intent lines
+since the open line than the paid creates the database recorded for it) is noticed, not guessed:
+new creates are held and `status --check` is CRITICAL until an operator accepts it (`iipub ledger
+acknowledge --accept KIND`), which opens a new identity for that ledger. With `[ledger]
+mirror_path` both copies are checked, and a copy behind the other is the same problem; a mirror
+that does not exist yet is started as a copy of the primary by the next line written
+(`ledger.SpendLedger`), so adding one holds nothing. A database behind its ledger (a restore) is
+the restore fence's (`restore`), as before.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
-
 from iipub.core.errors import OperatorRefused
-from iipub.model.spend_states import ACCEPTED, REJECTED, SETTLED, UNKNOWN
 from iipub.money.ledger import LedgerError, SpendLedger
 from iipub.money.spend import Fold
-from iipub.store import clock, db, tables
+from iipub.store import db, gate_rows, ledger_rows, spend_rows
+from iipub.store.handles import Connection, Engine
+from iipub.store.ledger_rows import BookRow
 
-_ROW = "this"
 MISSING, REPLACED, BEHIND = "missing", "replaced", "behind"
 KINDS = (MISSING, REPLACED, BEHIND)
-# Dispatches whose intent line was written: every state but a provable refusal (a create not sent
-# because its intent could not be written is one) and one still in flight (its line may be on its way).
-_WROTE_INTENT = (ACCEPTED, UNKNOWN, SETTLED, REJECTED)
 
 
 @dataclass(frozen=True)
@@ -47,27 +51,42 @@ class Problem:
                 f"--accept {self.kind} --reason …`")
 
 
-@dataclass(frozen=True)
-class Book:
-    ledger_id: str
-    path: str
-    base_spend_id: int
+Book = BookRow  # one ledger as the database remembers it
 
 
-def read_book(conn: Connection) -> Book | None:
-    t = tables.ledger_book.c
-    row = conn.execute(sa.select(t.ledger_id, t.path, t.base_spend_id).where(t.name == _ROW)).first()
-    return Book(str(row[0]), str(row[1]), int(row[2])) if row is not None else None
+def where(ledger: SpendLedger) -> tuple[str, str]:
+    """This process's host and the ledger's resolved path: the key of its row."""
+    return socket.gethostname(), os.path.realpath(ledger.path)
 
 
-def _dispatches_since(conn: Connection, base: int) -> int:
-    s = tables.spend.c
-    return int(conn.execute(sa.select(sa.func.count()).select_from(tables.spend)
-                            .where(s.id > base, s.state.in_(_WROTE_INTENT))).scalar_one())
+def books(conn: Connection) -> list[Book]:
+    return ledger_rows.read_all(conn)
 
 
-def _max_spend_id(conn: Connection) -> int:
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(tables.spend.c.id), 0))).scalar_one())
+def read_book(conn: Connection, ledger: SpendLedger) -> Book | None:
+    """The row of `ledger` as far as the database alone tells (its host and path); `mine` also
+    reads the file."""
+    return mine(books(conn), ledger, None)
+
+
+def mine(rows: list[Book], ledger: SpendLedger, fold: Fold | None) -> Book | None:
+    """Which remembered ledger `ledger` is: the row of this host and path; else the one whose
+    open line the file holds (the file moved, or one file shared by several hosts); else the row
+    from before 0016 at this path, not claimed by another host (then the file is missing or
+    replaced). None: a ledger the database does not know yet."""
+    host, path = where(ledger)
+    key = ledger_rows.key_of(host, path)
+    for row in rows:
+        if row.name == key:
+            return row
+    if fold is not None:
+        held = [r for r in rows if fold.intents_since(r.ledger_id) is not None]
+        if held:
+            return next((r for r in reversed(held) if r.host in (None, host)), held[-1])
+    for row in rows:
+        if row.name == ledger_rows.LEGACY and row.host in (None, host) and os.path.realpath(row.path) == path:
+            return row
+    return None
 
 
 def problem(engine: Engine | Connection, ledger: SpendLedger,
@@ -77,34 +96,46 @@ def problem(engine: Engine | Connection, ledger: SpendLedger,
     was read, so the file (always written before the database records a create) is never older
     than the position it is compared with (two processes at once never see a false `behind`)."""
     if isinstance(engine, Connection):
-        book, expected, paid = _position(engine)
+        rows, expected, paid = _position(engine)
     else:
         with engine.connect() as conn:  # closed before the file is read (on SQLite it holds the lock)
-            book, expected, paid = _position(conn)
-    return _problem(book, expected, paid, ledger, fold)
+            rows, expected, paid = _position(conn)
+    return _problem(rows, expected, paid, ledger, fold)
 
 
-def _position(conn: Connection) -> tuple[Book | None, int, bool]:
-    """What the database remembers: the ledger it opened, the paid creates it recorded since,
+def _position(conn: Connection) -> tuple[list[Book], dict[str, int], bool]:
+    """What the database remembers: the ledgers it opened, the paid creates it recorded for each,
     and whether it recorded any at all."""
-    book = read_book(conn)
-    if book is None:
-        return None, 0, _max_spend_id(conn) > 0
-    return book, _dispatches_since(conn, book.base_spend_id), True
+    rows = books(conn)
+    return rows, {r.name: ledger_rows.dispatches_of(conn, r) for r in rows}, spend_rows.max_id(conn) > 0
 
 
-def _problem(book: Book | None, expected: int, paid: bool, ledger: SpendLedger,
+def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -> Fold | None:
+    if not ledger.exists():
+        return None
+    try:
+        return (fold() if fold is not None else None) or ledger.fold()
+    except (LedgerError, FileNotFoundError):
+        return None
+
+
+def _problem(rows: list[Book], expected: Mapping[str, int], paid: bool, ledger: SpendLedger,
              fold: Callable[[], Fold | None] | None) -> Problem | None:
+    primary = _read_primary(ledger, fold)
+    book = mine(rows, ledger, primary)
     if book is None:
-        # Nothing remembered yet (`ensure_open` begins at the next create), unless creates were
-        # paid (before 0011) and no copy of the ledger is left.
-        if not ledger.exists() and paid:
+        # A ledger the database does not know yet (`ensure_open` opens it at the next create: a new
+        # host's), unless creates were paid (before 0011) and no copy of any ledger is left.
+        if not rows and not ledger.exists() and paid:
             return Problem(MISSING, f"{ledger.path} does not exist and this database recorded paid creates")
         return None
-    copies = [(ledger, fold)] + ([(ledger.copy(ledger.mirror), None)] if ledger.mirror is not None else [])
+    count = expected.get(book.name, 0)
+    copies = [(ledger, (lambda: primary) if primary is not None else fold)]
+    if ledger.mirror is not None and (ledger.mirror.exists() or not ledger.exists()):
+        copies.append((ledger.copy(ledger.mirror), None))  # a mirror not started yet is copied at the next line
     seen: list[tuple[Path, int]] = []
     for copy, folded in copies:
-        found = _check_copy(copy, folded, book, expected)
+        found = _check_copy(copy, folded, book, count)
         if isinstance(found, Problem):
             return found
         seen.append((copy.path, found))
@@ -119,7 +150,7 @@ def _check_copy(copy: SpendLedger, fold: Callable[[], Fold | None] | None, book:
                 expected: int) -> Problem | int:
     if not copy.exists():
         return Problem(MISSING, f"{copy.path} does not exist (the database opened ledger {book.ledger_id} at "
-                                f"{book.path} and recorded {expected} paid create(s) since)")
+                                f"{book.path} and recorded {expected} paid create(s) to it since)")
     try:
         folded = (fold() if fold is not None else None) or copy.fold()
     except (LedgerError, FileNotFoundError) as exc:
@@ -130,47 +161,42 @@ def _check_copy(copy: SpendLedger, fold: Callable[[], Fold | None] | None, book:
                                  f"{book.path}): another file, or one truncated before its first line")
     if since < expected:
         return Problem(BEHIND, f"{copy.path} holds {since} intent line(s) since ledger {book.ledger_id} was opened; "
-                               f"the database recorded {expected} paid create(s) since (truncated, or restored "
+                               f"the database recorded {expected} paid create(s) to it since (truncated, or restored "
                                "from an older copy)")
     return since
 
 
-def ensure_open(engine: Engine, ledger: SpendLedger) -> None:
-    """Before the first create this database sends with a ledger it does not know yet: open it
+def ensure_open(engine: Engine, ledger: SpendLedger) -> Book:
+    """Before a create: the ledger's row, opened when the database does not know this ledger yet
     (an `open` line in the file, then the identity and position in the database; the line goes
-    first, so a dispatch after the position read always writes its intent after the line)."""
+    first, so a dispatch after the position read always writes its intent after the line). A row
+    from before 0016 whose open line this file holds is claimed for this host."""
     with engine.connect() as conn:
-        if read_book(conn) is not None:
-            return
-    _open(engine, ledger, replace=False)
+        rows = books(conn)
+    book = mine(rows, ledger, _read_primary(ledger, None) if rows else None)
+    if book is None:
+        return _open(engine, ledger, None)
+    if book.host is None:
+        host, path = where(ledger)
+        ledger_rows.claim(engine, book.name, host, path)
+    return book
 
 
-def _open(engine: Engine, ledger: SpendLedger, *, replace: bool) -> Book:
+def _open(engine: Engine, ledger: SpendLedger, replacing: Book | None) -> Book:
     ledger_id = "ledger_" + secrets.token_hex(12)
     ledger.open(ledger_id)  # in the file first: a database never names a ledger line that is not written
-    t = tables.ledger_book
-    with db.transaction(engine) as conn:
-        base = _max_spend_id(conn)
-        values = {"ledger_id": ledger_id, "path": str(ledger.path)[:1024], "base_spend_id": base,
-                  "opened_at": clock.now(conn, drill_offset=False)}
-        if read_book(conn) is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(t.insert().values(name=_ROW, **values))
-            except sa.exc.IntegrityError:
-                pass  # another process opened it first: its identity is the one (its line precedes its position)
-        elif replace:
-            conn.execute(t.update().where(t.c.name == _ROW).values(**values))
-        found = read_book(conn)
+    host, path = where(ledger)
+    name = replacing.name if replacing is not None else ledger_rows.key_of(host, path)
+    found = ledger_rows.open_book(engine, name, ledger_id, path, host, replace=replacing is not None)
     assert found is not None
     return found
 
 
 def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reason: str, worker: str) -> str:
     """An operator accepts the ledger problem of kind `accept` (refused when the problem is
-    another, or there is none): a new ledger identity is opened in the file and the database,
-    and the acknowledgement is journaled (`gate_events`, kind `ledger_acknowledged`). Returns what
-    was accepted, in one line."""
+    another, or there is none): a new identity is opened for this ledger in the file and the
+    database (another host's ledger is not touched), and the acknowledgement is journaled
+    (`gate_events`, kind `ledger_acknowledged`). Returns what was accepted, in one line."""
     if accept not in KINDS:
         raise OperatorRefused(f"--accept must be one of {', '.join(KINDS)}")
     found = problem(engine, ledger)
@@ -179,15 +205,15 @@ def acknowledge(engine: Engine, ledger: SpendLedger, accept: str, by: str, reaso
     if found.kind != accept:
         raise OperatorRefused(f"the spend ledger is {found.kind}, not {accept}: {found.text}")
     with engine.connect() as conn:
-        old = read_book(conn)
-        forgotten = _dispatches_since(conn, old.base_spend_id) if old is not None else 0
-    book = _open(engine, ledger, replace=True)
-    accepted = (f"accepted: {found.text}. Ledger {book.ledger_id} opened at {ledger.path}; the paid creates this "
-                f"database recorded before now are no longer all in the ledger: a database restored from before now "
-                f"may pay for up to {forgotten} of them again")
+        old = mine(books(conn), ledger, _read_primary(ledger, None))
+        forgotten = ledger_rows.dispatches_of(conn, old) if old is not None else 0
+    book = _open(engine, ledger, old)
+    accepted = (f"accepted: {found.text}. Ledger {book.ledger_id} opened at {ledger.path}"
+                + (f"; the {forgotten} paid create(s) this database recorded to the old ledger are no longer all in "
+                   f"a ledger: a database restored from before now may pay for up to {forgotten} of them again"
+                   if forgotten else "; no paid create recorded to the old ledger is forgotten"))
     detail = {"accepted": accept, "problem": found.text, "old_ledger_id": old.ledger_id if old else None,
               "new_ledger_id": book.ledger_id, "by": by, "why": reason, "path": str(ledger.path)}
     with db.transaction(engine) as conn:
-        conn.execute(tables.gate_events.insert().values(kind="ledger_acknowledged", worker=worker[:128],
-                                                        at=clock.now(conn), detail=json.dumps(detail, sort_keys=True)))
+        gate_rows.record_event(conn, "ledger_acknowledged", worker[:128], json.dumps(detail, sort_keys=True))
     return accepted

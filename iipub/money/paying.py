@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-import sqlalchemy as sa
 
 from iipub.model.jobs import Job
 from iipub.model.states import TRACK_SAVED, Reason
@@ -21,16 +20,17 @@ from iipub.money import authority, restore
 from iipub.money.authority import Facts, Route, Ruling
 from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
-from iipub.store import tables
+from iipub.store import job_queries
+from iipub.store.handles import Engine
 
-# The legacy decisions file is read at most this far (as `status` reads it).
-LEGACY_MAX_BYTES = 64 * 1024 * 1024
+# The legacy decisions file is read whole, line by line (as `status` reads it): its newest
+# decisions are at its end.
 _legacy_cache: dict[tuple[str, int, int], dict[str, set[str]]] = {}
 # The operator entries that send a job back to CREATE_ELIGIBLE and may carry a pay-again.
 _GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value)
 
 
-def ruling(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+def ruling(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
            ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Ruling:
     """Ask the authority about `job` on `route`. On the sweep, the operator decision that sent
     the job back (journaled since its last accepted create) counts: a `regenerate` declared the
@@ -46,17 +46,15 @@ def ruling(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spe
     return found
 
 
-def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
+def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
           ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Facts:
     product = settings.products.get(job.product)
     day = job.edition_date.isoformat()
-    t, ed = tables.tracks.c, tables.editions.c
-    with engine.connect() as conn:
-        tracks = conn.execute(sa.select(t.lang, t.state, t.payload_sha256).where(t.job_id == job.id)).all()
-        saved = set(conn.execute(sa.select(ed.lang).where(ed.product == job.product,
-                                                          ed.edition_date == job.edition_date)).scalars())
+    tracks, saved = job_queries.parts_and_editions(engine, job)
+    # A part an operator's `regenerate` declared bad is not held output (it was not bought again).
+    bad = declared_bad(job_queries.forks_and_regenerations(engine, job.id)) if tracks else set()
     saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}
-    held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved}
+    held = {lang: sha for lang, state, sha in tracks if sha and lang not in saved and lang not in bad}
     drift = None
     if route == Route.SWEEP and product is not None and job.config_fingerprint \
             and not product.fingerprint_matches(job.config_fingerprint):
@@ -68,14 +66,33 @@ def facts(settings: Settings, engine: sa.Engine, job: Job, route: Route, *, spen
     live: list[str] = []
     if settings.static_sink is not None and product is not None:
         root = Path(settings.static_sink.root)
+        # A withdrawn edition counts: its withdrawal is what the site serves, and stays.
         live = [lang for lang in product.languages
-                if restore.live_sha256(root, job.product, day, lang) is not None]
+                if restore.live_sha256(root, job.product, day, lang) is not None
+                or restore.withdrawn_sha256(root, job.product, day, lang) is not None]
     return Facts(
         job_id=job.id, slot=slot_of(job.product, day), payload_sha256=job.payload_sha256, track_payloads=held,
         saved=sorted(saved), ledger=spend, ledger_ahead=ledger_ahead,
         legacy=sorted(legacy_actions(settings, job.product, day)), live=live,
         languages=product.languages if product is not None else None, drift=drift, pay_again=pay_again,
         fence_pending=fence_pending)
+
+
+def declared_bad(entries: Iterable[tuple[str, str | None, str | None]]) -> set[str]:
+    """The languages whose kept part an operator's `regenerate` declared bad after it forked, from
+    the journal's (reason, lang, detail) of forks and regenerations in order: that part is no
+    longer evidence the slot's output is held (a new generation's response lost on its way is
+    created again, not refused for it). A later fork (new custody) clears it."""
+    forked: set[str] = set()
+    bad: set[str] = set()
+    for reason, lang, detail in entries:
+        if reason == Reason.FORKED.value and lang:
+            forked.add(lang)
+            bad.discard(lang)
+        elif reason == Reason.OPERATOR_REGENERATE.value:
+            named = _json(detail).get("languages")
+            bad |= forked if not isinstance(named, list) else forked & {str(n) for n in named}
+    return bad
 
 
 def ledger_output(job: Job, spend: SlotSpend, held: dict[str, str]) -> tuple[str, ...]:
@@ -102,16 +119,16 @@ def legacy_actions(settings: Settings, product: str, day: str) -> set[str]:
         st = os.stat(path)
         key = (str(path), st.st_mtime_ns, st.st_size)
         if key not in _legacy_cache:
-            with open(path, "rb") as f:
-                raw = f.read(LEGACY_MAX_BYTES)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                found = _by_slot(f)
             _legacy_cache.clear()
-            _legacy_cache[key] = _by_slot(raw.decode("utf-8", errors="replace").splitlines())
+            _legacy_cache[key] = found
     except OSError:
         return set()  # `status` reports an unreadable file
     return set(_legacy_cache[key].get(slot_of(product, day), set()))
 
 
-def _by_slot(lines: list[str]) -> dict[str, set[str]]:
+def _by_slot(lines: Iterable[str]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for line in lines:
         try:
@@ -123,13 +140,10 @@ def _by_slot(lines: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def operator_entry(engine: sa.Engine, job_id: str) -> tuple[str | None, str | None]:
+def operator_entry(engine: Engine, job_id: str) -> tuple[str | None, str | None]:
     """The operator entry that sent the job back to CREATE_ELIGIBLE and its pay-again reason, if
     no create was accepted since (one decision buys one create): (reason, pay-again) or (None, None)."""
-    ev = tables.job_events.c
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(ev.reason, ev.detail).where(ev.job_id == job_id).order_by(ev.id.desc())
-                            .limit(200)).all()
+    rows = job_queries.newest_entries(engine, job_id, 200)
     for reason, detail in rows:
         if reason == Reason.ACCEPTED.value:
             return None, None

@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-import sqlalchemy as sa
-
 from iipub.edition.compose import artifact_from_json
 from iipub.edition.paths import json_path
 from iipub.model.jobs import Job
@@ -28,10 +26,11 @@ from iipub.model.states import Reason
 from iipub.money.ledger import SpendLedger
 from iipub.money.spend import CHAIN, SlotSpend, has_chain
 from iipub.settings.config import Settings
-from iipub.store import installation, tables
+from iipub.store import installation, job_queries
+from iipub.store.handles import Engine
 
 
-def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
+def ledger_of(settings: Settings, engine: Engine) -> SpendLedger | None:
     """The spend ledger as this database's installation writes and reads it (its lines named by
     the installation id; old unnamed lines its own only when their job or response is known
     here), or None when the ledger is off."""
@@ -41,21 +40,14 @@ def ledger_of(settings: Settings, engine: sa.Engine) -> SpendLedger | None:
     return SpendLedger(path, installation.read(engine), legacy_owner(engine), settings.ledger_mirror_path())
 
 
-def legacy_owner(engine: sa.Engine) -> Callable[[str, frozenset[str]], bool]:
+def legacy_owner(engine: Engine) -> Callable[[str, frozenset[str]], bool]:
     """Whether an old ledger line's job (or a response it names) is known to this database: such
     a line was written by this installation before lines named theirs."""
     known: list[tuple[set[str], set[str]]] = []  # (job ids, response ids), read once at the first old line
 
     def ours(job_id: str, response_ids: frozenset[str]) -> bool:
         if not known:
-            j, s = tables.jobs.c, tables.spend.c
-            with engine.connect() as conn:
-                jobs = set(conn.execute(sa.select(j.id)).scalars())
-                responses = {str(r) for r in conn.execute(sa.select(j.response_id).where(j.response_id.is_not(None)))
-                             .scalars()}
-                responses |= {str(r) for r in conn.execute(sa.select(s.response_id)
-                                                            .where(s.response_id.is_not(None))).scalars()}
-            known.append((jobs, responses))
+            known.append(job_queries.known_ids(engine))
         jobs, responses = known[0]
         return job_id in jobs or not responses.isdisjoint(response_ids)
 
@@ -71,14 +63,10 @@ _LINK_OF = {**dict.fromkeys(CUSTODY_REASONS, "custody"), Reason.SAVED: "saved",
             Reason.ALL_EVENTS_DELIVERED: "published"}
 
 
-def known(engine: sa.Engine, job_id: str) -> dict[str, int]:
+def known(engine: Engine, job_id: str) -> dict[str, int]:
     """How many of each chain link the job's journal knows of."""
-    ev = tables.job_events
     wanted = [r.value for r in (*_LINK_OF, *ACKING_REASONS)]
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(ev.c.reason, ev.c.detail)
-                            .where(ev.c.job_id == job_id, ev.c.lang.is_(None),  # the slot's own chain
-                                   ev.c.reason.in_(wanted)).order_by(ev.c.id)).all()
+    rows = job_queries.slot_entries(engine, job_id, wanted)
     counts = dict.fromkeys(CHAIN, 0)
     for reason, detail in rows:
         link = _LINK_OF.get(Reason(reason))
@@ -109,7 +97,7 @@ class HasId(Protocol):
     def id(self) -> str: ...
 
 
-def ahead(engine: sa.Engine, job: HasId, spend: SlotSpend | None) -> list[str]:
+def ahead(engine: Engine, job: HasId, spend: SlotSpend | None) -> list[str]:
     """The chain links the ledger knows of for the job's slot and its database does not (a
     restore from before them); [] when there are none (no journal read without a chain)."""
     if spend is None or not has_chain(spend):
@@ -125,10 +113,28 @@ def published_live(settings: Settings, spend: SlotSpend) -> dict[str, str] | Non
     if settings.static_sink is None or not spend.published_editions:
         return None
     product, date = spend.slot.split("/", 1)
+    root = Path(settings.static_sink.root)
     for lang, sha in spend.published_editions.items():
-        if live_sha256(Path(settings.static_sink.root), product, date, lang) != sha:
+        revised = spend.revisions.get(lang)
+        if revised is not None and revised[1] == "withdrawn":
+            # Withdrawn since (`iipub withdraw`): the site serves the withdrawal's record instead.
+            if withdrawn_sha256(root, product, date, lang) is None:
+                return None
+            continue
+        if live_sha256(root, product, date, lang) != (revised[2] if revised is not None else sha):
             return None
     return dict(spend.published_editions)
+
+
+def withdrawn_sha256(root: Path, product: str, date: str, lang: str) -> str | None:
+    """The sha256 of the edition the static site records as withdrawn for this product, date and
+    language (its `<lang>.json` is the withdrawal's record), or None."""
+    try:
+        doc = json.loads((root / json_path(product, date, lang)).read_bytes())
+    except (OSError, ValueError):
+        return None
+    sha = doc.get("sha256") if isinstance(doc, dict) and doc.get("withdrawn") is True else None
+    return sha if isinstance(sha, str) else None
 
 
 def live_sha256(root: Path, product: str, date: str, lang: str) -> str | None:

@@ -41,6 +41,9 @@ class SlotSpend:
     custody_ids: list[str] = field(default_factory=list)  # every response whose output was stored
     killed_ids: list[str] = field(default_factory=list)  # responses of jobs an operator killed
     uncertain: set[str] = field(default_factory=set)  # attempts whose create may never have arrived
+    # lang -> the latest correction or withdrawal of its edition: (revision, kind, sha256 it made public:
+    # the correction's, or for a withdrawal the edition's it took back).
+    revisions: dict[str, tuple[int, str, str]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """How many of each chain link the ledger holds (what a database must know of)."""
@@ -80,13 +83,17 @@ def parse(line: str) -> dict[str, Any] | None:
         rec["slot"], rec["attempt"] = str(rec["slot"]), int(rec["attempt"])
         if rec["t"] in ("saved", "published"):
             rec["editions"] = _editions(rec["editions"])
+        if rec["t"] == REVISED:
+            rec["lang"], rec["revision"], rec["kind"] = str(rec["lang"]), int(rec["revision"]), str(rec["kind"])
+            rec["sha256"] = str(rec["sha256"])
     except (ValueError, KeyError, TypeError):
         return None
     return rec
 
 
 OPEN = "open"  # an installation began (or, acknowledged, began again) writing to this ledger
-KINDS = ("intent", "outcome", "adopted", "killed", OPEN, *CHAIN)
+REVISED = "revised"  # an operator corrected or withdrew a published edition (`iipub correct`, `iipub withdraw`)
+KINDS = ("intent", "outcome", "adopted", "killed", OPEN, REVISED, *CHAIN)
 # An old line (written before lines named their installation) is this installation's only when
 # its job, or a response it names, is known to this database: (job id, response ids) -> bool.
 LegacyOwner = Callable[[str, frozenset[str]], bool]
@@ -207,6 +214,10 @@ class Fold:
         elif kind == "killed":
             if rid and rid not in spend.killed_ids:
                 spend.killed_ids.append(rid)
+        elif kind == REVISED:
+            lang = rec["lang"]
+            if rec["revision"] > spend.revisions.get(lang, (0, "", ""))[0]:
+                spend.revisions[lang] = (rec["revision"], rec["kind"], rec["sha256"])
         elif kind == "saved":
             spend.saved += 1
             spend.saved_editions = rec["editions"]

@@ -17,20 +17,17 @@ import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from iipub.core.timefmt import as_date, naive_utc, seconds_between
 from iipub.machine import scheduling
-from iipub.model.states import CUSTODY_PENDING, SHADOW_REASONS, State
+from iipub.model.states import SHADOW_REASONS
 from iipub.money.breaker import GateState
 from iipub.observe.cutover_values import Abort, Cutover, Decision, differences, parse_legacy, window_days
 from iipub.settings.config import Settings
-from iipub.store import tables
+from iipub.store import status_queries
+from iipub.store.handles import Connection
 
 # How long the provider keeps a finished background response (about ten minutes).
 RETENTION_SECONDS = 600.0
-LEGACY_MAX_BYTES = 64 * 1024 * 1024
 
 
 # -- collection ------------------------------------------------------------------------------------
@@ -39,22 +36,15 @@ LEGACY_MAX_BYTES = 64 * 1024 * 1024
 def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState | None) -> Cutover:
     days = window_days(now, settings.status.window_hours)
     names = sorted(settings.products)
-    jobs, events = tables.jobs, tables.job_events
-    present = {(p, as_date(d)) for p, d in conn.execute(
-        sa.select(jobs.c.product, jobs.c.edition_date).where(jobs.c.edition_date.between(days[0], days[-1])))}
-    firsts = {p: (as_date(d) if d is not None else None) for p, d in conn.execute(
-        sa.select(jobs.c.product, sa.func.min(jobs.c.edition_date)).where(jobs.c.product.in_(names))
-        .group_by(jobs.c.product))}
+    present = {(p, as_date(d)) for p, d in status_queries.slots_between(conn, days[0], days[-1])}
+    firsts = {p: (as_date(d) if d is not None else None) for p, d in status_queries.first_slots(conn, names)}
     # Today's slot is missing only once its window opened and a tick could have made it.
     opened = {p: settings.products[p].opens_on(now.date()) <= now for p in names}
     missing = [(p, d) for p, d in scheduling.missing_days(present, firsts, days) if d < now.date() or opened[p]]
     cutoff = now - dt.timedelta(hours=settings.status.window_hours)
     shadow: set[Decision] = set()
     counts: dict[str, int] = {}
-    q = (sa.select(events.c.reason, jobs.c.product, jobs.c.edition_date)
-         .join(jobs, jobs.c.id == events.c.job_id)
-         .where(events.c.reason.in_([r.value for r in SHADOW_REASONS]), events.c.at >= cutoff))
-    for reason, product, day in conn.execute(q):
+    for reason, product, day in status_queries.decisions_since(conn, [r.value for r in SHADOW_REASONS], cutoff):
         shadow.add((product, as_date(day), SHADOW_REASONS[reason]))
     # One decision per slot and action (a slot's language tracks each journal the publication).
     for _, _, action in shadow:
@@ -66,9 +56,7 @@ def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState
     # Compared: the window's edition days and every day shadow mode decided about in the window.
     compared = sorted(set(days) | {d for _, d, _ in shadow})
     legacy, read, problem = _legacy(path, compared)
-    adopted = {(p, as_date(d)) for p, d in conn.execute(
-        sa.select(jobs.c.product, jobs.c.edition_date).where(jobs.c.origin == "adopted",
-                                                             jobs.c.edition_date.in_(compared)))}
+    adopted = {(p, as_date(d)) for p, d in status_queries.adopted_slots(conn, compared)}
     return Cutover(tuple(days), tuple(missing), counts, tuple(differences(shadow, legacy, adopted)), str(path), read,
                    problem, cut.abort)
 
@@ -76,7 +64,7 @@ def collect(conn: Connection, settings: Settings, now: dt.datetime, g: GateState
 def _legacy(path: Path, days: Sequence[dt.date]) -> tuple[set[Decision], int, str | None]:
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            legacy, read, bad = parse_legacy(f.read(LEGACY_MAX_BYTES).splitlines(), days)
+            legacy, read, bad = parse_legacy(f, days)  # whole, line by line: the newest decisions are last
     except FileNotFoundError:
         return set(), 0, f"legacy decisions file {path} not found"
     except OSError as exc:
@@ -87,12 +75,7 @@ def _legacy(path: Path, days: Sequence[dt.date]) -> tuple[set[Decision], int, st
 def _abort(conn: Connection, now: dt.datetime, g: GateState | None) -> Abort | None:
     if g is None or not g.paused_everything:
         return None
-    jobs = tables.jobs
-    pending = [s.value for s in CUSTODY_PENDING]
-    q = sa.select(jobs.c.updated_at).where(jobs.c.response_id.is_not(None), sa.or_(
-        jobs.c.state.in_(pending),
-        sa.and_(jobs.c.state == State.MANUALLY_SUSPENDED.value, jobs.c.suspended_from.in_(pending))))
     # At worst a response finished right after the last time iipub looked at it.
-    seen = [naive_utc(t) for t in conn.execute(q).scalars()]
+    seen = [naive_utc(t) for t in status_queries.awaited_responses_seen(conn)]
     first = min((RETENTION_SECONDS - seconds_between(now, t) for t in seen), default=None)
     return Abort(g.paused_by, g.paused_reason, g.paused_at, len(seen), first)

@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Connection, Engine
 
 from iipub import __version__
 from iipub.core import tls
@@ -37,7 +35,8 @@ from iipub.core.errors import SchemaNotReady
 from iipub.core.timefmt import naive_utc
 from iipub.observe.heartbeat_values import CommandBeat, HeartbeatSummary, RunRow
 from iipub.settings.config import MonitoringSettings
-from iipub.store import clock, db, tables
+from iipub.store import db, run_rows
+from iipub.store.handles import Connection, Engine, OperationalError, ProgrammingError, RowMapping
 
 log = structlog.get_logger("iipub.heartbeat")
 
@@ -48,7 +47,6 @@ KEEP_DAYS = 7
 KEEP_ROWS = 50_000  # a week of both cron lines every minute on a few hosts
 PRUNE_EVERY = 20
 
-runs = tables.runs
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -70,11 +68,7 @@ def start(engine: Engine, command: str, worker: str) -> Run:
     """Record that `command` started (never raises)."""
     run = Run(engine, command, worker)
     try:
-        with db.transaction(engine) as conn:
-            res = conn.execute(runs.insert().values(
-                command=command, host=_host(), pid=os.getpid(), worker=worker[:128], started_at=clock.now(conn)))
-            assert res.inserted_primary_key is not None
-            run.id = int(res.inserted_primary_key[0])
+        run.id = run_rows.start(engine, command, _host(), os.getpid(), worker)
     except Exception as exc:
         log.warning("heartbeat_not_recorded", command=command, worker=worker, stage="start", error=_describe(exc))
     return run
@@ -86,17 +80,8 @@ def finish(run: Run, ok: bool, error: str | None = None) -> None:
     values: dict[str, Any] = {"ok": ok, "summary": bounded_summary(run.summary),
                               "error": None if error is None else _bounded(error, ERROR_MAX_CHARS)}
     try:
-        with db.transaction(run.engine) as conn:
-            values["finished_at"] = clock.now(conn)
-            if run.id is not None:
-                conn.execute(runs.update().where(runs.c.id == run.id).values(**values))
-            else:
-                elapsed = time.monotonic() - run.started
-                res = conn.execute(runs.insert().values(
-                    command=run.command, host=_host(), pid=os.getpid(), worker=run.worker[:128],
-                    started_at=clock.now(conn, -elapsed), **values))
-                assert res.inserted_primary_key is not None
-                run.id = int(res.inserted_primary_key[0])
+        run.id = run_rows.finish(run.engine, run.id, values, command=run.command, host=_host(), pid=os.getpid(),
+                                 worker=run.worker, elapsed=time.monotonic() - run.started)
     except Exception as exc:
         log.warning("heartbeat_not_recorded", command=run.command, worker=run.worker, stage="finish",
                     error=_describe(exc))
@@ -108,10 +93,7 @@ def finish(run: Run, ok: bool, error: str | None = None) -> None:
 def prune(engine: Engine, newest_id: int) -> int:
     """Delete runs older than KEEP_DAYS or beyond the newest KEEP_ROWS (never raises)."""
     try:
-        with db.transaction(engine) as conn:
-            n = conn.execute(runs.delete().where(runs.c.id <= newest_id - KEEP_ROWS)).rowcount
-            n += conn.execute(runs.delete().where(runs.c.started_at < clock.now(conn, -KEEP_DAYS * 86_400.0))).rowcount
-            return int(n)
+        return run_rows.prune(engine, newest_id, KEEP_ROWS, KEEP_DAYS)
     except Exception as exc:
         log.warning("heartbeat_prune_failed", error=_describe(exc))
         return 0
@@ -209,7 +191,7 @@ def summary(conn: Connection, now: dt.datetime, *, after_seconds: float, ping_co
     not applied) is SchemaNotReady."""
     try:
         beats, recorded = _beats(conn, window_hours, stale_after_seconds)
-    except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+    except (OperationalError, ProgrammingError) as exc:
         if "runs" in str(exc.orig).lower() and db.is_missing_table(exc):
             raise SchemaNotReady("the runs table is missing (migration 0005): run `iipub db migrate`") from None
         raise
@@ -223,9 +205,7 @@ def unreachable_streak(conn: Connection, look_back: int) -> int:
     """How many of the newest finished reconcile runs in a row could not reach the provider:
     every provider call of the run failed to connect (`provider_unreachable` in its summary).
     Runs that called no provider (nothing was due) neither count nor break the streak."""
-    rows = conn.execute(sa.select(runs.c.summary).where(runs.c.command == "reconcile",
-                                                        runs.c.finished_at.is_not(None))
-                        .order_by(runs.c.id.desc()).limit(look_back)).scalars()
+    rows = run_rows.reconcile_summaries(conn, look_back)
     streak = 0
     for text in rows:
         try:
@@ -242,32 +222,22 @@ def unreachable_streak(conn: Connection, look_back: int) -> int:
 
 def _beats(conn: Connection, window_hours: float, stale_after_seconds: float) -> tuple[tuple[CommandBeat, ...], bool]:
     """Each command's runs in the window and its last (OK) run; whether any run was ever recorded."""
-    window_start = clock.now(conn, -window_hours * 3600)
-    stale = clock.now(conn, -stale_after_seconds)
-    opened = runs.c.finished_at.is_(None)
-    old = sa.case((runs.c.started_at < stale, 1), else_=0)
     counts: dict[str, dict[str, int]] = {c: {"ok": 0, "failed": 0, "unfinished": 0, "running": 0} for c in COMMANDS}
-    q = (sa.select(runs.c.command, runs.c.ok, opened.label("open"), old.label("old"), sa.func.count())
-         .where(runs.c.started_at >= window_start)
-         .group_by(runs.c.command, runs.c.ok, opened, old))
-    for command, ok, is_open, is_old, n in conn.execute(q):
+    for command, ok, is_open, is_old, n in run_rows.counts(conn, window_hours, stale_after_seconds):
         if command not in counts:
             continue
         key = ("unfinished" if is_old else "running") if is_open else ("ok" if ok else "failed")
         counts[command][key] += int(n)
     beats = []
     for command in COMMANDS:
-        finished = (sa.select(runs).where(runs.c.command == command, runs.c.finished_at.is_not(None))
-                    .order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(1))
-        last = _row(conn.execute(finished).mappings().first())
-        last_ok = last if last is not None and last.ok else _row(
-            conn.execute(finished.where(runs.c.ok == sa.true())).mappings().first())
+        last = _row(run_rows.last_finished(conn, command))
+        last_ok = last if last is not None and last.ok else _row(run_rows.last_finished(conn, command, ok=True))
         beats.append(CommandBeat(command, last, last_ok, **counts[command]))
-    recorded = conn.execute(sa.select(runs.c.id).limit(1)).first() is not None
+    recorded = run_rows.any_recorded(conn)
     return tuple(beats), recorded
 
 
-def _row(m: sa.RowMapping | None) -> RunRow | None:
+def _row(m: RowMapping | None) -> RunRow | None:
     if m is None:
         return None
     return RunRow(

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from iipub.observe import wakeup
+from iipub.settings import environment
 from iipub.store import wakeup_sql
 
 _GLOBAL_OPTIONS = ("--env-file", "--log-level", "--log-format")
@@ -57,10 +58,11 @@ def _run(argv: list[str], started: float) -> int | None:
     if "--env-file" in options or os.environ.get("IIPUB_ENV_FILE"):
         from iipub.settings import envfile
 
-        envfile.load(options.get("--env-file") or os.environ["IIPUB_ENV_FILE"])
+        given = options.get("--env-file")
+        envfile.load(given or os.environ["IIPUB_ENV_FILE"], named_by="--env-file" if given else "IIPUB_ENV_FILE")
     if os.environ.get(OFF_SWITCH, "").lower() in ("off", "0", "false", "no"):
         return None
-    if command == "reconcile" and not os.environ.get("OPENAI_API_KEY"):
+    if command == "reconcile" and not os.environ.get(environment.API_KEY):
         return None  # the full run refuses it in one line
     level = (options.get("--log-level") or os.environ.get("IIPUB_LOG_LEVEL") or "info").lower()
     fmt = (options.get("--log-format") or os.environ.get("IIPUB_LOG_FORMAT") or "").lower() or None

@@ -3,7 +3,7 @@
 `check(engine, ...)` only reads (the jobs, the journal, editions, outbox, deliveries, and
 optionally the simulator's request counts, the static site and a webhook receiver's log)
 and returns a list of `Violation`s; an empty list means every invariant held. It is what
-the chaos runner (`bench/chaos.py`) asserts at the end of a run, and what `iipub check`
+the chaos runner (`bench/chaos/chaos.py`) asserts at the end of a run, and what `iipub check`
 prints. Each `kind` below names one invariant:
 
 Journal
@@ -89,20 +89,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from iipub.core.errors import SchemaNotReady
 from iipub.core.timefmt import naive_utc
 from iipub.edition.compose import artifact_from_json
 from iipub.model import states
 from iipub.model.jobs import STRANDED_AFTER_SECONDS, is_stranded
-from iipub.model.states import ADOPTION_REASONS, AMBIGUOUS_CREATE, Reason, State, is_operator_reason
+from iipub.model.states import (
+    ADOPTION_REASONS,
+    AMBIGUOUS_CREATE,
+    EditionStatus,
+    EventType,
+    Reason,
+    State,
+    is_operator_reason,
+)
 from iipub.money.spend import SlotSpend, slot_of
 from iipub.settings.config import Settings
-from iipub.store import clock, installation, tables
-
-jobs_table, events_table, editions_table = tables.jobs, tables.job_events, tables.editions
-outbox_table, deliveries_table = tables.outbox, tables.outbox_deliveries
+from iipub.store import clock, installation, invariant_queries
+from iipub.store.handles import Engine
 
 # A dispatch that ended in one of AMBIGUOUS_CREATE may or may not have reached the provider;
 # these certainly created nothing, but the journal cannot tell from the outcome alone.
@@ -150,7 +154,7 @@ class _Found:
 
 
 def check(
-    engine: sa.Engine,
+    engine: Engine,
     *,
     settings: Settings | None = None,
     sim_stats: Mapping[str, Any] | None = None,
@@ -176,28 +180,18 @@ def check(
     found = _Found()
     with engine.connect() as conn:
         now = naive_utc(clock.read_now(conn))
-        jobs = {r["id"]: dict(r) for r in conn.execute(sa.select(
-            *[c for c in jobs_table.columns if c.name not in ("payload", "composed")],
-            jobs_table.c.payload.is_not(None).label("has_payload"),
-        )).mappings()}
+        jobs = invariant_queries.jobs(conn)
         events: dict[str, list[_Ev]] = defaultdict(list)
         track_events: dict[tuple[str, str], list[_Ev]] = defaultdict(list)
-        for r in conn.execute(sa.select(events_table).order_by(events_table.c.job_id, events_table.c.id)):
+        for r in invariant_queries.journal(conn):
             ev = _Ev(r.id, r.job_id, r.from_state, r.to_state, r.version, r.reason, _detail(r.detail), naive_utc(r.at))
             (events[r.job_id] if r.lang is None else track_events[(r.job_id, r.lang)]).append(ev)
-        track_rows = {(r["job_id"], r["lang"]): dict(r) for r in conn.execute(sa.select(
-            *[c for c in tables.tracks.columns if c.name not in ("payload", "composed")],
-            tables.tracks.c.payload.is_not(None).label("has_payload"))).mappings()}
-        editions = [dict(r) for r in conn.execute(sa.select(
-            editions_table.c.id, editions_table.c.job_id, editions_table.c.product, editions_table.c.edition_date,
-            editions_table.c.lang, editions_table.c.sha256)).mappings()]
-        outbox = [dict(r) for r in conn.execute(sa.select(
-            outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.edition_id,
-            outbox_table.c.published_at, outbox_table.c.lease_owner, outbox_table.c.lease_expiry)).mappings()]
-        deliveries = [dict(r) for r in conn.execute(sa.select(deliveries_table)).mappings()]
+        track_rows = invariant_queries.tracks(conn)
+        editions = invariant_queries.editions(conn)
+        outbox = invariant_queries.outbox(conn)
+        deliveries = invariant_queries.deliveries(conn)
         deletes = installation.deletes(conn)
-        fates = {r.response_id: r.fate for r in conn.execute(
-            sa.select(tables.orphan_details.c.response_id, tables.orphan_details.c.fate))}
+        fates = invariant_queries.orphan_fates(conn)
         try:
             ours: str | None = installation.read(conn)
         except SchemaNotReady:
@@ -279,6 +273,8 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
         if ev.from_state is None:
             continue
         edge = states.edge(ev.from_state, ev.to_state) if _is_state(ev.from_state) and _is_state(ev.to_state) else None
+        if ev.reason in states.EDITION_ACTIONS and ev.from_state == ev.to_state:
+            continue  # a withdrawal or correction of its editions: journaled on the slot, which stays put
         if edge is None:
             found.add("journal_edge", jid, f"event {ev.id}: {ev.from_state} -> {ev.to_state} is not in the state table")
         elif edge.operator and not is_operator_reason(ev.reason):
@@ -422,9 +418,10 @@ def _publication(
             found.add("stale_lease", o["job_id"], f"outbox event {o['event_id']} leased by {o['lease_owner']} "
                                                   "past its expiry")
     for e in editions:
-        n = len(ob_by_edition.get(e["id"], ()))
+        # One publication each; corrections and withdrawals add their own events (`edition_changes`).
+        n = sum(o.get("event_type", EventType.PUBLISHED) == EventType.PUBLISHED for o in ob_by_edition.get(e["id"], ()))
         if n != 1:
-            found.add("outbox_orphan", e["job_id"], f"edition {e['lang']} has {n} outbox events, not 1")
+            found.add("outbox_orphan", e["job_id"], f"edition {e['lang']} has {n} publication events, not 1")
     by_event: dict[str, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     known_events = {o["event_id"] for o in outbox}
     for d in deliveries:
@@ -465,8 +462,8 @@ def _publication(
             found.add("edition_orphan", jid, f"edition {lang} not listed by the job's save")
 
     for o in outbox:
-        if o["published_at"] is None:
-            continue
+        if o["published_at"] is None or o.get("superseded_by"):
+            continue  # a superseded event was replaced by a later revision before every sink had it
         ed = ed_by_id.get(o["edition_id"])
         got = by_event.get(o["event_id"], {})
         for sink in sinks:
@@ -560,6 +557,13 @@ def _static_problem(root: Path, ed: Mapping[str, Any]) -> str | None:
     for suffix in ("json", "html"):
         if not (base / f"{ed['lang']}.{suffix}").is_file():
             return f"missing {base / (ed['lang'] + '.' + suffix)}"
+    if ed.get("status") == EditionStatus.WITHDRAWN:
+        try:
+            doc = json.loads((base / f"{ed['lang']}.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"unreadable {base / (ed['lang'] + '.json')}: {exc}"
+        if isinstance(doc, dict) and doc.get("withdrawn") is True and doc.get("sha256") == ed["sha256"]:
+            return None  # withdrawn on the site (or, below, not yet: its withdrawal is on its way)
     try:
         art = artifact_from_json((base / f"{ed['lang']}.json").read_bytes())
     except (OSError, ValueError) as exc:
@@ -668,7 +672,7 @@ def _is_state(name: str) -> bool:
     return name in State.__members__
 
 
-def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: int = 0, *,
+def check_ledger(engine: Engine, spend: Mapping[str, SlotSpend], unreadable: int = 0, *,
                  missing: str | None = None) -> list[Violation]:
     """The database against the spend ledger: every slot the ledger charged must be a job of this
     database that knows of at least as many paid creates, and a job still waiting for output
@@ -681,12 +685,9 @@ def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: 
     if unreadable:
         found.add("ledger_unreadable", None, f"{unreadable} ledger line(s) could not be read (a torn line is "
                                              "skipped; the lines after it count)")
-    with engine.connect() as conn:
-        q = sa.select(jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date,
-                      jobs_table.c.generation_attempts, jobs_table.c.state)
-        rows = {slot_of(r.product, r.edition_date.isoformat()): r for r in conn.execute(q)}
+    rows = {slot_of(r.product, r.edition_date.isoformat()): r for r in invariant_queries.slot_attempts(engine)}
     if missing is not None:
-        if creates_recorded(engine):
+        if invariant_queries.creates_recorded(engine):
             found.add("ledger_missing", None, f"{missing}; this database recorded paid creates, so a restore "
                                               "would pay for them again")
         return found.items
@@ -712,15 +713,6 @@ def check_ledger(engine: sa.Engine, spend: Mapping[str, SlotSpend], unreadable: 
 @dataclass(frozen=True)
 class _JobRef:
     id: str
-
-
-def creates_recorded(engine: sa.Engine) -> bool:
-    """Whether this database ever charged a paid create (a job with attempts, or a dispatch journaled)."""
-    with engine.connect() as conn:
-        if conn.execute(sa.select(jobs_table.c.id).where(jobs_table.c.generation_attempts > 0).limit(1)).first():
-            return True
-        return conn.execute(sa.select(events_table.c.id).where(events_table.c.reason == Reason.DISPATCH.value)
-                            .limit(1)).first() is not None
 
 
 def summarize(violations: Iterable[Violation]) -> dict[str, int]:

@@ -3,7 +3,7 @@ metrics (`prometheus_client`'s text format), written atomically (a temp file in 
 directory, fsync, rename), so the collector never reads half a file.
 
 Every metric is a gauge named `iipub_…`, built on a fresh registry per report (nothing of the
-process's own default registry leaks in). Figures come from `iipub.observe.report.Status`, the same
+process's own default registry leaks in). Figures come from `iipub.observe.status_report.Status`, the same
 ones `status --json` shows; a figure with no sample (an SLI with no interval in the window, a
 command that never ran) is NaN.
 """
@@ -25,8 +25,9 @@ from iipub.model import deliveries
 from iipub.model.states import QUARANTINE_REASONS, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason as _parked_reason
+from iipub.money.breaker import BreakerReason
 from iipub.money.budgets import GLOBAL, TIERS
-from iipub.observe.report import Status
+from iipub.observe.status_report import Status
 from iipub.settings.config import Product
 
 NAN = math.nan
@@ -64,6 +65,8 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     within = gauge("sli_within_slo_ratio", "Share of the SLI's samples in the window within its SLO (NaN: none).",
                    ("sli",))
     p99 = gauge("sli_p99_seconds", "99th percentile of the SLI's durations in the window (NaN: none).", ("sli",))
+    p50 = gauge("sli_p50_seconds", "Median of the SLI's durations in the window (NaN: none).", ("sli",))
+    p95 = gauge("sli_p95_seconds", "95th percentile of the SLI's durations in the window (NaN: none).", ("sli",))
     samples = gauge("sli_samples", "Samples of the SLI in the window (breaches without a duration included).",
                     ("sli",))
     slo = gauge("sli_slo_seconds", "The SLI's objective: a sample within this is good.", ("sli",))
@@ -72,6 +75,9 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
         share, p = sli.share, sli.percentile(99)
         within.labels(sli=sli.name).set(NAN if share is None else share)
         p99.labels(sli=sli.name).set(NAN if p is None else p)
+        for gauge_p, rank in ((p50, 50), (p95, 95)):
+            value = sli.percentile(rank)
+            gauge_p.labels(sli=sli.name).set(NAN if value is None else value)
         samples.labels(sli=sli.name).set(sli.count)
         slo.labels(sli=sli.name).set(sli.slo_seconds)
         target.labels(sli=sli.name).set(sli.target)
@@ -81,6 +87,7 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
         len(report.stranded))
     gauge("late_editions", "Editions unpublished past late_after_minutes after their slot opened.").set(
         len(report.late))
+    _thresholds(report, gauge)
     gauge("parked_jobs", "Jobs parked for an operator outside quarantine (a validation failure, a suspension).").set(
         len(report.parked))
     gauge("immovable", "Slots and language tracks with no path forward (nothing due, leased, final or parked with "
@@ -117,6 +124,7 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     gauge("create_breaker_open", "1 while the shared create circuit breaker is open.").set(
         int(bool(g and g.is_open)))
     gauge("creates_paused", "1 while an operator has paused new paid creates.").set(int(bool(g and g.paused)))
+    _breaker(report, gauge)
     gauge("everything_paused", "1 while `pause --everything` holds every automated command.").set(
         int(bool(g and g.paused_everything)))
     c = report.cutover
@@ -150,6 +158,11 @@ def registry_for(report: Status, products: Products = ()) -> CollectorRegistry:
     if beats is not None:
         gauge("heartbeat_after_seconds", "Without an OK run this long, `status --check` is CRITICAL (0: off).").set(
             beats.after_seconds)
+        gauge("heartbeat_awaiting_first_run", "1 while the heartbeat check is on, no run was ever recorded and no "
+              "job exists yet (a WARNING: is cron installed?).").set(
+            int(beats.after_seconds > 0 and not beats.recorded and not beats.any_jobs))
+        gauge("provider_unreachable_after_ticks", "[status] unreachable_after_ticks: this many unreachable reconcile "
+              "runs in a row make a WARNING (0: off).").set(beats.unreachable_after)
         for b in beats.commands:
             a = beats.age_seconds(b)
             age.labels(command=b.command).set(NAN if a is None else a)
@@ -275,6 +288,13 @@ def _budgets(report: Status, gauge: Callable[..., Gauge]) -> None:
         bad.labels(slo=b.name).set(b.bad)
         for window, rate in b.burn:
             burn.labels(slo=b.name, window=window).set(rate)
+    window_bad = gauge("error_budget_window_bad_events", "SLO samples that missed it within each burn-rate window.",
+                       ("slo", "window"))
+    for b in report.budgets:
+        for window, n in b.bad_by_window:
+            window_bad.labels(slo=b.name, window=window).set(n)
+    gauge("error_budget_page_min_bad_events", "[status] burn_page_min_bad_events: a fast burn pages (CRITICAL) once "
+          "this many bad samples fell within its hour.").set(report.settings.burn_page_min_bad_events)
     gauge("change_freeze", "1 while an SLO's error budget is spent (changes frozen).").set(int(bool(report.freeze())))
 
 
@@ -284,16 +304,71 @@ def _host(report: Status, gauge: Callable[..., Gauge]) -> None:
     free = gauge("disk_free_bytes", "Bytes free (to an unprivileged writer) on a filesystem iipub writes to.", labels)
     size = gauge("disk_size_bytes", "Size of that filesystem.", labels)
     ratio = gauge("disk_free_ratio", "Share free (space or inodes, the lower).", labels)
+    full = gauge("disk_full_seconds", "At the rate it filled over the last day, seconds until the CRITICAL floor "
+                 "(NaN: not filling, or unknown).", labels)
+    unmeasured = gauge("disk_unmeasured", "1 when the filesystem could not be measured (a WARNING).", labels)
+    s = report.settings
     for d in report.disks:
+        key = {"roles": ",".join(d.roles), "path": d.path}
+        unmeasured.labels(**key).set(int(d.error is not None))
         if d.error is not None:
             continue
-        key = {"roles": ",".join(d.roles), "path": d.path}
         free.labels(**key).set(d.free_bytes)
         size.labels(**key).set(d.size_bytes)
         ratio.labels(**key).set(d.free_share)
+        hours = d.hours_to_full(s)
+        full.labels(**key).set(NAN if hours is None else hours * 3600)
+    gauge("disk_warn_free_ratio", "[status] disk_warn_free_percent as a share: less free is a WARNING.").set(
+        s.disk_warn_free_percent / 100)
+    gauge("disk_critical_free_ratio", "[status] disk_crit_free_percent as a share: less free is CRITICAL.").set(
+        s.disk_crit_free_percent / 100)
+    gauge("disk_critical_free_bytes", "[status] disk_crit_free_bytes: fewer bytes free is CRITICAL.").set(
+        s.disk_crit_free_bytes)
+    gauge("disk_full_warn_seconds", "[status] disk_full_warn_hours in seconds: full sooner is a WARNING.").set(
+        s.disk_full_warn_hours * 3600)
+    gauge("disk_full_critical_seconds", "[status] disk_full_crit_hours in seconds: full sooner is CRITICAL.").set(
+        s.disk_full_crit_hours * 3600)
     if report.clock_check is not None:
         gauge("clock_offset_seconds", "The database's clock minus this host's (positive: the host is behind).").set(
             report.clock_check.offset_seconds)
+        gauge("clock_uncertainty_seconds", "Half the round trip of the query that read the database's clock.").set(
+            report.clock_check.uncertainty_seconds)
+    gauge("clock_warn_seconds", "[status] clock_warn_seconds: the clocks further apart (beyond the uncertainty) "
+          "is a WARNING.").set(s.clock_warn_seconds)
+
+
+def _thresholds(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """The limits `status --check` holds late editions and the outbox to, and the oldest late edition."""
+    s = report.settings
+    gauge("oldest_late_edition_age_seconds", "Seconds since its slot opened of the oldest late edition (0: none).").set(
+        report.late[0].age_seconds if report.late else 0.0)
+    gauge("late_after_seconds", "[status] late_after_minutes in seconds: an edition unpublished this long after its "
+          "slot opened is late (a WARNING).").set(s.late_after_minutes * 60)
+    gauge("stranded_after_seconds", "[status] stranded_after_seconds: a slot stranded (or an edition late) this long "
+          "is CRITICAL.").set(s.stranded_after_seconds)
+    gauge("outbox_lag_warn_seconds", "[status] outbox_lag_warn_seconds.").set(s.outbox_lag_warn_seconds)
+    gauge("outbox_lag_critical_seconds", "[status] outbox_lag_crit_seconds.").set(s.outbox_lag_crit_seconds)
+
+
+def _breaker(report: Status, gauge: Callable[..., Gauge]) -> None:
+    """How long the create breaker has been open and why, its CRITICAL limit, the cool-downs."""
+    g = report.gate
+    is_open = bool(g and g.is_open)
+    opened = g.opened_at if g is not None and is_open else None
+    gauge("create_breaker_open_seconds", "How long the create breaker has been open (0: closed).").set(
+        max(0.0, (report.generated_at - opened).total_seconds()) if opened is not None else 0.0)
+    gauge("create_breaker_critical_after_seconds", "[status] breaker_crit_after_seconds: open this long is "
+          "CRITICAL.").set(report.settings.breaker_crit_after_seconds)
+    why = gauge("create_breaker_reason", "1 for the reason the create breaker is open (all 0 when closed).",
+                ("reason",))
+    for reason in BreakerReason:
+        why.labels(reason=reason.value).set(int(is_open and g is not None and g.breaker_reason == reason.value))
+    cool = g.cooldown_until if g is not None else None
+    gauge("create_cooldown_seconds", "Seconds until the rate-limit cool-down of creates ends (0: none).").set(
+        max(0.0, (cool - report.generated_at).total_seconds()) if cool is not None else 0.0)
+    read = report.read_cooldown_until
+    gauge("read_cooldown_seconds", "Seconds until the cool-down of provider reads ends (0: none).").set(
+        max(0.0, (read - report.generated_at).total_seconds()) if read is not None else 0.0)
 
 
 def render(report: Status, products: Products = ()) -> bytes:

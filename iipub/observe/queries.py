@@ -11,11 +11,8 @@ import dataclasses
 import datetime as dt
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.errors import IipubError, SchemaNotReady
 from iipub.core.timefmt import as_date, naive_utc, seconds_between
@@ -24,24 +21,22 @@ from iipub.model.jobs import slot_opened
 from iipub.model.states import (
     AWAITING_DISPATCH,
     CUSTODY_PENDING,
-    DONE,
     PARKED_OUTSIDE_QUARANTINE,
-    POLL_REASONS,
     SHADOW_HELD,
-    TRACKS_RUN_IN,
+    EditionStatus,
     Reason,
     State,
 )
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.money import gate, holds
 from iipub.money.payments import report as paid_report
-from iipub.observe import cutover, disk_samples, error_budget, heartbeat, report
-from iipub.provider.outcomes import same_scope, scope_of
+from iipub.observe import cutover, error_budget, heartbeat
+from iipub.observe import status_report as report
+from iipub.provider import factory
 from iipub.settings.config import Settings, StatusSettings
-from iipub.store import clock, db, deliveries, installation, outbox, tables
-
-jobs_table = tables.jobs
-events_table = tables.job_events
+from iipub.store import clock, db, deliveries, edition_changes, gate_rows, installation, outbox, status_queries
+from iipub.store import disk_samples as disk_rows
+from iipub.store.handles import Connection, Engine, OperationalError, ProgrammingError
 
 
 def collect(engine: Engine, settings: Settings) -> report.Status:
@@ -51,26 +46,18 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         now = clock.read_now(conn)
         cutoff = clock.now(conn, -s.window_hours * 3600)
         counts = _counts(conn)
-        live = _live_jobs(conn)
+        live = status_queries.live_jobs(conn)
         dispatch = _dispatch(conn, cutoff, now, live, s)
         dwell = _dwell(conn, cutoff, now, live, s)
         overdue = _overdue_polls(conn, cutoff, now, live, s)
-        duplicates = _duplicates(conn)
-        unpublished, oldest = conn.execute(
-            sa.select(sa.func.count(), sa.func.min(tables.outbox.c.created_at))
-            .where(tables.outbox.c.published_at.is_(None))
-        ).one()
-        expired_in_window = int(conn.execute(
-            sa.select(sa.func.count()).where(
-                events_table.c.to_state == State.PROVIDER_EXPIRED_OR_MISSING.value, events_table.c.at >= cutoff)
-        ).scalar_one())
+        duplicates = status_queries.duplicate_editions(conn)
+        taken_back = edition_changes.status_counts(conn)
+        unpublished, oldest = status_queries.unpublished_outbox(conn)
+        expired_in_window = status_queries.entered_since(conn, State.PROVIDER_EXPIRED_OR_MISSING, cutoff)
         spend = _spend(conn, now.date() - dt.timedelta(days=max(s.spend_days, 1) - 1))
         gate_state = gate.read(conn)
-        read_cooldown = gate.read_cool_down(conn)
-        unexpected = int(conn.execute(
-            sa.select(sa.func.count()).where(
-                events_table.c.reason == Reason.PROVIDER_UNEXPECTED_STATUS.value, events_table.c.at >= cutoff)
-        ).scalar_one())
+        read_cooldown = gate_rows.read_cool_down(conn)
+        unexpected = status_queries.journaled_since(conn, Reason.PROVIDER_UNEXPECTED_STATUS.value, cutoff)
         try:
             installation_id: str | None = installation.read(conn)
         except SchemaNotReady:
@@ -81,7 +68,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
                                   unreachable_after=s.unreachable_after_ticks)
         try:
             paid = paid_report(conn, now, settings.pricing, settings.budgets, settings.products)
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+        except (OperationalError, ProgrammingError) as exc:
             if db.is_missing_table(exc):
                 raise SchemaNotReady("the spend table is missing (migration 0008): run `iipub db migrate`") from None
             raise
@@ -93,12 +80,12 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         # Holds still in force: a product since removed or reconfigured is lifted at its next create.
         product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
                               and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
-        current_scope = scope_of(settings.provider.organization, settings.provider.project, settings.api_key)
-        elsewhere = _waiting_on_scope(conn, live, current_scope)
+        current_scope = factory.scope(settings)
+        elsewhere = _waiting_on_scope(conn, live, lambda created_under: factory.reaches(settings, created_under))
         immovable = _immovable_slots(conn, now)
         budgets = error_budgets(conn, now, live, s)
         clock_check = host_clock(conn)
-        first_samples = disk_samples.oldest_since(conn, now - dt.timedelta(days=1))
+        first_samples = disk_rows.oldest_since(conn, now - dt.timedelta(days=1))
     attention = [j for j in live if j["state"] not in held]
     # A separate connection: on SQLite each one holds the write lock while open.
     problems = outbox.parked_or_failing(engine, settings.relay.alert_after_seconds)
@@ -111,6 +98,8 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dwell=dwell,
         overdue_polls=overdue,
         duplicate_publications=duplicates,
+        editions_withdrawn=taken_back[EditionStatus.WITHDRAWN.value],
+        editions_corrected=taken_back[EditionStatus.CORRECTED.value],
         # A slot waiting on a parked track is reported by that track (a WARNING), not stranded.
         stranded=report.stranded_jobs([j for j in attention if j["id"] not in track_figures.parked_job_ids], now,
                                       s.stranded_after_seconds),
@@ -161,13 +150,7 @@ def _immovable_slots(conn: Connection, now: dt.datetime) -> tuple[report.JobRef,
     """Forked slots whose tracks let them move neither on nor into parking: a track that ended
     (DELETED) while the slot was not killed holds a slot in READY_TO_COMPOSE / COMPOSED_NOT_SAVED
     for ever (`states.track_blocks`)."""
-    t, j = tables.tracks.c, jobs_table.c
-    rows = conn.execute(
-        sa.select(j.id, j.product, j.edition_date, j.state, j.state_entered_at, t.lang)
-        .join(tables.tracks, t.job_id == j.id)
-        .where(j.state.in_([st.value for st in TRACKS_RUN_IN]), j.kill_requested == sa.false(),
-               t.state == State.DELETED.value)
-        .order_by(j.state_entered_at, j.id, t.lang)).mappings().all()
+    rows = status_queries.ended_tracks_of_moving_slots(conn)
     seen: dict[str, report.JobRef] = {}
     for r in rows:
         if r["id"] not in seen:
@@ -180,20 +163,10 @@ def _immovable_slots(conn: Connection, now: dt.datetime) -> tuple[report.JobRef,
 def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, held: set[str]) -> TrackFigures:
     """The language tracks' figures: counts grouped in the database, then every track not done
     yet with its job's liveness columns, and the duplicate publications per language."""
-    t, j, ed = tables.tracks.c, jobs_table.c, tables.editions.c
-    counts = conn.execute(sa.select(t.product, t.lang, t.state, sa.func.count()).group_by(t.product, t.lang, t.state))
-    done = sorted(s.value for s in DONE)
-    unfinished = conn.execute(
-        sa.select(t.job_id, t.product, t.edition_date, t.lang, t.state, t.quarantine_reason, t.last_error,
-                  t.state_entered_at, j.state.label("job_state"), j.opens_at, j.created_at.label("job_created_at"),
-                  j.kill_requested)
-        .join(jobs_table, j.id == t.job_id).where(t.state.not_in(done))
-    ).mappings().all()
-    groups = (sa.select(ed.lang, sa.func.count().label("n")).group_by(ed.product, ed.edition_date, ed.lang)
-              .having(sa.func.count() > 1).subquery())
-    duplicates = {lang: int(n) for lang, n in conn.execute(
-        sa.select(groups.c.lang, sa.func.sum(groups.c.n - 1)).group_by(groups.c.lang))}
-    return track_views.figures(counts.all(), unfinished, now, stranded_after_seconds, duplicates, held)
+    counts = status_queries.track_counts(conn)
+    unfinished = status_queries.unfinished_tracks(conn)
+    duplicates = status_queries.duplicate_editions_by_lang(conn)
+    return track_views.figures(counts, unfinished, now, stranded_after_seconds, duplicates, held)
 
 
 def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
@@ -215,8 +188,7 @@ def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
             return found.line()
     if path is None or (path.is_file() and os.access(path, os.R_OK)):
         return None
-    paid = conn.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.generation_attempts > 0).limit(1)).first()
-    if paid is None:
+    if not status_queries.any_paid(conn):
         return None
     why = "is unreadable" if path.exists() else "does not exist"
     return f"spend ledger {path} {why} but paid creates are recorded (a restore would pay again)"
@@ -224,43 +196,30 @@ def _ledger_problem(conn: Connection, settings: Settings) -> str | None:
 
 def _counts(conn: Connection) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    rows = conn.execute(sa.select(jobs_table.c.product, jobs_table.c.state, sa.func.count())
-                        .group_by(jobs_table.c.product, jobs_table.c.state))
-    for product, state, n in rows:
+    for product, state, n in status_queries.counts_by_state(conn):
         out.setdefault(product, {})[state] = int(n)
     return out
 
 
-def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]], current: str) -> list[Mapping[str, Any]]:
+def _waiting_on_scope(conn: Connection, live: Sequence[Mapping[str, Any]],
+                      reaches: Callable[[str], bool]) -> list[Mapping[str, Any]]:
     """Jobs in flight created under another scope than reads use now whose last read was a 404
     there (`scope_mismatch`): naming the project explicitly for a key's own project is no alarm."""
     candidates = [j for j in live if j["state"] in CUSTODY_PENDING and j["create_scope"]
-                  and not same_scope(j["create_scope"], current)]
+                  and not reaches(j["create_scope"])]
     waiting = []
     for j in candidates:  # a rotation with jobs in flight: a handful, each one indexed read
-        last = conn.execute(sa.select(events_table.c.reason).where(events_table.c.job_id == j["id"])
-                            .order_by(events_table.c.id.desc()).limit(1)).scalar()
+        last = status_queries.last_reason(conn, j["id"])
         if last == Reason.SCOPE_MISMATCH.value:
             waiting.append(j)
     return waiting
-
-
-def _live_jobs(conn: Connection) -> list[dict[str, Any]]:
-    """Every job not yet DELETED (the published-and-cleaned rows need no attention)."""
-    cols = [jobs_table.c.id, jobs_table.c.product, jobs_table.c.edition_date, jobs_table.c.state,
-            jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
-            jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
-            jobs_table.c.kill_requested, jobs_table.c.last_error, jobs_table.c.create_scope]
-    q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
-    return [dict(r) for r in conn.execute(q).mappings()]
 
 
 def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
               s: StatusSettings) -> report.Sli:
     """Slot open -> the job's first CREATE_IN_FLIGHT, for first dispatches in the window.
     Backfills are left out: admission control holds them back by design."""
-    cif = State.CREATE_IN_FLIGHT.value
-    rows = _first_dispatches(conn, cutoff)
+    rows = status_queries.first_dispatches(conn, cutoff)
     # A min() that predates the window means this was a re-dispatch; only firsts count.
     cut = now - dt.timedelta(hours=s.window_hours)
     durations = [max(0.0, seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)))
@@ -272,56 +231,17 @@ def _dispatch(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Ma
     }
     waiting = {k: v for k, v in waiting.items() if v >= s.dispatch_slo_seconds}
     if waiting:
-        dispatched = set(conn.execute(
-            sa.select(events_table.c.job_id)
-            .where(events_table.c.to_state == cif, events_table.c.job_id.in_(list(waiting))).distinct()
-        ).scalars())
+        dispatched = status_queries.dispatched(conn, waiting)
         waiting = {k: v for k, v in waiting.items() if k not in dispatched}
     return report.Sli("time_to_dispatch", s.dispatch_slo_seconds, s.dispatch_slo_target,
                tuple(durations) + tuple(waiting.values()), open=len(waiting))
-
-
-@dataclasses.dataclass(frozen=True)
-class _FirstDispatch:
-    opens_at: Any
-    created_at: Any
-    first_at: Any
-
-
-def _first_dispatches(conn: Connection, since: Any) -> list[_FirstDispatch]:
-    """Each job (backfills aside) dispatched since `since`, with its first dispatch ever (an
-    earlier one makes this a re-dispatch): the window's journal by the `at` index, then those
-    jobs' own entries by the job index, never every dispatch of the history."""
-    cif = State.CREATE_IN_FLIGHT.value
-    e, j = events_table.c, jobs_table.c
-    recent = list(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.at >= since).distinct()).scalars())
-    if not recent:
-        return []
-    first = dict(conn.execute(sa.select(e.job_id, sa.func.min(e.at))
-                              .where(e.job_id.in_(recent), e.to_state == cif).group_by(e.job_id)).all())
-    jobs = conn.execute(sa.select(j.id, j.opens_at, j.created_at)
-                        .where(j.id.in_(recent), j.is_backfill == sa.false())).all()
-    return [_FirstDispatch(r.opens_at, r.created_at, first[r.id]) for r in jobs if r.id in first]
-
-
-def _dwell_events(conn: Connection, since: Any) -> list[tuple[str, str | None, str, dt.datetime, str | None]]:
-    """The journal entries the dwell SLI and its error budget read: into and out of
-    COMPLETED_NOT_RETRIEVED, and out of CREATE_IN_FLIGHT, since `since`, per job in order."""
-    cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
-    e = events_table.c
-    rows = conn.execute(
-        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
-        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
-        .order_by(e.job_id, e.id)
-    ).all()
-    return [(r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows]
 
 
 def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
            s: StatusSettings) -> report.Sli:
     """From the provider's completion (or the entry into COMPLETED_NOT_RETRIEVED) to custody."""
     cnr = State.COMPLETED_NOT_RETRIEVED.value
-    durations, failed = report.dwell_samples(_dwell_events(conn, cutoff))
+    durations, failed = report.dwell_samples(status_queries.dwell_events(conn, cutoff))
     waiting = [seconds_between(now, j["state_entered_at"]) for j in live if j["state"] == cnr]
     waiting = [w for w in waiting if w >= s.dwell_slo_seconds]
     return report.Sli("unretrieved_dwell", s.dwell_slo_seconds, s.dwell_slo_target,
@@ -331,10 +251,7 @@ def _dwell(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mappi
 def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
                    s: StatusSettings) -> report.Sli:
     """How late each provider observation ran: its `at` minus the `due_at` it was waiting for."""
-    rows = conn.execute(
-        sa.select(events_table.c.at, events_table.c.detail)
-        .where(events_table.c.at >= cutoff, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
-    ).all()
+    rows = status_queries.poll_entries(conn, cutoff)
     durations = [d for d in (report.poll_lateness(naive_utc(r.at), r.detail) for r in rows) if d is not None]
     watched = {st.value for st in CUSTODY_PENDING}
     late = [
@@ -346,27 +263,9 @@ def _overdue_polls(conn: Connection, cutoff: Any, now: dt.datetime, live: Sequen
                tuple(durations) + tuple(late), open=len(late))
 
 
-def _duplicates(conn: Connection) -> int:
-    ed = tables.editions
-    groups = (
-        sa.select(sa.func.count().label("n"))
-        .select_from(ed)
-        .group_by(ed.c.product, ed.c.edition_date, ed.c.lang)
-        .having(sa.func.count() > 1)
-        .subquery()
-    )
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(groups.c.n - 1), 0))).scalar_one())
-
-
 def _spend(conn: Connection, since: dt.date) -> tuple[report.Spend, ...]:
-    q = (
-        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens),
-                  sa.func.sum(jobs_table.c.output_tokens), sa.func.sum(jobs_table.c.total_tokens))
-        .where(jobs_table.c.edition_date >= since)
-        .group_by(jobs_table.c.product, jobs_table.c.edition_date)
-        .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
-    )
-    return tuple(report.Spend(p, d, int(i or 0), int(o or 0), int(t or 0)) for p, d, i, o, t in conn.execute(q))
+    return tuple(report.Spend(p, d, int(i or 0), int(o or 0), int(t or 0))
+                 for p, d, i, o, t in status_queries.tokens_by_slot(conn, since))
 
 
 # -- error budgets ----------------------------------------------------------------------
@@ -378,7 +277,7 @@ def error_budgets(conn: Connection, now: dt.datetime, live: Sequence[Mapping[str
     the SLI window at most: a sample per poll, too many to read a month of every minute), from
     the journal: each sample's time and whether it met its SLO."""
     if live is None:
-        live = _live_jobs(conn)
+        live = status_queries.live_jobs(conn)
     window = s.error_budget_days * 86400
     since = clock.now(conn, -window)
     poll_window = min(window, s.window_hours * 3600)
@@ -401,10 +300,7 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
                       s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
     """(first CREATE_IN_FLIGHT, within the SLO) per first dispatch since `since`; a slot still
     waiting past the SLO is a bad sample now (backfills left out, as in the SLI)."""
-    cif = State.CREATE_IN_FLIGHT.value
-    e = events_table.c
-    start = naive_utc(conn.execute(sa.select(since)).scalar_one())
-    rows = [r for r in _first_dispatches(conn, since) if naive_utc(r.first_at) >= start]
+    rows = status_queries.first_dispatches_since(conn, since)
     samples = [(naive_utc(r.first_at),
                 seconds_between(naive_utc(r.first_at), slot_opened(r.opens_at, r.created_at)) < s.dispatch_slo_seconds)
                for r in rows]
@@ -412,8 +308,7 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
                and not x["is_backfill"]
                and seconds_between(now, slot_opened(x["opens_at"], x["created_at"])) >= s.dispatch_slo_seconds]
     if waiting:
-        dispatched = set(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.job_id.in_(waiting))
-                                      .distinct()).scalars())
+        dispatched = status_queries.dispatched(conn, waiting)
         samples += [(now, False) for x in waiting if x not in dispatched]
     return samples
 
@@ -421,7 +316,7 @@ def _dispatch_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequ
 def _dwell_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
                    s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
     cnr = State.COMPLETED_NOT_RETRIEVED.value
-    timed, lost = report.timed_dwell_samples(_dwell_events(conn, since))
+    timed, lost = report.timed_dwell_samples(status_queries.dwell_events(conn, since))
     samples = [(at, d < s.dwell_slo_seconds) for at, d in timed] + [(at, False) for at in lost]
     samples += [(now, False) for x in live if x["state"] == cnr
                 and seconds_between(now, x["state_entered_at"]) >= s.dwell_slo_seconds]
@@ -430,10 +325,7 @@ def _dwell_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequenc
 
 def _poll_samples(conn: Connection, since: Any, now: dt.datetime, live: Sequence[Mapping[str, Any]],
                   s: StatusSettings) -> list[tuple[dt.datetime, bool]]:
-    rows = conn.execute(
-        sa.select(events_table.c.at, events_table.c.detail)
-        .where(events_table.c.at >= since, events_table.c.reason.in_(sorted(r.value for r in POLL_REASONS)))
-    ).all()
+    rows = status_queries.poll_entries(conn, since)
     samples = []
     for r in rows:
         late = report.poll_lateness(naive_utc(r.at), r.detail)
@@ -517,7 +409,7 @@ def _existing(path: str) -> str:
 def host_clock(conn: Connection) -> report.ClockCheck:
     """The database's clock (without the drill offset) against this host's, read around one query."""
     before = time.time()
-    value = conn.execute(sa.select(clock.now(conn, drill_offset=False))).scalar_one()
+    value = status_queries.database_clock(conn)
     after = time.time()
     db_now = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
     db_seconds = naive_utc(db_now).replace(tzinfo=dt.UTC).timestamp()

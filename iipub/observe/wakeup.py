@@ -28,6 +28,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from iipub import __version__
+from iipub.settings import environment
 
 COMMANDS = ("reconcile", "relay")
 
@@ -53,7 +54,8 @@ def digest(values: Sequence[object]) -> str:
 
 def identity(environ: Mapping[str, str], cwd: str, named: Iterable[str] = ()) -> str:
     """What the run's settings come from besides files: iipub's version, the working directory
-    (relative paths), every IIPUB_* / OPENAI_* variable, the TLS and proxy variables, and the
+    (relative paths), every variable the settings may come from (`environment.PREFIXES`), the TLS
+    and proxy variables, and the
     variables the settings name (`named`: a webhook sink's `secret_env`). Secrets count only as
     set, or set but unusable in a header: no hash of one is stored; a proxy's credentials likewise.
     The database URL is left out: another database has its own rows."""
@@ -67,7 +69,7 @@ def identity(environ: Mapping[str, str], cwd: str, named: Iterable[str] = ()) ->
             seen.append((name, _without_credentials(value)))
         elif name in extra:
             seen.append((name, _secret_mark(value) if value else value))
-        elif name.startswith(("IIPUB_", "OPENAI_")) and not name.startswith(_NOT_SETTINGS):
+        elif name.startswith(environment.PREFIXES) and not name.startswith(_NOT_SETTINGS):
             secret = any(mark in name for mark in _SECRET_MARKS)
             seen.append((name, _secret_mark(value) if secret and value else value))
     unset = sorted(extra - set(environ))  # a named variable unset is a state of its own
@@ -88,7 +90,7 @@ def place(environ: Mapping[str, str], cwd: str, host: str) -> str:
     """Which wake-up rows a run reads and writes: one per host, working directory and
     configuration file, so several hosts (or two configurations on one) running on one database
     each keep their own idle minutes; a change of anything else shows as a changed identity."""
-    text = json.dumps([host, cwd, environ.get("IIPUB_CONFIG", "")])
+    text = json.dumps([host, cwd, environ.get(environment.CONFIG, "")])
     return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()
 
 

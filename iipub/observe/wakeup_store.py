@@ -24,7 +24,7 @@ import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -32,9 +32,7 @@ from iipub.observe import wakeup
 from iipub.observe.idle_check import OFF_SWITCH, file_mark
 from iipub.settings.config import Settings
 from iipub.store import db, wakeups
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+from iipub.store.handles import Engine
 
 log = structlog.get_logger("iipub.wakeup")
 

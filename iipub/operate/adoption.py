@@ -19,19 +19,17 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Engine
 
 from iipub.core.errors import DatabaseUnavailable, LeaseLost
-from iipub.core.timefmt import naive_utc
 from iipub.model.jobs import Job
-from iipub.model.states import CUSTODY_PENDING, IN_FLIGHT, Reason, State
+from iipub.model.states import Reason, State
 from iipub.money import ledger, restore
 from iipub.operate import handover
 from iipub.operate.handover import Refusal, Row
 from iipub.settings.config import Settings
-from iipub.store import clock, tables
+from iipub.store import clock, job_queries
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.adoption")
@@ -162,26 +160,6 @@ def in_flight(engine: Engine) -> list[Row]:
     """Every job between CREATE_IN_FLIGHT and custody (suspended or quarantined ones included
     while their response may still finish), as hand-over rows, oldest edition first. A create in
     flight has no response id yet: its row says so (empty), and `adopt` refuses it."""
-    jobs = tables.jobs
-    pending = [s.value for s in CUSTODY_PENDING]
-    q = (sa.select(jobs).where(sa.or_(
-        jobs.c.state.in_([s.value for s in IN_FLIGHT]),
-        sa.and_(jobs.c.state == State.MANUALLY_SUSPENDED.value, jobs.c.suspended_from.in_(pending)),
-        sa.and_(jobs.c.state == State.QUARANTINED.value, jobs.c.response_id.is_not(None), jobs.c.payload.is_(None)),
-    )).order_by(jobs.c.edition_date, jobs.c.product))
-    with engine.connect() as conn:
-        found = [Job.from_row(r) for r in conn.execute(q).mappings()]
-        started = _started(conn, [j.id for j in found])
+    found, started = job_queries.in_flight(engine, _STARTED_REASONS)
     return [Row(0, j.product, j.edition_date, j.response_id or "", max(1, j.generation_attempts),
                 started.get(j.id), j.state.value) for j in found]
-
-
-def _started(conn: sa.Connection, job_ids: list[str]) -> dict[str, dt.datetime]:
-    """When each job's current response was started: its last dispatch or adoption."""
-    if not job_ids:
-        return {}
-    ev = tables.job_events
-    q = (sa.select(ev.c.job_id, sa.func.max(ev.c.at)).where(ev.c.job_id.in_(job_ids),
-                                                            ev.c.reason.in_(_STARTED_REASONS))
-         .group_by(ev.c.job_id))
-    return {job_id: naive_utc(at) for job_id, at in conn.execute(q)}

@@ -13,19 +13,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import sqlalchemy as sa
+from typing import Any
 
 from iipub.core.errors import ConfigError
 from iipub.machine import scheduling, sweep
 from iipub.model.jobs import new_worker_id
 from iipub.model.states import SETTLED, State
 from iipub.observe import heartbeat
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Product, Settings
-from iipub.settings.loading import settings_from_dict
-from iipub.store import clock, db, migrate, tables
+from iipub.store import clock, db, job_queries, migrate
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 
 DEFAULT_DIR = Path("iipub-demo")
@@ -109,7 +109,7 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
     except OSError as exc:
         raise ConfigError(f"cannot create the demo directory {directory}: {exc.strerror}") from None
     sim = Simulator(_SIMULATOR)
-    engine: sa.Engine | None = None
+    engine: Engine | None = None
     try:
         sim.start()
         settings = demo_settings(directory, sim.url)
@@ -156,21 +156,18 @@ def run(directory: Path, *, max_seconds: float = 45.0, pause_seconds: float = 0.
         sim.stop()
 
 
-def _jobs(engine: sa.Engine, day: dt.date) -> list[sa.Row[str, dt.date, str]]:
-    j = tables.jobs
+def _jobs(engine: Engine, day: dt.date) -> list[Any]:
     # Slots after the demo's day (a tick past midnight schedules them) are not waited for.
-    q = sa.select(j.c.product, j.c.edition_date, j.c.state).where(j.c.edition_date <= day).order_by(j.c.product)
-    with engine.connect() as conn:
-        return list(conn.execute(q).all())
+    return job_queries.slots_until(engine, day)
 
 
-def _settled(engine: sa.Engine, day: dt.date) -> bool:
+def _settled(engine: Engine, day: dt.date) -> bool:
     done = {s.value for s in SETTLED}
     rows = _jobs(engine, day)
     return bool(rows) and all(r.state in done for r in rows)
 
 
-def _progress(n: int, elapsed: float, engine: sa.Engine, day: dt.date, rec: sweep.TickReport,
+def _progress(n: int, elapsed: float, engine: Engine, day: dt.date, rec: sweep.SweepReport,
               rel: relay.RelayReport) -> str:
     today = "  ".join(f"{r.product}={r.state}" for r in _jobs(engine, day) if r.edition_date == day)
     moves = sum(rec.transitions.values())
@@ -179,16 +176,8 @@ def _progress(n: int, elapsed: float, engine: sa.Engine, day: dt.date, rec: swee
             f"(transitions {moves}, creates {rec.creates}, deliveries {delivered})")
 
 
-def _rows(engine: sa.Engine, site: Path, day: dt.date) -> tuple[EditionRow, ...]:
-    j = tables.jobs
-    q = (
-        sa.select(j.c.product, j.c.edition_date, j.c.state, j.c.generation_attempts, j.c.poll_count,
-                  j.c.total_tokens)
-        .where(j.c.edition_date <= day)
-        .order_by(j.c.edition_date.desc(), j.c.product)
-    )
-    with engine.connect() as conn:
-        rows = conn.execute(q).all()
+def _rows(engine: Engine, site: Path, day: dt.date) -> tuple[EditionRow, ...]:
+    rows = job_queries.slot_figures_until(engine, day)
     out = []
     for r in rows:
         pages = sorted(site.glob(f"{r.product}/{r.edition_date.isoformat()}/*.html"))

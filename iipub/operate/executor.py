@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.core.closing import Closing
@@ -37,20 +36,20 @@ from iipub.money.payment_values import Override
 from iipub.money.spend import SlotSpend
 from iipub.operate import remedies
 from iipub.operate.remedies import ReleaseMode
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider import factory
 from iipub.provider.interface import Provider
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
     Missing,
     Observed,
     ReadOutcome,
     Rejected,
+    Stage,
     Transient,
 )
 from iipub.settings.config import Settings, max_output_bytes
-from iipub.store import clock, installation, outbox, tables, track_store
+from iipub.store import clock, installation, job_queries, outbox, track_store
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Connection, Engine
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.actions")
@@ -86,7 +85,7 @@ class Operator(Closing):
     `release(LINK)` and `cancel`; without one, it is built on first use (after the
     API key check, before any lease) and closed by `close()`."""
 
-    def __init__(self, settings: Settings, engine: sa.Engine, provider: Provider | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine, provider: Provider | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self._provider = provider
@@ -394,7 +393,7 @@ class Operator(Closing):
         if len(raw) > limit:
             raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing "
                                   "written")
-        imported = remedies.parse_import(raw, max_bytes)
+        imported = remedies.parse_import(raw, max_bytes, factory.saved_response_reader(self.settings))
         return self._act(seen.id, by, lambda job: remedies.import_payload(job, imported, max_bytes, by, reason))
 
     # -- orphans --------------------------------------------------------------------
@@ -442,7 +441,7 @@ class Operator(Closing):
         ds.orphan_fate(orphan.response_id, "discarded", None, reason, by)
         installation.record_delete(self.engine, orphan.response_id, None, "discard", _worker(by))
         log.warning("orphan_discarded", response_id=orphan.response_id, by=by, reason=reason)
-        if orphan.status not in FINISHED_STATUSES:
+        if provider.stage_of(orphan.status) is not Stage.FINISHED:
             provider.cancel(orphan.response_id)  # best effort: stop its spend first
         outcome = provider.delete(orphan.response_id, has_custody=orphan.output is not None,
                                   kill_requested=orphan.output is None)
@@ -453,10 +452,7 @@ class Operator(Closing):
         return self.orphan(orphan.response_id)
 
     def _editions(self, job: Job) -> int:
-        e = tables.editions
-        with self.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(e).where(
-                e.c.product == job.product, e.c.edition_date == job.edition_date)).scalar_one())
+        return job_queries.editions_of_slot(self.engine, job.product, job.edition_date)
 
     # -- internals ------------------------------------------------------------------
 
@@ -471,8 +467,7 @@ class Operator(Closing):
 
     def _need_provider(self) -> Provider:
         if self._provider is None:
-            key = self.settings.require_api_key()
-            provider = OpenAIAdapter(self.settings.provider, key)
+            provider = factory.build(self.settings)
             provider.ready()  # a broken HTTP set-up is one error line now, before any lease
             self._provider = provider
             self._own_provider = True
@@ -483,7 +478,7 @@ class Operator(Closing):
         return self._finish(store, self._write(store, job, d))
 
     def _write(self, store: Store, job: Job, d: Decision,
-               extra: Callable[[sa.Connection], object] | None = None) -> Job:
+               extra: Callable[[Connection], object] | None = None) -> Job:
         try:
             return store.transition(job, d.to, reason=d.reason, operator=True, changes=d.changes, detail=d.detail,
                                     delay=d.delay, keep_lease=d.go_on, extra=extra)
@@ -552,8 +547,7 @@ def _actual_status(provider: Provider, response_id: str) -> Observed | Missing:
         raise OperatorRefused(f"cancel of {response_id} failed, nothing changed; retry: {outcome.why}")
     if isinstance(outcome, Missing):
         return outcome
-    if isinstance(outcome, Observed) and (outcome.status in DEAD_STATUSES or
-                                          (outcome.status in FINISHED_STATUSES and outcome.output_text is not None)):
+    if isinstance(outcome, Observed) and (outcome.gone or (outcome.finished and outcome.output_text is not None)):
         return outcome
     rejected = outcome if isinstance(outcome, Rejected) else None
     again = provider.retrieve(response_id)

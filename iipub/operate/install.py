@@ -8,11 +8,43 @@ Pure: `plan` says where each thing goes under a root and what it holds; the comm
 
 from __future__ import annotations
 
+import json
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_EXECUTABLE = "/srv/iipub/.venv/bin/iipub"
 SERVICE_USER = "iipub"
+
+
+@dataclass(frozen=True)
+class Account:
+    """Who the generated files run iipub as (`iipub init --user`): logrotate's `su`, systemd's
+    `User=`/`Group=`, the crontab's `crontab -u`."""
+
+    user: str = SERVICE_USER
+    group: str = SERVICE_USER
+
+
+def cron_word(value: object) -> str:
+    """A word of a crontab command line: quoted for /bin/sh, and `%` (a newline to cron) escaped."""
+    return shlex.quote(str(value)).replace("%", "\\%")
+
+
+def unit_word(value: object) -> str:
+    """A word of a systemd unit setting: double-quoted when it holds blanks or quotes, `%` doubled
+    (systemd's specifiers)."""
+    text = str(value).replace("%", "%%")
+    if any(c.isspace() or c in "\"'\\" for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def logrotate_word(value: object) -> str:
+    """A path in a logrotate stanza's header: double-quoted when it holds blanks."""
+    text = str(value)
+    return f'"{text}"' if any(c.isspace() for c in text) else text
 
 # The example products: the built-in two, with their prompts in files an operator edits.
 _PROMPTS = {
@@ -81,6 +113,14 @@ class Layout:
         return self.home / "crontab"
 
     @property
+    def monitoring(self) -> Path:  # the Prometheus alert rules and the Grafana dashboard, to load from here
+        return self.home / "monitoring"
+
+    @property
+    def reports(self) -> Path:  # `iipub report`'s page: outside the public site (it shows spend and quarantines)
+        return self.state / "report"
+
+    @property
     def systemd(self) -> Path:
         return self._at("/etc/systemd/system")
 
@@ -90,7 +130,8 @@ class Layout:
 
     def owned_folders(self) -> tuple[Path, ...]:
         """The folders the service user owns (it writes in each)."""
-        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs)
+        return (self.home, self.prompts, self.static_root, self.state, self.sqlite_dir, self.logs, self.monitoring,
+                self.reports)
 
     def folders(self) -> tuple[Path, ...]:
         """Every folder init makes sure of, the host's shared ones last."""
@@ -98,6 +139,10 @@ class Layout:
 
     def default_database_url(self) -> str:
         return f"sqlite:///{self.sqlite_dir / 'iipub.sqlite3'}"
+
+
+_MONITORING_WHAT = {".yml": "Prometheus alert rules: add to rule_files in prometheus.yml",
+                    ".json": "Grafana dashboard: import it (Dashboards, New, Import)"}
 
 
 @dataclass(frozen=True)
@@ -128,22 +173,31 @@ def cron_jobs(layout: Layout) -> tuple[CronJob, ...]:
                 "The cron command: advance every due job as far as is safe."),
         CronJob("relay", "* * * * *", "*-*-* *:*:00", "relay", "-k 5 58",
                 "Deliver saved editions to the static site / webhook, exactly once."),
-        CronJob("prometheus", "* * * * *", "*-*-* *:*:00", f"status --prometheus {prom}", "50",
+        CronJob("prometheus", "* * * * *", "*-*-* *:*:00", f"status --prometheus {shlex.quote(str(prom))}", "50",
                 "Prometheus: the same figures for node_exporter's textfile collector (written atomically)."),
         CronJob("prune", "17 3 * * *", "*-*-* 03:17:00", "relay --prune", "600",
                 "Housekeeping: prune published outbox rows older than relay.prune_after_days."),
+        CronJob("report", "7 * * * *", "*-*-* *:07:00",
+                f"report --days 30 --html {shlex.quote(str(layout.reports / 'index.html'))}",
+                "300", "A page to look at: the last 30 days as charts (runbook.md, \"What to look at\")."),
     )
 
 
-def render_crontab(layout: Layout, executable: str) -> str:
-    home, logs = layout.home, layout.logs
-    reconcile, relay, prom, prune = cron_jobs(layout)
+def render_crontab(layout: Layout, executable: str, account: Account = Account()) -> str:
+    home, logs = cron_word(layout.home), layout.logs
+    reconcile, relay, prom, prune, report = cron_jobs(layout)
+
+    def words(job: CronJob) -> str:
+        return " ".join(cron_word(a) for a in shlex.split(job.args))
 
     def line(job: CronJob, log: str) -> str:
-        return f"{job.schedule} cd {home} && timeout {job.timeout} $IIPUB {job.args} >>{logs / log} 2>&1"
+        return f'{job.schedule} cd {home} && timeout {job.timeout} "$IIPUB" {words(job)} >>{cron_word(logs / log)} 2>&1'
 
+    last = cron_word(logs / "status.last")
+    textfile, status_log = cron_word(layout.textfile_dir / "iipub.prom"), cron_word(logs / "status.log")
+    install = f"crontab -u {account.user} {cron_word(layout.crontab)}"
     return f"""\
-# iipub on a modest host, as `iipub init` writes it: install with `crontab -u {SERVICE_USER} {layout.crontab}`.
+# iipub on a modest host, as `iipub init` writes it: install with `{install}`.
 # Every job runs under `timeout` so no tick outlives its minute; each command is bounded on its
 # own (reconcile/relay stop taking new work after 50 s), `timeout` is the backstop.
 # Each run writes one JSON line to its log (the run's summary with time and level; errors too):
@@ -151,7 +205,7 @@ def render_crontab(layout: Layout, executable: str) -> str:
 SHELL=/bin/sh
 PATH=/usr/local/bin:/usr/bin:/bin
 IIPUB={executable}
-# Settings and secrets live in one file (mode 0600, owner {SERVICE_USER}; see env.example): every iipub
+# Settings and secrets live in one file (mode 0600, owner {account.user}; see env.example): every iipub
 # command reads it, so every line below gets IIPUB_DATABASE_URL, IIPUB_CONFIG, OPENAI_API_KEY and
 # IIPUB_WEBHOOK_SECRET. Its lines are KEY=value or export KEY=value; a variable set here or in the
 # command's environment wins over the file. The webhook receiver reads the same file (runbook.md).
@@ -171,19 +225,29 @@ IIPUB_ENV_FILE={layout.env_file}
 
 # Alerting: exit 1 = WARN, 2 = CRIT, 3 = UNKNOWN. Cron mails any output, so print only when not OK
 # (or point your monitoring agent at the same command).
-*/5 * * * * cd {home} && timeout 50 $IIPUB status --check >{logs / "status.last"} 2>&1 || cat {logs / "status.last"}
+*/5 * * * * cd {home} && timeout 50 "$IIPUB" status --check >{last} 2>&1 || cat {last}
 # It is CRITICAL when no reconcile (or relay) run finished OK within [monitoring] heartbeat_after_seconds.
 # This host watching itself misses a dead host or crond: set [monitoring] ping_url (dead-man's-switch,
 # e.g. https://checks.example.org/ping/KEY/iipub-{{command}}) and every successful run pings it from here.
 
 # {prom.comment}
-{prom.schedule} cd {home} && timeout {prom.timeout} $IIPUB {prom.args} >/dev/null 2>>{logs / "status.log"}
+{prom.schedule} cd {home} && timeout {prom.timeout} "$IIPUB" status --prometheus {textfile} >/dev/null 2>>{status_log}
 
 # {prune.comment}
 {line(prune, "relay.log")}
 
+# {report.comment}
+# Serve {cron_word(layout.reports)} to operators only (never under {cron_word(layout.static_root)}):
+# it names spend and quarantines.
+{report.schedule} cd {home} && timeout {report.timeout} "$IIPUB" {words(report)} >/dev/null 2>>{status_log}
+
 # {layout.logrotate} rotates {logs}/*.log (copytruncate), daily, keeping 14.
 """
+
+
+def _toml(path: Path) -> str:
+    """A path as a TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(str(path))
 
 
 def render_config(layout: Layout) -> str:
@@ -197,13 +261,13 @@ lease_seconds = 60
 tick_seconds = 50          # stop taking new work after this (cron's `timeout` kills at 58 s)
 
 [sinks.static]
-root = "{layout.static_root}"
+root = {_toml(layout.static_root)}
 
 [ledger]
-path = "{layout.ledger}"   # outside the public tree; keep it on the host's backups
+path = {_toml(layout.ledger)}   # outside the public tree; keep it on the host's backups
 
 [status]
-log_dir = "{layout.logs}"   # its disk is watched with the ledger's, the site's and the database's
+log_dir = {_toml(layout.logs)}   # its disk is watched with the ledger's, the site's and the database's
 # disk_warn_free_percent = 15                   # free space below this: WARNING ...
 # disk_crit_free_percent = 5                    # ... below this: CRITICAL
 # clock_warn_seconds = 5                        # host clock vs database clock: WARNING
@@ -233,18 +297,19 @@ priority = 20
 """
 
 
-def render_env(layout: Layout, database_url: str | None, provider_url: str | None) -> str:
+def render_env(layout: Layout, database_url: str | None, provider_url: str | None,
+               account: Account = Account()) -> str:
     url = database_url or layout.default_database_url()
     base = f"OPENAI_BASE_URL={provider_url}" if provider_url else "# OPENAI_BASE_URL=http://127.0.0.1:8765/v1"
     return f"""\
 # {layout.env_file}: the settings and secrets of every iipub command on this host (cron reads it
 # through IIPUB_ENV_FILE in the crontab; systemd through Environment=IIPUB_ENV_FILE; the webhook
-# receiver through webhook.wsgi, see runbook.md). Mode 0600, owner {SERVICE_USER}; keep it out of the web
+# receiver through webhook.wsgi, see runbook.md). Mode 0600, owner {account.user}; keep it out of the web
 # root and out of version control. One KEY=value per line; `export KEY=value` works too, so
 # `set -a; . {layout.env_file}; set +a` loads it into a shell. '…' is taken literally.
 # Production: IIPUB_DATABASE_URL=mysql+pymysql://iipub:PASSWORD@127.0.0.1/iipub
-IIPUB_DATABASE_URL={url}
-IIPUB_CONFIG={layout.config}
+IIPUB_DATABASE_URL={shlex.quote(url)}
+IIPUB_CONFIG={shlex.quote(str(layout.config))}
 # The provider's key: replace the placeholder before the first reconcile run.
 OPENAI_API_KEY=sk-CHANGE-ME
 {base}
@@ -257,7 +322,7 @@ OPENAI_API_KEY=sk-CHANGE-ME
 """
 
 
-def render_units(layout: Layout, executable: str) -> list[InstallFile]:
+def render_units(layout: Layout, executable: str, account: Account = Account()) -> list[InstallFile]:
     """A oneshot service and a timer per cron line: the alternative to the crontab (use one)."""
     files = []
     for job in cron_jobs(layout):
@@ -270,15 +335,16 @@ After=network-online.target
 
 [Service]
 Type=oneshot
-User={SERVICE_USER}
-WorkingDirectory={layout.home}
-Environment=IIPUB_ENV_FILE={layout.env_file}
-ExecStart={executable} {job.args}
+User={account.user}
+Group={account.group}
+WorkingDirectory={str(layout.home).replace("%", "%%")}
+Environment={unit_word(f"IIPUB_ENV_FILE={layout.env_file}")}
+ExecStart={unit_word(executable)} {" ".join(unit_word(a) for a in shlex.split(job.args))}
 TimeoutStartSec={seconds}
 KillSignal=SIGTERM
 # one JSON line per run in the log, like the crontab's: the stdout summary is left out
 StandardOutput=null
-StandardError=append:{layout.logs / log}
+StandardError=append:{str(layout.logs / log).replace("%", "%%")}
 """, what=f"systemd service for `iipub {job.args}`", owned=False))
         files.append(InstallFile(layout.systemd / f"iipub-{job.name}.timer", f"""\
 [Unit]
@@ -295,10 +361,10 @@ WantedBy=timers.target
     return files
 
 
-def render_logrotate(layout: Layout) -> str:
+def render_logrotate(layout: Layout, account: Account = Account()) -> str:
     return f"""\
 # iipub's cron logs, as `iipub init` wrote it.
-{layout.logs}/*.log {{
+{logrotate_word(f"{layout.logs}/*.log")} {{
     daily
     rotate 14
     compress
@@ -306,24 +372,30 @@ def render_logrotate(layout: Layout) -> str:
     missingok
     notifempty
     copytruncate
-    su {SERVICE_USER} {SERVICE_USER}
+    su {account.user} {account.group}
 }}
 """
 
 
 def plan(root: Path, executable: str = DEFAULT_EXECUTABLE, database_url: str | None = None,
-         provider_url: str | None = None) -> tuple[Layout, list[InstallFile]]:
-    """The layout under `root` and every file `iipub init` writes there."""
+         provider_url: str | None = None, account: Account = Account(),
+         monitoring: Sequence[tuple[str, str]] = ()) -> tuple[Layout, list[InstallFile]]:
+    """The layout under `root` and every file `iipub init` writes there, run as `account`;
+    `monitoring` is the package's alert rules and dashboard as (file name, text), written to the
+    monitoring folder."""
     layout = Layout(root)
     files = [
         InstallFile(layout.config, render_config(layout), what="configuration (two products, prompts in files)"),
         *(InstallFile(layout.prompts / f"{name}.md", text, what=f"prompt of {name}")
           for name, text in _PROMPTS.items()),
-        InstallFile(layout.env_file, render_env(layout, database_url, provider_url), mode=0o600,
+        InstallFile(layout.env_file, render_env(layout, database_url, provider_url, account), mode=0o600,
                     what="settings and secrets (mode 0600): replace OPENAI_API_KEY"),
-        InstallFile(layout.crontab, render_crontab(layout, executable),
-                    what=f"crontab: install with `crontab -u {SERVICE_USER} {layout.crontab}`"),
-        *render_units(layout, executable),
-        InstallFile(layout.logrotate, render_logrotate(layout), what="logrotate for the cron logs", owned=False),
+        InstallFile(layout.crontab, render_crontab(layout, executable, account),
+                    what=f"crontab: install with `crontab -u {account.user} {cron_word(layout.crontab)}`"),
+        *render_units(layout, executable, account),
+        InstallFile(layout.logrotate, render_logrotate(layout, account), what="logrotate for the cron logs",
+                    owned=False),
+        *(InstallFile(layout.monitoring / name, text, what=_MONITORING_WHAT.get(Path(name).suffix, "monitoring"))
+          for name, text in monitoring),
     ]
     return layout, files

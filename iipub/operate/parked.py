@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from iipub.model.jobs import Job
 from iipub.model.states import (
     AMBIGUOUS_CREATE,
+    KNOWN_BAD_OUTPUT,
     PAYLOAD_QUARANTINES,
     TRACK_PARKED,
     TRACK_SAVED,
@@ -32,10 +33,12 @@ class Remedy:
 @dataclass(frozen=True)
 class ParkedHelp:
     output: str  # where the job's output is: in custody, watched at the provider, or none
-    remedies: tuple[Remedy, ...]
+    remedies: tuple[Remedy, ...]  # each one runs from this state (tests/integration/operate/test_parked_remedies.py)
+    not_now: tuple[str, ...] = ()  # what would help but cannot run now, and what unblocks it
 
     def public(self) -> dict[str, object]:
-        return {"output": self.output, "remedies": [r.public() for r in self.remedies]}
+        return {"output": self.output, "remedies": [r.public() for r in self.remedies],
+                "not_now": list(self.not_now)}
 
 
 def output_line(job: Job, watch_seconds: float) -> str:
@@ -72,36 +75,48 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
         return ParkedHelp(output_line(job, watch_seconds), (
             Remedy(f"iipub resume {jid}", f"return it to {back} (nothing paid)"), kill))
     budget_left = job.generation_attempts < max_generation_attempts
-    paid = (f"a new paid create ({job.generation_attempts}/{max_generation_attempts} used)" if budget_left
-            else f"refused: all {max_generation_attempts} paid creates are used; raise "
-                 "budgets.max_generation_attempts first")
+    paid = f"a new paid create ({job.generation_attempts}/{max_generation_attempts} used)"
+    blocked = () if budget_left else (
+        (f"a new paid create: all {max_generation_attempts} paid creates are used; raise [budgets] "
+         "max_generation_attempts first, then `iipub quarantine show` lists it"),)
+
+    def paying(*found: Remedy) -> list[Remedy]:
+        return list(found) if budget_left else []
+
     if job.state == State.VALIDATION_FAILED_RETAINED:
         return ParkedHelp(output_line(job, watch_seconds), (
             Remedy(f"iipub revalidate {jid} --reason …", "validate the kept output again under the deployed rules "
                                                           "(free)"),
-            Remedy(f"iipub regenerate {jid} --reason …", paid), kill))
+            *paying(Remedy(f"iipub regenerate {jid} --reason …", paid)), kill), blocked)
     if job.state != State.QUARANTINED:
         return None
     found: list[Remedy] = []
     reason = job.quarantine_reason
-    if job.payload is not None:
+    if job.payload is not None and reason in KNOWN_BAD_OUTPUT:
+        # Validating it again parks it again: the kept output is known bad (cut at the cap, or a
+        # refusal). It still counts as held, so the one way to pay again is an explicit regenerate.
+        found += paying(Remedy(f"iipub regenerate {jid} --reason …",
+                               f"declare the kept output bad and pay for a new generation, after fixing the cause "
+                               f"(max_output_tokens, the prompt): {paid}"))
+    elif job.payload is not None:
         if reason != Reason.EDITION_CONFLICT:
             found.append(Remedy(f"iipub revalidate {jid} --reason …",
                                 "validate the stored output under the deployed rules and publish it if it passes "
                                 "(free)"))
         if reason in PAYLOAD_QUARANTINES:
-            found.append(Remedy(f"iipub regenerate {jid} --reason …", paid))
+            found += paying(Remedy(f"iipub regenerate {jid} --reason …", paid))
     elif job.response_id:
-        found.append(Remedy(f"iipub quarantine release {jid} --resume-polling --reason …",
-                            f"poll response {job.response_id} again with a fresh poll budget (free)"))
-        found.append(Remedy(f"iipub jobs import-payload {jid} FILE --reason …",
-                            "store output recovered from the provider's dashboard (free)"))
-        found.append(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …",
-                            f"only once the response is verified gone: {paid}"))
+        if reason not in KNOWN_BAD_OUTPUT:  # a refused response read again is refused again
+            found.append(Remedy(f"iipub quarantine release {jid} --resume-polling --reason …",
+                                f"poll response {job.response_id} again with a fresh poll budget (free)"))
+            found.append(Remedy(f"iipub jobs import-payload {jid} FILE --reason …",
+                                "store output recovered from the provider's dashboard (free)"))
+        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …",
+                               f"only once the response is verified gone (or its refusal fixed): {paid}"))
     else:
         if reason in AMBIGUOUS_CREATE:
             found.append(Remedy(f"iipub quarantine release {jid} --link RESP_ID --reason …",
                                 "adopt the response the create made, found in the provider's dashboard (free)"))
-        found.append(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …", paid))
+        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …", paid))
     found.append(kill)
-    return ParkedHelp(output_line(job, watch_seconds), tuple(found))
+    return ParkedHelp(output_line(job, watch_seconds), tuple(found), blocked)

@@ -22,19 +22,18 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import PAYLOAD_QUARANTINES, Reason, State
 from iipub.money.spend import SlotSpend
+from iipub.provider.interface import SavedResponseReader
 from iipub.provider.outcomes import (
-    DEAD_STATUSES,
-    FINISHED_STATUSES,
     Missing,
     Observed,
     ReadOutcome,
     Rejected,
+    Stage,
     Transient,
     Usage,
-    answer_messages,
 )
 
-POLLING_STATUS = {"queued": State.QUEUED, "in_progress": State.IN_PROGRESS}
+POLLING_STAGE = {Stage.WAITING: State.QUEUED, Stage.RUNNING: State.IN_PROGRESS}
 _RESET = {"poll_count": 0, "quarantine_reason": None, "retry_count": 0, "last_error": None}
 # Operator text is journaled and shown; bounded so it always fits (jobs.last_error, detail JSON).
 MAX_REASON_CHARS = 1000
@@ -152,10 +151,10 @@ def adoptable(job: Job, response_id: str, outcome: ReadOutcome, installation_id:
     if owner != job.id:
         named = f"names job {owner}" if owner else "carries no iipub_job_id metadata"
         raise OperatorRefused(f"response {response_id} {named}, not job {job.id}; refusing to link it")
-    if outcome.status in DEAD_STATUSES:
+    if outcome.gone:
         raise OperatorRefused(f"response {response_id} is {outcome.status}: there is no output to adopt; "
                               "use --verified-lost to generate again")
-    if outcome.status not in FINISHED_STATUSES and outcome.status not in POLLING_STATUS:
+    if not outcome.finished and not outcome.live:
         raise OperatorRefused(f"response {response_id} has unknown status {outcome.status!r}")
     return outcome
 
@@ -179,8 +178,8 @@ def link(job: Job, observed: Observed, by: str, reason: str) -> Decision:
     detail = who(by, reason, quarantine_reason=job.quarantine_reason, previous_response_id=job.response_id,
                  response_id=observed.response_id, status=observed.status,
                  attempt=observed.metadata.get("iipub_attempt"))
-    if observed.status in POLLING_STATUS:
-        return Decision(POLLING_STATUS[observed.status], Reason.OPERATOR_LINK, changes, detail, delay=0)
+    if observed.live:
+        return Decision(POLLING_STAGE[observed.stage], Reason.OPERATOR_LINK, changes, detail, delay=0)
     return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_LINK, changes, detail, delay=0, go_on=True)
 
 
@@ -239,11 +238,11 @@ def after_cancel(job: Job, outcome: Observed | Missing, by: str, reason: str) ->
     if isinstance(outcome, Missing):
         note = f"response {job.response_id} not found at the provider"
         return _cancelled(job, by, reason, {**base, "why_gone": outcome.why}, note)
-    if outcome.status in FINISHED_STATUSES:
+    if outcome.finished:
         return Decision(State.COMPLETED_NOT_RETRIEVED, Reason.OPERATOR_CANCEL, changes={"retry_count": 0},
                         detail={**base, "status": outcome.status, "race": True}, delay=0, go_on=True)
     note = f"provider reports {outcome.status}"
-    if outcome.status not in DEAD_STATUSES:
+    if not outcome.gone:
         note += " after the cancel request; the response id is kept (release --resume-polling to watch it)"
     return _cancelled(job, by, reason, {**base, "status": outcome.status}, note)
 
@@ -359,7 +358,8 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
         if not parked:
             raise OperatorRefused(f"job {job.id} is {job.state} and none of its language tracks is parked; "
                                   "regenerate applies to a failed validation")
-    elif not (job.state == State.QUARANTINED and job.quarantine_reason in PAYLOAD_QUARANTINES):
+    elif not (job.state == State.QUARANTINED and (job.quarantine_reason in PAYLOAD_QUARANTINES or (
+            job.quarantine_reason in states.KNOWN_BAD_OUTPUT and job.payload is not None))):
         _require_parked_payload(job, "regenerate")
     languages = sorted(lang for lang, s in tracks.items() if s not in states.TRACK_SAVED) if tracks else []
     kept = sorted(lang for lang, s in tracks.items() if s in states.TRACK_SAVED)
@@ -372,7 +372,8 @@ def regenerate(job: Job, max_generation_attempts: int, by: str, reason: str,
     return Decision(
         State.CREATE_ELIGIBLE, Reason.OPERATOR_REGENERATE, delay=0,
         changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
-                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None},
+                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None,
+                 "output_end": None},
         detail=who(by, reason, failed_payload_sha256=job.payload_sha256, failed_response_id=job.response_id,
                    attempts_used=job.generation_attempts, quarantine_reason=job.quarantine_reason,
                    languages=languages or "all", kept=kept),
@@ -396,7 +397,7 @@ class Imported:
     """Output an operator recovered (e.g. from the provider's dashboard), as read from a file."""
 
     text: str
-    source: str  # output_text (a JSON object's `output_text`) | response (a Responses API object) | text
+    source: str  # what held it: the provider's reader says (`SavedResponse.source`), or text
     file_bytes: int
     file_sha256: str
     response_id: str | None = None
@@ -405,16 +406,13 @@ class Imported:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def parse_import(raw: bytes, max_output_bytes: int) -> Imported:
+def parse_import(raw: bytes, max_output_bytes: int, read_saved: SavedResponseReader) -> Imported:
     """What a file holds, pure. Accepted, in this order:
-    - a JSON object with a string `output_text` (the SDK's `response.output_text`, or a hand-made
-      `{"output_text": "..."}`); if it is also a response object, its id, status, usage and
-      metadata are kept;
-    - a Responses API response object (`"object": "response"` or an `output` list): the text of
-      its `output_text` content parts, in order, as the SDK joins them; its status must be a
-      finished one (completed, incomplete);
+    - a JSON object the provider's reader (`read_saved`, `factory.saved_response_reader`) takes
+      for a saved response or its output: its text and what it says of itself (for OpenAI, a
+      response object or an `{"output_text": "..."}`, `provider/openai/documents.py`);
     - anything else: the file's text itself is the output (the model's output is the edition's
-      JSON document, whose keys are language codes, so it never looks like either of the above).
+      JSON document, whose keys are language codes, so it never looks like a saved response).
     Refuses (OperatorRefused) text that is not UTF-8, an empty output, and an output over
     `max_output_bytes` (it could only fail validation)."""
     digest = hashlib.sha256(raw).hexdigest()
@@ -429,9 +427,9 @@ def parse_import(raw: bytes, max_output_bytes: int) -> Imported:
             data = json.loads(text)
         except ValueError:  # the raw output text, however malformed: validation judges it
             data = None
-    imported = _from_json(data, len(raw), digest) if isinstance(data, dict) else None
-    if imported is None:
-        imported = Imported(text, "text", len(raw), digest)
+    saved = read_saved(data) if isinstance(data, dict) else None
+    imported = Imported(text, "text", len(raw), digest) if saved is None else Imported(
+        saved.text, saved.source, len(raw), digest, saved.response_id, saved.status, saved.usage, saved.metadata)
     if not imported.text.strip():
         raise OperatorRefused(f"the file holds no output text ({imported.source}); nothing written")
     size = len(imported.text.encode("utf-8", "surrogatepass"))
@@ -439,53 +437,6 @@ def parse_import(raw: bytes, max_output_bytes: int) -> Imported:
         raise OperatorRefused(f"the output is {size} bytes, over the product's max_output_bytes ({max_output_bytes}): "
                               "it could only fail validation; nothing written")
     return imported
-
-
-def _from_json(data: Mapping[str, Any], file_bytes: int, digest: str) -> Imported | None:
-    is_response = data.get("object") == "response" or isinstance(data.get("output"), list)
-    if "output_text" in data:
-        if not isinstance(data["output_text"], str):
-            raise OperatorRefused("the file's `output_text` is not a string; nothing written")
-        text, source = data["output_text"], "output_text"
-    elif is_response:
-        text, source = _response_text(data.get("output")), "response"
-    else:
-        return None
-    if not is_response:
-        return Imported(text, source, file_bytes, digest)
-    status = data.get("status")
-    if status is not None and status not in FINISHED_STATUSES:
-        raise OperatorRefused(f"the response in the file is {str(status)[:40]!r}, not finished (completed or "
-                              "incomplete): it holds no output to import; nothing written")
-    rid = data.get("id")
-    meta = data.get("metadata")
-    return Imported(
-        text, source, file_bytes, digest,
-        response_id=rid[:128] if isinstance(rid, str) and rid else None,
-        status=status if isinstance(status, str) else None,
-        usage=_usage(data.get("usage")),
-        metadata={str(k)[:64]: str(v)[:512] for k, v in meta.items()} if isinstance(meta, dict) else {},
-    )
-
-
-def _response_text(output: Any) -> str:
-    """The output text of a response object's `output` items, read as custody reads it: the
-    final answer's `output_text` parts in order (`outcomes.answer_messages`)."""
-    parts: list[str] = []
-    for item in answer_messages(output) if isinstance(output, list) else []:
-        if not isinstance(item.get("content"), list):
-            continue
-        parts.extend(c["text"] for c in item["content"]
-                     if isinstance(c, dict) and c.get("type") == "output_text" and isinstance(c.get("text"), str))
-    return "".join(parts)
-
-
-def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    values = [raw.get(k) for k in ("input_tokens", "output_tokens", "total_tokens")]
-    counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _MAX_TOKENS]
-    return Usage(*counts) if len(counts) == 3 else None
 
 
 def check_import(job: Job) -> None:
@@ -509,8 +460,10 @@ def import_payload(job: Job, imported: Imported, max_output_bytes: int | None, b
     owner = imported.metadata.get("iipub_job_id")
     if owner and owner != job.id:
         raise OperatorRefused(f"the response in the file names job {owner}, not job {job.id}; nothing written")
+    # An output imported without a status of its own is journaled as a completed one.
     observed = Observed(response_id=imported.response_id or job.response_id or "", status=imported.status or
-                        "completed", output_text=imported.text, usage=imported.usage, metadata=imported.metadata)
+                        "completed", output_text=imported.text, usage=imported.usage, metadata=imported.metadata,
+                        stage=Stage.FINISHED)
     d = decisions.on_output(job, observed, max_output_bytes)
     return Decision(
         State.RETRIEVED_NOT_VALIDATED, Reason.OPERATOR_IMPORT_PAYLOAD, {**d.changes, "quarantine_reason": None},
@@ -603,7 +556,8 @@ def adopt_orphan(job: Job, orphan: Orphan, *, installation_id: str, live_edition
     attempt = int(attempt_text) if attempt_text.isdigit() else 0
     usage = (Usage(0, orphan.output_tokens, orphan.total_tokens)
              if orphan.output_tokens is not None and orphan.total_tokens is not None else None)
-    d = decisions.on_output(job, Observed(rid, "completed", output_text=orphan.output, usage=usage), max_output_bytes)
+    d = decisions.on_output(job, Observed(rid, orphan.status, output_text=orphan.output, usage=usage,
+                                          stage=Stage.FINISHED), max_output_bytes)
     attempts = max(job.generation_attempts, attempt)
     changes: dict[str, Any] = {**d.changes, "response_id": rid, "generation_attempts": attempts,
                                "quarantine_reason": None, "poll_count": 0}

@@ -3,7 +3,7 @@ real database, no HTTP). Pure: no HTTP import; nothing in the package imports it
 says so).
 
 It answers as `adapter.OpenAIAdapter` answers for the Responses API: a create is `Accepted` with a
-new response the fake then holds (queued until the test moves it on: `start`, `finish`,
+new response the fake then holds (waiting until the test moves it on: `start`, `finish`,
 `forget`), unless an outcome was scripted for it (`script_create`: `Refused`, `Ambiguous`,
 `Rejected`, or an `Accepted` it then holds); a read or cancel of a held response is `Observed`,
 of an unknown one `Missing`; a cancel of a finished one is `Rejected(400)`; a delete of a held
@@ -31,25 +31,30 @@ from iipub.core.closing import Closing
 from iipub.core.errors import ConfigError
 from iipub.provider.interface import check_delete_allowed, check_response_id, create_metadata
 from iipub.provider.outcomes import (
-    FINISHED_STATUSES,
-    LIVE_STATUSES,
+    LIVE,
     Accepted,
     Ambiguous,
     CreateOutcome,
     CreateRequest,
     Deleted,
     DeleteOutcome,
+    FailureCause,
     Missing,
     Observed,
     ReadOutcome,
+    RefusalKind,
     Refused,
     Rejected,
+    Stage,
     Transient,
     Usage,
-    scope_of,
 )
 
 OPS = ("create", "retrieve", "cancel", "delete")
+# How a live response ends (`FakeProvider.finish`), in the fake's own words, and where each leaves it.
+ENDINGS: dict[str, Stage] = {"complete": Stage.FINISHED, "cut_at_cap": Stage.FINISHED, "failed": Stage.GONE,
+                             "cancelled": Stage.GONE}
+WAITING, RUNNING = "waiting", "running"  # the fake's words for a live response
 _MIN_CALL_SECONDS = 0.2  # as the adapter: less than this left before a deadline, the call is not sent
 _NO_TIME_LEFT = Transient(None, "not sent: the request budget is spent")
 FAILED_MESSAGE = "The model failed to generate a response."
@@ -74,30 +79,37 @@ class Held:
     """A response the fake provider holds, as its reads answer it."""
 
     response_id: str
-    status: str = "queued"
+    status: str = WAITING  # the fake's word: WAITING, RUNNING or one of ENDINGS
     request: CreateRequest | None = None
     metadata: dict[str, str] = field(default_factory=dict)
-    service_tier: str | None = "default"
+    tier: str | None = "default"
     created_at: float = field(default_factory=time.time)
     completed_at: float | None = None
     output_text: str | None = None
     usage: Usage | None = None
-    incomplete_reason: str | None = None
     error: str | None = None
     error_code: str | None = None
     refusal: str | None = None
+    failure: FailureCause | None = None
+
+    @property
+    def stage(self) -> Stage:
+        return {WAITING: Stage.WAITING, RUNNING: Stage.RUNNING}.get(self.status) or ENDINGS.get(self.status,
+                                                                                              Stage.UNKNOWN)
 
     def observed(self) -> Observed:
         return Observed(response_id=self.response_id, status=self.status, output_text=self.output_text,
-                        usage=self.usage, metadata=dict(self.metadata), incomplete_reason=self.incomplete_reason,
+                        usage=self.usage, metadata=dict(self.metadata),
+                        cut_reason="output cap" if self.status == "cut_at_cap" else None,
                         error=self.error, error_code=self.error_code, completed_at=self.completed_at,
-                        created_at=self.created_at, service_tier=self.service_tier, refusal=self.refusal)
+                        created_at=self.created_at, tier=self.tier, refusal=self.refusal, stage=self.stage,
+                        at_cap=self.status == "cut_at_cap", failure=self.failure)
 
 
 def edition_text(req: CreateRequest, faults: Iterable[str] = ()) -> str:
     """The output a finished response to `req` holds: the simulator's edition for the request's
     schema (valid for its product), bent by its content `faults` (`simulator.faults`)."""
-    from iipub.provider.simulator import content
+    from iipub.provider.openai.simulator import content
     from iipub.settings import edition_schema  # pydantic: only when a response finishes
 
     p = req.product
@@ -127,7 +139,26 @@ class _State:
         self.ready_error = ready_error
 
 
-FAKE_SCOPE = scope_of(None, None, "sk-fake")  # a scope as the adapter writes it
+FAKE_SCOPE = "fake"  # opaque, as every scope is
+
+
+_INSTALLED: list[FakeProvider] = []  # the provider `[provider] kind = "fake"` answers with
+
+
+def install(provider: FakeProvider | None) -> None:
+    """The fake provider that settings of `[provider] kind = "fake"` build (`factory.build`) from
+    now on in this process: a test's own, scripted; None forgets it."""
+    _INSTALLED[:] = [provider] if provider is not None else []
+
+
+def installed() -> FakeProvider:
+    """A view of the installed fake provider (a new one when none is): what the factory builds.
+    Closing the view leaves the installed one open for the next command of the test."""
+    if not _INSTALLED:
+        _INSTALLED.append(FakeProvider())
+    view = copy.copy(_INSTALLED[0])
+    view._root = _INSTALLED[0]
+    return view
 
 
 class FakeProvider(Closing):
@@ -144,19 +175,19 @@ class FakeProvider(Closing):
 
     def create(self, req: CreateRequest) -> CreateOutcome:
         if self._state.closed:  # as the adapter: its client cannot be built, not a byte is sent
-            return Refused(None, "not sent: RuntimeError: the provider was closed")
+            return Refused(None, "not sent: RuntimeError: the provider was closed", kind=RefusalKind.UNSENT)
         self._reach(Call("create", request=req))
         s = self._state
         with s.lock:
             scripted = self._scripted("create", None)
             if scripted is None:
                 s.next_id += 1
-                outcome: CreateOutcome = Accepted(f"resp_fake{s.next_id:04d}", "queued", req.service_tier)
+                outcome: CreateOutcome = Accepted(f"resp_fake{s.next_id:04d}", WAITING, req.tier)
             else:
                 outcome = _create_outcome(scripted)
             if isinstance(outcome, Accepted) and outcome.response_id not in s.held:
                 s.held[outcome.response_id] = Held(outcome.response_id, outcome.status, req, create_metadata(req),
-                                                   outcome.service_tier)
+                                                   outcome.tier)
             s.calls.append(Call("create", request=req, outcome=outcome))
         return outcome
 
@@ -185,6 +216,12 @@ class FakeProvider(Closing):
                 outcome = _not_found(response_id)
             s.calls.append(replace(call, outcome=outcome))
         return outcome
+
+    def reaches(self, created_under: str) -> bool:
+        return created_under == self.scope
+
+    def stage_of(self, status: str) -> Stage:
+        return Held("-", status).stage
 
     def until(self, deadline: float) -> FakeProvider:
         view = copy.copy(self)  # the same `_State`: what a view is asked is recorded with the rest
@@ -224,32 +261,33 @@ class FakeProvider(Closing):
             self._state.held[response.response_id] = response
 
     def start(self, response_id: str | None = None) -> None:
-        """A queued response (or every one) runs: `in_progress`."""
+        """A waiting response (or every one) runs."""
         with self._state.lock:
             for h in self._pick(response_id):
-                h.status = "in_progress"
+                h.status = RUNNING
 
-    def finish(self, response_id: str | None = None, *, status: str = "completed", output_text: str | None = None,
-               usage: Usage | None = None, faults: Iterable[str] = (), error_code: str | None = None,
-               refusal: str | None = None) -> None:
-        """A live response (or every one) ends with `status`: `completed` with its edition (or
-        `output_text`; `faults` bend the edition), `incomplete` with half of it (cut at
-        `max_output_tokens`), `failed` (`error_code`, `server_error` unless given) or `cancelled`.
-        `refusal`: the model refused (its text; no output text unless given)."""
+    def finish(self, response_id: str | None = None, *, ending: str = "complete", output_text: str | None = None,
+               usage: Usage | None = None, faults: Iterable[str] = (),
+               failure: FailureCause = FailureCause.PROVIDER_FAULT, refusal: str | None = None) -> None:
+        """A live response (or every one) ends (`ENDINGS`): `complete` with its edition (or
+        `output_text`; `faults` bend the edition), `cut_at_cap` with half of it (cut at the
+        request's output cap), `failed` (for `failure`: the provider's fault unless given) or
+        `cancelled`. `refusal`: the model refused (its text; no output text unless given)."""
+        assert ending in ENDINGS, ending
         with self._state.lock:
             for h in self._pick(response_id):
-                h.status, h.completed_at = status, time.time()
-                if status in FINISHED_STATUSES:
+                h.status, h.completed_at = ending, time.time()
+                if ENDINGS[ending] is Stage.FINISHED:
                     text = output_text
                     if text is None:
                         text = "" if refusal is not None else _text(h, faults)
-                        if status == "incomplete":
+                        if ending == "cut_at_cap":
                             text = text[: max(1, len(text) // 2)]
                     h.output_text, h.refusal = text, refusal
                     h.usage = usage if usage is not None else usage_for(h.request, text)
-                    h.incomplete_reason = "max_output_tokens" if status == "incomplete" else None
-                elif status == "failed":
-                    h.error_code = error_code or "server_error"
+                elif ending == "failed":
+                    h.failure = failure
+                    h.error_code = failure.value
                     h.error = FAILED_MESSAGE
                     h.usage = usage if usage is not None else usage_for(h.request, "")
 
@@ -310,7 +348,7 @@ class FakeProvider(Closing):
                 outcome = _read_outcome(op, scripted)
             elif h is None:
                 outcome = _not_found(response_id)
-            elif op == "cancel" and h.status not in LIVE_STATUSES | {"cancelled"}:
+            elif op == "cancel" and h.stage not in LIVE and h.status != "cancelled":
                 outcome = Rejected(400, f"HTTP 400: Cannot cancel a response with status '{h.status}'.")
             else:
                 if op == "cancel" and h.status != "cancelled":
@@ -347,7 +385,7 @@ class FakeProvider(Closing):
         """The response named (KeyError if not held), or every live one. Under the lock."""
         if response_id is not None:
             return [self._state.held[response_id]]
-        return [h for h in self._state.held.values() if h.status in LIVE_STATUSES]
+        return [h for h in self._state.held.values() if h.stage in LIVE]
 
 
 # A scripted outcome is one of the kind its call answers (`outcomes`' closed sets), else a test's bug.

@@ -3,7 +3,7 @@ deliveries and the operator commands make, each answering a value from `outcomes
 raising for what the provider said). Pure: no HTTP import.
 
 Everything above the `provider` package names this interface; only the places that build a
-provider from the settings name a concrete one (`adapter.OpenAIAdapter`). A new provider
+provider from the settings name a concrete one (`factory.build`). A new provider
 implements every method below and honours the rules that go with them, written here once:
 
 - `create` is the money path: it answers `Accepted` only when the provider holds the job (it
@@ -23,18 +23,28 @@ implements every method below and honours the rules that go with them, written h
 - `ready()` sets up what the calls need (a client, a pool) or raises `ConfigError` in one line,
   before the sweep leases anything; `close()` releases it.
 
-- `scope` names where responses are created and read: for OpenAI the organization, the project
-  and a fingerprint of the key (`outcomes.scope_of`, never the key). A create records it
-  (`jobs.create_scope`); a 404 read under another scope is `scope_mismatch`, never a loss.
+- `scope` names where responses are created and read, opaque to everything above this package
+  (never a secret). A create records it (`jobs.create_scope`); `reaches(scope)` says whether a
+  read here sees what was created there: a 404 read where it does not is `scope_mismatch`,
+  never a loss.
 """
 
 from __future__ import annotations
 
 import re
-from typing import NoReturn, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from iipub.core.errors import InvariantViolation
-from iipub.provider.outcomes import CreateOutcome, CreateRequest, DeleteOutcome, ReadOutcome
+from iipub.provider.outcomes import (
+    CreateOutcome,
+    CreateRequest,
+    DeleteOutcome,
+    ReadOutcome,
+    SavedResponse,
+    Stage,
+    VerifiedEvent,
+)
 
 # Responses API metadata limits.
 METADATA_MAX_KEYS = 16
@@ -50,6 +60,12 @@ class Provider(Protocol):
     @property
     def scope(self) -> str:
         """Where this provider's responses are created and read (see the module)."""
+
+    def reaches(self, created_under: str) -> bool:
+        """Whether a read here sees a response created under the scope `created_under`."""
+
+    def stage_of(self, status: str) -> Stage:
+        """What a status this provider reported (`Observed.status`, as iipub recorded it) means."""
 
     def create(self, req: CreateRequest) -> CreateOutcome:
         """Start one paid background response for `req` (the money path: see the module)."""
@@ -71,6 +87,22 @@ class Provider(Protocol):
 
     def close(self) -> None:
         """Release what `ready` or the calls set up."""
+
+
+# A response saved from the provider, read from a file's JSON object: None when it is not one
+# (`factory.saved_response_reader`; `OperatorRefused` for one that holds no output to import).
+SavedResponseReader = Callable[[Mapping[str, Any]], SavedResponse | None]
+
+
+@runtime_checkable
+class WebhookVerifier(Protocol):
+    """The provider's webhook deliveries, verified before anything in them is believed."""
+
+    def verify(self, body: bytes, headers: Mapping[str, str]) -> VerifiedEvent:
+        """The event `body` announces, once its signature is verified; `DeliveryRejected` otherwise."""
+
+    def test_delivery(self) -> tuple[bytes, dict[str, str]]:
+        """A delivery of `EventKind.TEST` and its headers, signed as the provider signs."""
 
 
 def create_metadata(req: CreateRequest) -> dict[str, str]:

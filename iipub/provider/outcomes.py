@@ -1,95 +1,57 @@
-"""What the provider said, as values: the closed sets of outcomes the adapter returns and the
-per-state decisions consume. Pure: no HTTP import.
+"""What the provider said, as values in iipub's own words: the closed sets of outcomes a provider
+returns and the per-state decisions consume. Pure: no HTTP import.
 
-The Responses API's documented statuses are grouped here once; everything else that compares
-a provider status uses these groups.
+A response is live (waiting or running), finished or gone (`Stage`); a refused create is
+refused for quota, capacity, rate, a parameter, access to the model or a request too large
+(`RefusalKind`); a scope (`interface.Provider.scope`) is opaque. Each provider translates its own
+words into these (`provider/openai/codes.py` for OpenAI's); nothing above `provider` compares a
+provider's own word.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
-import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from iipub.settings.config import Product
 
-# Documented statuses of a Responses API response.
-LIVE_STATUSES = frozenset({"queued", "in_progress"})
-FINISHED_STATUSES = frozenset({"completed", "incomplete"})  # output exists: take custody
-DEAD_STATUSES = frozenset({"failed", "cancelled"})  # nothing to adopt
-KNOWN_STATUSES = LIVE_STATUSES | FINISHED_STATUSES | DEAD_STATUSES
+
+class Stage(enum.StrEnum):
+    """Where a response stands, in iipub's words (the adapter translates its provider's)."""
+
+    WAITING = "waiting"  # live: the provider holds it and has not started it
+    RUNNING = "running"  # live: being generated
+    FINISHED = "finished"  # its output exists, whole or cut short: take custody
+    GONE = "gone"  # it ended with nothing to adopt (it failed, or was cancelled)
+    UNKNOWN = "unknown"  # the provider said something iipub does not know: read again, never a loss
 
 
+LIVE = frozenset({Stage.WAITING, Stage.RUNNING})
 
 
 class FailureCause(enum.StrEnum):
+    """Why a response that failed failed, as far as paying again is concerned."""
+
     PROVIDER_FAULT = "provider_fault"  # the provider's own trouble: paying again may succeed
     REFUSAL = "refusal"  # the prompt or policy: paying again gives the same answer
 
 
-# Why a response ended `failed`, by its `error.code`: the codes of the Responses API's
-# `ResponseError` (openai-python `types/responses/response_error.py`). iipub sends text only,
-# so every input-image problem is a problem of the request itself: a refusal.
-FAILURE_CAUSES: dict[str, FailureCause] = {
-    "server_error": FailureCause.PROVIDER_FAULT,
-    "rate_limit_exceeded": FailureCause.PROVIDER_FAULT,
-    "vector_store_timeout": FailureCause.PROVIDER_FAULT,
-    "invalid_prompt": FailureCause.REFUSAL,
-    "bio_policy": FailureCause.REFUSAL,
-    "data_residency_mismatch": FailureCause.REFUSAL,
-    "image_content_policy_violation": FailureCause.REFUSAL,
-    **dict.fromkeys((
-        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url", "image_too_large",
-        "image_too_small", "image_parse_error", "invalid_image_mode", "image_file_too_large",
-        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image", "image_file_not_found",
-    ), FailureCause.REFUSAL),
-}
+class RefusalKind(enum.StrEnum):
+    """Why the provider refused a create, in iipub's words: in every case nothing ran and nothing
+    was charged (`Refused`)."""
+
+    QUOTA = "quota"  # the account cannot pay (quota or billing): not "slow down"
+    CAPACITY = "capacity"  # an economy-tier create: no capacity now (not the account's rate limit)
+    RATE = "rate"  # the account's rate limit: slow down
+    PARAMETER = "parameter"  # the model refuses a parameter of the request (`Refused.param`)
+    ACCESS = "access"  # the account has no access to the model (`Refused.model`)
+    TOO_LARGE = "too_large"  # the request exceeds a tokens-per-minute limit (`limit`, `requested`)
+    UNSENT = "unsent"  # nothing reached the provider (no connection, no client, no ledger line)
 
 
-def failure_cause(code: str | None) -> FailureCause:
-    """An unrecognised (or missing) code is treated as the safer of the two: a refusal, so
-    nothing is paid again without a human."""
-    return FAILURE_CAUSES.get(code or "", FailureCause.REFUSAL)
-
-
-# 429 codes that mean the account cannot pay (error `code` or `type`), not "slow down".
-QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
-# A flex create answered 429 "Resource Unavailable": the provider has no flex capacity now. The
-# provider's flex documentation names the status and title only; the error's `code` or `type`
-# is matched against these (and the title in its message), never a quota code. Not charged; a
-# capacity refusal of flex, not a rate limit of the account.
-CAPACITY_CODES = frozenset({"resource_unavailable", "resource_unavailable_error", "flex_capacity_unavailable"})
-CAPACITY_CODE = "resource_unavailable"
-# A 429 whose code or type says the account's rate limit (tokens or requests), not flex capacity.
-RATE_LIMIT_CODES = frozenset({"rate_limit_exceeded", "requests", "tokens", "rate_limit_error"})
-# 400 invalid_request_error codes that name a refused parameter (with `param`, or quoted in the
-# message when `param` is null): the request was refused before anything ran.
-PARAM_CODES = frozenset({"unsupported_value", "unsupported_parameter", "invalid_value", "integer_below_min_value",
-                         "integer_above_max_value", "invalid_json_schema", "invalid_type", "unknown_parameter",
-                         "missing_required_parameter", "decimal_below_min_value", "decimal_above_max_value",
-                         "string_above_max_length", "invalid_enum_value"})
-
-
-def scope_of(organization: str | None, project: str | None, api_key: str | None) -> str:
-    """The scope a request is made under, as a job records it: the organization, the project and
-    a fingerprint of the key (never the key). A response is visible only in the organization and
-    project it was created in; with neither named, the key's own project is the scope."""
-    key = hashlib.sha256((api_key or "").encode()).hexdigest()[:16] if api_key else "-"
-    return f"org={organization or '-'} project={project or '-'} key={key}"
-
-
-def same_scope(recorded: str, current: str) -> bool:
-    """Whether a read under `current` reaches what was created under `recorded`: the same
-    organization and project when the create named a project, else the same key too."""
-    def parts(scope: str) -> dict[str, str]:
-        return dict(p.split("=", 1) for p in scope.split() if "=" in p)
-
-    a, b = parts(recorded), parts(current)
-    if a.get("org") != b.get("org") or a.get("project") != b.get("project"):
-        return False
-    return a.get("project") not in (None, "-") or a.get("key") == b.get("key")
+# Refusals that say the account is limited: the creates of every process cool down.
+ACCOUNT_LIMITS = frozenset({RefusalKind.QUOTA, RefusalKind.RATE, RefusalKind.TOO_LARGE})
 
 
 @dataclass(frozen=True)
@@ -100,7 +62,7 @@ class CreateRequest:
     attempt: int
     fingerprint: str
     installation: str = ""  # this database's installation id (`iipub.store.installation`)
-    service_tier: str = "default"  # "flex" or "default": the Responses API's `service_tier`
+    tier: str = "default"  # the tier the create asks for: "flex" (cheaper, slower) or "default"
 
 
 @dataclass(frozen=True)
@@ -112,33 +74,46 @@ class Usage:
 
 @dataclass(frozen=True)
 class Accepted:
-    """The provider took the job (2xx with a `resp_` id): it will be charged."""
+    """The provider took the job: it will be charged."""
 
     response_id: str
-    status: str
-    service_tier: str | None = None  # the tier the response reports it runs at
+    status: str  # the provider's own word for where it stands (opaque: journaled, never compared)
+    tier: str | None = None  # the tier the response reports it runs at
 
 
 @dataclass(frozen=True)
 class Observed:
-    """A readable response: its status and, once finished, its output."""
+    """A readable response: where it stands (`stage`) and, once finished, its output. `status`,
+    `cut_reason`, `error` and `error_code` are what the provider said, kept for the journal and
+    never compared: the adapter has said what they mean in `stage`, `at_cap` and `failure`."""
 
     response_id: str
     status: str
     output_text: str | None
     usage: Usage | None
     metadata: dict[str, str] = field(default_factory=dict)
-    incomplete_reason: str | None = None
+    cut_reason: str | None = None  # why a finished output is cut short, in the provider's words
     error: str | None = None
     error_code: str | None = None
     completed_at: float | None = None  # the provider's own completion time (Unix seconds), if it says
     created_at: float | None = None  # ... and its creation time, on the same (the provider's) clock
-    service_tier: str | None = None
+    tier: str | None = None
     refusal: str | None = None  # the text of the final answer's refusal parts, if the model refused
+    stage: Stage = field(kw_only=True)
+    at_cap: bool = field(default=False, kw_only=True)  # finished, cut at the request's output cap
+    failure: FailureCause | None = field(default=None, kw_only=True)  # gone: why it failed (None: cancelled)
 
     @property
     def finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
+        return self.stage is Stage.FINISHED
+
+    @property
+    def live(self) -> bool:
+        return self.stage in LIVE
+
+    @property
+    def gone(self) -> bool:
+        return self.stage is Stage.GONE
 
 
 @dataclass(frozen=True)
@@ -148,16 +123,23 @@ class Deleted:
 
 @dataclass(frozen=True)
 class Refused:
-    """The provider definitively did not process the create; nothing was charged."""
+    """The provider definitively did not process the create; nothing was charged. `kind` says
+    why in iipub's words; `code` is the provider's own (opaque: journaled, never compared)."""
 
     retry_after: float | None
     why: str
-    code: str | None = None  # the provider's error code, e.g. `insufficient_quota`
-    capacity: bool = False  # a flex create refused for capacity: no cool-down, no breaker
+    code: str | None = None
+    kind: RefusalKind = field(kw_only=True)
     unreachable: bool = False  # no connection could be made: the provider was not reached
-    # A 400 invalid_request_error naming the parameter the model refuses (`temperature`,
-    # `reasoning.effort`, …): the product's creates are held until its configuration changes.
-    param: str | None = None
+    param: str | None = None  # PARAMETER: the refused parameter (`temperature`, `reasoning.effort`, …)
+    model: str | None = None  # ACCESS: the model the account cannot use
+    limit: int | None = None  # TOO_LARGE: the tokens-per-minute limit, when the provider said it
+    requested: int | None = None  # TOO_LARGE: the tokens the request asked for, when it said it
+    status: int | None = None  # the HTTP status of the answer, when there was one
+
+    @property
+    def capacity(self) -> bool:
+        return self.kind is RefusalKind.CAPACITY
 
 
 @dataclass(frozen=True)
@@ -177,7 +159,7 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Missing:
-    """The provider answered 404 for the response (expired, deleted, or a spurious answer)."""
+    """The provider does not know the response (expired, deleted, or a spurious answer)."""
 
     why: str
 
@@ -191,22 +173,59 @@ class Transient:
     unreachable: bool = False  # no connection could be made: the provider was not reached
 
 
+@dataclass(frozen=True)
+class SavedResponse:
+    """A response saved from the provider (a file an operator recovered): its output text and what
+    it says of itself. `source` names what held the text; `status` is the provider's own word."""
+
+    text: str
+    source: str
+    response_id: str | None = None
+    status: str | None = None
+    usage: Usage | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class EventKind(enum.StrEnum):
+    """What a verified webhook delivery announces, in iipub's words."""
+
+    RESPONSE_ENDED = "response_ended"  # a response finished or is gone: read it (`response_id`)
+    OTHER = "other"  # an event the provider sends that is about something else: recorded, ignored
+    UNKNOWN = "unknown"  # an event iipub does not know: counted, nothing done
+    TEST = "test"  # `iipub webhook test-delivery`: verified, nothing recorded
+
+
+@dataclass(frozen=True)
+class VerifiedEvent:
+    """A webhook delivery whose signature was verified. `type` is the provider's own name for
+    the event (opaque: recorded and logged, never compared); `kind` says what it means."""
+
+    webhook_id: str
+    event_id: str | None
+    type: str
+    response_id: str | None
+    created_at: int | None
+    kind: EventKind
+
+
+class DeliveryRejected(Exception):
+    """A webhook delivery answered 400: not verified, or not understood."""
+
+
 CreateOutcome = Accepted | Refused | Ambiguous | Rejected
 ReadOutcome = Observed | Missing | Transient | Rejected
 DeleteOutcome = Deleted | Missing | Transient | Rejected
 
 
-def answer_messages(items: list[Any]) -> list[dict[str, Any]]:
-    """The messages of a response's `output` that hold the answer, in order: reasoning items and
-    tool calls are skipped; when messages carry a `phase`, only the `final_answer` ones (a
-    `commentary` message is the model's preamble, not the edition)."""
-    messages = [item for item in items if isinstance(item, dict) and item.get("type") == "message"
-                and item.get("role", "assistant") == "assistant"]
-    if any(m.get("phase") is not None for m in messages):
-        return [m for m in messages if m.get("phase") == "final_answer"]
-    return messages
-
-
 def failure_text(outcome: Transient | Rejected) -> str:
     """One line for a failed read or cleanup call."""
     return outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
+
+
+def as_answered_today(outcome: CreateOutcome) -> CreateOutcome:
+    """A create's outcome as the machine answers it until refusals are held by cause: no access
+    to a model is answered as the rejected request it was before (quarantined, a 401 or 403
+    opening the breaker); every other outcome as it is."""
+    if isinstance(outcome, Refused) and outcome.kind is RefusalKind.ACCESS:
+        return Rejected(outcome.status or 403, outcome.why)
+    return outcome

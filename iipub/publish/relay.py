@@ -24,22 +24,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-import sqlalchemy as sa
 import structlog
 
 from iipub.core import backoff, tls
 from iipub.core.errors import ConfigError, Contention, LeaseLost
 from iipub.machine import decisions
 from iipub.model.jobs import Job, new_worker_id
-from iipub.model.states import State
 from iipub.model.track_views import Hop
 from iipub.money.ledger import LedgerError, SpendLedger, slot_of
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater, Sink
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater, Sink
+from iipub.publish.sinks.cms_webhook import WebhookSink
 from iipub.publish.sinks.static import StaticSink
-from iipub.publish.sinks.webhook import WebhookSink
 from iipub.settings import config
 from iipub.settings.config import Settings
-from iipub.store import outbox, tables, track_store
+from iipub.store import outbox, track_store
+from iipub.store.handles import Engine
 from iipub.store.job_store import Store
 from iipub.store.outbox import Outbox, OutboxEvent
 
@@ -65,7 +64,7 @@ class RelayReport:
     held: str | None = None
 
 
-def _held(settings: Settings, engine: sa.Engine) -> str | None:
+def _held(settings: Settings, engine: Engine) -> str | None:
     """Why this run delivers nothing, or None."""
     from iipub.money import gate
 
@@ -74,7 +73,7 @@ def _held(settings: Settings, engine: sa.Engine) -> str | None:
     return "shadow" if settings.reconcile.shadow else None
 
 
-def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: sa.Engine | None = None) -> list[Sink]:
+def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: Engine | None = None) -> list[Sink]:
     sinks: list[Sink] = []
     if settings.static_sink is not None:
         s = settings.static_sink
@@ -91,7 +90,7 @@ def build_sinks(settings: Settings, client: httpx.Client | None = None, engine: 
     return sinks
 
 
-def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = None, worker: str | None = None,
+def run(settings: Settings, engine: Engine, *, sinks: list[Sink] | None = None, worker: str | None = None,
         rng: random.Random | None = None) -> RelayReport:
     rs = settings.relay
     worker = worker or new_worker_id("relay")
@@ -125,7 +124,7 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
                 if ev is None:
                     continue
                 report.claimed += 1
-                _deliver(box, ev, sinks, settings, rng, report, hooks)
+                _publish_event(box, ev, sinks, settings, rng, report, hooks)
                 if hooks is not None:
                     hooks.settle(box, settings, rng, report)
         if hooks is not None:
@@ -147,7 +146,7 @@ def run(settings: Settings, engine: sa.Engine, *, sinks: list[Sink] | None = Non
 
 
 @dataclass
-class _EventDelivery:
+class _EventPublication:
     """One claimed event on its way through the sinks: what each answered so far."""
 
     ev: OutboxEvent
@@ -172,14 +171,14 @@ class _Background:
         deadline = conf.deadline_seconds if conf is not None else config.WebhookSinkSettings.deadline_seconds
         self.until = started + deadline
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="relay-webhook")
-        self._answers: queue.SimpleQueue[tuple[_EventDelivery, str, Future[DeliveryResult | None]]] = (
+        self._answers: queue.SimpleQueue[tuple[_EventPublication, str, Future[PublishResult | None]]] = (
             queue.SimpleQueue())
         self._pending = 0
 
-    def submit(self, d: _EventDelivery, sink: Sink) -> None:
+    def submit(self, d: _EventPublication, sink: Sink) -> None:
         d.outstanding += 1
         self._pending += 1
-        future = self._pool.submit(_deliver_before, sink, d.event, self.until)
+        future = self._pool.submit(_publish_before, sink, d.event, self.until)
         future.add_done_callback(lambda f: self._answers.put((d, sink.name, f)))
 
     def settle(self, box: Outbox, settings: Settings, rng: random.Random, report: RelayReport, *,
@@ -193,7 +192,7 @@ class _Background:
                 return
             self._pending -= 1
             d.outstanding -= 1
-            result = future.result()  # `_deliver_before` never raises
+            result = future.result()  # `_publish_before` never raises
             if result is None:
                 d.deferred = True
             else:
@@ -207,22 +206,22 @@ class _Background:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _deliver_before(sink: Sink, event: EditionEvent, until: float) -> DeliveryResult | None:
+def _publish_before(sink: Sink, event: EditionEvent, until: float) -> PublishResult | None:
     """A background delivery, or None if its deadline passed before a thread was free."""
     if time.monotonic() >= until:
         return None
     return _attempt(sink, event)
 
 
-def _attempt(sink: Sink, event: EditionEvent) -> DeliveryResult:
+def _attempt(sink: Sink, event: EditionEvent) -> PublishResult:
     try:
-        return sink.deliver(event)
+        return sink.publish(event)
     except Exception as exc:  # a sink bug must not stop the other sinks or events
         log.exception("sink_failed", sink=sink.name, event_id=event.event_id)
         return RetryLater(None, f"{type(exc).__name__}: {exc}")
 
 
-def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings, rng: random.Random,
+def _publish_event(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings, rng: random.Random,
              report: RelayReport, hooks: _Background | None = None) -> None:
     rs = settings.relay
     try:
@@ -232,7 +231,7 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         report.parked += 1
         return
     settled = box.settled_sinks(ev.event_id)
-    d = _EventDelivery(ev, event)
+    d = _EventPublication(ev, event)
     for sink in sinks:
         if sink.name in settled:
             d.parked = d.parked or settled[sink.name] == "parked"
@@ -245,11 +244,11 @@ def _deliver(box: Outbox, ev: OutboxEvent, sinks: list[Sink], settings: Settings
         _finish(box, d, settings, report)
 
 
-def _record(box: Outbox, d: _EventDelivery, sink: str, result: DeliveryResult, settings: Settings, rng: random.Random,
+def _record(box: Outbox, d: _EventPublication, sink: str, result: PublishResult, settings: Settings, rng: random.Random,
             report: RelayReport) -> None:
     """One sink's answer: its per-sink delivery record, and what it means for the event."""
     rs = settings.relay
-    if isinstance(result, Delivered):
+    if isinstance(result, Published):
         box.record(d.ev.event_id, sink, delivered=True)
         report.deliveries[sink] = report.deliveries.get(sink, 0) + 1
     elif isinstance(result, Parked):
@@ -266,7 +265,7 @@ def _record(box: Outbox, d: _EventDelivery, sink: str, result: DeliveryResult, s
         d.errors.append(f"{sink}: {result.why}")
 
 
-def _finish(box: Outbox, d: _EventDelivery, settings: Settings, report: RelayReport) -> None:
+def _finish(box: Outbox, d: _EventPublication, settings: Settings, report: RelayReport) -> None:
     """Every sink answered (or was not reached): mark the event published, or give it back."""
     rs = settings.relay
     ev = d.ev
@@ -288,7 +287,7 @@ def _finish(box: Outbox, d: _EventDelivery, settings: Settings, report: RelayRep
     report.parked += 1
 
 
-def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
+def publish_finished_jobs(engine: Engine, worker: str, lease_seconds: float,
                           spend_ledger: SpendLedger | Callable[[], SpendLedger | None] | None = None) -> int:
     """SAVED_NOT_PUBLIC language tracks whose every event is delivered move to PUBLISHED; then
     SAVED_NOT_PUBLIC slots with no unpublished track (a slot from before tracks: every event
@@ -296,19 +295,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
     each relay pass, so a crash between the writes heals on the next run."""
     store = Store(engine, worker, lease_seconds)
     _publish_finished_tracks(store)
-    jobs_table, outbox_table, t = tables.jobs, tables.outbox, tables.tracks.c
-    with engine.connect() as conn:
-        pending = sa.select(outbox_table.c.id).where(
-            outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
-        ).exists()
-        has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
-        has_tracks = sa.select(t.id).where(t.job_id == jobs_table.c.id).exists()
-        unpublished = sa.select(t.id).where(t.job_id == jobs_table.c.id, t.state != State.PUBLISHED.value).exists()
-        rows = conn.execute(
-            sa.select(jobs_table.c.id, jobs_table.c.version)
-            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value,
-                   sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
-        ).all()
+    rows = outbox.delivered_slots(engine)
     done = 0
     if callable(spend_ledger) and rows:
         spend_ledger = spend_ledger()
@@ -330,13 +317,7 @@ def publish_finished_jobs(engine: sa.Engine, worker: str, lease_seconds: float,
 def _publish_finished_tracks(store: Store) -> int:
     """SAVED_NOT_PUBLIC tracks whose language's events are all delivered: PUBLISHED (fenced on
     the track; the slot's row is not touched)."""
-    t, o, e = tables.tracks.c, tables.outbox.c, tables.editions.c
-    of_track = sa.select(o.id).select_from(tables.outbox.join(tables.editions, e.id == o.edition_id)).where(
-        o.job_id == t.job_id, e.lang == t.lang)
-    with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(tables.tracks).where(
-            t.state == State.SAVED_NOT_PUBLIC.value, of_track.exists(),
-            ~of_track.where(o.published_at.is_(None)).exists())).mappings().all()
+    rows = outbox.delivered_tracks(store.engine)
     ts = track_store.TrackStore(store)
     done = 0
     for row in rows:
@@ -350,12 +331,10 @@ def _publish_finished_tracks(store: Store) -> int:
     return done
 
 
-def _record_published(engine: sa.Engine, spend_ledger: SpendLedger, job: Job) -> None:
+def _record_published(engine: Engine, spend_ledger: SpendLedger, job: Job) -> None:
     """The published link of the ledger's chain (best effort, after the commit: a line missing
     leaves the ledger behind the database, the safe direction)."""
-    ed = tables.editions
-    with engine.connect() as conn:
-        rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job.id)).all()
+    rows = outbox.edition_hashes(engine, job.id)
     try:
         spend_ledger.published(job.id, slot_of(job.product, job.edition_date.isoformat()), job.generation_attempts,
                                job.response_id, {str(lang): str(sha) for lang, sha in rows})

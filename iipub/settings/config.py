@@ -17,11 +17,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
-from iipub.core.errors import ConfigError, MissingApiKey
+from iipub.core.errors import ConfigError, MissingApiKey, UsageError
 from iipub.core.strict import Bounds, Checked
-from iipub.settings import fingerprint, models
+from iipub.settings import fingerprint
 from iipub.settings.edition_limits import MAX_ITEMS
 
 # Every section is validated when it is built (and again by `dataclasses.replace`, see
@@ -64,8 +64,39 @@ DEFAULT_TITLES: Mapping[str, Mapping[str, str]] = {
     "revolution-watch": {"en": "Revolution Watch", "es": "Observatorio de revoluciones"},
 }
 TITLE_MAX = 200
-_EFFORT_PATTERN = "^(" + "|".join(models.REASONING_EFFORTS) + ")$"
-_VERBOSITY_PATTERN = "^(" + "|".join(models.VERBOSITIES) + ")$"
+# The values the installed SDK's types allow (openai/types/shared/reasoning_effort.py and
+# responses/response_text_config_param.py): a configured value outside them is refused at load.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+VERBOSITIES = ("low", "medium", "high")
+_EFFORT_PATTERN = "^(" + "|".join(REASONING_EFFORTS) + ")$"
+_VERBOSITY_PATTERN = "^(" + "|".join(VERBOSITIES) + ")$"
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    """What one model (family) accepts: an entry of the model-capability table, built in
+    (the provider's) or configured (`[models."<name or prefix*>"]`)."""
+
+    sampling: bool = True  # `temperature` and `top_p`
+    reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
+    verbosity: bool = False  # `text.verbosity`
+    max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
+
+    @property
+    def reasons(self) -> bool:
+        return bool(self.reasoning_efforts)
+
+
+class ModelTable(Protocol):
+    """Which request keys a provider's models take (the provider's capability table, the
+    configured `[models]` entries laid over it): what the configuration is checked against at
+    load, so a create the provider would refuse for a parameter never goes out."""
+
+    def refused_keys(self, p: Product, configured: Mapping[str, ModelRule]) -> list[str]:
+        """Why the provider would refuse the keys `p` sends, one phrase per key (empty: none)."""
+
+    def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
+        """The most output tokens `model` takes, when the table knows it."""
 # Default output-token cap: about 250 tokens per item and 200 per language's title and summary
 # visible, four times that for a reasoning model's hidden tokens plus 8,000, within 16,000..128,000
 # (the GPT-5 family's largest output).
@@ -200,6 +231,8 @@ class ReconcileSettings(Checked):
 
 @dataclass(frozen=True)
 class ProviderSettings(Checked):
+    # Which provider `provider.factory` builds: "openai", or "fake" (the in-memory one, for tests).
+    kind: Annotated[str, Bounds(pattern=r"^(openai|fake)$")] = "openai"
     connect_timeout_seconds: Timeout = 5.0
     timeout_seconds: Timeout = 30.0
     flex_timeout_seconds: Timeout = 45.0  # a create asked at the flex tier is answered more slowly
@@ -429,17 +462,18 @@ class Settings:
     monitoring: MonitoringSettings = MonitoringSettings()
     pricing: Pricing = Pricing()
     # `[models."<name or prefix*>"]`: the operator's entries over the built-in capability table.
-    models: Mapping[str, models.ModelRule] = field(default_factory=dict)
+    models: Mapping[str, ModelRule] = field(default_factory=dict)
     api_key: str | None = field(default=None, repr=False)
     provider_webhook_secret: str | None = field(default=None, repr=False)  # OPENAI_WEBHOOK_SECRET
     config_path: Path | None = None
 
     def product(self, name: str) -> Product:
+        """The product a command line names (`--product`): an unknown name is a usage error."""
         try:
             return self.products[name]
         except KeyError:
             known = ", ".join(sorted(self.products)) or "none"
-            raise ConfigError(f"unknown product {name!r} (configured: {known})") from None
+            raise UsageError(f"unknown product {name!r} (configured: {known})") from None
 
     def ledger_path(self) -> Path | None:
         """Where the spend ledger lives, or None when it is off."""
@@ -530,19 +564,18 @@ def default_products() -> dict[str, Product]:
     }
 
 
-def check_model_keys(p: Product, where: str, configured: Mapping[str, models.ModelRule] | None = None) -> None:
-    """The keys the product sends must be ones its model takes (`models`): one line, at load."""
-    problems = models.refused_keys(p.model, temperature=p.temperature, top_p=p.top_p,
-                                   reasoning_effort=p.reasoning_effort, verbosity=p.verbosity, configured=configured,
-                                   max_output_tokens=p.max_output_tokens)
+def check_model_keys(p: Product, where: str, table: ModelTable,
+                     configured: Mapping[str, ModelRule] | None = None) -> None:
+    """The keys the product sends must be ones its model takes (`table`): one line, at load."""
+    problems = table.refused_keys(p, configured or {})
     if problems:
         raise ConfigError(f"{where}: {problems[0]}")
 
 
-def fit_output_cap(p: Product, configured: Mapping[str, models.ModelRule] | None = None) -> Product:
+def fit_output_cap(p: Product, table: ModelTable, configured: Mapping[str, ModelRule] | None = None) -> Product:
     """The product with its default output cap held to what its model takes (a gpt-4o product's
     default would otherwise ask for more than the model's 16,384 and be refused)."""
-    ceiling = models.output_ceiling(p.model, configured)
+    ceiling = table.output_ceiling(p.model, configured or {})
     if p.max_output_tokens is not None or ceiling is None or p.output_token_cap() <= ceiling:
         return p
     return dataclasses.replace(p, max_output_tokens=ceiling)

@@ -64,14 +64,17 @@ def _closing(text: str, quote: str) -> int | None:
     return None
 
 
-def load(path: str | Path, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+def load(path: str | Path, environ: MutableMapping[str, str] | None = None,
+         named_by: str = "IIPUB_ENV_FILE") -> dict[str, str]:
     """Read `path` into `environ` (default: os.environ) without overriding what is already set;
-    returns the file's variables. A missing or unreadable file is a ConfigError."""
+    returns the file's variables. A missing or unreadable file is a ConfigError naming what named
+    it (`named_by`: IIPUB_ENV_FILE or --env-file)."""
     environ = os.environ if environ is None else environ
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"environment file not found: {path}") from None
+        raise ConfigError(f"environment file not found: {named_by} names {path}, which does not exist "
+                          f"(absolute: {os.path.abspath(path)}); nothing was run") from None
     except UnicodeDecodeError:
         raise ConfigError(f"environment file {path} is not UTF-8") from None
     except OSError as exc:

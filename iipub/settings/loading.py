@@ -11,7 +11,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,15 +20,19 @@ from urllib.parse import urlsplit
 from iipub.core.errors import ConfigError
 from iipub.core.strict import InvalidValues
 from iipub.model.states import QUARANTINE_REASONS, TRACK_PARKED
+from iipub.settings import environment
 from iipub.settings.config import (
     DEFAULT_CRITICAL_AFTER,
     DEFAULT_DATABASE_URL,
     HEADER_SAFE,
     NAME_RE,
+    REASONING_EFFORTS,
     TITLE_MAX,
     Budgets,
     LedgerSettings,
     ModelPrice,
+    ModelRule,
+    ModelTable,
     MonitoringSettings,
     Pricing,
     Product,
@@ -46,7 +50,6 @@ from iipub.settings.config import (
     default_products,
     fit_output_cap,
 )
-from iipub.settings.models import REASONING_EFFORTS, ModelRule
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -92,8 +95,13 @@ def _ledger_outside_public(settings: Settings) -> None:
         raise ConfigError("[ledger] mirror_path must be another file than [ledger] path (a second copy)")
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Build the settings from `env` (default: os.environ) and `$IIPUB_CONFIG` if set."""
+# A provider kind's capability table (`provider.factory.model_table`), or None: keys not checked.
+ModelTables = Callable[[str], "ModelTable | None"]
+
+
+def load_settings(env: Mapping[str, str] | None = None, *, models: ModelTables | None = None) -> Settings:
+    """Build the settings from `env` (default: os.environ) and `$IIPUB_CONFIG` if set; each
+    product's keys are checked against `models` of the configured provider kind."""
     env = os.environ if env is None else env
     data: dict[str, Any] = {}
     path: Path | None = None
@@ -107,21 +115,25 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    settings = settings_from_dict(data, base_dir=path.parent if path else Path.cwd(), config_path=path, env=env)
+    # Relative paths (defaults included) are the configuration file's folder's, whatever the
+    # working directory: cron, an operator's shell and the WSGI server see the same files.
+    base_dir = Path(os.path.abspath(path)).parent if path else Path.cwd()
+    settings = settings_from_dict(data, base_dir=base_dir, config_path=path, env=env,
+                                  models=models)
     return replace(
         settings,
         database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
-        api_key=env.get("OPENAI_API_KEY") or None,
-        provider_webhook_secret=env.get("OPENAI_WEBHOOK_SECRET") or None,
-        provider=replace(settings.provider, base_url=env.get("OPENAI_BASE_URL") or settings.provider.base_url,
-                         organization=env.get("OPENAI_ORG_ID") or settings.provider.organization,
-                         project=env.get("OPENAI_PROJECT_ID") or settings.provider.project),
+        api_key=env.get(environment.API_KEY) or None,
+        provider_webhook_secret=env.get(environment.WEBHOOK_SECRET) or None,
+        provider=replace(settings.provider, base_url=env.get(environment.BASE_URL) or settings.provider.base_url,
+                         organization=env.get(environment.ORGANIZATION) or settings.provider.organization,
+                         project=env.get(environment.PROJECT) or settings.provider.project),
         config_path=path,
     )
 
 
 def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, config_path: Path | None = None,
-                       env: Mapping[str, str] | None = None) -> Settings:
+                       env: Mapping[str, str] | None = None, models: ModelTables | None = None) -> Settings:
     """The settings a TOML document describes, relative paths under `base_dir`. The default spend
     ledger is placed once, here, from `config_path` and `env` (default: os.environ)."""
     known = {"database_url", "budgets", "reconcile", "provider", "relay", "status", "products", "sinks", "ledger",
@@ -155,9 +167,11 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
                 raise ConfigError(f"product {p.name!r} is declared twice")
             products[p.name] = p
     model_rules = _models(data.get("models"))
-    for p in products.values():
-        check_model_keys(p, f"product {p.name!r}", model_rules)
-    products = {name: fit_output_cap(p, model_rules) for name, p in products.items()}
+    table = models(provider.kind) if models is not None else None
+    if table is not None:
+        for p in products.values():
+            check_model_keys(p, f"product {p.name!r}", table, model_rules)
+        products = {name: fit_output_cap(p, table, model_rules) for name, p in products.items()}
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
         raise ConfigError("[sinks] must be a table")
@@ -182,9 +196,11 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
                 raise ConfigError(f"[sinks.static] base_url must be an http(s) URL without query or fragment "
                                   f"(got {_shown(raw['base_url'])})")
             static = _section(StaticSinkSettings, raw, "sinks.static")
-            if static.state_dir is not None and _inside(static.state_dir, static.root):
-                raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
-                                  f"({static.root}): the public tree holds pages, feeds and editions only")
+    if static is not None and not static.root.is_absolute():  # the default `public` too
+        static = replace(static, root=base_dir / static.root)
+    if static is not None and static.state_dir is not None and _inside(static.state_dir, static.root):
+        raise ConfigError(f"[sinks.static] state_dir ({static.state_dir}) must be outside root "
+                          f"({static.root}): the public tree holds pages, feeds and editions only")
     webhook = None
     if "webhook" in sinks:
         raw = dict(sinks["webhook"])
@@ -236,7 +252,7 @@ def _webhooks(raw: Any) -> WebhookSettings:
 
 def _models(raw: Any) -> dict[str, ModelRule]:
     """`[models."gpt-5-mini"] sampling = false, reasoning_efforts = [...], verbosity = true`: the
-    operator's entries of the model-capability table (`iipub.settings.models`)."""
+    operator's entries of the provider's model-capability table (`ModelTable`)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -67,8 +67,11 @@ def require_existing(url: str) -> None:
     only `iipub db migrate` (and the demo) make a database."""
     path = sqlite_file(url)
     if path is not None and not os.path.exists(path):
-        raise SchemaNotReady(f"no database at {path} (SQLite file missing); run `iipub db migrate` to create it "
-                             "(or set IIPUB_DATABASE_URL)")
+        # Not "run db migrate": with cron's environment missing (IIPUB_ENV_FILE unset or pointing
+        # elsewhere) that would make a stray, empty database here.
+        raise SchemaNotReady(f"no database at {os.path.abspath(path)} (SQLite file missing): is IIPUB_DATABASE_URL "
+                             "set as cron sets it (IIPUB_ENV_FILE naming cron's env file)? Only for a new "
+                             "installation, `iipub db migrate` makes an empty database there")
 
 
 def make_engine(url: str, pool_size: int = 8, lock_wait_seconds: int | None = None) -> Engine:
@@ -163,6 +166,39 @@ def _sqlite_setup(engine: Engine, lock_wait_seconds: int) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+MYSQL_UNKNOWN_DATABASE = 1049
+
+
+def where(engine: Engine) -> str:
+    """Where the engine connects, for a person: host:port (MySQL), or the SQLite file."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        return f"SQLite file {url.database or ':memory:'}"
+    return f"{url.host or 'localhost'}:{url.port or 3306}"
+
+
+def unavailable(engine: Engine, exc: sa.exc.DBAPIError) -> DatabaseUnavailable:
+    """The one line for a database that cannot be used: an unknown database names the statement
+    that creates it; any other failure says where it tried to connect."""
+    if mysql_error_code(exc) == MYSQL_UNKNOWN_DATABASE:
+        name = engine.url.database or "iipub"
+        return DatabaseUnavailable(
+            f"database {name!r} does not exist on {where(engine)}: create it (`CREATE DATABASE `{name}` CHARACTER "
+            f"SET utf8mb4 COLLATE utf8mb4_bin;` as an administrator, and grant the user access), then run `iipub db "
+            "migrate`")
+    return DatabaseUnavailable(f"database unreachable at {where(engine)}: {describe_error(exc)}")
+
+
+def reach(engine: Engine) -> None:
+    """One round trip, or the one line `unavailable` gives (the commands that make the schema
+    connect with this before they start)."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.OperationalError as exc:
+        raise unavailable(engine, exc) from None
+
+
 def ping(engine: Engine) -> None:
     """Fail with one clear error if the database is unreachable or not migrated."""
     try:
@@ -172,7 +208,7 @@ def ping(engine: Engine) -> None:
     except sa.exc.OperationalError as exc:
         if is_missing_table(exc):
             raise SchemaNotReady() from None
-        raise DatabaseUnavailable(f"database unreachable: {describe_error(exc)}") from None
+        raise unavailable(engine, exc) from None
     except sa.exc.NoResultFound:
         raise SchemaNotReady() from None
     except sa.exc.ProgrammingError as exc:
@@ -232,7 +268,7 @@ MYSQL_UNREACHABLE = {2002, 2003, 2005, 2006, 2013, 2055}
 # 1047 "WSREP has not yet prepared node for application use" on any statement, 1180 "Error
 # while appending streaming replication fragment (... Not connected to Primary Component)" at
 # COMMIT. The transaction is rolled back and nothing is written: the database is unavailable
-# from this node, not a fault of the job (seen in bench/galera.py; docs/scale-out.md).
+# from this node, not a fault of the job (seen in bench/cluster/galera.py; docs/scale-out.md).
 WSREP_NOT_PRIMARY = {1047, 1180}
 
 

@@ -422,6 +422,35 @@ class Store:
         return dataclasses.replace(job, state=w.to_state, version=job.version + 1,
                                    lease_owner=self.worker if w.keep_lease else None, **w.values)
 
+    def record_edition_action(self, job: Job, reason: Reason, detail: Mapping[str, Any],
+                              extra: Callable[[Connection], object]) -> Job:
+        """An operator's action on the slot's public editions (`states.EDITION_ACTIONS`: withdraw,
+        correct), which does not move the job: its version +1, fenced on the version read and a
+        free lease (nobody, not even a relay publishing it, holds the job), the journal row (from
+        and to its own state) and `extra` (the editions, the outbox) in one transaction. Raises
+        `LeaseLost` when the job changed or is leased, `IllegalTransition` for another reason or
+        a job whose editions are not saved."""
+        reason = declared(reason, operator=True, job_id=job.id)
+        if reason not in states.EDITION_ACTIONS or job.state not in states.EDITIONS_SAVED:
+            raise IllegalTransition(f"{reason} is not an edition action of a {job.state} job", job_id=job.id)
+        with self._tx() as conn:
+            now = clock.now(conn)
+            res = conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job.id, jobs_table.c.version == job.version,
+                       sa.or_(jobs_table.c.lease_owner.is_(None), jobs_table.c.lease_expiry < now))
+                .values(version=jobs_table.c.version + 1, lease_owner=None, lease_expiry=None, updated_at=now)
+            )
+            if res.rowcount != 1:
+                raise LeaseLost(f"job {job.id} changed since version {job.version} or is leased; nothing written",
+                                job_id=job.id)
+            self.journal(conn, [self.journal_row(job.id, job.state, job.state, job.version + 1, reason, detail)],
+                         clock.clock_offset(conn))
+            extra(conn)
+        log.warning("edition_action", job_id=job.id, reason=reason.value, worker=self.worker, **{
+            k: v for k, v in detail.items() if k in ("lang", "revision")})
+        return dataclasses.replace(job, version=job.version + 1, lease_owner=None)
+
     def note_failure(self, job: Job, error: str, failures: int) -> bool:
         """Give the lease back after a step failed unexpectedly (not a transition: no journal
         row): the failure count and the error are recorded, fenced; the next tick tries again."""

@@ -102,6 +102,19 @@ def _applied(conn: Connection) -> dict[str, tuple[str, str]]:
     return {r.version: (r.checksum, str(r.applied_at)) for r in rows if r.version != _LOCK_VERSION}
 
 
+def behind(engine: Engine) -> str | None:
+    """One line when migrations this release ships are not applied yet (a new release installed
+    before `iipub db migrate`: its commands would read and write columns the database does not
+    have yet, so they stop here and write nothing), else None."""
+    with engine.connect() as conn:
+        applied = _applied(conn)
+    pending = [m.version for m in available(db.dialect_family(engine)) if m.version not in applied]
+    if not pending:
+        return None
+    return (f"the database's schema is behind this iipub: migration(s) {', '.join(pending)} not applied yet; run "
+            "`iipub db migrate` (runbook \"Upgrading on one host\"); nothing was written")
+
+
 def status(engine: Engine) -> list[MigrationStatus]:
     family = db.dialect_family(engine)
     try:
@@ -135,7 +148,7 @@ def migrate(engine: Engine) -> list[Migration]:
             _convert_to_tracks(engine)
         return done
     except sa.exc.OperationalError as exc:
-        raise DatabaseUnavailable(f"database unreachable: {db.describe_error(exc)}") from None
+        raise db.unavailable(engine, exc) from None
     except sa.exc.DBAPIError as exc:
         raise MigrationError(f"migration failed: {db.describe_error(exc)}") from None
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from iipub.core.errors import Contention, JobTaken, OperatorRefused, UnknownId, UsageError
+from iipub.core.ids import uuid7
 from iipub.core.timefmt import iso_z, iso_z_or_none, naive_utc
 from iipub.edition.compose import Artifact
-from iipub.model.states import State
+from iipub.model.states import EventType, State
 from iipub.store import clock, db, tables
 
 log = structlog.get_logger("iipub.outbox")
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 outbox_table = tables.outbox
 deliveries_table = tables.outbox_deliveries
-EVENT_TYPE = "edition.published"
+EVENT_TYPE = EventType.PUBLISHED.value
 
 
 def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact]) -> list[str]:
@@ -44,10 +44,10 @@ def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact])
         ))
         assert res.inserted_primary_key is not None  # a single-row insert always reports its key
         edition_id = res.inserted_primary_key[0]
-        event_id = str(uuid.uuid4())
+        event_id = uuid7(saved_at)  # time-ordered; the Idempotency-Key of every delivery
         payload = {
-            "event_id": event_id, "job_id": job.id, "product": job.product,
-            "edition_date": job.edition_date.isoformat(), "lang": lang, "sha256": art.sha256,
+            "type": EVENT_TYPE, "event_id": event_id, "job_id": job.id, "product": job.product,
+            "edition_date": job.edition_date.isoformat(), "lang": lang, "revision": 1, "sha256": art.sha256,
             "artifact": art.document(), "published_at": stamp,
         }
         conn.execute(outbox_table.insert().values(
@@ -57,6 +57,34 @@ def save_editions(conn: Connection, job: Job, artifacts: Mapping[str, Artifact])
         ))
         event_ids.append(event_id)
     return event_ids
+
+
+def revise_edition(conn: Connection, edition_id: int, seen_revision: int, *, revision: int, status: str,
+                   event_type: str, job_id: str, payload: Mapping[str, Any], artifact: Artifact | None) -> None:
+    """Inside an operator's correction or withdrawal: the edition row takes its new revision and
+    status (a correction: its new title, content and sha256), fenced on the revision read; the
+    event announcing it is queued; and the edition's older events not delivered yet are
+    superseded (published_at set, `superseded_by` naming the new event), so stale content is
+    never sent after it. Raises `Contention` if the edition changed since it was read."""
+    now = clock.now(conn)
+    values: dict[str, Any] = {"revision": revision, "status": status}
+    if artifact is not None:
+        values.update(title=artifact.title[:400], content=artifact.body.decode(), sha256=artifact.sha256)
+    ed = tables.editions
+    res = conn.execute(ed.update().where(ed.c.id == edition_id, ed.c.revision == seen_revision).values(**values))
+    if res.rowcount != 1:
+        raise Contention(f"edition {edition_id} changed since revision {seen_revision}; nothing written")
+    event_id = str(payload["event_id"])
+    conn.execute(outbox_table.update()
+                 .where(outbox_table.c.edition_id == edition_id, outbox_table.c.published_at.is_(None))
+                 .values(published_at=now, superseded_by=event_id, lease_owner=None, lease_expiry=None,
+                         last_error=f"superseded by revision {revision} ({event_type})",
+                         version=outbox_table.c.version + 1))
+    conn.execute(outbox_table.insert().values(
+        event_id=event_id, job_id=job_id, edition_id=edition_id, event_type=event_type,
+        payload=json.dumps(dict(payload), sort_keys=True, ensure_ascii=False), version=1, attempts=0,
+        next_attempt_at=now, created_at=now,
+    ))
 
 
 @dataclass(frozen=True)
@@ -255,9 +283,13 @@ def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict
 # -- the operator's view: `iipub outbox list|requeue` ----------------------------------------------
 
 LIST_STATES = ("unpublished", "parked", "failing", "all")
-def event_status(published_at: Any, first_failed_at: Any, sinks: Sequence[Mapping[str, Any]]) -> str:
-    """published | parked (a sink refused it: only an operator moves it) | failing (a delivery
+def event_status(published_at: Any, first_failed_at: Any, sinks: Sequence[Mapping[str, Any]],
+                 superseded_by: str | None = None) -> str:
+    """superseded (a later revision of its edition replaced it before every sink had it) |
+    published | parked (a sink refused it: only an operator moves it) | failing (a delivery
     failed and is retried with backoff) | pending (not yet delivered, nothing failed)."""
+    if superseded_by is not None:
+        return "superseded"
     if published_at is not None:
         return "published"
     if any(d["parked_at"] is not None for d in sinks):
@@ -278,7 +310,8 @@ def list_events(engine: Engine, state: str = "unpublished", limit: int = 1000) -
         sa.select(outbox_table.c.id, outbox_table.c.event_id, outbox_table.c.job_id, outbox_table.c.attempts,
                   outbox_table.c.next_attempt_at, outbox_table.c.first_failed_at, outbox_table.c.published_at,
                   outbox_table.c.last_error, outbox_table.c.lease_owner, outbox_table.c.lease_expiry,
-                  outbox_table.c.created_at, ed.c.product, ed.c.edition_date, ed.c.lang)
+                  outbox_table.c.created_at, outbox_table.c.event_type, outbox_table.c.superseded_by,
+                  ed.c.product, ed.c.edition_date, ed.c.lang)
         .select_from(outbox_table.outerjoin(ed, ed.c.id == outbox_table.c.edition_id))
         .order_by(outbox_table.c.id)
     )
@@ -307,7 +340,8 @@ def list_events(engine: Engine, state: str = "unpublished", limit: int = 1000) -
         out.append({
             "event_id": r.event_id, "job_id": r.job_id, "product": r.product,
             "edition_date": r.edition_date.isoformat() if r.edition_date is not None else None, "lang": r.lang,
-            "status": event_status(r.published_at, r.first_failed_at, mine), "attempts": r.attempts,
+            "type": r.event_type, "superseded_by": r.superseded_by,
+            "status": event_status(r.published_at, r.first_failed_at, mine, r.superseded_by), "attempts": r.attempts,
             "next_attempt_at": iso_z_or_none(r.next_attempt_at), "first_failed_at": iso_z_or_none(r.first_failed_at),
             "published_at": iso_z_or_none(r.published_at), "last_error": r.last_error,
             "lease_owner": r.lease_owner, "lease_expiry": iso_z_or_none(r.lease_expiry),
@@ -411,3 +445,44 @@ def republish_granted(engine: Engine, job_id: str) -> bool:
     with engine.connect() as conn:
         grants = tables.republish_grants
         return conn.execute(sa.select(grants.c.job_id).where(grants.c.job_id == job_id)).first() is not None
+
+
+# -- what the relay reads after a pass ------------------------------------------------------------
+
+
+def delivered_slots(engine: Engine) -> list[tuple[str, int]]:
+    """(id, version) of the SAVED_NOT_PUBLIC slots with no unpublished track, or (a slot from
+    before tracks) every event delivered."""
+    jobs_table, outbox_table, t = tables.jobs, tables.outbox, tables.tracks.c
+    with engine.connect() as conn:
+        pending = sa.select(outbox_table.c.id).where(
+            outbox_table.c.job_id == jobs_table.c.id, outbox_table.c.published_at.is_(None)
+        ).exists()
+        has_events = sa.select(outbox_table.c.id).where(outbox_table.c.job_id == jobs_table.c.id).exists()
+        has_tracks = sa.select(t.id).where(t.job_id == jobs_table.c.id).exists()
+        unpublished = sa.select(t.id).where(t.job_id == jobs_table.c.id, t.state != State.PUBLISHED.value).exists()
+        rows = conn.execute(
+            sa.select(jobs_table.c.id, jobs_table.c.version)
+            .where(jobs_table.c.state == State.SAVED_NOT_PUBLIC.value,
+                   sa.or_(sa.and_(has_tracks, ~unpublished), sa.and_(~has_tracks, has_events, ~pending)))
+        ).all()
+    return [(job_id, version) for job_id, version in rows]
+
+
+def delivered_tracks(engine: Engine) -> list[RowMapping]:
+    """The SAVED_NOT_PUBLIC tracks whose language's events are all delivered, whole rows."""
+    t, o, e = tables.tracks.c, tables.outbox.c, tables.editions.c
+    of_track = sa.select(o.id).select_from(tables.outbox.join(tables.editions, e.id == o.edition_id)).where(
+        o.job_id == t.job_id, e.lang == t.lang)
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(tables.tracks).where(
+            t.state == State.SAVED_NOT_PUBLIC.value, of_track.exists(),
+            ~of_track.where(o.published_at.is_(None)).exists())).mappings().all())
+
+
+def edition_hashes(engine: Engine, job_id: str) -> list[tuple[str, str]]:
+    """(language, sha256) of each edition the job saved."""
+    ed = tables.editions
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(ed.c.lang, ed.c.sha256).where(ed.c.job_id == job_id)).all()
+    return [(lang, sha) for lang, sha in rows]

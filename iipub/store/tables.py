@@ -161,8 +161,33 @@ editions = sa.Table(
     sa.Column("content", LongText, nullable=False),
     sa.Column("sha256", sa.String(64), nullable=False),
     sa.Column("created_at", Time, nullable=False),
+    # Corrections and withdrawals (migration 0018): a revision that only grows, and the public status.
+    sa.Column("revision", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("status", sa.String(16), nullable=False, server_default="live"),
     sa.UniqueConstraint("product", "edition_date", "lang", name="uq_editions_slot_lang"),
     sa.Index("ix_editions_job", "job_id"),
+    sa.Index("ix_editions_status", "status"),
+)
+# Every change an operator made to a public edition (`iipub withdraw`, `iipub correct`), append-only.
+edition_changes = sa.Table(
+    "edition_changes",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("edition_id", sa.BigInteger, nullable=False),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("lang", sa.String(8), nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("event_id", sa.String(36), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("public_note", sa.Text),
+    sa.Column("changed_by", sa.String(128), nullable=False),
+    sa.Column("superseded_sha256", sa.String(64), nullable=False),
+    sa.Column("superseded_content", LongText, nullable=False),
+    sa.Column("sha256", sa.String(64)),
+    sa.Column("created_at", Time, nullable=False),
+    sa.UniqueConstraint("edition_id", "revision", name="uq_edition_changes_revision"),
+    sa.Index("ix_edition_changes_job", "job_id"),
 )
 
 outbox = sa.Table(
@@ -183,6 +208,7 @@ outbox = sa.Table(
     sa.Column("published_at", Time),
     sa.Column("last_error", sa.Text),
     sa.Column("created_at", Time, nullable=False),
+    sa.Column("superseded_by", sa.String(36)),  # the later revision's event that replaced it (migration 0018)
     sa.UniqueConstraint("event_id", name="uq_outbox_event"),
     sa.Index("ix_outbox_due", "published_at", "next_attempt_at"),
     sa.Index("ix_outbox_job", "job_id"),
@@ -322,6 +348,7 @@ ledger_book = sa.Table(
     sa.Column("path", sa.String(1024), nullable=False),
     sa.Column("base_spend_id", sa.BigInteger, nullable=False),
     sa.Column("opened_at", Time, nullable=False),
+    sa.Column("host", sa.String(255)),  # the host whose ledger it is (0016; NULL: not claimed yet)
 )
 
 # What an orphan's metadata claimed in full, and the operator's decision about it.
@@ -433,10 +460,12 @@ spend = sa.Table(
     sa.Column("total_tokens", sa.BigInteger),
     sa.Column("paid_at", Time, nullable=False),
     sa.Column("updated_at", Time, nullable=False),
+    sa.Column("ledger_id", sa.String(64)),  # the spend ledger its intent line went to (0016)
     sa.Index("ix_spend_paid", "paid_at"),
     sa.Index("ix_spend_job", "job_id", "attempt"),
     sa.Index("ix_spend_state", "state"),
     sa.Index("ix_spend_updated", "updated_at"),
+    sa.Index("ix_spend_ledger_state", "ledger_id", "state"),
 )
 
 spend_overrides = sa.Table(

@@ -316,3 +316,4 @@ def convert_all(engine: Engine, ids: Sequence[str]) -> int:
         except (sa.exc.IntegrityError, Contention):  # Galera: the other node's insert won certification
             log.info("tracks_converted_elsewhere", job_id=job.id)
     return converted
+

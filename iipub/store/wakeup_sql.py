@@ -21,7 +21,7 @@ publication, which the marks see; rows deleted from history (`relay --prune`) ma
 from __future__ import annotations
 
 # `states.ACTIVE`, `states.TRACK_ACTIVE` and `states.CUSTODY_WATCHED` as text (that module's enums
-# would cost the idle path its import; tests/unit/test_wakeup.py holds them equal).
+# would cost the idle path its import; tests/unit/observe/test_wakeup.py holds them equal).
 ACTIVE_STATES = ("ACCEPTED", "CLEANUP_PENDING", "COMPLETED_NOT_RETRIEVED", "COMPOSED_NOT_SAVED", "CREATE_ELIGIBLE",
                  "CREATE_IN_FLIGHT", "IN_PROGRESS", "NO_JOB", "PROVIDER_EXPIRED_OR_MISSING", "PUBLISHED", "QUEUED",
                  "READY_TO_COMPOSE", "RETRIEVED_NOT_VALIDATED")
@@ -47,7 +47,7 @@ def listed(states: tuple[str, ...]) -> str:
 # changes with any insert, update or delete a writer makes that can make work due. Left out:
 # `runs` (heartbeats, written by idle runs too), `wakeups` itself and `disk_samples`
 # (observation; the relay's row wakes it for the next sample). Every other table must be named
-# here (tests/unit/test_wakeup.py checks it against the schema).
+# here (tests/unit/observe/test_wakeup.py checks it against the schema).
 SIGNED: tuple[tuple[str, str, str], ...] = (
     # A fenced write adds 1 to `version`; a claim sets the lease; a new slot is inserted live.
     ("jobs", ("COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry), "
@@ -84,7 +84,8 @@ SIGNED: tuple[tuple[str, str, str], ...] = (
     ("ledger_book", "COUNT(*), MAX(ledger_id), MAX(opened_at), MAX(base_spend_id)", ""),
     ("schema_migrations", "COUNT(*), MAX(version)", ""),
 )
-UNSIGNED = frozenset({"runs", "wakeups", "disk_samples"})
+# `edition_changes` is written only with an outbox row, in the same transaction: the outbox's marks see it.
+UNSIGNED = frozenset({"runs", "wakeups", "disk_samples", "edition_changes"})
 
 
 def now_sql(family: str) -> str:

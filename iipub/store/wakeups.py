@@ -1,8 +1,8 @@
 """The `wakeups` rows and the queries a full run's recorder asks (`observe.wakeup_store` decides;
 the texts the check shares are `store.wakeup_sql`): the marks of every table, when anything next
-falls due, and the row itself. Every query reads through an index (tests/integration/
-test_history_plans.py holds them to it on MariaDB), so recording costs the same whatever the age
-of the database.
+falls due, and the row itself. Every query reads through an index (tests/integration/store/
+test_query_plans.py holds them to it), so recording costs the same whatever the age of the
+database.
 """
 
 from __future__ import annotations

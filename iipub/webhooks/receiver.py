@@ -2,92 +2,62 @@
 or Passenger) and `iipub webhook serve` (the same application on waitress, `webhooks.server`).
 Deliveries are `POST`ed at any path (a proxy may pass its own path through).
 
-Nothing in a body is believed before the official SDK has verified its signature over the raw
-bytes (constant-time, ±5 minutes). A verified delivery is recorded once by its `webhook-id`
-(a duplicate or an in-window replay is 200 and changes nothing) and then settled (`settle`):
-custody within the request, or the job made due now. Answers: 200 done, nothing to do, or an
-event type this receiver does not know (counted); 400 not verified or not understood (sending it
-again will not help); 408 not received in time; 413 too large; 503 not settled within the
-request budget, provider reads included (nothing recorded: the provider delivers it again).
+Nothing in a body is believed before the provider's verifier (`factory.webhook_verifier`) has
+checked its signature over the raw bytes (constant-time, ±5 minutes). A verified delivery is
+recorded once by its `webhook-id` (a duplicate or an in-window replay is 200 and changes
+nothing) and then settled (`settle`): custody within the request, or the job made due now.
+Answers: 200 done, nothing to do, or an event type this receiver does not know (counted); 400
+not verified or not understood (sending it again will not help); 408 not received in time; 413
+too large; 503 not settled within the request budget, provider reads included (nothing
+recorded: the provider delivers it again).
 Never a 500, never a traceback to the client.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
-import hmac
 import ipaddress
 import json
 import os
 import random
 import re
-import secrets
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import openai
-import sqlalchemy as sa
 import structlog
-from openai.types.webhooks import UnwrapWebhookEvent
 
 from iipub.core import logs
-from iipub.core.errors import Contention, DatabaseUnavailable, IipubError
+from iipub.core.errors import ConfigMismatch, Contention, DatabaseUnavailable, IipubError, SchemaNotReady
 from iipub.core.timefmt import naive_utc
 from iipub.machine import settle
 from iipub.machine.run import run_context
 from iipub.model.deliveries import IGNORED, UNKNOWN_EVENT
 from iipub.model.jobs import new_worker_id
 from iipub.money import gate
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider import factory
+from iipub.provider.factory import load_settings
 from iipub.provider.interface import Provider
+from iipub.provider.outcomes import DeliveryRejected, EventKind, VerifiedEvent
 from iipub.settings.config import Settings, WebhookSettings
-from iipub.settings.loading import load_settings
-from iipub.store import clock, db
+from iipub.store import clock, config_identity, db
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine, OperationalError, SQLAlchemyError
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.webhook")
 
-TOLERANCE_SECONDS = 300  # the SDK's and Standard Webhooks' window, both ways
-RESPONSE_EVENTS = frozenset({"response.completed", "response.failed", "response.cancelled", "response.incomplete"})
-# `iipub webhook test-delivery`: verified, answered 200, nothing recorded or settled.
-TEST_EVENT = "iipub.test_delivery"
 TEST_ANSWER = "test delivery verified; database reachable; nothing recorded"
 # Set by `webhooks.server` when the request's last byte arrived (time.monotonic()): the budget
 # counts the time a delivery waited for a free thread.
 RECEIVED_AT = "iipub.received_at"
-_WEBHOOK_ID = re.compile(r"[\x21-\x7e]{1,255}")
-_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 _PRINTABLE = re.compile(r"[\x20-\x7e]{1,2000}")
-# One signature: a version, a comma, base64. Two headers joined by a server ("a, b") do not match.
-_SIGNATURE = re.compile(r"v[0-9]{1,3}[a-z]?,[A-Za-z0-9+/]+={0,2}")
 _METHOD = re.compile(r"[A-Z]{1,16}")
 _HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
 _CONTENT_LENGTH = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
 _READ_CHUNK = 64 * 1024
-
-
-def _known_event_types() -> frozenset[str]:
-    """Every event type the SDK knows (its union of webhook event models): an unknown one is
-    answered 200 and counted, a known one that is not about a response is recorded and ignored."""
-    union = typing.get_args(UnwrapWebhookEvent)
-    members = typing.get_args(union[0]) if union and typing.get_origin(union[0]) is typing.Union else union
-    found: set[str] = set()
-    for model in members:
-        field = getattr(model, "model_fields", {}).get("type")
-        if field is not None:
-            found.update(str(v) for v in typing.get_args(field.annotation))
-    return frozenset(found) | RESPONSE_EVENTS
-
-
-KNOWN_EVENT_TYPES = _known_event_types()
 
 
 @dataclass(frozen=True)
@@ -138,19 +108,6 @@ def trusted_networks(w: WebhookSettings) -> tuple[ipaddress.IPv4Network | ipaddr
     return tuple(ipaddress.ip_network(p, strict=False) for p in w.trusted_proxies)
 
 
-@dataclass(frozen=True)
-class VerifiedEvent:
-    webhook_id: str
-    event_id: str | None
-    type: str
-    response_id: str | None
-    created_at: int | None
-
-
-class DeliveryRejected(Exception):
-    """A delivery answered 400: not verified, or not understood."""
-
-
 class Overdue(Exception):
     """The delivery ran past its budget: answered 503, its row forgotten (the redelivery finds
     whatever was done and settles it)."""
@@ -159,21 +116,19 @@ class Overdue(Exception):
 class Receiver:
     """One per process: settings, engine, provider client and verifier, shared by requests."""
 
-    def __init__(self, settings: Settings, engine: sa.Engine | None = None, provider: Provider | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine | None = None, provider: Provider | None = None) -> None:
         self.settings = settings
         w = settings.webhooks
-        self.secret = settings.require_provider_webhook_secret()
-        api_key = settings.require_api_key()
+        self.verifier = factory.webhook_verifier(settings)  # the secret is required first
+        settings.require_api_key()
         if engine is None:
             db.require_existing(settings.database_url)  # never creates an empty SQLite file
         # A lock is waited for well inside the budget (then 503, delivered again).
         self.engine = engine or db.make_engine(settings.database_url, pool_size=w.threads,
                                                lock_wait_seconds=max(1, int(w.request_seconds / 4)))
         self._own_engine = engine is None
-        self.provider: Provider = provider or OpenAIAdapter(settings.provider, api_key)
+        self.provider: Provider = provider or factory.build(settings)
         self._own_provider = provider is None
-        # The SDK's verifier lives on a client; this one never sends a request.
-        self._verifier = openai.OpenAI(api_key="verify-only", base_url="http://127.0.0.1:9/", max_retries=0).webhooks
         self.deliveries = Deliveries(self.engine)
         self.worker = new_worker_id("webhook")
         self.trusted = trusted_networks(w)
@@ -214,18 +169,26 @@ class Receiver:
         started = time.monotonic() if received_at is None else received_at
         deadline = started + self.settings.webhooks.request_seconds
         try:
-            event = self.verify(body, headers)
+            event = self.verifier.verify(body, headers)
         except DeliveryRejected as exc:
             return self.rejected(ReceiverAnswer(400, str(exc)), headers, peer)
         if time.monotonic() >= deadline:  # it waited for a thread past its budget
             log.warning("webhook_overdue", webhook_id=event.webhook_id, client=peer.address,
                         forwarded_for=peer.forwarded_for, waited=round(time.monotonic() - started, 3))
             return ReceiverAnswer(503, "not settled within the request budget; deliver again")
-        if event.type == TEST_EVENT:
+        try:
+            mismatch = self.configuration_mismatch()
+        except (Contention, DatabaseUnavailable, OperationalError) as exc:
+            log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
+            return ReceiverAnswer(503, "not recorded; deliver again")
+        if mismatch is not None:  # nothing recorded or settled: the provider delivers again
+            log.error("webhook_config_mismatch", webhook_id=event.webhook_id, error=mismatch)
+            return ReceiverAnswer(503, "this receiver's configuration is not the database's; deliver again")
+        if event.kind is EventKind.TEST:
             return self._test_delivery(event, peer)
         try:
             held = gate.paused_everything(self.engine)
-        except (Contention, DatabaseUnavailable, sa.exc.OperationalError) as exc:
+        except (Contention, DatabaseUnavailable, OperationalError) as exc:
             log.warning("webhook_not_recorded", webhook_id=event.webhook_id, client=peer.address, error=str(exc))
             return ReceiverAnswer(503, "not recorded; deliver again")
         if held is not None:  # the immediate abort: nothing recorded or settled, the provider delivers again
@@ -255,6 +218,17 @@ class Receiver:
                 return ReceiverAnswer(503, "not settled within the request budget; deliver again")
             return ReceiverAnswer(503, "not settled now; deliver again")
 
+    def configuration_mismatch(self) -> str | None:
+        """The database's configuration identity checked as every writing command checks it, at
+        each delivery (a file moved, edited or replaced while the receiver runs is seen at the
+        next one): one line when this receiver's configuration is not the database's, else None."""
+        try:
+            config_identity.verify(self.engine, self.settings, command="webhook receiver", by=self.worker,
+                                   write=True)
+        except (ConfigMismatch, SchemaNotReady) as exc:
+            return str(exc)
+        return None
+
     def rejected(self, answer: ReceiverAnswer, headers: Mapping[str, str], peer: Peer) -> ReceiverAnswer:
         """Log a refused request so it can be matched with the provider's delivery log."""
         wid = next((v for k, v in headers.items() if k.lower() == "webhook-id"), None)
@@ -266,7 +240,7 @@ class Receiver:
         try:
             with self.engine.connect() as conn:
                 clock.read_now(conn)
-        except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
+        except (SQLAlchemyError, DatabaseUnavailable) as exc:
             log.warning("webhook_test_delivery", webhook_id=event.webhook_id, client=peer.address,
                         database=db.describe_error(exc))
             return ReceiverAnswer(503, "test delivery verified, but the database is unreachable")
@@ -275,11 +249,11 @@ class Receiver:
         return ReceiverAnswer(200, TEST_ANSWER)
 
     def _settle(self, event: VerifiedEvent, started: float, deadline: float) -> ReceiverAnswer:
-        if event.type not in KNOWN_EVENT_TYPES:
+        if event.kind is EventKind.UNKNOWN:
             self.deliveries.settle(event.webhook_id, UNKNOWN_EVENT, detail={"type": event.type[:200]})
             log.info("webhook_unknown_event", webhook_id=event.webhook_id, type=event.type[:200])
             return ReceiverAnswer(200, f"unknown event type {event.type[:80]!r}: counted, nothing done")
-        if event.type not in RESPONSE_EVENTS or event.response_id is None:
+        if event.kind is not EventKind.RESPONSE_ENDED or event.response_id is None:
             self.deliveries.settle(event.webhook_id, IGNORED, detail={"type": event.type})
             return ReceiverAnswer(200, f"ignored: {event.type}")
         w = self.settings.webhooks
@@ -296,49 +270,6 @@ class Receiver:
         log.info("webhook_settled", webhook_id=event.webhook_id, type=event.type, response_id=event.response_id,
                  job_id=result.job_id, outcome=result.outcome, seconds=round(time.monotonic() - started, 3))
         return ReceiverAnswer(200, result.outcome)
-
-    def verify(self, body: bytes, headers: Mapping[str, str]) -> VerifiedEvent:
-        """The event in `body`, once the SDK verified it came from the provider; `DeliveryRejected`
-        otherwise (bad, missing or duplicated signature headers, a timestamp outside ±5 minutes,
-        a body that is not an event)."""
-        lowered = {k.lower(): v for k, v in headers.items() if k.lower() in _HEADERS}
-        missing = [h for h in _HEADERS if not lowered.get(h)]
-        if missing:
-            raise DeliveryRejected(f"missing header(s): {', '.join(missing)}")
-        for name in _HEADERS:
-            if not _PRINTABLE.fullmatch(lowered[name]):
-                raise DeliveryRejected(f"{name} is not printable ASCII")
-        if "," in lowered["webhook-id"] or "," in lowered["webhook-timestamp"]:
-            raise DeliveryRejected("duplicate webhook-id or webhook-timestamp header")
-        if not all(_SIGNATURE.fullmatch(sig) for sig in lowered["webhook-signature"].split(" ")):
-            raise DeliveryRejected("duplicate or malformed webhook-signature header")
-        try:
-            self._verifier.verify_signature(body, lowered, secret=self.secret, tolerance=TOLERANCE_SECONDS)
-        except openai.InvalidWebhookSignatureError as exc:
-            raise DeliveryRejected(f"not verified: {exc}") from None
-        except ValueError as exc:  # undecodable body or header
-            raise DeliveryRejected(f"not verified: {type(exc).__name__}") from None
-        webhook_id = lowered["webhook-id"]
-        if not _WEBHOOK_ID.fullmatch(webhook_id):
-            raise DeliveryRejected("webhook-id is not 1-255 printable characters")
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise DeliveryRejected("body is not JSON") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("type"), str) or not doc["type"]:
-            raise DeliveryRejected("body is not an event object with a type")
-        kind = doc["type"]
-        event_id = doc.get("id") if isinstance(doc.get("id"), str) else None
-        created = doc.get("created_at")
-        created_at = created if isinstance(created, int) and not isinstance(created, bool) else None
-        response_id = None
-        if kind in RESPONSE_EVENTS:
-            data = doc.get("data")
-            rid = data.get("id") if isinstance(data, dict) else None
-            if not isinstance(rid, str) or not _RESPONSE_ID.fullmatch(rid):
-                raise DeliveryRejected("response event without a valid data.id")
-            response_id = rid
-        return VerifiedEvent(webhook_id, event_id[:255] if event_id else None, kind, response_id, created_at)
 
     # -- WSGI ---------------------------------------------------------------------------
 
@@ -387,24 +318,6 @@ def _malformed(environ: Mapping[str, Any], headers: Mapping[str, str]) -> str | 
         if value and not _HEADER_VALUE.fullmatch(value):
             return f"header {name[:40]!r} is not printable ASCII"
     return None
-
-
-def sign(secret: str, webhook_id: str, body: bytes, when: int) -> dict[str, str]:
-    """Standard Webhooks headers for `body`, signed exactly as the provider signs (HMAC-SHA256
-    over `id.timestamp.body`; a `whsec_` secret is base64)."""
-    key = base64.b64decode(secret[6:]) if secret.startswith("whsec_") else secret.encode()
-    mac = hmac.new(key, f"{webhook_id}.{when}.".encode() + body, hashlib.sha256).digest()
-    return {"webhook-id": webhook_id, "webhook-timestamp": str(when),
-            "webhook-signature": "v1," + base64.b64encode(mac).decode(), "content-type": "application/json"}
-
-
-def signed_test_delivery(secret: str) -> tuple[bytes, dict[str, str]]:
-    """A `TEST_EVENT` delivery and its signed headers (`iipub webhook test-delivery`)."""
-    when = int(time.time())
-    nonce = secrets.token_hex(8)
-    body = json.dumps({"id": f"evt_iipub_test_{nonce}", "object": "event", "type": TEST_EVENT, "created_at": when,
-                       "data": {}}).encode()
-    return body, sign(secret, f"wh_iipub_test_{nonce}", body, when)
 
 
 def read_body(environ: Mapping[str, Any], limit: int, deadline: float) -> bytes | ReceiverAnswer:
@@ -472,6 +385,14 @@ def application(environ: Mapping[str, Any], start_response: Callable[..., Any]) 
                 return [b"webhook receiver not configured\n"]
         receiver = _receiver
     return receiver(environ, start_response)
+
+
+def forget() -> None:
+    """Drop this process's receiver; the next request builds one again. The test seam for the
+    entry point as a process without a receiver meets it."""
+    global _receiver
+    with _lock:
+        _receiver = None
 
 
 def _after_fork_in_child() -> None:

@@ -9,7 +9,7 @@ Covered elsewhere and not repeated here: a bad `schedule --date`, an unknown `jo
 TOML (same file); `status` against an unreachable database (test_status_cli.py);
 `quarantine release` usage errors and unknown id, reversed / future / invalid backfill ranges,
 an unknown backfill product, a missing OPENAI_API_KEY for reconcile / cancel / release --link
-(test_operator_cli.py); every config validation rule (tests/unit/test_config.py).
+(test_operator_cli.py); every config validation rule (tests/unit/settings/test_config.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
@@ -66,7 +66,7 @@ def test_unknown_ids_and_bad_arguments_are_one_line_and_change_nothing(
         (("backfill", "--product", "daily-brief", "--from", "2026-11-31", "--to", yesterday), 2, "is not a date"),
         (("backfill", "--product", "daily-brief", "--from", "1999-01-01", "--to", yesterday), 2,
          "backfill at most 366 days per run"),
-        (("backfill", "--product", "Daily-Brief", "--from", yesterday, "--to", yesterday), 78, "unknown product"),
+        (("backfill", "--product", "Daily-Brief", "--from", yesterday, "--to", yesterday), 2, "unknown product"),
     ]
     for args, code, needle in cases:
         one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), code, needle)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db, tables
 from tests.support.cli import iipub_exe, run_cli
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML
@@ -45,7 +45,7 @@ def crontab_lines(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
 def _relocated(text: str, home: Path) -> str:
     """The example's paths moved under `home` (a scratch host); nothing else changes."""
     for path, into in (("/srv/iipub", "srv"), ("/var/log/iipub", "log"),
-                       ("/var/lib/node_exporter/textfile_collector", "prom")):
+                       ("/var/lib/node_exporter/textfile_collector", "prom"), ("/var/lib/iipub/report", "report")):
         (home / into).mkdir(parents=True, exist_ok=True)
         text = text.replace(path, str(home / into))
     return text
@@ -104,6 +104,7 @@ def test_every_crontab_example_line_exits_0_as_cron_runs_it(db_url: str, sim: Si
         (log / "status.last").read_text(encoding="utf-8")
     prom = (home / "prom" / "iipub.prom").read_text(encoding="utf-8")
     assert "iipub_check_status 0.0" in prom or "iipub_check_status 0" in prom, prom
+    assert (home / "report" / "index.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     engine = db.make_engine(db_url)
     try:
         with engine.connect() as conn:
@@ -125,7 +126,7 @@ def test_the_shipped_cron_line_never_kills_a_create_it_sent(db_url: str, tmp_pat
     (`crashed_during_create`, possibly billed). Now it waits for the next minute: nothing is
     sent that cannot finish, and the next run creates it at once."""
     from iipub.machine import sweep
-    from iipub.settings.loading import load_settings
+    from iipub.provider.factory import load_settings
     from iipub.store.job_store import Store
     from tests.support.rows import utc_today
     from tests.support.settings import without_auto_schedule

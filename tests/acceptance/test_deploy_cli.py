@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.core import errors
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db
 from tests.support.cli import one_line_error, run_cli, stderr_at_a_terminal
 from tests.support.databases import MYSQL_URL
@@ -94,7 +94,7 @@ def test_a_usage_error_under_cron_is_one_json_line(cli_env: dict[str, str], tmp_
 def test_other_errors_at_a_terminal_read_as_text(at_a_terminal: None, cli_env: dict[str, str],
                                                  tmp_path: Path) -> None:
     result = run_cli("jobs", "list", "--product", "nope", env=cli_env, cwd=tmp_path)
-    assert result.returncode == 78
+    assert result.returncode == 2
     assert result.stderr == "Error: unknown product 'nope' (configured: daily-brief, revolution-watch)\n"
 
 
@@ -132,10 +132,12 @@ def test_states_complete_in_the_shell(cli_env: dict[str, str], tmp_path: Path) -
     assert "plain,QUARANTINED" in result.stdout.splitlines(), result.stdout
 
 
-def test_an_unknown_product_exits_78_for_jobs_list_as_for_schedule(engine: sa.Engine, cli_env: dict[str, str],
-                                                                   tmp_path: Path) -> None:
-    for args in (("jobs", "list", "--product", "nope"), ("schedule", "--product", "nope")):
-        one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), 78, "unknown product 'nope'")
+def test_an_unknown_product_is_a_usage_error_wherever_a_product_is_taken(engine: sa.Engine, cli_env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    for args in (("jobs", "list", "--product", "nope"), ("schedule", "--product", "nope"),
+                 ("backfill", "--product", "nope", "--from", "2026-01-01", "--to", "2026-01-02"),
+                 ("budget", "override", "--tokens", "10", "--reason", "x", "--product", "nope")):
+        one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), 2, "unknown product 'nope'")
 
 
 @pytest.mark.skipif(bool(MYSQL_URL), reason="the SQLite file is the subject")

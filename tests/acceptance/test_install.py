@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.operate import install
-from iipub.provider.simulator import Simulator
-from iipub.settings.loading import load_settings
+from iipub.provider.factory import load_settings
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import db, tables
 from tests.acceptance.test_crontab import crontab_lines
 from tests.support.cli import clean_env, iipub_exe, run_cli
@@ -93,7 +93,7 @@ def test_every_line_of_the_crontab_init_writes_exits_0_under_cron(sim: Simulator
                               timeout=120, check=False)
     assert migrated.returncode == 0, migrated.stderr
     variables, jobs = crontab_lines(layout.crontab.read_text(encoding="utf-8"))
-    assert len(jobs) == 5
+    assert len(jobs) == 6
     every_minute = [c for s, c in jobs if s == "* * * * *" and "status" not in c]
     for _minute in range(3):
         for command in every_minute:
@@ -116,6 +116,10 @@ def test_every_line_of_the_crontab_init_writes_exits_0_under_cron(sim: Simulator
     assert sum('"relay_pruned"' in line for line in relay_log) == 1, relay_log
     assert (layout.logs / "status.last").read_text(encoding="utf-8").startswith("IIPUB "), "no check line"
     assert (layout.textfile_dir / "iipub.prom").is_file()
+    report = (layout.reports / "index.html").read_text(encoding="utf-8")  # `iipub report`, outside the site
+    assert report.startswith("<!DOCTYPE html>") and not layout.reports.is_relative_to(layout.static_root)
+    assert (layout.monitoring / "iipub-alerts.yml").read_text(encoding="utf-8").startswith("# iipub's alert rules")
+    assert json.loads((layout.monitoring / "iipub-dashboard.json").read_text(encoding="utf-8"))["uid"]
 
     engine = db.make_engine(layout.default_database_url())
     try:
@@ -164,7 +168,7 @@ def test_the_systemd_units_run_what_the_crontab_runs(tmp_path: Path) -> None:
         assert f"ExecStart=/opt/iipub/bin/iipub {job.args}\n" in service.text
         assert f"Environment=IIPUB_ENV_FILE={layout.env_file}\n" in service.text
         assert f"OnCalendar={job.calendar}\n" in timer.text
-        assert f"{job.schedule} cd {layout.home} && timeout {job.timeout} $IIPUB {job.args} " in crontab
+        assert f"{job.schedule} cd {layout.home} && timeout {job.timeout} \"$IIPUB\" {job.args} " in crontab
         assert not service.owned and not timer.owned  # root's, never the service user's
     assert "StandardOutput=null" in written["iipub-reconcile.service"].text  # one line per run, like cron's
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store.job_store import Store
 from tests.support.cli import CliResult, one_line_error, run_cli
@@ -174,7 +174,7 @@ def test_backfill_bad_ranges_are_one_line_errors(engine: sa.Engine, cli_env: dic
         (("daily-brief", "2026-02-30", today.isoformat()), 2, "'2026-02-30' is not a date in YYYY-MM-DD form"),
         (("daily-brief", today.isoformat(), (today - dt.timedelta(days=2)).isoformat()), 2, "is after --to"),
         (("daily-brief", today.isoformat(), (today + dt.timedelta(days=3)).isoformat()), 2, "is in the future"),
-        (("nope", today.isoformat(), today.isoformat()), 78, "unknown product 'nope'"),
+        (("nope", today.isoformat(), today.isoformat()), 2, "unknown product 'nope'"),
     ]
     for (product, start, end), code, needle in cases:
         proc = iipub("backfill", "--product", product, "--from", start, "--to", end, env=cli_env, cwd=tmp_path)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock
 from iipub.store.job_store import Store
 from tests.support.cli import run_cli, start_iipub

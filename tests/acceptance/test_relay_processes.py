@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from tests.support.cli import run_cli, start_iipub

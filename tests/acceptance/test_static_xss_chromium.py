@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from iipub.edition.compose import compose
-from iipub.publish.sinks import Delivered, EditionEvent
+from iipub.publish.sinks import EditionEvent, Published
 from iipub.publish.sinks.static import StaticSink
 from iipub.settings.config import Product
 from iipub.settings.edition_schema import output_model
@@ -97,7 +97,7 @@ def test_hostile_text_is_inert_in_chromium(tmp_path: Path) -> None:
         published_at="2025-03-07T06:00:00Z",
     )
     root = tmp_path / "site"
-    assert StaticSink(root).deliver(ev) == Delivered()
+    assert StaticSink(root).publish(ev) == Published()
 
     pages = (root / "daily-brief" / "2025-03-07" / "en.html", root / "daily-brief" / "en" / "index.html",
              root / "daily-brief" / "en" / "2025-03.html", root / "index.html")

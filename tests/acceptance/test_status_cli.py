@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables
@@ -119,7 +119,7 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
     assert set(doc) == {"generated_at", "window_hours", "jobs", "slis", "duplicate_publications", "tracks", "immovable",
                         "parked", "stranded",
                         "outbox", "quarantine", "queues", "error_budgets", "change_freeze", "disks", "clock",
-                        "provider_expired",
+                        "editions", "provider_expired",
                         "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
                         "read_cooldown", "cutover", "paid", "other_scope", "product_holds"}
@@ -186,7 +186,8 @@ def test_unreachable_database_is_unknown(cli_env: dict[str, str], tmp_path: Path
     env = {**cli_env, "IIPUB_DATABASE_URL": "mysql+pymysql://root@127.0.0.1:9/none"}
     code, out, err = status(env, tmp_path, "--check")
     assert code == 3
-    assert out.startswith("IIPUB UNKNOWN - database unreachable: ") and len(out.strip().splitlines()) == 1
+    assert out.startswith("IIPUB UNKNOWN - database unreachable at 127.0.0.1:9: ")
+    assert len(out.strip().splitlines()) == 1
     code, raw, _ = status(env, tmp_path, "--json", "--check")
     assert code == 3 and json.loads(raw)["check"]["status"] == "UNKNOWN"
     # Not in monitoring mode: the ordinary one-line error.

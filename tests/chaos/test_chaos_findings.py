@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from iipub.machine import sweep
 from iipub.model.states import Reason, State
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import clock, db, tables
 from iipub.store.job_store import Store

@@ -1,4 +1,4 @@
-"""The short chaos run in CI: `bench/chaos.py` as a subprocess on MariaDB with a couple of hundred
+"""The short chaos run in CI: `bench/chaos/chaos.py` as a subprocess on MariaDB with a couple of hundred
 slots, real `iipub reconcile` / `iipub relay` processes killed, paused, cut off from the database
 and thrown forward in time, against the simulator with every fault enabled; then a clean
 convergence phase and the invariant checker. The run must find zero violations, and must really
@@ -27,7 +27,7 @@ SEED = 7
 @pytest.mark.slow
 def test_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "chaos.py"), "--mysql", MYSQL_URL, "--slots", str(SLOTS),
+    cmd = [sys.executable, str(ROOT / "bench" / "chaos" / "chaos.py"), "--mysql", MYSQL_URL, "--slots", str(SLOTS),
            "--seconds", "120", "--seed", str(SEED), "--workdir", str(tmp_path / "run"), "--report", str(report_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert report_path.exists(), proc.stderr[-3000:]

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.observe import invariants
 from iipub.operate.executor import Operator
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import tables

@@ -21,7 +21,7 @@ from iipub.machine import sweep
 from iipub.model.states import SETTLED, State
 from iipub.money import gate
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings, WebhookSinkSettings
 from iipub.store import clock, db, migrate, tables

@@ -2,7 +2,7 @@
 
     IIPUB_TEST_GALERA=1 .venv/bin/python -m pytest -q -n 0 tests/cluster/test_galera.py
 
-Runs bench/galera.py's campaign (a reconcile and a relay per node, the chaos campaign's
+Runs bench/cluster/galera.py's campaign (a reconcile and a relay per node, the chaos campaign's
 faults, one node SIGKILLed and restarted, one SIGSTOPped past the lease and resumed) on
 nodes it starts itself on loopback ports 33061-33063 (gcomm 45671-45673), as root (the
 servers run as the `mysql` user for rsync SST). Not part of the default CI run.
@@ -46,7 +46,7 @@ pytestmark = [
 
 
 def import_galera() -> Any:
-    """bench/galera.py."""
+    """bench/cluster/galera.py."""
     return bench_module("galera")
 
 
@@ -141,7 +141,7 @@ def test_two_migrations_on_two_nodes_apply_each_migration_once(tmp_path: Path) -
 def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Migration 0009 run on both nodes at once over a database holding a job in every state
-    (tests/integration/test_tracks_migration.py's): every slot past the fork gets its tracks
+    (tests/integration/store/test_tracks_migration.py's): every slot past the fork gets its tracks
     once, and the upgraded cluster finishes every slot with no create paid twice."""
 
     import sqlalchemy as sa
@@ -149,7 +149,7 @@ def test_0009_on_two_nodes_converts_every_state_once_and_finishes(tmp_path: Path
     from iipub.machine import sweep
     from iipub.publish import relay
     from iipub.store import tables
-    from tests.integration import test_tracks_migration as tm
+    from tests.integration.store import test_tracks_migration as tm
     from tests.support.simulator import simulator
 
     galera = import_galera()

@@ -3,11 +3,11 @@
 What is already covered elsewhere (and not repeated here):
   - simulator content faults one by one (schema_break, malformed_output, hallucinated_urls
     incl. localhost / private IPs, same_text, script_injection incl. `<script>` and
-    `javascript:`, oversized_output, incomplete): tests/integration/test_reconcile.py
+    `javascript:`, oversized_output, incomplete): tests/integration/machine/test_sweep.py
     (test_08_28_36_44_45_..., test_incomplete_response_is_retrieved_and_validation_decides);
   - every validation rule on a payload text (control characters, lone surrogates, URLs,
-    sizes): tests/unit/test_validate.py; HTML escaping and link dropping:
-    tests/integration/test_static_sink.py and tests/acceptance/test_static_xss_chromium.py;
+    sizes): tests/unit/edition/test_validate.py; HTML escaping and link dropping:
+    tests/integration/publish/sinks/test_static.py and tests/acceptance/test_static_xss_chromium.py;
   - the adapter's mapping of unparsable / 5xx / HTML create answers: tests/unit/test_provider_mapping.py.
 
 Here: payloads no simulator fault produces (invalid UTF-8 bytes, a JSON-escaped lone surrogate,
@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from iipub.machine import sweep
 from iipub.observe import invariants
-from iipub.provider.simulator import Simulator, content
+from iipub.provider.openai.simulator import Simulator, content
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -18,7 +18,7 @@ from iipub.machine import steps, sweep, track_steps
 from iipub.model.states import State
 from iipub.observe import invariants, queries
 from iipub.operate.executor import Operator
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import tables

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.store import tables
 from tests.support.cli import one_line_error, run_cli
 from tests.support.rows import job_rows

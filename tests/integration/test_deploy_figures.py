@@ -18,10 +18,10 @@ from iipub.machine.decisions import on_output
 from iipub.machine.run import run_context
 from iipub.model.states import State
 from iipub.observe import queries
-from iipub.observe import report as status
+from iipub.observe import status_report as status
 from iipub.provider.fake import FakeProvider
-from iipub.provider.outcomes import Observed
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
+from iipub.provider.outcomes import Observed, Stage
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
@@ -99,7 +99,8 @@ def test_custody_journals_the_providers_times_for_the_dwell(engine: sa.Engine, s
     store = Store(engine, "test")
     store.schedule(settings.products["daily-brief"], utc_today())
     job = store.list_jobs()[0]
-    observed = Observed("resp_1", "completed", "{}", None, created_at=1_800_000_000.0, completed_at=1_800_000_100.0)
+    observed = Observed("resp_1", "completed", "{}", None, created_at=1_800_000_000.0, completed_at=1_800_000_100.0,
+                        stage=Stage.FINISHED)
     decision = on_output(job, observed)
     assert decision.detail["provider_created_at"] == 1_800_000_000.0
     assert decision.detail["provider_completed_at"] == 1_800_000_100.0

@@ -9,8 +9,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from iipub.model.states import Reason, State
-from iipub.provider.simulator import Simulator
-from iipub.settings.loading import settings_from_dict
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.simulator import Simulator
 from iipub.store.job_store import Store
 from tests.support.cli import clean_env, one_line_error, run_cli
 from tests.support.rows import job_rows

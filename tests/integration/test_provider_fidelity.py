@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.model.states import Reason, State
 from iipub.observe import queries
-from iipub.provider.simulator import Simulator
-from iipub.provider.simulator.faults import FaultRule
+from iipub.provider.openai.simulator import Simulator
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from iipub.cli.simulator_cmd import simulator_command
 from iipub.core.errors import ConfigError, InvariantViolation
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
@@ -35,7 +36,6 @@ from iipub.provider.outcomes import (
     Rejected,
     Transient,
 )
-from iipub.provider.simulator import Simulator, SimulatorOptions, content, is_loopback, parse_fault_spec
 from iipub.settings import edition_schema
 from iipub.settings.config import Product, ProviderSettings
 

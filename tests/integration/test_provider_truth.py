@@ -22,7 +22,7 @@ from iipub.core.severity import Severity
 from iipub.machine import sweep
 from iipub.observe import invariants, queries
 from iipub.operate.executor import Operator, ReleaseMode
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 from iipub.publish import relay
 from iipub.settings.config import Settings
 from iipub.store import clock, tables

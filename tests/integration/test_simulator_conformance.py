@@ -26,10 +26,10 @@ from openai.types.webhooks import (
     ResponseIncompleteWebhookEvent,
 )
 
-from iipub.provider.adapter import create_body
+from iipub.provider.openai.adapter import create_body
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator.faults import FaultRule
 from iipub.provider.outcomes import CreateRequest
-from iipub.provider.simulator import Simulator, SimulatorOptions
-from iipub.provider.simulator.faults import FaultRule
 from iipub.settings.config import Product, default_products
 from tests.support.loopback import SECRET, receiver, wait_for
 

@@ -15,8 +15,8 @@ from openai.types.responses import Response
 
 from iipub.cli import simulator_cmd
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator import Simulator, SimulatorOptions, content
-from iipub.provider.simulator.faults import (
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions, content
+from iipub.provider.openai.simulator.faults import (
     DESCRIPTIONS,
     FAULTS,
     FaultRule,

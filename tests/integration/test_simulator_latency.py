@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
 
 
 def test_latency_delays_api_requests_but_not_control_endpoints() -> None:

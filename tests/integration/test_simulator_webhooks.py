@@ -21,8 +21,8 @@ import pytest
 import standardwebhooks
 
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator import Simulator, SimulatorOptions
-from iipub.provider.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator.faults import WEBHOOK_FAULTS, parse_fault_spec
 from tests.support.cli import clean_env, one_line_error, run_cli
 from tests.support.loopback import SECRET, recording_server, wait_for
 from tests.support.simulator import simulator_options_seen

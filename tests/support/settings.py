@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from iipub.provider.simulator import Simulator
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
-from iipub.settings.loading import settings_from_dict
 
 
 def ledger_file_of(tmp_path: Path) -> Path:
@@ -31,7 +31,7 @@ def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, A
         "sinks": {"static": {"root": str(root)}},
         "ledger": {"path": str(ledger_file_of(root.parent))},  # this test's own, never the account's
         # In-process ticks (`reconcile.run`, `relay.run`) record no heartbeat: only the cron
-        # commands do. Tests of heartbeats turn the check on (tests/integration/test_heartbeats.py).
+        # commands do. Tests of heartbeats turn the check on (tests/integration/observe/test_heartbeat.py).
         "monitoring": {"heartbeat_after_seconds": 0},
     }
     for name, values in sections.items():

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from iipub.core.errors import ConfigError
-from iipub.provider.simulator import Simulator, SimulatorOptions
-from iipub.provider.simulator import server as simulator_server
+from iipub.provider.openai.simulator import Simulator, SimulatorOptions
+from iipub.provider.openai.simulator import server as simulator_server
 
 # The lifecycles (SimulatorOptions fields) the tests start simulators with.
 # FAST: a response finishes within a tick or two (the `sim` fixture's default).

@@ -13,14 +13,16 @@ import pytest
 
 
 def bench_module(name: str) -> Any:
-    """bench/NAME.py, imported as the benchmarks run (bench/ is not a package: on sys.path just
-    for the import)."""
-    bench = str(Path(__file__).resolve().parents[2] / "bench")
-    sys.path.insert(0, bench)
+    """bench/NAME.py or bench/<concept>/NAME.py, imported as the benchmarks run (bench/ and its
+    concept folders are not packages: on sys.path just for the import)."""
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    folders = [str(bench), *(str(d) for d in sorted(bench.iterdir()) if d.is_dir() and any(d.glob("*.py")))]
+    sys.path[:0] = folders
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(bench)
+        for folder in folders:
+            sys.path.remove(folder)
 
 
 def fast_first(values: Sequence[Any], fast: int = 1) -> list[Any]:

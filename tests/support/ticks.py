@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from iipub.machine import sweep
-from iipub.provider.simulator import Simulator
+from iipub.provider.openai.simulator import Simulator
 from iipub.settings.config import Settings
 from iipub.store import tables
 from iipub.store.job_store import Store
@@ -32,6 +32,6 @@ def drive_to_saved(settings: Settings, engine: sa.Engine, sim: Simulator, last_d
     raise AssertionError(f"jobs did not reach SAVED_NOT_PUBLIC: {states}")
 
 
-def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> sweep.TickReport:
+def tick(settings: Settings, engine: sa.Engine, **kw: Any) -> sweep.SweepReport:
     """One in-process reconcile tick (`reconcile.run`)."""
     return sweep.run(settings, engine, **kw)

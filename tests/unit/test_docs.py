@@ -3,6 +3,7 @@ every quarantine reason and every command, the README keeps its two commands."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -60,5 +61,19 @@ def test_readme_keeps_the_two_fresh_machine_commands() -> None:
 
 def test_crontab_runs_both_cron_commands_under_timeout() -> None:
     text = (ROOT / "crontab.example").read_text()
-    for needle in ("timeout", "$IIPUB reconcile", "$IIPUB relay", "status --check"):
+    for needle in ("timeout", "\"$IIPUB\" reconcile", "\"$IIPUB\" relay", "status --check"):
         assert needle in text
+
+
+GLOSSARY_WORDS = ("slot", "job", "track", "custody", "fence", "ledger", "parked", "quarantine", "remedy", "settle",
+                  "stranded", "dwell", "cutover", "wake-up", "drift", "backfill", "tick", "sweep", "run", "orphan",
+                  "outbox", "delivery", "sink", "webhook")
+
+
+def test_the_glossary_defines_each_domain_word_once_and_is_linked() -> None:
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    defined = re.findall(r"^- \*\*([^*]+)\*\*:", text, re.MULTILINE)
+    assert sorted(w for w in defined if defined.count(w) > 1) == []
+    assert [w for w in GLOSSARY_WORDS if w not in defined] == []
+    assert "docs/glossary.md" in (ROOT / "README.md").read_text()
+    assert "(glossary.md)" in (ROOT / "docs" / "architecture.md").read_text()

@@ -17,7 +17,7 @@ import pytest
 
 from iipub.cli import cli
 from iipub.core.severity import Severity
-from iipub.settings import config, models
+from iipub.settings import config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "runbook.md", "crontab.example", "env.example")
@@ -148,7 +148,7 @@ def test_the_readme_configuration_file_is_a_valid_configuration() -> None:
                 assert set(keys) == prices, (model, prices ^ set(keys))
         elif section == "models":  # one table of capabilities per model or prefix
             assert isinstance(values, dict)
-            rule = {f.name for f in dataclasses.fields(models.ModelRule)}
+            rule = {f.name for f in dataclasses.fields(config.ModelRule)}
             for model, keys in values.items():
                 assert set(keys) == rule, (model, rule ^ set(keys))
         else:

@@ -24,11 +24,12 @@ def test_the_cli_and_an_idle_tick_do_not_import_the_sdk_or_the_simulator_server(
     loaded = _loaded_after(
         "import iipub.cli, iipub.machine.sweep\n"
         "from iipub.settings.config import ProviderSettings\n"
-        "from iipub.provider.adapter import OpenAIAdapter\n"
+        "from iipub.provider.openai.adapter import OpenAIAdapter\n"
         "OpenAIAdapter(ProviderSettings(), 'sk-test').close()  # constructed, never called\n"
     )
-    heavy = {"openai", "iipub.provider.simulator.server", "iipub.provider.simulator.webhooks", "iipub.operate.executor",
-             "iipub.observe.invariants", "iipub.observe.report", "iipub.observe.queries", "iipub.publish.relay",
+    heavy = {"openai", "iipub.provider.openai.simulator.server", "iipub.provider.openai.simulator.webhooks",
+             "iipub.operate.executor",
+             "iipub.observe.invariants", "iipub.observe.status_report", "iipub.observe.queries", "iipub.publish.relay",
              "iipub.webhooks.receiver"}
     assert not heavy & loaded, sorted(heavy & loaded)
 
@@ -39,7 +40,7 @@ def test_reads_load_httpx_alone_and_the_sdk_loads_at_the_first_create() -> None:
     start = ("import datetime as dt\n"
              "from iipub.settings.config import Product, ProviderSettings\n"
              "from iipub.provider.outcomes import CreateRequest\n"
-             "from iipub.provider.adapter import OpenAIAdapter\n"
+             "from iipub.provider.openai.adapter import OpenAIAdapter\n"
              "s = ProviderSettings(base_url='http://127.0.0.1:9/v1', connect_timeout_seconds=0.2)\n"
              "p = OpenAIAdapter(s, 'sk-test')\n"
              "assert p.retrieve('resp_1').unreachable\n")
@@ -68,7 +69,7 @@ def test_an_idle_reconcile_run_imports_no_sdk_no_http_client_and_no_validation_l
             "        assert not exc.code, exc.code\n")
     loaded = _loaded_after(code, env=env, cwd=tmp_path)
     assert "iipub.machine.sweep" in loaded  # it did run the tick
-    heavy = {"openai", "httpx", "pydantic", "iipub.settings.edition_schema", "iipub.observe.report",
-             "iipub.observe.queries", "iipub.provider.simulator.server", "iipub.machine.steps",
+    heavy = {"openai", "httpx", "pydantic", "iipub.settings.edition_schema", "iipub.observe.status_report",
+             "iipub.observe.queries", "iipub.provider.openai.simulator.server", "iipub.machine.steps",
              "iipub.machine.decisions", "iipub.edition.validate", "iipub.store.outbox", "iipub.machine.settle"}
     assert not heavy & loaded, sorted(heavy & loaded)

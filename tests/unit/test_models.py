@@ -15,10 +15,10 @@ from openai.types.responses import response_create_params
 from openai.types.shared import reasoning_effort
 
 from iipub.core.errors import ConfigError
-from iipub.provider.adapter import create_body
+from iipub.provider.factory import settings_from_dict
+from iipub.provider.openai import capabilities as models
+from iipub.provider.openai.adapter import create_body
 from iipub.provider.outcomes import CreateRequest
-from iipub.settings import models
-from iipub.settings.loading import settings_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = {"name": "daily-brief", "prompt": "Write it."}

@@ -163,6 +163,8 @@ def test_the_built_wheel_is_typed_and_carries_the_one_version(tmp_path: Path) ->
                if n.startswith("iipub/publish/sinks/templates/")}
     assert shipped == {p.name for p in templates.iterdir() if p.is_file()}
     assert {"page.html", "edition.html", "feed.atom", "site.css"} <= shipped
+    # The alert rules and the dashboard are package data too (`iipub init` writes them from there).
+    assert {"iipub/observe/monitoring/iipub-alerts.yml", "iipub/observe/monitoring/iipub-dashboard.json"} <= names
     # ... and the site renders from the unpacked wheel alone (its package data, not this tree's).
     unpacked = tmp_path / "unpacked"
     with zipfile.ZipFile(wheel) as zf:

@@ -19,18 +19,21 @@ import pytest
 import iipub
 from iipub.core.errors import ConfigError, InvariantViolation
 from iipub.edition import validate
-from iipub.provider.adapter import OpenAIAdapter
 from iipub.provider.fake import Call, FakeProvider, Held
 from iipub.provider.interface import Provider, create_metadata
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
     CreateRequest,
     Deleted,
+    FailureCause,
     Missing,
     Observed,
+    RefusalKind,
     Refused,
     Rejected,
+    Stage,
     Transient,
     Usage,
 )
@@ -38,7 +41,7 @@ from iipub.settings.config import Product, ProviderSettings
 
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, languages=("en", "es"))
 REQ = CreateRequest("job-1", PRODUCT, dt.date(2026, 12, 1), 1, "f" * 64, installation="inst-1")
-INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close"}
+INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close", "reaches", "stage_of"}
 
 # The structural check: mypy accepts these only if each class implements the whole interface.
 ADAPTER_IS_A_PROVIDER: type[Provider] = OpenAIAdapter
@@ -97,12 +100,13 @@ def test_both_providers_and_their_views_are_providers_at_run_time() -> None:
 # -- the fake's answers ------------------------------------------------------------------------------
 
 
-def test_a_create_is_accepted_held_queued_and_read_back_with_its_metadata() -> None:
+def test_a_create_is_accepted_held_waiting_and_read_back_with_its_metadata() -> None:
     fake = FakeProvider()
     created = fake.create(REQ)
-    assert isinstance(created, Accepted) and created.status == "queued" and created.service_tier == "default"
+    assert isinstance(created, Accepted) and created.status == "waiting" and created.tier == "default"
     read = fake.retrieve(created.response_id)
-    assert isinstance(read, Observed) and read.status == "queued" and read.output_text is None and read.usage is None
+    assert isinstance(read, Observed) and read.stage is Stage.WAITING
+    assert read.output_text is None and read.usage is None
     assert read.metadata == create_metadata(REQ) and read.metadata["iipub_installation"] == "inst-1"
     assert fake.held_ids == [created.response_id] and fake.creates == [REQ] and fake.accepted == 1
     assert [(c.op, c.response_id) for c in fake.calls] == [("create", None), ("retrieve", created.response_id)]
@@ -113,10 +117,10 @@ def test_a_finished_response_holds_a_valid_edition_and_its_usage() -> None:
     created = fake.create(REQ)
     assert isinstance(created, Accepted)
     fake.start()
-    assert fake.status_of(created.response_id) == "in_progress"
+    assert fake.status_of(created.response_id) == "running"
     fake.finish()
     read = fake.retrieve(created.response_id)
-    assert isinstance(read, Observed) and read.finished and read.status == "completed"
+    assert isinstance(read, Observed) and read.finished and read.status == "complete"
     assert validate.validate(read.output_text, PRODUCT).ok
     assert len(json.loads(read.output_text or "")["es"]["items"]) == 3
     assert isinstance(read.usage, Usage)
@@ -125,15 +129,15 @@ def test_a_finished_response_holds_a_valid_edition_and_its_usage() -> None:
 
 
 @pytest.mark.parametrize(("status", "check"), [
-    ("incomplete", lambda o: o.incomplete_reason == "max_output_tokens" and o.output_text and o.finished),
-    ("failed", lambda o: o.error_code == "server_error" and o.output_text is None and not o.finished),
-    ("cancelled", lambda o: o.output_text is None and not o.finished),
+    ("cut_at_cap", lambda o: o.at_cap and o.output_text and o.finished),
+    ("failed", lambda o: o.failure is FailureCause.PROVIDER_FAULT and o.output_text is None and o.gone),
+    ("cancelled", lambda o: o.output_text is None and o.gone and o.failure is None),
 ])
-def test_a_response_can_end_every_way_the_api_ends_one(status: str, check: object) -> None:
+def test_a_response_can_end_every_way_a_response_ends(status: str, check: object) -> None:
     fake = FakeProvider()
     created = fake.create(REQ)
     assert isinstance(created, Accepted)
-    fake.finish(created.response_id, status=status)
+    fake.finish(created.response_id, ending=status)
     read = fake.retrieve(created.response_id)
     assert isinstance(read, Observed) and read.status == status and callable(check) and check(read)
 
@@ -187,19 +191,19 @@ def test_a_cancel_stops_a_running_response_and_a_finished_one_is_rejected() -> N
     again = fake.cancel(running.response_id)
     assert isinstance(again, Observed) and again.status == "cancelled"
     refused = fake.cancel(done.response_id)
-    assert isinstance(refused, Rejected) and refused.status == 400 and "completed" in refused.why
-    assert fake.status_of(done.response_id) == "completed"
+    assert isinstance(refused, Rejected) and refused.status == 400 and "complete" in refused.why
+    assert fake.status_of(done.response_id) == "complete"
 
 
 def test_scripted_outcomes_answer_in_order_for_their_response_first_then_the_defaults() -> None:
     fake = FakeProvider()
-    fake.script_create(Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded"), Ambiguous("HTTP 500"),
-                       Accepted("resp_scripted", "in_progress", "flex"))
+    fake.script_create(Refused(2.0, "HTTP 429: slow down", "rate_limit_exceeded", kind=RefusalKind.RATE),
+                       Ambiguous("HTTP 500"), Accepted("resp_scripted", "running", "flex"))
     outcomes = [fake.create(REQ) for _ in range(4)]
     assert [type(o) for o in outcomes] == [Refused, Ambiguous, Accepted, Accepted]
-    assert fake.accepted == 2 and fake.status_of("resp_scripted") == "in_progress"  # an accepted one is held
+    assert fake.accepted == 2 and fake.status_of("resp_scripted") == "running"  # an accepted one is held
     read = fake.retrieve("resp_scripted")
-    assert isinstance(read, Observed) and read.service_tier == "flex"
+    assert isinstance(read, Observed) and read.tier == "flex"
     fake.script_retrieve(Transient(None, "HTTP 500"))
     fake.script_retrieve(Missing("HTTP 404"), response_id="resp_scripted")
     assert isinstance(fake.retrieve("resp_scripted"), Missing)  # its own script first
@@ -234,7 +238,7 @@ def test_a_view_with_its_time_spent_sends_no_read_but_still_creates() -> None:
 def test_a_closed_provider_sends_nothing() -> None:
     fake = FakeProvider()
     fake.close()
-    assert fake.create(REQ) == Refused(None, "not sent: RuntimeError: the provider was closed")
+    assert fake.create(REQ) == Refused(None, "not sent: RuntimeError: the provider was closed", kind=RefusalKind.UNSENT)
     with pytest.raises(RuntimeError, match="closed"):
         fake.retrieve("resp_1")
     with pytest.raises(ConfigError, match="the provider was closed"):
@@ -261,7 +265,7 @@ def test_on_call_sees_each_call_before_it_is_answered() -> None:
 
 def test_the_provider_holds_what_it_is_given_and_forgets_it() -> None:
     fake = FakeProvider()
-    fake.hold(Held("resp_legacy", "completed", metadata={"iipub_job_id": "job-9"}, output_text="{}"))
+    fake.hold(Held("resp_legacy", "complete", metadata={"iipub_job_id": "job-9"}, output_text="{}"))
     read = fake.retrieve("resp_legacy")
     assert isinstance(read, Observed) and read.metadata == {"iipub_job_id": "job-9"} and read.output_text == "{}"
     fake.forget("resp_legacy")

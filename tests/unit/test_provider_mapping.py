@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from iipub.core.errors import InvariantViolation, MissingApiKey
-from iipub.provider.adapter import OpenAIAdapter
+from iipub.provider.openai.adapter import OpenAIAdapter
 from iipub.provider.outcomes import (
     Accepted,
     Ambiguous,
@@ -21,10 +21,13 @@ from iipub.provider.outcomes import (
     Deleted,
     Missing,
     Observed,
+    RefusalKind,
     Refused,
     Rejected,
+    Stage,
     Transient,
     Usage,
+    as_answered_today,
 )
 from iipub.settings import edition_schema
 from iipub.settings.config import Product, ProviderSettings
@@ -280,9 +283,10 @@ def test_retrieve_observed(provider: OpenAIAdapter, rec: Recorder) -> None:
         output_text='{"en": 1}',
         usage=Usage(10, 20, 30),
         metadata={"iipub_job_id": "job-42"},
-        incomplete_reason=None,
+        cut_reason=None,
         error=None,
         created_at=1740830400.0,  # the provider's clock, for the dwell SLI
+        stage=Stage.FINISHED,
     )
     assert rec.requests[0].method == "GET"
     assert rec.requests[0].url.path == "/v1/responses/resp_abc123"
@@ -323,7 +327,7 @@ def test_retrieve_failed_and_incomplete_details(provider: OpenAIAdapter, rec: Re
     rec.handler = answer(200, response_json(status="incomplete", text='{"en"', incomplete_details=details))
     incomplete = provider.retrieve("resp_abc123")
     assert isinstance(incomplete, Observed)
-    assert incomplete.incomplete_reason == "max_output_tokens" and incomplete.output_text == '{"en"'
+    assert incomplete.at_cap and incomplete.finished and incomplete.output_text == '{"en"'
 
 
 READ_TABLE: list[tuple[Handler, type, int | None]] = [
@@ -467,7 +471,7 @@ def test_an_answer_larger_than_the_bound_is_not_read(provider: OpenAIAdapter, re
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Reads stop reading past MAX_ANSWER_BYTES: a Transient, nothing kept; a create's answer
     that large is an unknown outcome (the request was sent), never a retry."""
-    import iipub.provider.adapter as provider_module
+    import iipub.provider.openai.adapter as provider_module
 
     monkeypatch.setattr(provider_module, "MAX_ANSWER_BYTES", 3000)  # the 64 MiB bound, made small
     rec.handler = lambda request: httpx.Response(200, content=iter([b"x" * 600] * 50))
@@ -580,14 +584,59 @@ def test_a_refused_parameter_is_a_refusal_naming_it(provider: OpenAIAdapter, rec
     _error(400, "We could not parse the JSON body of your request.", "invalid_request_error"),  # no parameter
     _error(400, "Something odd about 'temperature'.", "server_error", None, None),  # not a request error
     _error(401, "Incorrect API key provided.", "invalid_request_error", None, "invalid_api_key"),
-    _error(404, "The model 'gpt-9' does not exist.", "invalid_request_error", "model", "model_not_found"),
+    _error(404, "Not found.", "invalid_request_error", None, None),
 ])
 def test_other_4xx_stay_rejected(provider: OpenAIAdapter, rec: Recorder, handler: Handler) -> None:
     rec.handler = handler
     assert isinstance(provider.create(REQ), Rejected)
 
 
-FLEX = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64, service_tier="flex")
+# What the real API answers a project or key without access to a model (public reports of real answers).
+@pytest.mark.parametrize(("handler", "status", "model"), [
+    (_error(403, "Project `proj_abc` does not have access to model `gpt-4o-mini`", "invalid_request_error", None,
+            "model_not_found"), 403, "gpt-4o-mini"),
+    (_error(404, "The model `gpt-9` does not exist or you do not have access to it.", "invalid_request_error",
+            None, "model_not_found"), 404, "gpt-9"),
+    (_error(404, "The model does not exist.", "invalid_request_error", "model", "model_not_found"), 404,
+     PRODUCT.model),  # no name in the message: the request's
+])
+def test_no_access_to_the_model_is_an_access_refusal_naming_it(provider: OpenAIAdapter, rec: Recorder,
+                                                               handler: Handler, status: int, model: str) -> None:
+    rec.handler = handler
+    outcome = provider.create(REQ)
+    assert isinstance(outcome, Refused) and outcome.kind is RefusalKind.ACCESS
+    assert outcome.model == model and outcome.status == status and outcome.retry_after is None
+    # Until refusals are held by cause, the machine answers it as the rejected request it was.
+    assert as_answered_today(outcome) == Rejected(status, outcome.why)
+
+
+@pytest.mark.parametrize(("message", "limit", "requested"), [
+    (("Request too large for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Requested 36055. "
+      "The input or output tokens must be reduced in order to run successfully."), 30000, 36055),
+    ("Request too large for gpt-5 on tokens per min (TPM). The input or output tokens must be reduced.", None, None),
+])
+def test_a_request_over_the_tokens_per_minute_limit_is_too_large(provider: OpenAIAdapter, rec: Recorder, message: str,
+                                                                 limit: int | None, requested: int | None) -> None:
+    rec.handler = _error(429, message, "tokens", None, "rate_limit_exceeded")
+    outcome = provider.create(REQ)
+    assert isinstance(outcome, Refused) and outcome.kind is RefusalKind.TOO_LARGE
+    assert (outcome.limit, outcome.requested, outcome.status) == (limit, requested, 429)
+    assert as_answered_today(outcome) is outcome  # refunded and cooled down, as a rate limit is today
+
+
+@pytest.mark.parametrize(("handler", "kind"), [
+    (_error(429, "You exceeded your current quota.", "insufficient_quota", None, "insufficient_quota"),
+     RefusalKind.QUOTA),
+    (_error(429, "Rate limit reached for requests.", "requests", None, "rate_limit_exceeded"), RefusalKind.RATE),
+])
+def test_a_default_tier_429_is_quota_or_rate(provider: OpenAIAdapter, rec: Recorder, handler: Handler,
+                                             kind: RefusalKind) -> None:
+    rec.handler = handler
+    outcome = provider.create(REQ)
+    assert isinstance(outcome, Refused) and outcome.kind is kind and not outcome.capacity
+
+
+FLEX = CreateRequest("job-42", PRODUCT, dt.date(2025, 3, 1), 2, "f" * 64, tier="flex")
 
 
 @pytest.mark.parametrize(("handler", "capacity", "code"), [

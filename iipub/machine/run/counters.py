@@ -12,7 +12,7 @@ from iipub.model.states import State
 
 
 @dataclass
-class TickReport:
+class SweepReport:
     worker: str
     leased: int = 0
     taken: int = 0
@@ -48,9 +48,9 @@ class TickReport:
 
 
 class Counters:
-    """The run's `TickReport`, counted under one lock by every thread of the run."""
+    """The run's `SweepReport`, counted under one lock by every thread of the run."""
 
-    def __init__(self, report: TickReport) -> None:
+    def __init__(self, report: SweepReport) -> None:
         self.report = report
         self._lock = threading.Lock()
 

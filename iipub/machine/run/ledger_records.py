@@ -44,6 +44,7 @@ class CreateRecords:
         self._view = view
         self._store = store
         self._opening = threading.Lock()
+        self.ledger_id: str | None = None  # the ledger this run's intents go to (its creates' spend rows say so)
 
     def problem(self) -> ledger_book.Problem | None:
         """Right before a create: the spend ledger against what the database remembers of it
@@ -57,7 +58,7 @@ class CreateRecords:
         if found is None:
             try:
                 with self._opening:  # one `open` line per process, not one per thread
-                    ledger_book.ensure_open(self._store.engine, book)
+                    self.ledger_id = ledger_book.ensure_open(self._store.engine, book).ledger_id
             except ledger.LedgerError as exc:  # the intent line will fail the same way: not sent, refunded
                 log.error("ledger_unwritable", worker=self._store.worker, error=str(exc))
         return found

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import threading
 
-import sqlalchemy as sa
 import structlog
 
 from iipub.money import ledger
 from iipub.settings.config import Settings
+from iipub.store.handles import Engine
 
 log = structlog.get_logger("iipub.reconcile")
 
 
 class SpendLedgerView:
-    def __init__(self, settings: Settings, engine: sa.Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine) -> None:
         self._settings = settings
         self._engine = engine
         self._book: ledger.SpendLedger | bool | None = False  # False: not opened yet

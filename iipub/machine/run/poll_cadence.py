@@ -7,16 +7,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-import sqlalchemy as sa
-
 from iipub.model.jobs import Job
 from iipub.money import budgets, payments
 from iipub.settings.config import ReconcileSettings, Settings
 from iipub.store.deliveries import Deliveries
+from iipub.store.handles import Engine
 
 
 class PollCadence:
-    def __init__(self, settings: Settings, engine: sa.Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine) -> None:
         self._engine = engine
         self.webhooks_healthy = (settings.webhooks.enabled
                                  and Deliveries(engine).health(settings.webhooks.healthy_for_seconds).healthy)

@@ -9,7 +9,7 @@ import random
 
 from iipub.machine.run import creates as creates_mod
 from iipub.machine.run import shared_cool_down
-from iipub.machine.run.counters import Counters, TickReport
+from iipub.machine.run.counters import Counters, SweepReport
 from iipub.machine.run.creates import Creates
 from iipub.machine.run.deadline import Deadline
 from iipub.machine.run.ledger_records import ChainRecords
@@ -89,6 +89,6 @@ def _shared_pieces(settings: Settings, store: Store, deadline: float) -> tuple[
         Deadline, Counters, SharedCoolDown, SpendLedgerView, PollCadence]:
     """The pieces every run has: its deadline, counters, the reads' cool-down as the other
     processes left it, the spend ledger's view and the poll cadence."""
-    return (Deadline(deadline), Counters(TickReport(worker=store.worker, shadow=settings.reconcile.shadow)),
+    return (Deadline(deadline), Counters(SweepReport(worker=store.worker, shadow=settings.reconcile.shadow)),
             shared_cool_down.of_reads(store), SpendLedgerView(settings, store.engine),
             PollCadence(settings, store.engine))

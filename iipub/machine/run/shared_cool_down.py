@@ -16,7 +16,7 @@ from iipub.machine.run.deadline import Deadline
 from iipub.money import gate
 from iipub.money.breaker import READ_COOLDOWN_CAP_SECONDS, GateState
 from iipub.money.gate import CreateGate
-from iipub.store import clock
+from iipub.store import clock, gate_rows
 from iipub.store.job_store import Store
 
 log = structlog.get_logger("iipub.reconcile")
@@ -45,7 +45,7 @@ def of_reads(store: Store) -> SharedCoolDown:
     capped at 60 s; creates go on. Starts from the cool-down another process shared."""
     local = CoolDown(cap=READ_COOLDOWN_CAP_SECONDS)
     with store.engine.connect() as conn:
-        until, now = gate.read_cool_down(conn), clock.read_now(conn)
+        until, now = gate_rows.read_cool_down(conn), clock.read_now(conn)
     if until is not None:
         local.hold((until - now).total_seconds())
     return SharedCoolDown(local, lambda seconds: gate.share_read_cool_down(store.engine, seconds, store.worker),

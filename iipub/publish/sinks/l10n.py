@@ -136,6 +136,23 @@ def known_locale(lang: str) -> bool:
     return True
 
 
+# The words of a correction or a withdrawal (rare pages: English for a language without its own).
+NOTICE_WORDS: dict[str, dict[str, str]] = {
+    "en": {"withdrawn_title": "Edition withdrawn", "withdrawn": "This edition was withdrawn on",
+           "corrected": "Corrected on", "correction": "Correction"},
+    "es": {"withdrawn_title": "Edición retirada", "withdrawn": "Esta edición se retiró el",
+           "corrected": "Corregido el", "correction": "Corrección"},
+    "fr": {"withdrawn_title": "Édition retirée", "withdrawn": "Cette édition a été retirée le",
+           "corrected": "Corrigé le", "correction": "Correction"},
+    "de": {"withdrawn_title": "Ausgabe zurückgezogen", "withdrawn": "Diese Ausgabe wurde zurückgezogen am",
+           "corrected": "Korrigiert am", "correction": "Korrektur"},
+}
+
+
+def notice_word(lang: str, key: str) -> str:
+    return NOTICE_WORDS.get(lang.split("-")[0], NOTICE_WORDS[DEFAULT_LANG])[key]
+
+
 def words(lang: str) -> dict[str, Any]:
     """The interface's words in `lang`: its base language's table (every language the
     configuration accepts, `config.KNOWN_LANGUAGES`, has one), English for any other."""

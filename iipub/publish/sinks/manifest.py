@@ -6,6 +6,10 @@ Under the sink's state directory:
     manifest/catalog.json                      {"format", "root", "render",
                                                 "series": {product: {lang: {"YYYY-MM": editions}}}}
     manifest/<product>/<lang>/<YYYY-MM>.json   {"format", "entries": {date: {title, sha256, published}}}
+    manifest/withdrawn.json                    {"format", "withdrawn": {product: {lang: {date: withdrawal}}}}
+
+A withdrawn edition leaves its month's shard (nothing lists it any more) for the small file of
+withdrawals, which remembers its revision so that a late delivery of an older one changes nothing.
 
 A month shard holds at most 31 entries and the catalog one number per month, so what one
 delivery reads does not grow with the archive. Every file is canonical JSON, replaced
@@ -28,7 +32,7 @@ from typing import Any, TypeVar
 
 from iipub.edition.compose import DATE_RE, canonical_json
 from iipub.publish.sinks.lru import Lru
-from iipub.publish.sinks.site import LANG_RE, Entry
+from iipub.publish.sinks.site import LANG_RE, Entry, Withdrawal
 from iipub.settings.config import NAME_RE
 
 FORMAT = 1
@@ -83,6 +87,12 @@ def _entry_doc(e: Entry) -> dict[str, Any]:
     doc: dict[str, Any] = {"title": e.title, "sha256": e.sha256, "published": e.published}
     if e.guessed:
         doc["guessed"] = True
+    if e.revision != 1:  # the keys of a correction only where there is one: older manifests read the same
+        doc["revision"] = e.revision
+    if e.corrected is not None:
+        doc["corrected"] = e.corrected
+    if e.note is not None:
+        doc["note"] = e.note
     return doc
 
 
@@ -90,9 +100,58 @@ def _entry(date: str, doc: Any) -> Entry:
     if not (DATE_RE.fullmatch(date) and isinstance(doc, dict) and isinstance(doc.get("title"), str)
             and isinstance(doc.get("sha256"), str) and _SHA_RE.fullmatch(doc["sha256"])
             and isinstance(doc.get("published"), str) and _STAMP_RE.fullmatch(doc["published"])
-            and isinstance(doc.get("guessed", False), bool)):
+            and isinstance(doc.get("guessed", False), bool) and _revision_ok(doc.get("revision", 1))
+            and _stamp_or_none(doc.get("corrected")) and isinstance(doc.get("note", ""), str)):
         raise ManifestError(f"malformed manifest entry for {date!r}")
-    return Entry(date, doc["title"], doc["sha256"], doc["published"], doc.get("guessed", False))
+    return Entry(date, doc["title"], doc["sha256"], doc["published"], doc.get("guessed", False),
+                 doc.get("revision", 1), doc.get("corrected"), doc.get("note"))
+
+
+def _revision_ok(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _stamp_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and _STAMP_RE.fullmatch(value) is not None)
+
+
+def _withdrawal_doc(w: Withdrawal) -> dict[str, Any]:
+    doc: dict[str, Any] = {"sha256": w.sha256, "revision": w.revision, "published": w.published,
+                           "withdrawn": w.withdrawn}
+    if w.note is not None:
+        doc["note"] = w.note
+    return doc
+
+
+def _withdrawal(date: str, doc: Any) -> Withdrawal:
+    if not (DATE_RE.fullmatch(date) and isinstance(doc, dict) and isinstance(doc.get("sha256"), str)
+            and _SHA_RE.fullmatch(doc["sha256"]) and _revision_ok(doc.get("revision"))
+            and isinstance(doc.get("published"), str) and _STAMP_RE.fullmatch(doc["published"])
+            and isinstance(doc.get("withdrawn"), str) and _STAMP_RE.fullmatch(doc["withdrawn"])
+            and isinstance(doc.get("note", ""), str)):
+        raise ManifestError(f"malformed withdrawal for {date!r}")
+    return Withdrawal(date, doc["sha256"], doc["revision"], doc["published"], doc["withdrawn"], doc.get("note"))
+
+
+_Withdrawn = dict[str, dict[str, dict[str, Withdrawal]]]
+
+
+def _withdrawn_file(body: bytes) -> _Withdrawn:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"unreadable withdrawals: {exc}") from None
+    if not (isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("withdrawn"), dict)):
+        raise ManifestError("malformed withdrawals")
+    out: _Withdrawn = {}
+    for product, langs in doc["withdrawn"].items():
+        if not (NAME_RE.fullmatch(product) and isinstance(langs, dict)):
+            raise ManifestError("malformed withdrawals")
+        for lang, dates in langs.items():
+            if not (LANG_RE.fullmatch(lang) and isinstance(dates, dict)):
+                raise ManifestError("malformed withdrawals")
+            out.setdefault(product, {})[lang] = {d: _withdrawal(d, w) for d, w in dates.items()}
+    return out
 
 
 class Manifest:
@@ -108,6 +167,7 @@ class Manifest:
         self.render = render
         self._shards: dict[tuple[str, str, str], dict[str, Entry]] = {}
         self._cache = cache if cache is not None else FileCache()
+        self._withdrawn: _Withdrawn | None = None  # read at the first question about a withdrawal
 
     # -- opening and rebuilding -------------------------------------------------------
 
@@ -127,12 +187,17 @@ class Manifest:
 
     @classmethod
     def create(cls, state_dir: Path, root: str, write: Writer, entries: Iterable[tuple[str, str, Entry]],
-               cache: FileCache | None = None) -> Manifest:
-        """A new manifest holding `entries` (product, lang, entry), replacing any other. Its
-        `render` is empty, so the caller renders the whole site once."""
+               cache: FileCache | None = None, withdrawals: Iterable[tuple[str, str, Withdrawal]] = ()) -> Manifest:
+        """A new manifest holding `entries` (product, lang, entry) and `withdrawals`, replacing any
+        other. Its `render` is empty, so the caller renders the whole site once."""
         folder = state_dir / "manifest"
         shutil.rmtree(folder, ignore_errors=True)
         m = cls(state_dir, root, write, {}, "", cache)
+        m._withdrawn = {}
+        for product, lang, w in withdrawals:
+            m._withdrawn.setdefault(product, {}).setdefault(lang, {})[w.date] = w
+        if m._withdrawn:
+            m._write_withdrawn()
         for product, lang, e in entries:
             m._shards.setdefault((product, lang, e.date[:7]), {})[e.date] = e
         for (product, lang, month), shard in sorted(m._shards.items()):
@@ -240,6 +305,69 @@ class Manifest:
         if months.get(month) != len(shard):
             months[month] = len(shard)
             self._write_catalog()
+
+    def remove(self, product: str, lang: str, date: str) -> None:
+        """Take an edition out of its month (a withdrawal): the shard, then the catalog's count."""
+        month = date[:7]
+        shard = dict(self._shard(product, lang, month))
+        if shard.pop(date, None) is None:
+            return
+        self._write_shard(product, lang, month, shard)
+        self._shards[(product, lang, month)] = shard
+        langs = self._series.setdefault(product, {})
+        months = langs.setdefault(lang, {})
+        if shard:
+            months[month] = len(shard)
+        else:
+            months.pop(month, None)
+            if not months:
+                langs.pop(lang, None)
+                if not langs:
+                    self._series.pop(product, None)
+        self._write_catalog()
+
+    # -- withdrawals ------------------------------------------------------------------
+
+    def withdrawal(self, product: str, lang: str, date: str) -> Withdrawal | None:
+        return self._withdrawals().get(product, {}).get(lang, {}).get(date)
+
+    def withdrawals(self) -> list[tuple[str, str, Withdrawal]]:
+        return [(p, lang, w) for p, langs in sorted(self._withdrawals().items())
+                for lang, dates in sorted(langs.items()) for _, w in sorted(dates.items())]
+
+    def set_withdrawal(self, product: str, lang: str, w: Withdrawal) -> None:
+        found = self._withdrawals()
+        if found.get(product, {}).get(lang, {}).get(w.date) != w:
+            found.setdefault(product, {}).setdefault(lang, {})[w.date] = w
+            self._write_withdrawn()
+
+    def drop_withdrawal(self, product: str, lang: str, date: str) -> None:
+        """An edition corrected after its withdrawal is listed again."""
+        found = self._withdrawals()
+        dates = found.get(product, {}).get(lang, {})
+        if dates.pop(date, None) is not None:
+            self._write_withdrawn()
+
+    def _withdrawals(self) -> _Withdrawn:
+        if self._withdrawn is None:
+            try:
+                self._withdrawn = self._cache.get(self.dir / "withdrawn.json", _withdrawn_file)
+            except FileNotFoundError:
+                self._withdrawn = {}
+            except OSError as exc:
+                raise ManifestError(f"unreadable withdrawals: {exc}") from None
+            self._withdrawn = {p: {lang: dict(d) for lang, d in langs.items()} for p, langs in self._withdrawn.items()}
+        return self._withdrawn
+
+    def _write_withdrawn(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        found = self._withdrawals()
+        doc = {p: {lang: {d: _withdrawal_doc(w) for d, w in sorted(dates.items())}
+                   for lang, dates in sorted(langs.items()) if dates}
+               for p, langs in sorted(found.items())}
+        path = self.dir / "withdrawn.json"
+        self._write(path, _dump({"format": FORMAT, "withdrawn": {p: v for p, v in doc.items() if v}}))
+        self._cache.put(path, found)
 
     def set_render(self, render: str) -> None:
         if render != self.render:

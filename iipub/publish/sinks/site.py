@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import html
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,6 +59,21 @@ class Entry:
     sha256: str  # of the artifact JSON
     published: str  # when it was first published: ISO 8601 UTC, seconds, `Z`
     guessed: bool = False  # publication time unknown when the manifest was rebuilt (midnight of the date)
+    revision: int = 1  # the edition's revision (only grows: an older one delivered late changes nothing)
+    corrected: str | None = None  # when an operator's correction replaced it (ISO 8601 UTC), None if never
+    note: str | None = None  # the correction's public note
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """An edition an operator withdrew: its page is a notice, no list or feed names it."""
+
+    date: str  # YYYY-MM-DD
+    sha256: str  # of the artifact withdrawn
+    revision: int
+    published: str  # when the edition was first published
+    withdrawn: str  # when it was withdrawn: ISO 8601 UTC, seconds, `Z`
+    note: str | None = None  # the operator's public note (shown; the internal reason never is)
 
 
 # --- what the templates are given -------------------------------------------------------------
@@ -101,6 +117,16 @@ class Card(NamedTuple):
     editions: str  # "12 editions"
 
 
+class Correction(NamedTuple):
+    """The notice a corrected edition's page and feed entry carry."""
+
+    revision: int
+    at: str  # ISO 8601 UTC
+    word: str  # "Corrected on"
+    text: str  # the time, in the page's language
+    note: str | None
+
+
 class PageSource(NamedTuple):
     title: str
     href: str | None  # the URL when it is public http(s), else None: the title is shown as inert text
@@ -131,6 +157,51 @@ def published_in_page(page: bytes) -> str | None:
     return m.group(1).decode("ascii") if m else None
 
 
+_CORRECTED_RE = re.compile(
+    rb'<p class="notice corrected" data-revision="(\d+)">[^<]*<time class="corrected" '
+    rb'datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)">[^<]*</time>'
+    rb'(?: \xe2\x80\x94 <span class="note">([^<]*)</span>)?</p>')
+_STAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def correction_in_page(page: bytes) -> tuple[int, str, str | None] | None:
+    """The correction an edition page shows (revision, time, public note), for rebuilding the
+    manifest from disk; None for a page as first published."""
+    m = _CORRECTED_RE.search(page)
+    if m is None:
+        return None
+    note = html.unescape(m.group(3).decode("utf-8")) if m.group(3) is not None else None
+    return int(m.group(1)), m.group(2).decode("ascii"), note
+
+
+def withdrawn_json(product: str, lang: str, w: Withdrawal) -> bytes:
+    """What `<product>/<date>/<lang>.json` says once the edition is withdrawn (the site's own
+    record of it, read back when the manifest is rebuilt)."""
+    doc: dict[str, Any] = {"withdrawn": True, "product": product, "edition_date": w.date, "lang": lang,
+                           "revision": w.revision, "sha256": w.sha256, "published_at": w.published,
+                           "withdrawn_at": w.withdrawn, "public_note": w.note}
+    return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def withdrawal_from_json(body: bytes, product: str, date: str, lang: str) -> Withdrawal | None:
+    """The withdrawal a `<lang>.json` records (`withdrawn_json`), or None for anything else."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not (isinstance(doc, dict) and doc.get("withdrawn") is True and doc.get("product") == product
+            and doc.get("edition_date") == date and doc.get("lang") == lang):
+        return None
+    revision, sha, first, at, note = (doc.get(k) for k in ("revision", "sha256", "published_at", "withdrawn_at",
+                                                           "public_note"))
+    if not (type(revision) is int and revision >= 1 and isinstance(sha, str) and _SHA_RE.fullmatch(sha)
+            and isinstance(first, str) and _STAMP_RE.fullmatch(first) and isinstance(at, str)
+            and _STAMP_RE.fullmatch(at) and (note is None or isinstance(note, str))):
+        return None
+    return Withdrawal(date, sha, revision, first, at, note)
+
+
 def midnight(date: str) -> str:
     return f"{date}T00:00:00Z"
 
@@ -150,7 +221,7 @@ class Site:
         self._brand = tuple(_CAMEL.split(site_title))
         # Rendered feed entries by (product, lang, date, sha256, published): a feed is rendered
         # again at each new edition, and 49 of its 50 entries are the same as last time.
-        self._entries: Lru[tuple[str, str, str, str, str], str] = Lru(1024)
+        self._entries: Lru[tuple[str, str, str, str, str, str, str], str] = Lru(1024)
 
     def fingerprint(self) -> str:
         """Everything the pages depend on besides the editions: a change re-renders the whole site."""
@@ -247,8 +318,35 @@ class Site:
             index_href=_rel(here, index_path(product, lang)), month_href=_rel(here, month_path(product, lang, month)),
             month=l10n.cap(l10n.month_title(month, lang)), published=entry.published,
             published_text=l10n.published_text(entry.published, lang), summary=art.summary,
+            correction=self._correction(entry, lang),
             items=items_html(art, lang), prev=neighbour(prev, "prev"), next=neighbour(nxt, "next"),
             feed_href=_rel(here, feed_path(product, lang)), json_href=_rel(here, json_path(product, date, lang)),
+        )
+
+    def _correction(self, entry: Entry, lang: str) -> Correction | None:
+        if entry.corrected is None:
+            return None
+        return Correction(entry.revision, entry.corrected, l10n.notice_word(lang, "corrected"),
+                          l10n.published_text(entry.corrected, lang), entry.note)
+
+    def withdrawn_page(self, product: str, lang: str, w: Withdrawal, langs: Sequence[str]) -> str:
+        """`<product>/<date>/<lang>.html` of a withdrawn edition: the notice that replaces it (the
+        date and the public note; nothing of the edition's own text). `langs`: the languages the
+        date is still published in, for the switcher."""
+        date = w.date
+        here = edition_path(product, date, lang)
+        name = self.title(product, lang)
+        switch = [(code, edition_path(product, date, code)) for code in langs if code != lang]
+        return _page(
+            "withdrawn.html",
+            self._frame(here, lang, feeds=[(name, lang, feed_path(product, lang))],
+                        switch=[(lang, here), *switch] if switch else []),
+            name=name, date=date, day=l10n.long_date(date, lang),
+            notice_title=l10n.notice_word(lang, "withdrawn_title"),
+            notice=l10n.notice_word(lang, "withdrawn"), withdrawn=w.withdrawn,
+            withdrawn_text=l10n.published_text(w.withdrawn, lang), note=w.note, revision=w.revision,
+            index_href=_rel(here, index_path(product, lang)), feed_href=_rel(here, feed_path(product, lang)),
+            json_href=_rel(here, json_path(product, date, lang)),
         )
 
     def month_page(self, product: str, lang: str, month: str, entries: Sequence[Entry], prev_month: str | None,
@@ -315,23 +413,26 @@ class Site:
         here = feed_path(product, lang)
         return templating.xml_templates().get_template("feed.atom").render(
             product=product, lang=lang, name=self.title(product, lang), site_title=self.site_title,
-            updated=max((e.published for e, _ in entries), default="1970-01-01T00:00:00Z"),
+            updated=max((e.corrected or e.published for e, _ in entries), default="1970-01-01T00:00:00Z"),
             self_href=self._url(here, here), index_href=self._url(here, index_path(product, lang)),
             entries=[self._feed_entry(product, lang, entry, art) for entry, art in entries],
         )
 
     def _feed_entry(self, product: str, lang: str, entry: Entry, art: Artifact) -> str:
-        key = (product, lang, entry.date, art.sha256, entry.published)
+        key = (product, lang, entry.date, art.sha256, entry.published, entry.corrected or "", entry.note or "")
         cached = self._entries.get(key)
         if cached is not None:
             return cached
         name = self.title(product, lang)
-        content = _parts().feed_content(art.summary, items_html(art, lang))
+        correction = self._correction(entry, lang)
+        content = _parts().feed_content(art.summary, items_html(art, lang), correction)
+        time = feed_time(entry)
         text: str = _atom_parts().entry(
             product=product, lang=lang, date=entry.date, own=own_title(art.title, name, product, entry.date, lang),
-            name=name, day=l10n.long_date(entry.date, lang), time=feed_time(entry),
+            name=name, day=l10n.long_date(entry.date, lang), time=time,
             href=self._url(feed_path(product, lang), edition_path(product, entry.date, lang)),
             summary=art.summary, content=str(content),  # text: the feed escapes the HTML once more
+            updated=feed_time(entry, entry.corrected) if entry.corrected else time,
         )
         self._entries.put(key, text)
         return text
@@ -390,12 +491,14 @@ def own_title(title: str, name: str, product: str, date: str, lang: str) -> str 
     return title if any(w not in told and w not in _JOINERS for w in words) else None
 
 
-def feed_time(entry: Entry) -> str:
-    """An entry's Atom time: its publication time, with a fractional second taken from the edition
-    date, so editions published within the same second (a backfill) still have distinct times,
-    ordered as their dates are. Fixed by the entry alone: rendering again yields the same bytes."""
+def feed_time(entry: Entry, stamp: str | None = None) -> str:
+    """An entry's Atom time: its publication time (or `stamp`: its correction's), with a fractional
+    second taken from the edition date, so editions published within the same second (a backfill)
+    still have distinct times, ordered as their dates are. Fixed by the entry alone: rendering
+    again yields the same bytes."""
+    when = stamp if stamp is not None else entry.published
     fraction = dt.date.fromisoformat(entry.date).toordinal() % 1_000_000
-    return entry.published.replace("Z", f".{fraction:06d}Z") if entry.published.endswith("Z") else entry.published
+    return when.replace("Z", f".{fraction:06d}Z") if when.endswith("Z") else when
 
 
 # Where a run-together name may break (`International|Intelligence.org`): parts.html's `brand`.

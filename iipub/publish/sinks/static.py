@@ -26,11 +26,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import structlog
+
 from iipub.core.files import fsync_dir, replace_atomically
 from iipub.core.timefmt import iso_z
 from iipub.edition.compose import DATE_RE, Artifact, artifact_from_document, artifact_from_json
 from iipub.edition.paths import edition_path, feed_path, index_path, json_path, month_path
-from iipub.publish.sinks import Delivered, DeliveryResult, EditionEvent, Parked, RetryLater
+from iipub.model.states import EventType
+from iipub.publish.sinks import EditionEvent, Parked, Published, PublishResult, RetryLater
 from iipub.publish.sinks.lru import Lru
 from iipub.publish.sinks.manifest import FileCache, Manifest, ManifestError
 from iipub.publish.sinks.site import (
@@ -40,8 +43,12 @@ from iipub.publish.sinks.site import (
     SITE_INDEX,
     Entry,
     Site,
+    Withdrawal,
+    correction_in_page,
     midnight,
     published_in_page,
+    withdrawal_from_json,
+    withdrawn_json,
 )
 from iipub.settings.config import NAME_RE, Product, default_state_dir
 
@@ -49,6 +56,8 @@ __all__ = ["StaticSink"]
 
 # Temporary files of `_Files.write` (mkstemp: `.<name>.<8 random>.tmp`).
 _TMP_RE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+log = structlog.get_logger("iipub.static")
 _ARTIFACT_CACHE = 512  # parsed artifacts kept between deliveries of one sink (a feed needs 50 per series)
 
 
@@ -69,43 +78,86 @@ class StaticSink:
         self._fingerprint: str | None = None
         self._cache = FileCache()  # the manifest's files as parsed, while they stay the same
 
-    def deliver(self, event: EditionEvent) -> DeliveryResult:
+    def publish(self, event: EditionEvent) -> PublishResult:
         problem = _check_parts(event.product, event.edition_date, event.lang)
         if problem:
             return Parked(f"static: {problem}")
-        try:
-            artifact = artifact_from_document(event.artifact)
-        except ValueError as exc:
-            return Parked(f"static: malformed artifact: {exc}")
-        if (artifact.product, artifact.edition_date, artifact.lang) != (event.product, event.edition_date, event.lang):
-            return Parked("static: artifact product/date/lang do not match the event")
-        if artifact.sha256 != event.sha256:
-            return Parked(f"static: artifact sha256 {artifact.sha256} does not match the event's {event.sha256}")
+        artifact: Artifact | None = None
+        if event.type != EventType.WITHDRAWN:
+            try:
+                artifact = artifact_from_document(event.artifact)
+            except ValueError as exc:
+                return Parked(f"static: malformed artifact: {exc}")
+            if (artifact.product, artifact.edition_date, artifact.lang) != (
+                    event.product, event.edition_date, event.lang):
+                return Parked("static: artifact product/date/lang do not match the event")
+            if artifact.sha256 != event.sha256:
+                return Parked(f"static: artifact sha256 {artifact.sha256} does not match the event's {event.sha256}")
+        elif not _SHA_RE.fullmatch(event.sha256):
+            return Parked(f"static: withdrawn sha256 {event.sha256[:80]!r} is not a sha256")
         published = _utc_stamp(event.published_at)
         if published is None:
             return Parked(f"static: published_at {event.published_at[:40]!r} is not an ISO 8601 time")
+        changed = _utc_stamp(event.changed_at) if event.changed_at is not None else published
+        if changed is None:
+            return Parked(f"static: changed_at {str(event.changed_at)[:40]!r} is not an ISO 8601 time")
         try:
             # The root first: one that cannot be a directory fails before the state directory exists.
             _ensure_dir(self.root)
             files = self._files()
             with _locked(self.state_dir / "lock"):
                 _remove_leftovers(self.state_dir / "tmp", quiet=True)
-                live = self._live_sha256(artifact)
-                if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
-                    # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
-                    return Parked(
-                        f"conflicting_republish: {artifact.product} {artifact.edition_date} {artifact.lang} is "
-                        f"live with sha256 {live[:12]}…, this edition is {artifact.sha256[:12]}…; "
-                        f"`iipub republish {event.job_id} --reason …` lets it replace the page")
                 try:
-                    self._publish(files, artifact, published)
+                    parked = self._apply(files, self._manifest(files), event, artifact, published, changed)
                 except ManifestError:
-                    self._rebuild(files)  # a damaged shard: the manifest is made again from the public tree
-                    self._publish(files, artifact, published)
+                    # A damaged shard: the manifest is made again from the public tree.
+                    parked = self._apply(files, self._rebuild(files), event, artifact, published, changed)
+                if parked is not None:
+                    return parked
                 files.sync()
         except (OSError, ManifestError) as exc:
             return RetryLater(None, f"static: {exc}")
-        return Delivered()
+        return Published()
+
+    def _apply(self, files: _Files, m: Manifest, event: EditionEvent, artifact: Artifact | None, published: str,
+               changed: str) -> Parked | None:
+        """The event against what the site holds: an older revision than the page's changes
+        nothing (a late redelivery); the same revision is delivered again (byte-identical);
+        a newer one is published, corrected or withdrawn."""
+        product, date, lang = event.product, event.edition_date, event.lang
+        entry, gone = m.get(product, lang, date), m.withdrawal(product, lang, date)
+        current = max(entry.revision if entry else 0, gone.revision if gone else 0)
+        if event.revision < current:
+            log.info("static_stale_event", event_id=event.event_id, revision=event.revision, current=current,
+                     product=product, edition_date=date, lang=lang)
+            return None
+        if event.type == EventType.WITHDRAWN:
+            if entry is not None and event.revision == current and gone is None:
+                return Parked(f"static: revision {current} of {product} {date} {lang} is published, not withdrawn")
+            self._withdraw(files, m, event, entry, gone, published, changed)
+            return None
+        assert artifact is not None
+        if event.type == EventType.PUBLISHED:
+            if gone is not None:
+                return None  # withdrawn at this revision (a rebuilt manifest): the withdrawal stands
+            live = self._live_sha256(artifact)
+            if live is not None and live != artifact.sha256 and not self.may_replace(event.job_id):
+                # Public truth: what readers already saw is not silently replaced (e.g. after a restore).
+                return Parked(
+                    f"conflicting_republish: {artifact.product} {artifact.edition_date} {artifact.lang} is "
+                    f"live with sha256 {live[:12]}…, this edition is {artifact.sha256[:12]}…; "
+                    f"`iipub republish {event.job_id} --reason …` lets it replace the page")
+            self._publish(files, m, artifact, published)
+            return None
+        # A correction: the operator's consent to write over the live page, at a newer revision.
+        if event.revision == current and entry is not None and entry.sha256 != artifact.sha256:
+            return Parked(f"static: revision {current} of {product} {date} {lang} is live with other content "
+                          f"(sha256 {entry.sha256[:12]}…)")
+        first = entry.published if entry is not None else gone.published if gone is not None else published
+        self._publish(files, m, artifact, first,
+                      Entry(date, artifact.title, artifact.sha256, first, revision=event.revision, corrected=changed,
+                            note=event.public_note))
+        return None
 
     # -- state ------------------------------------------------------------------------
 
@@ -137,6 +189,7 @@ class StaticSink:
         time read back from its page (midnight of its date, marked guessed, when the page does
         not say). Also clears what earlier versions of this sink left in the public tree."""
         entries: list[tuple[str, str, Entry]] = []
+        withdrawals: list[tuple[str, str, Withdrawal]] = []
         _remove_leftovers(self.root, lock_files=True)
         for product_dir in sorted(self.root.iterdir()):
             if not (NAME_RE.fullmatch(product_dir.name) and product_dir.is_dir()):
@@ -145,12 +198,18 @@ class StaticSink:
                 if LANG_RE.fullmatch(sub.name) and sub.is_dir():
                     _remove_leftovers(sub, lock_files=True)
                 elif DATE_RE.fullmatch(sub.name) and sub.is_dir():
-                    for lang, art, published in _editions_in(product_dir.name, sub):
+                    for lang, found, on_page in _editions_in(product_dir.name, sub):
+                        if isinstance(found, Withdrawal):
+                            withdrawals.append((product_dir.name, lang, found))
+                            continue
+                        art, (published, correction) = found, on_page
+                        revision, corrected, note = correction or (1, None, None)
                         entries.append((art.product, lang, Entry(art.edition_date, art.title, art.sha256,
                                                                  published or midnight(art.edition_date),
-                                                                 guessed=published is None)))
+                                                                 guessed=published is None, revision=revision,
+                                                                 corrected=corrected, note=note)))
                         self._remember(art)
-        return Manifest.create(self.state_dir, self._root_key(), files.write, entries, self._cache)
+        return Manifest.create(self.state_dir, self._root_key(), files.write, entries, self._cache, withdrawals)
 
     def _manifest(self, files: _Files) -> Manifest:
         return Manifest.open(self.state_dir, self._root_key(), files.write, self._cache) or self._rebuild(files)
@@ -162,14 +221,17 @@ class StaticSink:
 
     # -- publishing -------------------------------------------------------------------
 
-    def _publish(self, files: _Files, art: Artifact, published: str) -> None:
-        m = self._manifest(files)
+    def _publish(self, files: _Files, m: Manifest, art: Artifact, published: str,
+                 corrected: Entry | None = None) -> None:
         product, date, lang = art.product, art.edition_date, art.lang
         _ensure_dir(self.root / product / date)
         _ensure_dir(self.root / product / lang)
         files.write(self.root / json_path(product, date, lang), art.body)
         old = m.get(product, lang, date)
-        if old is not None and old.sha256 == art.sha256 and not old.guessed:
+        if corrected is not None:
+            entry = corrected
+            m.drop_withdrawal(product, lang, date)  # a withdrawn edition corrected is listed again
+        elif old is not None and old.sha256 == art.sha256 and not old.guessed:
             entry = old  # the same content again: it keeps the time it was first published
         else:
             entry = Entry(date, art.title, art.sha256, published)
@@ -179,6 +241,49 @@ class StaticSink:
             self._render_all(files, m)  # another version or configuration rendered this site
             return
         self._render_around(files, m, art, entry)
+
+    def _withdraw(self, files: _Files, m: Manifest, event: EditionEvent, entry: Entry | None,
+                  gone: Withdrawal | None, published: str, changed: str) -> None:
+        """Take an edition off the site: its JSON becomes the withdrawal's record, its page the
+        notice, and every page that listed or linked to it is rendered without it."""
+        product, date, lang = event.product, event.edition_date, event.lang
+        first = entry.published if entry is not None else gone.published if gone is not None else published
+        w = Withdrawal(date, event.sha256, event.revision, first, changed, event.public_note)
+        if gone is not None and gone.revision == w.revision:
+            w = gone  # delivered again: it keeps the time it was first withdrawn
+        _ensure_dir(self.root / product / date)
+        _ensure_dir(self.root / product / lang)
+        recent = {e.date for e in m.recent(product, lang, FEED_ENTRIES)}
+        neighbours = (m.prev(product, lang, date), m.next(product, lang, date))
+        m.set_withdrawal(product, lang, w)
+        m.remove(product, lang, date)
+        files.write(self.root / json_path(product, date, lang), withdrawn_json(product, lang, w))
+        self._artifacts.pop((product, date, lang))
+        if m.render != self._render_key():
+            self._render_all(files, m)
+            return
+        self._notice(files, m, product, lang, w)
+        for near in neighbours:
+            if near is not None:
+                self._edition_of(files, m, product, lang, near)
+        month = date[:7]
+        for code in self.site.order_langs(product, set(m.langs(product)) | {lang}):
+            if code != lang and (e := m.get(product, code, date)) is not None:
+                self._edition_of(files, m, product, code, e)
+            self._month(files, m, product, code, month)
+            self._index(files, m, product, code)
+        for near_month in (m.prev_month(product, lang, month), m.next_month(product, lang, month)):
+            if near_month is not None:
+                self._month(files, m, product, lang, near_month)
+        if date in recent or not (self.root / feed_path(product, lang)).is_file():
+            self._feed(files, m, product, lang, m.recent(product, lang, FEED_ENTRIES))
+        self._site_index(files, m)
+
+    def _notice(self, files: _Files, m: Manifest, product: str, lang: str, w: Withdrawal) -> None:
+        langs = [code for code in self.site.order_langs(product, m.langs(product))
+                 if m.get(product, code, w.date) is not None]
+        page = self.site.withdrawn_page(product, lang, w, langs)
+        files.write(self.root / edition_path(product, w.date, lang), page.encode("utf-8"))
 
     def _render_around(self, files: _Files, m: Manifest, art: Artifact, entry: Entry) -> None:
         """The pages whose content depends on this edition's place in the manifest."""
@@ -234,6 +339,8 @@ class StaticSink:
                     self._month(files, m, product, lang, month)
                 self._index(files, m, product, lang)
                 self._feed(files, m, product, lang, m.recent(product, lang, FEED_ENTRIES))
+        for product, lang, w in m.withdrawals():
+            self._notice(files, m, product, lang, w)
         self._site_index(files, m)
         m.set_render(self._render_key())
 
@@ -395,22 +502,32 @@ def _remove_leftovers(folder: Path, *, lock_files: bool = False, quiet: bool = F
                         raise
 
 
-def _editions_in(product: str, day: Path) -> Iterator[tuple[str, Artifact, str | None]]:
-    """The readable editions in a date folder: language, artifact and the publication time its
-    page records (None if the page does not say); its temporary files are removed first."""
+def _editions_in(product: str, day: Path) -> Iterator[
+        tuple[str, Artifact | Withdrawal, tuple[str | None, tuple[int, str, str | None] | None]]]:
+    """The readable editions in a date folder: language, artifact (or the withdrawal its JSON
+    records) and what its page records: the publication time (None if the page does not say)
+    and its correction (revision, time, note) if any; its temporary files are removed first."""
     _remove_leftovers(day)
     for path in sorted(day.iterdir()):
         lang = path.name.removesuffix(".json")
         if not (path.name.endswith(".json") and LANG_RE.fullmatch(lang)):
             continue
+        try:
+            body = path.read_bytes()
+        except OSError:
+            continue
+        gone = withdrawal_from_json(body, product, day.name, lang)
+        if gone is not None:
+            yield lang, gone, (None, None)
+            continue
         art = _read_artifact(path, product, day.name, lang)
         if art is None:
             continue
         try:
-            published = published_in_page((day / f"{lang}.html").read_bytes())
+            page = (day / f"{lang}.html").read_bytes()
         except OSError:
-            published = None
-        yield lang, art, published
+            page = b""
+        yield lang, art, (published_in_page(page), correction_in_page(page))
 
 
 @contextlib.contextmanager

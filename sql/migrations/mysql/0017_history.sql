@@ -16,6 +16,8 @@ ALTER TABLE webhook_deliveries ADD INDEX ix_webhook_deliveries_type (event_type,
 -- The counts by state `status` shows read these narrow indexes, not the rows with their payloads.
 ALTER TABLE jobs ADD INDEX ix_jobs_product_state (product, state);
 ALTER TABLE tracks ADD INDEX ix_tracks_product_lang_state (product, lang, state);
+-- The ledger check's count of the paid creates written to one ledger (0016's column), likewise.
+ALTER TABLE spend ADD INDEX ix_spend_ledger_state (ledger_id, state);
 
 -- The wake-up rows are a cache a full run rebuilds: the old rows (one per command) go, and the
 -- table is keyed by place as well.

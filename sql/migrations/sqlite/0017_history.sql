@@ -8,6 +8,7 @@ CREATE INDEX IF NOT EXISTS ix_jobs_edition_date ON jobs (edition_date);
 CREATE INDEX IF NOT EXISTS ix_webhook_deliveries_type ON webhook_deliveries (event_type, received_at);
 CREATE INDEX IF NOT EXISTS ix_jobs_product_state ON jobs (product, state);
 CREATE INDEX IF NOT EXISTS ix_tracks_product_lang_state ON tracks (product, lang, state);
+CREATE INDEX IF NOT EXISTS ix_spend_ledger_state ON spend (ledger_id, state);
 
 DROP TABLE IF EXISTS wakeups;
 

@@ -1,0 +1,189 @@
+"""`iipub withdraw` and `iipub correct`: an operator takes a public edition back, or replaces it,
+by compensating events through the outbox (PRODUCT.md section 26), never by deleting anything.
+
+Each reads the slot's editions, lets `corrections` decide (a refusal writes nothing), then in one
+transaction, fenced on the job's version and each edition's revision: the journal entry on the
+slot (who, why, the revisions), each edition's new revision and status, its `edition_changes`
+row (the content it supersedes kept), the event that announces it, and its older events no sink
+has yet superseded. The spend ledger then records each revision (`revised`), so a database
+restored from before it never reuses a revision the site and the CMS already hold. Nothing is
+paid; nothing is sent to the provider.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from iipub.core.errors import OperatorRefused, UsageError
+from iipub.core.ids import uuid7
+from iipub.model.jobs import Job
+from iipub.model.states import EditionStatus, EventType, Reason
+from iipub.money import restore
+from iipub.money.ledger import LedgerError, slot_of
+from iipub.money.spend import SlotSpend
+from iipub.operate import corrections, remedies
+from iipub.operate.corrections import EditionRevision
+from iipub.provider import factory
+from iipub.settings.config import Settings, max_output_bytes
+from iipub.store import clock, edition_changes, outbox
+from iipub.store.edition_changes import SavedEdition
+from iipub.store.handles import Connection, Engine
+from iipub.store.job_store import Store
+
+log = structlog.get_logger("iipub.corrections")
+
+__all__ = ["Taken", "correct", "withdraw"]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a withdraw or correct did: the job, the changes written, the languages that were
+    already as asked (a second withdrawal: nothing to do), and a ledger problem if its line
+    could not be written after the commit."""
+
+    job: Job
+    verb: str
+    changes: tuple[EditionRevision, ...]
+    unchanged: tuple[str, ...]
+    ledger_error: str | None = None
+
+
+def withdraw(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
+             public_note: str | None = None) -> Taken:
+    """Take the slot's public editions (or `lang`'s) off the site: `edition.withdrawn` to every
+    sink. An edition already withdrawn is left as it is (reported in `unchanged`)."""
+    remedies.check_input(by, reason)
+    note = corrections.check_note(public_note)
+    store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
+    job = store.lookup(job_id)
+    editions = edition_changes.editions_of(engine, job.id)
+    chosen = corrections.targets(job, editions, lang, _languages(settings, job), "withdraw")
+    unchanged = tuple(e.lang for e in chosen if e.status == EditionStatus.WITHDRAWN)
+    todo = [e for e in chosen if e.status != EditionStatus.WITHDRAWN]
+    if not todo:
+        return Taken(job, "withdraw", (), unchanged)
+    spend = _spend(settings, engine, job)
+    now = _now(engine)
+    changes = []
+    for e in todo:
+        revision, event_id = corrections.next_revision(e, spend), uuid7(now)
+        changes.append(EditionRevision(e.lang, revision, event_id, corrections.withdrawn_payload(
+            job, e, revision, event_id, e.published_at, now, note), None))
+    return _write(settings, engine, store, job, todo, changes, unchanged, "withdraw", reason, by, note)
+
+
+def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, path: Path, reason: str, by: str,
+            public_note: str | None = None) -> Taken:
+    """Replace the slot's public editions (or `lang`'s), live or withdrawn, with the operator's
+    corrected output read from `path` (checked and composed as a track's part is):
+    `edition.corrected`, naming the sha256 it supersedes, to every sink. An edition whose
+    correction is byte-identical to what is public is left as it is."""
+    remedies.check_input(by, reason)
+    note = corrections.check_note(public_note)
+    store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
+    job = store.lookup(job_id)
+    editions = edition_changes.editions_of(engine, job.id)
+    chosen = corrections.targets(job, editions, lang, _languages(settings, job), "correct")
+    product = settings.products.get(job.product)
+    text = _read(settings, path, max_output_bytes(product))
+    artifacts = corrections.corrected_artifacts(job, product, text, [e.lang for e in chosen])
+    unchanged = tuple(e.lang for e in chosen
+                      if e.status != EditionStatus.WITHDRAWN and artifacts[e.lang].sha256 == e.sha256)
+    todo = [e for e in chosen if e.lang not in unchanged]
+    if not todo:
+        return Taken(job, "correct", (), unchanged)
+    spend = _spend(settings, engine, job)
+    now = _now(engine)
+    changes = []
+    for e in todo:
+        revision, event_id, art = corrections.next_revision(e, spend), uuid7(now), artifacts[e.lang]
+        changes.append(EditionRevision(e.lang, revision, event_id, corrections.corrected_payload(
+            job, e, revision, event_id, e.published_at, now, note, art), art))
+    return _write(settings, engine, store, job, todo, changes, unchanged, "correct", reason, by, note)
+
+
+def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: list[SavedEdition],
+           changes: list[EditionRevision], unchanged: tuple[str, ...], verb: str, reason: str, by: str,
+           note: str | None) -> Taken:
+    withdrawing = verb == "withdraw"
+    status = EditionStatus.WITHDRAWN if withdrawing else EditionStatus.CORRECTED
+    event_type = EventType.WITHDRAWN if withdrawing else EventType.CORRECTED
+    kind = status.value
+
+    def extra(conn: Connection) -> None:
+        for e, c in zip(todo, changes, strict=True):
+            outbox.revise_edition(conn, e.id, e.revision, revision=c.revision, status=status.value,
+                                  event_type=event_type.value, job_id=job.id, payload=c.payload, artifact=c.artifact)
+            edition_changes.record(conn, e, revision=c.revision, kind=kind, event_id=c.event_id, reason=reason,
+                                   public_note=note, by=by, sha256=c.artifact.sha256 if c.artifact else None)
+
+    detail: dict[str, Any] = {"by": by, "why": reason, "public_note": note, "event": event_type.value,
+              "revisions": {c.lang: c.revision for c in changes},
+              "supersedes": {e.lang: e.sha256 for e in todo},
+              **({"sha256": {c.lang: c.artifact.sha256 for c in changes if c.artifact}} if not withdrawing else {})}
+    if len(changes) == 1:
+        detail["lang"] = changes[0].lang
+        detail["revision"] = changes[0].revision
+    reason_ = Reason.OPERATOR_WITHDRAW if withdrawing else Reason.OPERATOR_CORRECT
+    written = store.record_edition_action(job, reason_, detail, extra)
+    problem = _ledger(settings, engine, job, todo, changes, kind)
+    return Taken(written, verb, tuple(changes), unchanged, problem)
+
+
+def _ledger(settings: Settings, engine: Engine, job: Job, todo: list[SavedEdition], changes: list[EditionRevision],
+            kind: str) -> str | None:
+    """The `revised` line of each change, after the commit (the database never knows less)."""
+    book = restore.ledger_of(settings, engine)
+    if book is None:
+        return None
+    try:
+        for e, c in zip(todo, changes, strict=True):
+            book.revised(job.id, slot_of(job.product, job.edition_date.isoformat()), job.generation_attempts, c.lang,
+                         c.revision, kind, c.artifact.sha256 if c.artifact else e.sha256, c.event_id)
+    except LedgerError as exc:
+        log.error("ledger_unwritable", job_id=job.id, error=str(exc))
+        return str(exc)
+    return None
+
+
+def _spend(settings: Settings, engine: Engine, job: Job) -> SlotSpend | None:
+    book = restore.ledger_of(settings, engine)
+    if book is None:
+        return None
+    spend, _, problem = book.load()
+    if problem is not None and book.exists():
+        raise OperatorRefused(f"the spend ledger cannot be read ({problem}): the next revision must be past its "
+                              "own; nothing written")
+    return spend.get(slot_of(job.product, job.edition_date.isoformat()))
+
+
+def _languages(settings: Settings, job: Job) -> tuple[str, ...]:
+    product = settings.products.get(job.product)
+    return product.languages if product is not None else ()
+
+
+def _now(engine: Engine) -> dt.datetime:
+    with engine.connect() as conn:
+        return clock.read_now(conn)
+
+
+def _read(settings: Settings, path: Path, max_bytes: int) -> str:
+    """The corrected output, read bounded like `jobs import-payload`'s file and taken apart the same way."""
+    limit = remedies.import_file_limit(max_bytes)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing written")
+    return remedies.parse_import(raw, max_bytes, factory.saved_response_reader(settings)).text
+
+
+def _worker(by: str) -> str:
+    return f"operator:{by.strip()}"[:128]

@@ -1,0 +1,116 @@
+"""Which request keys each model takes, pure: the model-capability table the configuration is
+checked against at load, so a create the real API would refuse for a parameter never goes out.
+
+The Responses API refuses, per model family, keys it accepts for others:
+- the GPT-5 family and the o-series (reasoning models) refuse `temperature` and `top_p` other
+  than the default (400 invalid_request_error, `unsupported_value` or `unsupported_parameter`,
+  `param` naming the key); they take `reasoning.effort` (each model only some values);
+- `text.verbosity` is a GPT-5-family key;
+- the chat models (gpt-4.1, gpt-4o, gpt-5-chat) take the sampling keys and refuse
+  `reasoning.effort` (`unsupported_parameter`).
+
+The table is matched by the longest pattern: an exact model name, or a prefix ending in `*`.
+A model no pattern matches is not checked (the API decides: a refusal holds that product's
+creates, `holds`). An operator extends or corrects the table in the configuration:
+
+    [models."gpt-5-mini"]          # or a family: [models."ft:gpt-4.1*"]
+    sampling = false               # temperature / top_p accepted
+    reasoning_efforts = ["low", "medium", "high"]   # [] : reasoning.effort not taken
+    verbosity = true               # text.verbosity accepted
+    max_output_tokens = 128000     # the most a create may ask for (a product's cap is held to it)
+
+A configured entry replaces the built-in one of the same pattern and, like it, is matched by
+length (`gpt-5-mini` beats `gpt-5*`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from iipub.settings.config import REASONING_EFFORTS, VERBOSITIES, ModelRule, Product
+
+__all__ = ["BUILTIN", "REASONING_EFFORTS", "TABLE", "VERBOSITIES", "ModelRule", "output_ceiling", "refused_keys",
+           "rule_for"]
+
+_GPT5 = ModelRule(sampling=False, reasoning_efforts=("minimal", "low", "medium", "high"), verbosity=True,
+                  max_output_tokens=128_000)
+_O_SERIES = ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), max_output_tokens=100_000)
+
+BUILTIN: Mapping[str, ModelRule] = {
+    "gpt-5*": _GPT5,
+    "gpt-5-pro*": ModelRule(sampling=False, reasoning_efforts=("high",), verbosity=True, max_output_tokens=272_000),
+    "gpt-5-codex*": ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), verbosity=True,
+                              max_output_tokens=128_000),
+    "gpt-5.1*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high"), verbosity=True,
+                          max_output_tokens=128_000),
+    "gpt-5.2*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high", "xhigh"),
+                          verbosity=True, max_output_tokens=128_000),
+    "gpt-5-chat*": ModelRule(sampling=True, verbosity=False, max_output_tokens=16_384),
+    "o1*": _O_SERIES,
+    "o3*": _O_SERIES,
+    "o4*": _O_SERIES,
+    "gpt-4.1*": ModelRule(sampling=True, max_output_tokens=32_768),
+    "gpt-4o*": ModelRule(sampling=True, max_output_tokens=16_384),
+}
+
+
+def matches(pattern: str, model: str) -> bool:
+    return model.startswith(pattern[:-1]) if pattern.endswith("*") else model == pattern
+
+
+def rule_for(model: str, configured: Mapping[str, ModelRule] | None = None) -> tuple[str, ModelRule] | None:
+    """The (pattern, rule) that governs `model`: the longest matching pattern of the built-in
+    table with the configured entries laid over it; None for a model neither knows."""
+    table = {**BUILTIN, **(configured or {})}
+    found = [(len(p.rstrip("*")) + (0 if p.endswith("*") else 1), p) for p in table if matches(p, model)]
+    if not found:
+        return None
+    pattern = max(found)[1]
+    return pattern, table[pattern]
+
+
+def output_ceiling(model: str, configured: Mapping[str, ModelRule] | None = None) -> int | None:
+    """The most `max_output_tokens` the model takes, when the table knows it."""
+    governing = rule_for(model, configured)
+    return governing[1].max_output_tokens if governing is not None else None
+
+
+def refused_keys(model: str, *, temperature: float | None, top_p: float | None, reasoning_effort: str | None,
+                 verbosity: str | None, configured: Mapping[str, ModelRule] | None = None,
+                 max_output_tokens: int | None = None) -> list[str]:
+    """Why the real API would refuse these keys for `model`, one phrase per key (empty: none)."""
+    governing = rule_for(model, configured)
+    if governing is None:
+        return []
+    pattern, rule = governing
+    where = f'[models."{pattern}"]'
+    problems = []
+    for key, value in (("temperature", temperature), ("top_p", top_p)):
+        if value is not None and not rule.sampling:
+            problems.append(f"{key} is refused by {model} (GPT-5 family and o-series models take only the default; "
+                            f"remove it, or set {where} sampling = true if this model takes it)")
+    if reasoning_effort is not None and reasoning_effort not in rule.reasoning_efforts:
+        taken = ", ".join(rule.reasoning_efforts) or "none: the model does not reason"
+        problems.append(f"reasoning_effort {reasoning_effort!r} is refused by {model} (it takes: {taken}; "
+                        f"see {where} reasoning_efforts)")
+    if verbosity is not None and not rule.verbosity:
+        problems.append(f"verbosity is refused by {model} (a GPT-5-family key; see {where} verbosity)")
+    ceiling = rule.max_output_tokens
+    if max_output_tokens is not None and ceiling is not None and max_output_tokens > ceiling:
+        problems.append(f"max_output_tokens {max_output_tokens} is more than {model} takes ({rule.max_output_tokens}; "
+                        f"see {where} max_output_tokens)")
+    return problems
+
+
+class _Table:
+    """The table as the configuration is checked against it at load (`settings.config.ModelTable`)."""
+
+    def refused_keys(self, p: Product, configured: Mapping[str, ModelRule]) -> list[str]:
+        return refused_keys(p.model, temperature=p.temperature, top_p=p.top_p, reasoning_effort=p.reasoning_effort,
+                            verbosity=p.verbosity, configured=configured, max_output_tokens=p.max_output_tokens)
+
+    def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
+        return output_ceiling(model, configured)
+
+
+TABLE = _Table()

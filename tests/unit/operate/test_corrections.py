@@ -1,0 +1,79 @@
+"""The event contract a consumer relies on (README, "The events a consumer receives"), pure:
+time-ordered ids, every event's type and revision, what a withdrawal carries, and the revision a
+correction or withdrawal takes past both the database's and the spend ledger's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from iipub.core.ids import uuid7, uuid7_time
+from iipub.model.states import EditionStatus
+from iipub.money.spend import summarize
+from iipub.operate import corrections
+from iipub.publish.sinks import EditionEvent
+
+SHA = "a" * 64
+BASE: dict[str, Any] = {"event_id": "e1", "job_id": "j1", "product": "daily-brief", "edition_date": "2026-12-01",
+                        "lang": "en", "sha256": SHA, "published_at": "2026-12-01T06:00:00Z"}
+
+
+def test_ids_are_uuid7_and_sort_as_their_times() -> None:
+    t0 = dt.datetime(2026, 12, 6, 18, 0, 0, tzinfo=dt.UTC)
+    ids = [uuid7(t0 + dt.timedelta(milliseconds=ms)) for ms in (0, 1, 2, 1000, 86_400_000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(uuid.UUID(i).version == 7 and uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)
+    assert uuid7_time(ids[0]) == t0 and uuid7_time(str(uuid.uuid4())) is None
+    assert uuid7(t0.replace(tzinfo=None))[:13] == ids[0][:13]  # naive is UTC
+    same = [uuid7(t0) for _ in range(1000)]  # one millisecond: still in the order they were made
+    assert same == sorted(same) and len(set(same)) == 1000
+    assert all(uuid.UUID(i).version == 7 and uuid7_time(i) == t0 for i in same)
+
+
+def test_a_payload_from_before_corrections_is_a_first_publication() -> None:
+    ev = EditionEvent.from_payload({**BASE, "artifact": {"x": 1}})
+    assert (ev.type, ev.revision, ev.supersedes, ev.public_note) == ("edition.published", 1, None, None)
+    assert ev.to_payload() == {**BASE, "artifact": {"x": 1}, "type": "edition.published", "revision": 1}
+
+
+def test_a_withdrawal_carries_no_artifact_and_every_other_event_does() -> None:
+    gone = EditionEvent.from_payload({**BASE, "type": "edition.withdrawn", "revision": 2, "public_note": "n",
+                                      "changed_at": "2026-12-02T00:00:00Z"})
+    assert gone.artifact is None and "artifact" not in gone.to_payload()
+    assert json.loads(gone.body())["public_note"] == "n"
+    with pytest.raises(ValueError, match="lacks 'artifact'"):
+        EditionEvent.from_payload({**BASE, "type": "edition.corrected", "revision": 2})
+    with pytest.raises(ValueError, match="must be an object"):
+        EditionEvent.from_payload({**BASE, "type": "edition.corrected", "revision": 2, "artifact": None})
+    with pytest.raises(ValueError, match="lacks 'artifact'"):
+        EditionEvent.from_payload(BASE)
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("revision", 0, "positive integer"), ("revision", "2", "positive integer"), ("revision", True, "positive"),
+    ("type", "edition.deleted", "unknown event type"), ("public_note", 3, "string or null"),
+])
+def test_a_malformed_event_is_refused(field: str, value: Any, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        EditionEvent.from_payload({**BASE, "artifact": {}, field: value})
+
+
+class _Edition:
+    def __init__(self, lang: str, revision: int) -> None:
+        self.lang, self.revision, self.sha256 = lang, revision, SHA
+        self.status, self.public = EditionStatus.LIVE, True
+
+
+def test_the_next_revision_is_past_the_databases_and_the_ledgers() -> None:
+    lines = [json.dumps({"t": "revised", "slot": "daily-brief/2026-12-01", "attempt": 1, "job_id": "j1", "lang": "es",
+                         "revision": r, "kind": "withdrawn", "sha256": SHA, "event_id": f"e{r}"}) for r in (2, 4, 3)]
+    spend = summarize(lines)[0]["daily-brief/2026-12-01"]
+    assert spend.revisions == {"es": (4, "withdrawn", SHA)}  # the highest, whatever the order of the lines
+    assert corrections.next_revision(_Edition("es", 1), spend) == 5  # a restored database forgot 2..4
+    assert corrections.next_revision(_Edition("es", 6), spend) == 7
+    assert corrections.next_revision(_Edition("en", 1), spend) == 2
+    assert corrections.next_revision(_Edition("en", 1), None) == 2
