@@ -34,7 +34,7 @@ from tests.support.databases import BACKEND, MYSQL_URL, fresh_database
 from tests.support.loopback import SECRET, Receiver, receiver
 from tests.support.plumbing import prompt_server_shutdown, shared_ssl_contexts
 from tests.support.settings import make_settings
-from tests.support.simulator import simulator
+from tests.support.simulator import FAKE_LIFECYCLE, simulator
 
 # The test run's own settings (IIPUB_TEST_*) stay: the parallel workers, started after this, read
 # the backend from them too. No command the tests run reads them (`clean_env` drops them).
@@ -56,6 +56,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     tempfile.tempdir = "/dev/shm"
 
+from iipub.provider import fake  # noqa: E402
+from iipub.provider.fake import FakeProvider  # noqa: E402
 from iipub.provider.openai.simulator import Simulator  # noqa: E402
 from iipub.settings.config import Settings  # noqa: E402
 from iipub.store import db, migrate  # noqa: E402
@@ -201,12 +203,30 @@ def sim(request: pytest.FixtureRequest) -> Iterator[Simulator]:
 
 
 @pytest.fixture
-def settings(db_url: str, sim: Simulator, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
-    """Settings for in-process ticks against `sim` (tests/support/settings.py `make_settings`);
-    under `@pytest.mark.no_auto_schedule`, ticks make no slots of their own."""
+def provider_fake() -> Iterator[FakeProvider]:
+    """The in-memory provider that settings of `[provider] kind = "fake"` build (`factory.build`)
+    in this test: its responses move on by themselves as the simulator's fast lifecycle does."""
+    provider = FakeProvider(lifecycle=FAKE_LIFECYCLE)
+    fake.install(provider)
+    try:
+        yield provider
+    finally:
+        fake.install(None)
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    """Settings for in-process ticks (tests/support/settings.py `make_settings`) on the in-memory
+    provider (`provider_fake`), unless HTTP is the test's subject: a test that asks for `sim` (or
+    is marked `@pytest.mark.simulator(...)`) gets settings against the simulator over real HTTP.
+    Under `@pytest.mark.no_auto_schedule`, ticks make no slots of their own."""
     own_slots = request.node.get_closest_marker("no_auto_schedule") is not None
-    return make_settings(db_url, sim.url, tmp_path / "public",
-                         **({"reconcile": {"auto_schedule": False}} if own_slots else {}))
+    sections: dict[str, Any] = {"reconcile": {"auto_schedule": False}} if own_slots else {}
+    if "sim" in request.fixturenames or request.node.get_closest_marker("simulator") is not None:
+        sim: Simulator = request.getfixturevalue("sim")
+        return make_settings(db_url, sim.url, tmp_path / "public", **sections)
+    request.getfixturevalue("provider_fake")
+    return make_settings(db_url, None, tmp_path / "public", provider={"kind": "fake"}, **sections)
 
 
 @pytest.fixture

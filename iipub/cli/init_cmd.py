@@ -126,6 +126,8 @@ def runnable_by(program: str, uid: int, gids: set[int]) -> str | None:
         parts = Path(path).parts
         for i in range(1, len(parts)):
             folder = os.path.join(*parts[:i])
+            if not os.path.isdir(folder):
+                return f"{folder} does not exist"
             if not _may(folder, uid, gids, 0o1):
                 return f"{folder} is not searchable by that user"
         real = os.path.realpath(path)

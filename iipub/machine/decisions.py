@@ -237,7 +237,7 @@ def after_poll(
     if isinstance(outcome, Observed):
         if outcome.live:
             seen = _STAGE_STATE[outcome.stage]
-            # A response reported queued again after in_progress does not move the job back.
+            # A response reported waiting again after it ran does not move the job back.
             to = seen if states.allowed(job.state, seen) else job.state
             return Decision(
                 to, Reason.POLL,
@@ -267,7 +267,7 @@ def after_poll(
     elif isinstance(outcome, Missing):
         if job.create_scope and scope and not in_scope:
             # The response lives in the scope its create was sent under; a read under another
-            # (a rotated key, a changed project or organization) cannot see it. Not a loss: wait.
+            # (a rotated key, other credentials) cannot see it. Not a loss: wait.
             why = (f"{outcome.why}: read under {scope}, but the response was created under {job.create_scope}; "
                    "not taken as a loss, waiting for the credentials of its scope")
             return Decision(job.state, Reason.SCOPE_MISMATCH,

@@ -84,6 +84,7 @@ class Held:
     metadata: dict[str, str] = field(default_factory=dict)
     tier: str | None = "default"
     created_at: float = field(default_factory=time.time)
+    held_since: float = field(default_factory=time.monotonic)  # when the fake took it (its lifecycle's start)
     completed_at: float | None = None
     output_text: str | None = None
     usage: Usage | None = None
@@ -128,7 +129,8 @@ def usage_for(req: CreateRequest | None, text: str) -> Usage:
 class _State:
     """What the fake provider holds and has been asked, shared by every `until` view."""
 
-    def __init__(self, on_call: Callable[[Call], None] | None, ready_error: str | None) -> None:
+    def __init__(self, on_call: Callable[[Call], None] | None, ready_error: str | None,
+                 lifecycle: tuple[float, float] | None) -> None:
         self.lock = threading.Lock()
         self.held: dict[str, Held] = {}
         self.calls: list[Call] = []
@@ -137,6 +139,7 @@ class _State:
         self.closed = False
         self.on_call = on_call
         self.ready_error = ready_error
+        self.lifecycle = lifecycle
 
 
 FAKE_SCOPE = "fake"  # opaque, as every scope is
@@ -165,8 +168,10 @@ class FakeProvider(Closing):
     """An in-memory provider: scripted outcomes, every call recorded (see the module)."""
 
     def __init__(self, *, on_call: Callable[[Call], None] | None = None, ready_error: str | None = None,
-                 scope: str = FAKE_SCOPE) -> None:
-        self._state = _State(on_call, ready_error)
+                 scope: str = FAKE_SCOPE, lifecycle: tuple[float, float] | None = None) -> None:
+        """`lifecycle` (seconds waiting, seconds running): a response then moves on by itself, as
+        the simulator's do, and completes with its edition; without it, only as the test says."""
+        self._state = _State(on_call, ready_error, lifecycle)
         self.scope = scope  # `until` views share it: copies of this object
         self._deadline: float | None = None
         self._root = self
@@ -276,20 +281,7 @@ class FakeProvider(Closing):
         assert ending in ENDINGS, ending
         with self._state.lock:
             for h in self._pick(response_id):
-                h.status, h.completed_at = ending, time.time()
-                if ENDINGS[ending] is Stage.FINISHED:
-                    text = output_text
-                    if text is None:
-                        text = "" if refusal is not None else _text(h, faults)
-                        if ending == "cut_at_cap":
-                            text = text[: max(1, len(text) // 2)]
-                    h.output_text, h.refusal = text, refusal
-                    h.usage = usage if usage is not None else usage_for(h.request, text)
-                elif ending == "failed":
-                    h.failure = failure
-                    h.error_code = failure.value
-                    h.error = FAILED_MESSAGE
-                    h.usage = usage if usage is not None else usage_for(h.request, "")
+                _end(h, ending, output_text, usage, faults, failure, refusal)
 
     def forget(self, response_id: str) -> None:
         """The provider no longer has the response (expired, or deleted elsewhere): reads are Missing."""
@@ -343,6 +335,8 @@ class FakeProvider(Closing):
         with s.lock:
             scripted = self._scripted(op, response_id)
             h = s.held.get(response_id)
+            if h is not None:
+                self._lived(h)
             outcome: ReadOutcome
             if scripted is not None:
                 outcome = _read_outcome(op, scripted)
@@ -356,6 +350,17 @@ class FakeProvider(Closing):
                 outcome = h.observed()
             s.calls.append(Call(op, response_id, outcome=outcome))
         return outcome
+
+    def _lived(self, h: Held) -> None:
+        """Under `lifecycle`, a live response moved on by the time it is read. Under the lock."""
+        life = self._state.lifecycle
+        if life is None or h.stage not in LIVE:
+            return
+        held = time.monotonic() - h.held_since
+        if held >= life[0] + life[1]:
+            _end(h, "complete")
+        elif held >= life[0]:
+            h.status = RUNNING
 
     def _reach(self, call: Call) -> None:
         """The call reaches the provider: refused on a closed provider, then shown to `on_call`."""
@@ -405,6 +410,26 @@ def _delete_outcome(outcome: Outcome) -> DeleteOutcome:
     if isinstance(outcome, (Deleted, Missing, Transient, Rejected)):
         return outcome
     raise TypeError(f"a delete cannot answer {outcome!r}")
+
+
+def _end(h: Held, ending: str, output_text: str | None = None, usage: Usage | None = None,
+         faults: Iterable[str] = (), failure: FailureCause = FailureCause.PROVIDER_FAULT,
+         refusal: str | None = None) -> None:
+    """`h` ends as `FakeProvider.finish` says."""
+    h.status, h.completed_at = ending, time.time()
+    if ENDINGS[ending] is Stage.FINISHED:
+        text = output_text
+        if text is None:
+            text = "" if refusal is not None else _text(h, faults)
+            if ending == "cut_at_cap":
+                text = text[: max(1, len(text) // 2)]
+        h.output_text, h.refusal = text, refusal
+        h.usage = usage if usage is not None else usage_for(h.request, text)
+    elif ending == "failed":
+        h.failure = failure
+        h.error_code = failure.value
+        h.error = FAILED_MESSAGE
+        h.usage = usage if usage is not None else usage_for(h.request, "")
 
 
 def _text(h: Held, faults: Iterable[str]) -> str:

@@ -8,7 +8,7 @@ What is already covered elsewhere (and not repeated here):
   - every validation rule on a payload text (control characters, lone surrogates, URLs,
     sizes): tests/unit/edition/test_validate.py; HTML escaping and link dropping:
     tests/integration/publish/sinks/test_static.py and tests/acceptance/test_static_xss_chromium.py;
-  - the adapter's mapping of unparsable / 5xx / HTML create answers: tests/unit/test_provider_mapping.py.
+  - the adapter's mapping of unparsable / 5xx / HTML create answers: tests/unit/provider/openai/test_adapter.py.
 
 Here: payloads no simulator fault produces (invalid UTF-8 bytes, a JSON-escaped lone surrogate,
 a body cut short, JSON cut short, HTML instead of JSON, control characters, a body larger than
@@ -225,7 +225,7 @@ def fake() -> Iterator[FakeResponses]:
 def one_product(settings: Settings, base_url: str) -> Settings:
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))
     return replace(settings, products={PRODUCT: p}, budgets=replace(settings.budgets, max_poll_attempts=POLL_BUDGET),
-                   provider=replace(settings.provider, base_url=base_url))
+                   provider=replace(settings.provider, kind="openai", base_url=base_url))
 
 
 # -- what was stored before must be exactly what is stored after --------------------------------------------

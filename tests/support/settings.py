@@ -20,7 +20,7 @@ def ledger_file_of(tmp_path: Path) -> Path:
     return tmp_path / "xdg-state" / "iipub" / "spend-ledger.jsonl"
 
 
-def make_settings(db_url: str, sim_url: str, root: Path, **sections: dict[str, Any]) -> Settings:
+def make_settings(db_url: str, sim_url: str | None, root: Path, **sections: dict[str, Any]) -> Settings:
     """Settings for in-process ticks: short timeouts, immediate polls, a static root in tmp."""
     data: dict[str, Any] = {
         "reconcile": {"poll_interval_seconds": 0, "lease_seconds": 15, "tick_seconds": 30, "concurrency": 8,

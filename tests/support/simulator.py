@@ -16,6 +16,9 @@ from iipub.provider.openai.simulator import server as simulator_server
 # The lifecycles (SimulatorOptions fields) the tests start simulators with.
 # FAST: a response finishes within a tick or two (the `sim` fixture's default).
 FAST: dict[str, Any] = {"queued_seconds": 0.2, "in_progress_seconds": 0.3, "slow_seconds": 8}
+# The in-memory provider's lifecycle in the `settings` fixture's default (seconds waiting, seconds
+# running): FAST's, so a test reads the same states on either provider.
+FAKE_LIFECYCLE = (FAST["queued_seconds"], FAST["in_progress_seconds"])
 # MINUTE: responses stay in progress for a simulated minute: a test decides when one finishes by
 # advancing the simulator's clock.
 MINUTE: dict[str, Any] = {"queued_seconds": 0.5, "in_progress_seconds": 60, "slow_seconds": 4}

@@ -164,7 +164,7 @@ def test_connection_refused_on_create_is_refunded(s1: Settings, engine: sa.Engin
     schedule(s1, engine)
     with Simulator() as dead:
         url = dead.url
-    closed = replace(s1, provider=replace(s1.provider, base_url=url))
+    closed = replace(s1, provider=replace(s1.provider, kind="openai", base_url=url))
     tick(closed, engine)
     row = one(engine)
     assert row["state"] == "CREATE_ELIGIBLE" and row["generation_attempts"] == 0
@@ -282,7 +282,7 @@ def test_the_sweep_waits_for_its_workers_without_spinning(settings: Settings, en
     # a spinning feeder burns a core and starves the workers of the GIL.
     slow = SimulatorOptions(queued_seconds=0.0, in_progress_seconds=3600.0, latency_seconds=0.3)
     with Simulator(slow) as provider_sim:
-        s = replace(settings, provider=replace(settings.provider, base_url=provider_sim.url))
+        s = replace(settings, provider=replace(settings.provider, kind="openai", base_url=provider_sim.url))
         schedule(s, engine, DAY, DAY - dt.timedelta(days=1), DAY - dt.timedelta(days=2))
         tick(s, engine)
         assert {r["state"] for r in job_rows(engine)} <= {"ACCEPTED", "IN_PROGRESS"}

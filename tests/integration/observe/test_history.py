@@ -1,7 +1,7 @@
 """`iipub report`: three days of real cron minutes (`iipub reconcile` / `relay` in process against
 the simulator, the database clock moved a day between them) give a page whose tables hold the
-database's own figures; an empty database says so; bad input is one line and its exit code; every
-query goes through an index."""
+database's own figures; every query goes through an index. The command's own cases (an empty
+database, bad input) are tests/integration/cli/test_report_cmd.py's."""
 
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.cli import report_cmd
-from iipub.observe import history
 from iipub.provider.openai.simulator import Simulator, parse_fault_spec
 from iipub.store import clock, history_rows, tables
 from tests.integration.observe.test_idle_check import check as wakeup_check
-from tests.support.cli import one_line_error, run_cli
+from tests.support.cli import run_cli
 from tests.support.databases import MYSQL_URL
 from tests.support.settings import MIDNIGHT_PRODUCT_TOML, sim_env
 
@@ -190,38 +188,6 @@ def test_the_page_holds_the_database_s_figures(engine: sa.Engine, three_days: tu
     assert warned.returncode == 0 and other.is_file() and "another configuration" in warned.stderr, warned.stderr
     # self-contained: nothing to fetch, no script
     assert not re.search(r"<script|<link|@import|url\(|src=|href=", page, re.IGNORECASE)
-
-
-def test_an_empty_database_says_so(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path) -> None:
-    result = run_cli("report", "--html", str(tmp_path / "r.html"), env=cli_env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    page = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert 'id="empty"' in page and "No history in these days" in page
-    assert "<svg" not in page and "<table" not in page  # no empty axes
-    # stdout without --html: the same page
-    assert run_cli("report", "--days", "7", env=cli_env, cwd=tmp_path).stdout.startswith("<!DOCTYPE html>")
-
-
-@pytest.mark.parametrize("days", ["0", "367", "-1", "x"])
-def test_days_out_of_range_is_a_usage_error(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path,
-                                            days: str) -> None:
-    result = run_cli("report", "--days", days, "--html", str(tmp_path / "r.html"), env=cli_env, cwd=tmp_path)
-    one_line_error(result, 2, "--days")
-    assert not (tmp_path / "r.html").exists()
-
-
-@pytest.mark.parametrize("where", ["missing/r.html", "file/r.html", "folder"])
-def test_an_unwritable_path_is_one_line_and_73(engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path,
-                                               where: str) -> None:
-    (tmp_path / "file").write_text("x")
-    (tmp_path / "folder").mkdir()
-    result = run_cli("report", "--html", str(tmp_path / where), env=cli_env, cwd=tmp_path)
-    one_line_error(result, 73, "cannot write the report")
-    assert (tmp_path / "file").read_text() == "x"
-
-
-def test_the_range_limit_is_the_command_s() -> None:
-    assert report_cmd.MAX_DAYS == history.MAX_DAYS
 
 
 def test_every_query_goes_through_an_index(engine: sa.Engine) -> None:

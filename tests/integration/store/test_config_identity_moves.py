@@ -176,11 +176,14 @@ def test_the_runbooks_move_of_an_installation_folder_keeps_its_ledger_and_pays_o
         any(nxt.isoformat() in str(p) for p in (tmp_path / "new" / "public").rglob("*"))
 
 
+SECRET = "whsec_" + "QUJD" * 8
+
+
 def _delivery(hook: Receiver, response_id: str) -> tuple[bytes, dict[str, str]]:
     now = int(time.time())
     body = json.dumps({"id": f"evt_{response_id}", "object": "event", "type": "response.completed",
                        "created_at": now, "data": {"id": response_id}}).encode()
-    return body, sign(hook.settings.require_provider_webhook_secret(), f"wh_{response_id}", body, now)
+    return body, sign(SECRET, f"wh_{response_id}", body, now)
 
 
 @pytest.mark.usefixtures("sim")
@@ -189,7 +192,7 @@ def test_the_receiver_refuses_to_record_under_another_configuration_at_every_del
         monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _install(tmp_path / "srv")
     run_cli("schedule", "--date", "2026-01-05", env={**cli_env, "IIPUB_CONFIG": str(cfg)}, check=True)
-    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", "whsec_" + "QUJD" * 8)
+    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("IIPUB_DATABASE_URL", db_url)
     monkeypatch.delenv("IIPUB_CONFIG", raising=False)  # the WSGI server's environment lacks it

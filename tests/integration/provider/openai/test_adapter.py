@@ -39,7 +39,7 @@ from iipub.provider.outcomes import (
 from iipub.settings import edition_schema
 from iipub.settings.config import Product, ProviderSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=4)
 DAY = dt.date(2025, 3, 1)
 QUEUED = 10.0

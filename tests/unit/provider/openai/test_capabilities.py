@@ -20,7 +20,7 @@ from iipub.provider.openai import capabilities as models
 from iipub.provider.openai.adapter import create_body
 from iipub.provider.outcomes import CreateRequest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 PRODUCT = {"name": "daily-brief", "prompt": "Write it."}
 
 

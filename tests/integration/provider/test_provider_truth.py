@@ -269,7 +269,7 @@ def test_a_slot_looping_on_refused_creates_is_a_late_edition(cfg: Settings, engi
 
 def test_a_tick_of_polls_commits_once_per_chunk_not_once_per_job(cfg: Settings, engine: sa.Engine) -> None:
     with Simulator(SimulatorOptions(queued_seconds=60, in_progress_seconds=60)) as slow:
-        s = replace(cfg, provider=replace(cfg.provider, base_url=slow.url))
+        s = replace(cfg, provider=replace(cfg.provider, kind="openai", base_url=slow.url))
         ids = schedule(s, engine, 16)
         sweep.run(s, engine)  # the creates (a probe first, the rest in later passes)
         assert {r["state"] for r in rows(engine).values()} == {"ACCEPTED"}
