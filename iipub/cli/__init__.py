@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "db", "jobs", "quarantine", "webhook", "orphans", "outbox", "budget", "config", "ledger")},
     **{name: (f"{name}_cmd", f"{name}_command") for name in (
         "schedule", "reconcile", "relay", "status", "republish", "pause", "suspend", "cancel", "kill", "revalidate",
-        "regenerate", "backfill", "simulator", "demo", "check", "adopt", "export", "init", "report", "withdraw",
-        "correct")},
+        "regenerate", "backfill", "simulator", "demo", "check", "doctor", "adopt", "export", "init", "report",
+        "withdraw", "correct")},
     "unpause": ("pause_cmd", "unpause_command"),
     "resume": ("suspend_cmd", "resume_command"),
 }

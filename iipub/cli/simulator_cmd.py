@@ -129,6 +129,14 @@ service_unavailable@create~START..END: every create answers 503 in that window."
               help="Write every response's output in this shape (repeatable): a reasoning item first, commentary "
               "and final_answer phases, the answer in several parts, a refusal; `realistic` is the first three "
               "(what a reasoning model answers). Per response: the fault of the same name.")
+@click.option("--no-access-model", "no_access_models", metavar="MODEL", multiple=True,
+              help="The project may not use MODEL (repeatable): creates and GET /v1/models/MODEL answer 403 "
+              "model_not_found, as OpenAI does.")
+@click.option("--unknown-model", "unknown_models", metavar="MODEL", multiple=True,
+              help="MODEL does not exist (repeatable): creates and GET /v1/models/MODEL answer 404 model_not_found.")
+@click.option("--tokens-per-minute", type=click.IntRange(min=1), default=None,
+              help="The organization's tokens-per-minute limit: a create asking more (input and max_output_tokens "
+              "together) answers 429 'Request too large', every time.")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port to this file once listening.")
 @click.option("--log-requests/--no-log-requests", default=True, show_default=True,
@@ -156,18 +164,22 @@ def simulator_command(
     corrupt_lang: str | None,
     corrupt_domain: str | None,
     output_shapes: tuple[str, ...],
+    no_access_models: tuple[str, ...],
+    unknown_models: tuple[str, ...],
+    tokens_per_minute: int | None,
     port_file: Path | None,
     log_requests: bool,
 ) -> None:
     """Serve a local imitation of the OpenAI Responses API for tests and demos.
 
-    It speaks POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel and
-    DELETE /v1/responses/{id} with the official SDK's wire shapes, moves each response through
-    queued -> in_progress -> completed, forgets it after the retention period, and counts every
-    request. Point OPENAI_BASE_URL at the printed URL. Control endpoints under /_sim/ add faults
-    (POST/DELETE /_sim/faults), move the clock (POST /_sim/advance), report counts
-    (GET /_sim/stats) and start over (POST /_sim/reset). With --webhook-url it POSTs one signed
-    event per finished background response, as OpenAI does (retried on failure).
+    It speaks POST /v1/responses, GET /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+    DELETE /v1/responses/{id} and GET /v1/models/{model} with the official SDK's wire shapes,
+    moves each response through queued -> in_progress -> completed, forgets it after the
+    retention period, and counts every request. Point OPENAI_BASE_URL at the printed URL.
+    Control endpoints under /_sim/ add faults (POST/DELETE /_sim/faults), move the clock
+    (POST /_sim/advance), report counts (GET /_sim/stats) and start over (POST /_sim/reset).
+    With --webhook-url it POSTs one signed event per finished background response, as OpenAI
+    does (retried on failure).
     """
     from iipub.provider.openai.simulator import Simulator, SimulatorOptions  # the server loads only for this command
     from iipub.provider.openai.simulator.server import REALISTIC_OUTPUT
@@ -199,6 +211,9 @@ def simulator_command(
         corrupt_domain=corrupt_domain,
         output_shapes=tuple(dict.fromkeys(shape for given in output_shapes
                                           for shape in (REALISTIC_OUTPUT if given == "realistic" else (given,)))),
+        no_access_models=no_access_models,
+        unknown_models=unknown_models,
+        tokens_per_minute=tokens_per_minute,
     )
     try:
         sim = Simulator(options, host=host, port=port, allow_non_loopback=allow_non_loopback)

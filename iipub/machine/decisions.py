@@ -7,6 +7,7 @@ are `states.QUARANTINE_REASONS` (each has a runbook entry).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
@@ -124,6 +125,23 @@ def after_create(
                     "refunded_attempt": job.generation_attempts, "service_tier_asked": tier},
             delay=HELD_RECHECK_SECONDS,
         )
+    if isinstance(outcome, Refused) and outcome.kind in (RefusalKind.ACCESS, RefusalKind.TOO_LARGE):
+        # No access to the model (or no such model), or a request larger than the organization's
+        # tokens-per-minute limit: nothing was charged, and the same request would be refused
+        # again. The attempt is refunded and the model's (or the product's) creates are held
+        # (`holds`); nothing opens the breaker or cools other creates down.
+        access = outcome.kind is RefusalKind.ACCESS
+        held: dict[str, Any] = {"why": outcome.why, "code": outcome.code, "refunded_attempt": job.generation_attempts,
+                                "service_tier_asked": tier}
+        if access:
+            held["model_held"] = outcome.model
+        else:
+            held.update(product_held=job.product, limit=outcome.limit, requested=outcome.requested)
+        return Decision(
+            State.CREATE_ELIGIBLE, Reason.CREATE_ACCESS_REFUSED if access else Reason.CREATE_TOO_LARGE,
+            changes={"generation_attempts": job.generation_attempts - 1, "last_error": outcome.why[:_ERROR_MAX]},
+            detail=held, delay=HELD_RECHECK_SECONDS,
+        )
     if isinstance(outcome, Refused):
         # Nothing can have been charged: refund the attempt and try again later.
         retry = job.retry_count + 1
@@ -135,7 +153,7 @@ def after_create(
         if outcome.capacity:
             detail["capacity"] = True  # flex had no capacity: not the account's rate limit
         # A capacity refusal of flex cools nothing down: default-tier creates are not limited.
-        rate_limited = outcome.kind in ACCOUNT_LIMITS or (not outcome.capacity and outcome.retry_after is not None)
+        rate_limited = outcome.kind in ACCOUNT_LIMITS
         return Decision(
             State.CREATE_ELIGIBLE, Reason.CREATE_REFUSED,
             changes={"generation_attempts": job.generation_attempts - 1, "retry_count": retry,
@@ -157,8 +175,10 @@ def in_flight_on_ledger(job: Job, spend: SlotSpend | None) -> Decision | None:
     if (spend is None or spend.response_id is None or spend.response_attempt != job.generation_attempts
             or job.id not in spend.job_ids):
         return None
+    # Where that create was sent is not recorded: its first successful read records it.
     return Decision(State.ACCEPTED, Reason.RESTORED_ADOPTED,
-                    changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None},
+                    changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None,
+                             "create_scope": None},
                     detail={"response_id": spend.response_id, "attempt": job.generation_attempts, "attempts_added": 0,
                             "via": "ledger_outcome"},
                     delay=0)
@@ -235,36 +255,18 @@ def after_poll(
     the create's (`in_scope` false: `jobs.create_scope`, the response is invisible there, not gone)."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
-        if outcome.live:
-            seen = _STAGE_STATE[outcome.stage]
-            # A response reported waiting again after it ran does not move the job back.
-            to = seen if states.allowed(job.state, seen) else job.state
-            return Decision(
-                to, Reason.POLL,
-                changes={"poll_count": polls, "retry_count": 0},
-                detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
-                delay=s.poll_interval_seconds,
-            )
-        if outcome.finished:
-            return Decision(
-                State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
-                changes={"poll_count": polls, "retry_count": 0},
-                detail={"status": outcome.status, "incomplete_reason": outcome.cut_reason,
-                        "due_at": str(job.next_attempt_at)},
-                go_on=True,
-            )
-        if not outcome.gone:
-            why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
-            return Decision(
-                job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
-                changes={"poll_count": polls, "retry_count": 0, "last_error": why},
-                detail={"status": outcome.status[:64], "due_at": str(job.next_attempt_at)},
-                delay=s.poll_interval_seconds,
-            )
-        facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error, "error_code": outcome.error_code}
-        why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
-        refused = outcome.failure is FailureCause.REFUSAL
-    elif isinstance(outcome, Missing):
+        d = _observed(job, outcome, s, polls)
+        if d is None:
+            facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error,
+                                     "error_code": outcome.error_code}
+            why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
+            d = _suspected_loss(job, polls, facts, why, loss, suspected_reads, outcome.failure is FailureCause.REFUSAL)
+        if job.create_scope is None and scope:
+            # A response taken over without a known scope (adopted, restored, older rows) lives
+            # where this read found it: recorded at its first successful read.
+            d = dataclasses.replace(d, changes={**d.changes, "create_scope": scope})
+        return d
+    if isinstance(outcome, Missing):
         if job.create_scope and scope and not in_scope:
             # The response lives in the scope its create was sent under; a read under another
             # (a rotated key, other credentials) cannot see it. Not a loss: wait.
@@ -275,7 +277,7 @@ def after_poll(
                             detail={"created_under": job.create_scope, "read_under": scope, "answer": outcome.why,
                                     "due_at": str(job.next_attempt_at)},
                             delay=max(s.poll_interval_seconds, SCOPE_RECHECK_SECONDS))
-        facts, why, refused = {"status": "not_found", "answer": outcome.why}, outcome.why, False
+        facts, why, refused = {"status": "not_found", "answer": outcome.why, "read_under": scope}, outcome.why, False
     else:
         # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
         retry = job.retry_count + 1
@@ -292,6 +294,37 @@ def after_poll(
     return _suspected_loss(job, polls, facts, why, loss, suspected_reads, refused)
 
 
+def _observed(job: Job, outcome: Observed, s: ReconcileSettings, polls: int) -> Decision | None:
+    """A readable response's decision, or None for a gone one (a suspected loss)."""
+    if outcome.live:
+        seen = _STAGE_STATE[outcome.stage]
+        # A response reported waiting again after it ran does not move the job back.
+        to = seen if states.allowed(job.state, seen) else job.state
+        return Decision(
+            to, Reason.POLL,
+            changes={"poll_count": polls, "retry_count": 0},
+            detail={"status": outcome.status, "due_at": str(job.next_attempt_at)},
+            delay=s.poll_interval_seconds,
+        )
+    if outcome.finished:
+        return Decision(
+            State.COMPLETED_NOT_RETRIEVED, Reason.PROVIDER_FINISHED,
+            changes={"poll_count": polls, "retry_count": 0},
+            detail={"status": outcome.status, "incomplete_reason": outcome.cut_reason,
+                    "due_at": str(job.next_attempt_at)},
+            go_on=True,
+        )
+    if not outcome.gone:
+        why = f"the provider reports status {outcome.status[:64]!r}, which iipub does not know"
+        return Decision(
+            job.state, Reason.PROVIDER_UNEXPECTED_STATUS,
+            changes={"poll_count": polls, "retry_count": 0, "last_error": why},
+            detail={"status": outcome.status[:64], "due_at": str(job.next_attempt_at)},
+            delay=s.poll_interval_seconds,
+        )
+    return None
+
+
 def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss: ProviderSettings,
                     suspected_reads: int, refused: bool) -> Decision:
     reads = suspected_reads + 1
@@ -301,6 +334,17 @@ def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss:
         return Decision(job.state, Reason.LOSS_SUSPECTED,
                         changes={"poll_count": polls, "retry_count": 0, "last_error": why[:_ERROR_MAX]},
                         detail={**detail, "due_at": str(job.next_attempt_at)}, delay=spacing)
+    if facts["status"] == "not_found" and job.create_scope is None:
+        # Taken over without a known scope and never read since: the 404 may only say it lives in
+        # another organization or project. Never a loss: it parks with the facts for a person.
+        d = quarantine(Reason.SCOPE_UNKNOWN,
+                       f"response {job.response_id} answers 404 under {facts.get('read_under') or 'this scope'}, "
+                       f"but where it was created is not known (taken over, never read successfully): not taken as "
+                       f"a loss. Find it in the dashboard of the project it was created in: put that project's "
+                       f"credentials back (it is then read and kept), or `iipub jobs import-payload {job.id} FILE`; "
+                       f"`iipub quarantine release {job.id} --verified-lost` only once it is known gone (one new "
+                       f"paid create)", **detail)
+        return Decision(d.to, d.reason, {**d.changes, "poll_count": polls}, d.detail)
     if refused:
         # Paying again would get the same answer: a human decides (regenerate after a fix, or kill).
         d = quarantine(Reason.PROVIDER_REFUSED, f"{why} (error code {facts.get('error_code') or 'none'})",
@@ -365,6 +409,7 @@ def on_output(job: Job, outcome: Observed, max_bytes: int | None = None) -> Deci
 # `jobs.output_end` of a response cut at the request's output cap (named after the product's key).
 OUTPUT_CAP = "max_output_tokens"
 REFUSAL = "refusal"
+CONTENT_FILTER = "content_filter"  # the provider's content filter stopped the response
 
 
 def output_end(outcome: Observed) -> str | None:
@@ -373,6 +418,8 @@ def output_end(outcome: Observed) -> str | None:
         return REFUSAL
     if outcome.at_cap:
         return OUTPUT_CAP
+    if outcome.filtered:
+        return CONTENT_FILTER
     return None
 
 
@@ -388,6 +435,14 @@ def before_validation(job: Job, product: Product | None) -> Decision | None:
             f"complete; its output is kept. Raise [[products]] max_output_tokens for {job.product!r}, then "
             f"`iipub regenerate {job.id} --reason …` (one new paid create)",
             response_id=job.response_id, max_output_tokens=cap)
+    if job.output_end == CONTENT_FILTER:
+        return quarantine(
+            Reason.CONTENT_FILTERED,
+            f"the provider's content filter stopped the response {job.response_id} before its answer was complete "
+            f"(incomplete: content_filter); its output is kept. The same prompt is likely filtered again: change "
+            f"{job.product!r}'s prompt (or the day's subject), then `iipub quarantine release {job.id} --verified-lost "
+            f"--reason …` (one new paid create), or `iipub kill {job.id} --reason …`",
+            response_id=job.response_id, output_end=CONTENT_FILTER)
     if job.output_end == REFUSAL:
         return quarantine(
             Reason.PROVIDER_REFUSED,
@@ -527,7 +582,8 @@ def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Tra
     if to is None:
         return None
     changes: dict[str, Any] = {"response_id": spend.response_id, "generation_attempts": spend.charged,
-                               "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None}
+                               "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None,
+                               "create_scope": None}  # recorded at its first successful read
     if meta.get("iipub_fingerprint"):
         changes["config_fingerprint"] = meta["iipub_fingerprint"]
     return Decision(to, Reason.RESTORED_ADOPTED, changes,
@@ -624,7 +680,7 @@ def proves_unknown_create(job: Job, observed: Observed) -> bool:
             and meta.get("iipub_fingerprint") == job.config_fingerprint)
 
 
-def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
+def auto_link(job: Job, observed: Observed, via: str, scope: str | None = None) -> Decision | None:
     """QUARANTINED create_outcome_unknown / crashed_during_create, and a verified event proved
     which response the create made (`proves_unknown_create`): adopt it, nothing is paid again.
     A finished one goes straight to custody; any other (a failure, a status iipub does not
@@ -633,8 +689,9 @@ def auto_link(job: Job, observed: Observed, via: str) -> Decision | None:
     if not proves_unknown_create(job, observed):
         return None
     to = _STAGE_STATE.get(observed.stage) or (State.COMPLETED_NOT_RETRIEVED if observed.finished else State.ACCEPTED)
+    # `scope`: where the proving read was made: the response lives there.
     changes: dict[str, Any] = {"response_id": observed.response_id, "poll_count": 0, "retry_count": 0,
-                               "quarantine_reason": None, "last_error": None}
+                               "quarantine_reason": None, "last_error": None, "create_scope": scope}
     if observed.usage is not None:
         changes.update(input_tokens=observed.usage.input_tokens, output_tokens=observed.usage.output_tokens,
                        total_tokens=observed.usage.total_tokens)

@@ -176,7 +176,7 @@ def _auto_link(ctx: RunContext, job: Job, observed: Observed, lease_wait: float)
     claimed = _claim(ctx, job, lease_wait)
     if claimed is None:  # an operator command holds it: look again from the tick
         return Settled(deliveries.AWAITING_CREATE, job.id, {"held": True})
-    d = decisions.auto_link(claimed, observed, via="webhook")
+    d = decisions.auto_link(claimed, observed, via="webhook", scope=ctx.scope)
     if d is None:  # changed while we waited for the lease
         ctx.store.release(claimed)
         return Settled(deliveries.AWAITING_CREATE, job.id, {"changed": True})

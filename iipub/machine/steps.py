@@ -32,10 +32,10 @@ from iipub.provider.outcomes import (
     RefusalKind,
     Refused,
     Rejected,
+    Standing,
     Transient,
-    as_answered_today,
 )
-from iipub.settings.config import Product, max_output_bytes
+from iipub.settings.config import PLACEHOLDER_KEY_LINE, Product, max_output_bytes
 from iipub.store import installation, spend_rows
 from iipub.store.deliveries import Deliveries
 from iipub.store.handles import Connection
@@ -228,10 +228,11 @@ def step_create_eligible(ctx: RunContext, job: Job) -> Job | None:
         ctx.counters.count("held_back")
         hold(ctx, job)
         return None
-    request = holds.request_fingerprint(product)
+    request = holds.request_fingerprint(product, ctx.settings.provider.tokens_per_minute)
     # Until one create of this request was accepted in this run, this process sends them one at a
     # time: a parameter the provider refuses then costs one refused create, not one per thread.
-    with creates.first.one_at_a_time(request):
+    # So are a model's, whatever the product: no access to the model then costs one refused create.
+    with creates.first.one_at_a_time(_model_key(product)), creates.first.one_at_a_time(request):
         return _create(ctx, creates, job, product, fingerprint, slot, request)
 
 
@@ -239,8 +240,17 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
             request: str) -> Job | None:
     """The create of a CREATE_ELIGIBLE job that passed its checks: the product hold, the gate,
     the dispatch committed before the POST, the POST, its outcome."""
-    held = holds.holding(ctx.store.engine, product, ctx.store.worker)
-    if held is not None:  # a parameter the provider refuses: no create of this product until it is fixed
+    if ctx.settings.api_key_is_placeholder:  # nothing can be created with it: not even a refused create
+        ctx.counters.count("held_by_key")
+        _placeholder_said(ctx)
+        hold(ctx, job)
+        return None
+    if _model_held(ctx, product.model):  # no access to the model, or no such model: none of its creates
+        ctx.counters.count("held_by_model")
+        hold(ctx, job)
+        return None
+    held = holds.holding(ctx.store.engine, product, ctx.store.worker, ctx.settings.provider.tokens_per_minute)
+    if held is not None:  # a parameter refused, a request too large: no create of this product until it changes
         ctx.counters.count("held_by_product")
         hold(ctx, job)
         return None
@@ -276,11 +286,11 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
         # Nothing went out: the attempt is refunded.
         outcome = Refused(None, f"not sent: {exc}", kind=RefusalKind.UNSENT)
     else:
-        outcome = as_answered_today(ctx.provider.create(CreateRequest(
+        outcome = ctx.provider.create(CreateRequest(
             job_id=job.id, product=product, edition_date=job.edition_date, attempt=attempt, fingerprint=fingerprint,
             installation=ctx.installation,
             tier=tier,
-        )))
+        ))
         ctx.counters.called(outcome)
         creates.records.outcome(job.id, slot, attempt, outcome)
     if isinstance(outcome, Refused):
@@ -290,18 +300,64 @@ def _create(ctx: RunContext, creates: Creates, job: Job, product: Product, finge
                                      flex_left=(deadline - verdict.at).total_seconds() if deadline else None,
                                      scope=ctx.scope)
 
+    placed: list[bool] = []
+
     def outcome_rows(conn: Connection) -> None:
         spend_rows.record_outcome(conn, paid[0], outcome)
-        if isinstance(outcome, Refused) and outcome.param is not None:  # with the refund, atomically
-            holds.place(conn, product, outcome.param, outcome.code, outcome.why, job.id, ctx.store.worker)
+        if not isinstance(outcome, Refused):
+            return
+        # What the refusal holds, with the refund, atomically: the model, or the product.
+        if outcome.kind is RefusalKind.ACCESS:
+            placed.append(holds.place_model(conn, outcome.model or product.model, ctx.scope, outcome, job.id,
+                                            ctx.store.worker))
+        else:
+            holds.place(conn, product, outcome, job.id, ctx.store.worker, ctx.settings.provider.tokens_per_minute)
 
     after = apply(ctx, in_flight, dataclasses.replace(decision, go_on=False), extra=outcome_rows,
                   cools=creates.cool_down)
+    if any(placed):  # said once, by the process that placed it
+        log.warning("creates_held", worker=ctx.store.worker, model=outcome_model(outcome, product),
+                    project=ctx.settings.provider.project or "the key's project",
+                    why=getattr(outcome, "why", ""), remedy="allow the model in the project's limits, or change the "
+                    "products' model; `iipub doctor` checks it for free")
     if isinstance(outcome, Accepted):
         ctx.polls.runs_at(job.id, runs_at)
         creates.first.proven(request)
+        creates.first.proven(_model_key(product))
     creates.gate.record(job.id, outcome, probe=verdict.probe)  # after the job's own outcome is safe
     return after
+
+
+def _model_key(product: Product) -> str:
+    """The first-create rule's key for the product's model (a request fingerprint is hex)."""
+    return f"model:{product.model.lower()}"
+
+
+def outcome_model(outcome: CreateOutcome, product: Product) -> str:
+    return (outcome.model if isinstance(outcome, Refused) else None) or product.model
+
+
+def _model_held(ctx: RunContext, model: str) -> bool:
+    """Whether `model`'s creates are held under this run's scope. Now and then (one process at a
+    time) the provider is asked, free of charge, whether the model can be used now: if so, the
+    hold is lifted and the create goes ahead."""
+    engine, worker = ctx.store.engine, ctx.store.worker
+    held = holds.model_holding(engine, model, ctx.scope, worker)
+    if held is None:
+        return False
+    if not holds.check_due(engine, held):
+        return True
+    found = ctx.provider.look_up(model)
+    if found.standing is not Standing.AVAILABLE:
+        return True
+    holds.lift_model(engine, held, worker, f"the models endpoint answers for {model}")
+    return False
+
+
+def _placeholder_said(ctx: RunContext) -> None:
+    """One warning per run that creates are held for the placeholder key."""
+    if ctx.counters.report.held_by_key == 1:
+        log.warning("creates_held", worker=ctx.store.worker, why=PLACEHOLDER_KEY_LINE)
 
 
 def _adopt_from_ledger(ctx: RunContext, parked: Job, in_ledger: ledger.SlotSpend) -> Job | None:

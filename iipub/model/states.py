@@ -350,6 +350,10 @@ class Reason(enum.StrEnum):
     EDITION_CONFLICT = "edition_conflict"
     PROVIDER_REFUSED = "provider_refused"
     OUTPUT_CAP_REACHED = "output_cap_reached"
+    CONTENT_FILTERED = "content_filtered"
+    CREATE_ACCESS_REFUSED = "create_access_refused"
+    CREATE_TOO_LARGE = "create_too_large"
+    SCOPE_UNKNOWN = "scope_unknown"
     PRODUCT_REMOVED = "product_removed"
     RESTORED_BEHIND_LEDGER = "restored_behind_ledger"
     RESTORED_ADOPTED = "restored_adopted"
@@ -404,6 +408,12 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.CREATE_PARAM_REFUSED: (False, ("the provider refused a parameter of the create (400 invalid_request_error "
                                      "naming it; nothing billed); attempt refunded, the product's creates held "
                                      "until its configuration changes")),
+    R.CREATE_ACCESS_REFUSED: (False, ("the provider refused the create for its model: the project has no access to it "
+                                      "(403) or it does not exist (404 model_not_found); nothing billed, attempt "
+                                      "refunded, the model's creates held until the models endpoint answers for it")),
+    R.CREATE_TOO_LARGE: (False, ("the provider refused the create as larger than the organization's tokens-per-minute "
+                                 "limit (429 Request too large); nothing billed, attempt refunded, the product's "
+                                 "creates held until its request changes")),
     R.POLL: (False, "a poll found the response queued or in progress"),
     R.POLL_FAILED: (False, "a poll failed in a way that is safe to repeat (429, 5xx, timeout); backing off"),
     R.PROVIDER_FINISHED: (False, "a poll found the response completed or incomplete"),
@@ -455,6 +465,12 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.OUTPUT_CAP_REACHED: (False, ("quarantine: the response stopped at the product's max_output_tokens "
                                    "(incomplete); its output is kept, nothing is paid again until an operator "
                                    "raises the cap and releases it")),
+    R.CONTENT_FILTERED: (False, ("quarantine: the provider's content filter stopped the response before its answer "
+                                 "was complete (incomplete: content_filter); its output is kept, nothing is paid "
+                                 "again until an operator changes the prompt and releases it")),
+    R.SCOPE_UNKNOWN: (False, ("quarantine: a response taken over without a known scope answered 404 on every read: "
+                              "it may live in another organization or project, so it is not taken as a loss; kept "
+                              "and watched for a person")),
     R.OPERATOR_RELEASE_VERIFIED_LOST: (True, "operator: the response is verified lost; create again"),
     R.OPERATOR_RESUME_POLLING: (True, "operator: poll the kept response again, poll budget reset"),
     R.OPERATOR_LINK: (True, "operator: adopt a response found at the provider whose metadata names the job"),
@@ -482,11 +498,13 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.SHADOW_WOULD_CANCEL: (False, "shadow mode: the remote generation would be cancelled and deleted; left alone"),
 }
 
+# A create the provider provably refused: the attempt it was charged is refunded.
+REFUND_REASONS = frozenset({R.CREATE_REFUSED, R.CREATE_PARAM_REFUSED, R.CREATE_ACCESS_REFUSED, R.CREATE_TOO_LARGE})
 # The values of `jobs.quarantine_reason`.
 QUARANTINE_REASONS = frozenset({
     R.CREATE_OUTCOME_UNKNOWN, R.CREATE_REJECTED, R.CRASHED_DURING_CREATE, R.GENERATION_BUDGET_EXHAUSTED,
     R.POLL_BUDGET_EXHAUSTED, R.CONFIG_DRIFT, R.EDITION_CONFLICT, R.PROVIDER_REFUSED, R.OUTPUT_CAP_REACHED,
-    R.PRODUCT_REMOVED,
+    R.CONTENT_FILTERED, R.SCOPE_UNKNOWN, R.PRODUCT_REMOVED,
     R.STEP_FAILING, R.RESTORED_BEHIND_LEDGER, R.OPERATOR_CANCELLED, R.PAYMENT_REFUSED,
 })
 # The machine may take a job out of quarantine only with one of these: proof, not a guess.

@@ -11,8 +11,11 @@ changes fenced on the row's version, so every reconcile process sees the same an
 - A create with no recent success is itself a probe: one at a time, so an outage that begins
   while iipub is idle costs one quarantined slot, not one per concurrent worker.
 - Optionally at most `max_creates_per_minute` creates across all processes.
-- A product whose create the provider refused for a parameter (`ProductHold`, rows of `holds`):
-  no create of that product until its configuration changes; the other products go on.
+- A product whose create the provider refused for a parameter, or found larger than the
+  organization's tokens-per-minute limit (`ProductHold`, rows of `holds`): no create of that
+  product until its request changes; the other products go on. A model the project may not
+  use, or that does not exist (`ModelHold`): no create of its products until the models endpoint
+  answers for it; the other models go on. Neither opens the breaker or cools other creates down.
 - A daily token ceiling reached (`money.holding`: `[budgets]` and per product, counted by
   payment time, plus operator overrides): no create of the products it covers. `gate` asks it
   before these rules, so a held create never takes the probe.
@@ -70,25 +73,6 @@ class GateState:
     @property
     def is_open(self) -> bool:
         return self.breaker == OPEN
-
-
-@dataclass(frozen=True)
-class ProductHold:
-    """One product's creates held: the provider refused a parameter of its request (`holds`)."""
-
-    product: str
-    request_fingerprint: str
-    param: str | None
-    code: str | None
-    message: str | None
-    job_id: str | None
-    held_at: dt.datetime
-
-    def describe(self) -> str:
-        code = f", {self.code}" if self.code else ""
-        return (f"creates of {self.product} held: the provider refuses parameter {self.param!r}{code} "
-                f"(since {self.held_at.isoformat(timespec='seconds')}Z); fix the product's configuration "
-                f"and its creates resume")
 
 
 @dataclass(frozen=True)
@@ -167,8 +151,10 @@ def on_outcome(g: GateState, now: dt.datetime, worker: str, outcome: CreateOutco
         if outcome.kind is RefusalKind.QUOTA:
             return _open(g, now, BreakerReason.QUOTA_EXHAUSTED, outcome.why, p.breaker_quota_cooldown_seconds, p)
         changes: dict[str, Any] = dict(release)
-        # A flex capacity refusal is flex's, not the account's: it cools no other create down.
-        if outcome.retry_after is not None and not outcome.capacity:
+        # A flex capacity refusal is flex's, not the account's: it cools no other create down;
+        # nor does a refusal that holds its product or model (a parameter, no access to the model,
+        # a request too large): it says nothing of the other products' creates.
+        if outcome.retry_after is not None and outcome.kind is RefusalKind.RATE:
             until = now + dt.timedelta(seconds=outcome.retry_after)
             if g.cooldown_until is None or until > g.cooldown_until:
                 changes["cooldown_until"] = until

@@ -97,6 +97,7 @@ from iipub.model.jobs import STRANDED_AFTER_SECONDS, is_stranded
 from iipub.model.states import (
     ADOPTION_REASONS,
     AMBIGUOUS_CREATE,
+    REFUND_REASONS,
     EditionStatus,
     EventType,
     Reason,
@@ -288,7 +289,7 @@ def _journal(found: _Found, job: Mapping[str, Any], evs: Sequence[_Ev], max_gen:
         found.add("journal_chain", jid, f"journal ends in {last.to_state} but the job is {job['state']}")
     if last.version > job["version"]:
         found.add("journal_versions", jid, f"journal version {last.version} > job version {job['version']}")
-    charged = sum(e.reason == Reason.DISPATCH for e in evs) - sum(e.reason == Reason.CREATE_REFUSED for e in evs)
+    charged = sum(e.reason == Reason.DISPATCH for e in evs) - sum(e.reason in REFUND_REASONS for e in evs)
     # After a restore the journal is as old as the backup; the spend ledger's adoption names the
     # paid creates it no longer shows.
     charged += sum(int(e.detail.get("attempts_added") or 0) for e in evs if e.reason in ADDS_ATTEMPTS)
@@ -602,7 +603,7 @@ def _creates(found: _Found, jobs: Mapping[str, Mapping[str, Any]], events: Mappi
                 nxt = evs[i + 1] if i + 1 < len(evs) else None
                 if nxt is None or (nxt.to_state == State.QUARANTINED.value and nxt.reason in UNCOUNTED_CREATE):
                     uncounted += 1  # still in flight, or the outcome is unknown / nothing was created
-            elif ev.reason == Reason.CREATE_REFUSED:
+            elif ev.reason in REFUND_REASONS:
                 allowed[str(ev.detail.get("refunded_attempt"))] -= 1
             elif ev.reason in (Reason.RESTORED_ADOPTED, Reason.OPERATOR_ADOPT_ORPHAN) and int(
                     ev.detail.get("attempts_added") or 0) > 0:

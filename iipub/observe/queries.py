@@ -33,7 +33,7 @@ from iipub.money.payments import report as paid_report
 from iipub.observe import cutover, error_budget, heartbeat
 from iipub.observe import status_report as report
 from iipub.provider import factory
-from iipub.settings.config import Settings, StatusSettings
+from iipub.settings.config import PLACEHOLDER_KEY_LINE, Settings, StatusSettings
 from iipub.store import clock, db, deliveries, edition_changes, gate_rows, installation, outbox, status_queries
 from iipub.store import disk_samples as disk_rows
 from iipub.store.handles import Connection, Engine, OperationalError, ProgrammingError
@@ -78,8 +78,16 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
         track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
         # Holds still in force: a product since removed or reconfigured is lifted at its next create.
+        tpm = settings.provider.tokens_per_minute
         product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
-                              and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product]))
+                              and h.request_fingerprint == holds.request_fingerprint(settings.products[h.product], tpm))
+        # Model holds in force: a model the products use, held under the scope reads are made in.
+        on_model: dict[str, list[str]] = {}
+        for p in settings.products.values():
+            on_model.setdefault(p.model.lower(), []).append(p.name)
+        held_scope = factory.scope(settings)
+        model_holds = tuple((h, tuple(on_model[h.model])) for h in holds.all_model_holds(conn)
+                            if h.model in on_model and h.scope == held_scope)
         current_scope = factory.scope(settings)
         elsewhere = _waiting_on_scope(conn, live, lambda created_under: factory.reaches(settings, created_under))
         immovable = _immovable_slots(conn, now)
@@ -128,6 +136,9 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         cutover=cut,
         paid=paid,
         product_holds=product_holds,
+        model_holds=model_holds,
+        project=settings.provider.project,
+        placeholder_key=PLACEHOLDER_KEY_LINE if settings.api_key_is_placeholder else None,
         other_scope_jobs=len(elsewhere),
         other_scope=elsewhere[0]["create_scope"] if elsewhere else None,
         current_scope=current_scope,

@@ -22,8 +22,9 @@ from iipub.core.severity import Severity
 from iipub.core.timefmt import duration, iso_z, iso_z_or_none, seconds_between
 from iipub.core.wording import clip_words, plural, printable
 from iipub.model.deliveries import WebhookSummary
+from iipub.model.holds import ModelHold, ProductHold
 from iipub.model.jobs import is_stranded, late_seconds
-from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, State
+from iipub.model.states import CUSTODY_PENDING, DWELL_LOST, Reason, State
 from iipub.model.track_views import Figures as TrackFigures
 from iipub.model.track_views import parked_reason
 from iipub.money import breaker
@@ -264,7 +265,10 @@ class Status:
     paid: SpendReport | None = None  # spend by payment time, the daily ceilings and their overrides
     ledger_problem: str | None = None  # the spend ledger is missing or unreadable although creates were paid
     tracks: TrackFigures | None = None  # the language tracks: counts, parked and stranded ones
-    product_holds: tuple[breaker.ProductHold, ...] = ()  # products whose creates wait on a refused parameter
+    product_holds: tuple[ProductHold, ...] = ()  # products whose creates wait: a refused parameter, too large
+    # Models whose creates wait (no access, no such model), each with the products on it.
+    model_holds: tuple[tuple[ModelHold, tuple[str, ...]], ...] = ()
+    project: str | None = None  # the project named in the settings (OPENAI_PROJECT_ID), for the hold's line
     # Jobs in flight created under another scope (organization, project, key) than reads use now,
     # with one such scope and the current one (`Provider.scope`, opaque).
     other_scope_jobs: int = 0
@@ -279,6 +283,7 @@ class Status:
     budgets: tuple[error_budget.Budget, ...] = ()  # each SLO's error budget and burn rates
     disks: tuple[Disk, ...] = ()  # the filesystems of the ledger, the site, the database, the logs
     clock_check: ClockCheck | None = None  # the host clock against the database's
+    placeholder_key: str | None = None  # OPENAI_API_KEY is the placeholder `iipub init` writes: why creates wait
     # Editions an operator took back (`iipub withdraw`) or corrected (`iipub correct`): shown, never
     # an alert (each was a deliberate, journaled act).
     editions_withdrawn: int = 0
@@ -428,8 +433,12 @@ class Status:
         if self.ledger_problem:
             found.append((Severity.CRITICAL, self.ledger_problem))
         found.extend(self._gate_problems())
+        if self.placeholder_key:
+            found.append((Severity.WARNING, self.placeholder_key))
         found.extend((Severity.CRITICAL, h.describe() + f": {clip_words(h.message or '', 120)}")
                      for h in self.product_holds)
+        found.extend((Severity.CRITICAL, h.describe(products, self.project) + f": {clip_words(h.message or '', 160)}")
+                     for h, products in self.model_holds)
         if self.other_scope_jobs:
             found.append((Severity.CRITICAL,
                           (f"{plural(self.other_scope_jobs, 'job')} in flight created under "
@@ -460,6 +469,13 @@ class Status:
         if self.quarantined:
             found.append((Severity.WARNING,
                           f"{len(self.quarantined)} quarantined ({', '.join(self.quarantine_reasons)})"))
+        filtered = [q for q in self.quarantined if q.reason == Reason.CONTENT_FILTERED.value]
+        if filtered:
+            o = filtered[0]
+            found.append((Severity.WARNING,
+                          (f"{plural(len(filtered), 'response')} stopped by the provider's content filter (oldest "
+                           f"{o.product} {o.edition_date}, job {o.id[:8]}): change the product's prompt, then "
+                           f"`iipub quarantine release {o.id[:8]} --verified-lost` (see `iipub quarantine show`)")))
         if self.parked:
             o = self.parked[0]
             kinds = ", ".join(f"{state} {n}" for state, n in sorted(Counter(j.state for j in self.parked).items()))
@@ -604,10 +620,16 @@ class Status:
         return {
             "generated_at": iso_z(self.generated_at),
             "installation_id": self.installation_id,
+            "api_key_placeholder": self.placeholder_key is not None,
             "other_scope": {"jobs": self.other_scope_jobs, "created_under": self.other_scope,
                             "reads_under": self.current_scope},
-            "product_holds": [{"product": h.product, "param": h.param, "code": h.code, "message": h.message,
-                               "job_id": h.job_id, "held_at": iso_z(h.held_at)} for h in self.product_holds],
+            "product_holds": [{"product": h.product, "cause": h.cause, "param": h.param, "code": h.code,
+                               "message": h.message, "max_output_tokens": h.cap, "limit": h.limit,
+                               "requested": h.requested, "job_id": h.job_id, "held_at": iso_z(h.held_at)}
+                              for h in self.product_holds],
+            "model_holds": [{"model": h.model, "cause": h.cause, "products": list(products), "message": h.message,
+                             "job_id": h.job_id, "held_at": iso_z(h.held_at), "checked_at": iso_z(h.checked_at)}
+                            for h, products in self.model_holds],
             "read_cooldown": {"until": iso_z_or_none(self.read_cooldown_until),
                               "cap_seconds": breaker.READ_COOLDOWN_CAP_SECONDS},
             "window_hours": self.settings.window_hours,

@@ -147,7 +147,10 @@ def _adopt_row(settings: Settings, store: Store, row: Row, job: Job | None, reas
             leased, State.ACCEPTED, reason=Reason.OPERATOR_ADOPT, operator=True, delay=0.0, detail=detail,
             changes={"response_id": row.response_id, "generation_attempts": row.attempts, "poll_count": 0,
                      "config_fingerprint": product.fingerprint(), "origin": ADOPTED, "adopted_at": now,
-                     "last_error": None, "quarantine_reason": None})
+                     "last_error": None, "quarantine_reason": None,
+                     # where the legacy system created it is not known: its first successful read
+                     # records it, and until then a 404 parks it (`scope_unknown`), never a loss
+                     "create_scope": None})
     except Exception:
         store.release_if_held(leased.id)
         raise

@@ -139,7 +139,8 @@ class Operator(Closing):
         except ValueError:
             raise OperatorRefused(f"{response_id!r} is not a well-formed response id") from None
         observed = remedies.adoptable(seen, response_id, outcome, installation.read(self.engine))
-        store, job, d = self._lease(seen.id, by, lambda job: remedies.link(job, observed, by, reason))
+        store, job, d = self._lease(seen.id, by, lambda job: remedies.link(job, observed, by, reason,
+                                                                                  scope=provider.scope))
         linked = self._write(store, job, d)
         if linked.state != State.COMPLETED_NOT_RETRIEVED:
             return self._finish(store, linked)

@@ -163,11 +163,13 @@ def check_link(job: Job) -> None:
     _require_quarantined(job)
 
 
-def link(job: Job, observed: Observed, by: str, reason: str) -> Decision:
+def link(job: Job, observed: Observed, by: str, reason: str, scope: str | None = None) -> Decision:
     """Adopt `observed` (already checked by `adoptable`). A finished one goes to
-    COMPLETED_NOT_RETRIEVED with the lease kept, so its output is harvested at once."""
+    COMPLETED_NOT_RETRIEVED with the lease kept, so its output is harvested at once. `scope` is
+    where it was just read (`Provider.scope`): the response lives there, so a later 404 under
+    another scope is not a loss."""
     _require_quarantined(job)
-    changes: dict[str, Any] = {"response_id": observed.response_id, **_RESET}
+    changes: dict[str, Any] = {"response_id": observed.response_id, **_RESET, "create_scope": scope}
     fingerprint = observed.metadata.get("iipub_fingerprint")
     if fingerprint:
         # Compare future polls with the config this response was generated under.

@@ -40,12 +40,14 @@ from iipub.provider.outcomes import (
     DeleteOutcome,
     FailureCause,
     Missing,
+    ModelLookup,
     Observed,
     ReadOutcome,
     RefusalKind,
     Refused,
     Rejected,
     Stage,
+    Standing,
     Transient,
     Usage,
 )
@@ -173,6 +175,7 @@ class FakeProvider(Closing):
         the simulator's do, and completes with its edition; without it, only as the test says."""
         self._state = _State(on_call, ready_error, lifecycle)
         self.scope = scope  # `until` views share it: copies of this object
+        self.standings: dict[str, Standing] = {}  # what `look_up` says of a model (lower case): else available
         self._deadline: float | None = None
         self._root = self
 
@@ -227,6 +230,16 @@ class FakeProvider(Closing):
 
     def stage_of(self, status: str) -> Stage:
         return Held("-", status).stage
+
+    def look_up(self, model: str) -> ModelLookup:
+        """Every model is available unless a test said otherwise (`standings`); recorded as a call
+        of no response."""
+        standing = self.standings.get(model.lower(), Standing.AVAILABLE)
+        return ModelLookup(model, standing, "" if standing is Standing.AVAILABLE else f"{model}: {standing.value}")
+
+    def requested_tokens(self, req: CreateRequest) -> int:
+        """As the adapter counts it: the prompt at four characters a token, and the output cap."""
+        return len(req.product.prompt) // 4 + req.product.output_token_cap()
 
     def until(self, deadline: float) -> FakeProvider:
         view = copy.copy(self)  # the same `_State`: what a view is asked is recorded with the rest

@@ -40,6 +40,7 @@ from iipub.provider.outcomes import (
     CreateOutcome,
     CreateRequest,
     DeleteOutcome,
+    ModelLookup,
     ReadOutcome,
     SavedResponse,
     Stage,
@@ -78,6 +79,14 @@ class Provider(Protocol):
 
     def delete(self, response_id: str, *, has_custody: bool, kill_requested: bool = False) -> DeleteOutcome:
         """Delete the provider's copy: only with the output in custody or a kill requested."""
+
+    def look_up(self, model: str) -> ModelLookup:
+        """What the provider says of `model` for this account: it exists and the project may use
+        it, or why not (`outcomes.Standing`). Free of charge; never raises for what it said."""
+
+    def requested_tokens(self, req: CreateRequest) -> int:
+        """What the create for `req` counts against a tokens-per-minute limit: its input (an
+        estimate) and its output cap. Pure: nothing is sent."""
 
     def until(self, deadline: float) -> Provider:
         """This provider with every read, cancel and delete over by `deadline` (`time.monotonic()`)."""

@@ -51,7 +51,8 @@ class RefusalKind(enum.StrEnum):
 
 
 # Refusals that say the account is limited: the creates of every process cool down.
-ACCOUNT_LIMITS = frozenset({RefusalKind.QUOTA, RefusalKind.RATE, RefusalKind.TOO_LARGE})
+# (A request too large is the request's own: it holds its product, it cools nothing down.)
+ACCOUNT_LIMITS = frozenset({RefusalKind.QUOTA, RefusalKind.RATE})
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Observed:
     refusal: str | None = None  # the text of the final answer's refusal parts, if the model refused
     stage: Stage = field(kw_only=True)
     at_cap: bool = field(default=False, kw_only=True)  # finished, cut at the request's output cap
+    filtered: bool = field(default=False, kw_only=True)  # finished, cut by the provider's content filter
     failure: FailureCause | None = field(default=None, kw_only=True)  # gone: why it failed (None: cancelled)
 
     @property
@@ -222,10 +224,23 @@ def failure_text(outcome: Transient | Rejected) -> str:
     return outcome.why if isinstance(outcome, Transient) else f"HTTP {outcome.status}: {outcome.why}"
 
 
-def as_answered_today(outcome: CreateOutcome) -> CreateOutcome:
-    """A create's outcome as the machine answers it until refusals are held by cause: no access
-    to a model is answered as the rejected request it was before (quarantined, a 401 or 403
-    opening the breaker); every other outcome as it is."""
-    if isinstance(outcome, Refused) and outcome.kind is RefusalKind.ACCESS:
-        return Rejected(outcome.status or 403, outcome.why)
-    return outcome
+class Standing(enum.StrEnum):
+    """What the provider says of a model for this account, asked free of charge (`look_up`)."""
+
+    AVAILABLE = "available"  # it exists and this project may use it
+    NO_ACCESS = "no_access"  # it exists, but this project may not use it
+    UNKNOWN = "unknown"  # no such model (retired, misspelled), or none this account can see
+    KEY_REFUSED = "key_refused"  # the key itself is refused (revoked, wrong, malformed)
+    SCOPE_REFUSED = "scope_refused"  # the organization or project does not go with the key
+    ACCOUNT_REFUSED = "account_refused"  # the account, its country or its standing is refused
+    UNANSWERED = "unanswered"  # no usable answer (transport, 5xx, a rate limit): ask again later
+
+
+@dataclass(frozen=True)
+class ModelLookup:
+    """One model as the provider described it to this account (`Provider.look_up`)."""
+
+    model: str
+    standing: Standing
+    why: str = ""  # the provider's words, one clipped line
+    status: int | None = None  # the HTTP status, when there was an answer

@@ -81,6 +81,9 @@ class ModelRule:
     reasoning_efforts: tuple[str, ...] = ()  # the `reasoning.effort` values taken; () not taken
     verbosity: bool = False  # `text.verbosity`
     max_output_tokens: int | None = None  # the most a create may ask for (None: not known)
+    flex: bool | None = None  # the flex service tier is offered for it (None: not known)
+    source: str = "configuration"  # where these values come from
+    checked: str | None = None  # the date (ISO) they were last checked against the source
 
     @property
     def reasons(self) -> bool:
@@ -97,6 +100,10 @@ class ModelTable(Protocol):
 
     def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
         """The most output tokens `model` takes, when the table knows it."""
+
+    def rule(self, model: str, configured: Mapping[str, ModelRule]) -> tuple[str, ModelRule] | None:
+        """The (pattern, entry) that governs `model`, or None for a model the table does not know
+        (allowed: the provider checks its keys)."""
 # Default output-token cap: about 250 tokens per item and 200 per language's title and summary
 # visible, four times that for a reasoning model's hidden tokens plus 8,000, within 16,000..128,000
 # (the GPT-5 family's largest output).
@@ -253,6 +260,10 @@ class ProviderSettings(Checked):
     # Creates run one at a time (a probe) unless one succeeded this recently.
     healthy_for_seconds: Seconds = 900.0
     max_creates_per_minute: Annotated[int, Bounds(ge=0, le=100_000)] = 0  # 0: no global rate limit
+    # The organization's tokens-per-minute limit for the products' models, as its rate tier says
+    # (None: not known). `iipub doctor` holds each product's create to it, and raising it lifts a
+    # product held for a request too large (the request fingerprint includes it).
+    tokens_per_minute: Annotated[int, Bounds(ge=1, le=10**10)] | None = None
 
 
 @dataclass(frozen=True)
@@ -504,6 +515,11 @@ class Settings:
         """The sinks this configuration delivers to, by name."""
         return [name for name, on in (("static", self.static_sink), ("webhook", self.webhook_sink)) if on]
 
+    @property
+    def api_key_is_placeholder(self) -> bool:
+        """The key is the placeholder `iipub init` writes: nothing can be created with it."""
+        return self.api_key == PLACEHOLDER_API_KEY
+
     def require_api_key(self) -> str:
         if not self.api_key:
             raise MissingApiKey()
@@ -543,6 +559,18 @@ class Settings:
         if not secret:
             raise ConfigError(f"webhook sink configured but ${self.webhook_sink.secret_env} is not set")
         return secret
+
+
+# What `iipub init` writes for OPENAI_API_KEY until the operator sets the project's key.
+PLACEHOLDER_API_KEY = "sk-CHANGE-ME"
+PLACEHOLDER_KEY_LINE = (f"OPENAI_API_KEY is the placeholder {PLACEHOLDER_API_KEY} that `iipub init` writes: creates "
+                        "are held until it is set to the project's key (the environment file, then `iipub doctor`)")
+
+
+def unknown_model_warning(model: str) -> str:
+    return (f"model {model!r} is not in the capability table: its parameters are not checked before a create (the "
+            f"API checks them; a refused parameter holds that product's creates). Add [models.\"{model}\"] to the "
+            f"configuration to check them here")
 
 
 def default_products() -> dict[str, Product]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+import structlog
+
 from iipub.core.errors import ConfigError
 from iipub.core.strict import InvalidValues
 from iipub.model.states import QUARANTINE_REASONS, TRACK_PARKED
@@ -49,7 +51,10 @@ from iipub.settings.config import (
     check_settings,
     default_products,
     fit_output_cap,
+    unknown_model_warning,
 )
+
+log = structlog.get_logger("iipub.settings")
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -171,6 +176,10 @@ def settings_from_dict(data: Mapping[str, Any], base_dir: Path = Path("."), *, c
     if table is not None:
         for p in products.values():
             check_model_keys(p, f"product {p.name!r}", table, model_rules)
+        for model in dict.fromkeys(p.model for p in products.values()):
+            if table.rule(model, model_rules) is None:
+                # Allowed: the API checks its parameters. Said once per model and load.
+                log.warning("model_unknown", model=model, message=unknown_model_warning(model))
         products = {name: fit_output_cap(p, table, model_rules) for name, p in products.items()}
     sinks = data.get("sinks", {})
     if not isinstance(sinks, dict):
@@ -264,12 +273,12 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label}: a model name, or a prefix ending in * (got {_shown(pattern)})")
         if not isinstance(entry, dict):
             raise ConfigError(f"{label} must be a table (got {_shown(entry)})")
-        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity", "max_output_tokens"})
+        _no_unknown(label, entry, {"sampling", "reasoning_efforts", "verbosity", "max_output_tokens", "flex"})
         ceiling = entry.get("max_output_tokens")
         if ceiling is not None and (isinstance(ceiling, bool) or not isinstance(ceiling, int)
                                     or not 16 <= ceiling <= 10_000_000):
             raise ConfigError(f"{label} max_output_tokens must be a whole number from 16 (got {_shown(ceiling)})")
-        for key in ("sampling", "verbosity"):
+        for key in ("sampling", "verbosity", "flex"):
             if key in entry and not isinstance(entry[key], bool):
                 raise ConfigError(f"{label} {key} must be true or false (got {_shown(entry[key])})")
         efforts = entry.get("reasoning_efforts", [])
@@ -277,7 +286,8 @@ def _models(raw: Any) -> dict[str, ModelRule]:
             raise ConfigError(f"{label} reasoning_efforts must be a list of {', '.join(REASONING_EFFORTS)} "
                               f"(got {_shown(efforts)})")
         rules[pattern] = ModelRule(sampling=entry.get("sampling", True), reasoning_efforts=tuple(efforts),
-                                   verbosity=entry.get("verbosity", False), max_output_tokens=ceiling)
+                                   verbosity=entry.get("verbosity", False), max_output_tokens=ceiling,
+                                   flex=entry.get("flex"))
     return rules
 
 

@@ -401,6 +401,26 @@ product_holds = sa.Table(
     sa.Column("job_id", sa.String(36)),
     sa.Column("worker", sa.String(128), nullable=False),
     sa.Column("held_at", Time, nullable=False),
+    # Migration 0015: why (`parameter`, `too_large`) and, for a request too large, its figures.
+    sa.Column("cause", sa.String(16), nullable=False, server_default="parameter"),
+    sa.Column("cap_tokens", sa.BigInteger),
+    sa.Column("limit_tokens", sa.BigInteger),
+    sa.Column("requested_tokens", sa.BigInteger),
+)
+
+# A model whose creates are held (`iipub.store.model_holds`, migration 0015): the project may not
+# use it, or it does not exist.
+model_holds = sa.Table(
+    "model_holds",
+    metadata,
+    sa.Column("model", sa.String(128), primary_key=True),
+    sa.Column("scope", sa.String(255), nullable=False),
+    sa.Column("cause", sa.String(16), nullable=False),
+    sa.Column("message", sa.Text),
+    sa.Column("job_id", sa.String(36)),
+    sa.Column("worker", sa.String(128), nullable=False),
+    sa.Column("held_at", Time, nullable=False),
+    sa.Column("checked_at", Time, nullable=False),
 )
 
 # One row per `iipub reconcile` / `iipub relay` run (`iipub.observe.heartbeat`).

@@ -122,7 +122,8 @@ def test_healthy_is_ok_and_json_matches_the_human_report(
                         "editions", "provider_expired",
                         "spend", "check", "late", "create_gate",
                         "unexpected_statuses", "failing_steps", "webhooks", "heartbeats", "installation_id",
-                        "read_cooldown", "cutover", "paid", "other_scope", "product_holds"}
+                        "read_cooldown", "cutover", "paid", "other_scope", "product_holds", "model_holds",
+                        "api_key_placeholder"}
     assert doc["product_holds"] == [] and doc["other_scope"]["jobs"] == 0
     assert doc["cutover"]["missing_slots"] == [] and doc["cutover"]["paused_everything"] is None
     assert set(doc["heartbeats"]) == {"after_seconds", "recorded", "ping_configured", "reconcile", "relay",

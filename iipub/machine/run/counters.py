@@ -24,6 +24,8 @@ class SweepReport:
     held_back: int = 0
     held_by_ceiling: int = 0  # creates waiting because a daily spend ceiling is reached
     held_by_product: int = 0  # creates waiting because their product's request was refused for a parameter
+    held_by_model: int = 0  # creates waiting because the project may not use their model (or it does not exist)
+    held_by_key: int = 0  # creates waiting because OPENAI_API_KEY is the placeholder `iipub init` writes
     provider_calls: int = 0
     unreachable: int = 0  # provider calls that could not even connect
     transitions: Counter[str] = field(default_factory=Counter)

@@ -1,6 +1,7 @@
 """The first-create rule: until one create of a request (a product's request fingerprint,
 `holds.request_fingerprint`) was accepted in this run, this process sends that request's creates
 one at a time, so a parameter the provider refuses costs one refused create, not one per thread.
+The steps key a model the same way (every product on it), so no access to a model costs one too.
 Locks only: no I/O."""
 
 from __future__ import annotations

@@ -52,12 +52,14 @@ from iipub.provider.outcomes import (
     Deleted,
     DeleteOutcome,
     Missing,
+    ModelLookup,
     Observed,
     ReadOutcome,
     RefusalKind,
     Refused,
     Rejected,
     Stage,
+    Standing,
     Transient,
     Usage,
 )
@@ -255,6 +257,30 @@ class OpenAIAdapter(Closing):
             return _trouble("create", req.job_id, exc, _create_outcome(exc, flex=req.tier == "flex",
                                                                        model=req.product.model))
         return _accepted_or_ambiguous(resp)
+
+    # -- what the account may use (free of charge) ---------------------------------------------
+
+    def look_up(self, model: str) -> ModelLookup:
+        """`GET /v1/models/{model}` under this key, organization and project (the SDK's `Model`
+        when the project may use it; OpenAI's 401, 403 or 404 otherwise). Nothing is billed."""
+        import urllib.parse
+
+        import httpx
+
+        url = f"{self._base}/models/{urllib.parse.quote(model, safe='')}"
+        try:
+            http = self._pool
+        except Exception as exc:  # the client cannot be built: nothing was sent
+            return ModelLookup(model, Standing.UNANSWERED, f"not sent: {_described(exc)}")
+        try:
+            resp = http.request("GET", url, headers=self._headers, timeout=self._configured_timeout())
+        except httpx.HTTPError as exc:
+            return ModelLookup(model, Standing.UNANSWERED, f"transport failure: {_named(exc)}")
+        answer = Answer(resp.status_code, resp.content, resp.headers)
+        return model_lookup(model, answer)
+
+    def requested_tokens(self, req: CreateRequest) -> int:
+        return requested_tokens(create_body(req))
 
     # -- reads and cleanup (safe to repeat) ---------------------------------------------------
 
@@ -460,7 +486,9 @@ def _create_outcome(exc: Exception, *, flex: bool = False, model: str | None = N
         why = _status_why(exc)
         if status == 429:
             code = _error_code(exc) or "rate_limited"
-            hinted = retry_hints.delay_from_headers(exc.response.headers)
+            # The hint that concerns this refusal: its own retry-after, else the reset of the
+            # limit its type names (requests or tokens), bounded (`retry_hints.rate_limit_delay`).
+            hinted = retry_hints.rate_limit_delay(exc.response.headers, getattr(exc, "type", None))
             if flex and _capacity_refusal(exc, code):
                 return Refused(hinted, why, CAPACITY_CODE, kind=RefusalKind.CAPACITY, status=status)
             return _refused_429(exc, why, code, hinted)
@@ -584,10 +612,68 @@ def _read_status_outcome(answer: Answer) -> Missing | Transient | Rejected:
     if status == 404:
         return Missing(why)
     if status in (408, 409, 425, 429) or status >= 500:
-        return Transient(retry_hints.delay_from_headers(answer.headers), why)
+        return Transient(retry_hints.rate_limit_delay(answer.headers, _answer_type(answer)), why)
     if 400 <= status < 500:
         return Rejected(status, why)
     return Transient(None, why)  # 1xx/3xx: not an answer to act on; asking again is harmless
+
+
+def requested_tokens(body: Mapping[str, Any]) -> int:
+    """What OpenAI counts a create as against the tokens-per-minute limit: its input (instructions,
+    input and the output schema, estimated at four characters a token) and `max_output_tokens`."""
+    text = json.dumps([body.get("instructions"), body.get("input"), body.get("text")], ensure_ascii=False)
+    cap = body.get("max_output_tokens")
+    return len(text) // 4 + (cap if isinstance(cap, int) and not isinstance(cap, bool) else 0)
+
+
+# 401 codes that say the organization or project header does not go with the key.
+_SCOPE_CODES = frozenset({"mismatched_organization", "mismatched_project", "invalid_organization",
+                          "invalid_project"})
+
+
+def model_lookup(model: str, answer: Answer) -> ModelLookup:
+    """A models-endpoint answer in iipub's words (`outcomes.Standing`)."""
+    status = answer.status
+    if 200 <= status < 300:
+        try:
+            body = json.loads(answer.body)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("object") == "model" and isinstance(body.get("id"), str):
+            return ModelLookup(model, Standing.AVAILABLE, "", status)
+        return ModelLookup(model, Standing.UNANSWERED, "2xx without a model object", status)
+    why, code = _answer_why(answer), _answer_code(answer)
+    if status == 401:
+        kind = Standing.SCOPE_REFUSED if code in _SCOPE_CODES else Standing.KEY_REFUSED
+        return ModelLookup(model, kind, why, status)
+    if status == 403:
+        no_access = code == "model_not_found" or "does not have access to model" in why
+        return ModelLookup(model, Standing.NO_ACCESS if no_access else Standing.ACCOUNT_REFUSED, why, status)
+    if status == 404:
+        return ModelLookup(model, Standing.UNKNOWN, why, status)
+    return ModelLookup(model, Standing.UNANSWERED, why, status)
+
+
+def _answer_code(answer: Answer) -> str | None:
+    """The error `code` of a non-2xx answer's JSON body, or None."""
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def _answer_type(answer: Answer) -> str | None:
+    """The error `type` of a non-2xx answer's JSON body (`requests`, `tokens`, …), or None."""
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _answer_why(answer: Answer) -> str:

@@ -9,15 +9,20 @@ The Responses API refuses, per model family, keys it accepts for others:
 - the chat models (gpt-4.1, gpt-4o, gpt-5-chat) take the sampling keys and refuse
   `reasoning.effort` (`unsupported_parameter`).
 
-The table is matched by the longest pattern: an exact model name, or a prefix ending in `*`.
-A model no pattern matches is not checked (the API decides: a refusal holds that product's
-creates, `holds`). An operator extends or corrects the table in the configuration:
+The table is data: each entry says where its values come from and when they were last checked
+(`source`, `checked`), so a stale row is visible (`iipub doctor` prints both). It is matched by the
+longest pattern, case-insensitively (the API takes `GPT-5.5` as `gpt-5.5`): an exact model name,
+or a prefix ending in `*`. A model no pattern matches is allowed and not checked: loading the
+configuration warns once per such model (`unknown_models`), and the API decides (a refusal of a
+parameter holds that product's creates only, `holds`). An operator extends or corrects the table
+in the configuration:
 
     [models."gpt-5-mini"]          # or a family: [models."ft:gpt-4.1*"]
     sampling = false               # temperature / top_p accepted
     reasoning_efforts = ["low", "medium", "high"]   # [] : reasoning.effort not taken
     verbosity = true               # text.verbosity accepted
     max_output_tokens = 128000     # the most a create may ask for (a product's cap is held to it)
+    flex = true                    # the flex service tier is offered (`iipub doctor` checks it)
 
 A configured entry replaces the built-in one of the same pattern and, like it, is matched by
 length (`gpt-5-mini` beats `gpt-5*`).
@@ -25,48 +30,81 @@ length (`gpt-5-mini` beats `gpt-5*`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from iipub.settings.config import REASONING_EFFORTS, VERBOSITIES, ModelRule, Product
 
 __all__ = ["BUILTIN", "REASONING_EFFORTS", "TABLE", "VERBOSITIES", "ModelRule", "output_ceiling", "refused_keys",
-           "rule_for"]
+           "rule_for", "unknown_models"]
 
-_GPT5 = ModelRule(sampling=False, reasoning_efforts=("minimal", "low", "medium", "high"), verbosity=True,
-                  max_output_tokens=128_000)
-_O_SERIES = ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), max_output_tokens=100_000)
+# Where the built-in rows come from: OpenAI's model pages ("Reasoning effort" per model) and the
+# Responses API reference, and the refusals the API gives (400 unsupported_value naming
+# `reasoning.effort`). A row is re-checked when a model family ships; `checked` says when.
+_DOCS = "OpenAI model pages (reasoning.effort per model) and the Responses API reference"
+_ANSWERS = "OpenAI's 400 unsupported_value answers for reasoning.effort, as reported publicly"
+_CHECKED = "2026-12-06"
+
+
+def _rule(efforts: tuple[str, ...] = (), *, sampling: bool = False, verbosity: bool = True,
+          max_output_tokens: int | None = 128_000, flex: bool = True, source: str = _DOCS,
+          checked: str = _CHECKED) -> ModelRule:
+    return ModelRule(sampling=sampling, reasoning_efforts=efforts, verbosity=verbosity,
+                     max_output_tokens=max_output_tokens, flex=flex, source=source, checked=checked)
+
+
+_NONE_TO_XHIGH = ("none", "low", "medium", "high", "xhigh")
+_O_SERIES = _rule(("low", "medium", "high"), verbosity=False, max_output_tokens=100_000)
 
 BUILTIN: Mapping[str, ModelRule] = {
-    "gpt-5*": _GPT5,
-    "gpt-5-pro*": ModelRule(sampling=False, reasoning_efforts=("high",), verbosity=True, max_output_tokens=272_000),
-    "gpt-5-codex*": ModelRule(sampling=False, reasoning_efforts=("low", "medium", "high"), verbosity=True,
-                              max_output_tokens=128_000),
-    "gpt-5.1*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high"), verbosity=True,
-                          max_output_tokens=128_000),
-    "gpt-5.2*": ModelRule(sampling=False, reasoning_efforts=("none", "low", "medium", "high", "xhigh"),
-                          verbosity=True, max_output_tokens=128_000),
-    "gpt-5-chat*": ModelRule(sampling=True, verbosity=False, max_output_tokens=16_384),
-    "o1*": _O_SERIES,
+    "gpt-5*": _rule(("minimal", "low", "medium", "high")),
+    "gpt-5-pro*": _rule(("high",), max_output_tokens=272_000, flex=False),
+    "gpt-5-codex*": _rule(("low", "medium", "high")),
+    "gpt-5.1*": _rule(("none", "low", "medium", "high")),
+    # The codex models refuse `none`; the max one also takes `xhigh`.
+    "gpt-5.1-codex*": _rule(("low", "medium", "high"), source=_ANSWERS),
+    "gpt-5.1-codex-max*": _rule(("low", "medium", "high", "xhigh")),
+    # The chat-latest models take the default effort only.
+    "gpt-5.1-chat-latest": _rule(("medium",), max_output_tokens=16_384, flex=False, source=_ANSWERS),
+    "gpt-5.2*": _rule(_NONE_TO_XHIGH),
+    "gpt-5.2-chat-latest": _rule(("medium",), max_output_tokens=16_384, flex=False, source=_ANSWERS),
+    "gpt-5.2-pro*": _rule(("medium", "high", "xhigh"), flex=False),
+    # gpt-5.4 and later: `none` to `xhigh`, and `minimal` is refused.
+    "gpt-5.4*": _rule(_NONE_TO_XHIGH),
+    "gpt-5.5*": _rule(_NONE_TO_XHIGH),
+    "gpt-5.6*": _rule(_NONE_TO_XHIGH),
+    "gpt-5-chat*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384, flex=False),
+    "o1*": _rule(("low", "medium", "high"), verbosity=False, max_output_tokens=100_000, flex=False),
     "o3*": _O_SERIES,
     "o4*": _O_SERIES,
-    "gpt-4.1*": ModelRule(sampling=True, max_output_tokens=32_768),
-    "gpt-4o*": ModelRule(sampling=True, max_output_tokens=16_384),
+    "gpt-4.1*": _rule(sampling=True, verbosity=False, max_output_tokens=32_768, flex=False),
+    "gpt-4o*": _rule(sampling=True, verbosity=False, max_output_tokens=16_384, flex=False),
 }
 
 
 def matches(pattern: str, model: str) -> bool:
+    """Whether `pattern` names `model`; model names are matched case-insensitively."""
+    pattern, model = pattern.lower(), model.lower()
     return model.startswith(pattern[:-1]) if pattern.endswith("*") else model == pattern
 
 
 def rule_for(model: str, configured: Mapping[str, ModelRule] | None = None) -> tuple[str, ModelRule] | None:
     """The (pattern, rule) that governs `model`: the longest matching pattern of the built-in
     table with the configured entries laid over it; None for a model neither knows."""
-    table = {**BUILTIN, **(configured or {})}
+    table = {p.lower(): rule for p, rule in (*BUILTIN.items(), *(configured or {}).items())}
     found = [(len(p.rstrip("*")) + (0 if p.endswith("*") else 1), p) for p in table if matches(p, model)]
     if not found:
         return None
     pattern = max(found)[1]
     return pattern, table[pattern]
+
+
+def unknown_models(products_models: Iterable[str], configured: Mapping[str, ModelRule] | None = None) -> list[str]:
+    """The models (each once, in order) that no entry of the table names: allowed, unchecked."""
+    seen: list[str] = []
+    for model in products_models:
+        if model not in seen and rule_for(model, configured) is None:
+            seen.append(model)
+    return seen
 
 
 def output_ceiling(model: str, configured: Mapping[str, ModelRule] | None = None) -> int | None:
@@ -111,6 +149,9 @@ class _Table:
 
     def output_ceiling(self, model: str, configured: Mapping[str, ModelRule]) -> int | None:
         return output_ceiling(model, configured)
+
+    def rule(self, model: str, configured: Mapping[str, ModelRule]) -> tuple[str, ModelRule] | None:
+        return rule_for(model, configured)
 
 
 TABLE = _Table()

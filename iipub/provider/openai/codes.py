@@ -26,6 +26,8 @@ KNOWN_STATUSES = frozenset(STAGES)
 COMPLETED, CUT_SHORT, FAILED, CANCELLED = "completed", "incomplete", "failed", "cancelled"
 # `incomplete_details.reason` of a response stopped at the request's `max_output_tokens`.
 AT_OUTPUT_CAP = "max_output_tokens"
+# ... and of one the provider's content filter stopped (the SDK's `IncompleteDetails.reason`).
+CONTENT_FILTER = "content_filter"
 
 
 def stage_of(status: str) -> Stage:
@@ -38,6 +40,7 @@ def observed(response_id: str, status: str, output_text: str | None = None, usag
     was cut at its output cap, why it failed; what the API said is kept beside (`Observed`)."""
     return Observed(response_id, status, output_text, usage, cut_reason=incomplete_reason, error_code=error_code,
                     stage=stage_of(status), at_cap=status == CUT_SHORT and incomplete_reason == AT_OUTPUT_CAP,
+                    filtered=status == CUT_SHORT and incomplete_reason == CONTENT_FILTER,
                     failure=failure_of(status, error_code), **more)
 
 

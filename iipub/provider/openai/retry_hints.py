@@ -49,6 +49,43 @@ def delay_from_headers(headers: Mapping[str, str], now: dt.datetime | None = Non
     return max(found) if found else None
 
 
+# A rate-limit hint is honoured up to this (ten minutes): a longer wait is not the provider's
+# advice for this request but a far-off reset of another limit, and it would hold every create.
+RATE_HINT_CAP_SECONDS = 600.0
+_RESETS = {"requests": "x-ratelimit-reset-requests", "tokens": "x-ratelimit-reset-tokens"}
+_REMAINING = {"requests": "x-ratelimit-remaining-requests", "tokens": "x-ratelimit-remaining-tokens"}
+
+
+def rate_limit_delay(headers: Mapping[str, str], limit: str | None = None,
+                     now: dt.datetime | None = None) -> float | None:
+    """How long a refused request should wait, from the hint that concerns it, or None.
+
+    `retry-after-ms`, then `retry-after`: the provider's answer for this request. Without
+    them, the reset of the limit that refused it: `limit` ("requests" or "tokens", the error's
+    type), else the one whose `x-ratelimit-remaining-*` is 0, else the sooner of the two (a
+    requests limit resetting in 1 s does not wait out a tokens reset of 6 minutes). Bounded by
+    `RATE_HINT_CAP_SECONDS`."""
+    lowered = _lowercase(headers)
+    value: float | None = None
+    raw_ms = lowered.get("retry-after-ms")
+    if raw_ms is not None:
+        ms = decimal(raw_ms)
+        value = None if ms is None else ms / 1000.0
+    if value is None:
+        value = parse_retry_after(lowered.get("retry-after"), now)
+    if value is None:
+        resets = {kind: parse_go_duration(lowered[name]) for kind, name in _RESETS.items() if name in lowered}
+        known = {kind: delay for kind, delay in resets.items() if delay is not None}
+        exhausted = [kind for kind, name in _REMAINING.items() if lowered.get(name, "").strip() == "0"]
+        if limit in known:
+            value = known[limit]
+        elif len(exhausted) == 1 and exhausted[0] in known:
+            value = known[exhausted[0]]
+        elif known:
+            value = min(known.values())
+    return None if value is None else min(max(0.0, value), RATE_HINT_CAP_SECONDS)
+
+
 def parse_go_duration(text: str) -> float | None:
     """Seconds in a Go duration string (`1m30.5s`), or None if it is not one (or is negative)."""
     s = text.strip()

@@ -410,7 +410,7 @@ def test_preload_builds_the_receiver_at_import_and_a_forked_worker_answers(
         "assert r.engine.pool.checkedin() == 0, 'a connection survived the warm-up'\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    body, headers = w.signed_test_delivery(os.environ['OPENAI_WEBHOOK_SECRET'])\n"
+        "    body, headers = r.verifier.test_delivery()\n"
         "    class In:\n"
         "        def __init__(self): self.d = body\n"
         "        def read(self, n=-1):\n"

@@ -122,3 +122,26 @@ def test_exponential_degenerate_inputs() -> None:
     assert backoff.exponential(3, -1.0, 10.0) == 0.0
     assert backoff.exponential(3, 2.0, 0.0) == 0.0
     assert backoff.exponential(3, 2.0, -5.0) == 0.0
+
+
+@pytest.mark.parametrize(("headers", "limit", "expected"), [
+    # the request's own hint first: retry-after-ms, then retry-after
+    ({"retry-after-ms": "1500", "retry-after": "9", "x-ratelimit-reset-tokens": "6m0s"}, "tokens", 1.5),
+    ({"retry-after": "3", "x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}, None, 3.0),
+    # then the limit that refused it: its type ...
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}, "requests", 1.0),
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "2m0s"}, "tokens", 120.0),
+    # ... else the exhausted one ...
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "40s", "x-ratelimit-remaining-tokens": "0",
+      "x-ratelimit-remaining-requests": "12"}, None, 40.0),
+    # ... else the sooner reset, never the far-off one
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}, None, 1.0),
+    # bounded: a six-hour reset waits ten minutes at most
+    ({"x-ratelimit-reset-tokens": "6h0m0s"}, "tokens", 600.0),
+    ({"retry-after": "86400"}, None, 600.0),
+    ({"x-ratelimit-reset-tokens": "soon"}, "tokens", None),
+    ({}, "requests", None),
+])
+def test_the_hint_that_concerns_the_refused_request(headers: dict[str, str], limit: str | None,
+                                                    expected: float | None) -> None:
+    assert retry_hints.rate_limit_delay(headers, limit, now=NOW) == expected

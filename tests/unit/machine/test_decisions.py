@@ -69,7 +69,9 @@ def assert_allowed(j: Job, d: Decision, *, operator: bool = False) -> None:
 
 RNG = random.Random(7)
 IN_FLIGHT = job(State.CREATE_IN_FLIGHT, generation_attempts=2, retry_count=1)
-POLLING = job(State.IN_PROGRESS, generation_attempts=1, response_id="resp_1", poll_count=4, retry_count=2)
+# Its own create's response: the scope it was created under is recorded (`after_create`).
+POLLING = job(State.IN_PROGRESS, generation_attempts=1, response_id="resp_1", poll_count=4, retry_count=2,
+              create_scope="org=- project=- key=0000000000000000")
 GOOD = json.dumps({"en": {"title": "Daily Brief", "summary": "Today.", "items": [{"headline": "H", "summary": "S",
                                      "sources": [{"title": "R", "url": "https://reuters.com/a"}]}]}})
 
@@ -447,16 +449,32 @@ def test_a_404_under_another_scope_is_not_evidence_of_loss() -> None:
                              in_scope=codes.same_scope(keyed.create_scope or "",
                                                        "org=- project=- key=ffffffffffffffff"))
     assert d.reason == Reason.SCOPE_MISMATCH
-    # A job from before scopes were recorded: loss confirmation as before.
-    d = decisions.after_poll(POLLING, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=SCOPE_B)
-    assert d.reason == Reason.LOSS_CONFIRMED
+    # A response whose scope is not known (taken over, or from before scopes were recorded):
+    # suspected as usual, but never a loss: it parks with the facts.
+    unknown = replace(POLLING, create_scope=None)
+    d = decisions.after_poll(unknown, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=1, scope=SCOPE_B)
+    assert d.reason == Reason.LOSS_SUSPECTED
+    d = decisions.after_poll(unknown, Missing("HTTP 404"), S, RNG, loss=LOSS, suspected_reads=2, scope=SCOPE_B)
+    assert d.to == State.QUARANTINED and d.changes["quarantine_reason"] == Reason.SCOPE_UNKNOWN.value
+    assert d.detail["read_under"] == SCOPE_B and d.detail["response_id"] == "resp_1" and d.detail["read"] == 3
+    assert "not taken as a loss" in d.changes["last_error"] and "--verified-lost" in d.changes["last_error"]
+    assert_allowed(unknown, d)
+
+
+def test_a_taken_over_response_records_its_scope_at_its_first_successful_read() -> None:
+    unknown = replace(POLLING, create_scope=None)
+    for seen in (observed("in_progress"), observed("completed", GOOD), observed("failed", error_code="server_error")):
+        d = decisions.after_poll(unknown, seen, S, RNG, loss=LOSS, scope=SCOPE_A)
+        assert d.changes["create_scope"] == SCOPE_A, seen.status
+    # a recorded scope is never replaced by a read
+    assert "create_scope" not in decisions.after_poll(POLLING, observed("in_progress"), S, RNG, scope=SCOPE_A).changes
 
 
 @pytest.mark.parametrize(("seen", "end", "parked"), [
     (observed("incomplete", '{"en": {"title": "T', incomplete_reason="max_output_tokens"), "max_output_tokens",
      Reason.OUTPUT_CAP_REACHED),
     (observed("completed", refusal="I can't help with that."), "refusal", Reason.PROVIDER_REFUSED),
-    (observed("incomplete", '{"en"', incomplete_reason="content_filter"), None, None),
+    (observed("incomplete", '{"en"', incomplete_reason="content_filter"), "content_filter", Reason.CONTENT_FILTERED),
     (observed("completed", GOOD), None, None),
 ])
 def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: str | None,
@@ -473,8 +491,23 @@ def test_custody_first_then_a_cut_or_refused_answer_parks(seen: Observed, end: s
         return
     assert p is not None and p.to == State.QUARANTINED and p.changes["quarantine_reason"] == parked.value
     assert_allowed(stored, p)
-    if parked == Reason.OUTPUT_CAP_REACHED:
+    if parked == Reason.CONTENT_FILTERED:
+        assert "content filter stopped the response resp_1" in p.changes["last_error"]
+        assert "change 'daily-brief''s prompt" in p.changes["last_error"]
+    elif parked == Reason.OUTPUT_CAP_REACHED:
         assert f"max_output_tokens ({PRODUCT.output_token_cap()})" in p.changes["last_error"]
         assert "max_output_tokens for 'daily-brief'" in p.changes["last_error"]
     else:
         assert "I can't help with that." in p.changes["last_error"] and p.detail["refusal"] == seen.refusal
+
+
+def test_a_link_or_an_auto_link_records_where_the_response_was_just_read() -> None:
+    parked = job(State.QUARANTINED, generation_attempts=1, quarantine_reason=Reason.CREATE_OUTCOME_UNKNOWN.value,
+                 create_scope=SCOPE_B, config_fingerprint="f" * 64)
+    seen = observed("in_progress", metadata={"iipub_job_id": parked.id})
+    assert remedies.link(parked, seen, "al", "why", scope=SCOPE_A).changes["create_scope"] == SCOPE_A
+    assert remedies.link(parked, seen, "al", "why").changes["create_scope"] is None  # unknown: not the old one
+    proven = observed("completed", GOOD, metadata={"iipub_job_id": parked.id, "iipub_attempt": "1",
+                                                  "iipub_fingerprint": "f" * 64})
+    d = decisions.auto_link(parked, proven, via="webhook", scope=SCOPE_A)
+    assert d is not None and d.changes["create_scope"] == SCOPE_A

@@ -45,6 +45,7 @@ NEVER_PAYS = {
     "webhook serve",  # a delivery never creates (`run_context.for_delivery`: no create pieces)
     "webhook test-delivery",
     "quarantine show", "config show", "config accept", "init",
+    "doctor",  # the free models endpoint only (`Provider.look_up`); sizes creates without sending one
     "withdraw", "correct",  # compensating events through the outbox; `correct` takes the operator's file only
 }
 

@@ -41,7 +41,8 @@ from iipub.settings.config import Product, ProviderSettings
 
 PRODUCT = Product(name="daily-brief", prompt="Write the brief.", items=3, languages=("en", "es"))
 REQ = CreateRequest("job-1", PRODUCT, dt.date(2026, 12, 1), 1, "f" * 64, installation="inst-1")
-INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close", "reaches", "stage_of"}
+INTERFACE = {"create", "retrieve", "cancel", "delete", "until", "ready", "close", "reaches", "stage_of", "look_up",
+             "requested_tokens"}
 
 # The structural check: mypy accepts these only if each class implements the whole interface.
 ADAPTER_IS_A_PROVIDER: type[Provider] = OpenAIAdapter
@@ -270,3 +271,19 @@ def test_the_provider_holds_what_it_is_given_and_forgets_it() -> None:
     assert isinstance(read, Observed) and read.metadata == {"iipub_job_id": "job-9"} and read.output_text == "{}"
     fake.forget("resp_legacy")
     assert isinstance(fake.retrieve("resp_legacy"), Missing) and fake.held_ids == []
+
+
+def test_under_a_lifecycle_a_response_moves_on_by_itself_and_completes_with_its_edition() -> None:
+    fake = FakeProvider(lifecycle=(0.2, 60.0))
+    created = fake.create(REQ)
+    assert isinstance(created, Accepted)
+    first = fake.retrieve(created.response_id)
+    assert isinstance(first, Observed) and first.stage is Stage.WAITING
+    time.sleep(0.25)
+    running = fake.retrieve(created.response_id)
+    assert isinstance(running, Observed) and running.stage is Stage.RUNNING
+    quick = FakeProvider(lifecycle=(0.0, 0.0))
+    made = quick.create(REQ)
+    assert isinstance(made, Accepted)
+    done = quick.retrieve(made.response_id)
+    assert isinstance(done, Observed) and done.finished and validate.validate(done.output_text or "", PRODUCT).ok

@@ -86,7 +86,7 @@ class Stored:
     def natural_end(self) -> str:
         if not self.faults.isdisjoint(f.FAIL_CODES):
             return "failed"
-        if f.INCOMPLETE in self.faults:
+        if f.INCOMPLETE in self.faults or f.CONTENT_FILTER in self.faults:
             return "incomplete"
         return "completed"
 
@@ -190,7 +190,17 @@ class Backend:
         stored_retention_seconds: float = 30 * 86_400.0,
         zdr: bool = False,
         key_projects: Mapping[str, str] | None = None,
+        no_access_models: tuple[str, ...] = (),
+        unknown_models: tuple[str, ...] = (),
+        tokens_per_minute: int | None = None,
     ) -> None:
+        # The account: models its projects may not use (403 on a create and on the models
+        # endpoint), models that do not exist (404), and the organization's tokens-per-minute
+        # limit (a create asking more than it, input and max_output_tokens together, is 429
+        # "Request too large", every time). Model names are compared case-insensitively.
+        self.no_access_models = frozenset(m.lower() for m in no_access_models)
+        self.unknown_models = frozenset(m.lower() for m in unknown_models)
+        self.tokens_per_minute = tokens_per_minute
         # Which project each API key belongs to (a key not listed: the default project); a
         # request naming OpenAI-Project / OpenAI-Organization acts there instead.
         self.key_projects = dict(key_projects or {})
@@ -291,13 +301,18 @@ class Backend:
                     "keys": sorted(req), "model": req.get("model"), "temperature": req.get("temperature"),
                     "max_output_tokens": req.get("max_output_tokens"), "reasoning": req.get("reasoning"),
                     "service_tier": req.get("service_tier")})
+        metadata = req.get("metadata") or {}
+        metadata_job = metadata.get("iipub_job_id")
+        with self._lock:
+            refused_for_account = self._account_refusal("create", req, scope, metadata_job)
+        if refused_for_account is not None:
+            return refused_for_account
         param_refusal = params.refusal(req)  # what the real API refuses for this model (nothing is created)
         if param_refusal is not None:
             message, code, param = param_refusal
             with self._lock:
                 self._stats.param_refused += 1
             return _error(400, message, "invalid_request_error", code=code, param=param)
-        metadata = req.get("metadata") or {}
         job_id = metadata.get("iipub_job_id")
         with self._lock:
             self._sweep_now_and_then()
@@ -337,6 +352,44 @@ class Backend:
                 self._stats.creates_by_job[job_id] += 1
             self._stats.create_metadata.append({str(k): str(v) for k, v in metadata.items()})
             return Reply(200, self._render(stored, now), _ok_headers(), delivery)
+
+    def model(self, model: str, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
+        """`GET /v1/models/{model}`: the SDK's `Model` (id, created, object, owned_by) for a model
+        the project may use; the account's 403 or 404 otherwise. Costs nothing."""
+        with self._lock:
+            refused = self._account_refusal("model", {"model": model}, scope, None)
+            if refused is not None:
+                return refused
+            refused = self._fire("model", None, (f.RATE_LIMIT, f.SERVER_ERROR, f.UNAUTHORIZED, f.RATE_LIMIT_REQUESTS,
+                                                 f.UNSUPPORTED_COUNTRY, f.SERVICE_UNAVAILABLE))
+            if refused is not None:
+                return refused
+        return Reply(200, {"id": model, "object": "model", "created": 1_754_000_000,
+                           "owned_by": "openai" if model.lower().startswith(("gpt-", "o")) else "system"},
+                     _ok_headers())
+
+    def _account_refusal(self, op: str, req: dict[str, Any], scope: tuple[str, str, str],
+                         job_id: str | None) -> Reply | None:
+        """What the account refuses before anything runs (under the lock): no access to the model,
+        a model that does not exist, a create over the tokens-per-minute limit; from the account's
+        options or a fault rule."""
+        model = str(req.get("model") or "")
+        fault = self.faults.take_first(op, job_id, (f.NO_MODEL_ACCESS, f.MODEL_NOT_FOUND, f.REQUEST_TOO_LARGE))
+        if fault is not None:
+            self._stats.faults_fired[fault] += 1
+        org, project = self._scope(scope)
+        if fault == f.NO_MODEL_ACCESS or model.lower() in self.no_access_models:
+            return no_model_access(model, project)
+        if fault == f.MODEL_NOT_FOUND or model.lower() in self.unknown_models:
+            return model_not_found(model)
+        if op != "create":
+            return None
+        requested = requested_tokens(req)
+        limit = self.tokens_per_minute
+        if fault == f.REQUEST_TOO_LARGE or (limit is not None and requested > limit):
+            return request_too_large(model, org, limit if limit is not None else min(30_000, requested - 1),
+                                     requested)
+        return None
 
     def retrieve(self, response_id: str, scope: tuple[str, str, str] = ("", "", "")) -> Reply:
         with self._lock:
@@ -461,6 +514,21 @@ class Backend:
             )
         if fault == f.SERVICE_UNAVAILABLE:
             return _error(503, "The server is overloaded or not ready yet.", "server_error")
+        if fault == f.RATE_LIMIT_REQUESTS:  # the request rate: its reset is near, the tokens' far off
+            return _error(429, "Rate limit reached for requests. Please try again in 1s.", "requests",
+                          code="rate_limit_exceeded",
+                          headers={"x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "0",
+                                   "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "12000"})
+        if fault == f.RATE_LIMIT_TOKENS:
+            return _error(429, (f"Rate limit reached for gpt-5-mini in organization {DEFAULT_ORGANIZATION} on tokens "
+                                "per min (TPM): Limit 30000, Used 29000, Requested 9000. Please try again in 6m0s. "
+                                "Visit https://platform.openai.com/account/rate-limits to learn more."), "tokens",
+                          code="rate_limit_exceeded",
+                          headers={"x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "499",
+                                   "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "0"})
+        if fault == f.UNSUPPORTED_COUNTRY:
+            return _error(403, "Country, region, or territory not supported", "request_forbidden",
+                          code="unsupported_country_region_territory")
         return _not_found(response_id)
 
     def _misreport(self, stored: Stored, job_id: str | None, now: float) -> str | None:
@@ -510,7 +578,8 @@ class Backend:
             "error": {"code": error_code, "message": _FAIL_MESSAGES.get(error_code, _FAIL_MESSAGES["server_error"])}
             if status == "failed"
             else None,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "incomplete_details": ({"reason": "content_filter" if f.CONTENT_FILTER in s.faults else "max_output_tokens"}
+                                   if status == "incomplete" else None),
             "instructions": req.get("instructions"),
             "max_output_tokens": req.get("max_output_tokens"),
             "model": req.get("model"),
@@ -550,7 +619,7 @@ def _flex_refusal(fault: str) -> Reply:
 
 # Faults that refuse a create (nothing created, nothing counted).
 _CREATE_REFUSING = (f.RATE_LIMIT, f.RATE_LIMIT_LONG, f.SERVER_ERROR, f.UNAUTHORIZED, f.QUOTA_EXHAUSTED,
-                    f.SERVICE_UNAVAILABLE)
+                    f.SERVICE_UNAVAILABLE, f.RATE_LIMIT_REQUESTS, f.RATE_LIMIT_TOKENS, f.UNSUPPORTED_COUNTRY)
 
 # The status each read fault shows.
 _SHOWN = {f.REPORT_CANCELLED: "cancelled", f.REPORT_FAILED: "failed", f.UNKNOWN_STATUS: f.UNKNOWN_STATUS_VALUE}
@@ -658,6 +727,36 @@ def _ok_headers() -> dict[str, str]:
         "x-ratelimit-remaining-tokens": "9990000",
         "x-ratelimit-reset-tokens": "0s",
     }
+
+
+def no_model_access(model: str, project: str) -> Reply:
+    """The 403 a project without access to `model` gets, on a create and on the models endpoint."""
+    return _error(403, f"Project `{project}` does not have access to model `{model}`", "invalid_request_error",
+                  code="model_not_found")
+
+
+def model_not_found(model: str) -> Reply:
+    return _error(404, f"The model `{model}` does not exist or you do not have access to it.",
+                  "invalid_request_error", code="model_not_found")
+
+
+def request_too_large(model: str, organization: str, limit: int, requested: int) -> Reply:
+    """The 429 a create larger than the organization's tokens-per-minute limit gets, every time
+    (waiting does not help: the request itself is over the limit)."""
+    return _error(429, (f"Request too large for {model} in organization {organization} on tokens per min (TPM): "
+                        f"Limit {limit}, Requested {requested}. The input or output tokens must be reduced in order "
+                        "to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more."),
+                  "tokens", code="rate_limit_exceeded",
+                  headers={"x-ratelimit-limit-tokens": str(limit), "x-ratelimit-remaining-tokens": str(limit),
+                           "x-ratelimit-reset-tokens": "0s", "x-ratelimit-reset-requests": "120ms"})
+
+
+def requested_tokens(req: dict[str, Any]) -> int:
+    """What the API counts a create as against the tokens-per-minute limit: its input (estimated
+    at four characters a token, the output schema included) and its `max_output_tokens`."""
+    text = json.dumps([req.get("instructions"), req.get("input"), req.get("text")], ensure_ascii=False)
+    cap = req.get("max_output_tokens")
+    return len(text) // 4 + (cap if isinstance(cap, int) and not isinstance(cap, bool) else 4096)
 
 
 def _not_found(response_id: str) -> Reply:

@@ -18,7 +18,7 @@ from typing import Any
 
 from iipub.core.errors import ConfigError
 
-OPS = ("create", "retrieve", "cancel", "delete")  # the API operations requests are counted by
+OPS = ("create", "retrieve", "cancel", "delete", "model")  # the API operations requests are counted by
 WEBHOOK_OP = "webhook"  # not a request the simulator receives: one it sends
 
 # Faults that decide how one HTTP exchange goes.
@@ -37,6 +37,20 @@ FLEX_UNAVAILABLE = "flex_unavailable"
 # Flex refusals in the other body shapes seen for "429 Resource Unavailable".
 FLEX_UNAVAILABLE_BARE = "flex_unavailable_bare"
 FLEX_UNAVAILABLE_OVERLOADED = "flex_unavailable_overloaded"
+# An account's limits, in the bodies OpenAI sends (quoted in public reports of real answers):
+# a project without access to the model (403 model_not_found, create and models endpoint alike),
+# a model that does not exist (404 model_not_found), a create larger than the organization's
+# tokens-per-minute limit (429 "Request too large", type tokens), a request-rate 429 whose tokens
+# reset is far off (the hint that concerns it is the requests one), a tokens-rate 429, and a
+# request from a country the API does not serve (403 request_forbidden).
+NO_MODEL_ACCESS = "no_model_access"
+MODEL_NOT_FOUND = "model_not_found"
+REQUEST_TOO_LARGE = "request_too_large"
+RATE_LIMIT_REQUESTS = "rate_limit_requests"
+RATE_LIMIT_TOKENS = "rate_limit_tokens"
+UNSUPPORTED_COUNTRY = "unsupported_country"
+ACCOUNT_FAULTS = (NO_MODEL_ACCESS, MODEL_NOT_FOUND, REQUEST_TOO_LARGE, RATE_LIMIT_REQUESTS, RATE_LIMIT_TOKENS,
+                  UNSUPPORTED_COUNTRY)
 # Read faults: a retrieve answers 200 with the response misreported; the response is unchanged.
 REPORT_CANCELLED = "report_cancelled"
 REPORT_FAILED = "report_failed"
@@ -56,17 +70,19 @@ EXCHANGE_FAULTS = (
     FLEX_UNAVAILABLE,
     FLEX_UNAVAILABLE_BARE,
     FLEX_UNAVAILABLE_OVERLOADED,
+    *ACCOUNT_FAULTS,
     *READ_FAULTS,
 )
 # Faults that answer without doing anything.
 REFUSING_FAULTS = (RATE_LIMIT, RATE_LIMIT_LONG, SERVER_ERROR, UNAUTHORIZED, NOT_FOUND, QUOTA_EXHAUSTED,
-                   SERVICE_UNAVAILABLE)
+                   SERVICE_UNAVAILABLE, RATE_LIMIT_REQUESTS, RATE_LIMIT_TOKENS, UNSUPPORTED_COUNTRY)
 # The status an `unknown_status` read reports: not one the API documents.
 UNKNOWN_STATUS_VALUE = "paused"
 
 # Faults bound to a response when it is created: they shape how it ends and what it says.
 FAIL = "fail"
 INCOMPLETE = "incomplete"
+CONTENT_FILTER = "content_filter"  # incomplete, `incomplete_details.reason` content_filter (the SDK's literal)
 MALFORMED_OUTPUT = "malformed_output"
 SCHEMA_BREAK = "schema_break"
 HALLUCINATED_URLS = "hallucinated_urls"
@@ -95,6 +111,7 @@ FAIL_CODES: dict[str, str] = {
 CONTENT_FAULTS = (
     FAIL,
     INCOMPLETE,
+    CONTENT_FILTER,
     MALFORMED_OUTPUT,
     SCHEMA_BREAK,
     HALLUCINATED_URLS,
@@ -142,6 +159,12 @@ ALLOWED_OPS: dict[str, tuple[str, ...]] = {
     FLEX_UNAVAILABLE: ("create",),
     FLEX_UNAVAILABLE_BARE: ("create",),
     FLEX_UNAVAILABLE_OVERLOADED: ("create",),
+    NO_MODEL_ACCESS: ("create", "model"),
+    MODEL_NOT_FOUND: ("create", "model"),
+    REQUEST_TOO_LARGE: ("create",),
+    RATE_LIMIT_REQUESTS: OPS,
+    RATE_LIMIT_TOKENS: ("create",),
+    UNSUPPORTED_COUNTRY: OPS,
     **dict.fromkeys(READ_FAULTS, ("retrieve",)),
     **dict.fromkeys(CONTENT_FAULTS, ("create",)),
     **dict.fromkeys(WEBHOOK_FAULTS, (WEBHOOK_OP,)),
@@ -160,11 +183,21 @@ DESCRIPTIONS: dict[str, str] = {
     SERVICE_UNAVAILABLE: "503 'The server is overloaded or not ready yet.'; nothing done",
     FLEX_UNAVAILABLE: "a create asking for service_tier flex answers 429 resource_unavailable (no flex capacity, "
     "not charged); other creates are unaffected",
+    NO_MODEL_ACCESS: "403 model_not_found 'Project `proj_…` does not have access to model `M`'; nothing done",
+    MODEL_NOT_FOUND: "404 model_not_found 'The model `M` does not exist or you do not have access to it.'",
+    REQUEST_TOO_LARGE: ("429 rate_limit_exceeded (type tokens) 'Request too large for M … on tokens per min (TPM): "
+                        "Limit 30000, Requested N.'; nothing done, and the same request is refused every time"),
+    RATE_LIMIT_REQUESTS: ("429 rate_limit_exceeded (type requests), x-ratelimit-reset-requests: 1s while "
+                          "x-ratelimit-reset-tokens: 6m0s, no retry-after; nothing done"),
+    RATE_LIMIT_TOKENS: ("429 rate_limit_exceeded (type tokens) 'Rate limit reached … on tokens per min', "
+                        "x-ratelimit-reset-tokens: 6m0s while x-ratelimit-reset-requests: 1s; nothing done"),
+    UNSUPPORTED_COUNTRY: "403 unsupported_country_region_territory (type request_forbidden); nothing done",
     REPORT_CANCELLED: "200 showing the response 'cancelled' (no output, no usage); it is unchanged",
     REPORT_FAILED: "200 showing the response 'failed' (server_error); it is unchanged",
     UNKNOWN_STATUS: f"200 showing the undocumented status {UNKNOWN_STATUS_VALUE!r}; the response is unchanged",
     FAIL: "the response ends 'failed' with server_error",
     INCOMPLETE: "the response ends 'incomplete' (max_output_tokens) with truncated output",
+    CONTENT_FILTER: "the response ends 'incomplete' (content_filter): the provider's content filter cut its output",
     MALFORMED_OUTPUT: "the output text is not JSON",
     SCHEMA_BREAK: "the output JSON lacks a language",
     HALLUCINATED_URLS: "sources point at localhost, private IPs, example.com, javascript:",

@@ -25,7 +25,11 @@ from typing import Any
 
 _REASONING = ("gpt-5", "o1", "o3", "o4")
 _CHAT = ("gpt-5-chat",)
-_EFFORTS = {"gpt-5.1": ("none", "low", "medium", "high"), "gpt-5.2": ("none", "low", "medium", "high", "xhigh"),
+_XHIGH = ("none", "low", "medium", "high", "xhigh")
+_EFFORTS = {"gpt-5.1": ("none", "low", "medium", "high"), "gpt-5.2": _XHIGH,
+            "gpt-5.1-codex": ("low", "medium", "high"), "gpt-5.1-codex-max": ("low", "medium", "high", "xhigh"),
+            "gpt-5.1-chat-latest": ("medium",), "gpt-5.2-chat-latest": ("medium",),
+            "gpt-5.2-pro": ("medium", "high", "xhigh"), "gpt-5.4": _XHIGH, "gpt-5.5": _XHIGH, "gpt-5.6": _XHIGH,
             "gpt-5-pro": ("high",), "gpt-5": ("minimal", "low", "medium", "high"), "o": ("low", "medium", "high")}
 
 
@@ -63,7 +67,7 @@ def _quoted(values: tuple[str, ...]) -> str:
 
 def refusal(req: dict[str, Any], *, legacy_sampling_message: bool = False) -> tuple[str, str | None, str] | None:
     """(message, code, param) of the 400 the real API answers this create with, or None."""
-    model = str(req.get("model") or "")
+    model = str(req.get("model") or "").lower()  # the API takes model names in any case
     if _reasons(model):
         for key in ("temperature", "top_p"):
             value = req.get(key)

@@ -5,6 +5,7 @@ Routes:
   GET    /v1/responses/{id}            retrieve
   POST   /v1/responses/{id}/cancel     cancel
   DELETE /v1/responses/{id}            delete
+  GET    /v1/models/{model}            model (the SDK's `Model`; the account's 403/404)
   /_sim/...                            control (faults, clock, stats, reset) for tests and demos
 
 With `webhook_url` set it also sends the signed webhooks OpenAI sends when a background
@@ -40,6 +41,7 @@ from iipub.provider.openai.simulator.webhooks import WebhookLog, WebhookSender, 
 log = structlog.get_logger("iipub.simulator")
 
 _RESPONSE_PATH = re.compile(r"^/v1/responses/([A-Za-z0-9_\-]{1,200})(/cancel)?$")
+_MODEL_PATH = re.compile(r"^/v1/models/([A-Za-z0-9_.:\-]{1,200})$")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,11 @@ class SimulatorOptions:
     # Output shapes every response is written in (`faults.OUTPUT_SHAPES`, e.g. the realistic mix
     # REALISTIC_OUTPUT: a reasoning item, commentary and final_answer phases, several parts).
     output_shapes: tuple[str, ...] = ()
+    # The account (`Backend`): models its projects may not use (403), models that do not exist
+    # (404), the organization's tokens-per-minute limit (a larger create: 429 Request too large).
+    no_access_models: tuple[str, ...] = ()
+    unknown_models: tuple[str, ...] = ()
+    tokens_per_minute: int | None = None
 
 
 # What a reasoning model's completed response looks like at the real API.
@@ -135,6 +142,9 @@ class Simulator:
             stored_retention_seconds=o.stored_retention_seconds,
             zdr=o.zdr,
             key_projects=dict(o.key_projects),
+            no_access_models=o.no_access_models,
+            unknown_models=o.unknown_models,
+            tokens_per_minute=o.tokens_per_minute,
         )
         self.stopping = threading.Event()
         self.webhook_log = WebhookLog()
@@ -373,14 +383,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         op, response_id = _route(method, path)
         if op is None:
-            known = path == "/v1/responses" or _RESPONSE_PATH.fullmatch(path)
+            known = path == "/v1/responses" or _RESPONSE_PATH.fullmatch(path) or _MODEL_PATH.fullmatch(path)
             status = 405 if known else 404
             self._send(error_reply(status, f"Unknown request URL: {method} {path}."))
             return
         backend = self.server.sim.backend
         backend.record_request(op, self.headers.get("x-stainless-retry-count"))
         auth = self.headers.get("authorization", "")
-        if op != "create" and response_id:
+        if op not in ("create", "model") and response_id:
             backend.record_call(op, response_id, auth[len("Bearer ") :].strip())
         # The scope of the request: responses are visible only where they were created.
         scope = (self.headers.get("openai-organization", "").strip(), self.headers.get("openai-project", "").strip(),
@@ -389,6 +399,8 @@ class _Handler(BaseHTTPRequestHandler):
             reply = error_reply(401, "You didn't provide an API key.", code="invalid_api_key")
         elif op == "create":
             reply = backend.create(body, scope)
+        elif op == "model":
+            reply = backend.model(response_id, scope)
         elif op == "retrieve":
             reply = backend.retrieve(response_id, scope)
         elif op == "cancel":
@@ -482,6 +494,9 @@ class _Handler(BaseHTTPRequestHandler):
 def _route(method: str, path: str) -> tuple[str | None, str]:
     if path == "/v1/responses":
         return ("create", "") if method == "POST" else (None, "")
+    model = _MODEL_PATH.fullmatch(path)
+    if model:
+        return ("model", model.group(1)) if method == "GET" else (None, "")
     m = _RESPONSE_PATH.fullmatch(path)
     if not m:
         return None, ""

@@ -100,3 +100,63 @@ def test_the_default_cap_is_held_to_what_the_model_takes() -> None:
     lowered = settings_from_dict({"models": {"gpt-5-mini": {"sampling": False, "max_output_tokens": 20_000}},
                                   "products": [PRODUCT]})
     assert lowered.products["daily-brief"].output_token_cap() == 20_000
+
+
+# The families the table must know (what each takes, what each refuses), as OpenAI documents them.
+_CURRENT = [
+    ("gpt-5.4", ("none", "low", "medium", "high", "xhigh"), ("minimal",)),
+    ("gpt-5.5", ("none", "low", "medium", "high", "xhigh"), ("minimal",)),
+    ("gpt-5.6-mini", ("none", "low", "medium", "high", "xhigh"), ("minimal",)),
+    ("gpt-5.1-codex-max", ("low", "medium", "high", "xhigh"), ("none",)),
+    ("gpt-5.1-codex", ("low", "medium", "high"), ("none", "xhigh")),
+    ("gpt-5.1-chat-latest", ("medium",), ("low", "high", "none")),
+    ("gpt-5.2-chat-latest", ("medium",), ("low", "high", "xhigh")),
+    ("gpt-5.2-pro", ("medium", "high", "xhigh"), ("low", "none")),
+]
+
+
+@pytest.mark.parametrize(("model", "takes", "refuses"), _CURRENT)
+def test_the_table_is_current_for_the_new_families(model: str, takes: tuple[str, ...],
+                                                   refuses: tuple[str, ...]) -> None:
+    """A valid configuration loads (gpt-5.5 with xhigh), an invalid one is refused at load in one
+    line (gpt-5.5 with minimal), and the simulator's own idea of the API agrees."""
+    from iipub.provider.openai.simulator import params
+
+    for effort in takes:
+        s = settings_from_dict({"products": [{**PRODUCT, "model": model, "reasoning_effort": effort}]})
+        assert s.products["daily-brief"].reasoning_effort == effort
+        assert params.refusal({"model": model, "reasoning": {"effort": effort}}) is None
+    for effort in refuses:
+        with pytest.raises(ConfigError, match=re.escape(f"reasoning_effort '{effort}' is refused by {model}")):
+            settings_from_dict({"products": [{**PRODUCT, "model": model, "reasoning_effort": effort}]})
+        assert params.refusal({"model": model, "reasoning": {"effort": effort}}) is not None
+
+
+def test_models_are_matched_case_insensitively() -> None:
+    found = models.rule_for("GPT-5.5")
+    assert found is not None and found[0] == "gpt-5.5*"
+    with pytest.raises(ConfigError, match=re.escape("reasoning_effort 'minimal' is refused by GPT-5.5")):
+        settings_from_dict({"products": [{**PRODUCT, "model": "GPT-5.5", "reasoning_effort": "minimal"}]})
+    # an operator's entry, in any case, governs the model in any case
+    s = settings_from_dict({"models": {"My-Model": {"sampling": True}},
+                            "products": [{**PRODUCT, "model": "my-model", "temperature": 0.3}]})
+    assert s.products["daily-brief"].temperature == 0.3
+
+
+def test_every_built_in_row_names_its_source_and_date() -> None:
+    for pattern, rule in models.BUILTIN.items():
+        assert rule.source and rule.source != "configuration", pattern
+        assert rule.checked is not None and dt.date.fromisoformat(rule.checked).year >= 2026, pattern
+    assert settings_from_dict({"models": {"mine": {"sampling": True}}}).models["mine"].source == "configuration"
+
+
+def test_an_unknown_model_loads_with_one_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    import structlog
+
+    with structlog.testing.capture_logs() as logs:
+        s = settings_from_dict({"products": [{**PRODUCT, "model": "acme-9", "reasoning_effort": "max"},
+                                             {"name": "watch", "prompt": "p", "model": "acme-9"}]})
+    assert s.products["daily-brief"].model == "acme-9"
+    warned = [entry for entry in logs if entry["event"] == "model_unknown"]
+    assert [w["model"] for w in warned] == ["acme-9"]  # once, for two products
+    assert warned[0]["log_level"] == "warning" and '[models."acme-9"]' in warned[0]["message"]

@@ -17,6 +17,7 @@ import httpx
 import pydantic
 import pytest
 import typing_extensions
+from openai.types import Model
 from openai.types.responses import Response, response_create_params
 from openai.types.shared import ErrorObject
 from openai.types.webhooks import (
@@ -96,7 +97,8 @@ def test_create_and_retrieve_in_each_status_conform(api: tuple[Simulator, httpx.
     sim.advance(10)
     done = conforms(client.get(f"/responses/{rid}").json())
     assert done.status == "completed" and json.loads(done.output_text).keys() == {"en", "es"}
-    for fault, status in (("incomplete", "incomplete"), ("fail", "failed"), ("fail_unknown_code", "failed")):
+    for fault, status in (("incomplete", "incomplete"), ("content_filter", "incomplete"), ("fail", "failed"),
+                          ("fail_unknown_code", "failed")):
         sim.add_faults([FaultRule("create", fault, times=1)])
         rid = create(client).json()["id"]
         sim.advance(25)
@@ -131,13 +133,52 @@ def test_cancel_and_delete_conform(api: tuple[Simulator, httpx.Client]) -> None:
 
 
 @pytest.mark.parametrize("fault", ["rate_limit", "rate_limit_long", "server_error", "unauthorized", "quota_exhausted",
-                                   "service_unavailable"])
+                                   "service_unavailable", "no_model_access", "model_not_found", "request_too_large",
+                                   "rate_limit_requests", "rate_limit_tokens", "unsupported_country"])
 def test_every_error_body_conforms(api: tuple[Simulator, httpx.Client], fault: str) -> None:
     sim, client = api
     sim.add_faults([FaultRule("create", fault, times=1)])
     answer = create(client)
     assert answer.status_code >= 400
     conforming_error(answer)
+
+
+def test_the_models_endpoint_answers_the_sdks_model(api: tuple[Simulator, httpx.Client]) -> None:
+    """`GET /v1/models/{model}` (what `iipub doctor` asks, free of charge): the SDK's `Model` for a
+    model the project may use; the 403 or 404 OpenAI answers for one it may not or that does not exist."""
+    sim, client = api
+    answer = client.get("/models/gpt-5-mini")
+    model = Model.model_validate(answer.json())
+    assert answer.status_code == 200 and unknown_fields(model) == [] and model.id == "gpt-5-mini"
+    assert model.object == "model" and set(answer.json()) == set(Model.model_fields)
+    no_access = "Project `proj_default` does not have access to model `gpt-5-mini`"
+    unknown = "The model `gpt-5-mini` does not exist or you do not have access to it."
+    for fault, status, words in (("no_model_access", 403, no_access), ("model_not_found", 404, unknown)):
+        sim.add_faults([FaultRule("model", fault, times=1)])
+        refused = client.get("/models/gpt-5-mini")
+        error = conforming_error(refused)
+        assert refused.status_code == status and error.code == "model_not_found" and error.message == words
+    assert sim.stats()["requests"]["model"] == 3 and sim.stats()["creates_total"] == 0
+
+
+def test_the_accounts_limits_answer_with_openais_bodies() -> None:
+    """The account's options: a model the project may not use, a model that does not exist, a
+    create over the organization's tokens-per-minute limit; nothing is created."""
+    options = SimulatorOptions(no_access_models=("gpt-4.1",), unknown_models=("gpt-9",), tokens_per_minute=30_000)
+    with Simulator(options) as sim, httpx.Client(base_url=sim.url, headers=KEY, timeout=10) as client:
+        forbidden = create(client, model="GPT-4.1")
+        assert forbidden.status_code == 403
+        assert conforming_error(forbidden).message == "Project `proj_default` does not have access to model `GPT-4.1`"
+        assert client.get("/models/gpt-4.1").status_code == 403
+        assert conforming_error(create(client, model="gpt-9")).code == "model_not_found"
+        assert client.get("/models/gpt-9").status_code == 404
+        too_large = create(client, max_output_tokens=37_600)
+        error = conforming_error(too_large)
+        assert too_large.status_code == 429 and error.type == "tokens" and error.code == "rate_limit_exceeded"
+        assert error.message.startswith("Request too large for gpt-5-mini in organization org_default on tokens per "
+                                        "min (TPM): Limit 30000, Requested ")
+        assert create(client, max_output_tokens=20_000).status_code == 200
+        assert sim.stats()["creates_total"] == 1
 
 
 @pytest.mark.parametrize("fault", ["flex_unavailable", "flex_unavailable_bare", "flex_unavailable_overloaded"])
