@@ -32,44 +32,6 @@ from iipub.settings import environment
 
 COMMANDS = ("reconcile", "relay")
 
-<<<<<<< HEAD
-=======
-# What each table contributes to the signature: aggregates that change with any insert, update or
-# delete a writer makes (a fenced write adds 1 to `version`; rows without one have times or ids
-# that move). Left out: `runs` (heartbeats, written by idle runs too), `wakeups` itself and
-# `disk_samples` (observation; the relay's row wakes it for the next sample). Every other table
-# must be named here (tests/unit/observe/test_wakeup.py checks it against the schema).
-SIGNED: tuple[tuple[str, str], ...] = (
-    ("jobs", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
-    ("tracks", "COUNT(*), SUM(version), MAX(updated_at), MAX(next_attempt_at), MAX(lease_expiry)"),
-    ("job_events", "COUNT(*), MAX(id)"),
-    ("editions", "COUNT(*), MAX(id)"),
-    ("outbox", "COUNT(*), MAX(id), SUM(version), SUM(attempts), COUNT(published_at), MAX(next_attempt_at)"),
-    ("outbox_deliveries", "COUNT(*), MAX(id), SUM(attempts), MAX(updated_at), COUNT(delivered_at), COUNT(parked_at)"),
-    ("clock", "COUNT(*), MAX(offset_us)"),
-    ("create_gate", "COUNT(*), MAX(version), MAX(updated_at), MAX(cooldown_until), MAX(probe_after)"),
-    ("gate_events", "COUNT(*), MAX(id)"),
-    ("republish_grants", "COUNT(*), MAX(granted_at)"),
-    ("webhook_deliveries", "COUNT(*), MAX(received_at), COUNT(settled_at), MAX(settled_at)"),
-    ("webhook_misses", "COUNT(*), MAX(noticed_at)"),
-    ("orphans", "COUNT(*), MAX(first_seen_at), COUNT(output_sha256), COUNT(remote_deleted_at)"),
-    ("orphan_details", "COUNT(*), COUNT(fate_at), MAX(fate_at)"),
-    ("installation", "COUNT(*), MAX(installation_id)"),
-    ("provider_deletes", "COUNT(*), MAX(id)"),
-    ("read_cooldown", "COUNT(*), MAX(until_at), MAX(set_at)"),
-    ("spend", "COUNT(*), MAX(id), MAX(updated_at)"),
-    ("spend_overrides", "COUNT(*), MAX(id)"),
-    ("spend_notes", "COUNT(*), MAX(noted_at)"),
-    ("product_holds", "COUNT(*), MAX(held_at), MAX(request_fingerprint)"),
-    ("model_holds", "COUNT(*), MAX(held_at), MAX(checked_at)"),
-    ("config_identity", "COUNT(*), MAX(id)"),
-    ("ledger_book", "COUNT(*), MAX(ledger_id), MAX(opened_at), MAX(base_spend_id)"),
-    ("schema_migrations", "COUNT(*), MAX(version)"),
-)
-# `edition_changes` is written only with an outbox row, in the same transaction: the outbox's signature sees it.
-UNSIGNED = frozenset({"runs", "wakeups", "disk_samples", "edition_changes"})
-
->>>>>>> main
 # Variables that change how a run reports or whether the check runs, not what a run does.
 _NOT_SETTINGS = ("IIPUB_TEST_", "IIPUB_LOG_", "IIPUB_WAKEUP_CHECK")
 # Where the default spend ledger lives without a configuration file (`loading.default_ledger_path`).

@@ -81,6 +81,7 @@ SIGNED: tuple[tuple[str, str, str], ...] = (
     ("read_cooldown", "COUNT(*), MAX(until_at), MAX(set_at)", ""),
     ("spend_notes", "COUNT(*), MAX(noted_at)", ""),
     ("product_holds", "COUNT(*), MAX(held_at), MAX(request_fingerprint)", ""),
+    ("model_holds", "COUNT(*), MAX(held_at), MAX(checked_at)", ""),
     ("ledger_book", "COUNT(*), MAX(ledger_id), MAX(opened_at), MAX(base_spend_id)", ""),
     ("schema_migrations", "COUNT(*), MAX(version)", ""),
 )

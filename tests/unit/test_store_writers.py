@@ -13,13 +13,8 @@ from iipub.store import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITES = {"insert", "update", "delete"}
-<<<<<<< HEAD
-# Moving under iipub/store/ (issue 45): the contract's named exceptions, and only these tables.
-MOVING = {"iipub/money/holds.py": {"product_holds", "gate_events"}}
-=======
-# Moving under iipub/store/ (issue 47): the contract's named exception, and only this table.
-MOVING = {"iipub/observe/wakeup_store.py": {"wakeups"}}
->>>>>>> main
+# Moving under iipub/store/: the contract's named exceptions (none left), and only these tables.
+MOVING: dict[str, set[str]] = {}
 
 
 def _table_of(node: ast.expr, names: dict[str, str]) -> str | None:
