@@ -269,11 +269,12 @@ def run_reconcilers(envs: Sequence[Mapping[str, str]], cwd: str | Path, timeout:
 
 
 def run_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                log: Path | None = None, timeout: float = 900) -> dict[str, Any]:
+                log: Path | None = None, timeout: float = 900, ok: Sequence[int] = (0,)) -> dict[str, Any]:
     """Start `cmd` cold, stderr appended to `log` (cron's `>> log 2>&1`), stdout kept; measure
     wall around it and, from `wait4`, its whole-process CPU (user + system, every thread). Peak
     RSS is its VmHWM, read while it runs: `wait4`'s ru_maxrss starts from this (larger) process's
-    RSS at the fork. The last stdout line, when it is JSON, is in `result`."""
+    RSS at the fork. The last stdout line, when it is JSON, is in `result`. An exit code not in
+    `ok` raises (a monitoring check's 1, 2 or 3 is its answer)."""
     with contextlib.ExitStack() as stack:
         err = stack.enter_context(open(log, "ab")) if log is not None else subprocess.DEVNULL
         out = stack.enter_context(tempfile.TemporaryFile())
@@ -300,7 +301,7 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd
     lines = text.strip().splitlines()
     with contextlib.suppress(ValueError, IndexError):
         m["result"] = json.loads(lines[-1])
-    if rc != 0:
+    if rc not in ok:
         raise RuntimeError(f"{list(cmd)[:3]} exited {rc}: {text[-2000:]}")
     return m
 

@@ -71,7 +71,7 @@ def loadavg() -> str:
 # -- the document ---------------------------------------------------------------------------
 
 SECTIONS = ("cli_tick", "idle_cost", "lifecycle", "idle_tick", "overlap", "relay_throughput", "webhook_load",
-            "flex_day")
+            "flex_day", "history")
 
 # The start of a new docs/benchmarks.md (written by hand once the file exists).
 DOC_HEADER = ROOT / "bench" / "notes" / "header.md"

@@ -293,17 +293,20 @@ pay_again_option = click.option(
 # -- what the cron commands share ------------------------------------------------
 
 
-def leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any) -> None:
+def leave_wakeup(engine: Engine, settings: Settings, command: str, report: Any, started: int) -> None:
     """What the next cron run's wake-up check compares with (`iipub.observe.wakeup`). A run that did
-    anything, or pings a URL each run, leaves "due": the next run is a full one."""
+    anything, or pings a URL each run, leaves "due": the next run is a full one. `started`: the
+    run's start (`wakeup_store.run_started`), taken before the settings were read."""
     from iipub.observe import wakeup_store
 
     busy = wakeup_store.did_work(report) or settings.monitoring.ping_url is not None
     if command == "reconcile":
-        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.reconcile_due(
-            engine, settings), future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.reconcile_due(engine, settings),
+                            future=wakeup_store.reconcile_future, idle_summary=wakeup_store.idle_report(report))
     else:
-        wakeup_store.record(engine, command, settings, busy=busy, due_now=lambda: wakeup_store.relay_due(engine),
+        wakeup_store.record(engine, command, settings, busy=busy, started_ns=started,
+                            due_now=lambda: wakeup_store.relay_due(engine),
                             future=wakeup_store.relay_future, idle_summary=wakeup_store.idle_report(report))
 
 

@@ -28,8 +28,9 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
     """
     from iipub.machine import sweep  # each cron command imports only its own machinery
     from iipub.model.jobs import new_worker_id
-    from iipub.observe import heartbeat
+    from iipub.observe import heartbeat, wakeup_store
 
+    started = wakeup_store.run_started()  # before the settings and the files they name are read
     settings = app.settings
     settings.require_api_key()
     if tick_seconds is not None or shadow:
@@ -50,7 +51,7 @@ def reconcile_command(app: App, tick_seconds: float | None, shadow: bool) -> Non
         report = sweep.run(settings, engine, worker=worker)
         run.summary = report.summary()
     if tick_seconds is None and not shadow:
-        leave_wakeup(engine, settings, "reconcile", report)
+        leave_wakeup(engine, settings, "reconcile", report, started)
     print_summary(run.summary)
 
 

@@ -22,9 +22,10 @@ def relay_command(app: App, prune: bool) -> None:
     mode ([reconcile] mode = "shadow") and under `pause --everything` it delivers nothing.
     """
     from iipub.model.jobs import new_worker_id
-    from iipub.observe import heartbeat
+    from iipub.observe import heartbeat, wakeup_store
     from iipub.publish import relay
 
+    started = wakeup_store.run_started()  # before the settings and the files they name are read
     settings = app.settings
     engine = app.engine()
     if prune:
@@ -43,7 +44,7 @@ def relay_command(app: App, prune: bool) -> None:
         report = relay.run(settings, engine, worker=worker)
         run.summary = dict(report.__dict__)
     _sample_disks(engine, settings)
-    leave_wakeup(engine, settings, "relay", report)
+    leave_wakeup(engine, settings, "relay", report, started)
     print_summary(run.summary)
 
 

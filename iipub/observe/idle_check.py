@@ -7,6 +7,12 @@ records the run's heartbeat (a `runs` row, as every run does), prints the run's 
 exits 0: an idle minute costs about what starting Python and two queries cost. Anything else
 (a command line it does not recognise, a URL it does not parse, a missing API key, a database
 error, something due) returns None and the full run goes on: the check fails open.
+
+Its SQL is `iipub.store.wakeup_sql`'s (plain text, every statement through an index, so its cost
+does not grow with history). It is the one module outside `iipub.store` that sends SQL, and the
+named exception to "SQL lives in the store": it runs those texts on the driver's own cursor
+because it must answer before SQLAlchemy (a third of an idle minute's CPU) or anything else loads;
+it sends nothing the store does not write out for it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 from iipub.observe import wakeup
 from iipub.settings import environment
+from iipub.store import wakeup_sql
 
 _GLOBAL_OPTIONS = ("--env-file", "--log-level", "--log-format")
 _COMMAND_OPTIONS = ("--log-level", "--log-format")
@@ -64,36 +71,40 @@ def _run(argv: list[str], started: float) -> int | None:
     url = _database_url()
     if url is None:
         return None
+    host = socket.gethostname()
+    cwd = os.getcwd()
     with _connect(url) as (family, placeholder, cursor, commit):
-        cursor.execute(wakeup.asleep_sql(family, placeholder), (command,))
+        cursor.execute(wakeup_sql.asleep_sql(family, placeholder),
+                       (command, wakeup.place(os.environ, cwd, host)))
         row = cursor.fetchone()
         if row is None or not row[5]:
-            return None
+            return None  # nothing recorded here, or due: nothing else is read
         files = wakeup.parse_files(row[3])
-        if files is None:
+        names = wakeup.parse_names(row[6])
+        if files is None or names is None:
             return None
-        cursor.execute("SELECT MAX(version) FROM schema_migrations")
-        if newest_migration(family) > str(cursor.fetchone()[0] or ""):
-            return None  # code newer than the schema: the full run says `db migrate` is pending
-        cursor.execute(wakeup.signature_sql(family))
-        signature = wakeup.digest(cursor.fetchone())
         recorded = wakeup.RecordedWakeup(signature=row[1], identity=row[2], files=files, idle_summary=row[4],
-                                   asleep=bool(row[5]))
-        if wakeup.why_awake(recorded, signature, wakeup.identity(os.environ, os.getcwd()),
-                            {path: file_mark(path) for path in files}) is not None:
+                                         asleep=bool(row[5]))
+
+        def signature() -> str:
+            cursor.execute(wakeup_sql.NEWEST_MIGRATION_SQL)
+            if newest_migration(family) > str(cursor.fetchone()[0] or ""):
+                return "migration pending"  # code newer than the schema: the full run says so
+            cursor.execute(wakeup_sql.signature_sql(family))
+            return wakeup.digest(cursor.fetchone())
+
+        if wakeup.why_awake(recorded, wakeup.identity(os.environ, cwd, names),
+                            lambda: {path: file_mark(path) for path in files}, signature) is not None:
             return None
         summary = json.loads(row[4])
         if not isinstance(summary, dict):
             return None
-        worker = f"{command}:{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+        worker = f"{command}:{host}:{os.getpid()}:{os.urandom(4).hex()}"
         summary = {**summary, "idle": True, "seconds": round(time.monotonic() - started, 3)}
         if "worker" in summary:
             summary["worker"] = worker
-        now = wakeup.now_sql(family)
-        cursor.execute(
-            f"INSERT INTO runs (command, host, pid, worker, started_at, finished_at, ok, summary) "
-            f"VALUES ({placeholder}, {placeholder}, {placeholder}, {placeholder}, {now}, {now}, 1, {placeholder})",
-            (command, socket.gethostname()[:255], os.getpid(), worker[:128], json.dumps(summary, sort_keys=True)))
+        cursor.execute(wakeup_sql.heartbeat_sql(family, placeholder),
+                       (command, host[:255], os.getpid(), worker[:128], json.dumps(summary, sort_keys=True)))
         commit()
     _report(command, worker, summary, level, fmt, row[0])
     return 0
@@ -144,15 +155,49 @@ def _database_url() -> str | None:
 Cursor = Any
 
 
+# The MySQL URL options the check passes to PyMySQL as the full run's engine does (SQLAlchemy's
+# PyMySQL dialect hands a URL's query to `pymysql.connect`); any other option is the full run's.
+_MYSQL_TEXT_OPTIONS = ("charset", "unix_socket", "ssl_ca", "ssl_cert", "ssl_key", "ssl_capath", "ssl_cipher",
+                       "read_default_file", "read_default_group", "init_command")
+# What the engine's own connection arguments set whatever the URL says (`db.make_engine`).
+_ENGINE_OWN = ("charset", "connect_timeout", "init_command")
+_MYSQL_INT_OPTIONS = ("connect_timeout", "read_timeout", "write_timeout")
+_MYSQL_FLAG_OPTIONS = ("ssl_check_hostname", "ssl_verify_cert", "ssl_verify_identity", "local_infile")
+
+
+def mysql_options(query: str) -> dict[str, Any]:
+    """A MySQL URL's query string as PyMySQL's arguments; ValueError for an option the check does
+    not know (the full run takes it)."""
+    from urllib.parse import parse_qsl
+
+    out: dict[str, Any] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=True):
+        if key in out:
+            raise ValueError(f"{key} given twice")
+        if key in _MYSQL_TEXT_OPTIONS:
+            out[key] = value
+        elif key in _MYSQL_INT_OPTIONS:
+            out[key] = int(value)
+        elif key in _MYSQL_FLAG_OPTIONS:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"{key}={value}")
+            out[key] = value.lower() in ("true", "1", "yes")
+        else:
+            raise ValueError(f"URL option {key} is the full run's")
+    return out
+
+
 @contextmanager
 def _connect(url: str) -> Iterator[tuple[str, str, Cursor, Callable[[], None]]]:
     """(dialect family, parameter placeholder, cursor, commit) for the URLs iipub takes; anything
-    unusual (query options, another driver) raises, and the full run deals with it."""
+    unusual (an unknown option, another driver) raises, and the full run deals with it."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if parts.query or parts.fragment:
-        raise ValueError("URL options are the full run's")
+    if parts.fragment:
+        raise ValueError("a URL fragment is the full run's")
     if scheme in ("sqlite", "sqlite+pysqlite"):
+        if parts.query:
+            raise ValueError("SQLite URL options are the full run's")
         path = url.split(":///", 1)[1] if ":///" in url else ""
         if not path or path.startswith((":memory:", "file:")) or not os.path.exists(path):
             raise ValueError("not a SQLite file")
@@ -174,13 +219,13 @@ def _connect(url: str) -> Iterator[tuple[str, str, Cursor, Callable[[], None]]]:
     backend, _, driver = scheme.partition("+")
     if backend not in ("mysql", "mariadb") or driver not in ("", "pymysql", "mysqldb"):
         raise ValueError("another database")
+    options = {k: v for k, v in mysql_options(parts.query).items() if k not in _ENGINE_OWN}
     from iipub.store import mysql_driver
 
     mysql = mysql_driver.connection_class()(
-        host=parts.hostname or "localhost", port=parts.port or 3306,
-        user=unquote(parts.username or ""), password=unquote(parts.password or ""),
-        database=unquote(parts.path.lstrip("/")), charset="utf8mb4", connect_timeout=10,
-        init_command="SET time_zone = '+00:00'", autocommit=True)
+        host=parts.hostname or "localhost", port=parts.port or 3306, user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""), database=unquote(parts.path.lstrip("/")), **options,
+        charset="utf8mb4", connect_timeout=10, init_command="SET time_zone = '+00:00'", autocommit=True)
     try:
         cur = mysql.cursor()
         yield "mysql", "%s", cur, mysql.commit

@@ -1,11 +1,15 @@
-"""The `wakeups` rows: what a full `reconcile` or `relay` run leaves for the next run's wake-up
-check (`idle_check`; the rule is `wakeup`).
+"""What a full `reconcile` or `relay` run leaves for the next run's wake-up check (`idle_check`;
+the rule is `wakeup`, the SQL `store.wakeup_sql` and `store.wakeups`).
 
-Recorded after every full run, in this order, so that nothing written meanwhile can be missed:
-the signature of the tables first, then whether anything is due now (the sweep's and the relay's
-own queries, not a copy of them), then the earliest future time anything falls due. A run that
-did any work, or finds anything due, records "due" (the next run is a full one). Recording never
-makes a run fail: a failure is a warning, and the row left behind no longer matches the tables.
+Recorded after every full run, in this order, so that nothing written meanwhile can be missed: the
+marks of the tables first, then whether anything is due now (the sweep's and the relay's own
+queries, not a copy of them), then the earliest future time anything falls due. A run that did any
+work, finds anything due, or saw a watched file change after it started (it may have loaded the file
+before the change) records "due", and computes nothing else: the next run is a full one. Under
+`IIPUB_WAKEUP_CHECK=off` nothing is recorded or computed. The row is the place's (`wakeup.place`:
+host, working directory, configuration), so several hosts on one database keep their own. Recording
+never makes a run fail: a failure is a warning, and the row left behind no longer matches the
+tables.
 """
 
 from __future__ import annotations
@@ -14,67 +18,100 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import socket
+import sys
+import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 import structlog
-from sqlalchemy.engine import Connection, Engine
 
-from iipub.model import states
 from iipub.observe import wakeup
-from iipub.observe.idle_check import file_mark
+from iipub.observe.idle_check import OFF_SWITCH, file_mark
 from iipub.settings.config import Settings
-from iipub.store import clock, db, tables
+from iipub.store import db, wakeups
+from iipub.store.handles import Engine
 
 log = structlog.get_logger("iipub.wakeup")
 
-wakeups = tables.wakeups
+# Cron starts its runs within a second or so of the minute; a full run's cap is brought forward
+# by this much so the cron minute a cap away finds it passed.
+_CRON_JITTER = dt.timedelta(seconds=5)
 
 
-def record(engine: Engine, command: str, settings: Settings, *, busy: bool,
-           due_now: Callable[[], bool], future: Callable[[Connection, Any], Iterable[Any]],
+def run_started() -> int:
+    """A run's start, on the clock the kernel stamps files' change times from (Linux's coarse
+    real-time clock, which lags the fine one by up to a tick: a write after this moment never
+    carries an earlier time, fine-grained or coarse); the recorder compares the watched files'
+    times with it. Elsewhere the fine clock, less the usual granularity of a file's time."""
+    if sys.platform.startswith("linux"):
+        return time.clock_gettime_ns(getattr(time, "CLOCK_REALTIME_COARSE", _LINUX_REALTIME_COARSE))
+    return time.time_ns() - 20_000_000
+
+
+_LINUX_REALTIME_COARSE = 5  # <linux/time.h>; Python's time module does not always name it
+
+
+def disabled() -> bool:
+    """`IIPUB_WAKEUP_CHECK=off`: every run is a full one, and none records anything."""
+    return os.environ.get(OFF_SWITCH, "").lower() in ("off", "0", "false", "no")
+
+
+def record(engine: Engine, command: str, settings: Settings, *, busy: bool, started_ns: int,
+           due_now: Callable[[], bool], future: Callable[[Engine], Iterable[Any]],
            idle_summary: Mapping[str, Any]) -> None:
-    """Leave `command`'s wake-up row (never raises)."""
+    """Leave `command`'s wake-up row for this place (never raises)."""
+    if disabled():
+        return
     try:
-        _record(engine, command, settings, busy, due_now, future, idle_summary)
+        _record(engine, command, settings, busy, started_ns, due_now, future, idle_summary)
     except Exception as exc:
         log.warning("wakeup_not_recorded", command=command, error=db.describe_error(exc))
 
 
-def _record(engine: Engine, command: str, settings: Settings, busy: bool, due_now: Callable[[], bool],
-            future: Callable[[Connection, Any], Iterable[Any]], idle_summary: Mapping[str, Any]) -> None:
+def _record(engine: Engine, command: str, settings: Settings, busy: bool, started_ns: int,
+            due_now: Callable[[], bool], future: Callable[[Engine], Iterable[Any]],
+            idle_summary: Mapping[str, Any]) -> None:
     cap = settings.reconcile.idle_check_max_seconds
-    with engine.connect() as conn:
-        sql = wakeup.signature_sql(db.dialect_family(conn))
-        signature = wakeup.digest(tuple(conn.exec_driver_sql(sql).one()))
-    next_at: dt.datetime | None = None
-    # One connection at a time: on SQLite each holds the write lock from its first statement.
-    if cap > 0 and not busy and not due_now():
-        with engine.connect() as conn:
-            now = clock.read_now(conn)
-            bounds = [now + dt.timedelta(seconds=cap), _next_midnight(now)]
-            bounds += [_naive(t) for t in future(conn, clock.now(conn)) if t is not None]
-        next_at = min(bounds)
+    host, cwd = socket.gethostname(), os.getcwd()
+    names = env_names(settings)
+    files = {p: file_mark(p) for p in watched_files(settings)}
     values: dict[str, Any] = {
-        "next_at": next_at, "signature": signature, "identity": wakeup.identity(os.environ, os.getcwd()),
-        "files": json.dumps({p: file_mark(p) for p in watched_files(settings)}, sort_keys=True),
-        "idle_summary": json.dumps(dict(idle_summary), sort_keys=True, default=str)}
-    with db.transaction(engine) as conn:
-        values["recorded_at"] = clock.now(conn)
-        if conn.execute(wakeups.update().where(wakeups.c.command == command).values(**values)).rowcount == 0:
-            conn.execute(wakeups.insert().values(command=command, **values))
+        "host": host[:255], "next_at": None, "signature": "",
+        "identity": wakeup.identity(os.environ, cwd, names), "env_names": json.dumps(names),
+        "files": json.dumps(files, sort_keys=True), "idle_summary": json.dumps(dict(idle_summary), sort_keys=True,
+                                                                                default=str)}
+    where = wakeup.place(os.environ, cwd, host)
+    if cap <= 0 or busy or changed_since(files, started_ns):
+        wakeups.write(engine, command, where, values)  # "due": nothing else computed
+        return
+    marks = wakeups.marks(engine)
+    # One connection at a time: on SQLite each holds the write lock from its first statement.
+    if not due_now():
+        now = wakeups.now(engine)
+        ran = dt.timedelta(microseconds=max(0, time.time_ns() - started_ns) // 1000)
+        bounds = [cap_bound(now - ran, cap), _next_midnight(now)]
+        bounds += [_naive(t) for t in future(engine) if t is not None]
+        values.update(next_at=min(bounds), signature=wakeup.digest(marks))
+    wakeups.write(engine, command, where, values)
 
 
-def forget(engine: Engine, command: str) -> None:
-    """The next run of `command` is a full one (never raises)."""
-    try:
-        with db.transaction(engine) as conn:
-            conn.execute(wakeups.update().where(wakeups.c.command == command).values(next_at=None))
-    except Exception as exc:
-        log.warning("wakeup_not_forgotten", command=command, error=db.describe_error(exc))
+def cap_bound(started: dt.datetime, cap: float) -> dt.datetime:
+    """The latest `next_at` the cap allows a run that started at `started` (database clock): the
+    cron minute a whole number of minutes within the cap after it runs in full. (`started + cap`
+    would let that minute's run, a second early by the clock, answer idle: a full run every cap
+    plus a minute.) A cap under a minute makes every run a full one."""
+    minutes = int(cap // 60)
+    return started + dt.timedelta(minutes=minutes) - _CRON_JITTER
+
+
+def changed_since(files: Mapping[str, wakeup.FileMark], started_ns: int) -> bool:
+    """Whether a watched file was written after the run started: the run may have loaded it
+    before the write, so the marks taken now must not stand for what it saw."""
+    return any(mark is not None and len(mark) >= 4 and max(mark[1], mark[3]) >= started_ns
+               for mark in files.values())
 
 
 def _next_midnight(now: dt.datetime) -> dt.datetime:
@@ -89,6 +126,32 @@ def _naive(value: Any) -> dt.datetime:
     return value.replace(tzinfo=None)
 
 
+def env_names(settings: Settings) -> list[str]:
+    """The environment variables the settings name (fields called `*_env`: a webhook sink's
+    `secret_env`), found by walking the settings so a new one counts without a change here."""
+    found: set[str] = set()
+    _walk_names(settings, found, depth=0)
+    return sorted(found)
+
+
+def _walk_names(value: Any, found: set[str], depth: int) -> None:
+    if depth > 4:
+        return
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if f.name.endswith("_env") and isinstance(item, str) and item:
+                found.add(item)
+            else:
+                _walk_names(item, found, depth + 1)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _walk_names(v, found, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _walk_names(v, found, depth + 1)
+
+
 def watched_files(settings: Settings) -> list[str]:
     """Files whose change may change what a run does: the configuration and its prompt files, and
     every path the settings name (the ledger and its copies, the legacy decisions file, the static
@@ -97,6 +160,8 @@ def watched_files(settings: Settings) -> list[str]:
     _walk(settings, found, depth=0)  # the configuration file itself is `settings.config_path`
     if settings.config_path is not None:
         found.update(_prompt_files(Path(settings.config_path)))
+    # The certificates the HTTP clients read (a file gone fails the full run's TLS set-up).
+    found.update(os.path.abspath(os.environ[n]) for n in wakeup.CERTIFICATE_VARIABLES if os.environ.get(n))
     return sorted(found)
 
 
@@ -134,41 +199,20 @@ def _prompt_files(config: Path) -> list[str]:
 # -- what falls due by time alone, per command --------------------------------------------------
 
 
-def reconcile_future(conn: Connection, now: Any) -> list[Any]:
+def reconcile_future(engine: Engine) -> list[Any]:
     """The earliest future time a job or track falls due, a lease ends, the custody watch reads a
     parked job, or a cool-down of the create gate or of reads ends."""
-    j, t, g, r = tables.jobs.c, tables.tracks.c, tables.create_gate.c, tables.read_cooldown.c
-    active = [s.value for s in states.ACTIVE]
-    track_active = [s.value for s in states.TRACK_ACTIVE]
-    q = sa.select(
-        sa.select(sa.func.min(j.next_attempt_at)).where(j.state.in_(active), j.next_attempt_at > now)
-        .scalar_subquery(),
-        sa.select(sa.func.min(j.lease_expiry)).where(j.lease_expiry > now).scalar_subquery(),
-        sa.select(sa.func.min(j.custody_watch_at)).where(j.custody_watch_at > now).scalar_subquery(),
-        sa.select(sa.func.min(t.next_attempt_at)).where(t.state.in_(track_active), t.next_attempt_at > now)
-        .scalar_subquery(),
-        sa.select(sa.func.min(t.lease_expiry)).where(t.lease_expiry > now).scalar_subquery(),
-        sa.select(sa.func.min(g.cooldown_until)).where(g.cooldown_until > now).scalar_subquery(),
-        sa.select(sa.func.min(g.probe_after)).where(g.probe_after > now).scalar_subquery(),
-        sa.select(sa.func.min(g.probe_expiry)).where(g.probe_expiry > now).scalar_subquery(),
-        sa.select(sa.func.min(r.until_at)).where(r.until_at > now).scalar_subquery(),
-    )
-    return list(conn.execute(q).one())
+    return wakeups.reconcile_future(engine)
 
 
-def relay_future(conn: Connection, now: Any) -> list[Any]:
-    """The earliest future time an unpublished outbox event falls due or its lease ends, or the
-    relay's next sample of the disks."""
+def relay_future(engine: Engine) -> list[Any]:
+    """The earliest future time an unpublished outbox event falls due or its lease ends, a saved
+    job's or track's lease ends (a relay killed holding it), or the relay's next sample of the disks."""
     from iipub.observe import disk_samples
 
-    o = tables.outbox.c
-    q = sa.select(
-        sa.select(sa.func.min(o.next_attempt_at)).where(o.published_at.is_(None), o.next_attempt_at > now)
-        .scalar_subquery(),
-        sa.select(sa.func.min(o.lease_expiry)).where(o.published_at.is_(None), o.lease_expiry > now)
-        .scalar_subquery(),
-    )
-    return [*conn.execute(q).one(), disk_samples.next_due(conn)]
+    with engine.connect() as conn:
+        sample = disk_samples.next_due(conn)
+    return [*wakeups.relay_future(engine), sample]
 
 
 _STANDING = ("shadow", "paused_everything", "held")

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from iipub.core.timefmt import naive_utc
-from iipub.model.states import CUSTODY_PENDING, DONE, POLL_REASONS, TRACKS_RUN_IN, State
+from iipub.core.timefmt import as_date, naive_utc
+from iipub.model.states import CUSTODY_PENDING, DONE, POLL_REASONS, TERMINAL, TRACK_STATES, TRACKS_RUN_IN, State
 from iipub.store import clock, tables
 
 jobs_table = tables.jobs
@@ -36,7 +36,7 @@ def live_jobs(conn: Connection) -> list[dict[str, Any]]:
             jobs_table.c.opens_at, jobs_table.c.created_at, jobs_table.c.state_entered_at, jobs_table.c.next_attempt_at,
             jobs_table.c.lease_expiry, jobs_table.c.quarantine_reason, jobs_table.c.is_backfill,
             jobs_table.c.kill_requested, jobs_table.c.last_error, jobs_table.c.create_scope]
-    q = sa.select(*cols).where(jobs_table.c.state != State.DELETED.value)
+    q = sa.select(*cols).where(jobs_table.c.state.in_(sorted(s.value for s in set(State) - TERMINAL)))  # the due index
     return [dict(r) for r in conn.execute(q).mappings()]
 
 
@@ -69,33 +69,35 @@ def last_reason(conn: Connection, job_id: str) -> str | None:
     return last
 
 
-def first_dispatches(conn: Connection, cutoff: Any) -> list[Any]:
+class FirstDispatch(NamedTuple):
+    """A job dispatched in a window: when its slot opened and its first CREATE_IN_FLIGHT ever."""
+
+    opens_at: Any
+    created_at: Any
+    first_at: Any
+
+
+def first_dispatches(conn: Connection, cutoff: Any) -> list[FirstDispatch]:
     """(opens_at, created_at, first_at) of each non-backfill job dispatched since `cutoff`,
-    `first_at` its first CREATE_IN_FLIGHT ever (older than `cutoff` for a re-dispatch)."""
-    cif = State.CREATE_IN_FLIGHT.value
-    recent = sa.select(events_table.c.job_id).where(events_table.c.to_state == cif, events_table.c.at >= cutoff)
-    first = (
-        sa.select(events_table.c.job_id, sa.func.min(events_table.c.at).label("first_at"))
-        .where(events_table.c.to_state == cif, events_table.c.job_id.in_(recent))
-        .group_by(events_table.c.job_id)
-        .subquery()
-    )
-    return list(conn.execute(
-        sa.select(jobs_table.c.opens_at, jobs_table.c.created_at, first.c.first_at)
-        .join(first, first.c.job_id == jobs_table.c.id)
-        .where(jobs_table.c.is_backfill == sa.false())
-    ).all())
-
-
-def first_dispatches_since(conn: Connection, since: Any) -> list[Any]:
-    """(opens_at, created_at, first_at) of each non-backfill job first dispatched since `since`."""
+    `first_at` its first CREATE_IN_FLIGHT ever (older than `cutoff` for a re-dispatch): the
+    window's journal by the `at` index, then those jobs' own entries by the job index, never
+    every dispatch of the history."""
     cif = State.CREATE_IN_FLIGHT.value
     e, j = events_table.c, jobs_table.c
-    recent = sa.select(e.job_id).where(e.to_state == cif, e.at >= since)  # by the `at` index, not all time
-    first = (sa.select(e.job_id, sa.func.min(e.at).label("first_at")).where(e.to_state == cif, e.job_id.in_(recent))
-             .group_by(e.job_id).having(sa.func.min(e.at) >= since).subquery())
-    return list(conn.execute(sa.select(j.opens_at, j.created_at, first.c.first_at)
-                             .join(first, first.c.job_id == j.id).where(j.is_backfill == sa.false())).all())
+    recent = list(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.at >= cutoff).distinct()).scalars())
+    if not recent:
+        return []
+    first = dict(conn.execute(sa.select(e.job_id, sa.func.min(e.at))
+                              .where(e.job_id.in_(recent), e.to_state == cif).group_by(e.job_id)).all())
+    jobs = conn.execute(sa.select(j.id, j.opens_at, j.created_at)
+                        .where(j.id.in_(recent), j.is_backfill == sa.false())).all()
+    return [FirstDispatch(r.opens_at, r.created_at, first[r.id]) for r in jobs if r.id in first]
+
+
+def first_dispatches_since(conn: Connection, since: Any) -> list[FirstDispatch]:
+    """(opens_at, created_at, first_at) of each non-backfill job first dispatched since `since`."""
+    start = naive_utc(conn.execute(sa.select(since)).scalar_one())
+    return [r for r in first_dispatches(conn, since) if naive_utc(r.first_at) >= start]
 
 
 def dispatched(conn: Connection, job_ids: Collection[str]) -> set[str]:
@@ -112,11 +114,11 @@ def dwell_events(conn: Connection, since: Any) -> list[tuple[str, str | None, st
     COMPLETED_NOT_RETRIEVED, and out of CREATE_IN_FLIGHT, since `since`, per job in order."""
     cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
     e = events_table.c
-    rows = conn.execute(
-        sa.select(e.job_id, e.from_state, e.to_state, e.at, e.detail)
+    # Put in order here: an ORDER BY leads SQLite to the job index and a scan of the whole journal.
+    rows = sorted(conn.execute(
+        sa.select(e.id, e.job_id, e.from_state, e.to_state, e.at, e.detail)
         .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
-        .order_by(e.job_id, e.id)
-    ).all()
+    ).all(), key=lambda r: (r.job_id, r.id))
     return [(r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows]
 
 
@@ -130,14 +132,18 @@ def poll_entries(conn: Connection, since: Any) -> list[Any]:
 
 def tokens_by_slot(conn: Connection, since: dt.date) -> list[tuple[str, Any, Any, Any, Any]]:
     """(product, edition date, input, output, total tokens) per slot since `since`, newest first."""
-    q = (
-        sa.select(jobs_table.c.product, jobs_table.c.edition_date, sa.func.sum(jobs_table.c.input_tokens),
-                  sa.func.sum(jobs_table.c.output_tokens), sa.func.sum(jobs_table.c.total_tokens))
-        .where(jobs_table.c.edition_date >= since)
-        .group_by(jobs_table.c.product, jobs_table.c.edition_date)
-        .order_by(jobs_table.c.edition_date.desc(), jobs_table.c.product)
-    )
-    return [(p, d, i, o, t) for p, d, i, o, t in conn.execute(q)]
+    j = jobs_table.c
+    # Summed here, not grouped in SQL: a GROUP BY leads SQLite to the slot key and a scan of every
+    # slot ever; the window's rows come by the edition-date index.
+    sums: dict[tuple[str, Any], list[int]] = {}
+    for p, d, i, o, t in conn.execute(sa.select(j.product, j.edition_date, j.input_tokens, j.output_tokens,
+                                                j.total_tokens).where(j.edition_date >= since)):
+        acc = sums.setdefault((p, d), [0, 0, 0])
+        acc[0] += int(i or 0)
+        acc[1] += int(o or 0)
+        acc[2] += int(t or 0)
+    newest_first = sorted(sums.items(), key=lambda kv: (-as_date(kv[0][1]).toordinal(), kv[0][0]))
+    return [(p, d, *acc) for (p, d), acc in newest_first]
 
 
 # -- tracks, editions and the outbox --------------------------------------------------------------
@@ -165,12 +171,12 @@ def track_counts(conn: Connection) -> list[Any]:
 def unfinished_tracks(conn: Connection) -> list[RowMapping]:
     """Every track not done yet, with its job's liveness columns."""
     t, j = tables.tracks.c, jobs_table.c
-    done = sorted(s.value for s in DONE)
+    unfinished = sorted(s.value for s in TRACK_STATES - DONE)  # listed, so the due index is read
     return list(conn.execute(
         sa.select(t.job_id, t.product, t.edition_date, t.lang, t.state, t.quarantine_reason, t.last_error,
                   t.state_entered_at, j.state.label("job_state"), j.opens_at, j.created_at.label("job_created_at"),
                   j.kill_requested)
-        .join(jobs_table, j.id == t.job_id).where(t.state.not_in(done))
+        .join(jobs_table, j.id == t.job_id).where(t.state.in_(unfinished))
     ).mappings().all())
 
 

@@ -94,6 +94,8 @@ jobs = sa.Table(
     sa.UniqueConstraint("product", "edition_date", name="uq_jobs_slot"),
     sa.Index("ix_jobs_due", "state", "next_attempt_at"),
     sa.Index("ix_jobs_response", "response_id"),
+    sa.Index("ix_jobs_edition_date", "edition_date"),
+    sa.Index("ix_jobs_product_state", "product", "state"),
 )
 
 job_events = sa.Table(
@@ -144,6 +146,7 @@ tracks = sa.Table(
     sa.UniqueConstraint("product", "edition_date", "lang", name="uq_tracks_slot_lang"),
     sa.UniqueConstraint("job_id", "lang", name="uq_tracks_job_lang"),
     sa.Index("ix_tracks_due", "state", "next_attempt_at"),
+    sa.Index("ix_tracks_product_lang_state", "product", "lang", "state"),
 )
 
 editions = sa.Table(
@@ -223,6 +226,8 @@ outbox_deliveries = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("updated_at", Time, nullable=False),
     sa.UniqueConstraint("event_id", "sink", name="uq_deliveries_event_sink"),
+    sa.Index("ix_outbox_deliveries_updated", "updated_at"),
+    sa.Index("ix_outbox_deliveries_parked", "parked_at"),
 )
 
 clock = sa.Table(
@@ -294,6 +299,8 @@ webhook_deliveries = sa.Table(
     sa.Index("ix_webhook_deliveries_received", "received_at"),
     sa.Index("ix_webhook_deliveries_response", "response_id"),
     sa.Index("ix_webhook_deliveries_outcome", "outcome"),
+    sa.Index("ix_webhook_deliveries_settled", "settled_at"),
+    sa.Index("ix_webhook_deliveries_type", "event_type", "received_at"),
 )
 
 webhook_misses = sa.Table(
@@ -440,9 +447,14 @@ wakeups = sa.Table(
     "wakeups",
     metadata,
     sa.Column("command", sa.String(16), primary_key=True),
+    # Per place (host, working directory, configuration): several hosts on one database each
+    # keep their own idle minutes.
+    sa.Column("place", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
     sa.Column("next_at", Time),
     sa.Column("signature", sa.String(64), nullable=False),
     sa.Column("identity", sa.String(64), nullable=False),
+    sa.Column("env_names", sa.Text, nullable=False),
     sa.Column("files", sa.Text, nullable=False),
     sa.Column("idle_summary", sa.Text, nullable=False),
     sa.Column("recorded_at", Time, nullable=False),
@@ -472,6 +484,8 @@ spend = sa.Table(
     sa.Index("ix_spend_paid", "paid_at"),
     sa.Index("ix_spend_job", "job_id", "attempt"),
     sa.Index("ix_spend_state", "state"),
+    sa.Index("ix_spend_updated", "updated_at"),
+    sa.Index("ix_spend_ledger_state", "ledger_id", "state"),
 )
 
 spend_overrides = sa.Table(

@@ -13,8 +13,8 @@ from iipub.store import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITES = {"insert", "update", "delete"}
-# Moving under iipub/store/ (issue 47): the contract's named exception, and only this table.
-MOVING = {"iipub/observe/wakeup_store.py": {"wakeups"}}
+# Moving under iipub/store/: the contract's named exceptions (none left), and only these tables.
+MOVING: dict[str, set[str]] = {}
 
 
 def _table_of(node: ast.expr, names: dict[str, str]) -> str | None:

@@ -4,6 +4,7 @@ watched file, time reaching the next due moment) makes the next run a full one."
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import io
@@ -33,6 +34,14 @@ from tests.support.settings import ledger_file_of, sim_env
 def _with_reconcile(tmp_path: Path, line: str) -> None:
     cfg = tmp_path / "iipub.toml"
     cfg.write_text(cfg.read_text().replace("[reconcile]\n", f"[reconcile]\n{line}\n", 1))
+    settle_files()
+
+
+def settle_files() -> None:
+    """A file written within a clock tick (4 ms) before a full run starts counts as written during
+    it (file times come from the kernel's coarse clock): the run then records "due". Tests that
+    expect an idle answer right after let the tick pass."""
+    time.sleep(0.02)
 
 
 def _set_db_time(engine: sa.Engine, hour: int, minute: int = 0) -> None:
@@ -331,3 +340,162 @@ def test_a_key_the_full_run_refuses_is_not_answered_idle(engine: sa.Engine, env:
     broken = {**env, "OPENAI_API_KEY": bad_key}
     assert check(broken, tmp_path)[0] is None
     assert run_cli("reconcile", env=broken, cwd=tmp_path).returncode == 78
+
+
+# -- several places, edits during a run, leases, the environment, URLs (issue 47) --------------
+
+
+def _second_place(env: dict[str, str], tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """Another host on the same database, as this machine can stand for one: the same
+    configuration file, another working folder (a host's own files mark differently)."""
+    other = tmp_path / "second"
+    other.mkdir()
+    return dict(env), other
+
+
+def test_two_places_on_one_database_each_keep_their_idle_minutes(engine: sa.Engine, env: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    env2, cwd2 = _second_place(env, tmp_path)
+    for command in ("reconcile", "relay"):
+        full(env, tmp_path, command)
+        full(env2, cwd2, command)
+    for _ in range(3):  # minute after minute, neither wakes the other
+        for command in ("reconcile", "relay"):
+            assert check(env, tmp_path, command)[0] == 0, command
+            assert check(env2, cwd2, command)[0] == 0, command
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(tables.wakeups.c.command, tables.wakeups.c.place)).all()
+    assert len(rows) == 4 and len({place for _, place in rows}) == 2
+    # A write wakes both; each place's full run puts its own row back to sleep.
+    clock.advance_clock(engine, 1)
+    assert check(env, tmp_path)[0] is None and check(env2, cwd2)[0] is None
+    full(env, tmp_path)
+    full(env2, cwd2)
+    assert check(env, tmp_path)[0] == 0 and check(env2, cwd2)[0] == 0
+
+
+def test_a_file_written_after_the_run_started_records_due(engine: sa.Engine, env: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """The run loads its configuration at its start; marks taken at its end would stand for an
+    edit it never saw. A watched file written after the run started makes the row "due"."""
+    from iipub.observe import wakeup_store
+    from iipub.settings.loading import load_settings
+
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    with _environment(env, tmp_path):
+        started = wakeup_store.run_started()
+        settings = load_settings()  # what the run saw
+        cfg = tmp_path / "iipub.toml"
+        cfg.write_text(cfg.read_text() + "\n[relay]\nbatch_size = 7\n")  # the edit, during the run
+        wakeup_store.record(engine, "reconcile", settings, busy=False, started_ns=started, due_now=lambda: False,
+                            future=wakeup_store.reconcile_future, idle_summary={"leased": 0})
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(tables.wakeups).where(tables.wakeups.c.command == "reconcile")).mappings().one()
+    assert row["next_at"] is None and row["signature"] == ""  # due, and nothing computed for it
+    assert check(env, tmp_path)[0] is None
+    settle_files()
+    full(env, tmp_path)  # a run that starts after the edit sees it
+    assert check(env, tmp_path)[0] == 0
+
+
+def test_nothing_is_recorded_with_the_check_off(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
+    full({**env, "IIPUB_WAKEUP_CHECK": "off"}, tmp_path)
+    full({**env, "IIPUB_WAKEUP_CHECK": "off"}, tmp_path, "relay")
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(tables.wakeups)).scalar_one() == 0
+
+
+def test_the_cap_wakes_the_cron_minute_a_cap_after_the_run(engine: sa.Engine, env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """Cron starts at :00 and a full run ends a little later: `next_at` is before the cron minute
+    a cap after the run's start, so a full run comes at least every `idle_check_max_seconds`."""
+    _with_reconcile(tmp_path, "idle_check_max_seconds = 120")
+    with engine.connect() as conn:
+        before = clock.read_now(conn)
+    full(env, tmp_path)
+    with engine.connect() as conn:
+        next_at = conn.execute(sa.select(tables.wakeups.c.next_at)).scalar_one()
+    assert next_at is not None
+    assert next_at < before + dt.timedelta(seconds=120)
+    assert next_at > before + dt.timedelta(seconds=60)
+    clock.advance_clock(engine, 118)  # the cron minute two minutes on, a little early by the clock
+    full(env, tmp_path)  # (the clock's move is a write: put the row back to sleep first)
+    with engine.connect() as conn:
+        next_at = conn.execute(sa.select(tables.wakeups.c.next_at)).scalar_one()
+        now = clock.read_now(conn)
+    assert next_at <= now + dt.timedelta(seconds=120)
+
+
+def _saved_slot(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> str:
+    """Drive a real slot until its edition is saved (SAVED_NOT_PUBLIC, outbox rows written)."""
+    _set_db_time(engine, 6)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        full(env, tmp_path)
+        with engine.connect() as conn:
+            job_id = conn.execute(sa.select(tables.jobs.c.id).where(tables.jobs.c.state == "SAVED_NOT_PUBLIC")
+                                  .limit(1)).scalar()
+        if job_id is not None:
+            return str(job_id)
+        time.sleep(0.2)
+    raise AssertionError("no edition saved")
+
+
+def test_the_relay_wakes_when_a_killed_relays_lease_on_a_saved_job_ends(engine: sa.Engine, env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    from iipub.store.job_store import Store
+
+    job_id = _saved_slot(engine, env, tmp_path)
+    with engine.connect() as conn:
+        version = conn.execute(sa.select(tables.jobs.c.version).where(tables.jobs.c.id == job_id)).scalar_one()
+    killed = Store(engine, "relay:killed", 200).acquire_lease(job_id, version)  # and never lets go
+    assert killed is not None
+    for _ in range(4):  # deliver every event; the leased job cannot be published
+        if not full(env, tmp_path, "relay")["claimed"]:
+            break
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(tables.wakeups).where(tables.wakeups.c.command == "relay")).mappings().one()
+        job = conn.execute(sa.select(tables.jobs).where(tables.jobs.c.id == job_id)).mappings().one()
+    assert job["state"] == "SAVED_NOT_PUBLIC"
+    assert row["next_at"] is not None and row["next_at"] <= job["lease_expiry"], (row["next_at"], job["lease_expiry"])
+    clock.advance_clock(engine, 201)
+    assert check(env, tmp_path, "relay")[0] is None
+    full(env, tmp_path, "relay")
+    with engine.connect() as conn:
+        state = conn.execute(sa.select(tables.jobs.c.state).where(tables.jobs.c.id == job_id)).scalar_one()
+    assert state == "PUBLISHED"
+
+
+def test_the_variables_the_settings_name_and_the_network_ones_are_watched(engine: sa.Engine, env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    cfg = tmp_path / "iipub.toml"
+    cfg.write_text(cfg.read_text() + '\n[sinks.webhook]\nurl = "http://127.0.0.1:9/hook"\n'
+                   'secret_env = "CMS_HOOK_SECRET"\n')
+    settle_files()
+    env = {**env, "CMS_HOOK_SECRET": "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()}
+    full(env, tmp_path, "relay")
+    assert check(env, tmp_path, "relay")[0] == 0
+    unset = {k: v for k, v in env.items() if k != "CMS_HOOK_SECRET"}
+    assert check(unset, tmp_path, "relay")[0] is None
+    assert run_cli("relay", env=unset, cwd=tmp_path).returncode == 78  # what the idle answer would have hidden
+    for name, value in (("SSL_CERT_FILE", str(tmp_path / "no-such-ca.pem")), ("HTTPS_PROXY", "http://[bad"),
+                        ("https_proxy", "http://proxy:3128"), ("NO_PROXY", "example.org")):
+        assert check({**env, name: value}, tmp_path, "relay")[0] is None, name
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    with_ca = {**env, "REQUESTS_CA_BUNDLE": str(ca)}
+    settle_files()
+    full(with_ca, tmp_path, "relay")
+    assert check(with_ca, tmp_path, "relay")[0] == 0
+    ca.unlink()  # the certificate file the run read is gone
+    assert check(with_ca, tmp_path, "relay")[0] is None
+
+
+def test_a_mysql_url_with_options_is_answered(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
+    if not env["IIPUB_DATABASE_URL"].startswith("mysql"):
+        pytest.skip("URL options of MySQL/MariaDB")
+    env = {**env, "IIPUB_DATABASE_URL": env["IIPUB_DATABASE_URL"] + "?charset=utf8mb4&connect_timeout=5"}
+    full(env, tmp_path)
+    assert check(env, tmp_path)[0] == 0
+    assert check({**env, "IIPUB_DATABASE_URL": env["IIPUB_DATABASE_URL"] + "&x=1"}, tmp_path)[0] is None

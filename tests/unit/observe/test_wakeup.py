@@ -3,33 +3,39 @@ environment, the decision, and which command lines the check answers."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from iipub.observe import idle_check, wakeup
 from iipub.settings import config
-from iipub.store import tables
+from iipub.store import tables, wakeup_sql
 
 
 def test_every_table_is_signed_or_deliberately_left_out() -> None:
-    signed = {name for name, _ in wakeup.SIGNED}
-    assert len(signed) == len(wakeup.SIGNED), "a table named twice"
-    assert signed | wakeup.UNSIGNED == set(tables.metadata.tables), (
-        "a new table must be added to wakeup.SIGNED (its writes may make work due) or to UNSIGNED")
-    assert not signed & wakeup.UNSIGNED
+    signed = {name for name, _, _ in wakeup_sql.SIGNED}
+    assert len(wakeup_sql.SIGNED) == len(set(wakeup_sql.SIGNED)), "a part twice"
+    assert signed | wakeup_sql.UNSIGNED == set(tables.metadata.tables), (
+        "a new table must be added to wakeup_sql.SIGNED (its writes may make work due) or to UNSIGNED")
+    assert not signed & wakeup_sql.UNSIGNED
 
 
 def test_signed_columns_exist() -> None:
-    for name, aggregates in wakeup.SIGNED:
+    for name, aggregates, _ in wakeup_sql.SIGNED:
         table = tables.metadata.tables[name]
         for part in aggregates.split(", "):
             inner = part[part.index("(") + 1 : part.rindex(")")]
             assert inner == "*" or inner in table.c, f"{name}.{inner}"
 
 
-def test_the_due_states_are_the_machines() -> None:
+def test_the_due_and_live_states_are_the_machines() -> None:
     from iipub.model import states
 
-    assert set(wakeup.ACTIVE_STATES) == {s.value for s in states.ACTIVE}
-    assert set(wakeup.TRACK_ACTIVE_STATES) == {s.value for s in states.TRACK_ACTIVE}
-    assert set(wakeup.CUSTODY_WATCHED_STATES) == {s.value for s in states.CUSTODY_WATCHED}
+    assert set(wakeup_sql.ACTIVE_STATES) == {s.value for s in states.ACTIVE}
+    assert set(wakeup_sql.TRACK_ACTIVE_STATES) == {s.value for s in states.TRACK_ACTIVE}
+    assert set(wakeup_sql.CUSTODY_WATCHED_STATES) == {s.value for s in states.CUSTODY_WATCHED}
+    assert set(wakeup_sql.LIVE_JOB_STATES) == {s.value for s in set(states.State) - states.TERMINAL}
+    assert set(wakeup_sql.LIVE_TRACK_STATES) == {
+        s.value for s in states.TRACK_STATES - {states.State.PUBLISHED, states.State.DELETED}}
+    assert states.State.SAVED_NOT_PUBLIC.value == wakeup_sql.RELAY_STATE
 
 
 def test_identity_counts_secrets_only_as_set() -> None:
@@ -50,6 +56,54 @@ def test_identity_counts_secrets_only_as_set() -> None:
     assert "sk-one" not in same
 
 
+def test_identity_counts_the_variables_the_settings_name_and_the_network_ones() -> None:
+    base = {"OPENAI_API_KEY": "sk-one", "HOME": "/root"}
+    named = ["CMS_SIGNING_SECRET"]
+    same = wakeup.identity(base, "/srv", named)
+    assert wakeup.identity({**base, "CMS_SIGNING_SECRET": "s3cret"}, "/srv", named) != same  # set vs unset
+    with_secret = wakeup.identity({**base, "CMS_SIGNING_SECRET": "s3cret"}, "/srv", named)
+    assert wakeup.identity({**base, "CMS_SIGNING_SECRET": "other"}, "/srv", named) == with_secret  # only as set
+    assert wakeup.identity({**base, "CMS_SIGNING_SECRET": "s3cret"}, "/srv") == wakeup.identity(base, "/srv")
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                 "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        assert wakeup.identity({**base, name: "x"}, "/srv", named) != same, name
+    proxy = wakeup.identity({**base, "HTTPS_PROXY": "http://u:pw@proxy:3128"}, "/srv", named)
+    assert wakeup.identity({**base, "HTTPS_PROXY": "http://u:other@proxy:3128"}, "/srv", named) == proxy
+    assert wakeup.identity({**base, "HTTPS_PROXY": "http://u:pw@proxy:3129"}, "/srv", named) != proxy
+
+
+def test_a_place_is_a_host_a_folder_and_a_configuration() -> None:
+    one = wakeup.place({"IIPUB_CONFIG": "/etc/a.toml"}, "/srv", "web1")
+    assert wakeup.place({"IIPUB_CONFIG": "/etc/a.toml", "OPENAI_PROJECT_ID": "p"}, "/srv", "web1") == one
+    assert wakeup.place({"IIPUB_CONFIG": "/etc/a.toml"}, "/srv", "web2") != one
+    assert wakeup.place({"IIPUB_CONFIG": "/etc/b.toml"}, "/srv", "web1") != one
+    assert wakeup.place({"IIPUB_CONFIG": "/etc/a.toml"}, "/other", "web1") != one
+
+
+def test_the_cap_brings_the_cron_minute_a_cap_away_to_a_full_run() -> None:
+    import datetime as dt
+
+    from iipub.observe import wakeup_store
+
+    started = dt.datetime(2026, 1, 1, 12, 0, 0, 400_000)
+    bound = wakeup_store.cap_bound(started, 300)
+    assert bound < dt.datetime(2026, 1, 1, 12, 5, 0)  # the 12:05 run, even a second early, is full
+    assert bound > dt.datetime(2026, 1, 1, 12, 4, 1)  # the 12:04 run may still answer idle
+    assert wakeup_store.cap_bound(started, 30) < started  # under a minute: every run is full
+
+
+def test_the_check_reads_the_mysql_url_options_the_engine_reads() -> None:
+    import pytest
+
+    assert idle_check.mysql_options("charset=utf8mb4&unix_socket=/run/mysqld/mysqld.sock") == {
+        "charset": "utf8mb4", "unix_socket": "/run/mysqld/mysqld.sock"}
+    assert idle_check.mysql_options("connect_timeout=5&ssl_verify_cert=true") == {
+        "connect_timeout": 5, "ssl_verify_cert": True}
+    for bad in ("x=1", "connect_timeout=soon", "charset=a&charset=b", "ssl_verify_cert=maybe"):
+        with pytest.raises(ValueError, match=r"."):
+            idle_check.mysql_options(bad)
+
+
 def _recorded(**kw: object) -> wakeup.RecordedWakeup:
     values: dict[str, object] = {"signature": "s", "identity": "i", "files": {"/c": [1, 2, 3]},
                                  "idle_summary": "{}", "asleep": True}
@@ -59,14 +113,21 @@ def _recorded(**kw: object) -> wakeup.RecordedWakeup:
 
 def test_why_awake() -> None:
     files = {"/c": [1, 2, 3]}
-    assert wakeup.why_awake(_recorded(), "s", "i", files) is None
-    assert wakeup.why_awake(None, "s", "i", files) == "no wake-up recorded"
-    assert wakeup.why_awake(_recorded(asleep=False), "s", "i", files) == "due"
-    assert wakeup.why_awake(_recorded(), "t", "i", files) == "database changed"
-    assert wakeup.why_awake(_recorded(), "s", "j", files) == "environment changed"
-    assert wakeup.why_awake(_recorded(), "s", "i", {"/c": [1, 2, 4]}) == "files changed"
-    assert wakeup.why_awake(_recorded(), "s", "i", {"/c": None}) == "files changed"
-    assert wakeup.why_awake(_recorded(idle_summary=None), "s", "i", files) == "no idle summary"
+
+    def now(value: object) -> object:
+        return lambda: value
+
+    def never() -> Any:
+        raise AssertionError("read although an earlier comparison decided")
+
+    assert wakeup.why_awake(_recorded(), "i", now(files), now("s")) is None  # type: ignore[arg-type]
+    assert wakeup.why_awake(None, "i", never, never) == "no wake-up recorded"
+    assert wakeup.why_awake(_recorded(asleep=False), "i", never, never) == "due"
+    assert wakeup.why_awake(_recorded(), "j", never, never) == "environment changed"
+    assert wakeup.why_awake(_recorded(), "i", now({"/c": [1, 2, 4]}), never) == "files changed"  # type: ignore[arg-type]
+    assert wakeup.why_awake(_recorded(), "i", now({"/c": None}), never) == "files changed"  # type: ignore[arg-type]
+    assert wakeup.why_awake(_recorded(), "i", now(files), now("t")) == "database changed"  # type: ignore[arg-type]
+    assert wakeup.why_awake(_recorded(idle_summary=None), "i", never, never) == "no idle summary"
 
 
 def test_parse_files_refuses_what_the_recorder_does_not_write() -> None:
