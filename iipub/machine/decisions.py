@@ -168,17 +168,18 @@ def after_create(
     return quarantine(Reason.CREATE_OUTCOME_UNKNOWN, outcome.why)
 
 
-def in_flight_on_ledger(job: Job, spend: SlotSpend | None) -> Decision | None:
+def in_flight_on_ledger(job: Job, spend: SlotSpend | None, scope: str | None = None) -> Decision | None:
     """CREATE_IN_FLIGHT with an expired lease, but the spend ledger recorded this very attempt's
     create as accepted (the worker died after the answer, or the database was restored from a
-    backup taken mid-create): adopt that response, nothing paid again; None if it did not."""
+    backup taken mid-create): adopt that response, nothing paid again; None if it did not.
+    `scope` is this installation's (`Provider.scope`): the create was its own, sent from this very
+    job under its credentials, not a response taken over from elsewhere."""
     if (spend is None or spend.response_id is None or spend.response_attempt != job.generation_attempts
             or job.id not in spend.job_ids):
         return None
-    # Where that create was sent is not recorded: its first successful read records it.
     return Decision(State.ACCEPTED, Reason.RESTORED_ADOPTED,
                     changes={"response_id": spend.response_id, "poll_count": 0, "retry_count": 0, "last_error": None,
-                             "create_scope": None},
+                             "create_scope": scope},
                     detail={"response_id": spend.response_id, "attempt": job.generation_attempts, "attempts_added": 0,
                             "via": "ledger_outcome"},
                     delay=0)
@@ -568,7 +569,8 @@ def restored_behind_ledger(job: Job, spend: SlotSpend, ahead: Sequence[str] = ()
     return Decision(d.to, d.reason, {**d.changes, "response_id": spend.response_id}, d.detail, go_on=True)
 
 
-def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Transient | Rejected) -> Decision | None:
+def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Transient | Rejected,
+                   scope: str | None = None) -> Decision | None:
     """QUARANTINED restored_behind_ledger: adopt the ledger's response when the provider still
     has it and its metadata names this slot and config; None leaves the job for an operator."""
     if not isinstance(outcome, Observed) or spend.response_id is None:
@@ -583,7 +585,7 @@ def adopt_restored(job: Job, spend: SlotSpend, outcome: Observed | Missing | Tra
         return None
     changes: dict[str, Any] = {"response_id": spend.response_id, "generation_attempts": spend.charged,
                                "poll_count": 0, "retry_count": 0, "quarantine_reason": None, "last_error": None,
-                               "create_scope": None}  # recorded at its first successful read
+                               "create_scope": scope}  # this read succeeded under `scope`: where it lives
     if meta.get("iipub_fingerprint"):
         changes["config_fingerprint"] = meta["iipub_fingerprint"]
     return Decision(to, Reason.RESTORED_ADOPTED, changes,

@@ -370,7 +370,7 @@ def _adopt_from_ledger(ctx: RunContext, parked: Job, in_ledger: ledger.SlotSpend
         ctx.store.release(parked)
         return None
     outcome = ctx.provider.retrieve(in_ledger.response_id) if in_ledger.response_id else None
-    d = decisions.adopt_restored(parked, in_ledger, outcome) if outcome is not None else None
+    d = decisions.adopt_restored(parked, in_ledger, outcome, ctx.scope) if outcome is not None else None
     if d is None and not isinstance(outcome, (Transient, Rejected)):
         from iipub.money import restore
 
@@ -384,7 +384,7 @@ def _adopt_from_ledger(ctx: RunContext, parked: Job, in_ledger: ledger.SlotSpend
 def step_create_in_flight(ctx: RunContext, job: Job) -> Job:
     # We only ever lease this state when the previous owner's lease expired mid-POST.
     spend = ctx.ledger.spend(ledger.slot_of(job.product, job.edition_date.isoformat()))
-    return apply(ctx, job, decisions.in_flight_on_ledger(job, spend) or decisions.crashed_in_flight(job))
+    return apply(ctx, job, decisions.in_flight_on_ledger(job, spend, ctx.scope) or decisions.crashed_in_flight(job))
 
 
 def step_poll(ctx: RunContext, job: Job) -> Job | None:

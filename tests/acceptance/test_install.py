@@ -87,7 +87,11 @@ def test_every_line_of_the_crontab_init_writes_exits_0_under_cron(sim: Simulator
     code, _out, err = _init(root, "--provider-url", sim.url)
     assert code == 0, err
     layout = install.Layout(root)
-    # the one step README asks before the crontab: the database's schema (SQLite, the env file's)
+    # the steps README asks before the crontab: the project's key in place of the placeholder init
+    # writes (with it every create is held and `status --check` warns), then the database's schema
+    env_text = layout.env_file.read_text(encoding="utf-8")
+    assert "sk-CHANGE-ME" in env_text
+    layout.env_file.write_text(env_text.replace("sk-CHANGE-ME", "sk-test-installed"), encoding="utf-8")
     migrated = subprocess.run([*iipub_exe(), "--env-file", str(layout.env_file), "db", "migrate"],
                               env={"PATH": "/usr/bin:/bin", "HOME": str(root)}, capture_output=True, text=True,
                               timeout=120, check=False)
