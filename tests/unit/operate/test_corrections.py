@@ -32,6 +32,8 @@ def test_ids_are_uuid7_and_sort_as_their_times() -> None:
     same = [uuid7(t0) for _ in range(1000)]  # one millisecond: still in the order they were made
     assert same == sorted(same) and len(set(same)) == 1000
     assert all(uuid.UUID(i).version == 7 and uuid7_time(i) == t0 for i in same)
+    # an operator's prefix tells them apart: ids of one millisecond differ in their first 18 characters
+    assert len({i[:18] for i in same}) == len(same)
 
 
 def test_a_payload_from_before_corrections_is_a_first_publication() -> None:
