@@ -57,12 +57,7 @@ def withdraw(settings: Settings, engine: Engine, job_id: str, lang: str | None, 
              public_note: str | None = None) -> Taken:
     """Take the slot's public editions (or `lang`'s) off the site: `edition.withdrawn` to every
     sink. An edition already withdrawn is left as it is (reported in `unchanged`)."""
-    remedies.check_input(by, reason)
-    note = corrections.check_note(public_note)
-    store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
-    job = store.lookup(job_id)
-    editions = edition_changes.editions_of(engine, job.id)
-    chosen = corrections.targets(job, editions, lang, _languages(settings, job), "withdraw")
+    store, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "withdraw")
     unchanged = tuple(e.lang for e in chosen if e.status == EditionStatus.WITHDRAWN)
     todo = [e for e in chosen if e.status != EditionStatus.WITHDRAWN]
     if not todo:
@@ -83,12 +78,7 @@ def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, p
     corrected output read from `path` (checked and composed as a track's part is):
     `edition.corrected`, naming the sha256 it supersedes, to every sink. An edition whose
     correction is byte-identical to what is public is left as it is."""
-    remedies.check_input(by, reason)
-    note = corrections.check_note(public_note)
-    store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
-    job = store.lookup(job_id)
-    editions = edition_changes.editions_of(engine, job.id)
-    chosen = corrections.targets(job, editions, lang, _languages(settings, job), "correct")
+    store, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "correct")
     product = settings.products.get(job.product)
     text = _read(settings, path, max_output_bytes(product))
     artifacts = corrections.corrected_artifacts(job, product, text, [e.lang for e in chosen])
@@ -105,6 +95,18 @@ def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, p
         changes.append(EditionRevision(e.lang, revision, event_id, corrections.corrected_payload(
             job, e, revision, event_id, e.published_at, now, note, art), art))
     return _write(settings, engine, store, job, todo, changes, unchanged, "correct", reason, by, note)
+
+
+def _chosen(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
+            public_note: str | None, verb: str) -> tuple[Store, Job, list[SavedEdition], str | None]:
+    """What both commands check first: the operator's words, the slot, and the public editions
+    `verb` takes (one language or all), refused in one line before anything is written."""
+    remedies.check_input(by, reason)
+    note = corrections.check_note(public_note)
+    store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
+    job = store.lookup(job_id)
+    editions = edition_changes.editions_of(engine, job.id)
+    return store, job, corrections.targets(job, editions, lang, _languages(settings, job), verb), note
 
 
 def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: list[SavedEdition],
