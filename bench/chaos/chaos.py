@@ -69,6 +69,7 @@ API_KEY = "sk-chaos"
 BENCH = Path(__file__).resolve().parent
 PLAN = tomllib.loads((BENCH / "chaos_plan.toml").read_text(encoding="utf-8"))
 FAULT_PLAN: tuple[tuple[str, str, float, float], ...] = tuple(tuple(f) for f in PLAN["faults"])
+OPENING_FAULTS: tuple[tuple[str, str, int], ...] = tuple(tuple(f) for f in PLAN.get("opening", ()))
 ACTIONS: tuple[tuple[str, int], ...] = tuple(PLAN["actions"].items())
 
 TICK_SECONDS = 30.0  # long enough that the SDK import (seconds on a busy host) is a small part
@@ -331,6 +332,10 @@ class Run:
                # A zero-data-retention project: responses are forgotten 600 s after they finish (with
                # store: true the real API keeps them for weeks), so clock jumps still cause losses.
                "--retention-seconds", "600", "--zdr", "--slow-seconds", "5", "--no-log-requests"]
+        opening = [f"{name}@{op}:1*{times}" for name, op, times in OPENING_FAULTS]
+        self.report["faults_opening"] = opening
+        for spec in opening:  # first: the simulator tries its rules in order
+            cmd += ["--fault", spec]
         for spec, probability in faults:
             cmd += ["--fault", f"{spec}:{probability}"]
         self.sim_proc = self._spawn(cmd, "simulator")
