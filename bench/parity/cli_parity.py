@@ -8,7 +8,7 @@ export, db status), a few writes (pause and unpause, a budget override, schedule
 resume) and two bad inputs. Each command's exit code, stdout and stderr are compared, timestamps
 and run-specific ids aside, and so is every table's content afterwards.
 
-    .venv/bin/python bench/cli_parity.py --before /work/wt/base/.venv/bin/iipub --after .venv/bin/iipub
+    .venv/bin/python bench/parity/cli_parity.py --before /work/wt/base/.venv/bin/iipub --after .venv/bin/iipub
 
 Exit 0 when everything is the same, 1 with the differences printed otherwise.
 """
