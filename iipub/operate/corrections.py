@@ -128,5 +128,6 @@ def regenerate(job: Job, chosen: Sequence[PublicEdition], max_generation_attempt
                 "revisions": {e.lang: int(e.revision) for e in chosen},
                 "statuses": {e.lang: e.status.value for e in chosen},
                 "supersedes": {e.lang: e.sha256 for e in chosen},
-                "replaced_payload_sha256": job.payload_sha256, "attempts_used": job.generation_attempts},
+                "replaced_payload_sha256": job.payload_sha256, "replaced_response_id": job.response_id,
+                "attempts_used": job.generation_attempts},
     )
