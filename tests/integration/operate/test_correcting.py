@@ -175,7 +175,8 @@ def test_withdrawing_one_language_of_two_takes_only_it_off_the_site_and_tells_th
     shown = json.loads(cli(env, tmp_path, "jobs", "show", job_id, "--json").stdout)
     assert shown["editions_changed"] == {"es": {"status": "withdrawn", "revision": 2}}
     assert shown["edition_changes"][0]["public_note"] == NOTE
-    assert json.loads(cli(env, tmp_path, "status", "--json").stdout)["editions"] == {"withdrawn": 1, "corrected": 0}
+    assert json.loads(cli(env, tmp_path, "status", "--json").stdout)["editions"] == {"withdrawn": 1, "corrected": 0,
+                                                                              "correcting": 0}
     text = cli(env, tmp_path, "jobs", "show", job_id).stdout
     assert "WITHDRAWN" in text and "legal request #12" in text and live["es"]["sha256"][:12] in text
     assert "withdrawn editions" in cli(env, tmp_path, "status").stdout
