@@ -58,6 +58,9 @@ def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: 
     product = settings.products.get(job.product)
     day = job.edition_date.isoformat()
     tracks, saved = job_queries.parts_and_editions(engine, job)
+    if not replacing and saved:  # a paid correction under way buys its languages again, whoever asks
+        named = _json(job_queries.correction_pending(engine, job.id)).get("languages")
+        replacing = tuple(str(n) for n in named) if isinstance(named, list) else ()
     # A part an operator's `regenerate` declared bad is not held output (it was not bought again).
     bad = declared_bad(job_queries.forks_and_regenerations(engine, job.id)) if tracks else set()
     saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}

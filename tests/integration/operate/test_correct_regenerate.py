@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,7 @@ def test_bad_input_is_one_line_and_changes_nothing(
 
 def test_a_create_lost_on_its_way_is_parked_never_paid_twice(
         s: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path) -> None:
+    s = replace(s, provider=replace(s.provider, breaker_cooldown_seconds=0.5))  # the breaker's probe comes soon
     job_id = done(s, engine, sim)
     original = editions(engine)
     site = tree(tmp_path / "public")
@@ -201,3 +203,14 @@ def test_a_create_lost_on_its_way_is_parked_never_paid_twice(
     assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "create_outcome_unknown")
     assert sim.stats()["creates_total"] == creates + 1  # accepted once, never sent again
     assert editions(engine) == original and tree(tmp_path / "public") == site
+
+    # The operator, having checked the provider, releases it: still the correction, paid on purpose.
+    one_line_error(cli(env, tmp_path, "quarantine", "release", job_id, "--verified-lost", "--reason", "checked"),
+                   3, "--pay-again")
+    res = cli(env, tmp_path, "quarantine", "release", job_id, "--verified-lost", "--pay-again", "--reason", "checked")
+    assert res.returncode == 0, res.stderr
+    time.sleep(0.6)  # the breaker the unknown outcome opened lets its probe through
+    run_until_corrected(s, engine, sim, "en", 2)
+    assert sim.stats()["creates_total"] == creates + 2
+    assert editions(engine)["en"]["status"] == "corrected" and editions(engine)["es"]["status"] == "corrected"
+    assert [c["changed_by"] for c in rows(engine, tables.edition_changes)] == ["editor", "editor"]
