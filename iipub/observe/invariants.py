@@ -41,7 +41,8 @@ Custody of provider output
 Publication
   not_published          a published job lacks an edition or an outbox event for a saved language
   edition_orphan         an edition whose job is missing, of another slot, or never saved
-  published_twice        more than one save or publication journaled for one job
+  published_twice        more than one save or publication journaled for one job (one more per paid
+                         correction, `correct --regenerate`)
   outbox_unpublished     a published job's outbox event has no published_at
   outbox_orphan          an outbox row whose edition is missing, or an edition with != 1 event
   undelivered_sink       a published event lacks a delivered record for a configured sink
