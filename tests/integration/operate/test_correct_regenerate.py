@@ -83,6 +83,7 @@ def regenerate(env: dict[str, str], tmp_path: Path, job_id: str, *more: str) -> 
                "--by", "editor", "--public-note", NOTE, *more)
 
 
+@pytest.mark.slow
 def test_a_paid_regeneration_corrects_a_live_edition_with_one_more_create(
         s: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver, env: dict[str, str], tmp_path: Path) -> None:
     job_id = done(s, engine, sim)
@@ -186,6 +187,7 @@ def test_bad_input_is_one_line_and_changes_nothing(
     assert sim.stats()["creates_total"] == creates
 
 
+@pytest.mark.slow
 def test_a_create_lost_on_its_way_is_parked_never_paid_twice(
         s: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path) -> None:
     s = replace(s, provider=replace(s.provider, breaker_cooldown_seconds=0.5))  # the breaker's probe comes soon
