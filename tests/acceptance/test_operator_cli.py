@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
@@ -56,6 +57,7 @@ def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
 # -- quarantine -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, sim: Simulator,
                                         cli_env: dict[str, str], tmp_path: Path) -> None:
     job_id = quarantined(engine, settings, sim)

@@ -100,6 +100,7 @@ def json_figures(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_healthy_is_ok_and_json_matches_the_human_report(
     s: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

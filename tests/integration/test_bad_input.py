@@ -322,6 +322,7 @@ def test_unreadable_completed_response_is_parked_with_its_response_id(
 
 
 @pytest.mark.parametrize("mode", fast_first(["no_id", "invalid_utf8", "truncated_body"]))
+@pytest.mark.slow
 def test_unreadable_create_answer_is_an_unknown_outcome_never_retried(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:

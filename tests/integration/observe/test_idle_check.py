@@ -203,6 +203,7 @@ def test_a_run_that_worked_leaves_due(engine: sa.Engine, env: dict[str, str], tm
     assert check(env, tmp_path)[0] is None
 
 
+@pytest.mark.slow
 def test_the_relay_is_idle_until_an_event_is_saved(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
     full(env, tmp_path, "relay")
     code, out, _ = check(env, tmp_path, "relay")

@@ -54,6 +54,7 @@ def job_states(engine: sa.Engine) -> set[str]:
         return set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
+@pytest.mark.slow
 def test_10_final_save_produces_a_verified_outbox_event(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
     saved(settings, engine, sim)
     rows = outbox_rows(engine)

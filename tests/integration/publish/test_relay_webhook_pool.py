@@ -106,6 +106,7 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
     assert hook.verified() == 10
 
 
+@pytest.mark.slow
 def test_webhook_deliveries_run_concurrently_up_to_the_limit(
     settings: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver
 ) -> None:

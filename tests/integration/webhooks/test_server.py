@@ -107,6 +107,7 @@ def signed_request(body: bytes, headers: dict[str, str], path: str = "/") -> byt
 # -- the whole-request deadline and the limits --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_slow_loris_is_answered_408_and_closed_at_the_deadline(server: Server, engine: sa.Engine) -> None:
     """One byte a second never resets a per-read timeout; the whole request must still arrive
     within [webhooks] read_seconds (2 s here), or 408 and the connection is closed."""
@@ -274,6 +275,7 @@ def receiver_app(hooked: Settings, engine: sa.Engine) -> Iterator[webhook.Receiv
 # -- the request budget, provider reads included -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_budget_holds_while_an_unknown_response_is_read_slowly(hooked: Settings, engine: sa.Engine,
                                                                     sim: Simulator) -> None:
     """The provider answers a read only after 35 s (the simulator's `slow` fault on GET); the
@@ -360,6 +362,7 @@ def test_a_rejected_delivery_is_logged_with_its_webhook_id_client_and_reason(rec
     assert second["client"] == "192.0.2.50" and second["forwarded_for"] is None
 
 
+@pytest.mark.slow
 def test_a_timed_out_request_is_logged_with_its_client(server: Server) -> None:
     with capture_logs() as logs, socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nwebhook-id: wh_slow_9\r\nContent-Length: 100\r\n\r\n{")
