@@ -3,7 +3,8 @@
 between the sink's file work and the relay's database work. A flat cost per event from E = 25
 to E = 10,000 is the point. Set-up: bench/notes/relay_throughput.md.
 
-    .venv/bin/python bench/throughput/relay_throughput.py [--mysql URL] [--quick] [--editions 25,1000,10000] [--slots 50]
+    .venv/bin/python bench/throughput/relay_throughput.py [--mysql URL] [--quick] [--editions 25,1000,10000] \
+        [--slots 50]
 """
 
 from __future__ import annotations
