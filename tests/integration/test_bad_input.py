@@ -376,6 +376,7 @@ CONTENT = ["malformed_output", "oversized_output", "schema_break", "incomplete",
            "hallucinated_urls", "same_text", "fail"]
 
 
+@pytest.mark.slow
 def test_every_content_fault_at_once_leaves_published_work_untouched(settings: Settings, engine: sa.Engine,
                                                                       sim: Simulator) -> None:
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))

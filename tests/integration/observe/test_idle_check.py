@@ -443,6 +443,7 @@ def _saved_slot(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> str:
     raise AssertionError("no edition saved")
 
 
+@pytest.mark.slow
 def test_the_relay_wakes_when_a_killed_relays_lease_on_a_saved_job_ends(engine: sa.Engine, env: dict[str, str],
                                                                           tmp_path: Path) -> None:
     from iipub.store.job_store import Store

@@ -143,6 +143,7 @@ def test_a_client_that_connects_and_says_nothing_is_closed_at_the_deadline(serve
     assert time.monotonic() - started < 4.5
 
 
+@pytest.mark.slow
 def test_300_connections_do_not_make_300_threads(hooked: Settings, engine: sa.Engine) -> None:
     settings = replace(hooked, webhooks=replace(hooked.webhooks, threads=4, read_seconds=30))
     before = threading.active_count()
@@ -166,6 +167,7 @@ def test_300_connections_do_not_make_300_threads(hooked: Settings, engine: sa.En
     assert answer.status_code == 405 and answer.headers["server"] == "iipub"
 
 
+@pytest.mark.slow
 def test_a_burst_beyond_the_connection_limit_waits_in_the_backlog_without_resets(
         hooked: Settings, engine: sa.Engine) -> None:
     """The stdlib server listened with a backlog of 5: a burst of 20-40 got resets. 120 at once
