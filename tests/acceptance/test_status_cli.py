@@ -169,7 +169,7 @@ def test_one_quarantined_job_warns(
 
 
 def test_a_job_stranded_for_three_hours_is_critical(
-    s: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+    s: Settings, engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     schedule_today(s, engine)
     sweep.run(s, engine)
