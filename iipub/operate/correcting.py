@@ -24,7 +24,7 @@ from iipub.core.errors import OperatorRefused, UsageError
 from iipub.core.ids import uuid7
 from iipub.machine import revisions
 from iipub.model.jobs import Job
-from iipub.model.states import EditionStatus, EventType, Reason
+from iipub.model.states import EDITIONS_SAVED, EditionStatus, EventType, Reason
 from iipub.operate import corrections, remedies
 from iipub.operate.corrections import EditionRevision
 from iipub.provider import factory
@@ -114,7 +114,7 @@ def regenerate(settings: Settings, engine: Engine, job_id: str, lang: str | None
                          "(nothing paid)")
     from iipub.operate.executor import Operator
 
-    _, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "correct")
+    _, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "correct", paid=True)
     max_gen = settings.budgets.max_generation_attempts
     with Operator(settings, engine) as op:
         written = op.correct_regenerate(job.id, chosen, reason, by, note)
@@ -122,7 +122,8 @@ def regenerate(settings: Settings, engine: Engine, job_id: str, lang: str | None
 
 
 def _chosen(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
-            public_note: str | None, verb: str) -> tuple[Store, Job, list[SavedEdition], str | None]:
+            public_note: str | None, verb: str, *, paid: bool = False,
+            ) -> tuple[Store, Job, list[SavedEdition], str | None]:
     """What both commands check first: the operator's words, the slot, and the public editions
     `verb` takes (one language or all), refused in one line before anything is written."""
     remedies.check_input(by, reason)
@@ -130,7 +131,15 @@ def _chosen(settings: Settings, engine: Engine, job_id: str, lang: str | None, r
     store = Store(engine, _worker(by), settings.reconcile.lease_seconds)
     job = store.lookup(job_id)
     editions = edition_changes.editions_of(engine, job.id)
-    return store, job, corrections.targets(job, editions, lang, _languages(settings, job), verb), note
+    chosen = corrections.targets(job, editions, lang, _languages(settings, job), verb)
+    # A paid correction refuses a busy slot in its own words (`corrections.regenerate`).
+    if not paid and job.state not in EDITIONS_SAVED:
+        under_way = revisions.pending(engine, job.id)
+        what = (f"a paid correction of its {', '.join(under_way.languages) or 'editions'} (by {under_way.by}) "
+                "is under way" if under_way else "the rest of its slot is still under way")
+        raise OperatorRefused(f"job {job.id} is {job.state}: {what}; the public editions stay as they are until "
+                              f"it is saved, then `iipub {verb}` works again (`iipub jobs show {job.id}` follows it)")
+    return store, job, chosen, note
 
 
 def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: list[SavedEdition],

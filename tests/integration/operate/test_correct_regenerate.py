@@ -183,6 +183,11 @@ def test_bad_input_is_one_line_and_changes_nothing(
     assert regenerate(env, tmp_path, job_id).returncode == 0
     snapshot = counts(engine), job_row(engine)["version"]
     one_line_error(regenerate(env, tmp_path, job_id), 3, "under way")  # one correction at a time
+    # Nor a withdrawal or a correction by hand meanwhile: they say what is under way, in one line.
+    one_line_error(cli(env, tmp_path, "withdraw", job_id, "--reason", "r"), 3, "paid correction of its en, es")
+    (tmp_path / "fixed.json").write_text("{}")
+    one_line_error(cli(env, tmp_path, "correct", job_id, "--from-file", str(tmp_path / "fixed.json"),
+                       "--reason", "r"), 3, "then `iipub correct` works again")
     assert (counts(engine), job_row(engine)["version"]) == snapshot
     assert sim.stats()["creates_total"] == creates
 
