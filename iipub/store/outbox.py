@@ -253,7 +253,7 @@ class Outbox:
 
 
 # Before every time iipub writes: `column > _EPOCH` is `column IS NOT NULL` as an index range.
-_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH = naive_utc(dt.datetime(1970, 1, 1, tzinfo=dt.UTC))
 
 
 def parked_or_failing(engine: Engine, failing_after_seconds: float) -> list[dict[str, Any]]:
