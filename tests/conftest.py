@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import structlog
 from hypothesis import settings as hypothesis_settings
 
 # tests.support.databases reads IIPUB_TEST_MYSQL_URL at import, before the environment is
@@ -66,6 +67,15 @@ from iipub.store import db, migrate  # noqa: E402
 # adds flaky failures (speed lives in bench/, not in timed tests).
 hypothesis_settings.register_profile("iipub", deadline=None, database=None)
 hypothesis_settings.load_profile("iipub")
+
+# Steps run in the test process log through structlog's default configuration (commands run by
+# the tests configure their own, as cron's runs do). Its console renderer draws an exception as
+# a rich traceback with every frame's locals: about a second per logged failure, and the suite
+# logs hundreds on purpose. A plain traceback says the same.
+structlog.configure(processors=[
+    *structlog.get_config()["processors"][:-1],
+    structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback),
+])
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

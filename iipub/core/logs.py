@@ -69,7 +69,10 @@ def configure(level: str = "info", fmt: str | None = None, *, force: bool = Fals
     ]
     renderer: structlog.types.Processor
     if _format == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(), sort_keys=True)
+        # A plain traceback, whatever else is installed: a rich one prints every frame's locals,
+        # and a frame's locals may hold the API key or a webhook secret.
+        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(), sort_keys=True,
+                                                 exception_formatter=structlog.dev.plain_traceback)
         tail: list[structlog.types.Processor] = []  # the console renderer formats exceptions itself
     else:
         renderer = structlog.processors.JSONRenderer(sort_keys=True)

@@ -70,7 +70,7 @@ class _TerminalStderr(io.TextIOWrapper):
 
 
 @contextmanager
-def _logging_restored() -> Iterator[None]:
+def logging_restored() -> Iterator[None]:
     """`iipub.core.logs.configure` binds structlog and the root logger to the sys.stderr of the
     moment, once per process. Let each invocation configure them afresh (so its JSON log
     lines land in its own stderr), then put back what was there. Running many commands in one
@@ -106,7 +106,7 @@ def run_cli(*args: str, env: Mapping[str, str], cwd: Path | None = None, check: 
     old_cwd = os.getcwd()
     old_sigterm = signal.getsignal(signal.SIGTERM)  # `iipub reconcile` installs its own
     code: int | None = None
-    with _logging_restored(), CliRunner().isolation(env=overrides) as (out, err, _mixed):
+    with logging_restored(), CliRunner().isolation(env=overrides) as (out, err, _mixed):
         terminal = None
         if _at_a_terminal.get():
             terminal = _TerminalStderr(err, encoding="utf-8", errors="replace", write_through=True)

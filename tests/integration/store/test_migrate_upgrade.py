@@ -33,6 +33,7 @@ def _previous_release_schema(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch)
         migrate.migrate(engine)
 
 
+@pytest.mark.slow  # cron's runs as subprocesses for the length of a migration
 def test_upgrading_on_one_host_with_cron_running(cli_env: dict[str, str], sim: Simulator, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from iipub.store import db

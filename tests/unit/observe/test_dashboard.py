@@ -3,6 +3,7 @@ operators asked for, and every expression names only metric families the textfil
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -14,12 +15,22 @@ from iipub.observe import dashboard, metrics, monitoring_files
 from tests.unit.observe.test_alert_rules import PROMTOOL, SCENARIOS, needs_promtool
 
 
-def _exported() -> set[str]:
-    names: set[str] = set()
+@functools.cache
+def _labels_by_family() -> dict[str, frozenset[str]]:
+    """Every family the textfile exports in any scenario, with the labels its samples carry
+    (rendered once: each scenario's textfile takes a while to build and parse)."""
+    found: dict[str, set[str]] = {}
     for status, _ in SCENARIOS.values():
         text = metrics.render(status, ["daily-brief"]).decode("utf-8")
-        names |= {family.name for family in text_string_to_metric_families(text)}
-    return names
+        for family in text_string_to_metric_families(text):
+            labels = found.setdefault(family.name, set())
+            for sample in family.samples:
+                labels |= set(sample.labels)
+    return {name: frozenset(labels) for name, labels in found.items()}
+
+
+def _exported() -> set[str]:
+    return set(_labels_by_family())
 
 
 def test_the_shipped_dashboard_is_the_module_s() -> None:
@@ -55,13 +66,7 @@ def test_every_panel_reads_families_the_textfile_exports() -> None:
 
 
 def _labels_of(family: str) -> set[str]:
-    found: set[str] = set()
-    for status, _ in SCENARIOS.values():
-        for fam in text_string_to_metric_families(metrics.render(status, ["daily-brief"]).decode("utf-8")):
-            if fam.name == family:
-                for sample in fam.samples:
-                    found |= set(sample.labels)
-    return found
+    return set(_labels_by_family().get(family, ()))
 
 
 @needs_promtool
