@@ -2,9 +2,9 @@
 years of really published slots (one slot driven NO_JOB -> DELETED through the simulator, then
 copied for every product and past day by `tests/support/history.py`), on SQLite and on a MariaDB
 server of this script's own (its CPU read from /proc/<pid>/stat through its pid file). Each
-command runs as cron starts it (cold process, JSON logs appended to a file), in paired rounds
-beside `import sqlalchemy` and the lean floor (bench/idle_floor.py). What each figure is:
-bench/notes/history.md.
+command runs as cron starts it (cold process, JSON logs appended to a file), in rounds that go
+through every size's database, beside `import sqlalchemy` and the lean floor (bench/idle_floor.py).
+What each figure is: bench/notes/history.md.
 
     .venv/bin/python bench/history.py [--years 0,1,10] [--runs 5] [--no-sqlite] [--no-mariadb] [--no-doc]
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +155,11 @@ def rearm(url: str, ids: list[str]) -> None:
         engine.dispose()
 
 
-def measure(backend: str, years: int, runs: int, template: history.Template,
-            sim: simproc.SimProc) -> dict[str, list[dict[str, Any]]]:
+@contextlib.contextmanager
+def prepared(backend: str, years: int, template: history.Template,
+             sim: simproc.SimProc) -> Iterator[tuple[Callable[[], None], dict[str, list[dict[str, Any]]]]]:
+    """A database of `years` of history, its working tick's polls seeded, and one round of every
+    program against it (each call appends to the results)."""
     results: dict[str, list[dict[str, Any]]] = {p: [] for p in PROGRAMS}
     with tempfile.TemporaryDirectory(prefix="iipub_history_") as d:
         workdir = Path(d)
@@ -165,6 +168,7 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
             env = harness.clean_env(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench",
                                     OPENAI_BASE_URL=sim.url, IIPUB_LOG_FORMAT="json")
             written = build(url, template, years)
+            results["_rows"] = [dict(written)]
             with _environ(env):
                 ids = seed_polls(url, sim)
             log = workdir / "cron.log"
@@ -186,7 +190,8 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
                 "status --prometheus": ([*exe, "status", "--prometheus", str(workdir / "iipub.prom")], None),
                 "relay --prune": ([*exe, "relay", "--prune"], None),
             }
-            for r in range(runs):
+
+            def one_round() -> None:
                 order = list(PROGRAMS)
                 random.shuffle(order)
                 for name in order:
@@ -205,9 +210,21 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
                         m = run(cmd, extra)
                     m.pop("result", None)
                     results[name].append(m)
-                print(f"  {backend} {years}y round {r + 1}/{runs}", file=sys.stderr, flush=True)
-            results["_rows"] = [dict(written)]
-    return results
+
+            yield one_round, results
+
+
+def measure(backend: str, sizes: list[int], runs: int, template: history.Template,
+            sim: simproc.SimProc) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Every size's database open at once, and each round of `runs` going through them all in a
+    random order: a change of the shared host's load between rounds reaches every size alike."""
+    with contextlib.ExitStack() as stack:
+        opened = {y: stack.enter_context(prepared(backend, y, template, sim)) for y in sizes}
+        for r in range(runs):
+            for y in random.sample(sizes, len(sizes)):
+                opened[y][0]()
+            print(f"  {backend} round {r + 1}/{runs}", file=sys.stderr, flush=True)
+        return {y: opened[y][1] for y in sizes}
 
 
 @contextlib.contextmanager
@@ -302,7 +319,7 @@ def main() -> None:
         template = published_template("sqlite", fast)
     with harness.polling_simulator(0.0) as sim:
         for backend in backends:
-            by_years = {y: measure(backend, y, args.runs, template, sim) for y in sizes}
+            by_years = measure(backend, sizes, args.runs, template, sim)
             raw[backend] = by_years
             text, figures = table("SQLite" if backend == "sqlite" else "MariaDB (a server of its own)", by_years)
             parts.append(text)
@@ -311,7 +328,7 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.write_text(json.dumps(raw, default=str, indent=1))
-    body = (harness.note(KEY) + "\n" + run.header(f"{args.runs} paired rounds per size and database") + "\n"
+    body = (harness.note(KEY) + "\n" + run.header(f"{args.runs} rounds per database, each through every size") + "\n"
             + "\n".join(parts))
     run.write_section(KEY, TITLE, body)
 
