@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import httpx
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared modules
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb  # puts this checkout on sys.path before iipub
 
 # isort: split
@@ -119,7 +119,7 @@ def _held_by_parked_tracks() -> sa.ColumnElement[bool]:
 
 def plan_faults(rng: random.Random) -> list[tuple[str, float]]:
     covered = {name for name, *_ in FAULT_PLAN}
-    # Webhook delivery faults are campaigned by bench/webhooks.py and tests/integration/
+    # Webhook delivery faults are campaigned by bench/throughput/webhooks.py and tests/integration/
     # test_settle.py: this campaign runs without a receiver. The account's answers that hold a
     # model or a product, or open the breaker for 15 minutes (no access, no such model, too large
     # for the tier, a refused country) wait for an operator or the models endpoint, which a

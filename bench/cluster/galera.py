@@ -36,14 +36,14 @@ import sqlalchemy as sa
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parents[1]
-for p in (str(ROOT), str(BENCH.parent), str(BENCH.parent / "chaos")):
+for p in (str(ROOT), str(BENCH.parent / "support"), str(BENCH.parent / "chaos")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import chaos  # noqa: E402  (bench/chaos/chaos.py: the single-node campaign this one extends)
-import harness  # noqa: E402
-import simproc  # noqa: E402
-from iipub.observe import invariants  # noqa: E402
+import chaos
+import harness
+import simproc
+from iipub.observe import invariants
 
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = "/usr/bin/mariadb-install-db"
@@ -443,7 +443,7 @@ def campaign(args: argparse.Namespace) -> int:
 
 def measure_spread(cluster: Cluster, sim: Any, n: int, nodes: list[int], concurrency: int = 64,
                    max_connections: int = 64) -> dict[str, Any]:
-    """bench/overlap.py's measurement, one `iipub reconcile` per entry of `nodes` (1-based node
+    """bench/throughput/overlap.py's measurement, one `iipub reconcile` per entry of `nodes` (1-based node
     numbers), each with IIPUB_DATABASE_URL of its node: wall time of one tick over N due polls."""
     sections: dict[str, dict[str, Any]] = {
         "reconcile": {"concurrency": concurrency, "tick_seconds": 600.0},

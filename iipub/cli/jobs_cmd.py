@@ -85,17 +85,27 @@ def show_job(app: App, job_id: str, as_json: bool, more: Callable[[Job], dict[st
     tracks = store.tracks_of([job.id]).get(job.id, [])
     changes = edition_changes.changes_of(app.engine(), [job.id]).get(job.id, [])
     taken_back = edition_changes.statuses_of(app.engine(), [job.id]).get(job.id, {})
+    from iipub.machine import revisions  # the ledger's readers load only where a job is shown
+
+    correcting = revisions.pending(app.engine(), job.id)
     if as_json:
         emit_json({**job.public(), **(more(job) if more else {}), "tracks": [t.public() for t in tracks],
                    "editions_changed": {lang: {"status": st, "revision": rev} for lang, (st, rev) in
                                         sorted(taken_back.items())},
                    "edition_changes": [c.public() for c in changes],
+                   "correction_in_progress": {"languages": list(correcting.languages), "by": correcting.by,
+                                              "why": correcting.why, "public_note": correcting.public_note}
+                   if correcting else None,
                    "events": [e.public() for e in events]})
         return job
     for key, value in job.public().items():  # operator and provider text: one line, no control characters
         click.echo(f"{key:<20} {'' if value is None else clip(str(value), VALUE_WIDTH)}")
     for line in lines(job) if lines else []:
         click.echo(line)
+    if correcting is not None:
+        click.echo(f"{'correcting':<20} {', '.join(correcting.languages)}: a paid generation (`correct --regenerate`, "
+                   f"by {clip(correcting.by, 40)}: {clip(correcting.why, 80)}) is saved as the correction when it "
+                   "is checked and composed; the editions stay as they are until then")
     if tracks:
         click.echo("")
         click.echo(_tracks_table(tracks))

@@ -66,8 +66,9 @@ def status_command(ctx: click.Context, app: App, as_json: bool, check: bool, pro
                              parked track is not stranded: the track is reported)
       outbox                {unpublished, lag_seconds, lag_warn_seconds, lag_crit_seconds,
                              parked, failing, problems}
-      editions              {withdrawn, corrected}: editions an operator took back or
-                             corrected (never an alert)
+      editions              {withdrawn, corrected, correcting}: editions an operator
+                             took back or corrected, and slots whose paid correction
+                             (`correct --regenerate`) is not saved yet (never an alert)
       quarantine            {count, by_reason, oldest, jobs}
       error_budgets         {slo: {target, window_days, events, bad, allowed_bad,
                              budget_left, spent, burn_rates: {5m, 30m, 1h, 6h},
@@ -318,6 +319,8 @@ def render(r: Status) -> str:
         *([["withdrawn editions", r.editions_withdrawn, "deliberate: `iipub jobs show ID` says who and why"]]
           if r.editions_withdrawn else []),
         *([["corrected editions", r.editions_corrected, ""]] if r.editions_corrected else []),
+        *([["corrections in progress", r.editions_correcting,
+            "paid `correct --regenerate`: `iipub jobs show ID` follows it"]] if r.editions_correcting else []),
     ])]
     for p in r.outbox_problems:
         where = p.get("sink") or f"job {p.get('job_id')}"

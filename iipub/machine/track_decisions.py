@@ -52,9 +52,10 @@ def quarantined(d: Decision) -> TrackPlan:
 
 
 def step(job: Job, lang: str, state: State, payload: str | None, composed: str | None, product: Product | None,
-         *, shadow: bool) -> TrackPlan:
+         *, shadow: bool, correcting: bool = False) -> TrackPlan:
     """A due track, as far as one transaction takes it: validated, composed and saved (or parked
-    where its language fails)."""
+    where its language fails). `correcting`: the output of an operator's `correct --regenerate`,
+    saved as its edition's correction (`correction_saved`), not as a new edition."""
     parked = decisions.config_check(job, product)
     if parked is not None or product is None:
         assert parked is not None
@@ -82,7 +83,8 @@ def step(job: Job, lang: str, state: State, payload: str | None, composed: str |
                         {"slot": f"{job.product}/{job.edition_date.isoformat()}", "lang": lang,
                          "composed_sha256": artifact.sha256}))
         return TrackPlan(tuple(hops), changes, delay=decisions.SHADOW_RECHECK_SECONDS)
-    hops.append(Hop(State.SAVED_NOT_PUBLIC, Reason.SAVED, {"editions": [lang], "composed_sha256": artifact.sha256}))
+    hops.append(Hop(State.SAVED_NOT_PUBLIC, Reason.CORRECTION_SAVED if correcting else Reason.SAVED,
+                    {"editions": [lang], "composed_sha256": artifact.sha256}))
     return TrackPlan(tuple(hops), changes, save=artifact)
 
 

@@ -11,13 +11,15 @@ import structlog
 
 from iipub.core.errors import Contention, DatabaseUnavailable, LeaseLost
 from iipub.edition import validate
-from iipub.machine import track_decisions
+from iipub.edition.compose import Artifact
+from iipub.machine import revisions, track_decisions
 from iipub.machine.applying import apply
 from iipub.machine.run.run_context import RunContext
 from iipub.model.jobs import Job
-from iipub.model.states import TRACKS_RUN_IN, Reason
+from iipub.model.states import TRACKS_RUN_IN, EditionStatus, Reason
 from iipub.model.track_views import Hop
-from iipub.store import db, outbox, track_store
+from iipub.store import db, edition_changes, outbox, track_store
+from iipub.store.edition_changes import SavedEdition
 from iipub.store.handles import IntegrityError
 from iipub.store.track_store import Track, TrackStore
 
@@ -32,7 +34,10 @@ def fork(ctx: RunContext, job: Job) -> Job:
     product = ctx.settings.products[job.product]
     d, parts = track_decisions.on_shared_validation(job, validate.shared(job.payload, product))
     store = ctx.store
-    return apply(ctx, job, d, extra=(lambda conn: track_store.fork(conn, store, job, parts, job.payload_sha256))
+    correction = revisions.pending(store.engine, job.id) if parts else None
+    replacing = correction.languages if correction is not None else ()
+    return apply(ctx, job, d, extra=(lambda conn: track_store.fork(
+        conn, store, job, parts, job.payload_sha256, {"correcting": True} if replacing else None, replacing))
                  if parts else None)
 
 
@@ -135,11 +140,16 @@ def _run(ctx: RunContext, ts: TrackStore, track: Track) -> None:
     if job is None or job.state not in TRACKS_RUN_IN:
         ts.release(track)  # the slot moved (suspended, killed) since the track was found due
         return
+    correction = _correction(ctx, job, track.lang)
     plan = track_decisions.step(job, track.lang, track.state, track.payload, track.composed,
-                               ctx.settings.products.get(job.product), shadow=ctx.shadow)
+                               ctx.settings.products.get(job.product), shadow=ctx.shadow,
+                               correcting=correction is not None)
     detail_thread = threading.current_thread().name
     hops = tuple(Hop(h.to, h.reason, {**h.detail, "thread": detail_thread}) for h in plan.hops)
     artifact = plan.save
+    if artifact is not None and correction is not None:
+        _save_correction(ctx, ts, track, job, hops, plan, artifact, *correction)
+        return
     try:
         written = ts.advance(track, hops, changes=plan.changes, delay=plan.delay,
                              extra=(lambda conn: outbox.save_editions(conn, job, {track.lang: artifact}))
@@ -149,3 +159,35 @@ def _run(ctx: RunContext, ts: TrackStore, track: Track) -> None:
         conflict = track_decisions.on_save_conflict(db.describe_error(exc))
         written = ts.advance(track, conflict.hops, changes=conflict.changes)
     ctx.counters.track_entered(written.state)
+
+
+def _correction(ctx: RunContext, job: Job, lang: str) -> tuple[revisions.Pending, SavedEdition] | None:
+    """The operator's `correct --regenerate` this track's output is for, and the edition it
+    replaces; None for a first publication."""
+    found = revisions.pending(ctx.store.engine, job.id)
+    if found is None or lang not in found.languages:
+        return None
+    edition = next((e for e in edition_changes.editions_of(ctx.store.engine, job.id) if e.lang == lang), None)
+    return (found, edition) if edition is not None else None
+
+
+def _save_correction(ctx: RunContext, ts: TrackStore, track: Track, job: Job, hops: tuple[Hop, ...],
+                     plan: track_decisions.TrackPlan, artifact: Artifact, correction: revisions.Pending,
+                     edition: SavedEdition) -> None:
+    """The paid generation of a correction, checked and composed: saved as the edition's new
+    revision (`edition.corrected`, naming the sha256 it supersedes, with the operator's notice),
+    in the track's transaction, exactly as `correct --from-file` writes it; then the ledger's line."""
+    spend = revisions.slot_spend(ctx.settings, ctx.store.engine, job)
+    change = revisions.corrected(job, edition, spend, revisions.now(ctx.store.engine), correction.public_note,
+                                 artifact)
+    last = hops[-1]
+    hops = (*hops[:-1], Hop(last.to, last.reason, {**last.detail, "revision": change.revision,
+                                                   "supersedes": edition.sha256, "by": correction.by}))
+    written = ts.advance(track, hops, changes=plan.changes, delay=plan.delay, extra=lambda conn: revisions.write_in(
+        conn, job, [edition], [change], EditionStatus.CORRECTED, correction.why, correction.by,
+        correction.public_note))
+    ctx.counters.track_entered(written.state)
+    log.warning("correction_saved", job_id=job.id, lang=track.lang, revision=change.revision, by=correction.by,
+                worker=ts.worker)
+    revisions.ledger_revised(ctx.settings, ctx.store.engine, job, [edition], [change],
+                             EditionStatus.CORRECTED.value)

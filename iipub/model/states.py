@@ -74,6 +74,9 @@ KILLABLE = frozenset(
     }
 )
 
+# Published slots `correct --regenerate` may send back to a paid create (their editions public).
+REGENERATES_TO_CORRECT = frozenset({S.PUBLISHED, S.CLEANUP_PENDING, S.DELETED})
+
 EDGES: tuple[Edge, ...] = tuple(
     _edges(S.NO_JOB, [S.CREATE_ELIGIBLE, S.QUARANTINED])
     + _edges(S.CREATE_ELIGIBLE, [S.CREATE_IN_FLIGHT, S.QUARANTINED])
@@ -113,6 +116,11 @@ EDGES: tuple[Edge, ...] = tuple(
     # languages (`regenerate`, budget permitting).
     + _edges(S.READY_TO_COMPOSE, [S.CREATE_ELIGIBLE], operator=True)
     + _edges(S.COMPOSED_NOT_SAVED, [S.CREATE_ELIGIBLE], operator=True)
+    # A published slot generated again to correct its public editions (`correct --regenerate`,
+    # paid, budget and payment authority permitting): its tracks' new output is committed as a
+    # correction (a new revision of each edition), never as a second edition. The only way out of
+    # DELETED, and only an operator's.
+    + [Edge(s, S.CREATE_ELIGIBLE, operator=True) for s in sorted(REGENERATES_TO_CORRECT)]
     # Output an operator recovered from the provider's dashboard after the response was lost
     # (`iipub jobs import-payload`): custody by hand, validated by the next tick as usual.
     + _edges(S.PROVIDER_EXPIRED_OR_MISSING, [S.RETRIEVED_NOT_VALIDATED], operator=True)
@@ -262,6 +270,9 @@ TRACK_EDGES: tuple[Edge, ...] = tuple(
     # same edge out of VALIDATION_FAILED_RETAINED / QUARANTINED is `revalidate ID --lang L`'s:
     # the kept part re-checked under fixed rules (free).
     + [Edge(s, S.RETRIEVED_NOT_VALIDATED) for s in sorted(TRACK_UNPUBLISHED)]
+    # ... and a published track whose edition an operator's `correct --regenerate` replaces takes
+    # it too (the fork of that paid generation): its save is the edition's correction.
+    + [Edge(S.PUBLISHED, S.RETRIEVED_NOT_VALIDATED)]
     # `kill`: the slot will not publish; its unpublished tracks end with it.
     + [Edge(s, S.DELETED, operator=True) for s in sorted(TRACK_UNPUBLISHED)]
 )
@@ -380,6 +391,9 @@ class Reason(enum.StrEnum):
     # Taking a published edition back (the job stays where it is; `EDITION_ACTIONS`).
     OPERATOR_WITHDRAW = "operator_withdraw"
     OPERATOR_CORRECT = "operator_correct"
+    OPERATOR_CORRECT_REGENERATE = "operator_correct_regenerate"
+    # A paid generation for a correction, saved: the edition's new revision (the job's sweep).
+    CORRECTION_SAVED = "correction_saved"
     # Shadow mode: what a normal tick would have done, journaled instead of done.
     SHADOW_WOULD_CREATE = "shadow_would_create"
     SHADOW_WOULD_PUBLISH = "shadow_would_publish"
@@ -492,6 +506,11 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
                                  "by a notice through the outbox (`edition.withdrawn`); the edition is kept")),
     R.OPERATOR_CORRECT: (True, ("operator: a public edition was corrected (`iipub correct`): a new revision with a "
                                 "visible notice goes out through the outbox (`edition.corrected`)")),
+    R.OPERATOR_CORRECT_REGENERATE: (True, ("operator: a published slot is generated again, paid, to correct its "
+                                           "public editions (`iipub correct --regenerate --pay-again`); the editions "
+                                           "stay as they are until the new output is saved as their correction")),
+    R.CORRECTION_SAVED: (False, ("the paid generation of a correction was checked and composed: saved as the "
+                                 "edition's new revision (`edition.corrected`, naming the sha256 it supersedes)")),
     R.SHADOW_WOULD_CREATE: (False, "shadow mode: a paid create is due; not sent"),
     R.SHADOW_WOULD_PUBLISH: (False, "shadow mode: the edition would be saved and published; not saved"),
     R.SHADOW_WOULD_DELETE: (False, "shadow mode: the remote response would be deleted; kept"),

@@ -49,6 +49,9 @@ class Route(enum.StrEnum):
     SWEEP = "sweep"
     RELEASE = "release"  # quarantine release --verified-lost
     REGENERATE = "regenerate"  # the operator declared the held payload bad: it is not evidence
+    # `correct --regenerate`: the operator declared public editions wrong; the output they came
+    # from is not evidence, and the languages they replace (`Facts.replacing`) are what is bought.
+    CORRECT = "correct"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Facts:
     languages: Sequence[str] | None = None  # configured languages (None: the product is not configured)
     drift: tuple[str, str] | None = None  # (fingerprint recorded at CREATE_ELIGIBLE, deployed now) when they differ
     pay_again: str | None = None  # the operator's journaled reason to buy again
+    # Languages whose saved edition an operator's `correct --regenerate` replaces: to buy again.
+    replacing: Sequence[str] = ()
     # The database is behind this installation's ledger and the job was never parked for it: the
     # sweep's restore fence settles it before any create (adopting from the provider or the live
     # site, or parking it `restored_behind_ledger`), so an operator path may send it on.
@@ -92,7 +97,7 @@ ALLOWED = Ruling(True)
 
 def unpublished(f: Facts) -> list[str]:
     """The configured languages a create could still give the slot."""
-    return [lang for lang in (f.languages or ()) if lang not in f.saved]
+    return [lang for lang in (f.languages or ()) if lang not in f.saved or lang in f.replacing]
 
 
 def may_pay(f: Facts, route: Route) -> Ruling:
@@ -114,11 +119,12 @@ def may_pay(f: Facts, route: Route) -> Ruling:
         return ALLOWED
     found: list[Ruling] = []
     held = dict(f.track_payloads)
-    if f.payload_sha256 and route != Route.REGENERATE:
+    declared_bad = route in (Route.REGENERATE, Route.CORRECT)
+    if f.payload_sha256 and not declared_bad:
         found.append(Ruling(False, Evidence.CUSTODY,
                             f"job {jid}: its output is in custody (payload sha256 {f.payload_sha256[:12]}…)",
                             f"`iipub revalidate {jid} --reason …` checks it again for free"))
-    elif held and route != Route.REGENERATE:
+    elif held and not declared_bad:
         found.append(Ruling(False, Evidence.CUSTODY,
                             f"job {jid}: its language tracks hold output ({', '.join(sorted(held))})",
                             f"`iipub revalidate {jid} --lang L --reason …` checks a parked track again for free"))

@@ -27,30 +27,40 @@ from iipub.store.handles import Engine
 # decisions are at its end.
 _legacy_cache: dict[tuple[str, int, int], dict[str, set[str]]] = {}
 # The operator entries that send a job back to CREATE_ELIGIBLE and may carry a pay-again.
-_GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value)
+_GRANTING = (Reason.OPERATOR_RELEASE_VERIFIED_LOST.value, Reason.OPERATOR_REGENERATE.value,
+             Reason.OPERATOR_CORRECT_REGENERATE.value)
 
 
 def ruling(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
-           ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Ruling:
+           ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None,
+           replacing: tuple[str, ...] = ()) -> Ruling:
     """Ask the authority about `job` on `route`. On the sweep, the operator decision that sent
     the job back (journaled since its last accepted create) counts: a `regenerate` declared the
-    held output bad (it is not evidence), a pay-again overrides the evidence it names."""
-    f = facts(settings, engine, job, route, spend=spend, ledger_ahead=ledger_ahead, pay_again=pay_again)
+    held output bad (it is not evidence), a `correct --regenerate` also names the public editions
+    it replaces (what the create buys), a pay-again overrides the evidence it names."""
+    f = facts(settings, engine, job, route, spend=spend, ledger_ahead=ledger_ahead, pay_again=pay_again,
+              replacing=replacing)
     found = authority.may_pay(f, route)
-    if not found.allowed and route == Route.SWEEP and found.evidence in authority.OVERRIDABLE:
-        entry, granted = operator_entry(engine, job.id)
-        if entry == Reason.OPERATOR_REGENERATE.value:
+    if not found.allowed and route == Route.SWEEP and (
+            found.evidence in authority.OVERRIDABLE or found.evidence == authority.Evidence.LANGUAGES):
+        entry, granted, named = operator_entry(engine, job.id)
+        if entry in (Reason.OPERATOR_REGENERATE.value, Reason.OPERATOR_CORRECT_REGENERATE.value):
             f = dataclasses.replace(f, payload_sha256=None, track_payloads={})
+        if entry == Reason.OPERATOR_CORRECT_REGENERATE.value:
+            f = dataclasses.replace(f, replacing=named)
         if entry is not None:
             return authority.may_pay(dataclasses.replace(f, pay_again=granted), route)
     return found
 
 
 def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: SlotSpend | None = None,
-          ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None) -> Facts:
+          ledger_ahead: tuple[str, ...] = (), pay_again: str | None = None, replacing: tuple[str, ...] = ()) -> Facts:
     product = settings.products.get(job.product)
     day = job.edition_date.isoformat()
     tracks, saved = job_queries.parts_and_editions(engine, job)
+    if not replacing and saved:  # a paid correction under way buys its languages again, whoever asks
+        named = _json(job_queries.correction_pending(engine, job.id)).get("languages")
+        replacing = tuple(str(n) for n in named) if isinstance(named, list) else ()
     # A part an operator's `regenerate` declared bad is not held output (it was not bought again).
     bad = declared_bad(job_queries.forks_and_regenerations(engine, job.id)) if tracks else set()
     saved |= {lang for lang, state, _ in tracks if state in {s.value for s in TRACK_SAVED}}
@@ -75,7 +85,7 @@ def facts(settings: Settings, engine: Engine, job: Job, route: Route, *, spend: 
         saved=sorted(saved), ledger=spend, ledger_ahead=ledger_ahead,
         legacy=sorted(legacy_actions(settings, job.product, day)), live=live,
         languages=product.languages if product is not None else None, drift=drift, pay_again=pay_again,
-        fence_pending=fence_pending)
+        fence_pending=fence_pending, replacing=replacing)
 
 
 def declared_bad(entries: Iterable[tuple[str, str | None, str | None]]) -> set[str]:
@@ -140,17 +150,21 @@ def _by_slot(lines: Iterable[str]) -> dict[str, set[str]]:
     return out
 
 
-def operator_entry(engine: Engine, job_id: str) -> tuple[str | None, str | None]:
-    """The operator entry that sent the job back to CREATE_ELIGIBLE and its pay-again reason, if
-    no create was accepted since (one decision buys one create): (reason, pay-again) or (None, None)."""
+def operator_entry(engine: Engine, job_id: str) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """The operator entry that sent the job back to CREATE_ELIGIBLE, its pay-again reason and the
+    languages a correction replaces, if no create was accepted since (one decision buys one
+    create): (reason, pay-again, languages) or (None, None, ())."""
     rows = job_queries.newest_entries(engine, job_id, 200)
     for reason, detail in rows:
         if reason == Reason.ACCEPTED.value:
-            return None, None
+            return None, None, ()
         if reason in _GRANTING:
-            grant = _json(detail).get("pay_again")
-            return reason, (str(grant.get("why")) if isinstance(grant, dict) and grant.get("why") else None)
-    return None, None
+            doc = _json(detail)
+            grant = doc.get("pay_again")
+            named = doc.get("languages") if reason == Reason.OPERATOR_CORRECT_REGENERATE.value else None
+            return (reason, (str(grant.get("why")) if isinstance(grant, dict) and grant.get("why") else None),
+                    tuple(str(n) for n in named) if isinstance(named, list) else ())
+    return None, None, ()
 
 
 def _json(text: str | None) -> dict[str, Any]:

@@ -41,7 +41,8 @@ Custody of provider output
 Publication
   not_published          a published job lacks an edition or an outbox event for a saved language
   edition_orphan         an edition whose job is missing, of another slot, or never saved
-  published_twice        more than one save or publication journaled for one job
+  published_twice        more than one save or publication journaled for one job (one more per paid
+                         correction, `correct --regenerate`)
   outbox_unpublished     a published job's outbox event has no published_at
   outbox_orphan          an outbox row whose edition is missing, or an edition with != 1 event
   undelivered_sink       a published event lacks a delivered record for a configured sink
@@ -216,20 +217,28 @@ def check(
     _tracks(found, jobs, track_rows, track_events, editions)
     _publication(found, jobs, events, editions, outbox, deliveries, list(sinks or _sink_names(deliveries)),
                  static_root, webhook_keys, now, settled, track_events)
-    _deletes(found, jobs, deletes, fates)
+    _deletes(found, jobs, deletes, fates, events)
     if sim_stats is not None:
         _creates(found, jobs, events, _own(sim_stats, ours), ledger or {})
     return found.items
 
 
 def _deletes(found: _Found, jobs: Mapping[str, Mapping[str, Any]], deletes: Sequence[Mapping[str, Any]],
-             fates: Mapping[str, str | None]) -> None:
+             fates: Mapping[str, str | None], events: Mapping[str, Sequence[_Ev]] | None = None) -> None:
     """Every DELETE iipub sent had an owner: a job holding that response with its output in custody
-    (or killed), or an orphan an operator discarded."""
+    (or killed), or an orphan an operator discarded. A published slot generated again to correct
+    its editions (`correct --regenerate`) held the response it replaced in custody: its journal
+    names it."""
     holders: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for job in jobs.values():
         if job["response_id"]:
             holders[str(job["response_id"])].append(job)
+    for jid, evs in (events or {}).items():
+        for e in evs:
+            replaced = e.detail.get("replaced_response_id") if e.reason == Reason.OPERATOR_CORRECT_REGENERATE \
+                else None
+            if replaced and jid in jobs:
+                holders[str(replaced)].append({**jobs[jid], "has_payload": True})
     for d in deletes:
         rid, basis = str(d["response_id"]), d["basis"]
         held = holders.get(rid, [])
@@ -437,7 +446,9 @@ def _publication(
         saves = [e for e in evs if e.reason == Reason.SAVED]
         pubs = [e for e in evs if e.reason == Reason.ALL_EVENTS_DELIVERED]
         killed = bool(job["kill_requested"]) or any(e.reason == Reason.OPERATOR_KILL for e in evs)
-        if len(saves) > 1 or len(pubs) > 1:
+        # A paid correction (`correct --regenerate`) saves and publishes the slot once more.
+        allowed = 1 + sum(e.reason == Reason.OPERATOR_CORRECT_REGENERATE for e in evs)
+        if len(saves) > allowed or len(pubs) > allowed:
             found.add("published_twice", jid, f"{len(saves)} saves and {len(pubs)} publications journaled")
         if killed and ed_by_job.get(jid):
             found.add("killed_but_published", jid, f"killed, yet editions {sorted(ed_by_job[jid])} exist")
@@ -508,7 +519,8 @@ def _tracks(found: _Found, jobs: Mapping[str, Mapping[str, Any]], tracks: Mappin
             found.add("not_published", jid, f"{where} is {state} with {eds[(jid, lang)]} editions, not 1")
         saves = sum(e.reason == Reason.SAVED for e in evs)
         pubs = sum(e.reason == Reason.ALL_EVENTS_DELIVERED for e in evs)
-        if saves > 1 or pubs > 1:
+        # Its edition's correction by a paid generation is saved (`correction_saved`) and published once more.
+        if saves > 1 or pubs > 1 + sum(e.reason == Reason.CORRECTION_SAVED for e in evs):
             found.add("published_twice", jid, f"{where}: {saves} saves and {pubs} publications journaled")
     for jid, langs in langs_by_job.items():
         job = jobs.get(jid)

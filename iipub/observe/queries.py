@@ -108,6 +108,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         duplicate_publications=duplicates,
         editions_withdrawn=taken_back[EditionStatus.WITHDRAWN.value],
         editions_corrected=taken_back[EditionStatus.CORRECTED.value],
+        editions_correcting=taken_back[edition_changes.CORRECTING],
         # A slot waiting on a parked track is reported by that track (a WARNING), not stranded.
         stranded=report.stranded_jobs([j for j in attention if j["id"] not in track_figures.parked_job_ids], now,
                                       s.stranded_after_seconds),

@@ -288,6 +288,7 @@ class Status:
     # an alert (each was a deliberate, journaled act).
     editions_withdrawn: int = 0
     editions_corrected: int = 0
+    editions_correcting: int = 0  # slots whose paid `correct --regenerate` is not saved yet
 
     # -- derived figures ---------------------------------------------------------------
 
@@ -644,7 +645,8 @@ class Status:
                 "overdue_polls": self.overdue_polls.to_dict(),
             },
             "duplicate_publications": self.duplicate_publications,
-            "editions": {"withdrawn": self.editions_withdrawn, "corrected": self.editions_corrected},
+            "editions": {"withdrawn": self.editions_withdrawn, "corrected": self.editions_corrected,
+                         "correcting": self.editions_correcting},
             "tracks": (self.tracks or TrackFigures(counts={})).to_dict(),
             "immovable": [j.to_dict() for j in self.immovable],
             "parked": [j.to_dict() for j in self.parked],

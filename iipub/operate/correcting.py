@@ -7,37 +7,34 @@ slot (who, why, the revisions), each edition's new revision and status, its `edi
 row (the content it supersedes kept), the event that announces it, and its older events no sink
 has yet superseded. The spend ledger then records each revision (`revised`), so a database
 restored from before it never reuses a revision the site and the CMS already hold. Nothing is
-paid; nothing is sent to the provider.
+paid; nothing is sent to the provider. (The writes are `machine.revisions`', shared with the sweep.)
+
+`correct --regenerate --pay-again` is the paid way: the same checks, then the slot goes back to
+a paid create through the operator's fenced path (`Operator.correct_regenerate`), and the sweep
+saves the new output as the correction with the same writes.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from iipub.core.errors import OperatorRefused, UsageError
 from iipub.core.ids import uuid7
+from iipub.machine import revisions
 from iipub.model.jobs import Job
 from iipub.model.states import EditionStatus, EventType, Reason
-from iipub.money import restore
-from iipub.money.ledger import LedgerError, slot_of
-from iipub.money.spend import SlotSpend
 from iipub.operate import corrections, remedies
 from iipub.operate.corrections import EditionRevision
 from iipub.provider import factory
 from iipub.settings.config import Settings, max_output_bytes
-from iipub.store import clock, edition_changes, outbox
+from iipub.store import edition_changes
 from iipub.store.edition_changes import SavedEdition
 from iipub.store.handles import Connection, Engine
 from iipub.store.job_store import Store
 
-log = structlog.get_logger("iipub.corrections")
-
-__all__ = ["Taken", "correct", "withdraw"]
+__all__ = ["Regenerating", "Taken", "correct", "regenerate", "withdraw"]
 
 
 @dataclass(frozen=True)
@@ -62,8 +59,8 @@ def withdraw(settings: Settings, engine: Engine, job_id: str, lang: str | None, 
     todo = [e for e in chosen if e.status != EditionStatus.WITHDRAWN]
     if not todo:
         return Taken(job, "withdraw", (), unchanged)
-    spend = _spend(settings, engine, job)
-    now = _now(engine)
+    spend = revisions.slot_spend(settings, engine, job)
+    now = revisions.now(engine)
     changes = []
     for e in todo:
         revision, event_id = corrections.next_revision(e, spend), uuid7(now)
@@ -87,14 +84,41 @@ def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, p
     todo = [e for e in chosen if e.lang not in unchanged]
     if not todo:
         return Taken(job, "correct", (), unchanged)
-    spend = _spend(settings, engine, job)
-    now = _now(engine)
-    changes = []
-    for e in todo:
-        revision, event_id, art = corrections.next_revision(e, spend), uuid7(now), artifacts[e.lang]
-        changes.append(EditionRevision(e.lang, revision, event_id, corrections.corrected_payload(
-            job, e, revision, event_id, e.published_at, now, note, art), art))
+    spend = revisions.slot_spend(settings, engine, job)
+    now = revisions.now(engine)
+    changes = [revisions.corrected(job, e, spend, now, note, artifacts[e.lang]) for e in todo]
     return _write(settings, engine, store, job, todo, changes, unchanged, "correct", reason, by, note)
+
+
+@dataclass(frozen=True)
+class Regenerating:
+    """What `correct --regenerate` did: the slot sent to its paid generation, and the editions it
+    will replace (language -> the revision public now)."""
+
+    job: Job
+    revisions: dict[str, int]
+    attempts_max: int
+
+
+def regenerate(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
+               public_note: str | None = None, *, pay_again: bool = False) -> Regenerating:
+    """`correct --regenerate --pay-again`: the slot's public editions (or `lang`'s), live or
+    withdrawn, replaced by a new paid generation. The slot goes back to CREATE_ELIGIBLE through
+    the operator's fenced path, within the generation budget and asked of the payment authority
+    (the pay-again journaled with the evidence it overrides); the sweep creates, takes custody,
+    checks and composes as for any generation, and saves each language's output as its edition's
+    correction (`track_steps`, `revisions`). Until then the editions stay as they are."""
+    if not pay_again:
+        raise UsageError("correct --regenerate pays for a new generation of the slot: say so with --pay-again "
+                         "(journaled with --reason and the evidence it overrides), or give --from-file FILE "
+                         "(nothing paid)")
+    from iipub.operate.executor import Operator
+
+    _, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "correct")
+    max_gen = settings.budgets.max_generation_attempts
+    with Operator(settings, engine) as op:
+        written = op.correct_regenerate(job.id, chosen, reason, by, note)
+    return Regenerating(written, {e.lang: e.revision for e in chosen}, max_gen)
 
 
 def _chosen(settings: Settings, engine: Engine, job_id: str, lang: str | None, reason: str, by: str,
@@ -115,14 +139,9 @@ def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: lis
     withdrawing = verb == "withdraw"
     status = EditionStatus.WITHDRAWN if withdrawing else EditionStatus.CORRECTED
     event_type = EventType.WITHDRAWN if withdrawing else EventType.CORRECTED
-    kind = status.value
 
     def extra(conn: Connection) -> None:
-        for e, c in zip(todo, changes, strict=True):
-            outbox.revise_edition(conn, e.id, e.revision, revision=c.revision, status=status.value,
-                                  event_type=event_type.value, job_id=job.id, payload=c.payload, artifact=c.artifact)
-            edition_changes.record(conn, e, revision=c.revision, kind=kind, event_id=c.event_id, reason=reason,
-                                   public_note=note, by=by, sha256=c.artifact.sha256 if c.artifact else None)
+        revisions.write_in(conn, job, todo, changes, status, reason, by, note)
 
     detail: dict[str, Any] = {"by": by, "why": reason, "public_note": note, "event": event_type.value,
               "revisions": {c.lang: c.revision for c in changes},
@@ -133,45 +152,13 @@ def _write(settings: Settings, engine: Engine, store: Store, job: Job, todo: lis
         detail["revision"] = changes[0].revision
     reason_ = Reason.OPERATOR_WITHDRAW if withdrawing else Reason.OPERATOR_CORRECT
     written = store.record_edition_action(job, reason_, detail, extra)
-    problem = _ledger(settings, engine, job, todo, changes, kind)
+    problem = revisions.ledger_revised(settings, engine, job, todo, changes, status.value)
     return Taken(written, verb, tuple(changes), unchanged, problem)
-
-
-def _ledger(settings: Settings, engine: Engine, job: Job, todo: list[SavedEdition], changes: list[EditionRevision],
-            kind: str) -> str | None:
-    """The `revised` line of each change, after the commit (the database never knows less)."""
-    book = restore.ledger_of(settings, engine)
-    if book is None:
-        return None
-    try:
-        for e, c in zip(todo, changes, strict=True):
-            book.revised(job.id, slot_of(job.product, job.edition_date.isoformat()), job.generation_attempts, c.lang,
-                         c.revision, kind, c.artifact.sha256 if c.artifact else e.sha256, c.event_id)
-    except LedgerError as exc:
-        log.error("ledger_unwritable", job_id=job.id, error=str(exc))
-        return str(exc)
-    return None
-
-
-def _spend(settings: Settings, engine: Engine, job: Job) -> SlotSpend | None:
-    book = restore.ledger_of(settings, engine)
-    if book is None:
-        return None
-    spend, _, problem = book.load()
-    if problem is not None and book.exists():
-        raise OperatorRefused(f"the spend ledger cannot be read ({problem}): the next revision must be past its "
-                              "own; nothing written")
-    return spend.get(slot_of(job.product, job.edition_date.isoformat()))
 
 
 def _languages(settings: Settings, job: Job) -> tuple[str, ...]:
     product = settings.products.get(job.product)
     return product.languages if product is not None else ()
-
-
-def _now(engine: Engine) -> dt.datetime:
-    with engine.connect() as conn:
-        return clock.read_now(conn)
 
 
 def _read(settings: Settings, path: Path, max_bytes: int) -> str:

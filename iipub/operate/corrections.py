@@ -1,26 +1,30 @@
 """Taking a public edition back, pure: which editions `iipub withdraw` and `iipub correct` may
-touch (refusals in one line, nothing written), the revision each change takes, and the events
-that announce it (README, "The events a consumer receives"). `correcting` does the I/O.
-
-A revision only grows: the next one is past both the database's and the spend ledger's (a
-database restored from before a change has forgotten it; the live site and the CMS have not,
-and would discard a revision they already hold as stale)."""
+touch (refusals in one line, nothing written), a correction read from the operator's file, and
+the decision that sends a published slot to a paid generation of its correction (`correct
+--regenerate`). The revision each change takes and the events that announce it are
+`machine.revision_values`' (the sweep saves a regenerated correction with them too);
+`correcting` does the I/O."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from iipub.core.errors import OperatorRefused, UsageError
-from iipub.core.timefmt import iso_z
 from iipub.edition import compose, validate
 from iipub.edition.compose import Artifact
+from iipub.machine.decisions import Decision
+from iipub.machine.revision_values import (
+    EditionRevision,
+    PublicEdition,
+    corrected_payload,
+    next_revision,
+    withdrawn_payload,
+)
+from iipub.model import states
 from iipub.model.jobs import Job
-from iipub.model.states import EditionStatus, EventType
-from iipub.money.spend import SlotSpend
+from iipub.model.states import Reason, State
 from iipub.settings.config import Product
 
 E = TypeVar("E", bound="PublicEdition")
@@ -34,35 +38,10 @@ __all__ = [
     "corrected_artifacts",
     "corrected_payload",
     "next_revision",
+    "regenerate",
     "targets",
     "withdrawn_payload",
 ]
-
-
-class PublicEdition(Protocol):
-    """What these rules read of a saved edition (`store.edition_changes.SavedEdition`)."""
-
-    @property
-    def lang(self) -> str: ...
-    @property
-    def sha256(self) -> str: ...
-    @property
-    def revision(self) -> int: ...
-    @property
-    def status(self) -> EditionStatus: ...
-    @property
-    def public(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class EditionRevision:
-    """One edition's change as the command decided it."""
-
-    lang: str
-    revision: int
-    event_id: str
-    payload: Mapping[str, Any]
-    artifact: Artifact | None  # a correction's new artifact; None for a withdrawal
 
 
 def check_note(note: str | None) -> str | None:
@@ -94,38 +73,6 @@ def targets(job: Job, editions: Sequence[E], lang: str | None, languages: Sequen
     return chosen
 
 
-def next_revision(edition: PublicEdition, spend: SlotSpend | None) -> int:
-    """Past the database's revision and the ledger's for this language (a restore forgot it)."""
-    ledger = spend.revisions.get(edition.lang, (0, "", ""))[0] if spend is not None else 0
-    return max(int(edition.revision), ledger) + 1
-
-
-def _base(job: Job, edition: PublicEdition, revision: int, event_id: str, published: dt.datetime, now: dt.datetime,
-          event_type: EventType, note: str | None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "type": event_type.value, "event_id": event_id, "job_id": job.id, "product": job.product,
-        "edition_date": job.edition_date.isoformat(), "lang": edition.lang, "revision": revision,
-        "published_at": iso_z(published, "seconds"), "changed_at": iso_z(now, "seconds"),
-    }
-    if note is not None:
-        doc["public_note"] = note
-    return doc
-
-
-def withdrawn_payload(job: Job, edition: PublicEdition, revision: int, event_id: str, published: dt.datetime,
-                      now: dt.datetime, note: str | None) -> dict[str, Any]:
-    """`edition.withdrawn`: no artifact; `sha256` names the edition taken back."""
-    return {**_base(job, edition, revision, event_id, published, now, EventType.WITHDRAWN, note),
-            "sha256": edition.sha256}
-
-
-def corrected_payload(job: Job, edition: PublicEdition, revision: int, event_id: str, published: dt.datetime,
-                      now: dt.datetime, note: str | None, artifact: Artifact) -> dict[str, Any]:
-    """`edition.corrected`: the new artifact, its sha256 and the sha256 it supersedes."""
-    return {**_base(job, edition, revision, event_id, published, now, EventType.CORRECTED, note),
-            "sha256": artifact.sha256, "supersedes": edition.sha256, "artifact": artifact.document()}
-
-
 def corrected_artifacts(job: Job, product: Product | None, text: str, langs: Sequence[str]) -> dict[str, Artifact]:
     """The operator's corrected output (the edition's JSON document, keyed by language, as a
     model writes it and `jobs import-payload` takes it), checked and composed for `langs` exactly
@@ -149,3 +96,38 @@ def corrected_artifacts(job: Job, product: Product | None, text: str, langs: Seq
                                   "nothing written")
         out[lang] = compose.compose_language(result.edition, product, lang, job.edition_date)
     return out
+
+
+def regenerate(job: Job, chosen: Sequence[PublicEdition], max_generation_attempts: int, by: str, reason: str,
+               note: str | None) -> Decision:
+    """`correct --regenerate`: the published slot goes back to CREATE_ELIGIBLE for one new paid
+    generation (within the generation budget; the payment authority is asked by the caller), the
+    languages of `chosen` named as the editions it replaces. The editions stay as they are (live
+    or withdrawn) until the sweep saves the new output as their correction. Refused while the
+    slot is not published (a generation or a publication is under way) or its provider response
+    is not deleted yet (the output it holds would be left behind at the provider)."""
+    if job.state not in states.REGENERATES_TO_CORRECT:
+        raise OperatorRefused(f"job {job.id} is {job.state}: a generation or a publication of its slot is under way; "
+                              "`correct --regenerate` applies to a published slot (see `iipub jobs show "
+                              f"{job.id}`)")
+    if job.state != State.DELETED and job.response_id is not None:
+        raise OperatorRefused(f"job {job.id} is {job.state}: its provider response {job.response_id} is not "
+                              "deleted yet (the next `iipub reconcile` deletes it); run this again after it")
+    if job.generation_attempts >= max_generation_attempts:
+        raise OperatorRefused(
+            f"job {job.id}: all {max_generation_attempts} paid creates are used "
+            f"({job.generation_attempts}/{max_generation_attempts}); raise budgets.max_generation_attempts, or "
+            f"`iipub correct {job.id} --from-file FILE` with a corrected output (nothing paid)")
+    langs = sorted(e.lang for e in chosen)
+    return Decision(
+        State.CREATE_ELIGIBLE, Reason.OPERATOR_CORRECT_REGENERATE, delay=0,
+        changes={"response_id": None, "poll_count": 0, "retry_count": 0, "payload": None, "payload_sha256": None,
+                 "composed": None, "composed_sha256": None, "last_error": None, "quarantine_reason": None,
+                 "output_end": None},
+        detail={"by": by, "why": reason, "public_note": note, "languages": langs,
+                "revisions": {e.lang: int(e.revision) for e in chosen},
+                "statuses": {e.lang: e.status.value for e in chosen},
+                "supersedes": {e.lang: e.sha256 for e in chosen},
+                "replaced_payload_sha256": job.payload_sha256, "replaced_response_id": job.response_id,
+                "attempts_used": job.generation_attempts},
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ from iipub.money.gate import CreateGate
 from iipub.money.ledger import LedgerError, slot_of
 from iipub.money.payment_values import Override
 from iipub.money.spend import SlotSpend
-from iipub.operate import remedies
+from iipub.operate import corrections, remedies
 from iipub.operate.remedies import ReleaseMode
 from iipub.provider import factory
 from iipub.provider.interface import Provider
@@ -201,11 +201,12 @@ class Operator(Closing):
         return slots.get(slot_of(job.product, job.edition_date.isoformat()))
 
     def _authorized(self, job: Job, d: Decision, route: Route, spend: SlotSpend | None,
-                    pay_again: str | None) -> Decision:
+                    pay_again: str | None, replacing: tuple[str, ...] = ()) -> Decision:
         """The payment authority on a decision that sends `job` back to CREATE_ELIGIBLE: a refusal
         raises its one line; an allowed create is made under the deployed configuration, and a
         pay-again is journaled with the evidence it overrides (the sweep lets that create through)."""
-        ruling = paying.ruling(self.settings, self.engine, job, route, spend=spend, pay_again=pay_again)
+        ruling = paying.ruling(self.settings, self.engine, job, route, spend=spend, pay_again=pay_again,
+                               replacing=replacing)
         if not ruling.allowed:
             raise OperatorRefused(ruling.line())
         changes, detail = dict(d.changes), dict(d.detail)
@@ -370,6 +371,19 @@ class Operator(Closing):
         return self._act(job_id, by, lambda job: self._authorized(job, remedies.regenerate(
             job, max_gen, by, reason, {t.lang: t.state for t in self.tracks_of(job.id)}), Route.REGENERATE,
             self._slot_spend(job), reason if pay_again else None))
+
+    def correct_regenerate(self, job_id: str, chosen: Sequence[corrections.PublicEdition], reason: str, by: str,
+                           note: str | None) -> Job:
+        """`correct --regenerate --pay-again`: the published slot back to CREATE_ELIGIBLE for one
+        paid generation whose output replaces `chosen` (`corrections.regenerate`), asked of the
+        payment authority on its own route with the operator's pay-again (journaled with the
+        evidence it overrides); the sweep then lets that one create through."""
+        remedies.check_input(by, reason)
+        max_gen = self.settings.budgets.max_generation_attempts
+        langs = tuple(sorted(e.lang for e in chosen))
+        return self._act(job_id, by, lambda job: self._authorized(
+            job, corrections.regenerate(job, chosen, max_gen, by, reason, note), Route.CORRECT,
+            self._slot_spend(job), reason, replacing=langs))
 
     def tracks_of(self, job_id: str) -> list[track_store.Track]:
         with self.engine.connect() as conn:

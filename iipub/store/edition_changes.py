@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from iipub.core.timefmt import as_date, iso_z, naive_utc
-from iipub.model.states import DONE, EditionStatus, State
+from iipub.model.states import DONE, EditionStatus, Reason, State
 from iipub.store import clock, tables
 
 _IN_CHUNK = 500
@@ -119,12 +119,26 @@ def statuses_of(engine: Engine, job_ids: Sequence[str]) -> dict[str, dict[str, t
     return out
 
 
+CORRECTING = "correcting"
+
+
 def status_counts(conn: Connection) -> Mapping[str, int]:
     """How many editions are withdrawn and corrected (through `ix_editions_status`: the rows counted
-    are only those, never the whole table)."""
+    are only those, never the whole table), and how many slots are being corrected by a paid
+    generation (`CORRECTING`: a `correct --regenerate` not saved yet; read through the states of
+    slots not published and their own journal)."""
     ed = tables.editions.c
     counts = dict.fromkeys((EditionStatus.WITHDRAWN.value, EditionStatus.CORRECTED.value), 0)
     for status in counts:
         counts[status] = int(conn.execute(sa.select(sa.func.count()).select_from(tables.editions)
                                           .where(ed.status == status)).scalar_one())
+    j, ev = tables.jobs.c, tables.job_events.c
+    later = tables.job_events.alias("later")
+    settled = sa.select(later.c.id).where(
+        later.c.job_id == ev.job_id, later.c.lang.is_(None), later.c.id > ev.id,
+        later.c.reason.in_((Reason.SAVED.value, Reason.OPERATOR_KILL.value))).exists()
+    counts[CORRECTING] = int(conn.execute(
+        sa.select(sa.func.count(sa.distinct(j.id))).select_from(tables.jobs.join(tables.job_events, ev.job_id == j.id))
+        .where(j.state.in_([s.value for s in State if s not in DONE]),
+               ev.reason == Reason.OPERATOR_CORRECT_REGENERATE.value, ev.lang.is_(None), ~settled)).scalar_one())
     return counts

@@ -58,6 +58,20 @@ def forks_and_regenerations(engine: Engine, job_id: str) -> list[tuple[str, str 
     return [(str(r), lang, detail) for r, lang, detail in rows]
 
 
+def correction_pending(engine: Engine, job_id: str) -> str | None:
+    """The detail of the slot's `operator_correct_regenerate` entry whose paid generation is not
+    saved yet: None when the slot's newest entry among those, its saves and a kill is not it."""
+    ev = tables.job_events.c
+    wanted = (Reason.OPERATOR_CORRECT_REGENERATE.value, Reason.SAVED.value, Reason.OPERATOR_KILL.value)
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(ev.reason, ev.detail).where(ev.job_id == job_id, ev.lang.is_(None),
+                                                                 ev.reason.in_(wanted))
+                           .order_by(ev.id.desc()).limit(1)).first()
+    if row is None or row.reason != Reason.OPERATOR_CORRECT_REGENERATE.value:
+        return None
+    return str(row.detail or "{}")
+
+
 def parts_and_editions(engine: Engine, job: Job) -> tuple[list[tuple[str, str, str | None]], set[str]]:
     """The job's tracks (language, state, payload sha256) and the languages of the editions saved
     for its product and date."""

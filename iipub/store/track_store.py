@@ -196,10 +196,12 @@ def advance_in(conn: Connection, store: Store, track: Track, hops: Sequence[Hop]
 
 
 def fork(conn: Connection, store: Store, job: Job, parts: Sequence[Part], source_sha256: str | None,
-         detail: Mapping[str, Any] | None = None) -> list[str]:
+         detail: Mapping[str, Any] | None = None, replacing: Sequence[str] = ()) -> list[str]:
     """Inside the slot's validation transaction: one track per language at RETRIEVED_NOT_VALIDATED
     holding its part. A missing track is created; an unpublished one takes the new part; a track
-    holding a saved edition keeps it (a new generation never replaces a live edition). Returns the
+    holding a saved edition keeps it (a new generation never replaces a live edition), unless its
+    language is in `replacing`: the paid generation of an operator's `correct --regenerate`,
+    whose published track takes the new part to save it as the edition's correction. Returns the
     languages forked."""
     existing = {t.lang: t for t in of_job(conn, job.id)}
     forked: list[str] = []
@@ -218,7 +220,8 @@ def fork(conn: Connection, store: Store, job: Job, parts: Sequence[Part], source
                 created_at=now, updated_at=now, state_entered_at=now, **changes))
             store.journal(conn, [store.journal_row(job.id, None, hop.to, 1, hop.reason, hop.detail, part.lang)],
                           clock.clock_offset(conn))
-        elif track.state in states.TRACK_SAVED:
+        elif track.state in states.TRACK_SAVED and not (
+                part.lang in replacing and states.track_allowed(track.state, hop.to)):
             continue
         else:
             advance_in(conn, store, track, [hop], changes=changes, delay=0)

@@ -139,6 +139,7 @@ def test_every_line_of_the_crontab_init_writes_exits_0_under_cron(sim: Simulator
     assert os.access(layout.ledger.parent, os.W_OK)
 
 
+@pytest.mark.slow
 def test_a_run_says_its_summary_once_when_stdout_and_stderr_share_the_log(sim: Simulator, tmp_path: Path,
                                                                          cli_env: dict[str, str]) -> None:
     """cron's `>>log 2>&1`: the tick_done / relay_done event (time, level) is the run's one line;

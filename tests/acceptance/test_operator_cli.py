@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.machine import sweep
@@ -56,6 +57,7 @@ def quarantined(engine: sa.Engine, settings: Settings, sim: Simulator) -> str:
 # -- quarantine -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_quarantine_list_json_and_table(engine: sa.Engine, settings: Settings, sim: Simulator,
                                         cli_env: dict[str, str], tmp_path: Path) -> None:
     job_id = quarantined(engine, settings, sim)
@@ -97,6 +99,7 @@ def test_release_usage_errors_and_unknown_id(engine: sa.Engine, settings: Settin
     assert job_versions(engine) == before
 
 
+@pytest.mark.slow
 def test_release_verified_lost_journals_who_and_why(engine: sa.Engine, settings: Settings, sim: Simulator,
                                                     cli_env: dict[str, str], tmp_path: Path) -> None:
     job_id = quarantined(engine, settings, sim)

@@ -100,6 +100,7 @@ def json_figures(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_healthy_is_ok_and_json_matches_the_human_report(
     s: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -168,7 +169,7 @@ def test_one_quarantined_job_warns(
 
 
 def test_a_job_stranded_for_three_hours_is_critical(
-    s: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
+    s: Settings, engine: sa.Engine, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     schedule_today(s, engine)
     sweep.run(s, engine)

@@ -145,6 +145,7 @@ def _ticks(env: dict[str, str], tmp_path: Path, sim: Simulator, engine: sa.Engin
         clock.advance_clock(engine, 90)  # past the held slots' recheck: each is looked at again
 
 
+@pytest.mark.slow
 def test_no_access_to_a_model_holds_its_products_once_and_nothing_else(cli_env: dict[str, str], sim: Simulator,
                                                                        tmp_path: Path, engine: sa.Engine) -> None:
     """A project without access to gpt-4.1 (403 model_not_found): one refused create for the

@@ -322,6 +322,7 @@ def test_unreadable_completed_response_is_parked_with_its_response_id(
 
 
 @pytest.mark.parametrize("mode", fast_first(["no_id", "invalid_utf8", "truncated_body"]))
+@pytest.mark.slow
 def test_unreadable_create_answer_is_an_unknown_outcome_never_retried(
     settings: Settings, engine: sa.Engine, fake: FakeResponses, mode: str
 ) -> None:
@@ -375,6 +376,7 @@ CONTENT = ["malformed_output", "oversized_output", "schema_break", "incomplete",
            "hallucinated_urls", "same_text", "fail"]
 
 
+@pytest.mark.slow
 def test_every_content_fault_at_once_leaves_published_work_untouched(settings: Settings, engine: sa.Engine,
                                                                       sim: Simulator) -> None:
     p = replace(settings.products[PRODUCT], items=3, prompt="Write the brief.", opens_at=dt.time(0, 0))

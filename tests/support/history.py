@@ -3,7 +3,7 @@ DELETED through the simulator, its tracks, journal, editions, outbox rows and de
 row and provider delete), copied for every product and past day with bulk inserts. Each copy is
 the slot's rows with new ids, its product and date, and every time moved by the days between
 (`tests/integration/store/test_query_plans.py` holds a copy equal to its template but for those).
-Used by the plans' test and by bench/history.py.
+Used by the plans' test and by bench/cost/history.py.
 """
 
 from __future__ import annotations

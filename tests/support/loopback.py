@@ -45,6 +45,8 @@ class Receiver:
     lock: threading.Lock = field(default_factory=threading.Lock)
     reading: int = 0  # requests whose body is still being read (not yet recorded or dropped)
     truncated: int = 0  # requests whose client went away before the whole body arrived (not recorded)
+    answering: int = 0  # recorded requests not yet answered (hanging)
+    most_answering: int = 0  # the most that were at once: how many deliveries ran concurrently
 
     def quiet(self, timeout: float = 10.0) -> None:
         """Wait until no request is half-read: after a client is killed, what was recorded is final."""
@@ -88,7 +90,14 @@ class _Handler(BaseHTTPRequestHandler):
             with rec.lock:
                 rec.reading -= 1
         if rec.mode == "hang":
-            time.sleep(rec.hang_seconds)
+            with rec.lock:
+                rec.answering += 1
+                rec.most_answering = max(rec.most_answering, rec.answering)
+            try:
+                time.sleep(rec.hang_seconds)
+            finally:
+                with rec.lock:
+                    rec.answering -= 1
         status, extra = {"ok": (200, {}), "503": (503, {"retry-after": "120"}), "400": (400, {}),
                          "hang": (200, {})}[rec.mode]
         reply = b'{"ok":true}' if status == 200 else b'{"error":"nope"}'

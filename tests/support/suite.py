@@ -13,8 +13,8 @@ import pytest
 
 
 def bench_module(name: str) -> Any:
-    """bench/NAME.py or bench/<concept>/NAME.py, imported as the benchmarks run (bench/ and its
-    concept folders are not packages: on sys.path just for the import)."""
+    """bench/<concept>/NAME.py, imported as the benchmarks run (bench/ and its concept folders,
+    bench/support among them, are not packages: on sys.path just for the import)."""
     bench = Path(__file__).resolve().parents[2] / "bench"
     folders = [str(bench), *(str(d) for d in sorted(bench.iterdir()) if d.is_dir() and any(d.glob("*.py")))]
     sys.path[:0] = folders

@@ -66,6 +66,7 @@ def job_state(engine: sa.Engine) -> str:
         return str(conn.execute(sa.select(tables.jobs.c.state)).scalar_one())
 
 
+@pytest.mark.slow
 def test_parked_webhook_events_are_listed_requeued_and_delivered_once(
     s: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -95,7 +95,7 @@ def test_shadow_mode_keeps_the_remote_response_of_a_published_job(
 
 
 def test_the_webhook_receiver_settles_nothing_while_everything_is_paused(
-    cfg: Settings, engine: sa.Engine, sim: Simulator
+    cfg: Settings, engine: sa.Engine
 ) -> None:
     from iipub.operate.executor import Operator
     from iipub.settings.config import WebhookSettings

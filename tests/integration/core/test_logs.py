@@ -113,6 +113,7 @@ def test_a_rate_limited_poll_is_logged_provider_trouble_with_its_status(
     assert job_rows(engine)[0]["generation_attempts"] == 1  # a read's trouble never costs a create
 
 
+@pytest.mark.slow
 def test_a_step_that_waited_out_a_lock_is_logged_contention_and_changes_nothing(
     quiet_cfg: Settings, engine: sa.Engine, db_url: str
 ) -> None:

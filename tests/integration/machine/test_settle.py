@@ -182,6 +182,7 @@ def test_an_ambiguous_create_followed_by_its_webhook_is_published_with_one_paid_
 
 
 @pytest.mark.parametrize("world", [(1.0, True)], indirect=True)
+@pytest.mark.slow
 def test_a_webhook_that_beats_the_create_answer_waits_and_the_next_tick_links_it(world: World) -> None:
     world.sim.add_faults([{"fault": "slow", "op": "create", "times": 1}])
     world.tick()  # the slow create times out after 1 s: outcome unknown

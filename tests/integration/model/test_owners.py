@@ -125,6 +125,7 @@ def test_migrate_gives_each_database_its_own_installation_id_once(tmp_path: Path
     assert ids[0] != ids[1]
 
 
+@pytest.mark.slow
 def test_two_installations_on_one_project_touch_only_their_own_responses(tmp_path: Path) -> None:
     with two_installations(tmp_path) as (sim, (a, b)):
         assert a.installation_id != b.installation_id

@@ -63,6 +63,7 @@ def _damage(kind: str, book: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["missing", "behind", "replaced"])
+@pytest.mark.slow
 def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
     kind: str, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
     assert "ledger_lost" not in run_cli("check", "--ledger", env=env).stdout
 
 
+@pytest.mark.slow
 def test_a_mirror_catches_a_restore_of_the_database_and_ledger_from_the_same_night(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine, db_url: str
 ) -> None:

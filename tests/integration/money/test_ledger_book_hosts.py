@@ -11,6 +11,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.provider.openai.simulator import Simulator
@@ -77,6 +78,7 @@ def _spend_ledgers(engine: sa.Engine) -> dict[str, str | None]:
         return {str(r[0])[:10]: r[1] for r in conn.execute(sa.select(s.edition_date, s.ledger_id))}
 
 
+@pytest.mark.slow
 def test_two_hosts_each_with_its_own_ledger_pay_once_and_hold_nothing_of_each_other(
         cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> None:
     a, b = Host(tmp_path / "host-a", cli_env, sim), Host(tmp_path / "host-b", cli_env, sim)
@@ -131,6 +133,7 @@ def test_two_hosts_each_with_its_own_ledger_pay_once_and_hold_nothing_of_each_ot
     a.tick(1)
 
 
+@pytest.mark.slow
 def test_a_ledger_from_before_hosts_were_known_is_claimed_by_its_host(
         cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> None:
     a = Host(tmp_path / "host-a", cli_env, sim)
@@ -149,6 +152,7 @@ def test_a_ledger_from_before_hosts_were_known_is_claimed_by_its_host(
     assert "spend ledger" not in a.check()
 
 
+@pytest.mark.slow
 def test_adding_and_removing_a_mirror_holds_nothing(cli_env: dict[str, str], sim: Simulator, tmp_path: Path,
                                                     engine: sa.Engine) -> None:
     a = Host(tmp_path / "host-a", cli_env, sim)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.provider.openai.simulator import Simulator
@@ -32,6 +33,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_two_demos_in_two_folders_each_pay_once_per_slot_and_keep_their_own_ledger(tmp_path: Path) -> None:
     env = clean_env()
     for folder in ("one", "two"):
@@ -47,6 +49,7 @@ def test_two_demos_in_two_folders_each_pay_once_per_slot_and_keep_their_own_ledg
     assert not (tmp_path / "xdg-state" / "iipub" / "spend-ledger.jsonl").exists()  # the account's is untouched
 
 
+@pytest.mark.slow
 def test_two_databases_writing_to_one_ledger_each_pay_once_per_slot(
     cli_env: dict[str, str], db_url: str, sim: Simulator, tmp_path: Path
 ) -> None:
@@ -83,6 +86,7 @@ def test_two_databases_writing_to_one_ledger_each_pay_once_per_slot(
         assert len(owners) == 2 and all(o.startswith("inst_") for o in owners)
 
 
+@pytest.mark.slow
 def test_old_lines_without_an_installation_count_only_when_this_database_knows_their_job(
     cli_env: dict[str, str], db_url: str, sim: Simulator, tmp_path: Path
 ) -> None:

@@ -64,6 +64,7 @@ def _job(engine: sa.Engine, product: str = "daily-brief") -> dict[str, Any]:
 # -- custody: a product_removed job holding its payload (issue item 3) -----------------------------
 
 
+@pytest.mark.slow
 def test_release_verified_lost_of_a_job_holding_its_output_is_refused_in_every_form_and_revalidate_works(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
@@ -98,6 +99,7 @@ def test_release_verified_lost_of_a_job_holding_its_output_is_refused_in_every_f
     assert sim.stats()["creates_total"] == created
 
 
+@pytest.mark.slow
 def test_pay_again_buys_once_on_purpose_and_is_journaled(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:
@@ -220,6 +222,7 @@ def test_the_legacy_file_only_names_its_own_slots(when: dt.date) -> None:
 # -- this installation's ledger chain: a restore from before a create whose output was stored -------
 
 
+@pytest.mark.slow
 def test_a_restored_job_whose_ledger_saw_its_output_stored_is_not_paid_again_and_import_payload_works(
     cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
 ) -> None:

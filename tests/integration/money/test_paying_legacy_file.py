@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.observe import cutover
@@ -32,6 +33,7 @@ def _big_legacy_file(path: Path, last: dict[str, str]) -> int:
     return lines + 1
 
 
+@pytest.mark.slow
 def test_the_newest_legacy_decision_past_64_mib_is_read_and_nothing_is_paid_again(
         cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> None:
     day = utc_today()

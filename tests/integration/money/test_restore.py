@@ -118,6 +118,7 @@ def test_check_ledger_reports_the_slots_the_database_is_behind_on(
     assert result.returncode == 1 and "behind_ledger" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_different_edition_never_replaces_a_live_page_without_republish(
     cfg: Settings, engine: sa.Engine, sim: Simulator, cli_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -108,6 +108,7 @@ def three_days(engine: sa.Engine, cli_env: dict[str, str], sim: Simulator,
 
 
 @pytest.mark.simulator(faults=(parse_fault_spec("fail_refused@create*1"),))
+@pytest.mark.slow
 def test_the_page_holds_the_database_s_figures(engine: sa.Engine, three_days: tuple[dict[str, str], Any],
                                                tmp_path: Path) -> None:
     env, seen = three_days

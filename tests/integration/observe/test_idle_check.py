@@ -203,6 +203,7 @@ def test_a_run_that_worked_leaves_due(engine: sa.Engine, env: dict[str, str], tm
     assert check(env, tmp_path)[0] is None
 
 
+@pytest.mark.slow
 def test_the_relay_is_idle_until_an_event_is_saved(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
     full(env, tmp_path, "relay")
     code, out, _ = check(env, tmp_path, "relay")
@@ -475,6 +476,7 @@ def _saved_slot(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> str:
     raise AssertionError("no edition saved")
 
 
+@pytest.mark.slow
 def test_the_relay_wakes_when_a_killed_relays_lease_on_a_saved_job_ends(engine: sa.Engine, env: dict[str, str],
                                                                           tmp_path: Path) -> None:
     from iipub.store.job_store import Store

@@ -150,7 +150,7 @@ def test_one_quarantined_job_is_a_warning(s: Settings, engine: sa.Engine, sim: S
     assert doc["oldest"]["reason"] == "create_outcome_unknown" and doc["oldest"]["state"] == "QUARANTINED"
 
 
-def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
+def test_late_polls_breach_the_overdue_poll_slo(s: Settings, engine: sa.Engine) -> None:
     schedule(s, engine)
     sweep.run(s, engine)
     assert {j["state"] for j in job_rows(engine)} == {"ACCEPTED"}
@@ -198,7 +198,7 @@ def test_outbox_lag_and_parked_deliveries(s: Settings, engine: sa.Engine, sim: S
 # -- critical --------------------------------------------------------------------------------
 
 
-def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
+def test_a_job_stuck_for_three_hours_is_critical(s: Settings, engine: sa.Engine) -> None:
     schedule(s, engine)
     later = today(engine) + dt.timedelta(days=2)
     schedule(s, engine, later)  # NO_JOB slots that have not opened: never stranded

@@ -256,7 +256,7 @@ def test_refused_for_bad_files(cfg: Settings, engine: sa.Engine, sim: Simulator,
         refused(engine, env, tmp_path, job_id, path, code, needle)
 
 
-def test_refused_in_a_state_without_the_edge(cfg: Settings, engine: sa.Engine, sim: Simulator,
+def test_refused_in_a_state_without_the_edge(cfg: Settings, engine: sa.Engine,
                                              env: dict[str, str], tmp_path: Path) -> None:
     Store(engine, "test").schedule(cfg.products[PRODUCT], DAY)
     sweep.run(cfg, engine)

@@ -172,6 +172,7 @@ def _creates(sim: Simulator) -> int:
 
 
 @pytest.mark.parametrize(("reason", "output"), PARKED, ids=[f"{r}-{o}" for r, o in PARKED])
+@pytest.mark.slow
 def test_every_printed_remedy_works_from_its_park(installation: Installation, reason: str, output: str) -> None:
     inst = installation
     probe = inst.park(reason, output)

@@ -84,6 +84,7 @@ def no_violation(s: Settings, engine: sa.Engine, sim: Simulator) -> None:
     {"op": "retrieve", "fault": "report_failed", "times": 2},
     {"op": "retrieve", "fault": "unknown_status", "times": 3},
 ], fast=2), ids=lambda r: f"{r['fault']}x{r.get('times', 'always')}")
+@pytest.mark.slow
 def test_a_suspected_loss_that_flips_back_is_published_with_one_paid_create(
     cfg: Settings, engine: sa.Engine, sim: Simulator, rule: dict[str, Any]
 ) -> None:
@@ -180,6 +181,7 @@ def test_an_outage_over_20_slots_quarantines_only_the_probes_and_all_publish_aft
     no_violation(cfg, engine, sim)
 
 
+@pytest.mark.slow
 def test_the_breaker_is_shared_by_processes_and_a_probe_closes_it(cfg: Settings, engine: sa.Engine,
                                                                   sim: Simulator) -> None:
     ids = schedule(cfg, engine, 3)
@@ -198,6 +200,7 @@ def test_the_breaker_is_shared_by_processes_and_a_probe_closes_it(cfg: Settings,
 # -- an exhausted quota ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_exhausted_quota_is_critical_and_sends_a_bounded_number_of_requests(
     cfg: Settings, engine: sa.Engine, sim: Simulator
 ) -> None:

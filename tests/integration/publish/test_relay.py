@@ -54,6 +54,7 @@ def job_states(engine: sa.Engine) -> set[str]:
         return set(conn.execute(sa.select(tables.jobs.c.state)).scalars())
 
 
+@pytest.mark.slow
 def test_10_final_save_produces_a_verified_outbox_event(settings: Settings, engine: sa.Engine, sim: Simulator) -> None:
     saved(settings, engine, sim)
     rows = outbox_rows(engine)
@@ -67,6 +68,7 @@ def test_10_final_save_produces_a_verified_outbox_event(settings: Settings, engi
         assert (payload["product"], payload["lang"]) == (ed.product, ed.lang)
 
 
+@pytest.mark.slow
 def test_relay_publishes_files_marks_events_and_publishes_the_job_then_cleanup(
     settings: Settings, engine: sa.Engine, sim: Simulator, tmp_path: Path
 ) -> None:
@@ -130,6 +132,7 @@ def test_34_relay_network_failure_leaves_the_event_and_the_next_tick_succeeds(
     assert all(d["attempts"] == 1 for d in deliveries(engine) if d["sink"] == "static")
 
 
+@pytest.mark.slow
 def test_webhook_down_for_hours_then_delivered(settings: Settings, engine: sa.Engine, sim: Simulator,
                                                hook: Receiver) -> None:
     saved(settings, engine, sim)

@@ -67,14 +67,14 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
     report = relay.run(s, engine)
     took = time.monotonic() - t0
     # One round of two hung requests, then the deadline: not 8 timeouts one after another.
-    assert took < 2 * timeout + 1.5, took
-    assert len(hook.requests) == 2
+    assert took < 4 * timeout, took  # eight timeouts one after another would be 16 s
+    assert len(hook.requests) == 2 and hook.most_answering == 2
     assert (report.claimed, report.published, report.retried, report.deferred) == (8, 0, 2, 6)
     # Every static page was published in this tick, without waiting for any webhook answer.
     static = deliveries(engine, "static")
     assert len(static) == 8 and all(d["delivered_at"] and d["attempts"] == 1 for d in static)
     times = sorted(naive_utc(d["delivered_at"]) for d in static)
-    assert (times[-1] - times[0]).total_seconds() < timeout
+    assert (times[-1] - times[0]).total_seconds() < hook.hang_seconds  # no page waited for a webhook
     root = tmp_path / "public"
     pages = tree(root)
     for product in ("daily-brief", "revolution-watch"):
@@ -106,6 +106,7 @@ def test_a_hung_webhook_delays_neither_the_static_site_nor_the_tick_and_is_deliv
     assert hook.verified() == 10
 
 
+@pytest.mark.slow
 def test_webhook_deliveries_run_concurrently_up_to_the_limit(
     settings: Settings, engine: sa.Engine, sim: Simulator, hook: Receiver
 ) -> None:
@@ -116,7 +117,10 @@ def test_webhook_deliveries_run_concurrently_up_to_the_limit(
     report = relay.run(s, engine)
     took = time.monotonic() - t0
     assert report.published == 8 and job_states(engine) == {"PUBLISHED"}
-    assert took < 8 * 0.5 * 0.75, took  # four at a time: about two rounds of half a second, not eight
+    # Four at a time, never more: the receiver saw four requests waiting at once. (Serially the
+    # eight would take four seconds; the bound is loose because the host may be busy.)
+    assert hook.most_answering == 4, hook.most_answering
+    assert took < 8 * 0.5, took
     assert len(hook.keys()) == 8 and set(hook.keys().values()) == {1}
 
 

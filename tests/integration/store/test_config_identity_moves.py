@@ -137,6 +137,7 @@ def test_read_only_commands_read_under_another_configuration(db_url: str, cli_en
     assert [r["kind"] for r in _identity_rows(db_url)] == ["adopted"]
 
 
+@pytest.mark.slow
 def test_the_runbooks_move_of_an_installation_folder_keeps_its_ledger_and_pays_once(
         db_url: str, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine) -> None:
     old = _install(tmp_path / "old")

@@ -147,6 +147,7 @@ def settings_for(db_url: str, sim: Simulator, tmp_path: Path) -> Settings:
     return replace(s, products={PRODUCT: p}, webhook_sink=None)
 
 
+@pytest.mark.slow
 def test_0009_converts_every_state_and_the_upgraded_database_finishes_without_paying_or_publishing_twice(
         db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = db.make_engine(db_url, pool_size=24)

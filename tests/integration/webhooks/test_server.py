@@ -107,6 +107,7 @@ def signed_request(body: bytes, headers: dict[str, str], path: str = "/") -> byt
 # -- the whole-request deadline and the limits --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_slow_loris_is_answered_408_and_closed_at_the_deadline(server: Server, engine: sa.Engine) -> None:
     """One byte a second never resets a per-read timeout; the whole request must still arrive
     within [webhooks] read_seconds (2 s here), or 408 and the connection is closed."""
@@ -142,6 +143,7 @@ def test_a_client_that_connects_and_says_nothing_is_closed_at_the_deadline(serve
     assert time.monotonic() - started < 4.5
 
 
+@pytest.mark.slow
 def test_300_connections_do_not_make_300_threads(hooked: Settings, engine: sa.Engine) -> None:
     settings = replace(hooked, webhooks=replace(hooked.webhooks, threads=4, read_seconds=30))
     before = threading.active_count()
@@ -165,6 +167,7 @@ def test_300_connections_do_not_make_300_threads(hooked: Settings, engine: sa.En
     assert answer.status_code == 405 and answer.headers["server"] == "iipub"
 
 
+@pytest.mark.slow
 def test_a_burst_beyond_the_connection_limit_waits_in_the_backlog_without_resets(
         hooked: Settings, engine: sa.Engine) -> None:
     """The stdlib server listened with a backlog of 5: a burst of 20-40 got resets. 120 at once
@@ -274,6 +277,7 @@ def receiver_app(hooked: Settings, engine: sa.Engine) -> Iterator[webhook.Receiv
 # -- the request budget, provider reads included -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_budget_holds_while_an_unknown_response_is_read_slowly(hooked: Settings, engine: sa.Engine,
                                                                     sim: Simulator) -> None:
     """The provider answers a read only after 35 s (the simulator's `slow` fault on GET); the
@@ -360,6 +364,7 @@ def test_a_rejected_delivery_is_logged_with_its_webhook_id_client_and_reason(rec
     assert second["client"] == "192.0.2.50" and second["forwarded_for"] is None
 
 
+@pytest.mark.slow
 def test_a_timed_out_request_is_logged_with_its_client(server: Server) -> None:
     with capture_logs() as logs, socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nwebhook-id: wh_slow_9\r\nContent-Length: 100\r\n\r\n{")

@@ -266,6 +266,14 @@ def test_a_track_validates_composes_and_saves_its_language_in_one_plan() -> None
         at = hop.to
     shadowed = track_decisions.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=True)
     assert shadowed.save is None and shadowed.hops[-1].reason == Reason.SHADOW_WOULD_PUBLISH
+    # The paid generation of a correction: the same checks and artifact, saved as the edition's revision.
+    fixing = track_decisions.step(j, "en", State.RETRIEVED_NOT_VALIDATED, part.text, None, PRODUCT, shadow=False,
+                                  correcting=True)
+    assert fixing.save == plan.save and [h.to for h in fixing.hops] == [h.to for h in plan.hops]
+    assert fixing.hops[-1].reason == Reason.CORRECTION_SAVED and not Reason.CORRECTION_SAVED.operator
+    # ... into which a published track forked again (the fork's edge), never by itself otherwise.
+    assert states.track_allowed(State.PUBLISHED, State.RETRIEVED_NOT_VALIDATED)
+    assert not states.track_allowed(State.PUBLISHED, State.READY_TO_COMPOSE)
 
 
 def test_a_track_whose_part_fails_parks_alone_with_its_reasons() -> None:

@@ -53,3 +53,14 @@ def test_an_operator_path_on_a_job_behind_the_ledger_is_left_to_the_restore_fenc
     behind = Facts(**{**BASE.__dict__, "live": ("en", "es"), "fence_pending": True})
     assert may_pay(behind, Route.REGENERATE).allowed  # the sweep's fence adopts it first, paying nothing
     assert not may_pay(behind, Route.SWEEP).allowed
+
+
+def test_a_paid_correction_buys_the_languages_it_replaces_only_on_the_operators_word() -> None:
+    published = Facts(**{**BASE.__dict__, "saved": ("en", "es"), "live": ("en", "es"), "payload_sha256": "ab" * 32})
+    assert may_pay(published, Route.CORRECT).evidence == Evidence.LANGUAGES  # nothing named: nothing to buy
+    named = Facts(**{**published.__dict__, "replacing": ("en",)})
+    refused = may_pay(named, Route.CORRECT)  # the site serves it: only a pay-again buys it again
+    assert not refused.allowed and refused.evidence == Evidence.LIVE and "--pay-again" in refused.line()
+    again = may_pay(Facts(**{**named.__dict__, "pay_again": "a wrong figure"}), Route.CORRECT)
+    assert again.allowed and again.overridden == ("live",)  # the output it replaces is not evidence
+    assert may_pay(Facts(**{**named.__dict__, "pay_again": "x"}), Route.RELEASE).overridden == ("custody", "live")

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from iipub.core.errors import OperatorRefused
 from iipub.core.ids import uuid7, uuid7_time
-from iipub.model.states import EditionStatus
+from iipub.model import states
+from iipub.model.jobs import Job
+from iipub.model.states import EditionStatus, Reason, State
 from iipub.money.spend import summarize
 from iipub.operate import corrections
 from iipub.publish.sinks import EditionEvent
@@ -65,6 +68,8 @@ def test_a_malformed_event_is_refused(field: str, value: Any, why: str) -> None:
 
 
 class _Edition:
+    status: EditionStatus
+
     def __init__(self, lang: str, revision: int) -> None:
         self.lang, self.revision, self.sha256 = lang, revision, SHA
         self.status, self.public = EditionStatus.LIVE, True
@@ -79,3 +84,42 @@ def test_the_next_revision_is_past_the_databases_and_the_ledgers() -> None:
     assert corrections.next_revision(_Edition("es", 6), spend) == 7
     assert corrections.next_revision(_Edition("en", 1), spend) == 2
     assert corrections.next_revision(_Edition("en", 1), None) == 2
+
+
+def _slot(state: State, **values: object) -> Job:
+    now = dt.datetime(2026, 12, 1, 6, 0)
+    base: dict[str, object] = {
+        "id": "job-1", "product": "daily-brief", "edition_date": dt.date(2026, 12, 1), "state": state.value,
+        "version": 9, "priority": 10, "is_backfill": False, "opens_at": now, "next_attempt_at": now,
+        "generation_attempts": 1, "poll_count": 4, "retry_count": 0, "input_tokens": 0, "output_tokens": 0,
+        "total_tokens": 0, "kill_requested": False, "created_at": now, "updated_at": now, "state_entered_at": now,
+        "payload": "{}", "payload_sha256": "b" * 64, **values,
+    }
+    return Job.from_row({f: base.get(f) for f in Job.__dataclass_fields__})
+
+
+def test_a_paid_correction_sends_a_published_slot_back_to_its_create_naming_what_it_replaces() -> None:
+    withdrawn = _Edition("es", 2)
+    withdrawn.status = EditionStatus.WITHDRAWN
+    d = corrections.regenerate(_slot(State.DELETED, response_id="resp_old"), [withdrawn], 3, "ed", "wrong", "Fixed.")
+    assert (d.to, d.reason) == (State.CREATE_ELIGIBLE, Reason.OPERATOR_CORRECT_REGENERATE)
+    assert states.allowed(State.DELETED, d.to, operator=True) and not states.allowed(State.DELETED, d.to)
+    assert d.changes["response_id"] is None and d.changes["payload"] is None and d.changes["poll_count"] == 0
+    assert d.detail["languages"] == ["es"] and d.detail["statuses"] == {"es": "withdrawn"}
+    assert d.detail["supersedes"] == {"es": SHA} and d.detail["revisions"] == {"es": 2}
+    assert (d.detail["by"], d.detail["why"], d.detail["public_note"]) == ("ed", "wrong", "Fixed.")
+    assert d.detail["replaced_response_id"] == "resp_old"
+    assert corrections.regenerate(_slot(State.PUBLISHED), [withdrawn], 3, "ed", "w", None).to == State.CREATE_ELIGIBLE
+
+
+@pytest.mark.parametrize(("slot", "words"), [
+    (_slot(State.READY_TO_COMPOSE), "under way"),  # a generation (or a correction) is running
+    (_slot(State.SAVED_NOT_PUBLIC), "under way"),
+    (_slot(State.MANUALLY_SUSPENDED, suspended_from="DELETED"), "under way"),
+    (_slot(State.PUBLISHED, response_id="resp_1"), "not deleted yet"),  # its output would be left behind
+    (_slot(State.DELETED, generation_attempts=3), "--from-file FILE"),  # the budget: the free way is named
+])
+def test_a_paid_correction_is_refused_in_one_line_where_it_cannot_start(slot: Job, words: str) -> None:
+    with pytest.raises(OperatorRefused) as caught:
+        corrections.regenerate(slot, [_Edition("en", 1)], 3, "ed", "w", None)
+    assert words in str(caught.value) and "\n" not in str(caught.value)

@@ -81,6 +81,7 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
         envfile.load(tmp_path / "nope", {})
 
 
+@pytest.mark.slow
 def test_the_runbooks_webhook_wsgi_loads_the_cron_env_file(tmp_path: Path) -> None:
     """The runbook's webhook.wsgi, run as mod_wsgi would import it, gets the same settings from
     the same file (with `export` lines) that cron reads."""

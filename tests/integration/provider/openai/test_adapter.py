@@ -232,6 +232,7 @@ def test_server_error_on_create_is_ambiguous(sim: Simulator, provider: OpenAIAda
     assert stats["requests"]["create"] == 1 and stats["max_retry_count_seen"] == 0
 
 
+@pytest.mark.slow
 def test_slow_create_beyond_timeout_is_ambiguous(sim: Simulator, provider: OpenAIAdapter) -> None:
     sim.add_faults([{"op": "create", "fault": "slow"}])
     started = time.monotonic()
@@ -286,6 +287,7 @@ def test_not_found_before_expiry(sim: Simulator, provider: OpenAIAdapter) -> Non
     assert isinstance(provider.retrieve(rid), Observed)
 
 
+@pytest.mark.slow
 def test_retrieve_faults_are_transient(sim: Simulator, provider: OpenAIAdapter) -> None:
     rid = accepted(provider)
     faults = ("rate_limit", "server_error", "drop_after_accept", "slow")

@@ -23,6 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from iipub.edition.compose import Artifact, artifact_from_document
 from iipub.publish.sinks import EditionEvent, Published
 from iipub.publish.sinks.site import Entry, Site, Withdrawal
@@ -291,6 +293,7 @@ def rendered(tmp_path: Path) -> dict[str, dict[str, bytes]]:
     return cases
 
 
+@pytest.mark.slow
 def test_every_page_feed_and_json_file_is_byte_identical_to_the_golden_files(tmp_path: Path) -> None:
     cases = rendered(tmp_path)
     if WRITE:

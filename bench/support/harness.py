@@ -27,7 +27,7 @@ import reporting
 import simproc
 from iipub.provider.openai.simulator import Simulator
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]  # bench/
 ROOT = benchdb.ROOT
 NOTES = BENCH / "notes"
 DEFAULT_MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"

@@ -1,7 +1,7 @@
 """The idle floor: what any idle check costs at least. Start Python, connect with the driver
-alone, ask one question, record a heartbeat, commit, exit. Run cold by bench/idle_cost.py:
+alone, ask one question, record a heartbeat, commit, exit. Run cold by bench/cost/idle_cost.py:
 
-    .venv/bin/python bench/idle_floor.py URL
+    .venv/bin/python bench/cost/idle_floor.py URL
 """
 
 from __future__ import annotations

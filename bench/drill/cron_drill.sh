@@ -2,7 +2,7 @@
 # The install drill (docs/drill.md): a fresh host followed from README "Production" alone, then
 # the real Debian cron daemon runs what `iipub init` wrote until today's editions are published.
 #
-#   bench/cron_drill.sh [MAX_MINUTES]      (as root; Debian's `cron` installed: apt-get install cron)
+#   bench/drill/cron_drill.sh [MAX_MINUTES]      (as root; Debian's `cron` installed: apt-get install cron)
 #
 # It stops as soon as every slot of today is published, after MAX_MINUTES (12) at most;
 # IIPUB_DRILL_KEEP=1 leaves the temporary root for inspection.
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 MAX_MINUTES=${1:-12}
-CHECKOUT=$(cd "$(dirname "$0")/.." && pwd)
+CHECKOUT=$(cd "$(dirname "$0")/../.." && pwd)
 ROOT=$(mktemp -d /tmp/iipub-drill.XXXXXX)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 CRON_PID=""

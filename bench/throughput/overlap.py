@@ -2,18 +2,21 @@
 same due set of N polling jobs (as cron would if ticks overran, or on several hosts). The figures
 and the double-poll check: bench/notes/overlap.md.
 
-    .venv/bin/python bench/overlap.py [--mysql URL] [--quick]
+    .venv/bin/python bench/throughput/overlap.py [--mysql URL] [--quick]
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import harness
 import reporting
 import simproc

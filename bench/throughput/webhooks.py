@@ -6,7 +6,7 @@ Two modes, each on its own fresh database and in-process simulator (real HTTP, r
 webhooks to `iipub.webhooks.receiver.Receiver` on a loopback server, which takes custody; the ticks poll
 only as a safety net). Timings, workload and figures: bench/notes/webhooks.md (also in `--help`).
 
-    python bench/webhooks.py [--editions 24] [--scale 10] [--waves 1] [--mysql URL] [--json PATH]
+    python bench/throughput/webhooks.py [--editions 24] [--scale 10] [--waves 1] [--mysql URL] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import reporting

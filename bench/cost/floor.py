@@ -1,9 +1,9 @@
 """The floors: an iipub poll tick's I/O and nothing else, on two stacks.
 
 What both do on the wire, and the two stacks: bench/notes/floor.md (also in `--help`). Run as a
-process (cold, as cron starts one) by `bench/cli_tick.py`; prints one JSON line:
+process (cold, as cron starts one) by `bench/cost/cli_tick.py`; prints one JSON line:
 
-    .venv/bin/python bench/floor.py --url mysql+pymysql://root@127.0.0.1:3306/DB --sim-url URL
+    .venv/bin/python bench/cost/floor.py --url mysql+pymysql://root@127.0.0.1:3306/DB --sim-url URL
         [--library] [--concurrency 64] [--max-connections 64]
 """
 
@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import queue
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -112,6 +113,7 @@ class Library(Lean):
 
     def __init__(self, url: str, sim_url: str, max_connections: int, pool_size: int) -> None:
         super().__init__(url, sim_url, max_connections)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support
         import benchdb  # noqa: F401 - puts this checkout on sys.path before iipub
         from iipub.store import db
 
@@ -250,7 +252,7 @@ class Chunk:
 
 
 def main() -> None:
-    notes = Path(__file__).resolve().parent / "notes" / "floor.md"
+    notes = Path(__file__).resolve().parents[1] / "notes" / "floor.md"
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], epilog=notes.read_text(encoding="utf-8"),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True)

@@ -9,7 +9,7 @@ answering after `--latency`). What each program is: bench/notes/cli_tick.md.
 With `--profile DIR` it instead samples `iipub reconcile` with py-spy (every thread) for an idle
 tick and a tick of the largest N, and prints where the CPU goes.
 
-    .venv/bin/python bench/cli_tick.py [--mysql URL] [--runs 2] [--sizes 10,1000,10000]
+    .venv/bin/python bench/cost/cli_tick.py [--mysql URL] [--runs 2] [--sizes 10,1000,10000]
         [--latency 0.2] [--concurrency 64] [--max-connections 64] [--compare OTHER/.venv/bin/iipub]
         [--peer-python /tmp/peer-venv/bin/python] [--peer-jobs 1000] [--profile DIR] [--no-doc]
 """
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import metering
@@ -33,6 +34,7 @@ from reporting import spread
 
 KEY, TITLE = "cli_tick", "Summary: `iipub reconcile` as cron runs it, beside the floors and the DBOS peer"
 PROGRAMS = ("iipub", "lean floor", "library floor")
+HERE = Path(__file__).resolve().parent  # bench/cost: the floors and the peer beside this script
 # What any program on SQLAlchemy and MariaDB imports (the idle run's least), and with httpx what a
 # tick that polls cannot do without: yardsticks beside `import sqlalchemy` for the two fixed costs.
 DB_IMPORTS = "import sqlalchemy, sqlalchemy.dialects.mysql.pymysql"
@@ -72,8 +74,8 @@ def measure(args: Any, program: str, n: int, sim: Any) -> dict[str, Any]:
         exe = [str(args.iipub)] if args.iipub else harness.iipub_exe()
         cmd = {"iipub": [*exe, "reconcile"], "iipub idle": [*exe, "reconcile"],
                "iipub@base": [str(args.compare), "reconcile"],
-               "lean floor": [sys.executable, str(harness.BENCH / "floor.py")],
-               "library floor": [sys.executable, str(harness.BENCH / "floor.py"), "--library"]}[program]
+               "lean floor": [sys.executable, str(HERE / "floor.py")],
+               "library floor": [sys.executable, str(HERE / "floor.py"), "--library"]}[program]
         if "floor" in program:
             cmd += ["--url", bed.url, "--sim-url", sim.url, "--concurrency", str(c), "--max-connections", str(mc)]
         env = bed.env(**sections)  # writes the bed's configuration file: once, as a host has it
@@ -99,7 +101,7 @@ def measure(args: Any, program: str, n: int, sim: Any) -> dict[str, Any]:
 
 
 def peer(args: Any, jobs: int) -> dict[str, Any]:
-    """bench/peer_dbos.py in its own venv (`--peer-python`): one workflow per job (create, then
+    """bench/cost/peer_dbos.py in its own venv (`--peer-python`): one workflow per job (create, then
     durable sleep + retrieve until completed, then store), its own simulator whose responses
     finish after `--peer-in-progress` seconds."""
     bodies = Path(args.workdir) / f"bodies-{jobs}.json"
@@ -107,7 +109,7 @@ def peer(args: Any, jobs: int) -> dict[str, Any]:
         peer_bodies(jobs + 1, bodies)  # the jobs', then the warm-up job's
     with simproc.SimProc(latency_seconds=args.latency, queued_seconds=0.0,
                                  in_progress_seconds=args.peer_in_progress, retention_seconds=3600.0) as sim:
-        m = harness.run_process([args.peer_python, str(harness.BENCH / "peer_dbos.py"), "--pg", args.pg,
+        m = harness.run_process([args.peer_python, str(HERE / "peer_dbos.py"), "--pg", args.pg,
                                  "--sim-url", sim.url, "--bodies", str(bodies), "--jobs", str(jobs),
                                  "--sleep", "1.0", "--max-connections", str(args.max_connections)], timeout=1800)
     inner = m.pop("result")
@@ -270,7 +272,7 @@ def main() -> None:
                          "users run: the dev extra brings rich, which structlog then imports at every start)")
     ap.add_argument("--compare", type=Path, default=None, metavar="EXE",
                     help="also run this `iipub` executable (another checkout's venv) as iipub@base")
-    ap.add_argument("--peer-python", default=None, help="a Python with bench/requirements-peer.txt (DBOS)")
+    ap.add_argument("--peer-python", default=None, help="a Python with bench/cost/requirements-peer.txt (DBOS)")
     ap.add_argument("--pg", default=DEFAULT_PG, help=f"the peer's PostgreSQL (default {DEFAULT_PG})")
     ap.add_argument("--peer-jobs", type=int, default=1000)
     ap.add_argument("--peer-in-progress", type=float, default=1.5, help="seconds a peer response runs")

@@ -2,7 +2,7 @@
 starts them (cold processes, logs on, whole-process CPU from `wait4`), beside the yardsticks, in
 paired rounds on SQLite and MariaDB. What each program is: bench/notes/idle_cost.md.
 
-    .venv/bin/python bench/idle_cost.py [--mysql URL] [--runs 15] [--no-sqlite] [--no-doc]
+    .venv/bin/python bench/cost/idle_cost.py [--mysql URL] [--runs 15] [--no-sqlite] [--no-doc]
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import statistics
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import harness
 import simproc
 
 KEY, TITLE = "idle_cost", "The idle minute: `iipub reconcile` and `iipub relay` with nothing due"
-FLOOR = str(harness.BENCH / "idle_floor.py")
+FLOOR = str(Path(__file__).resolve().parent / "idle_floor.py")
 PROGRAMS = ("import sqlalchemy", "idle floor", "reconcile", "relay", "reconcile (check off)")
 
 

@@ -3,7 +3,8 @@
 between the sink's file work and the relay's database work. A flat cost per event from E = 25
 to E = 10,000 is the point. Set-up: bench/notes/relay_throughput.md.
 
-    .venv/bin/python bench/relay_throughput.py [--mysql URL] [--quick] [--editions 25,1000,10000] [--slots 50]
+    .venv/bin/python bench/throughput/relay_throughput.py [--mysql URL] [--quick] [--editions 25,1000,10000] \
+        [--slots 50]
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import datetime as dt
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import reporting

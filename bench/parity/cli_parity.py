@@ -1,16 +1,24 @@
 """Two builds of iipub on the same database print the same thing and leave the same rows.
 
 Makes one demo database with the first program (`iipub demo`, then a few operator writes so the
-gate, spend overrides, scheduled slots and a suspended job exist), then, for each program in
-turn, restores that database at the same path and runs the same commands: the reads operators
+gate, spend overrides, scheduled slots and a suspended job exist) and migrates it with the second
+(`iipub db migrate`: a no-op when the second ships no newer migration), so both read one schema
+across a release that adds migrations (they only add tables, columns and indexes, so the older
+build reads the newer schema). Then, for each program in turn, it restores that database at the
+same path and runs the same commands: the reads operators
 use (status in each form, jobs, check, quarantine, ledger, budget, config, outbox, orphans,
 export, db status), a few writes (pause and unpause, a budget override, schedule, suspend and
 resume) and two bad inputs. Each command's exit code, stdout and stderr are compared, timestamps
 and run-specific ids aside, and so is every table's content afterwards.
 
-    .venv/bin/python bench/cli_parity.py --before /work/wt/base/.venv/bin/iipub --after .venv/bin/iipub
+The reference build is any other checkout with its own virtualenv, for example an older commit:
 
-Exit 0 when everything is the same, 1 with the differences printed otherwise.
+    git archive BASE | tar -x -C /tmp/base && python3 -m venv /tmp/base/.venv \
+        && /tmp/base/.venv/bin/pip install -e /tmp/base
+    .venv/bin/python bench/parity/cli_parity.py --before /tmp/base/.venv/bin/iipub --after .venv/bin/iipub
+
+Exit 0 when everything is the same, 1 with the differences printed otherwise. `db status` lists
+the migrations each build ships, so it differs whenever the second adds one.
 """
 
 from __future__ import annotations
@@ -134,6 +142,17 @@ def prepare(exe: str, work: Path) -> dict[str, str]:
     return {"job": job, "pending": pending}
 
 
+def migrate(exe: str, work: Path) -> None:
+    """The demo database at the second build's schema, which both builds then read: the first
+    made it, so it holds the first's migrations, and the second would refuse it while one of its
+    own is missing."""
+    proc = _run(exe, ["db", "migrate"], work)
+    if proc.returncode != 0:
+        sys.exit(f"db migrate with {exe} failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    applied = [line.removeprefix("applied ") for line in proc.stdout.splitlines() if line.startswith("applied ")]
+    print(f"migrated by --after: {', '.join(applied) if applied else 'nothing to apply'}")
+
+
 def dump(database: Path) -> str:
     """Every table's rows, sorted, with timestamps and run ids normalised."""
     out = []
@@ -171,10 +190,13 @@ def main() -> int:
     ap.add_argument("--after", required=True, help="the iipub executable of the build under test")
     ap.add_argument("--keep", type=Path, help="write each side's outputs under this folder")
     args = ap.parse_args()
+    # The commands run in the demo's folder: a relative path (`.venv/bin/iipub`) is made absolute here.
+    args.before, args.after = (os.path.abspath(exe) if os.sep in exe else exe for exe in (args.before, args.after))
     with tempfile.TemporaryDirectory(prefix="iipub-parity-") as tmp:
         root = Path(tmp)
         pristine, work = root / "pristine", root / "work"
         ids = prepare(args.before, work)  # made where the commands run: its paths are theirs
+        migrate(args.after, work)
         shutil.copytree(work, pristine)
         before = play(args.before, pristine, work, ids)
         after = play(args.after, pristine, work, ids)

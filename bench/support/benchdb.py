@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 if str(ROOT) not in sys.path:  # running from a checkout without the editable install
     sys.path.insert(0, str(ROOT))

@@ -1,10 +1,10 @@
 """A DBOS Transact peer: iipub's provider work written the way DBOS would have it.
 
 The workflow, the client and what is printed: bench/notes/peer_dbos.md (also in `--help`).
-Needs `bench/requirements-peer.txt` (DBOS is not an iipub dependency), in its own virtualenv:
+Needs `bench/cost/requirements-peer.txt` (DBOS is not an iipub dependency), in its own virtualenv:
 
-    python3.11 -m venv /tmp/peer-venv && /tmp/peer-venv/bin/pip install -r bench/requirements-peer.txt
-    /tmp/peer-venv/bin/python bench/peer_dbos.py --sim-url URL --bodies FILE [--jobs 200] [--sleep 1.0]
+    python3.11 -m venv /tmp/peer-venv && /tmp/peer-venv/bin/pip install -r bench/cost/requirements-peer.txt
+    /tmp/peer-venv/bin/python bench/cost/peer_dbos.py --sim-url URL --bodies FILE [--jobs 200] [--sleep 1.0]
         [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test] [--max-connections 32] [--jobs 0 --idle S]
 """
 
@@ -167,7 +167,7 @@ def run(url: str, sim_url: str, bodies: list[dict[str, Any]], warm_body: dict[st
 
 
 def main() -> None:
-    notes = Path(__file__).resolve().parent / "notes" / "peer_dbos.md"
+    notes = Path(__file__).resolve().parents[1] / "notes" / "peer_dbos.md"
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=notes.read_text(encoding="utf-8"),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pg", default=DEFAULT_PG, help=f"the PostgreSQL server (default {DEFAULT_PG})")

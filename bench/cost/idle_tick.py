@@ -2,17 +2,20 @@
 1,000,000 DELETED jobs): wall time, statements, and `EXPLAIN` / `ANALYZE` of the tick's
 SELECTs. Set-up: bench/notes/idle_tick.md.
 
-    .venv/bin/python bench/idle_tick.py [--mysql URL] [--quick] [--events-per-job E]
+    .venv/bin/python bench/cost/idle_tick.py [--mysql URL] [--quick] [--events-per-job E]
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import metering

@@ -2,7 +2,7 @@
 
 How a scenario runs and what it reports: bench/notes/provider_truth.md (also in `--help`).
 
-    python bench/provider_truth.py [--mysql URL] [--json PATH]
+    python bench/provider/provider_truth.py [--mysql URL] [--json PATH]
 
 The table it prints is the one in docs/reliability.md.
 """
@@ -16,10 +16,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import reporting

@@ -4,19 +4,22 @@ unavailable): tokens paid at each tier, what they cost, editions on time.
 
 How a simulated day runs, and the prices: bench/notes/flex_day.md (also in `--help`).
 
-    .venv/bin/python bench/flex_day.py [--mysql URL | --sqlite] [--quick] [--days N]
+    .venv/bin/python bench/provider/flex_day.py [--mysql URL | --sqlite] [--quick] [--days N]
         [--refusal-rate 0.2] [--flex-until 30] [--no-doc]
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import reporting

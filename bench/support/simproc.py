@@ -2,7 +2,7 @@
 handling and JSON rendering do not share the benchmarked process's GIL, with real responses
 created on it before a measurement (`SimProc.precreate`).
 
-Run as `python bench/simproc.py sim-child '<options json>'` it is the simulator child.
+Run as `python bench/support/simproc.py sim-child '<options json>'` it is the simulator child.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 
 class SimProc:
-    """`iipub.provider.openai.simulator.Simulator` served from a child process (`bench/simproc.py sim-child`),
+    """`iipub.provider.openai.simulator.Simulator` served from a child process (`bench/support/simproc.py sim-child`),
     driven over a line protocol on its stdin/stdout."""
 
     def __init__(self, **options: Any) -> None:
@@ -146,7 +146,7 @@ def _sim_child(options_json: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "sim-child":
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         if root not in sys.path:  # running from a checkout without the editable install
             sys.path.insert(0, root)
         _sim_child(sys.argv[2])

@@ -3,10 +3,10 @@ years of really published slots (one slot driven NO_JOB -> DELETED through the s
 copied for every product and past day by `tests/support/history.py`), on SQLite and on a MariaDB
 server of this script's own (its CPU read from /proc/<pid>/stat through its pid file). Each
 command runs as cron starts it (cold process, JSON logs appended to a file), in rounds that go
-through every size's database, beside `import sqlalchemy` and the lean floor (bench/idle_floor.py).
-What each figure is: bench/notes/history.md.
+through every size's database, beside `import sqlalchemy` and the lean floor
+(bench/cost/idle_floor.py). What each figure is: bench/notes/history.md.
 
-    .venv/bin/python bench/history.py [--years 0,1,10] [--runs 5] [--no-sqlite] [--no-mariadb] [--no-doc]
+    .venv/bin/python bench/cost/history.py [--years 0,1,10] [--runs 5] [--no-sqlite] [--no-mariadb] [--no-doc]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import metering
@@ -39,7 +40,7 @@ from tests.support.databases import private_mariadbd
 
 KEY, TITLE = "history", "Measured against years of history: every cron command at 0, 1 and 10 years"
 PRODUCTS = ["daily-brief", "revolution-watch", *(f"edition-{i:02d}" for i in range(3, 21))]
-FLOOR = str(harness.BENCH / "idle_floor.py")
+FLOOR = str(Path(__file__).resolve().parent / "idle_floor.py")
 PROGRAMS = ("import sqlalchemy", "lean floor", "idle reconcile", "idle relay", "working tick",
             "working tick, check off", "status --check", "status --prometheus", "relay --prune")
 POLLS = 10  # the working tick's due polls

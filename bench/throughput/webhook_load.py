@@ -4,7 +4,7 @@ read_seconds 10, request_seconds 20).
 
 The two phases and what each records: bench/notes/webhook_load.md (also in `--help`).
 
-    python bench/webhook_load.py [--mysql URL | --sqlite] [--clients 250] [--rounds 4] [--slow 100]
+    python bench/throughput/webhook_load.py [--mysql URL | --sqlite] [--clients 250] [--rounds 4] [--slow 100]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import metering

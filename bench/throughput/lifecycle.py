@@ -3,17 +3,20 @@ NO_JOB to DELETED by alternating `reconcile` and `relay` runs, all in this proce
 slots and fenced transitions per second, SQL statements and (MariaDB) PyMySQL round trips per
 transition (`metering.RoundTrips`). Set-up: bench/notes/lifecycle.md.
 
-    .venv/bin/python bench/lifecycle.py [--mysql URL] [--quick] [--sqlite] [--slots K]
+    .venv/bin/python bench/throughput/lifecycle.py [--mysql URL] [--quick] [--sqlite] [--slots K]
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))  # bench/support: the shared modules
 import benchdb
 import harness
 import reporting
