@@ -2,9 +2,9 @@
 years of really published slots (one slot driven NO_JOB -> DELETED through the simulator, then
 copied for every product and past day by `tests/support/history.py`), on SQLite and on a MariaDB
 server of this script's own (its CPU read from /proc/<pid>/stat through its pid file). Each
-command runs as cron starts it (cold process, JSON logs appended to a file), in paired rounds
-beside `import sqlalchemy` and the lean floor (bench/cost/idle_floor.py). What each figure is:
-bench/notes/history.md.
+command runs as cron starts it (cold process, JSON logs appended to a file), in rounds that go
+through every size's database, beside `import sqlalchemy` and the lean floor
+(bench/cost/idle_floor.py). What each figure is: bench/notes/history.md.
 
     .venv/bin/python bench/cost/history.py [--years 0,1,10] [--runs 5] [--no-sqlite] [--no-mariadb] [--no-doc]
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +156,11 @@ def rearm(url: str, ids: list[str]) -> None:
         engine.dispose()
 
 
-def measure(backend: str, years: int, runs: int, template: history.Template,
-            sim: simproc.SimProc) -> dict[str, list[dict[str, Any]]]:
+@contextlib.contextmanager
+def prepared(backend: str, years: int, template: history.Template,
+             sim: simproc.SimProc) -> Iterator[tuple[Callable[[], None], dict[str, list[dict[str, Any]]]]]:
+    """A database of `years` of history, its working tick's polls seeded, and one round of every
+    program against it (each call appends to the results)."""
     results: dict[str, list[dict[str, Any]]] = {p: [] for p in PROGRAMS}
     with tempfile.TemporaryDirectory(prefix="iipub_history_") as d:
         workdir = Path(d)
@@ -166,6 +169,7 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
             env = harness.clean_env(IIPUB_DATABASE_URL=url, IIPUB_CONFIG=str(cfg), OPENAI_API_KEY="sk-bench",
                                     OPENAI_BASE_URL=sim.url, IIPUB_LOG_FORMAT="json")
             written = build(url, template, years)
+            results["_rows"] = [dict(written)]
             with _environ(env):
                 ids = seed_polls(url, sim)
             log = workdir / "cron.log"
@@ -187,7 +191,8 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
                 "status --prometheus": ([*exe, "status", "--prometheus", str(workdir / "iipub.prom")], None),
                 "relay --prune": ([*exe, "relay", "--prune"], None),
             }
-            for r in range(runs):
+
+            def one_round() -> None:
                 order = list(PROGRAMS)
                 random.shuffle(order)
                 for name in order:
@@ -206,9 +211,21 @@ def measure(backend: str, years: int, runs: int, template: history.Template,
                         m = run(cmd, extra)
                     m.pop("result", None)
                     results[name].append(m)
-                print(f"  {backend} {years}y round {r + 1}/{runs}", file=sys.stderr, flush=True)
-            results["_rows"] = [dict(written)]
-    return results
+
+            yield one_round, results
+
+
+def measure(backend: str, sizes: list[int], runs: int, template: history.Template,
+            sim: simproc.SimProc) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """Every size's database open at once, and each round of `runs` going through them all in a
+    random order: a change of the shared host's load between rounds reaches every size alike."""
+    with contextlib.ExitStack() as stack:
+        opened = {y: stack.enter_context(prepared(backend, y, template, sim)) for y in sizes}
+        for r in range(runs):
+            for y in random.sample(sizes, len(sizes)):
+                opened[y][0]()
+            print(f"  {backend} round {r + 1}/{runs}", file=sys.stderr, flush=True)
+        return {y: opened[y][1] for y in sizes}
 
 
 @contextlib.contextmanager
@@ -241,16 +258,21 @@ def table(backend: str, by_years: Mapping[int, Mapping[str, list[dict[str, Any]]
     for y in sizes:
         head += [f"{y} y: client + server CPU s", f"{y} y: ÷ import sqlalchemy"]
     head += [f"{y} y ÷ new" for y in sizes if y]
+    # The same, each size's cost first taken over `import sqlalchemy` in its own rounds: the sizes
+    # run minutes apart on a shared host, and this cancels a change of its load between them.
+    head += [f"{y} y ÷ new, over import sqlalchemy" for y in sizes if y]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary: dict[str, Any] = {}
     for name in PROGRAMS:
         cells = [name]
         totals: dict[int, float] = {}
+        shares: dict[int, float] = {}
         for y in sizes:
             ms = by_years[y][name]
             ref = _median([m["cpu"] for m in by_years[y]["import sqlalchemy"]])
             total = _median([m["cpu"] for m in ms]) + _mean([m.get("server_cpu", 0.0) for m in ms])
             totals[y] = total
+            shares[y] = total / ref
             cells += [f"{total:.3f} (server {_mean([m.get('server_cpu', 0.0) for m in ms]):.3f})",
                       f"{total / ref:.2f}"]
             summary[f"{name} @{y}y ÷ import sqlalchemy"] = round(total / ref, 3)
@@ -259,6 +281,13 @@ def table(backend: str, by_years: Mapping[int, Mapping[str, list[dict[str, Any]]
             if y:
                 cells.append(f"{totals[y] / base:.2f}" if base > 0 else "–")
                 summary[f"{name} @{y}y ÷ new"] = round(totals[y] / base, 3) if base > 0 else None
+        base_share = shares[sizes[0]]
+        for y in sizes:
+            if y:
+                share = shares[y]
+                cells.append(f"{share / base_share:.2f}" if base_share > 0 else "–")
+                summary[f"{name} @{y}y ÷ new, over import sqlalchemy"] = (
+                    round(share / base_share, 3) if base_share > 0 else None)
         rows.append("| " + " | ".join(cells) + " |")
     counts = ", ".join(f"{y} y: {by_years[y]['_rows'][0].get('jobs', 0):,} jobs / "
                        f"{by_years[y]['_rows'][0].get('job_events', 0):,} journal rows" for y in sizes)
@@ -291,7 +320,7 @@ def main() -> None:
         template = published_template("sqlite", fast)
     with harness.polling_simulator(0.0) as sim:
         for backend in backends:
-            by_years = {y: measure(backend, y, args.runs, template, sim) for y in sizes}
+            by_years = measure(backend, sizes, args.runs, template, sim)
             raw[backend] = by_years
             text, figures = table("SQLite" if backend == "sqlite" else "MariaDB (a server of its own)", by_years)
             parts.append(text)
@@ -300,7 +329,7 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.write_text(json.dumps(raw, default=str, indent=1))
-    body = (harness.note(KEY) + "\n" + run.header(f"{args.runs} paired rounds per size and database") + "\n"
+    body = (harness.note(KEY) + "\n" + run.header(f"{args.runs} rounds per database, each through every size") + "\n"
             + "\n".join(parts))
     run.write_section(KEY, TITLE, body)
 

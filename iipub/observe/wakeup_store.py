@@ -76,8 +76,8 @@ def _record(engine: Engine, command: str, settings: Settings, busy: bool, starte
             idle_summary: Mapping[str, Any]) -> None:
     cap = settings.reconcile.idle_check_max_seconds
     host, cwd = socket.gethostname(), os.getcwd()
-    names = env_names(settings)
-    files = {p: file_mark(p) for p in watched_files(settings)}
+    paths, names = _named(settings)
+    files = {p: file_mark(p) for p in paths}
     values: dict[str, Any] = {
         "host": host[:255], "next_at": None, "signature": "",
         "identity": wakeup.identity(os.environ, cwd, names), "env_names": json.dumps(names),
@@ -129,64 +129,57 @@ def _naive(value: Any) -> dt.datetime:
 def env_names(settings: Settings) -> list[str]:
     """The environment variables the settings name (fields called `*_env`: a webhook sink's
     `secret_env`), found by walking the settings so a new one counts without a change here."""
-    found: set[str] = set()
-    _walk_names(settings, found, depth=0)
-    return sorted(found)
-
-
-def _walk_names(value: Any, found: set[str], depth: int) -> None:
-    if depth > 4:
-        return
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name.endswith("_env") and isinstance(item, str) and item:
-                found.add(item)
-            else:
-                _walk_names(item, found, depth + 1)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            _walk_names(v, found, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _walk_names(v, found, depth + 1)
+    return _named(settings)[1]
 
 
 def watched_files(settings: Settings) -> list[str]:
     """Files whose change may change what a run does: the configuration and its prompt files, and
     every path the settings name (the ledger and its copies, the legacy decisions file, the static
     site's folders), found by walking the settings so a new one is watched without a change here."""
-    found: set[str] = set()
-    _walk(settings, found, depth=0)  # the configuration file itself is `settings.config_path`
+    return _named(settings)[0]
+
+
+def _named(settings: Settings) -> tuple[list[str], list[str]]:
+    """(`watched_files`, `env_names`): the settings walked once for both."""
+    paths: set[str] = set()
+    names: set[str] = set()
+    _walk(settings, paths, names, depth=0)  # the configuration file itself is `settings.config_path`
     if settings.config_path is not None:
-        found.update(_prompt_files(Path(settings.config_path)))
+        paths.update(_prompt_files(Path(settings.config_path)))
     # The certificates the HTTP clients read (a file gone fails the full run's TLS set-up).
-    found.update(os.path.abspath(os.environ[n]) for n in wakeup.CERTIFICATE_VARIABLES if os.environ.get(n))
-    return sorted(found)
+    paths.update(os.path.abspath(os.environ[n]) for n in wakeup.CERTIFICATE_VARIABLES if os.environ.get(n))
+    return sorted(paths), sorted(names)
 
 
-def _walk(value: Any, found: set[str], depth: int) -> None:
+def _walk(value: Any, paths: set[str], names: set[str], depth: int) -> None:
+    """Every path in `value` (secrets, fields with `repr=False`, left out) and every variable a
+    `*_env` field names."""
     if depth > 4:
         return
     if isinstance(value, Path):
-        found.add(os.path.abspath(value))
+        paths.add(os.path.abspath(value))
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
-            if f.repr is False:  # secrets
-                continue
-            _walk(getattr(value, f.name), found, depth + 1)
+            item = getattr(value, f.name)
+            if f.name.endswith("_env") and isinstance(item, str):
+                if item:
+                    names.add(item)
+            elif f.repr is not False:
+                _walk(item, paths, names, depth + 1)
     elif isinstance(value, Mapping):
         for v in value.values():
-            _walk(v, found, depth + 1)
+            _walk(v, paths, names, depth + 1)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _walk(v, found, depth + 1)
+            _walk(v, paths, names, depth + 1)
 
 
 def _prompt_files(config: Path) -> list[str]:
     try:
-        with open(config, "rb") as f:
-            data = tomllib.load(f)
+        raw = config.read_bytes()
+        if b"prompt_file" not in raw:  # most configurations: no parse needed
+            return []
+        data = tomllib.loads(raw.decode())
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         return []
     products = data.get("products")
@@ -222,7 +215,7 @@ def idle_report(report: Any) -> dict[str, Any]:
     """A report's summary as an idle run prints it: every count zero, every flag off but the
     standing ones (shadow mode, `pause --everything`), which only a watched change can turn."""
     standing = {name: getattr(report, name) for name in _STANDING if hasattr(report, name)}
-    blank = type(report)(worker=report.worker, **standing)
+    blank = type(report)(worker="", **standing)  # the idle run names its own worker
     summary = blank.summary() if hasattr(blank, "summary") else dict(blank.__dict__)
     return dict(summary)
 

@@ -84,7 +84,8 @@ def first_dispatches(conn: Connection, cutoff: Any) -> list[FirstDispatch]:
     every dispatch of the history."""
     cif = State.CREATE_IN_FLIGHT.value
     e, j = events_table.c, jobs_table.c
-    recent = list(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.at >= cutoff).distinct()).scalars())
+    # Made distinct here: a DISTINCT leads SQLite to the job index and a scan of the whole journal.
+    recent = sorted(set(conn.execute(sa.select(e.job_id).where(e.to_state == cif, e.at >= cutoff)).scalars()))
     if not recent:
         return []
     first = dict(conn.execute(sa.select(e.job_id, sa.func.min(e.at))
@@ -114,11 +115,14 @@ def dwell_events(conn: Connection, since: Any) -> list[tuple[str, str | None, st
     COMPLETED_NOT_RETRIEVED, and out of CREATE_IN_FLIGHT, since `since`, per job in order."""
     cnr, cif = State.COMPLETED_NOT_RETRIEVED.value, State.CREATE_IN_FLIGHT.value
     e = events_table.c
-    # Put in order here: an ORDER BY leads SQLite to the job index and a scan of the whole journal.
-    rows = sorted(conn.execute(
-        sa.select(e.id, e.job_id, e.from_state, e.to_state, e.at, e.detail)
-        .where(e.at >= since, sa.or_(e.to_state == cnr, e.from_state == cnr, e.from_state == cif))
-    ).all(), key=lambda r: (r.job_id, r.id))
+    cols = (e.id, e.job_id, e.from_state, e.to_state, e.at, e.detail)
+    # One range of the (state, at) indexes each, so a month's window reads only the entries it
+    # keeps; put in order here (an ORDER BY leads SQLite to the job index and the whole journal).
+    found: dict[int, Any] = {}
+    for where in (e.to_state == cnr, e.from_state == cnr, e.from_state == cif):
+        for r in conn.execute(sa.select(*cols).where(where, e.at >= since)):
+            found[r.id] = r
+    rows = sorted(found.values(), key=lambda r: (r.job_id, r.id))
     return [(r.job_id, r.from_state, r.to_state, naive_utc(r.at), r.detail) for r in rows]
 
 
@@ -180,8 +184,30 @@ def unfinished_tracks(conn: Connection) -> list[RowMapping]:
     ).mappings().all())
 
 
+def _slot_lang_unique(conn: Connection) -> bool:
+    """Whether `editions` holds a unique key on (product, edition_date, lang), as every migrated
+    schema does (`uq_editions_slot_lang`): read from the catalogue, not the rows."""
+    wanted = ["product", "edition_date", "lang"]
+    if conn.dialect.name == "sqlite":
+        for index in conn.exec_driver_sql("PRAGMA index_list(editions)").all():
+            if index[2] and not index[4]:  # unique and not partial
+                cols = [r[2] for r in conn.exec_driver_sql(f"PRAGMA index_info('{index[1]}')").all()]
+                if cols == wanted:
+                    return True
+        return False
+    keys: dict[str, list[tuple[int, str]]] = {}
+    for name, seq, col in conn.exec_driver_sql(
+            "SELECT INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND NON_UNIQUE = 0", ("editions",)).all():
+        keys.setdefault(str(name), []).append((int(seq), str(col).lower()))
+    return any([c for _, c in sorted(cols)] == wanted for cols in keys.values())
+
+
 def duplicate_editions_by_lang(conn: Connection) -> dict[str, int]:
-    """Editions published more than once for one slot and language, per language."""
+    """Editions published more than once for one slot and language, per language. None while the
+    unique key forbids them: counting would read an index of every edition ever."""
+    if _slot_lang_unique(conn):
+        return {}
     ed = tables.editions.c
     groups = (sa.select(ed.lang, sa.func.count().label("n")).group_by(ed.product, ed.edition_date, ed.lang)
               .having(sa.func.count() > 1).subquery())
@@ -190,6 +216,9 @@ def duplicate_editions_by_lang(conn: Connection) -> dict[str, int]:
 
 
 def duplicate_editions(conn: Connection) -> int:
+    """Editions published more than once for one slot and language (none under the unique key)."""
+    if _slot_lang_unique(conn):
+        return 0
     ed = tables.editions
     groups = (
         sa.select(sa.func.count().label("n"))
@@ -221,11 +250,15 @@ def slots_between(conn: Connection, first: dt.date, last: dt.date) -> list[tuple
 
 
 def first_slots(conn: Connection, products: Sequence[str]) -> list[tuple[str, Any]]:
-    """(product, its first edition date) of each of `products` with a slot."""
-    jobs = tables.jobs
-    return [(p, d) for p, d in conn.execute(
-        sa.select(jobs.c.product, sa.func.min(jobs.c.edition_date)).where(jobs.c.product.in_(products))
-        .group_by(jobs.c.product))]
+    """(product, its first edition date) of each of `products` with a slot: one end of the slot
+    key per product (a MIN grouped by product reads every slot of each)."""
+    if not products:
+        return []
+    j = tables.jobs.c
+    names = list(dict.fromkeys(products))
+    firsts = conn.execute(sa.select(*[sa.select(sa.func.min(j.edition_date)).where(j.product == p)
+                                      .scalar_subquery() for p in names])).one()
+    return [(p, d) for p, d in zip(names, firsts, strict=True) if d is not None]
 
 
 def decisions_since(conn: Connection, reasons: Sequence[str], cutoff: Any) -> list[tuple[Any, str, Any]]:

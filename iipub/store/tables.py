@@ -114,6 +114,9 @@ job_events = sa.Table(
     sa.Column("lang", sa.String(8)),
     sa.Index("ix_job_events_job", "job_id", "id"),
     sa.Index("ix_job_events_at", "at"),
+    sa.Index("ix_job_events_to_at", "to_state", "at"),
+    sa.Index("ix_job_events_from_at", "from_state", "at"),
+    sa.Index("ix_job_events_job_to", "job_id", "to_state", "at"),
 )
 
 # One row per (slot, language) once the slot's payload has forked (PRODUCT.md section 15): its
@@ -439,6 +442,7 @@ runs = sa.Table(
     sa.Column("error", sa.Text),
     sa.Index("ix_runs_command_finished", "command", "finished_at"),
     sa.Index("ix_runs_started", "started_at"),
+    sa.Index("ix_runs_command_id", "command", "id"),
 )
 
 # What the last full `reconcile` / `relay` run left for the next run's wake-up check

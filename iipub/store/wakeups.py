@@ -26,12 +26,33 @@ def marks(engine: Engine) -> tuple[Any, ...]:
 
 
 def write(engine: Engine, command: str, place: str, values: Mapping[str, Any]) -> None:
-    """Leave `command`'s row at `place` (by primary key)."""
+    """Leave `command`'s row at `place` (by primary key). A row that already holds `values` is
+    left as it is (`recorded_at` is when it last changed): a busy minute after a busy minute
+    reads one row and writes nothing."""
+    where = (wakeups.c.command == command) & (wakeups.c.place == place)
     with db.transaction(engine) as conn:
+        seen = conn.execute(sa.select(*(wakeups.c[k] for k in values)).where(where)).mappings().first()
+        if seen is not None and all(_same(seen[k], v) for k, v in values.items()):
+            return
         row = {**values, "recorded_at": clock.now(conn)}
-        where = (wakeups.c.command == command) & (wakeups.c.place == place)
-        if conn.execute(wakeups.update().where(where).values(**row)).rowcount == 0:
+        if seen is not None:
+            conn.execute(wakeups.update().where(where).values(**row))
+        else:
             conn.execute(wakeups.insert().values(command=command, place=place, **row))
+
+
+def _same(stored: Any, value: Any) -> bool:
+    if isinstance(stored, dt.datetime) or isinstance(value, dt.datetime):
+        return stored is not None and value is not None and _naive(stored) == _naive(value)
+    return bool(stored == value)
+
+
+def _naive(value: Any) -> dt.datetime:
+    """A stored or computed time as a naive UTC datetime."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    assert isinstance(value, dt.datetime)
+    return value.replace(tzinfo=None)
 
 
 def now(engine: Engine) -> dt.datetime:

@@ -400,6 +400,39 @@ def test_a_file_written_after_the_run_started_records_due(engine: sa.Engine, env
     assert check(env, tmp_path)[0] == 0
 
 
+def test_a_busy_minute_after_a_busy_minute_writes_nothing(engine: sa.Engine, env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """A run that did work records "due"; when the row already says so (same identity, files and
+    idle summary: `idle_report` leaves the worker out, the idle run names its own), the recorder
+    reads it and writes nothing."""
+    from iipub.observe import wakeup_store
+    from iipub.settings.loading import load_settings
+
+    writes: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "wakeups" in statement and statement.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE"):
+            writes.append(statement)
+
+    with _environment(env, tmp_path):
+        settings = load_settings()
+        sa.event.listen(engine, "before_cursor_execute", seen)
+        try:
+            for _ in range(2):
+                summary = {"leased": 0, "worker": ""}
+                wakeup_store.record(engine, "reconcile", settings, busy=True, started_ns=wakeup_store.run_started(),
+                                    due_now=lambda: False, future=wakeup_store.reconcile_future,
+                                    idle_summary=summary)
+                assert len(writes) == 1, writes  # the first wrote the row; the second found it so
+            (tmp_path / "iipub.toml").write_text((tmp_path / "iipub.toml").read_text() + "\n")
+            wakeup_store.record(engine, "reconcile", settings, busy=True, started_ns=wakeup_store.run_started(),
+                                due_now=lambda: False, future=wakeup_store.reconcile_future,
+                                idle_summary={"leased": 0, "worker": ""})
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", seen)
+    assert len(writes) == 2  # a watched file changed: the row's marks with it
+
+
 def test_nothing_is_recorded_with_the_check_off(engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
     full({**env, "IIPUB_WAKEUP_CHECK": "off"}, tmp_path)
     full({**env, "IIPUB_WAKEUP_CHECK": "off"}, tmp_path, "relay")
