@@ -129,6 +129,7 @@ def _reads(statement: str) -> bool:
         re.search(rf"\b{t}\b", statement) for t in HISTORY_TABLES)
 
 
+@pytest.mark.slow
 def test_a_copied_slot_is_the_published_slot_but_for_ids_product_date_and_times(
         engine: sa.Engine, env: dict[str, str], tmp_path: Path) -> None:
     job_id = _published_slot(engine, env, tmp_path)
@@ -159,6 +160,7 @@ def test_a_copied_slot_is_the_published_slot_but_for_ids_product_date_and_times(
     assert written["jobs"] == 4 and written["job_events"] == 4 * len(template.rows["job_events"])
 
 
+@pytest.mark.slow  # builds a published history, then EXPLAINs every statement
 def test_every_per_minute_query_reads_through_an_index(engine: sa.Engine, env: dict[str, str],
                                                         tmp_path: Path) -> None:
     job_id = _published_slot(engine, env, tmp_path)
