@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tomllib
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -157,11 +158,24 @@ def test_the_tests_mirror_the_code() -> None:
                 assert (folder / "__init__.py").is_file(), f"tests/{level}/{rel} has no __init__.py"
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in `body` and in the blocks nested in it (a class is a statement: the
+    expressions around it need not be walked)."""
+    for stmt in body:
+        yield stmt
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for clause in [*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())]:
+            yield from _statements(clause.body)
+
+
 def test_every_class_name_is_unique_across_the_package() -> None:
     """A class is known by its name alone in logs, tracebacks and docs: no two share one."""
     where: dict[str, list[str]] = defaultdict(list)
     for path in sorted((ROOT / "iipub").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _statements(ast.parse(path.read_text()).body):
             if isinstance(node, ast.ClassDef):
                 where[node.name].append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert {name: at for name, at in where.items() if len(at) > 1} == {}
