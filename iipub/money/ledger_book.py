@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iipub.core.errors import OperatorRefused
+from iipub.money import ledger_position
 from iipub.money.ledger import LedgerError, SpendLedger
+from iipub.money.ledger_position import Counted
 from iipub.money.spend import Fold
 from iipub.store import db, gate_rows, ledger_rows, spend_rows
 from iipub.store.handles import Connection, Engine
@@ -69,7 +71,7 @@ def read_book(conn: Connection, ledger: SpendLedger) -> Book | None:
     return mine(books(conn), ledger, None)
 
 
-def mine(rows: list[Book], ledger: SpendLedger, fold: Fold | None) -> Book | None:
+def mine(rows: list[Book], ledger: SpendLedger, fold: Counted | None) -> Book | None:
     """Which remembered ledger `ledger` is: the row of this host and path; else the one whose
     open line the file holds (the file moved, or one file shared by several hosts); else the row
     from before 0016 at this path, not claimed by another host (then the file is missing or
@@ -110,11 +112,11 @@ def _position(conn: Connection) -> tuple[list[Book], dict[str, int], bool]:
     return rows, {r.name: ledger_rows.dispatches_of(conn, r) for r in rows}, spend_rows.max_id(conn) > 0
 
 
-def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -> Fold | None:
+def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -> Counted | None:
     if not ledger.exists():
         return None
     try:
-        return (fold() if fold is not None else None) or ledger.fold()
+        return (fold() if fold is not None else None) or ledger_position.count(ledger)
     except (LedgerError, FileNotFoundError):
         return None
 
@@ -146,13 +148,13 @@ def _problem(rows: list[Book], expected: Mapping[str, int], paid: bool, ledger: 
     return None
 
 
-def _check_copy(copy: SpendLedger, fold: Callable[[], Fold | None] | None, book: Book,
+def _check_copy(copy: SpendLedger, fold: Callable[[], Counted | None] | None, book: Book,
                 expected: int) -> Problem | int:
     if not copy.exists():
         return Problem(MISSING, f"{copy.path} does not exist (the database opened ledger {book.ledger_id} at "
                                 f"{book.path} and recorded {expected} paid create(s) to it since)")
     try:
-        folded = (fold() if fold is not None else None) or copy.fold()
+        folded = (fold() if fold is not None else None) or ledger_position.count(copy)
     except (LedgerError, FileNotFoundError) as exc:
         return Problem(MISSING, f"{copy.path} cannot be read: {exc}")
     since = folded.intents_since(book.ledger_id)

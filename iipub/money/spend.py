@@ -120,6 +120,7 @@ class Fold:
         self.response_ids: set[str] = set()  # every response this installation's lines name
         self.intent_lines = 0  # this installation's intent lines
         self.opens: dict[str, int] = {}  # ledger id -> intent lines before its `open` line
+        self.unnamed = 0  # lines naming no installation (read under an installation)
         self._legacy_done = False
 
     def feed(self, lines: Iterable[str]) -> None:
@@ -135,6 +136,8 @@ class Fold:
         claimed = self._claim_legacy(records)
         for rec in records:
             owner = rec.get("installation")
+            if self.installation is not None and not owner:
+                self.unnamed += 1
             if self.installation is None or owner == self.installation:
                 pass
             elif owner:

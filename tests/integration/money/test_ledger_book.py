@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from iipub.money import ledger_position
 from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
 from iipub.store import tables
@@ -63,15 +64,21 @@ def _damage(kind: str, book: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["missing", "behind", "replaced"])
+@pytest.mark.parametrize("position", [False, True], ids=["read_whole", "position_kept"])
 @pytest.mark.slow
 def test_a_lost_ledger_holds_creates_and_stays_critical_until_acknowledged(
-    kind: str, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine
+    kind: str, position: bool, cli_env: dict[str, str], sim: Simulator, tmp_path: Path, engine: sa.Engine,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if position:  # every reader keeps where it stopped counting (`ledger_position`), as at 64 KiB of lines
+        monkeypatch.setattr(ledger_position, "SAVE_AFTER_BYTES", 1)
     env = _env(cli_env, sim, tmp_path)
     book = ledger_file_of(tmp_path)
     _slot(env, engine, DAY)
     _tick(env, sim, 4)
     assert _states(engine)[DAY.isoformat()][0] in DONE and sim.stats()["creates_total"] == 1
+    assert "spend ledger" not in run_cli("status", "--check", env=env).stdout
+    assert ledger_position.position_path(book).exists() == position
     _damage(kind, book, tmp_path)
     nxt = DAY + dt.timedelta(days=1)
     _slot(env, engine, nxt)
