@@ -275,6 +275,7 @@ def test_promtool_checks_the_rules_and_the_textfile(tmp_path: Path) -> None:
 
 
 @needs_promtool
+@pytest.mark.slow  # promtool plays every scenario's series through every rule
 def test_promtool_fires_each_rule_where_the_check_says_so(tmp_path: Path) -> None:
     assert PROMTOOL is not None
     rules = tmp_path / alert_rules.FILE_NAME
