@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import mmap
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -54,7 +55,7 @@ from iipub.money.spend import (
     summarize,
 )
 
-__all__ = ["CHAIN", "Fold", "LedgerError", "LedgerView", "SlotSpend", "SpendLedger", "behind", "composed_editions",
+__all__ = ["CHAIN", "Fold", "LedgerError", "SlotSpend", "SpendLedger", "behind", "composed_editions",
            "has_chain", "slot_of",
            "summarize", "writes_through"]
 
@@ -150,6 +151,43 @@ class SpendLedger:
             return {}, 0
         return fold.slots, fold.bad
 
+    def spend_of(self, slot: str) -> SlotSpend | None:
+        """This installation's lines of `slot` folded, as the file is now: only the lines that name
+        the slot are parsed (a slot's spend depends on its own lines alone), so a ledger of years
+        costs a byte search, not a parse of every line. Raises LedgerError if it cannot be read."""
+        fold = Fold(self.installation, self.legacy_is_ours)
+        fold.feed(self._lines_naming(slot))
+        return fold.slots.get(slot)
+
+    def names_response(self, response_id: str) -> bool:
+        """Whether this installation's lines name `response_id` (an accepted create's answer, its
+        custody or its publication), as the file is now."""
+        fold = Fold(self.installation, self.legacy_is_ours)
+        fold.feed(self._lines_naming(response_id))
+        return response_id in fold.response_ids
+
+    def _lines_naming(self, text: str) -> list[str]:
+        """The whole lines that contain `text` as the writer encodes it (a missing file: none)."""
+        needle = json.dumps(text)[1:-1].encode("utf-8")
+        found: list[str] = []
+        try:
+            with self.path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if not size or not needle:
+                    return found
+                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
+                    at = m.find(needle)
+                    while at != -1:
+                        start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at)
+                        end = size if end == -1 else end
+                        found.append(m[start:end].decode("utf-8", errors="replace"))
+                        at = m.find(needle, end)
+        except FileNotFoundError:
+            return found
+        except (OSError, ValueError) as exc:
+            raise LedgerError(f"cannot read the spend ledger {self.path}: {exc}") from None
+        return found
+
     def fold(self) -> Fold:
         """This installation's lines folded (FileNotFoundError when there is no file)."""
         fold = Fold(self.installation, self.legacy_is_ours)
@@ -232,45 +270,3 @@ def _append_line(path: Path, line: bytes) -> None:
             os.close(fd)
     except OSError as exc:
         raise LedgerError(f"cannot write the spend ledger {path}: {exc.strerror or exc}") from None
-
-
-class LedgerView:
-    """This installation's chain as fresh as the moment it is asked: `refresh` reads only the
-    bytes appended since the last read (whole lines; a line another process is still writing
-    waits for the next read), and the whole file again when it was replaced or shortened. A
-    comparison with a job read under its lease refreshes first, so it never compares a fresh
-    row with a copy of the ledger read before another worker's refund or create."""
-
-    def __init__(self, ledger: SpendLedger) -> None:
-        self.ledger = ledger
-        self.fold = Fold(ledger.installation, ledger.legacy_is_ours)
-        self._offset = 0
-        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file read so far
-
-    def refresh(self) -> Fold:
-        path = self.ledger.path
-        try:
-            with path.open("rb") as f:
-                st = os.fstat(f.fileno())
-                if self._file != (st.st_dev, st.st_ino) or st.st_size < self._offset:
-                    self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
-                    self._offset, self._file = 0, (st.st_dev, st.st_ino)
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            self.fold = Fold(self.ledger.installation, self.ledger.legacy_is_ours)
-            self._offset, self._file = 0, None
-            return self.fold
-        except OSError as exc:
-            raise LedgerError(f"cannot read the spend ledger {path}: {exc.strerror or exc}") from None
-        whole = data.rfind(b"\n") + 1
-        if whole:
-            self.fold.feed(data[:whole].decode("utf-8", errors="replace").splitlines())
-            self._offset += whole
-        return self.fold
-
-    def spend(self, slot: str) -> SlotSpend | None:
-        return self.refresh().slots.get(slot)
-
-    def knows(self, response_id: str) -> bool:
-        return response_id in self.refresh().response_ids

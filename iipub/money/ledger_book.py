@@ -34,7 +34,6 @@ from iipub.core.errors import OperatorRefused
 from iipub.money import ledger_position
 from iipub.money.ledger import LedgerError, SpendLedger
 from iipub.money.ledger_position import Counted
-from iipub.money.spend import Fold
 from iipub.store import db, gate_rows, ledger_rows, spend_rows
 from iipub.store.handles import Connection, Engine
 from iipub.store.ledger_rows import BookRow
@@ -92,7 +91,7 @@ def mine(rows: list[Book], ledger: SpendLedger, fold: Counted | None) -> Book | 
 
 
 def problem(engine: Engine | Connection, ledger: SpendLedger,
-            fold: Callable[[], Fold | None] | None = None) -> Problem | None:
+            fold: Callable[[], Counted | None] | None = None) -> Problem | None:
     """What is wrong with the ledger (and its mirror) against what the database remembers, or
     None. `fold` reads the primary copy (the tick's fresh view); it is called after the database
     was read, so the file (always written before the database records a create) is never older
@@ -112,7 +111,7 @@ def _position(conn: Connection) -> tuple[list[Book], dict[str, int], bool]:
     return rows, {r.name: ledger_rows.dispatches_of(conn, r) for r in rows}, spend_rows.max_id(conn) > 0
 
 
-def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -> Counted | None:
+def _read_primary(ledger: SpendLedger, fold: Callable[[], Counted | None] | None) -> Counted | None:
     if not ledger.exists():
         return None
     try:
@@ -122,7 +121,7 @@ def _read_primary(ledger: SpendLedger, fold: Callable[[], Fold | None] | None) -
 
 
 def _problem(rows: list[Book], expected: Mapping[str, int], paid: bool, ledger: SpendLedger,
-             fold: Callable[[], Fold | None] | None) -> Problem | None:
+             fold: Callable[[], Counted | None] | None) -> Problem | None:
     primary = _read_primary(ledger, fold)
     book = mine(rows, ledger, primary)
     if book is None:

@@ -33,7 +33,11 @@ SAVE_AFTER_BYTES = 64 * 1024  # a position is written again once this much more 
 
 
 class Counted(Protocol):
-    """What `ledger_book` asks of a ledger copy: its intent lines since an `open` line."""
+    """What `ledger_book` asks of a ledger copy: its intent lines since an `open` line; and what a
+    run reports of it: lines that could not be read, old lines that are another installation's."""
+
+    bad: int
+    foreign_legacy: int
 
     def intents_since(self, ledger_id: str) -> int | None: ...
 
@@ -45,6 +49,8 @@ class LedgerCount:
     opens: dict[str, int] = field(default_factory=dict)
     intent_lines: int = 0
     resumed_at: int = 0  # the byte offset this count was read from (0: the whole file)
+    bad: int = 0  # lines that could not be read (torn, damaged)
+    foreign_legacy: int = 0  # old lines naming no installation that this database does not know
 
     def intents_since(self, ledger_id: str) -> int | None:
         before = self.opens.get(ledger_id)
@@ -55,6 +61,8 @@ class LedgerCount:
         for ledger_id, before in fold.opens.items():
             self.opens.setdefault(ledger_id, self.intent_lines + before)
         self.intent_lines += fold.intent_lines
+        self.bad += fold.bad
+        self.foreign_legacy += fold.foreign_legacy
 
 
 def position_path(ledger_path: Path) -> Path:
@@ -93,7 +101,7 @@ def count(ledger: SpendLedger) -> Counted:
     if whole < len(data):  # a line still being written (or torn): counted now, not kept
         tail = Fold(ledger.installation, None)
         tail.feed(data[whole:].decode("utf-8", errors="replace").splitlines())
-        result = LedgerCount(dict(result.opens), result.intent_lines, start)
+        result = LedgerCount(dict(result.opens), result.intent_lines, start, result.bad, result.foreign_legacy)
         result.add(tail)
     result.resumed_at = start
     return result
@@ -111,7 +119,7 @@ def _saved(path: Path, installation: str, identity: tuple[int, int], size: int, 
                                                                                          offset):
             return None
         opens = {str(k): int(v) for k, v in dict(doc["opens"]).items()}
-        return LedgerCount(opens, int(doc["intent_lines"]), offset)
+        return LedgerCount(opens, int(doc["intent_lines"]), offset, int(doc["bad"]), int(doc["foreign_legacy"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -126,7 +134,8 @@ def _save(path: Path, installation: str, identity: tuple[int, int], offset: int,
             doc: dict[str, Any] = {"version": VERSION, "installation": installation, "file": list(identity),
                                    "offset": offset, "head": _digest(f, 0, min(WINDOW, offset)),
                                    "tail": _digest(f, max(0, offset - WINDOW), offset),
-                                   "opens": counted.opens, "intent_lines": counted.intent_lines}
+                                   "opens": counted.opens, "intent_lines": counted.intent_lines,
+                                   "bad": counted.bad, "foreign_legacy": counted.foreign_legacy}
         temporary.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
         os.replace(temporary, target)
     except OSError:

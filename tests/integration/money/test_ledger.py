@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from iipub.machine import sweep
-from iipub.money import ledger, restore
+from iipub.money import ledger, ledger_position, restore
 from iipub.money.ledger import SpendLedger
 from iipub.provider.factory import load_settings
 from iipub.provider.openai.simulator import Simulator
@@ -56,7 +56,7 @@ def test_a_short_ledger_write_sends_no_create_and_refunds_the_attempt(
     # The first tick's two writes (the ledger's `open` line, then the intent) were both torn.
     assert any(e["event"] == "ledger_unreadable_lines" and e["lines"] == 2 for e in logs)
     book = restore.ledger_of(cfg, engine)
-    assert book is not None and ledger.LedgerView(book).refresh().bad == 2
+    assert book is not None and ledger_position.count(book).bad == 2
     spend, bad = SpendLedger(engine_ledger).read()
     assert bad == 2 and spend["daily-brief/2026-11-29"].charged == 1  # each torn line cost only itself
 

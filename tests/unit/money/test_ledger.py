@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
 from iipub.money import ledger
-from iipub.money.ledger import Fold, LedgerError, LedgerView, SpendLedger
+from iipub.money.ledger import Fold, LedgerError, SpendLedger
 
 SLOT = "daily-brief/2026-11-29"
 
@@ -116,19 +117,66 @@ def test_a_fold_counts_only_its_installations_lines_and_claims_old_lines_it_know
     assert everything.slots["p/2026-01-02"].charged == 3
 
 
-def test_a_ledger_view_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_path: Path) -> None:
+def test_a_slots_spend_is_read_afresh_from_its_own_lines_and_from_a_replaced_file(tmp_path: Path) -> None:
     path = tmp_path / "spend-ledger.jsonl"
     book = SpendLedger(path, "inst_a")
-    view = LedgerView(book)
-    assert view.spend("p/2026-01-01") is None
+    assert book.spend_of("p/2026-01-01") is None and not book.names_response("r1")  # no file yet
     book.intent("j", "p/2026-01-01", 1, "f", "w")
-    assert view.spend("p/2026-01-01").charged == 1  # type: ignore[union-attr]
+    SpendLedger(path, "inst_b").intent("k", "p/2026-01-01", 1, "f", "w")  # another installation's
+    assert book.spend_of("p/2026-01-01").charged == 1  # type: ignore[union-attr]
     book.outcome("j", "p/2026-01-01", 1, "refused", None)
-    assert view.spend("p/2026-01-01").charged == 0  # type: ignore[union-attr]  # fresh: the refund is seen
+    assert book.spend_of("p/2026-01-01").charged == 0  # type: ignore[union-attr]  # fresh: the refund is seen
+    book.intent("j2", "p/2026-01-02", 1, "f", "w")
+    book.outcome("j2", "p/2026-01-02", 1, "accepted", "r1")
+    assert book.names_response("r1") and not book.names_response("r2")
     with path.open("a") as f:
-        f.write('{"t": "intent", "job_id": "j"')  # a line still being written waits for its newline
-    assert view.refresh().bad == 0
+        f.write('{"t": "intent", "job_id": "j", "slot": "p/2026-01-01"')  # a line still being written
+    assert book.spend_of("p/2026-01-01").charged == 0  # type: ignore[union-attr]
     replaced = tmp_path / "other.jsonl"
     SpendLedger(replaced, "inst_a").intent("j", "p/2026-01-09", 1, "f", "w")
     replaced.replace(path)
-    assert sorted(view.refresh().slots) == ["p/2026-01-09"]  # another file: read from its start
+    assert book.spend_of("p/2026-01-01") is None and book.spend_of("p/2026-01-09").charged == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_slots_own_lines_fold_to_what_the_whole_file_says_of_it(tmp_path: Path, seed: int) -> None:
+    """`spend_of` and `names_response` parse only the lines naming the slot or the response; on
+    ledgers of every kind of line, two installations, old unnamed lines and torn ones, they agree
+    with a fold of the whole file for every slot and every response."""
+    rng = random.Random(seed)
+    path = tmp_path / "spend-ledger.jsonl"
+    ours = SpendLedger(path, "inst_a", legacy_is_ours=lambda job, _rids: job.endswith("0"))
+    writers = [ours, SpendLedger(path, "inst_b"), SpendLedger(path)]  # another installation; old lines
+    slots = [f"p{p}/2026-01-{d:02d}" for p in range(3) for d in range(1, 5)]
+    responses: list[str] = []
+    ours.open("ledger_1")
+    for n in range(rng.randint(20, 80)):
+        book, slot, attempt = rng.choice(writers), rng.choice(slots), rng.randint(1, 3)
+        job, rid = f"job-{slot}-{rng.randint(0, 3)}", f"resp_{n}"
+        kind = rng.choice(["intent", "outcome", "custody", "saved", "published", "killed", "revised", "adopted"])
+        if kind == "intent":
+            book.intent(job, slot, attempt, "fp", "w")
+        elif kind == "outcome":
+            book.outcome(job, slot, attempt, rng.choice(["accepted", "refused", "ambiguous", "rejected"]), rid)
+        elif kind == "custody":
+            book.custody(job, slot, attempt, rid, "c" * 64)
+        elif kind == "saved":
+            book.saved(job, slot, attempt, {"en": "a" * 64})
+        elif kind == "published":
+            book.published(job, slot, attempt, rid, {"en": "a" * 64, "es": "b" * 64})
+        elif kind == "killed":
+            book.killed(job, slot, attempt, rid)
+        elif kind == "revised":
+            book.revised(job, slot, attempt, "en", rng.randint(2, 4), "corrected", "d" * 64, f"ev{n}")
+        else:
+            book.adopted(job, slot, attempt, rid, "w")
+        responses.append(rid)
+        if rng.random() < 0.05:
+            with path.open("a") as f:
+                f.write('{"t": "intent", "slot": "' + slot + '", "job_id": "torn"\n')  # a torn line
+    whole = ours.fold()
+    assert whole.slots  # the comparison is not vacuous
+    for slot in [*slots, "p9/2026-01-01"]:
+        assert ours.spend_of(slot) == whole.slots.get(slot), slot
+    for rid in [*responses, "resp_none"]:
+        assert ours.names_response(rid) == (rid in whole.response_ids), rid
