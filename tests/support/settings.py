@@ -11,7 +11,8 @@ from typing import Any
 
 from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator
-from iipub.settings.config import Settings
+from iipub.settings.config import Settings, WebhookSinkSettings
+from tests.support.loopback import SECRET
 
 
 def ledger_file_of(tmp_path: Path) -> Path:
@@ -57,6 +58,24 @@ def open_at_midnight(settings: Settings) -> Settings:
 # hour a test runs (the default products open at 05:00 and 06:00).
 MIDNIGHT_PRODUCT_TOML = ('[[products]]\nname = "daily-brief"\nprompt = "Write the brief."\nopens_at = "00:00"\n'
                          "items = 3\n")
+
+
+# daily-brief in English and Spanish, open from midnight UTC (a slot that forks into two tracks).
+TWO_LANGUAGE_PRODUCT_TOML = ('[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
+                             'prompt = "Write the brief."\nitems = 3\n')
+
+
+def with_cms(settings: Settings, url: str) -> Settings:
+    """`settings` with a CMS webhook sink at `url` (two-second requests)."""
+    return replace(settings, webhook_sink=WebhookSinkSettings(url=url, timeout_seconds=2))
+
+
+def cms_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, url: str,
+            products: str = TWO_LANGUAGE_PRODUCT_TOML) -> dict[str, str]:
+    """`sim_env` of a command line whose configuration has `products` and a CMS webhook sink at
+    `url` (signed with the test receiver's secret)."""
+    env = sim_env(cli_env, sim, tmp_path, products + f'[sinks.webhook]\nurl = "{url}"\ntimeout_seconds = 2\n')
+    return {**env, "IIPUB_WEBHOOK_SECRET": SECRET}
 
 
 def sim_env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, config: str = "", *,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,31 +15,26 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSinkSettings
+from iipub.settings.config import Settings
 from iipub.store import clock, tables
 from iipub.store.job_store import Store
 from tests.support.cli import one_line_error, run_cli
-from tests.support.loopback import SECRET, Receiver
+from tests.support.loopback import Receiver
 from tests.support.rows import stored
-from tests.support.settings import sim_env
+from tests.support.settings import cms_env, with_cms
 
 DAY = dt.date(2026, 11, 28)
-PRODUCT_TOML = (
-    '[[products]]\nname = "daily-brief"\nlanguages = ["en", "es"]\nopens_at = "00:00"\n'
-    'prompt = "Write the brief."\nitems = 3\n'
-)
 pytestmark = pytest.mark.no_auto_schedule
 
 
 @pytest.fixture
 def s(cfg: Settings, hook: Receiver, webhook_sink_secret: str) -> Settings:
-    return replace(cfg, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=2))
+    return with_cms(cfg, hook.url)
 
 
 @pytest.fixture
 def env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, hook: Receiver) -> dict[str, str]:
-    e = sim_env(cli_env, sim, tmp_path, PRODUCT_TOML + f'[sinks.webhook]\nurl = "{hook.url}"\ntimeout_seconds = 2\n')
-    return {**e, "IIPUB_WEBHOOK_SECRET": SECRET}
+    return cms_env(cli_env, sim, tmp_path, hook.url)
 
 
 def saved(s: Settings, engine: sa.Engine, sim: Simulator) -> None:

@@ -19,10 +19,9 @@ import sqlalchemy as sa
 from iipub.machine import sweep
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
-from iipub.settings.config import Settings, WebhookSinkSettings
+from iipub.settings.config import Settings
 from iipub.store import tables
 from tests.integration.operate.test_correcting import (
-    PRODUCT_TOML,
     cli,
     counts,
     editions,
@@ -37,8 +36,8 @@ from tests.integration.operate.test_correcting import (
 )
 from tests.support.cli import one_line_error
 from tests.support.databases import restore_rows, snapshot_rows
-from tests.support.loopback import SECRET, Receiver
-from tests.support.settings import sim_env
+from tests.support.loopback import Receiver
+from tests.support.settings import cms_env, with_cms
 
 pytestmark = pytest.mark.no_auto_schedule
 NOTE = "Figures checked again."
@@ -46,13 +45,12 @@ NOTE = "Figures checked again."
 
 @pytest.fixture
 def s(cfg: Settings, hook: Receiver, webhook_sink_secret: str) -> Settings:
-    return replace(cfg, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=2))
+    return with_cms(cfg, hook.url)
 
 
 @pytest.fixture
 def env(cli_env: dict[str, str], sim: Simulator, tmp_path: Path, hook: Receiver) -> dict[str, str]:
-    e = sim_env(cli_env, sim, tmp_path, PRODUCT_TOML + f'[sinks.webhook]\nurl = "{hook.url}"\ntimeout_seconds = 2\n')
-    return {**e, "IIPUB_WEBHOOK_SECRET": SECRET}
+    return cms_env(cli_env, sim, tmp_path, hook.url)
 
 
 def job_row(engine: sa.Engine) -> dict[str, Any]:
