@@ -77,31 +77,30 @@ def count(ledger: SpendLedger) -> Counted:
     try:
         with path.open("rb") as f:
             st = os.fstat(f.fileno())
-            saved = _saved(path, ledger.installation, (st.st_dev, st.st_ino), st.st_size, f)
+            identity = (st.st_dev, st.st_ino)
+            saved = _saved(path, ledger.installation, identity, st.st_size, f)
             start = saved.resumed_at if saved is not None else 0
             f.seek(start)
             data = f.read()
+            whole = data.rfind(b"\n") + 1
+            fold = Fold(ledger.installation, ledger.legacy_is_ours if saved is None else None)
+            fold.feed(data[:whole].decode("utf-8", errors="replace").splitlines())
+            if saved is not None and fold.unnamed:
+                # Unnamed lines after the position: only a read from the first byte decides whose they are.
+                with contextlib.suppress(OSError):
+                    position_path(path).unlink()
+                return ledger.fold()
+            result = saved or LedgerCount()
+            result.add(fold)
+            if not fold.unnamed and whole >= SAVE_AFTER_BYTES:
+                _save(path, f, ledger.installation, identity, start + whole, result)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise LedgerError(f"cannot read the spend ledger {path}: {exc.strerror or exc}") from None
-    whole = data.rfind(b"\n") + 1
-    fold = Fold(ledger.installation, ledger.legacy_is_ours if saved is None else None)
-    fold.feed(data[:whole].decode("utf-8", errors="replace").splitlines())
-    if saved is not None and fold.unnamed:
-        # Unnamed lines after the position: only a read from the first byte decides whose they are.
-        with contextlib.suppress(OSError):
-            position_path(path).unlink()
-        return ledger.fold()
-    result = saved or LedgerCount()
-    result.add(fold)
-    offset = start + whole
-    if not fold.unnamed and offset - start >= SAVE_AFTER_BYTES:
-        _save(path, ledger.installation, (st.st_dev, st.st_ino), offset, result)
     if whole < len(data):  # a line still being written (or torn): counted now, not kept
         tail = Fold(ledger.installation, None)
         tail.feed(data[whole:].decode("utf-8", errors="replace").splitlines())
-        result = LedgerCount(dict(result.opens), result.intent_lines, start, result.bad, result.foreign_legacy)
         result.add(tail)
     result.resumed_at = start
     return result
@@ -124,18 +123,19 @@ def _saved(path: Path, installation: str, identity: tuple[int, int], size: int, 
         return None
 
 
-def _save(path: Path, installation: str, identity: tuple[int, int], offset: int, counted: LedgerCount) -> None:
-    """Write the position (a new file renamed over the old: a reader sees one or the other). A
-    folder this process may not write to keeps no position: the next reader reads it all."""
+def _save(path: Path, f: BinaryIO, installation: str, identity: tuple[int, int], offset: int,
+          counted: LedgerCount) -> None:
+    """Write the position, its digests read from `f` (the ledger as just counted), as a new file
+    renamed over the old: a reader sees one or the other. A folder this process may not write to
+    keeps no position: the next reader reads it all."""
     target = position_path(path)
     temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    doc: dict[str, Any] = {"version": VERSION, "installation": installation, "file": list(identity),
+                           "offset": offset, "head": _digest(f, 0, min(WINDOW, offset)),
+                           "tail": _digest(f, max(0, offset - WINDOW), offset),
+                           "opens": counted.opens, "intent_lines": counted.intent_lines,
+                           "bad": counted.bad, "foreign_legacy": counted.foreign_legacy}
     try:
-        with path.open("rb") as f:
-            doc: dict[str, Any] = {"version": VERSION, "installation": installation, "file": list(identity),
-                                   "offset": offset, "head": _digest(f, 0, min(WINDOW, offset)),
-                                   "tail": _digest(f, max(0, offset - WINDOW), offset),
-                                   "opens": counted.opens, "intent_lines": counted.intent_lines,
-                                   "bad": counted.bad, "foreign_legacy": counted.foreign_legacy}
         temporary.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
         os.replace(temporary, target)
     except OSError:

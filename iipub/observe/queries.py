@@ -50,7 +50,9 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         dispatch = _dispatch(conn, cutoff, now, live, s)
         dwell = _dwell(conn, cutoff, now, live, s)
         overdue = _overdue_polls(conn, cutoff, now, live, s)
-        duplicates = status_queries.duplicate_editions(conn)
+        # Per language for the tracks' figures; their sum is the slots' (one key per slot and language).
+        duplicates_by_lang = status_queries.duplicate_editions_by_lang(conn)
+        duplicates = sum(duplicates_by_lang.values())
         taken_back = edition_changes.status_counts(conn)
         unpublished, oldest = status_queries.unpublished_outbox(conn)
         expired_in_window = status_queries.entered_since(conn, State.PROVIDER_EXPIRED_OR_MISSING, cutoff)
@@ -76,7 +78,7 @@ def collect(engine: Engine, settings: Settings) -> report.Status:
         ledger_trouble = _ledger_problem(conn, settings)
         # In shadow mode the legacy system publishes: what shadow mode holds back is not late.
         held = {st.value for st in SHADOW_HELD} if settings.reconcile.shadow else set()
-        track_figures = _tracks(conn, now, s.stranded_after_seconds, held)
+        track_figures = _tracks(conn, now, s.stranded_after_seconds, held, duplicates_by_lang)
         # Holds still in force: a product since removed or reconfigured is lifted at its next create.
         tpm = settings.provider.tokens_per_minute
         product_holds = tuple(h for h in holds.all_holds(conn) if h.product in settings.products
@@ -172,12 +174,12 @@ def _immovable_slots(conn: Connection, now: dt.datetime) -> tuple[report.JobRef,
     return tuple(seen.values())
 
 
-def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, held: set[str]) -> TrackFigures:
+def _tracks(conn: Connection, now: dt.datetime, stranded_after_seconds: float, held: set[str],
+            duplicates: Mapping[str, int]) -> TrackFigures:
     """The language tracks' figures: counts grouped in the database, then every track not done
     yet with its job's liveness columns, and the duplicate publications per language."""
     counts = status_queries.track_counts(conn)
     unfinished = status_queries.unfinished_tracks(conn)
-    duplicates = status_queries.duplicate_editions_by_lang(conn)
     return track_views.figures(counts, unfinished, now, stranded_after_seconds, duplicates, held)
 
 

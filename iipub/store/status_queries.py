@@ -215,21 +215,6 @@ def duplicate_editions_by_lang(conn: Connection) -> dict[str, int]:
         sa.select(groups.c.lang, sa.func.sum(groups.c.n - 1)).group_by(groups.c.lang))}
 
 
-def duplicate_editions(conn: Connection) -> int:
-    """Editions published more than once for one slot and language (none under the unique key)."""
-    if _slot_lang_unique(conn):
-        return 0
-    ed = tables.editions
-    groups = (
-        sa.select(sa.func.count().label("n"))
-        .select_from(ed)
-        .group_by(ed.c.product, ed.c.edition_date, ed.c.lang)
-        .having(sa.func.count() > 1)
-        .subquery()
-    )
-    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.sum(groups.c.n - 1), 0))).scalar_one())
-
-
 def unpublished_outbox(conn: Connection) -> tuple[int, Any]:
     """(outbox events not published yet, when the oldest of them was created)."""
     unpublished, oldest = conn.execute(

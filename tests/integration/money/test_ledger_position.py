@@ -33,7 +33,12 @@ def _write(ledger: SpendLedger, other: SpendLedger, day: int, intents: int = 3) 
 
 
 def _ledgers(path: Path) -> tuple[SpendLedger, SpendLedger]:
-    return SpendLedger(path, INSTALLATION), SpendLedger(path, "inst_b")
+    """This installation's ledger, opened as `ledger_1` with a first day of lines, and another
+    installation's writing to the same file."""
+    ours, other = SpendLedger(path, INSTALLATION), SpendLedger(path, "inst_b")
+    ours.open("ledger_1")
+    _write(ours, other, 1)
+    return ours, other
 
 
 def _same_as_a_whole_read(ledger: SpendLedger, ids: list[str]) -> ledger_position.Counted:
@@ -46,8 +51,6 @@ def _same_as_a_whole_read(ledger: SpendLedger, ids: list[str]) -> ledger_positio
 def test_appended_lines_are_read_from_where_the_last_reader_stopped(tmp_path: Path) -> None:
     path = tmp_path / "spend.jsonl"
     ours, other = _ledgers(path)
-    ours.open("ledger_1")
-    _write(ours, other, 1)
     first = _same_as_a_whole_read(ours, ["ledger_1", "ledger_2"])
     assert isinstance(first, ledger_position.LedgerCount) and first.resumed_at == 0
     size = path.stat().st_size
@@ -67,8 +70,6 @@ def test_appended_lines_are_read_from_where_the_last_reader_stopped(tmp_path: Pa
 def test_a_restored_or_edited_file_is_read_again_from_its_first_byte(tmp_path: Path, how: str) -> None:
     path = tmp_path / "spend.jsonl"
     ours, other = _ledgers(path)
-    ours.open("ledger_1")
-    _write(ours, other, 1)
     backup = path.read_bytes()
     _write(ours, other, 2)
     assert ledger_position.count(ours).intents_since("ledger_1") == 6  # the position is at 6 intents
@@ -90,9 +91,7 @@ def test_a_restored_or_edited_file_is_read_again_from_its_first_byte(tmp_path: P
 
 def test_a_line_still_being_written_is_counted_now_and_read_again_later(tmp_path: Path) -> None:
     path = tmp_path / "spend.jsonl"
-    ours, other = _ledgers(path)
-    ours.open("ledger_1")
-    _write(ours, other, 1)
+    ours, _other = _ledgers(path)
     whole = path.read_bytes()
     line = json.dumps({"at": "2026-11-02T00:00:00Z", "installation": INSTALLATION, "t": "intent",
                        "job_id": "j", "slot": "daily-brief/2026-11-02", "attempt": 1, "fingerprint": "f",
@@ -117,9 +116,7 @@ def test_lines_naming_no_installation_keep_no_position(tmp_path: Path) -> None:
 
 def test_unnamed_lines_after_the_position_send_the_reader_back_to_the_first_byte(tmp_path: Path) -> None:
     path = tmp_path / "spend.jsonl"
-    ours, other = _ledgers(path)
-    ours.open("ledger_1")
-    _write(ours, other, 1)
+    ours, _other = _ledgers(path)
     ledger_position.count(ours)
     SpendLedger(path).intent("stray", "daily-brief/2026-11-05", 1, "fp", "w")
     _same_as_a_whole_read(ours, ["ledger_1"])
@@ -128,9 +125,7 @@ def test_unnamed_lines_after_the_position_send_the_reader_back_to_the_first_byte
 
 def test_a_reader_that_may_not_write_beside_the_ledger_reads_it_whole(tmp_path: Path) -> None:
     path = tmp_path / "spend.jsonl"
-    ours, other = _ledgers(path)
-    ours.open("ledger_1")
-    _write(ours, other, 1)
+    ours, _other = _ledgers(path)
     ledger_position.position_path(path).mkdir()  # nothing can be written in its place
     for _ in range(2):
         counted = _same_as_a_whole_read(ours, ["ledger_1"])
