@@ -3,10 +3,13 @@ migrated database per test (SQLite file, or a fresh MariaDB/MySQL database when
 IIPUB_TEST_MYSQL_URL is set), the simulator over real HTTP, settings against it, a webhook
 receiver, and a clean environment for the command line.
 
-Two markers shape the fixtures of a test (or of a module, as `pytestmark`):
+Three markers shape the fixtures of a test (or of a module, as `pytestmark`):
 - `@pytest.mark.simulator(**options)`: the `sim` fixture starts with these SimulatorOptions
   fields (lifecycle, faults, webhooks; tests/support/simulator.py has FAST and MINUTE) instead
   of the fast lifecycle;
+- `@pytest.mark.host_clock`: the `engine` fixture leaves the database clock on the host's time
+  instead of pinning it to midday of today's date (which keeps slots on one day whatever the
+  hour the suite runs);
 - `@pytest.mark.no_auto_schedule`: the `settings` fixture (and so `cfg`) has `[reconcile]
   auto_schedule = false`: ticks make no slots, the test's own are the only ones.
 """
@@ -31,7 +34,7 @@ from hypothesis import settings as hypothesis_settings
 # tests.support.databases reads IIPUB_TEST_MYSQL_URL at import, before the environment is
 # scrubbed below.
 from tests.support.cli import clean_env
-from tests.support.databases import BACKEND, MYSQL_URL, fresh_database
+from tests.support.databases import BACKEND, MYSQL_URL, fresh_database, pin_midday
 from tests.support.loopback import SECRET, Receiver, receiver
 from tests.support.plumbing import prompt_server_shutdown, shared_ssl_contexts
 from tests.support.settings import make_settings
@@ -183,13 +186,15 @@ def _migrated_sqlite_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def engine(db_url: str, request: pytest.FixtureRequest) -> Iterator[sa.engine.Engine]:
-    """A migrated engine on a fresh database."""
+    """A migrated engine on a fresh database, its clock at midday (tests/support/databases.py)."""
     if not MYSQL_URL:
         target = Path(sa.engine.make_url(db_url).database or "")
         if not target.exists():
             shutil.copyfile(request.getfixturevalue("_migrated_sqlite_file"), target)
     eng = db.make_engine(db_url, pool_size=24)
     migrate.migrate(eng)  # a no-op on the copy; on MySQL/MariaDB it creates the schema
+    if request.node.get_closest_marker("host_clock") is None:
+        pin_midday(eng)
     try:
         yield eng
     finally:

@@ -1,9 +1,11 @@
 """The database a test runs on: the backend the run selected (IIPUB_TEST_MYSQL_URL, read at
 import, before tests/conftest.py scrubs IIPUB_* from the environment), a fresh database of it,
-every row as a snapshot and back, and a MariaDB server of a test's own."""
+every row as a snapshot and back, the database clock at midday, and a MariaDB server of a test's
+own."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import socket
@@ -18,13 +20,23 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iipub.store import tables
+from iipub.store import clock, tables
 
 MYSQL_URL = os.environ.get("IIPUB_TEST_MYSQL_URL", "").strip()
 BACKEND = "mysql" if MYSQL_URL else "sqlite"
 
 
 # -- databases -------------------------------------------------------------------------------------------
+
+
+def pin_midday(engine: sa.Engine) -> None:
+    """Move the database clock (its drill offset) to 12:00 UTC of today's date. Every slot,
+    window and deadline iipub computes comes from that clock, so a test that advances it by
+    minutes or hours sees the same day whatever the hour the suite runs: run near midnight,
+    it would otherwise cross into tomorrow and find tomorrow's slots due."""
+    host = dt.datetime.now(dt.UTC)
+    midday = host.replace(hour=12, minute=0, second=0, microsecond=0)
+    clock.advance_clock(engine, (midday - host).total_seconds())
 
 
 @contextmanager

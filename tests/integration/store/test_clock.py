@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 import sqlalchemy as sa
 
 from iipub.core.timefmt import naive_utc
 from iipub.store import clock
 
 
+@pytest.mark.host_clock
 def test_the_clock_is_read_naive_utc_and_close_to_the_hosts(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         now = clock.read_now(conn)

@@ -166,6 +166,7 @@ def test_15_lease_expiry_follows_database_time(engine: sa.Engine) -> None:
     assert [(e.to_state, e.worker) for e in events] == [("NO_JOB", "A"), ("CREATE_ELIGIBLE", "B")]
 
 
+@pytest.mark.host_clock
 @pytest.mark.parametrize("skew", [dt.timedelta(hours=-5), dt.timedelta(hours=7)])
 def test_48_host_clock_skew_changes_no_lease_decision(engine: sa.Engine, skew: dt.timedelta) -> None:
     a, job_id = _scheduled(engine, "A")
