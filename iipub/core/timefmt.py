@@ -58,7 +58,9 @@ def duration(seconds: float) -> str:
 
 def parse_date(text: str) -> dt.date:
     """A `YYYY-MM-DD` date, strictly (no week dates or compact forms). ValueError otherwise."""
-    if not isinstance(text, str) or len(text) != 10:
+    # The shape first: fromisoformat also takes week dates (2026-W49-1) of the same length.
+    if (not isinstance(text, str) or len(text) != 10 or text[4] != "-" or text[7] != "-"
+            or not (text[:4] + text[5:7] + text[8:]).isdigit() or not text.isascii()):
         raise ValueError(f"{text!r} is not a date in YYYY-MM-DD form")
     try:
         return dt.date.fromisoformat(text)

@@ -48,7 +48,8 @@ def test_seconds_between_reads_either_form() -> None:
     assert timefmt.seconds_between("2026-12-01 05:01:00", dt.datetime(2026, 12, 1, 5, 0)) == 60.0
 
 
-@pytest.mark.parametrize("text", ["2026-12-1", "20261201", "2026-13-01", "", "2026-12-01T00:00"])
+@pytest.mark.parametrize("text", ["2026-12-1", "20261201", "2026-13-01", "", "2026-12-01T00:00",
+                                  "2026-W49-1", "2026-340", "2026-12-0١"])
 def test_a_date_is_only_yyyy_mm_dd(text: str) -> None:
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         timefmt.parse_date(text)
