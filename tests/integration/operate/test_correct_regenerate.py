@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from iipub.machine import sweep
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
 from iipub.settings.config import Settings
-from iipub.store import tables
+from iipub.store import clock, tables
 from tests.integration.operate.test_correcting import (
     cli,
     counts,
@@ -34,9 +35,9 @@ from tests.integration.operate.test_correcting import (
     series,
     tree,
 )
-from tests.support.cli import one_line_error
+from tests.support.cli import one_line_error, start_iipub
 from tests.support.databases import restore_rows, snapshot_rows
-from tests.support.loopback import Receiver
+from tests.support.loopback import Receiver, wait_for
 from tests.support.settings import cms_env, with_cms
 
 pytestmark = pytest.mark.no_auto_schedule
@@ -219,3 +220,52 @@ def test_a_create_lost_on_its_way_is_parked_never_paid_twice(
     assert sim.stats()["creates_total"] == creates + 2
     assert editions(engine)["en"]["status"] == "corrected" and editions(engine)["es"]["status"] == "corrected"
     assert [c["changed_by"] for c in rows(engine, tables.edition_changes)] == ["editor", "editor"]
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_the_corrections_create_is_on_its_way_never_pays_twice_and_the_correction_goes_on(
+        s: Settings, engine: sa.Engine, sim: Simulator, env: dict[str, str], tmp_path: Path) -> None:
+    """`iipub reconcile` SIGKILLed while the correction's paid create hangs: its outcome is unknown,
+    so once the dead run's lease expires the slot parks `crashed_during_create`, the correction still
+    under way and the live edition untouched, and no later run sends it again. Released as lost
+    (paid again, on purpose), the correction completes as the next revision."""
+    s = replace(s, provider=replace(s.provider, breaker_cooldown_seconds=0.5))
+    config = Path(env["IIPUB_CONFIG"])  # the child run makes no slot of its own: this one is the subject
+    config.write_text(config.read_text().replace("[reconcile]\n", "[reconcile]\nauto_schedule = false\n", 1))
+    job_id = done(s, engine, sim)
+    original, site = editions(engine), tree(tmp_path / "public")
+    sent = sim.stats()["requests"]["create"]
+    assert regenerate(env, tmp_path, job_id, "--lang", "en").returncode == 0
+    sim.add_faults([{"op": "create", "fault": "slow", "times": 1}])
+    child = start_iipub("reconcile", env=env, cwd=tmp_path)
+    try:
+        wait_for(lambda: job_row(engine)["state"] == "CREATE_IN_FLIGHT")
+        wait_for(lambda: sim.stats()["requests"]["create"] == sent + 1)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdout, child.stderr):
+            assert stream is not None
+            stream.close()
+    clock.advance_clock(engine, 120)  # past the dead run's lease
+    for _ in range(3):
+        sweep.run(s, engine)
+        relay.run(s, engine)
+    job = job_row(engine)
+    assert (job["state"], job["quarantine_reason"]) == ("QUARANTINED", "crashed_during_create")
+    assert sim.stats()["requests"]["create"] == sent + 1  # never sent again
+    assert editions(engine) == original and tree(tmp_path / "public") == site
+    shown = json.loads(cli(env, tmp_path, "jobs", "show", job_id, "--json").stdout)
+    assert shown["correction_in_progress"]["languages"] == ["en"]
+
+    res = cli(env, tmp_path, "quarantine", "release", job_id, "--verified-lost", "--pay-again", "--reason", "checked")
+    assert res.returncode == 0, res.stderr
+    time.sleep(0.6)  # a breaker the unknown outcome opened lets its probe through
+    run_until_corrected(s, engine, sim, "en", 2)
+    assert sim.stats()["requests"]["create"] == sent + 2
+    now = editions(engine)
+    assert (now["en"]["status"], now["en"]["revision"]) == ("corrected", 2) and now["es"] == original["es"]
+    assert [c["kind"] for c in rows(engine, tables.edition_changes)] == ["corrected"]
