@@ -113,14 +113,11 @@ def test_webhook_deliveries_run_concurrently_up_to_the_limit(
     s = replace(settings, webhook_sink=WebhookSinkSettings(url=hook.url, timeout_seconds=5, concurrency=4))
     saved(s, engine, sim, days=2)
     hook.mode, hook.hang_seconds = "hang", 0.5  # slow, but answers 200
-    t0 = time.monotonic()
     report = relay.run(s, engine)
-    took = time.monotonic() - t0
     assert report.published == 8 and job_states(engine) == {"PUBLISHED"}
-    # Four at a time, never more: the receiver saw four requests waiting at once. (Serially the
-    # eight would take four seconds; the bound is loose because the host may be busy.)
+    # Four at a time, never more: the receiver saw four requests waiting at once (a count, not a
+    # duration, which a busy host would stretch).
     assert hook.most_answering == 4, hook.most_answering
-    assert took < 8 * 0.5, took
     assert len(hook.keys()) == 8 and set(hook.keys().values()) == {1}
 
 
