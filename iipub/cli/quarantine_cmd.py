@@ -85,8 +85,12 @@ def quarantine_show_command(app: App, job_id: str, as_json: bool) -> None:
     s = app.settings
 
     def facts(job: Job) -> parked.ParkedHelp | None:
+        from iipub.machine import revisions
+
         tracks = {t.lang: State(t.state) for t in app.store().tracks_of([job.id]).get(job.id, [])}
-        return parked.of(job, s.budgets.max_generation_attempts, s.reconcile.custody_watch_seconds, tracks)
+        correcting = revisions.pending(app.engine(), job.id) is not None
+        return parked.of(job, s.budgets.max_generation_attempts, s.reconcile.custody_watch_seconds, tracks,
+                         correcting=correcting)
 
     def more(job: Job) -> dict[str, object]:
         found = facts(job)

@@ -244,7 +244,7 @@ _DEFAULT_PROVIDER = ProviderSettings()
 def after_poll(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     rng: random.Random | None = None, *, loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0,
-    scope: str | None = None, in_scope: bool = True,
+    scope: str | None = None, in_scope: bool = True, cancelled_by_operator: bool = False,
 ) -> Decision:
     """An observation of the job's response. Counts `poll_count` only, never the generation budget.
 
@@ -253,7 +253,10 @@ def after_poll(
     `loss.loss_confirm_reads` reads spread over `loss.loss_confirm_seconds`; `suspected_reads`
     is how many such reads of this response came before this one. A status iipub does not know
     is observed again, never taken as a loss; nor is a 404 read under a `scope` that does not reach
-    the create's (`in_scope` false: `jobs.create_scope`, the response is invisible there, not gone)."""
+    the create's (`in_scope` false: `jobs.create_scope`, the response is invisible there, not gone).
+    A response an operator cancelled (`cancelled_by_operator`: polled again after a release) that
+    reads gone parks `operator_cancelled` again at once: its end is the operator's doing, never a
+    loss that pays for a new create by itself."""
     polls = job.poll_count + 1
     if isinstance(outcome, Observed):
         d = _observed(job, outcome, s, polls)
@@ -261,7 +264,9 @@ def after_poll(
             facts: dict[str, Any] = {"status": outcome.status, "error": outcome.error,
                                      "error_code": outcome.error_code}
             why = f"provider reports {outcome.status}" + (f": {outcome.error}" if outcome.error else "")
-            d = _suspected_loss(job, polls, facts, why, loss, suspected_reads, outcome.failure is FailureCause.REFUSAL)
+            d = (_cancelled_again(job, polls, facts, why) if cancelled_by_operator else
+                 _suspected_loss(job, polls, facts, why, loss, suspected_reads,
+                                 outcome.failure is FailureCause.REFUSAL))
         if job.create_scope is None and scope:
             # A response taken over without a known scope (adopted, restored, older rows) lives
             # where this read found it: recorded at its first successful read.
@@ -279,6 +284,8 @@ def after_poll(
                                     "due_at": str(job.next_attempt_at)},
                             delay=max(s.poll_interval_seconds, SCOPE_RECHECK_SECONDS))
         facts, why, refused = {"status": "not_found", "answer": outcome.why, "read_under": scope}, outcome.why, False
+        if cancelled_by_operator:
+            return _cancelled_again(job, polls, facts, why)
     else:
         # Transient (429/5xx/timeout) or a rejected read: count the poll, back off, stay put.
         retry = job.retry_count + 1
@@ -324,6 +331,14 @@ def _observed(job: Job, outcome: Observed, s: ReconcileSettings, polls: int) -> 
             delay=s.poll_interval_seconds,
         )
     return None
+
+
+def _cancelled_again(job: Job, polls: int, facts: dict[str, Any], why: str) -> Decision:
+    d = quarantine(Reason.OPERATOR_CANCELLED,
+                   f"{why}: response {job.response_id} was cancelled by an operator; not taken as a loss and not "
+                   f"created again by itself (`iipub quarantine release {job.id} --verified-lost` pays for a new "
+                   f"one, `iipub kill` ends the slot)", response_id=job.response_id, **facts)
+    return Decision(d.to, d.reason, {**d.changes, "poll_count": polls}, d.detail)
 
 
 def _suspected_loss(job: Job, polls: int, facts: dict[str, Any], why: str, loss: ProviderSettings,
@@ -490,12 +505,13 @@ def after_refetch(
     job: Job, outcome: Observed | Missing | Transient | Rejected, s: ReconcileSettings,
     max_bytes: int | None = None, rng: random.Random | None = None, *,
     loss: ProviderSettings = _DEFAULT_PROVIDER, suspected_reads: int = 0, scope: str | None = None,
-    in_scope: bool = True,
+    in_scope: bool = True, cancelled_by_operator: bool = False,
 ) -> Decision:
     """COMPLETED_NOT_RETRIEVED found on its own (e.g. after a crash): the output was fetched again."""
     if isinstance(outcome, Observed) and outcome.finished:
         return on_output(job, outcome, max_bytes)
-    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads, scope=scope, in_scope=in_scope)
+    d = after_poll(job, outcome, s, rng, loss=loss, suspected_reads=suspected_reads, scope=scope, in_scope=in_scope,
+                   cancelled_by_operator=cancelled_by_operator)
     if d.to in POLLING:  # the provider cannot un-finish; keep trying to fetch
         d = Decision(State.COMPLETED_NOT_RETRIEVED, d.reason, d.changes, d.detail, d.delay, d.go_on, d.cooldown)
     return d

@@ -399,7 +399,7 @@ def step_poll(ctx: RunContext, job: Job) -> Job | None:
     ctx.counters.called(outcome)
     d = decisions.after_poll(job, outcome, ctx.polls.of(job), ctx.rng, loss=ctx.settings.provider,
                             suspected_reads=_suspected_reads(ctx, job, outcome), scope=ctx.scope,
-                            in_scope=_in_scope(ctx, job))
+                            in_scope=_in_scope(ctx, job), cancelled_by_operator=_cancelled(ctx, job, outcome))
     batch = ctx.batches.of(job.id) if isinstance(ctx, SweepContext) else None  # a delivery writes at once
     if batch is not None and not d.go_on:
         # Nothing more to do for this job this tick: its write joins the chunk's one commit.
@@ -438,7 +438,7 @@ def step_completed(ctx: RunContext, job: Job) -> Job | None:
     return apply(ctx, job, decisions.after_refetch(
         job, outcome, ctx.settings.reconcile, max_output_bytes(_product(ctx, job)), ctx.rng,
         loss=ctx.settings.provider, suspected_reads=_suspected_reads(ctx, job, outcome),
-        scope=ctx.scope, in_scope=_in_scope(ctx, job)))
+        scope=ctx.scope, in_scope=_in_scope(ctx, job), cancelled_by_operator=_cancelled(ctx, job, outcome)))
 
 
 def _in_scope(ctx: RunContext, job: Job) -> bool:
@@ -446,13 +446,22 @@ def _in_scope(ctx: RunContext, job: Job) -> bool:
     return not job.create_scope or ctx.provider.reaches(job.create_scope)
 
 
+def _suspicious(outcome: ReadOutcome) -> bool:
+    return isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.gone)
+
+
 def _suspected_reads(ctx: RunContext, job: Job, outcome: ReadOutcome) -> int:
     """Earlier reads that suspected this response lost (read from the journal only when this
     read is suspicious too)."""
-    suspicious = isinstance(outcome, Missing) or (isinstance(outcome, Observed) and outcome.gone)
-    if not suspicious:
+    if not _suspicious(outcome):
         return 0
     return ctx.store.suspected_loss_reads(job.id, ctx.settings.provider.loss_confirm_reads)
+
+
+def _cancelled(ctx: RunContext, job: Job, outcome: ReadOutcome) -> bool:
+    """Whether a response that reads gone was cancelled by an operator (the journal, read only then)."""
+    return bool(job.response_id) and _suspicious(outcome) and ctx.store.cancelled_by_operator(job.id,
+                                                                                                str(job.response_id))
 
 
 def step_validate(ctx: RunContext, job: Job) -> Job:

@@ -492,7 +492,8 @@ REASON_INFO: dict[Reason, tuple[bool, str]] = {
     R.OPERATOR_SUSPEND: (True, "operator: the job is parked in MANUALLY_SUSPENDED"),
     R.OPERATOR_RESUME: (True, "operator: the job returned to the state it was suspended from"),
     R.OPERATOR_CANCEL: (True, "operator: a remote cancel was requested and its real outcome recorded"),
-    R.OPERATOR_CANCELLED: (True, "quarantine: an operator cancelled the generation"),
+    # The machine writes it too: a cancelled response polled again after a release parks again.
+    R.OPERATOR_CANCELLED: (False, "quarantine: an operator cancelled the generation"),
     R.OPERATOR_KILL: (True, "operator: the job will not publish; remote data is cancelled and deleted"),
     R.OPERATOR_REVALIDATE: (True, "operator: re-check the kept payload under fixed rules (free)"),
     R.OPERATOR_REGENERATE: (True, "operator: pay for a new generation of output that failed validation"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from iipub.model.jobs import Job
 from iipub.model.states import (
     AMBIGUOUS_CREATE,
+    EDITIONS_SAVED,
     KNOWN_BAD_OUTPUT,
     PAYLOAD_QUARANTINES,
     TRACK_PARKED,
@@ -19,6 +20,9 @@ from iipub.model.states import (
     Reason,
     State,
 )
+
+# What an operator cancel's explanation says when the provider still ran the response after it.
+STILL_RUNNING_AFTER_CANCEL = "the response id is kept (release --resume-polling to watch it)"
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,18 @@ def output_line(job: Job, watch_seconds: float) -> str:
 
 
 def of(job: Job, max_generation_attempts: int, watch_seconds: float,
-       tracks: Mapping[str, State] | None = None) -> ParkedHelp | None:
+       tracks: Mapping[str, State] | None = None, *, correcting: bool = False) -> ParkedHelp | None:
     """The output line and the remedies of a parked job (QUARANTINED, VALIDATION_FAILED_RETAINED,
     MANUALLY_SUSPENDED), or of a slot waiting on a parked language track (`tracks`: each
-    language's state); None for a job that waits for nobody."""
+    language's state); None for a job that waits for nobody. `correcting`: the slot is a paid
+    correction of published editions, so a release that pays names `--pay-again` (the payment
+    authority refuses it otherwise: the ledger records the slot published)."""
     jid = job.id
-    kill = Remedy(f"iipub kill {jid} --reason …", "give the edition up: it will not publish (nothing paid)")
+    # `kill` only stops a slot before any of its editions is saved (it refuses otherwise).
+    killable = job.effective_state not in EDITIONS_SAVED and not any(
+        st in TRACK_SAVED for st in (tracks or {}).values())
+    kill_remedy = Remedy(f"iipub kill {jid} --reason …", "give the edition up: it will not publish (nothing paid)")
+    kill = [kill_remedy] if killable else []
     waiting = sorted(lang for lang, st in (tracks or {}).items() if st in TRACK_PARKED)
     if job.state in TRACKS_RUN_IN and waiting:
         saved = sorted(lang for lang, st in (tracks or {}).items() if st in TRACK_SAVED)
@@ -69,12 +79,13 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
         per_lang.append(Remedy(f"iipub regenerate {jid} --reason …",
                                f"a new paid generation for {', '.join(unsaved)} "
                                f"({job.generation_attempts}/{max_generation_attempts} used)"))
-        return ParkedHelp(output_line(job, watch_seconds), tuple(per_lang + ([] if saved else [kill])))
+        return ParkedHelp(output_line(job, watch_seconds), tuple(per_lang + kill))
     if job.state == State.MANUALLY_SUSPENDED:
         back = job.suspended_from or "the state it was in"
         return ParkedHelp(output_line(job, watch_seconds), (
-            Remedy(f"iipub resume {jid}", f"return it to {back} (nothing paid)"), kill))
+            Remedy(f"iipub resume {jid}", f"return it to {back} (nothing paid)"), *kill))
     budget_left = job.generation_attempts < max_generation_attempts
+    again = " --pay-again" if correcting else ""
     paid = f"a new paid create ({job.generation_attempts}/{max_generation_attempts} used)"
     blocked = () if budget_left else (
         (f"a new paid create: all {max_generation_attempts} paid creates are used; raise [budgets] "
@@ -87,7 +98,7 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
         return ParkedHelp(output_line(job, watch_seconds), (
             Remedy(f"iipub revalidate {jid} --reason …", "validate the kept output again under the deployed rules "
                                                           "(free)"),
-            *paying(Remedy(f"iipub regenerate {jid} --reason …", paid)), kill), blocked)
+            *paying(Remedy(f"iipub regenerate {jid} --reason …", paid)), *kill), blocked)
     if job.state != State.QUARANTINED:
         return None
     found: list[Remedy] = []
@@ -106,17 +117,20 @@ def of(job: Job, max_generation_attempts: int, watch_seconds: float,
         if reason in PAYLOAD_QUARANTINES:
             found += paying(Remedy(f"iipub regenerate {jid} --reason …", paid))
     elif job.response_id:
-        if reason not in KNOWN_BAD_OUTPUT:  # a refused response read again is refused again
+        # A refused response read again is refused again; one an operator cancelled is watched again
+        # only if the provider said it still ran after the cancel.
+        cancelled = reason == Reason.OPERATOR_CANCELLED and STILL_RUNNING_AFTER_CANCEL not in (job.last_error or "")
+        if reason not in KNOWN_BAD_OUTPUT and not cancelled:
             found.append(Remedy(f"iipub quarantine release {jid} --resume-polling --reason …",
                                 f"poll response {job.response_id} again with a fresh poll budget (free)"))
             found.append(Remedy(f"iipub jobs import-payload {jid} FILE --reason …",
                                 "store output recovered from the provider's dashboard (free)"))
-        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …",
+        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost{again} --reason …",
                                f"only once the response is verified gone (or its refusal fixed): {paid}"))
     else:
         if reason in AMBIGUOUS_CREATE:
             found.append(Remedy(f"iipub quarantine release {jid} --link RESP_ID --reason …",
                                 "adopt the response the create made, found in the provider's dashboard (free)"))
-        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost --reason …", paid))
-    found.append(kill)
+        found += paying(Remedy(f"iipub quarantine release {jid} --verified-lost{again} --reason …", paid))
+    found += kill
     return ParkedHelp(output_line(job, watch_seconds), tuple(found), blocked)

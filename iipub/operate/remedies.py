@@ -22,6 +22,7 @@ from iipub.model import states
 from iipub.model.jobs import Job
 from iipub.model.states import PAYLOAD_QUARANTINES, Reason, State
 from iipub.money.spend import SlotSpend
+from iipub.operate import parked
 from iipub.provider.interface import SavedResponseReader
 from iipub.provider.outcomes import (
     Missing,
@@ -245,7 +246,7 @@ def after_cancel(job: Job, outcome: Observed | Missing, by: str, reason: str) ->
                         detail={**base, "status": outcome.status, "race": True}, delay=0, go_on=True)
     note = f"provider reports {outcome.status}"
     if not outcome.gone:
-        note += " after the cancel request; the response id is kept (release --resume-polling to watch it)"
+        note += f" after the cancel request; {parked.STILL_RUNNING_AFTER_CANCEL}"
     return _cancelled(job, by, reason, {**base, "status": outcome.status}, note)
 
 

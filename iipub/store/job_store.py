@@ -175,6 +175,15 @@ class Store:
                 break
         return count
 
+    def cancelled_by_operator(self, job_id: str, response_id: str) -> bool:
+        """Whether an operator's `iipub cancel` asked the provider to stop this response (its
+        `operator_cancel` journal entries name the response)."""
+        q = (sa.select(events_table.c.detail)
+             .where(events_table.c.job_id == job_id, events_table.c.reason == Reason.OPERATOR_CANCEL.value))
+        with self.engine.connect() as conn:
+            details = list(conn.execute(q).scalars())
+        return any(json.loads(d or "{}").get("response_id") == response_id for d in details)
+
     def due_candidates(self, limit: int, only: frozenset[State] | None = None,
                        job_id: str | None = None) -> list[tuple[str, int, State]]:
         """Due, unleased (or lease-expired) jobs in the states `reconcile` works on (or `only`
@@ -388,6 +397,12 @@ class Store:
         bad = set(values) - {c.name for c in jobs_table.columns} | ({"id", "version", "state"} & set(values))
         if bad:
             raise IllegalTransition(f"cannot set {sorted(bad)} through a transition")
+        if job.custody_watch_at is not None and "custody_watch_at" not in values and (
+                values.get("response_id", job.response_id) != job.response_id
+                or (to_state in states.CUSTODY_WATCHED and job.state not in states.CUSTODY_WATCHED)):
+            # The custody watch's next read was of an earlier parking or another response: a job
+            # parked now (or holding a new response) is read at the watch's next pass.
+            values["custody_watch_at"] = None
         journal = self.journal_row(job.id, job.state, to_state, job.version + 1, reason, detail)
         return PlannedWrite(job, to_state, reason, values, journal, delay, keep_lease)
 

@@ -210,6 +210,12 @@ def test_a_create_lost_on_its_way_is_parked_never_paid_twice(
     assert sim.stats()["creates_total"] == creates + 1  # accepted once, never sent again
     assert editions(engine) == original and tree(tmp_path / "public") == site
 
+    # What `quarantine show` prints works: the paid release names --pay-again, and no kill is offered
+    # for a slot whose editions are live.
+    shown = json.loads(cli(env, tmp_path, "quarantine", "show", job_id, "--json").stdout)
+    commands = [r["command"] for r in shown["remedies"]]
+    assert f"iipub quarantine release {job_id} --verified-lost --pay-again --reason …" in commands, commands
+    assert not [c for c in commands if c.startswith("iipub kill")], commands
     # The operator, having checked the provider, releases it: still the correction, paid on purpose.
     one_line_error(cli(env, tmp_path, "quarantine", "release", job_id, "--verified-lost", "--reason", "checked"),
                    3, "--pay-again")

@@ -16,7 +16,9 @@ import sqlalchemy as sa
 
 from iipub.core.errors import JobTaken, OperatorRefused, UsageError
 from iipub.machine import scheduling, sweep
+from iipub.model.jobs import Job
 from iipub.model.states import Reason, State
+from iipub.operate import parked
 from iipub.operate.executor import Operator, ReleaseMode
 from iipub.provider.openai.simulator import Simulator
 from iipub.publish import relay
@@ -369,6 +371,33 @@ def test_cancel_of_a_running_response_quarantines_it(cfg: Settings, engine: sa.E
     clock.advance_clock(engine, 60)
     tick(cfg, engine)
     assert row(engine, job_id)["state"] == State.QUARANTINED and sim.stats()["creates_total"] == 1
+
+
+def test_a_cancelled_response_polled_again_parks_again_and_is_never_created_again_by_itself(
+        cfg: Settings, engine: sa.Engine, sim: Simulator, op: Operator) -> None:
+    """After `iipub cancel`, the provider's `cancelled` is the operator's doing: `quarantine show`
+    does not offer watching it again, and a release that polls it anyway (free) parks it again at
+    its first read, never a confirmed loss that pays for a new create by itself."""
+    job_id, response_id = accepted_response(cfg, engine)
+    op.cancel(job_id, "runaway spend", "judy")
+    parked_job = Job.from_row(row(engine, job_id))
+    shown = parked.of(parked_job, cfg.budgets.max_generation_attempts, 60)
+    assert shown is not None
+    commands = [r.command for r in shown.remedies]
+    assert not [c for c in commands if "--resume-polling" in c or "import-payload" in c], commands
+    assert any("--verified-lost" in c for c in commands) and any(c.startswith("iipub kill") for c in commands)
+
+    op.release(job_id, ReleaseMode.RESUME_POLLING, "look again", "judy")
+    for _ in range(4):
+        clock.advance_clock(engine, 600)  # past any loss confirmation's spacing
+        tick(cfg, engine)
+    r = row(engine, job_id)
+    assert (r["state"], r["quarantine_reason"], r["response_id"]) == (State.QUARANTINED, "operator_cancelled",
+                                                                      response_id)
+    assert r["generation_attempts"] == 1 and sim.stats()["creates_total"] == 1
+    reasons = [e["reason"] for e in job_events(engine, job_id)]
+    assert "loss_confirmed" not in reasons and "recreate_after_loss" not in reasons
+    assert "was cancelled by an operator" in r["last_error"]
 
 
 def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim: Simulator,

@@ -481,3 +481,27 @@ def test_a_job_read_as_a_tuple_is_the_job_read_as_a_mapping(engine: sa.Engine) -
     assert Job.from_columns([*keys, "column_of_a_later_migration"], [*row, 1]) == slow
     with pytest.raises(TypeError):
         Job.from_columns(keys[1:], row[1:])  # no id
+
+
+def test_a_job_parked_anew_or_holding_a_new_response_is_due_for_the_custody_watch(engine: sa.Engine) -> None:
+    """A custody watch time left from an earlier parking (read rarely: its response was gone) does
+    not carry over to the job's next parking: the fenced writer clears it, so the new response is
+    read at the watch's next pass."""
+    store, job_id = _scheduled(engine)
+    job = store.acquire_lease(job_id, 1)
+    assert job is not None
+    job = store.transition(job, State.CREATE_ELIGIBLE, reason=Reason.WINDOW_OPEN, keep_lease=True)
+    job = store.transition(job, State.CREATE_IN_FLIGHT, reason=Reason.DISPATCH, changes={"generation_attempts": 1},
+                           keep_lease=True)
+    job = store.transition(job, State.ACCEPTED, reason=Reason.ACCEPTED, changes={"response_id": "resp_2"},
+                           keep_lease=True)
+    with engine.begin() as conn:  # left by the first response's parking, ten watch periods away
+        conn.execute(tables.jobs.update().values(custody_watch_at=dt.datetime(2099, 1, 1)))
+    job = store.get(job_id)
+    assert job.custody_watch_at is not None
+    kept = store.transition(job, State.IN_PROGRESS, reason=Reason.POLL, keep_lease=True)
+    assert kept.custody_watch_at is not None and _rows(engine, tables.jobs)[0]["custody_watch_at"] is not None
+    parked = store.transition(kept, State.QUARANTINED, reason=Reason.POLL_BUDGET_EXHAUSTED,
+                              changes={"quarantine_reason": "poll_budget_exhausted"})
+    assert parked.custody_watch_at is None and _rows(engine, tables.jobs)[0]["custody_watch_at"] is None
+    assert [j.id for j in store.custody_watch_due(10)] == [job_id]

@@ -69,12 +69,33 @@ def test_every_quarantined_job_has_remedies_and_the_kill_is_last(reason: str, ho
     commands = " ".join(r.command for r in found.remedies)
     if holds == "payload":
         assert "safe" in found.output and "--resume-polling" not in commands and "--verified-lost" not in commands
-    elif holds == "response" and reason in KNOWN_BAD_OUTPUT:  # read again, a refusal is refused again
+    elif holds == "response" and (reason in KNOWN_BAD_OUTPUT or reason == "operator_cancelled"):
+        # Read again, a refusal is refused again and a cancelled response is still cancelled.
         assert "watched" in found.output and "--resume-polling" not in commands and "--verified-lost" in commands
     elif holds == "response":
         assert "watched" in found.output and "--resume-polling" in commands
     else:
         assert "--verified-lost" in commands
+
+
+def test_a_response_that_ran_on_after_an_operator_cancel_may_be_watched_again() -> None:
+    still = parked.of(job(State.QUARANTINED, quarantine_reason="operator_cancelled", response_id="resp_1",
+                          generation_attempts=1, last_error=f"cancelled by ops: r (provider reports in_progress after "
+                                                            f"the cancel request; {parked.STILL_RUNNING_AFTER_CANCEL})"),
+                      3, 60)
+    assert still is not None and any("--resume-polling" in r.command for r in still.remedies)
+
+
+def test_kill_is_offered_only_while_no_edition_of_the_slot_is_saved() -> None:
+    """`kill` refuses a slot whose edition (or a language's) is saved: it is not printed for one."""
+    saved = parked.of(job(State.MANUALLY_SUSPENDED, suspended_from="SAVED_NOT_PUBLIC", response_id="resp_1"), 3, 60)
+    assert saved is not None and [r.command.split()[1] for r in saved.remedies] == ["resume"]
+    correcting = parked.of(job(State.QUARANTINED, quarantine_reason="create_outcome_unknown", generation_attempts=1),
+                           3, 60, {"en": State.PUBLISHED, "es": State.PUBLISHED}, correcting=True)
+    assert correcting is not None
+    commands = [r.command for r in correcting.remedies]
+    assert not [c for c in commands if c.startswith("iipub kill")]
+    assert any(c.endswith("--verified-lost --pay-again --reason …") for c in commands), commands
 
 
 def test_remedies_of_other_parked_states_and_of_a_job_that_is_not_parked() -> None:
