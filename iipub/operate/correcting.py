@@ -77,7 +77,7 @@ def correct(settings: Settings, engine: Engine, job_id: str, lang: str | None, p
     correction is byte-identical to what is public is left as it is."""
     store, job, chosen, note = _chosen(settings, engine, job_id, lang, reason, by, public_note, "correct")
     product = settings.products.get(job.product)
-    text = _read(settings, path, max_output_bytes(product))
+    text = _read(settings, path, max_output_bytes(product), job.id)
     artifacts = corrections.corrected_artifacts(job, product, text, [e.lang for e in chosen])
     unchanged = tuple(e.lang for e in chosen
                       if e.status != EditionStatus.WITHDRAWN and artifacts[e.lang].sha256 == e.sha256)
@@ -170,8 +170,9 @@ def _languages(settings: Settings, job: Job) -> tuple[str, ...]:
     return product.languages if product is not None else ()
 
 
-def _read(settings: Settings, path: Path, max_bytes: int) -> str:
-    """The corrected output, read bounded like `jobs import-payload`'s file and taken apart the same way."""
+def _read(settings: Settings, path: Path, max_bytes: int, job_id: str) -> str:
+    """The corrected output, read bounded like `jobs import-payload`'s file and taken apart the same
+    way: a response object that names another job is refused, as `jobs import-payload` refuses it."""
     limit = remedies.import_file_limit(max_bytes)
     try:
         with path.open("rb") as f:
@@ -180,7 +181,11 @@ def _read(settings: Settings, path: Path, max_bytes: int) -> str:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(raw) > limit:
         raise OperatorRefused(f"{path} is larger than {limit} bytes (4 x max_output_bytes + 1 MiB); nothing written")
-    return remedies.parse_import(raw, max_bytes, factory.saved_response_reader(settings)).text
+    imported = remedies.parse_import(raw, max_bytes, factory.saved_response_reader(settings))
+    owner = imported.metadata.get("iipub_job_id")
+    if owner and owner != job_id:
+        raise OperatorRefused(f"the response in {path} names job {owner}, not job {job_id}; nothing written")
+    return imported.text
 
 
 def _worker(by: str) -> str:

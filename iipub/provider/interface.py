@@ -51,7 +51,8 @@ from iipub.provider.outcomes import (
 METADATA_MAX_KEYS = 16
 METADATA_MAX_KEY_CHARS = 64
 METADATA_MAX_VALUE_CHARS = 512
-_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# As long as `jobs.response_id` holds.
+_RESPONSE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 @runtime_checkable
@@ -129,9 +130,14 @@ def create_metadata(req: CreateRequest) -> dict[str, str]:
     return {k: v[:METADATA_MAX_VALUE_CHARS] for k, v in meta.items()}
 
 
+def is_response_id(value: object) -> bool:
+    """Whether a provider's answer names a response id iipub can store and send back."""
+    return isinstance(value, str) and _RESPONSE_ID.fullmatch(value) is not None
+
+
 def check_response_id(response_id: str) -> None:
     """A malformed id is a caller bug; sent anyway it would come back as a Transient forever."""
-    if not isinstance(response_id, str) or not _RESPONSE_ID.fullmatch(response_id):
+    if not is_response_id(response_id):
         raise ValueError(f"malformed response id {response_id!r}")
 
 

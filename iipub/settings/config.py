@@ -628,6 +628,17 @@ def check_product(p: Product, where: str) -> None:
         raise ConfigError(f"{where}: temperature must be between 0 and 2")
     if not 1 <= p.items <= MAX_ITEMS:
         raise ConfigError(f"{where}: items must be between 1 and {MAX_ITEMS}")
+    not_hosts = [d for d in p.allowed_domains if not _DOMAIN.fullmatch(d.removesuffix("."))]
+    if not_hosts:
+        # Such an entry matches no source URL, so every paid edition would fail validation.
+        raise ConfigError(f"{where}: allowed_domains entries must be bare domain names such as reuters.com (no scheme, "
+                          f"path, port or wildcard; a domain allows its subdomains): "
+                          f"{', '.join(repr(d[:80]) for d in not_hosts[:5])}")
+
+
+# A domain name as written in allowed_domains: dot-separated labels (IDN letters allowed), nothing
+# a URL would add around it.
+_DOMAIN = re.compile(r"(?!-)(?:[^\s/:*?#@\[\]\\.%]+\.)*[^\s/:*?#@\[\]\\.%]+")
 
 
 # From the wrapper's start to the run's (the interpreter and the framework load), and from a

@@ -125,9 +125,13 @@ def load_settings(env: Mapping[str, str] | None = None, *, models: ModelTables |
     base_dir = Path(os.path.abspath(path)).parent if path else Path.cwd()
     settings = settings_from_dict(data, base_dir=base_dir, config_path=path, env=env,
                                   models=models)
+    in_file = data.get("database_url")
+    if in_file is not None and (not isinstance(in_file, str) or not in_file.strip()):
+        raise ConfigError(f"database_url in {path} must be a database URL in quotes, e.g. "
+                          '"mysql+pymysql://user:pass@host/db" or "sqlite:////var/lib/iipub/iipub.sqlite3"')
     return replace(
         settings,
-        database_url=env.get("IIPUB_DATABASE_URL") or data.get("database_url") or DEFAULT_DATABASE_URL,
+        database_url=env.get("IIPUB_DATABASE_URL") or in_file or DEFAULT_DATABASE_URL,
         api_key=env.get(environment.API_KEY) or None,
         provider_webhook_secret=env.get(environment.WEBHOOK_SECRET) or None,
         provider=replace(settings.provider, base_url=env.get(environment.BASE_URL) or settings.provider.base_url,

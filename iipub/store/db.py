@@ -41,17 +41,46 @@ def engine_url(url: str) -> sa.URL:
     """The SQLAlchemy URL iipub connects with: MySQL/MariaDB through PyMySQL, SQLite through the
     standard library. Any other database or driver is a ConfigError (exit 78), one line that
     does not repeat the URL (it may hold a password)."""
+    if not isinstance(url, str):
+        raise ConfigError(f"IIPUB_DATABASE_URL is not a database URL ({URL_HELP})")
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+        parsed.port  # noqa: B018  (a port that is not a number fails here, not at the first connect)
+    except (sa.exc.ArgumentError, ValueError):
         raise ConfigError(f"IIPUB_DATABASE_URL is not a database URL ({URL_HELP})") from None
     backend, driver = parsed.get_backend_name(), parsed.drivername.partition("+")[2] or None
     if backend == "sqlite" and driver in (None, "pysqlite"):
+        if parsed.host or parsed.username or parsed.port:
+            raise ConfigError(f"IIPUB_DATABASE_URL names a SQLite file with a host part; a file's URL has three "
+                              f"slashes (sqlite:///relative/path, sqlite:////absolute/path) ({URL_HELP})")
         return parsed
     if backend in ("mysql", "mariadb") and driver in MYSQL_DRIVERS:
+        _check_mysql_options(parsed)
         return parsed.set(drivername=f"{backend}+pymysql")
     what = "database driver" if backend in ("sqlite", "mysql", "mariadb") else "database"
     raise ConfigError(f"unsupported {what} {parsed.drivername!r} in IIPUB_DATABASE_URL ({URL_HELP})")
+
+
+def _check_mysql_options(parsed: sa.URL) -> None:
+    """A query option PyMySQL does not take would fail every connect with a TypeError; one whose
+    value SQLAlchemy cannot convert fails when the engine is made. Both are refused here, in one
+    line that names the option, not the URL (it may hold a password)."""
+    import inspect
+
+    import pymysql
+
+    taken = set(inspect.signature(pymysql.connections.Connection.__init__).parameters) - {"self", "args", "kwargs"}
+    unknown = sorted(set(parsed.query) - taken - {"charset"})
+    if unknown:
+        raise ConfigError(f"IIPUB_DATABASE_URL has option(s) {', '.join(unknown)} that the MySQL driver does not "
+                          f"take ({URL_HELP})")
+    from sqlalchemy.dialects.mysql.pymysql import MySQLDialect_pymysql
+
+    try:
+        MySQLDialect_pymysql().create_connect_args(parsed.set(drivername="mysql+pymysql"))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"IIPUB_DATABASE_URL has an option value the MySQL driver cannot use: {exc} "
+                          f"({URL_HELP})") from None
 
 
 def sqlite_file(url: str | sa.URL) -> str | None:

@@ -127,6 +127,11 @@ def test_unreachable_or_wrong_database_is_one_line(cli_env: dict[str, str], tmp_
         ("postgresql://u@127.0.0.1/db", 78, "unsupported database 'postgresql'"),
         ("postgres://u:s3cret@127.0.0.1/db", 78, "unsupported database 'postgres'"),
         ("mysql+mysqlconnector://u@127.0.0.1/db", 78, "unsupported database driver 'mysql+mysqlconnector'"),
+        ("mysql+pymysql://u:s3cret@127.0.0.1:abc/db", 78, "not a database URL"),  # a port that is not a number
+        ("mysql+pymysql://u:s3cret@[::1/db", 78, "not a database URL"),
+        ("mysql+pymysql://u:s3cret@127.0.0.1:9/db?unknown_arg=1", 78, "option(s) unknown_arg"),
+        ("mysql+pymysql://u:s3cret@127.0.0.1:9/db?read_timeout=abc", 78, "option value the MySQL driver cannot use"),
+        ("sqlite://relative.sqlite3", 78, "three slashes"),
         # a missing SQLite file is not created (only `iipub db migrate` makes one)
         (f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'x.sqlite3'}", 69, "no database at"),
         (f"sqlite:///{tmp_path / 'empty.sqlite3'}", 69, "iipub db migrate"),

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the SDK and httpx are imported on first use: a tick that ca
 from iipub.core import tls
 from iipub.core.closing import Closing
 from iipub.core.errors import ConfigError, MissingApiKey
-from iipub.provider.interface import check_delete_allowed, check_response_id, create_metadata
+from iipub.provider.interface import check_delete_allowed, check_response_id, create_metadata, is_response_id
 from iipub.provider.openai import retry_hints
 from iipub.provider.openai.codes import (
     CAPACITY_CODE,
@@ -520,7 +520,9 @@ def _accepted_or_ambiguous(resp: Any) -> Accepted | Ambiguous:
     if not isinstance(resp, Response):
         return Ambiguous(f"2xx with an unparsable body ({type(resp).__name__})")
     response_id = getattr(resp, "id", None)
-    if not isinstance(response_id, str) or not response_id.startswith("resp_"):
+    if not isinstance(response_id, str) or not is_response_id(response_id) or not response_id.startswith("resp_"):
+        # Not an id this installation can store and read back (a path, a space, 50 MB): the create
+        # may have been accepted under some id, so its outcome is unknown.
         return Ambiguous(f"2xx without a usable response id: {_clip(repr(response_id))}")
     status = getattr(resp, "status", None)
     tier = getattr(resp, "service_tier", None)  # the tier it runs at

@@ -279,6 +279,15 @@ def test_a_correction_after_a_withdrawal_brings_the_edition_back_with_a_notice(
     bad.write_text(json.dumps({"en": {"title": "x"}}))
     one_line_error(cli(env, tmp_path, "correct", job_id, "--lang", "en", "--from-file", str(bad), "--reason", "r"),
                    3, "fails validation")
+    # A response object (as the provider's dashboard gives it) that names another job is refused,
+    # as `jobs import-payload` refuses it.
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"id": "resp_other", "object": "response", "status": "completed",
+                                 "metadata": {"iipub_job_id": "00000000-0000-4000-8000-000000000000"},
+                                 "output": [{"type": "message", "role": "assistant", "content": [
+                                     {"type": "output_text", "text": path.read_text(), "annotations": []}]}]}))
+    one_line_error(cli(env, tmp_path, "correct", job_id, "--lang", "en", "--from-file", str(other), "--reason", "r"),
+                   3, "names job 00000000-0000-4000-8000-000000000000, not job")
     assert counts(engine) == snapshot
 
 

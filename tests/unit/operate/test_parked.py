@@ -79,10 +79,9 @@ def test_every_quarantined_job_has_remedies_and_the_kill_is_last(reason: str, ho
 
 
 def test_a_response_that_ran_on_after_an_operator_cancel_may_be_watched_again() -> None:
+    note = f"cancelled by ops: r (provider reports in_progress; {parked.STILL_RUNNING_AFTER_CANCEL})"
     still = parked.of(job(State.QUARANTINED, quarantine_reason="operator_cancelled", response_id="resp_1",
-                          generation_attempts=1, last_error=f"cancelled by ops: r (provider reports in_progress after "
-                                                            f"the cancel request; {parked.STILL_RUNNING_AFTER_CANCEL})"),
-                      3, 60)
+                          generation_attempts=1, last_error=note), 3, 60)
     assert still is not None and any("--resume-polling" in r.command for r in still.remedies)
 
 

@@ -111,3 +111,26 @@ def test_the_provider_organization_and_project_come_from_the_environment_over_th
     from_env = load_settings(env).provider
     assert (from_env.organization, from_env.project) == ("org-env", "proj-env")
     assert (load_settings({}).provider.organization, load_settings({}).provider.project) == (None, None)
+
+
+@pytest.mark.parametrize("value", ["5", "true", '""', "[1]"])
+def test_a_database_url_in_the_file_that_is_not_a_url_in_quotes_is_refused(tmp_path: Path, value: str) -> None:
+    cfg = tmp_path / "iipub.toml"
+    cfg.write_text(f"database_url = {value}\n")
+    with pytest.raises(ConfigError, match=r"database_url in .* must be a database URL in quotes"):
+        load_settings({"IIPUB_CONFIG": str(cfg)})
+
+
+@pytest.mark.parametrize("entry", ["https://reuters.com", "www.reuters.com/", "*.reuters.com", "", "x y",
+                                   "reuters.com:443"])
+def test_an_allowed_domain_that_no_url_could_match_is_refused_at_load(entry: str) -> None:
+    """Each such entry matches no source, so every paid edition would fail validation."""
+    with pytest.raises(ConfigError, match="allowed_domains entries must be bare domain names"):
+        settings_from_dict({"products": [{"name": "brief", "prompt": "Write.",
+                                          "allowed_domains": ["bbc.co.uk", entry]}]})
+
+
+def test_allowed_domains_take_names_subdomains_and_idn() -> None:
+    domains = ["reuters.com", "www.bbc.co.uk", "faß.de", "example.org."]
+    s = settings_from_dict({"products": [{"name": "brief", "prompt": "Write.", "allowed_domains": domains}]})
+    assert s.products["brief"].allowed_domains == ("reuters.com", "www.bbc.co.uk", "faß.de", "example.org.")

@@ -129,6 +129,8 @@ CREATE_STATUS_TABLE: list[tuple[Handler, type, int | None]] = [
     (answer(201, response_json(status="queued")), Accepted, None),
     (answer(200, response_json(response_id="chatcmpl-1")), Ambiguous, None),
     (answer(200, response_json(response_id="")), Ambiguous, None),
+    (answer(200, response_json(response_id="resp_abc/../def ghi")), Ambiguous, None),  # not storable nor sendable
+    (answer(200, response_json(response_id="resp_" + "a" * 200)), Ambiguous, None),  # longer than the column
     (answer(200, {}), Ambiguous, None),
     (answer(200, {"id": 17}), Ambiguous, None),
     (answer(200, b"{not json"), Ambiguous, None),
