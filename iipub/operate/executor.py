@@ -283,8 +283,12 @@ class Operator(Closing):
         assert job.response_id
         try:
             outcome = _actual_status(provider, job.response_id)
-        except OperatorRefused:
-            store.release(job)
+        except ValueError:  # an id the provider cannot be asked about (a row written by hand)
+            _release_quietly(store, job)
+            raise OperatorRefused(f"job {job.id} holds response id {job.response_id[:80]!r}, which the provider "
+                                  "cannot be asked about; nothing changed (`iipub kill` ends the slot)") from None
+        except BaseException:
+            _release_quietly(store, job)  # never leave the command's lease behind
             raise
         done = self._write(store, job, remedies.after_cancel(job, outcome, by, reason))
         if done.state == State.COMPLETED_NOT_RETRIEVED and isinstance(outcome, Observed):

@@ -400,6 +400,18 @@ def test_a_cancelled_response_polled_again_parks_again_and_is_never_created_agai
     assert "was cancelled by an operator" in r["last_error"]
 
 
+def test_a_cancel_of_a_response_id_the_provider_cannot_be_asked_about_is_refused_and_gives_its_lease_back(
+        cfg: Settings, engine: sa.Engine, sim: Simulator, op: Operator) -> None:
+    job_id, _ = accepted_response(cfg, engine)
+    with engine.begin() as conn:  # a row written by hand (or by an older version)
+        conn.execute(tables.jobs.update().values(response_id="resp_abc/../def ghi"))
+    with pytest.raises(OperatorRefused, match="cannot be asked about"):
+        op.cancel(job_id, "stop", "judy")
+    r = row(engine, job_id)
+    assert r["state"] == State.ACCEPTED and r["lease_owner"] is None and sim.stats()["cancels"] == 0
+    assert op.kill(job_id, "give it up", "judy").state == State.CLEANUP_PENDING  # not held by the refused cancel
+
+
 def test_cancel_that_fails_changes_nothing(cfg: Settings, engine: sa.Engine, sim: Simulator,
                                            op: Operator) -> None:
     job_id = accepted(cfg, engine)
