@@ -77,11 +77,15 @@ def check_schedule_date(day: dt.date, today: dt.date) -> None:
 
 def backfill_days(from_date: dt.date, to_date: dt.date, today: dt.date) -> list[dt.date]:
     """The dates a backfill covers (inclusive), refused when the range is backwards, reaches
-    into the future (by the database clock) or is longer than `MAX_BACKFILL_DAYS`. Pure."""
+    into the future (by the database clock) or further back than `date_outside_window` allows,
+    or is longer than `MAX_BACKFILL_DAYS`. Pure."""
     if from_date > to_date:
         raise UsageError(f"--from {from_date} is after --to {to_date}")
     if to_date > today:
         raise UsageError(f"--to {to_date} is in the future (today is {today} by the database clock)")
+    too_old = date_outside_window(from_date, today)
+    if too_old is not None:  # a 1900 or a 2016 typed for 2026 would be paid for, slot by slot
+        raise UsageError(f"--from {too_old}; nothing scheduled")
     days = (to_date - from_date).days + 1
     if days > MAX_BACKFILL_DAYS:
         raise UsageError(f"{days} days requested; backfill at most {MAX_BACKFILL_DAYS} days per run")

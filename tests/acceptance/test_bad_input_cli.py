@@ -65,7 +65,9 @@ def test_unknown_ids_and_bad_arguments_are_one_line_and_change_nothing(
          "'20260101' is not a date in YYYY-MM-DD form"),
         (("backfill", "--product", "daily-brief", "--from", "2026-11-31", "--to", yesterday), 2, "is not a date"),
         (("backfill", "--product", "daily-brief", "--from", "1999-01-01", "--to", yesterday), 2,
-         "backfill at most 366 days per run"),
+         "--from 1999-01-01 is more than 366 days in the past"),  # each slot would be paid for
+        (("backfill", "--product", "daily-brief", "--from", (utc_today() - dt.timedelta(days=366)).isoformat(),
+          "--to", utc_today().isoformat()), 2, "backfill at most 366 days per run"),
         (("backfill", "--product", "Daily-Brief", "--from", yesterday, "--to", yesterday), 2, "unknown product"),
     ]
     for args, code, needle in cases:
