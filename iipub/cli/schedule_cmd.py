@@ -25,7 +25,7 @@ def schedule_command(app: App, day: dt.date | None, product: str | None) -> None
     if day is None:
         day = today
     scheduling.check_schedule_date(day, today)
-    products = [app.settings.product(product)] if product else list(app.settings.products.values())
+    products = [app.settings.product(product)] if product is not None else list(app.settings.products.values())
     report = scheduling.schedule_day(store, products, day)
     for name, created in report.items():
         click.echo(f"{name} {day}: {'created' if created else 'already present'}")

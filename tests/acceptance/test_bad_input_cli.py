@@ -69,6 +69,7 @@ def test_unknown_ids_and_bad_arguments_are_one_line_and_change_nothing(
         (("backfill", "--product", "daily-brief", "--from", (utc_today() - dt.timedelta(days=366)).isoformat(),
           "--to", utc_today().isoformat()), 2, "backfill at most 366 days per run"),
         (("backfill", "--product", "Daily-Brief", "--from", yesterday, "--to", yesterday), 2, "unknown product"),
+        (("schedule", "--product", ""), 2, "unknown product ''"),  # not "every product"
     ]
     for args, code, needle in cases:
         one_line_error(run_cli(*args, env=cli_env, cwd=tmp_path), code, needle)
