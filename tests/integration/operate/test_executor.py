@@ -501,7 +501,9 @@ def test_backfill_refusals(cfg: Settings, engine: sa.Engine, op: Operator) -> No
     with pytest.raises(UsageError, match="in the future"):
         backfill(cfg, engine, PRODUCT, day, day + dt.timedelta(days=1), today=day)
     with pytest.raises(UsageError, match="at most 366 days"):
-        backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day, today=day)
+        backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=366), day, today=day)
+    with pytest.raises(UsageError, match="more than 366 days in the past"):  # a 2016 typed for 2026
+        backfill(cfg, engine, PRODUCT, day - dt.timedelta(days=400), day - dt.timedelta(days=390), today=day)
     with pytest.raises(UsageError, match="unknown product 'nope'"):
         backfill(cfg, engine, "nope", day, day, today=day)
     assert row_count(engine, tables.jobs) == 0
