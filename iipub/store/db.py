@@ -6,6 +6,7 @@ or SQLite, with each dialect's session set-up), runs one transaction, and classi
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
@@ -61,16 +62,22 @@ def engine_url(url: str) -> sa.URL:
     raise ConfigError(f"unsupported {what} {parsed.drivername!r} in IIPUB_DATABASE_URL ({URL_HELP})")
 
 
-def _check_mysql_options(parsed: sa.URL) -> None:
-    """A query option PyMySQL does not take would fail every connect with a TypeError; one whose
-    value SQLAlchemy cannot convert fails when the engine is made. Both are refused here, in one
-    line that names the option, not the URL (it may hold a password)."""
+@functools.cache
+def _pymysql_options() -> frozenset[str]:
+    """The keyword arguments the installed PyMySQL's connection takes (read once per process)."""
     import inspect
 
     import pymysql
 
-    taken = set(inspect.signature(pymysql.connections.Connection.__init__).parameters) - {"self", "args", "kwargs"}
-    unknown = sorted(set(parsed.query) - taken - {"charset"})
+    return frozenset(inspect.signature(pymysql.connections.Connection.__init__).parameters) - {"self", "args",
+                                                                                               "kwargs"}
+
+
+def _check_mysql_options(parsed: sa.URL) -> None:
+    """A query option PyMySQL does not take would fail every connect with a TypeError; one whose
+    value SQLAlchemy cannot convert fails when the engine is made. Both are refused here, in one
+    line that names the option, not the URL (it may hold a password)."""
+    unknown = sorted(set(parsed.query) - _pymysql_options() - {"charset"})
     if unknown:
         raise ConfigError(f"IIPUB_DATABASE_URL has option(s) {', '.join(unknown)} that the MySQL driver does not "
                           f"take ({URL_HELP})")

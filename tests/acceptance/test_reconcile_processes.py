@@ -16,7 +16,7 @@ from iipub.provider.factory import settings_from_dict
 from iipub.provider.openai.simulator import Simulator
 from iipub.store import clock
 from iipub.store.job_store import Store
-from tests.support.cli import run_cli, start_iipub
+from tests.support.cli import child_iipub, run_cli, start_iipub
 from tests.support.loopback import wait_for
 from tests.support.rows import job_events, job_rows
 from tests.support.settings import sim_env
@@ -45,18 +45,11 @@ def test_sigkill_after_committing_create_in_flight_quarantines_without_a_second_
     cfg = Path(env["IIPUB_CONFIG"])  # a lease long enough that a slow machine cannot expire it early
     cfg.write_text(cfg.read_text().replace("lease_seconds = 10", "lease_seconds = 60"))
     sim.add_faults([{"op": "create", "fault": "slow"}])  # the POST hangs: the worker is mid-create
-    proc = start_iipub("reconcile", env=env, cwd=tmp_path)
-    try:
+    with child_iipub("reconcile", env=env, cwd=tmp_path) as proc:
         wait_for(lambda: any(j["state"] == "CREATE_IN_FLIGHT" for j in job_rows(engine)))
         wait_for(lambda: sim.stats()["requests"]["create"] == 1)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
-        proc.stderr.close()  # type: ignore[union-attr]
     job = next(j for j in job_rows(engine) if j["state"] == "CREATE_IN_FLIGHT")
     # A tick while the dead worker's lease is still live leaves the job alone.
     run_cli("reconcile", env=env, cwd=tmp_path, check=True)

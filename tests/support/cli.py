@@ -181,3 +181,19 @@ def start_iipub(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[
     """`iipub ARGS` started as a child process (to be signalled, paused or overlapped)."""
     return subprocess.Popen([*iipub_exe(), *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+@contextmanager
+def child_iipub(*args: str, env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
+    """`start_iipub` for a block: whatever the block does, the child is gone at its end (killed if
+    it still runs) and its pipes are closed."""
+    child = start_iipub(*args, env=env, cwd=cwd)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()

@@ -35,7 +35,7 @@ from tests.integration.operate.test_correcting import (
     series,
     tree,
 )
-from tests.support.cli import one_line_error, start_iipub
+from tests.support.cli import child_iipub, one_line_error
 from tests.support.databases import restore_rows, snapshot_rows
 from tests.support.loopback import Receiver, wait_for
 from tests.support.settings import cms_env, with_cms
@@ -243,19 +243,11 @@ def test_a_run_killed_while_the_corrections_create_is_on_its_way_never_pays_twic
     sent = sim.stats()["requests"]["create"]
     assert regenerate(env, tmp_path, job_id, "--lang", "en").returncode == 0
     sim.add_faults([{"op": "create", "fault": "slow", "times": 1}])
-    child = start_iipub("reconcile", env=env, cwd=tmp_path)
-    try:
+    with child_iipub("reconcile", env=env, cwd=tmp_path) as child:
         wait_for(lambda: job_row(engine)["state"] == "CREATE_IN_FLIGHT")
         wait_for(lambda: sim.stats()["requests"]["create"] == sent + 1)
         child.send_signal(signal.SIGKILL)
         child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            assert stream is not None
-            stream.close()
     clock.advance_clock(engine, 120)  # past the dead run's lease
     for _ in range(3):
         sweep.run(s, engine)
